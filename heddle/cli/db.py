@@ -1,0 +1,1 @@
+"""`heddle` commands: db (registered on the groups of heddle.cli.apps)."""

@@ -1,0 +1,1 @@
+"""`heddle` commands: replay (registered on the groups of heddle.cli.apps)."""

@@ -1,0 +1,1 @@
+"""`heddle` commands: rollout (registered on the groups of heddle.cli.apps)."""

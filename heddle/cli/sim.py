@@ -1,0 +1,1 @@
+"""`heddle` commands: sim (registered on the groups of heddle.cli.apps)."""

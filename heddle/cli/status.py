@@ -1,0 +1,1 @@
+"""`heddle` commands: status (registered on the groups of heddle.cli.apps)."""

@@ -1,0 +1,1 @@
+"""`heddle` commands: tools (registered on the groups of heddle.cli.apps)."""

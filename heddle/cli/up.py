@@ -1,0 +1,1 @@
+"""`heddle` commands: up (registered on the groups of heddle.cli.apps)."""

@@ -1,0 +1,1 @@
+"""`heddle` commands: worker (registered on the groups of heddle.cli.apps)."""

@@ -1,0 +1,68 @@
+"""Base structs of the event contract.
+
+Every event and command is a frozen, keyword-only msgspec struct tagged by ``kind``. Tags are
+``<family>.<kind>`` (``traj.generated``); the part after the dot is the last subject token.
+Rules (style.md): past-tense names for events, imperative for commands; new fields get defaults;
+tags are never reordered or reused.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+FinishReason = Literal["stop", "length", "abort", "tool_call", "error"]
+ToolStatus = Literal["ok", "error", "timeout", "killed"]
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Common ancestor of events and commands."""
+
+    family: ClassVar[str] = ""
+
+    @classmethod
+    def kind_name(cls) -> str:
+        """The subject token for this kind: the tag after its family prefix."""
+        tag = cls.__struct_config__.tag
+        assert isinstance(tag, str), f"{cls.__name__} has no string tag"
+        return tag.split(".", 1)[1]
+
+
+class Event(Message, frozen=True, kw_only=True):
+    """An immutable fact. ``event_id`` is deterministic (see ``heddle.ids.derive_id``)."""
+
+    event_id: str
+    rollout_id: str = ""
+    occurred_at: float
+    """Unix time in seconds when the fact happened (the publisher's clock)."""
+    version: int = SCHEMA_VERSION
+
+
+class Command(Message, frozen=True, kw_only=True):
+    """An instruction to a worker or a tool executor. ``command_id`` is deterministic."""
+
+    command_id: str
+    rollout_id: str = ""
+    issued_at: float
+    version: int = SCHEMA_VERSION
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    """Per-trajectory seed; engines derive each step's seed from it and the step index."""
+
+
+class TrajectoryTimings(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a trajectory's time went, in seconds of model time (wall time x time scale)."""
+
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    tool_s: float = 0.0
+    migration_s: float = 0.0
+    total_s: float = 0.0

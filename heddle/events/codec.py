@@ -1,0 +1,67 @@
+"""JSON codec: one encoder, one typed decoder per channel, errors that say what was wrong."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+
+from heddle.events.base import Event
+from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
+from heddle.events.rollout import RolloutEventT
+from heddle.events.trajectory import TrajectoryEventT
+from heddle.events.worker import DeadLettered, WorkerEventT, WorkerTelemetry
+
+EventT = TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered
+
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+"""Largest message we accept (completed trajectories carry full token lists)."""
+
+
+class DecodeError(ValueError):
+    """A payload that is not a valid message of the expected channel; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(EventT)
+_worker_command_decoder = msgspec.json.Decoder(WorkerCommandT)
+_tool_call_decoder = msgspec.json.Decoder(ToolCall)
+_telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry)
+
+
+def encode(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
+    return _encoder.encode(message)
+
+
+T = TypeVar("T")
+
+
+def _decode(decoder: msgspec.json.Decoder[T], data: bytes, channel: str) -> T:
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise DecodeError(f"{channel}: payload of {len(data)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"{channel}: invalid message: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"{channel}: malformed JSON: {exc}") from None
+
+
+def decode_event(data: bytes) -> EventT:
+    return _decode(_event_decoder, data, "event")
+
+
+def decode_worker_command(data: bytes) -> WorkerCommandT:
+    return _decode(_worker_command_decoder, data, "worker command")
+
+
+def decode_tool_call(data: bytes) -> ToolCall:
+    return _decode(_tool_call_decoder, data, "tool call")
+
+
+def decode_telemetry(data: bytes) -> WorkerTelemetry:
+    return _decode(_telemetry_decoder, data, "telemetry")

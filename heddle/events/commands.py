@@ -1,0 +1,170 @@
+"""Commands: ``heddle.cmd.worker.<worker_id>.<action>`` and ``heddle.cmd.tool.<pool>``.
+
+Commands are JSON, so an operator can steer with the NATS CLI, e.g.::
+
+    nats pub heddle.cmd.worker.w00.drain \\
+      '{"kind":"cmd.drain","command_id":"op-1","issued_at":0,"worker_id":"w00"}'
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+from heddle.events.base import Command
+from heddle.events.trajectory import ToolReturned, TrajectorySpec
+
+
+class WorkerCommand(Command, frozen=True, kw_only=True):
+    """A command addressed to one rollout worker; ``action`` is the last subject token."""
+
+    action: ClassVar[str] = ""
+    worker_id: str
+
+
+class StartTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.start_trajectory"):
+    """Host a trajectory. With ``resume`` the worker first rebuilds the trajectory's context and
+    environment state from its events in the stream (after a re-placement or a migration)."""
+
+    action: ClassVar[str] = "run"
+    traj_id: str
+    spec: TrajectorySpec
+    priority: float = 0.0
+    resume: bool = False
+    cache_key: str = ""
+    """Object-store key of an exported KV cache to import (migration with transfer)."""
+    source_worker_id: str = ""
+
+
+class ContinueTrajectory(
+    WorkerCommand, frozen=True, kw_only=True, tag="cmd.continue_trajectory"
+):
+    """Run the next step of a hosted trajectory, feeding it the result of its tool call."""
+
+    action: ClassVar[str] = "run"
+    traj_id: str
+    step: int
+    """The step to run next."""
+    tool_result: ToolReturned
+    priority: float = 0.0
+
+
+class Reprioritize(WorkerCommand, frozen=True, kw_only=True, tag="cmd.reprioritize"):
+    action: ClassVar[str] = "reprioritize"
+    traj_id: str
+    priority: float
+    """Larger runs first."""
+
+
+class Preempt(WorkerCommand, frozen=True, kw_only=True, tag="cmd.preempt"):
+    """Move a running generation back to the waiting queue, keeping its KV cache."""
+
+    action: ClassVar[str] = "preempt"
+    traj_id: str
+    by_traj_id: str = ""
+
+
+class MigrateOut(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_out"):
+    """Hand a trajectory to ``target_worker_id`` at its next tool gap (or now, if it is in one)."""
+
+    action: ClassVar[str] = "migrate_out"
+    traj_id: str
+    target_worker_id: str
+    migration_id: str
+    transfer_kv: bool = True
+
+
+class MigrateIn(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_in"):
+    """Sent by the source worker to the target: take over a trajectory (see StartTrajectory)."""
+
+    action: ClassVar[str] = "migrate_in"
+    traj_id: str
+    spec: TrajectorySpec
+    source_worker_id: str
+    migration_id: str
+    cache_key: str = ""
+    num_context_tokens: int = 0
+    priority: float = 0.0
+
+
+class Abort(WorkerCommand, frozen=True, kw_only=True, tag="cmd.abort"):
+    action: ClassVar[str] = "abort"
+    traj_id: str
+    reason: str = ""
+
+
+class Drain(WorkerCommand, frozen=True, kw_only=True, tag="cmd.drain"):
+    """Finish hosted trajectories, accept no new ones, then report ``worker.drained``."""
+
+    action: ClassVar[str] = "drain"
+
+
+WorkerCommandT = (
+    StartTrajectory
+    | ContinueTrajectory
+    | Reprioritize
+    | Preempt
+    | MigrateOut
+    | MigrateIn
+    | Abort
+    | Drain
+)
+WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
+    StartTrajectory,
+    ContinueTrajectory,
+    Reprioritize,
+    Preempt,
+    MigrateOut,
+    MigrateIn,
+    Abort,
+    Drain,
+)
+
+
+# ---- tool calls -------------------------------------------------------------------------------
+
+
+class PythonTool(msgspec.Struct, frozen=True, kw_only=True, tag="python"):
+    """Run model-written Python in the sandbox; the observation is its stdout (and stderr)."""
+
+    code: str
+
+
+class UnitTestTool(msgspec.Struct, frozen=True, kw_only=True, tag="unit_tests"):
+    """Write ``files`` into a scratch dir and run ``test_code`` against them in the sandbox."""
+
+    files: dict[str, str]
+    test_code: str
+
+
+class SearchTool(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
+    query: str
+    top_k: int = 5
+    corpus: str = ""
+    """Corpus path or name known to the executor ("" = the executor's default corpus)."""
+
+
+class TraceTool(msgspec.Struct, frozen=True, kw_only=True, tag="trace"):
+    """Replay a recorded tool call: wait ``duration_s`` (model time), return pseudo-tokens."""
+
+    duration_s: float
+    num_output_tokens: int
+    seed: int = 0
+
+
+ToolRequest = PythonTool | UnitTestTool | SearchTool | TraceTool
+ToolName = Literal["python", "unit_tests", "search", "trace"]
+
+
+class ToolCall(Command, frozen=True, kw_only=True, tag="cmd.tool_call"):
+    """A tool call, pulled by any executor of ``pool`` from ``heddle.cmd.tool.<pool>``."""
+
+    traj_id: str
+    step: int
+    call_id: str
+    pool: str = "default"
+    request: ToolRequest
+    timeout_s: float = 30.0
+    time_scale: float = 1.0
+    """Model seconds per wall second; a trace tool waits duration_s / time_scale."""

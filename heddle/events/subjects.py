@@ -1,0 +1,122 @@
+"""Subject names of the event and command families, with builders and a parser.
+
+    heddle.evt.rollout.<rollout_id>.<kind>
+    heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
+    heddle.evt.worker.<worker_id>.<kind>
+    heddle.evt.deadletter
+    heddle.cmd.worker.<worker_id>.<action>
+    heddle.cmd.tool.<pool>
+    heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heddle.events.base import Event
+from heddle.events.commands import ToolCall, WorkerCommand
+from heddle.events.rollout import RolloutEvent
+from heddle.events.trajectory import TrajectoryEvent
+from heddle.events.worker import DeadLettered, WorkerEvent
+from heddle.ids import check_token
+
+EVENTS_STREAM = "HEDDLE_EVENTS"
+EVENTS_SUBJECTS = "heddle.evt.>"
+COMMANDS_STREAM = "HEDDLE_CMDS"
+COMMANDS_SUBJECTS = "heddle.cmd.worker.>"
+TOOLS_STREAM = "HEDDLE_TOOLS"
+TOOLS_SUBJECTS = "heddle.cmd.tool.>"
+DEADLETTER_SUBJECT = "heddle.evt.deadletter"
+TELEMETRY_PREFIX = "heddle.telemetry"
+
+
+def rollout_subject(rollout_id: str, kind: str = "*") -> str:
+    return f"heddle.evt.rollout.{check_token(rollout_id, 'rollout id')}.{kind}"
+
+
+def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> str:
+    rollout = check_token(rollout_id, "rollout id") if rollout_id != "*" else "*"
+    traj = check_token(traj_id, "trajectory id") if traj_id != "*" else "*"
+    return f"heddle.evt.traj.{rollout}.{traj}.{kind}"
+
+
+def worker_event_subject(worker_id: str, kind: str = "*") -> str:
+    return f"heddle.evt.worker.{check_token(worker_id, 'worker id')}.{kind}"
+
+
+def worker_command_subject(worker_id: str, action: str = "*") -> str:
+    return f"heddle.cmd.worker.{check_token(worker_id, 'worker id')}.{action}"
+
+
+def tool_subject(pool: str) -> str:
+    return f"heddle.cmd.tool.{check_token(pool, 'tool pool')}"
+
+
+def telemetry_subject(worker_id: str) -> str:
+    return f"{TELEMETRY_PREFIX}.worker.{check_token(worker_id, 'worker id')}"
+
+
+def completions_subject(rollout_id: str) -> str:
+    """What a trainer subscribes to: every completed trajectory of one rollout."""
+    return trajectory_subject(rollout_id, "*", "completed")
+
+
+def rollout_filter(rollout_id: str) -> list[str]:
+    """Subjects holding every event of one rollout (for filtered replay)."""
+    return [rollout_subject(rollout_id, ">"), trajectory_subject(rollout_id, "*", ">")]
+
+
+def subject_for_event(event: Event) -> str:
+    kind = type(event).kind_name()
+    match event:
+        case TrajectoryEvent():
+            return trajectory_subject(event.rollout_id, event.traj_id, kind)
+        case RolloutEvent():
+            return rollout_subject(event.rollout_id, kind)
+        case WorkerEvent():
+            return worker_event_subject(event.worker_id, kind)
+        case DeadLettered():
+            return DEADLETTER_SUBJECT
+    raise TypeError(f"no subject for {type(event).__name__}")
+
+
+def subject_for_command(command: WorkerCommand | ToolCall) -> str:
+    match command:
+        case ToolCall():
+            return tool_subject(command.pool)
+        case WorkerCommand():
+            return worker_command_subject(command.worker_id, type(command).action)
+    raise TypeError(f"no subject for {type(command).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectParts:
+    """A parsed subject. Fields that the family does not have are None."""
+
+    family: str
+    kind: str | None = None
+    rollout_id: str | None = None
+    traj_id: str | None = None
+    worker_id: str | None = None
+    pool: str | None = None
+
+
+def parse_subject(subject: str) -> SubjectParts:
+    """Split a Heddle subject into its parts; ``ValueError`` for anything else."""
+    tokens = subject.split(".")
+    match tokens:
+        case ["heddle", "evt", "rollout", rollout_id, kind]:
+            return SubjectParts("rollout", kind, rollout_id=rollout_id)
+        case ["heddle", "evt", "traj", rollout_id, traj_id, kind]:
+            return SubjectParts("traj", kind, rollout_id=rollout_id, traj_id=traj_id)
+        case ["heddle", "evt", "worker", worker_id, kind]:
+            return SubjectParts("worker", kind, worker_id=worker_id)
+        case ["heddle", "evt", "deadletter"]:
+            return SubjectParts("deadletter")
+        case ["heddle", "cmd", "worker", worker_id, action]:
+            return SubjectParts("cmd.worker", action, worker_id=worker_id)
+        case ["heddle", "cmd", "tool", pool]:
+            return SubjectParts("cmd.tool", pool=pool)
+        case ["heddle", "telemetry", "worker", worker_id]:
+            return SubjectParts("telemetry", worker_id=worker_id)
+    raise ValueError(f"not a Heddle subject: {subject!r}")

@@ -1,0 +1,217 @@
+"""Events of one trajectory: ``heddle.evt.traj.<rollout_id>.<traj_id>.<kind>``.
+
+Step events carry the token ids they add to the context (``GenerationStarted.input_token_ids``
+for what was appended before a generation, such as a tool observation; ``Generated.output_token_ids``
+for the model's output), so the stream alone rebuilds any trajectory's context:
+
+    context = submitted.prompt_token_ids
+              + for each step: generation_started.input_token_ids + generated.output_token_ids
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from heddle.events.base import (
+    Event,
+    FinishReason,
+    SamplingParams,
+    ToolStatus,
+    TrajectoryTimings,
+)
+
+PlacementReason = Literal["initial", "migration", "replacement", "operator"]
+
+
+class TrajectoryEvent(Event, frozen=True, kw_only=True):
+    family: ClassVar[str] = "traj"
+    traj_id: str
+
+
+class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a trajectory is asked to do; travels in ``TrajectorySubmitted`` and ``StartTrajectory``."""
+
+    group_id: str
+    """Trajectories sampled from the same prompt share a group (GRPO-style group sampling)."""
+    index: int
+    """Position of the trajectory in its rollout (submission order)."""
+    environment: str
+    """Registry name of the environment: trace, math, coding, search."""
+    task: dict[str, Any] = {}
+    """Environment-specific task payload; each environment validates it into its own struct."""
+    prompt_token_ids: list[int] = []
+    max_steps: int = 64
+    max_new_tokens: int = 4096
+    """Cap on the tokens generated in one step."""
+    max_total_tokens: int = 131072
+    """Cap on the whole context (prompt + generations + observations)."""
+    sampling: SamplingParams = SamplingParams()
+    tool_pool: str = "default"
+
+
+class TrajectorySubmitted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.submitted"):
+    spec: TrajectorySpec
+
+
+class TrajectoryPlaced(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.placed"):
+    worker_id: str
+    reason: PlacementReason = "initial"
+    group_rank: int = 0
+    """Rank of the trajectory in the presorted order (0 = predicted longest)."""
+    tp_degree: int = 1
+
+
+class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generation_started"):
+    step: int
+    worker_id: str
+    input_token_ids: list[int] = []
+    """Tokens appended to the context since the previous generation (an observation)."""
+    num_context_tokens: int
+    """Length of the whole context this generation conditions on."""
+    num_cached_tokens: int = 0
+    """Prefix tokens the engine already held (not prefilled again)."""
+    priority: float = 0.0
+    queued_s: float = 0.0
+    """Time the step waited on the worker before the engine started it (model time)."""
+
+
+class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"):
+    step: int
+    worker_id: str
+    output_token_ids: list[int]
+    output_logprobs: list[float] = []
+    finish_reason: FinishReason = "stop"
+    num_context_tokens: int = 0
+    """Context length after this generation."""
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    num_preemptions: int = 0
+    num_recomputed_tokens: int = 0
+    """Tokens prefilled again because the KV cache had been lost (preemption or migration)."""
+
+
+class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):
+    step: int
+    worker_id: str
+    call_id: str
+    tool: str
+    pool: str = "default"
+
+
+class ToolReturned(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_returned"):
+    step: int
+    call_id: str
+    tool: str
+    status: ToolStatus
+    output: str = ""
+    """Text result (stdout, search hits, ...), capped by the executor."""
+    error: str = ""
+    """stderr or the reason of a failure, capped by the executor."""
+    exit_code: int | None = None
+    output_token_ids: list[int] = []
+    """Token ids of the observation, when the tool produces tokens itself (trace replay)."""
+    duration_s: float = 0.0
+    executor_id: str = ""
+
+
+class Predicted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.predicted"):
+    step: int
+    """The last completed step the prediction saw (-1: before the first generation)."""
+    predicted_remaining_tokens: float
+    predictor: str
+    num_context_tokens: int = 0
+
+
+class Prioritized(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.prioritized"):
+    worker_id: str
+    priority: float
+    """Larger runs first."""
+
+
+class Preempted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.preempted"):
+    step: int
+    worker_id: str
+    by_traj_id: str = ""
+    kv_kept: bool = True
+    num_generated_tokens: int = 0
+    """Tokens of the interrupted step generated before the preemption."""
+
+
+class MigrationRequested(
+    TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migration_requested"
+):
+    source_worker_id: str
+    target_worker_id: str
+    predicted_remaining_tokens: float = 0.0
+    new_rank: int = 0
+
+
+class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
+    source_worker_id: str
+    target_worker_id: str
+    num_context_tokens: int = 0
+    num_bytes: int = 0
+    """Bytes of KV cache moved (0 when the target re-prefills)."""
+    kv_transferred: bool = False
+    transfer_s: float = 0.0
+
+
+class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"):
+    num_steps: int
+    prompt_token_ids: list[int] = []
+    response_token_ids: list[int] = []
+    """Everything after the prompt: generations and observations, in order."""
+    response_logprobs: list[float] = []
+    """Aligned with response_token_ids; 0.0 at observation tokens."""
+    loss_mask: list[int] = []
+    """Aligned with response_token_ids: 1 for model tokens, 0 for tool tokens."""
+    reward: float = 0.0
+    finish_reason: FinishReason = "stop"
+    num_output_tokens: int = 0
+    """Tokens the model generated (sum over steps)."""
+    timings: TrajectoryTimings = TrajectoryTimings()
+    worker_history: list[str] = []
+    num_recomputed_tokens: int = 0
+
+
+class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
+    step: int
+    reason: str
+    worker_id: str = ""
+    retryable: bool = False
+
+
+TrajectoryEventT = (
+    TrajectorySubmitted
+    | TrajectoryPlaced
+    | GenerationStarted
+    | Generated
+    | ToolCalled
+    | ToolReturned
+    | Predicted
+    | Prioritized
+    | Preempted
+    | MigrationRequested
+    | Migrated
+    | Completed
+    | Failed
+)
+
+TRAJECTORY_EVENTS: tuple[type[TrajectoryEvent], ...] = (
+    TrajectorySubmitted,
+    TrajectoryPlaced,
+    GenerationStarted,
+    Generated,
+    ToolCalled,
+    ToolReturned,
+    Predicted,
+    Prioritized,
+    Preempted,
+    MigrationRequested,
+    Migrated,
+    Completed,
+    Failed,
+)

@@ -1,0 +1,80 @@
+"""Events of rollout workers: ``heddle.evt.worker.<worker_id>.<kind>``; telemetry on core NATS."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+from heddle.events.base import Event
+
+
+class WorkerEvent(Event, frozen=True, kw_only=True):
+    family: ClassVar[str] = "worker"
+    worker_id: str
+
+
+class WorkerRegistered(WorkerEvent, frozen=True, kw_only=True, tag="worker.registered"):
+    engine: str
+    """Engine registry name: sim, torch, sglang."""
+    model: str = ""
+    tp_degree: int = 1
+    max_running: int = 0
+    """Most generations the engine runs at once (0: bounded only by KV capacity)."""
+    max_kv_tokens: int = 0
+    """KV cache capacity in tokens (0: unknown)."""
+    can_export_kv: bool = False
+    host: str = ""
+    incarnation: str = ""
+    """Distinguishes restarts of the same worker id."""
+
+
+class WorkerHeartbeat(WorkerEvent, frozen=True, kw_only=True, tag="worker.heartbeat"):
+    sequence: int
+    num_running: int = 0
+    num_waiting: int = 0
+    num_trajectories: int = 0
+    kv_usage: float = 0.0
+
+
+class WorkerDrained(WorkerEvent, frozen=True, kw_only=True, tag="worker.drained"):
+    pass
+
+
+class WorkerFailed(WorkerEvent, frozen=True, kw_only=True, tag="worker.failed"):
+    reason: str
+    trajectory_ids: list[str] = []
+    """Trajectories the worker held; the control plane re-places them."""
+
+
+WorkerEventT = WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed
+WORKER_EVENTS: tuple[type[WorkerEvent], ...] = (
+    WorkerRegistered,
+    WorkerHeartbeat,
+    WorkerDrained,
+    WorkerFailed,
+)
+
+
+class DeadLettered(Event, frozen=True, kw_only=True, tag="deadletter.recorded"):
+    """A message a consumer could not process; published on ``heddle.evt.deadletter``."""
+
+    family: ClassVar[str] = "deadletter"
+    consumer: str
+    subject: str
+    stream_sequence: int
+    reason: str
+    payload: str = ""
+    """The offending payload, decoded as UTF-8 with replacement and truncated."""
+
+
+class WorkerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
+    """Best-effort load report on ``heddle.telemetry.worker.<worker_id>`` (not persisted)."""
+
+    worker_id: str
+    sent_at: float
+    num_running: int
+    num_waiting: int
+    kv_usage: float = 0.0
+    tokens_per_s: float = 0.0
+    running_traj_ids: list[str] = []

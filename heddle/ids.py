@@ -1,0 +1,45 @@
+"""Identifiers and deterministic id derivation.
+
+Ids appear as NATS subject tokens, so they are restricted to ``[A-Za-z0-9_-]``. Event and command
+ids are *derived* from what they describe (rollout, trajectory, step, kind, ...) so that a retried
+publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NewType
+
+RolloutId = NewType("RolloutId", str)
+TrajectoryId = NewType("TrajectoryId", str)
+GroupId = NewType("GroupId", str)
+WorkerId = NewType("WorkerId", str)
+CallId = NewType("CallId", str)
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def check_token(value: str, what: str) -> str:
+    """Return ``value`` if it can be a subject token, else raise ``ValueError`` naming ``what``."""
+    if not _TOKEN.fullmatch(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid id: use 1-128 characters of letters, digits, '_' or '-'"
+        )
+    return value
+
+
+def trajectory_id(index: int) -> TrajectoryId:
+    """The id of the ``index``-th trajectory of a rollout (fixed width, so ids never prefix)."""
+    return TrajectoryId(f"t{index:06d}")
+
+
+def group_id(index: int) -> GroupId:
+    return GroupId(f"g{index:05d}")
+
+
+def derive_id(*parts: object) -> str:
+    """A readable deterministic id: the parts joined by ':' (None parts are skipped).
+
+    The same logical event always yields the same id, which JetStream uses for de-duplication.
+    """
+    return ":".join(str(part) for part in parts if part is not None)

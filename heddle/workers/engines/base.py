@@ -1,0 +1,134 @@
+"""The ``Engine`` protocol: what a rollout worker needs from an inference engine.
+
+Three engines implement it: ``sim`` (the calibrated cost model in scaled real time), ``torch``
+(real forward passes with continuous batching and KV export/import) and ``sglang`` (HTTP client
+of a SGLang server). The worker agent only talks to this protocol.
+
+Scheduling contract, shared by all engines:
+- Requests are ordered by ``priority`` (larger first), then arrival. A waiting request whose
+  priority exceeds the lowest running one by more than the engine's preemption threshold preempts
+  it; a preempted request keeps its KV cache where the engine can, and resumes later.
+- ``trajectory_id`` keys the prefix cache: a trajectory's next turn re-uses the KV of its previous
+  turns and prefills only the new tokens, until ``release`` (or an eviction) drops it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from heddle.events.base import FinishReason, SamplingParams
+
+
+class EngineError(RuntimeError):
+    """The engine failed; the worker marks the affected trajectories for re-placement."""
+
+
+class CacheMismatchError(EngineError):
+    """An imported KV cache belongs to another model, dtype or layout."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    """Unique among in-flight requests of this engine, and never a prefix of another."""
+    trajectory_id: str
+    input_token_ids: list[int]
+    """The whole context; the engine prefills only what its cache for the trajectory lacks."""
+    max_new_tokens: int
+    priority: float = 0.0
+    sampling: SamplingParams = SamplingParams()
+    stop_token_ids: tuple[int, ...] = ()
+    target_output_tokens: int | None = None
+    """For the sim engine: the environment dictates the output length (trace replay)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    request_id: str
+    output_token_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: FinishReason
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    """Prefix tokens served from cache (not prefilled)."""
+    num_recomputed_tokens: int = 0
+    """Tokens prefilled again because a preemption or eviction lost their KV."""
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    num_running: int
+    num_waiting: int
+    kv_usage: float = 0.0
+    """Fraction of KV capacity in use (0..1)."""
+    num_cached_trajectories: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCapabilities:
+    name: str
+    model: str = ""
+    tp_degree: int = 1
+    max_running: int = 0
+    """Most concurrent generations (0: bounded by KV capacity only)."""
+    max_kv_tokens: int = 0
+    can_export_kv: bool = False
+    can_preempt: bool = True
+    native_priority_update: bool = False
+    """False: ``set_priority`` is emulated by abort and resubmit."""
+    extras: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSnapshot:
+    """A trajectory's exported KV cache, ready to travel (bytes) to another worker."""
+
+    trajectory_id: str
+    num_tokens: int
+    fingerprint: str
+    """Model, dtype and layout identity; import refuses a mismatch."""
+    payload: bytes
+
+
+EngineName = Literal["sim", "torch", "sglang"]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    @property
+    def capabilities(self) -> EngineCapabilities: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Run one generation to completion. Cancelling the awaiting task aborts the request."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def set_priority(self, request_id: str, priority: float) -> None:
+        """Change the priority of a waiting or running request (may trigger preemption)."""
+        ...
+
+    async def preempt(self, request_id: str) -> None:
+        """Move a running request back to the waiting queue, keeping its KV where possible."""
+        ...
+
+    async def load(self) -> EngineLoad: ...
+
+    async def export_cache(self, trajectory_id: str) -> CacheSnapshot | None:
+        """The trajectory's KV cache, or None when the engine cannot export it."""
+        ...
+
+    async def import_cache(self, snapshot: CacheSnapshot) -> None: ...
+
+    async def release(self, trajectory_id: str) -> None:
+        """Drop the trajectory's cached prefix (it completed or moved away)."""
+        ...
