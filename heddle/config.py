@@ -12,7 +12,6 @@ from pathlib import Path
 
 import platformdirs
 
-
 DEFAULT_DATA_DIR = Path(platformdirs.user_data_dir("heddle"))
 
 
@@ -21,7 +20,7 @@ class Settings:
     nats_url: str | None = None
     """NATS server URL (``HEDDLE_NATS_URL``); None starts an embedded server."""
     database_url: str | None = None
-    """SQLAlchemy URL of the ledger (``HEDDLE_DATABASE_URL``); None uses ``<data_dir>/ledger.db``."""
+    """Ledger SQLAlchemy URL (``HEDDLE_DATABASE_URL``); None uses ``<data_dir>/ledger.db``."""
     data_dir: Path = DEFAULT_DATA_DIR
     """Root of local state (``HEDDLE_DATA_DIR``): embedded JetStream store, SQLite ledger, plots."""
 

@@ -23,7 +23,8 @@ def check_token(value: str, what: str) -> str:
     """Return ``value`` if it can be a subject token, else raise ``ValueError`` naming ``what``."""
     if not _TOKEN.fullmatch(value):
         raise ValueError(
-            f"{what} {value!r} is not a valid id: use 1-128 characters of letters, digits, '_' or '-'"
+            f"{what} {value!r} is not a valid id: "
+            "use 1-128 characters of letters, digits, '_' or '-'"
         )
     return value
 

@@ -70,7 +70,9 @@ def _check(trajectory: TraceTrajectory) -> str | None:
     return None
 
 
-def parse_trace_line(line: str | bytes, line_number: int = 1, source: str = "trace") -> TraceTrajectory:
+def parse_trace_line(
+    line: str | bytes, line_number: int = 1, source: str = "trace"
+) -> TraceTrajectory:
     try:
         trajectory = _decoder.decode(line)
     except msgspec.ValidationError as exc:

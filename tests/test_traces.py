@@ -7,9 +7,15 @@ from heddle.traces import TraceError, TraceStep, TraceTrajectory, read_trace, wr
 
 def test_round_trip(tmp_path: Path) -> None:
     trajectories = [
-        TraceTrajectory(id="t1", group="p1", prompt_tokens=10,
-                        steps=[TraceStep(output_tokens=5, tool_s=1.5, tool_output_tokens=3),
-                               TraceStep(output_tokens=7)]),
+        TraceTrajectory(
+            id="t1",
+            group="p1",
+            prompt_tokens=10,
+            steps=[
+                TraceStep(output_tokens=5, tool_s=1.5, tool_output_tokens=3),
+                TraceStep(output_tokens=7),
+            ],
+        ),
         TraceTrajectory(id="t2", prompt_tokens=4, steps=[TraceStep(output_tokens=1)]),
     ]
     path = tmp_path / "trace.jsonl"
@@ -23,19 +29,33 @@ def test_round_trip(tmp_path: Path) -> None:
     ("line", "expected"),
     [
         ('{"id": "a", "prompt_tokens": 1, "steps": []}', ":2: steps: needs at least one step"),
-        ('{"id": "a", "prompt_tokens": "x", "steps": []}', ":2: Expected `int`, got `str` - at `$.prompt_tokens`"),
-        ('{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": -1}]}',
-         ":2: steps[0].output_tokens: must be >= 0"),
-        ('{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "tool_s": NaN}]}',
-         ":2: not valid JSON"),
-        ('{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "bogus": 1}]}',
-         "Object contains unknown field `bogus` - at `$.steps[0]`"),
-        ('{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}', ":2: id: duplicate id"),
+        (
+            '{"id": "a", "prompt_tokens": "x", "steps": []}',
+            ":2: Expected `int`, got `str` - at `$.prompt_tokens`",
+        ),
+        (
+            '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": -1}]}',
+            ":2: steps[0].output_tokens: must be >= 0",
+        ),
+        (
+            '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "tool_s": NaN}]}',
+            ":2: not valid JSON",
+        ),
+        (
+            '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "bogus": 1}]}',
+            "Object contains unknown field `bogus` - at `$.steps[0]`",
+        ),
+        (
+            '{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}',
+            ":2: id: duplicate id",
+        ),
     ],
 )
 def test_bad_lines_name_line_and_field(tmp_path: Path, line: str, expected: str) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}\n' + line + "\n")
+    path.write_text(
+        '{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}\n' + line + "\n"
+    )
     with pytest.raises(TraceError) as info:
         read_trace(path)
     assert expected in str(info.value)

@@ -49,7 +49,9 @@ class EmbeddedNatsServer:
     on the same dir (and port) keeps its streams: tests use that to simulate a restart.
     """
 
-    def __init__(self, store_dir: Path, *, port: int = 0, max_payload_bytes: int = MAX_PAYLOAD_BYTES):
+    def __init__(
+        self, store_dir: Path, *, port: int = 0, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    ):
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
         self.max_payload_bytes = max_payload_bytes
@@ -70,11 +72,15 @@ class EmbeddedNatsServer:
         self._process = subprocess.Popen(
             [
                 str(find_nats_server()),
-                "-a", "127.0.0.1",
-                "-p", str(self.port),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
                 "-js",
-                "-sd", str(self.store_dir),
-                "-c", str(config),
+                "-sd",
+                str(self.store_dir),
+                "-c",
+                str(config),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -86,8 +92,14 @@ class EmbeddedNatsServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
-                stderr = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
-                raise RuntimeError(f"nats-server exited with {self._process.returncode}: {stderr[-2000:]}")
+                stderr = (
+                    self._process.stderr.read().decode(errors="replace")
+                    if self._process.stderr
+                    else ""
+                )
+                raise RuntimeError(
+                    f"nats-server exited with {self._process.returncode}: {stderr[-2000:]}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return

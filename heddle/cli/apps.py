@@ -35,7 +35,8 @@ app.add_typer(rollout_app, name="rollout", no_args_is_help=True)
 def root(
     ctx: typer.Context,
     nats_url: Annotated[
-        str | None, typer.Option(help="NATS server URL (env HEDDLE_NATS_URL; default: embedded server)")
+        str | None,
+        typer.Option(help="NATS server URL (env HEDDLE_NATS_URL; default: embedded server)"),
     ] = None,
     database_url: Annotated[
         str | None,

@@ -37,9 +37,7 @@ class StartTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.start_t
     source_worker_id: str = ""
 
 
-class ContinueTrajectory(
-    WorkerCommand, frozen=True, kw_only=True, tag="cmd.continue_trajectory"
-):
+class ContinueTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.continue_trajectory"):
     """Run the next step of a hosted trajectory, feeding it the result of its tool call."""
 
     action: ClassVar[str] = "run"

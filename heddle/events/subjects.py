@@ -1,12 +1,12 @@
 """Subject names of the event and command families, with builders and a parser.
 
-    heddle.evt.rollout.<rollout_id>.<kind>
-    heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
-    heddle.evt.worker.<worker_id>.<kind>
-    heddle.evt.deadletter
-    heddle.cmd.worker.<worker_id>.<action>
-    heddle.cmd.tool.<pool>
-    heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
+heddle.evt.rollout.<rollout_id>.<kind>
+heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
+heddle.evt.worker.<worker_id>.<kind>
+heddle.evt.deadletter
+heddle.cmd.worker.<worker_id>.<action>
+heddle.cmd.tool.<pool>
+heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Events of one trajectory: ``heddle.evt.traj.<rollout_id>.<traj_id>.<kind>``.
 
 Step events carry the token ids they add to the context (``GenerationStarted.input_token_ids``
-for what was appended before a generation, such as a tool observation; ``Generated.output_token_ids``
-for the model's output), so the stream alone rebuilds any trajectory's context:
+for what was appended before a generation, such as a tool observation;
+``Generated.output_token_ids`` for the model's output), so the stream alone rebuilds any
+trajectory's context:
 
     context = submitted.prompt_token_ids
               + for each step: generation_started.input_token_ids + generated.output_token_ids
@@ -31,7 +32,7 @@ class TrajectoryEvent(Event, frozen=True, kw_only=True):
 
 
 class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What a trajectory is asked to do; travels in ``TrajectorySubmitted`` and ``StartTrajectory``."""
+    """What a trajectory is asked to do (in ``TrajectorySubmitted`` and ``StartTrajectory``)."""
 
     group_id: str
     """Trajectories sampled from the same prompt share a group (GRPO-style group sampling)."""
