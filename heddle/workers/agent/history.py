@@ -1,0 +1,273 @@
+"""A trajectory's history as a fold over its events: the worker's source of truth for resuming.
+
+``TrajectoryLog.apply(event)`` folds one ``heddle.evt.traj.<r>.<t>.*`` event into the log. The
+agent applies every event it publishes (after the publish is acknowledged), and a resuming agent
+applies the events it replays from the stream, so the live state and the rebuilt state come from
+the same code. Duplicates (same event id, or a step fact already known) are ignored, which makes
+the fold idempotent over an at-least-once stream.
+
+Context layout (heddle/events/trajectory.py)::
+
+    context = spec.prompt_token_ids
+              + for each step: generation_started.input_token_ids + generated.output_token_ids
+
+Step 0's ``input_token_ids`` are the environment's reset observation when the spec carried no
+prompt tokens; they belong to the prompt. Later steps' inputs are tool observations (loss mask 0).
+
+Ownership: a log is mutable and owned by one agent task at a time (the trajectory's lock).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from heddle.events import (
+    Completed,
+    EventT,
+    Failed,
+    Generated,
+    GenerationStarted,
+    Migrated,
+    Preempted,
+    ToolCalled,
+    ToolReturned,
+    TrajectoryEvent,
+    TrajectoryPlaced,
+    TrajectorySpec,
+    TrajectorySubmitted,
+)
+
+
+class HistoryError(ValueError):
+    """Events that cannot belong to one trajectory history (a gap or a foreign trajectory)."""
+
+
+class StepPhase(enum.Enum):
+    """Where a trajectory stands according to its events alone."""
+
+    READY = "ready"
+    """The next step can start: nothing ran yet, or the last tool result is known."""
+    GENERATING = "generating"
+    """A generation started and has no result yet (after a crash: run it again)."""
+    GENERATED = "generated"
+    """A generation finished; the environment has not yet turned it into a tool call or an end."""
+    IN_TOOL = "in_tool"
+    """A tool call is out; the step after it waits for the result."""
+    FINISHED = "finished"
+    """Completed, or failed for good."""
+
+    @property
+    def is_finished(self) -> bool:
+        return self is StepPhase.FINISHED
+
+
+@dataclass(slots=True)
+class StepLog:
+    """The events of one step (one generation and at most one tool call)."""
+
+    started: GenerationStarted
+    generated: Generated | None = None
+    tool_called: ToolCalled | None = None
+    tool_returned: ToolReturned | None = None
+
+
+@dataclass(slots=True)
+class TrajectoryLog:
+    rollout_id: str
+    traj_id: str
+    spec: TrajectorySpec | None = None
+    steps: list[StepLog] = field(default_factory=list)
+    submitted_at: float | None = None
+    """Wall time of ``TrajectorySubmitted`` (or of the first generation when unknown)."""
+    owner_worker_id: str = ""
+    """The worker the control plane last placed the trajectory on (placement or migration)."""
+    outcome: Completed | Failed | None = None
+    """Terminal event; a retryable ``Failed`` is not terminal (the trajectory gets re-placed)."""
+    num_preemptions: int = 0
+    num_migrations: int = 0
+    migration_s: float = 0.0
+    _event_ids: set[str] = field(default_factory=set)
+
+    # ---- folding --------------------------------------------------------------------------
+
+    def apply(self, event: EventT) -> bool:
+        """Fold one event in; False when it was a duplicate or does not change the history."""
+        if not isinstance(event, TrajectoryEvent):
+            return False
+        if (event.rollout_id, event.traj_id) != (self.rollout_id, self.traj_id):
+            raise HistoryError(
+                f"event {event.event_id} belongs to {event.rollout_id}/{event.traj_id}, "
+                f"not {self.rollout_id}/{self.traj_id}"
+            )
+        if event.event_id in self._event_ids:
+            return False
+        changed = self._fold(event)
+        if changed:
+            self._event_ids.add(event.event_id)
+        return changed
+
+    def _fold(self, event: TrajectoryEvent) -> bool:
+        match event:
+            case TrajectorySubmitted():
+                self.spec = self.spec or event.spec
+                self.submitted_at = event.occurred_at
+                return True
+            case TrajectoryPlaced():
+                self.owner_worker_id = event.worker_id
+                return True
+            case GenerationStarted():
+                return self._start(event)
+            case Generated() | ToolCalled() | ToolReturned():
+                return self._attach(event)
+            case Preempted():
+                self.num_preemptions += 1
+                return True
+            case Migrated():
+                self.owner_worker_id = event.target_worker_id
+                self.num_migrations += 1
+                self.migration_s += event.transfer_s
+                return True
+            case Completed():
+                self.outcome = self.outcome or event
+                return True
+            case Failed():
+                if event.retryable or self.outcome is not None:
+                    return False
+                self.outcome = event
+                return True
+        return False
+
+    def _start(self, event: GenerationStarted) -> bool:
+        if event.step < len(self.steps):
+            return False
+        if event.step > len(self.steps):
+            raise HistoryError(
+                f"{self.traj_id}: generation of step {event.step} started "
+                f"before step {len(self.steps)}"
+            )
+        if self.submitted_at is None:
+            self.submitted_at = event.occurred_at
+        self.steps.append(StepLog(started=event))
+        return True
+
+    def _attach(self, event: Generated | ToolCalled | ToolReturned) -> bool:
+        if event.step >= len(self.steps):
+            raise HistoryError(
+                f"{self.traj_id}: {type(event).kind_name()} of step {event.step} "
+                "before its generation started"
+            )
+        step = self.steps[event.step]
+        match event:
+            case Generated() if step.generated is None:
+                step.generated = event
+            case ToolCalled() if step.tool_called is None:
+                step.tool_called = event
+            case ToolReturned() if step.tool_returned is None:
+                step.tool_returned = event
+            case _:
+                return False
+        return True
+
+    # ---- derived facts --------------------------------------------------------------------
+
+    @property
+    def phase(self) -> StepPhase:
+        if self.outcome is not None:
+            return StepPhase.FINISHED
+        if not self.steps:
+            return StepPhase.READY
+        last = self.steps[-1]
+        if last.generated is None:
+            return StepPhase.GENERATING
+        if last.tool_called is None:
+            return StepPhase.GENERATED
+        if last.tool_returned is None:
+            return StepPhase.IN_TOOL
+        return StepPhase.READY
+
+    @property
+    def num_steps(self) -> int:
+        """Steps whose generation started."""
+        return len(self.steps)
+
+    @property
+    def current_step(self) -> int:
+        """The step in progress, or the next one to run when the phase is READY."""
+        if self.phase is StepPhase.READY:
+            return len(self.steps)
+        return len(self.steps) - 1
+
+    @property
+    def is_started(self) -> bool:
+        return bool(self.steps) or self.outcome is not None
+
+    def last_tool_result(self) -> ToolReturned | None:
+        return self.steps[-1].tool_returned if self.steps else None
+
+    def context_token_ids(self) -> list[int]:
+        """Every token the next generation conditions on (prompt, outputs, observations)."""
+        context = list(self.spec.prompt_token_ids) if self.spec else []
+        for step in self.steps:
+            context.extend(step.started.input_token_ids)
+            if step.generated is not None:
+                context.extend(step.generated.output_token_ids)
+        return context
+
+    def prompt_token_ids(self) -> list[int]:
+        prompt = list(self.spec.prompt_token_ids) if self.spec else []
+        if self.steps:
+            prompt.extend(self.steps[0].started.input_token_ids)
+        return prompt
+
+    def response(self) -> tuple[list[int], list[float], list[int]]:
+        """(token ids, logprobs, loss mask) after the prompt: 1 = model token, 0 = tool token."""
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        mask: list[int] = []
+        for index, step in enumerate(self.steps):
+            if index > 0:
+                observation = step.started.input_token_ids
+                tokens.extend(observation)
+                logprobs.extend([0.0] * len(observation))
+                mask.extend([0] * len(observation))
+            if step.generated is not None:
+                output = step.generated.output_token_ids
+                tokens.extend(output)
+                logprobs.extend(_aligned(step.generated.output_logprobs, len(output)))
+                mask.extend([1] * len(output))
+        return tokens, logprobs, mask
+
+    def generated_events(self) -> list[Generated]:
+        return [step.generated for step in self.steps if step.generated is not None]
+
+    def tool_results(self) -> list[ToolReturned]:
+        return [step.tool_returned for step in self.steps if step.tool_returned is not None]
+
+    def worker_history(self) -> list[str]:
+        """Workers that ran generations of this trajectory, in order, without repeats in a row."""
+        history: list[str] = []
+        for step in self.steps:
+            for worker_id in (step.started.worker_id, _generated_by(step)):
+                if worker_id and (not history or history[-1] != worker_id):
+                    history.append(worker_id)
+        return history
+
+
+def _generated_by(step: StepLog) -> str:
+    return step.generated.worker_id if step.generated is not None else ""
+
+
+def _aligned(logprobs: list[float], length: int) -> list[float]:
+    """Logprobs padded or cut to ``length`` (engines that return none give zeros)."""
+    if len(logprobs) == length:
+        return list(logprobs)
+    return (list(logprobs) + [0.0] * length)[:length]
+
+
+def rebuild(rollout_id: str, traj_id: str, events: list[EventT]) -> TrajectoryLog:
+    """The log of one trajectory from its events in stream order."""
+    log = TrajectoryLog(rollout_id=rollout_id, traj_id=traj_id)
+    for event in events:
+        log.apply(event)
+    return log

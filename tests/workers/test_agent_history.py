@@ -1,0 +1,210 @@
+"""The trajectory log: a fold over step events that the agent uses live and to resume."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from heddle.events import (
+    Completed,
+    EventT,
+    Failed,
+    Generated,
+    GenerationStarted,
+    Migrated,
+    ToolCalled,
+    ToolReturned,
+    TrajectoryPlaced,
+    TrajectorySpec,
+    TrajectorySubmitted,
+)
+from heddle.ids import derive_id
+from heddle.workers.agent.history import HistoryError, StepPhase, TrajectoryLog, rebuild
+
+R, T = "r1", "t000001"
+tokens = st.lists(st.integers(min_value=0, max_value=300), max_size=6)
+
+
+def _id(step: int | None, kind: str) -> str:
+    return derive_id(R, T, step, kind)
+
+
+def _events(prompt: list[int], steps: list[tuple[list[int], list[int], bool]]) -> list[EventT]:
+    """A full history: each step = (observation tokens, output tokens, ends with a tool call)."""
+    spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=prompt)
+    events: list[EventT] = [
+        TrajectorySubmitted(
+            event_id=_id(None, "submitted"), rollout_id=R, traj_id=T, occurred_at=1.0, spec=spec
+        ),
+        TrajectoryPlaced(
+            event_id=_id(None, "placed"), rollout_id=R, traj_id=T, occurred_at=1.5, worker_id="w0"
+        ),
+    ]
+    for step, (observation, output, has_tool) in enumerate(steps):
+        events.append(
+            GenerationStarted(
+                event_id=_id(step, "generation_started"),
+                rollout_id=R,
+                traj_id=T,
+                occurred_at=2.0,
+                step=step,
+                worker_id="w0",
+                input_token_ids=observation,
+                num_context_tokens=0,
+            )
+        )
+        events.append(
+            Generated(
+                event_id=_id(step, "generated"),
+                rollout_id=R,
+                traj_id=T,
+                occurred_at=3.0,
+                step=step,
+                worker_id="w0",
+                output_token_ids=output,
+                output_logprobs=[-0.5] * len(output),
+            )
+        )
+        if has_tool:
+            call_id = _id(step, "call")
+            events.append(
+                ToolCalled(
+                    event_id=_id(step, "tool_called"),
+                    rollout_id=R,
+                    traj_id=T,
+                    occurred_at=4.0,
+                    step=step,
+                    worker_id="w0",
+                    call_id=call_id,
+                    tool="trace",
+                )
+            )
+            events.append(
+                ToolReturned(
+                    event_id=_id(step, "tool_returned"),
+                    rollout_id=R,
+                    traj_id=T,
+                    occurred_at=5.0,
+                    step=step,
+                    call_id=call_id,
+                    tool="trace",
+                    status="ok",
+                    duration_s=1.0,
+                )
+            )
+    return events
+
+
+step_lists = st.lists(st.tuples(tokens, tokens, st.booleans()), min_size=1, max_size=5)
+
+
+@given(tokens, step_lists, st.data())
+def test_fold_rebuilds_context_and_ignores_duplicates(
+    prompt: list[int], steps: list[tuple[list[int], list[int], bool]], data: st.DataObject
+) -> None:
+    events = _events(prompt, steps)
+    duplicated: list[EventT] = []
+    for event in events:
+        duplicated.extend([event] * data.draw(st.integers(min_value=1, max_value=3)))
+    log = rebuild(R, T, duplicated)
+
+    expected = list(prompt)
+    for observation, output, _ in steps:
+        expected += observation + output
+    assert log.context_token_ids() == expected
+    assert log.prompt_token_ids() == prompt + steps[0][0]
+
+    response, logprobs, mask = log.response()
+    assert len(response) == len(logprobs) == len(mask)
+    assert prompt + steps[0][0] + response == expected
+    assert sum(mask) == sum(len(output) for _, output, _ in steps)
+    assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if m == 0)
+    assert log.num_steps == len(steps)
+    assert log.owner_worker_id == "w0"
+    assert log.worker_history() == ["w0"]
+
+
+@given(tokens, step_lists)
+def test_phase_follows_each_prefix_of_the_history(
+    prompt: list[int], steps: list[tuple[list[int], list[int], bool]]
+) -> None:
+    log = TrajectoryLog(rollout_id=R, traj_id=T)
+    assert log.phase is StepPhase.READY
+    for event in _events(prompt, steps):
+        log.apply(event)
+        expected = {
+            GenerationStarted: StepPhase.GENERATING,
+            Generated: StepPhase.GENERATED,
+            ToolCalled: StepPhase.IN_TOOL,
+            ToolReturned: StepPhase.READY,
+        }.get(type(event))
+        if expected is not None:
+            assert log.phase is expected
+        if expected is StepPhase.READY:
+            assert log.current_step == event.step + 1  # type: ignore[attr-defined]
+
+
+def test_outcomes_migrations_and_retryable_failures() -> None:
+    log = rebuild(R, T, _events([1, 2], [([], [3], True)]))
+    log.apply(
+        Migrated(
+            event_id="m",
+            rollout_id=R,
+            traj_id=T,
+            occurred_at=6.0,
+            source_worker_id="w0",
+            target_worker_id="w1",
+            transfer_s=0.25,
+        )
+    )
+    assert (log.owner_worker_id, log.num_migrations, log.migration_s) == ("w1", 1, 0.25)
+    retry = Failed(
+        event_id="f1",
+        rollout_id=R,
+        traj_id=T,
+        occurred_at=7.0,
+        step=1,
+        reason="draining",
+        retryable=True,
+    )
+    assert not log.apply(retry)
+    assert log.phase is StepPhase.READY
+    log.apply(Completed(event_id="c", rollout_id=R, traj_id=T, occurred_at=8.0, num_steps=1))
+    assert log.phase.is_finished
+    assert not log.apply(
+        Failed(event_id="f2", rollout_id=R, traj_id=T, occurred_at=9.0, step=1, reason="late")
+    )
+    assert isinstance(log.outcome, Completed)
+
+
+def test_gaps_and_foreign_events_are_refused() -> None:
+    log = TrajectoryLog(rollout_id=R, traj_id=T)
+    with pytest.raises(HistoryError, match="step 2 started before step 0"):
+        log.apply(
+            GenerationStarted(
+                event_id="g2",
+                rollout_id=R,
+                traj_id=T,
+                occurred_at=0.0,
+                step=2,
+                worker_id="w",
+                num_context_tokens=0,
+            )
+        )
+    with pytest.raises(HistoryError, match="generated of step 0 before its generation"):
+        log.apply(
+            Generated(
+                event_id="x",
+                rollout_id=R,
+                traj_id=T,
+                occurred_at=0.0,
+                step=0,
+                worker_id="w",
+                output_token_ids=[],
+            )
+        )
+    with pytest.raises(HistoryError, match="belongs to r1/other"):
+        log.apply(
+            Completed(event_id="c", rollout_id=R, traj_id="other", occurred_at=0.0, num_steps=0)
+        )
