@@ -93,6 +93,14 @@ class CacheSnapshot:
     fingerprint: str
     """Model, dtype and layout identity; import refuses a mismatch."""
     payload: bytes
+    num_kv_bytes: int = 0
+    """Bytes of KV cache the snapshot stands for, when the payload is only a record of it (the
+    sim engine); 0 means the payload itself is the cache."""
+
+    @property
+    def num_bytes(self) -> int:
+        """The size a migration reports as moved."""
+        return self.num_kv_bytes or len(self.payload)
 
 
 EngineName = Literal["sim", "torch", "sglang"]
