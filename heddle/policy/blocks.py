@@ -18,6 +18,35 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+Interference = Callable[[int], float]
+"""F: group size -> interference factor (>= 0, non-decreasing, ``math.inf`` past a cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """Input indices per worker (one list per worker, possibly empty) and the makespan."""
+
+    groups: list[list[int]]
+    makespan: float
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.groups)
+
+    def worker_of(self) -> dict[int, int]:
+        """Input index -> worker index."""
+        return {index: worker for worker, group in enumerate(self.groups) for index in group}
+
+
+def groups_from_sizes(order: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
+    """Cut ``order`` (input indices, longest first) into consecutive groups of ``sizes``."""
+    groups: list[list[int]] = []
+    position = 0
+    for size in sizes:
+        groups.append(list(order[position : position + size]))
+        position += size
+    return groups
+
 
 def check_lengths(lengths: Sequence[float]) -> list[float]:
     """The lengths as floats; ``ValueError`` for an empty list, a negative, NaN or inf length."""

@@ -103,24 +103,44 @@ def solve_fixed_order(lengths: Sequence[float], tables: Sequence[BlockTable]) ->
     """The exact min-makespan contiguous split of ``lengths`` (sorted longest first) over the
     workers ``tables`` in this order; workers may get empty blocks. When no split has a finite
     makespan (KV caps too small), returns near-equal blocks and ``makespan = inf``."""
+    split = improve_fixed_order(lengths, tables, math.inf)
+    if split is None:
+        return BlockSplit(even_sizes(len(lengths), len(tables)), math.inf)
+    return split
+
+
+def improve_fixed_order(
+    lengths: Sequence[float], tables: Sequence[BlockTable], upper_bound: float
+) -> BlockSplit | None:
+    """The optimal split in this worker order if its makespan is below ``upper_bound``, else
+    None (the bound prunes the search: callers comparing several orders pass their best)."""
+    best = _optimal_makespan(lengths, tables, upper_bound)
+    if best >= upper_bound:
+        return None
+    sizes = greedy_sizes(lengths, tables, best)
+    return BlockSplit(sizes, split_makespan(lengths, tables, sizes))
+
+
+def _optimal_makespan(
+    lengths: Sequence[float], tables: Sequence[BlockTable], upper_bound: float
+) -> float:
+    """Nicol's search (module docstring): the optimum, or ``upper_bound`` if not below it."""
     num_items, num_workers = len(lengths), len(tables)
     # A lower bound for any subproblem: its first item must go to one of the remaining workers.
     cheapest_single = [block_cost(table, 1.0, 1) for table in tables]
     for worker in range(num_workers - 2, -1, -1):
         cheapest_single[worker] = min(cheapest_single[worker], cheapest_single[worker + 1])
-    best = math.inf
+    best = upper_bound
     prefix = 0.0
     start = 0
     for worker in range(num_workers):
         if start >= num_items:
-            best = min(best, prefix)
-            break
+            return min(best, prefix)
         if _subproblem_bound(prefix, cheapest_single[worker], lengths[start]) >= best:
             break
         table = tables[worker]
         if worker == num_workers - 1:
-            best = min(best, max(prefix, block_cost(table, lengths[start], num_items - start)))
-            break
+            return min(best, max(prefix, block_cost(table, lengths[start], num_items - start)))
         size = _smallest_feasible_size(lengths, tables, worker, start)
         if size is None:
             size = min(num_items - start, table.num_finite) + 1
@@ -128,10 +148,7 @@ def solve_fixed_order(lengths: Sequence[float], tables: Sequence[BlockTable]) ->
             best = min(best, max(prefix, block_cost(table, lengths[start], size)))
         prefix = max(prefix, block_cost(table, lengths[start], size - 1))
         start += size - 1
-    if best == math.inf:
-        return BlockSplit(even_sizes(num_items, num_workers), math.inf)
-    sizes = greedy_sizes(lengths, tables, best)
-    return BlockSplit(sizes, split_makespan(lengths, tables, sizes))
+    return best
 
 
 def _subproblem_bound(prefix: float, cheapest_price: float, length: float) -> float:

@@ -24,31 +24,29 @@ near-equal contiguous groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from heddle.policy.blocks import check_lengths, check_num_workers, cost_table, longest_first
+from heddle.policy.blocks import (
+    Interference,
+    Partition,
+    check_lengths,
+    check_num_workers,
+    cost_table,
+    groups_from_sizes,
+    longest_first,
+)
 from heddle.policy.bottleneck import even_sizes, solve_fixed_order
+from heddle.policy.placement_hetero import WorkerModel, partition_heterogeneous
 from heddle.policy.placement_reference import presorted_dp
 
-Interference = Callable[[int], float]
-"""F: group size -> interference factor (>= 0, non-decreasing, ``math.inf`` past a cap)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Partition:
-    """Input indices per worker (one list per worker, possibly empty) and the makespan."""
-
-    groups: list[list[int]]
-    makespan: float
-
-    @property
-    def num_workers(self) -> int:
-        return len(self.groups)
-
-    def worker_of(self) -> dict[int, int]:
-        """Input index -> worker index."""
-        return {index: worker for worker, group in enumerate(self.groups) for index in group}
+__all__ = [
+    "Interference",
+    "Partition",
+    "WorkerModel",
+    "partition",
+    "partition_heterogeneous",
+    "partition_reference",
+]
 
 
 def partition(lengths: Sequence[float], num_workers: int, interference: Interference) -> Partition:
@@ -64,16 +62,6 @@ def partition(lengths: Sequence[float], num_workers: int, interference: Interfer
     table = cost_table(interference, len(values))
     split = solve_fixed_order(sorted_lengths, [table] * num_workers)
     return Partition(groups_from_sizes(order, split.sizes), split.makespan)
-
-
-def groups_from_sizes(order: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
-    """Cut ``order`` (input indices, longest first) into consecutive groups of ``sizes``."""
-    groups: list[list[int]] = []
-    position = 0
-    for size in sizes:
-        groups.append(list(order[position : position + size]))
-        position += size
-    return groups
 
 
 def partition_reference(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -87,4 +88,23 @@ def brute_force_makespan(
         for item, label in enumerate(labels):
             groups[label].append(item)
         best = min(best, makespan_of(lengths, groups, interference))
+    return best
+
+
+def brute_force_heterogeneous(
+    lengths: Sequence[float], workers: Sequence[tuple[float, Callable[[int], float]]]
+) -> float:
+    """The optimum over every labelled assignment of items to workers (``m^n`` of them)."""
+    best = math.inf
+    num_workers = len(workers)
+    for labels in itertools.product(range(num_workers), repeat=len(lengths)):
+        groups: list[list[int]] = [[] for _ in range(num_workers)]
+        for item, label in enumerate(labels):
+            groups[label].append(item)
+        cost = 0.0
+        for (per_token_s, interference), group in zip(workers, groups, strict=True):
+            if group:
+                longest = max(lengths[i] for i in group)
+                cost = max(cost, group_cost(per_token_s, interference(len(group)), longest))
+        best = min(best, cost)
     return best
