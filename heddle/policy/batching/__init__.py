@@ -1,0 +1,28 @@
+"""A pure continuous-batching model of one inference worker (see ``model`` for the contract).
+
+Used by the simulator on a virtual clock and, unchanged, by the live ``sim`` engine in scaled
+real time.
+"""
+
+from heddle.policy.batching.jobs import (
+    BatchingConfig,
+    BatchLoad,
+    CapacityError,
+    FinishedGeneration,
+    GenerationJob,
+    JobState,
+)
+from heddle.policy.batching.model import BatchingModel
+from heddle.policy.batching.span import decode_span_s, steps_covering
+
+__all__ = [
+    "BatchLoad",
+    "BatchingConfig",
+    "BatchingModel",
+    "CapacityError",
+    "FinishedGeneration",
+    "GenerationJob",
+    "JobState",
+    "decode_span_s",
+    "steps_covering",
+]

@@ -1,0 +1,146 @@
+"""Values of the batching model: its configuration, jobs, results and load."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+
+class CapacityError(ValueError):
+    """A job whose final context can never fit in the worker's KV cache."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingConfig:
+    max_running: int = 1024
+    """Most jobs decoding at once (SGLang ``max_running_requests``); KV usually binds first."""
+    preemptive: bool = False
+    """Whether a higher-priority waiting job preempts lower running ones."""
+    preemption_threshold: float = 0.0
+    """A waiting job preempts only running jobs whose priority is lower by more than this."""
+    record_timeline: bool = False
+    """Keep (time, num_running, num_waiting) after every membership change."""
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        if not self.preemption_threshold >= 0:
+            raise ValueError(f"preemption_threshold must be >= 0, got {self.preemption_threshold}")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationJob:
+    request_id: str
+    traj_id: str
+    num_context_tokens: int
+    """The whole context this generation conditions on."""
+    num_new_tokens: int
+    """Tokens of the context the trajectory had never sent before (prompt or tool output)."""
+    num_output_tokens: int
+    """Tokens to generate."""
+    priority: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min(self.num_context_tokens, self.num_new_tokens, self.num_output_tokens) < 0:
+            raise ValueError(f"job {self.request_id}: token counts must be >= 0")
+        if self.num_new_tokens > self.num_context_tokens:
+            raise ValueError(f"job {self.request_id}: more new tokens than context tokens")
+        if not math.isfinite(self.priority):
+            raise ValueError(f"job {self.request_id}: priority must be finite")
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedGeneration:
+    """A completed job. ``queue_s + prefill_s + decode_s == finished_at - submitted_at``."""
+
+    request_id: str
+    traj_id: str
+    num_output_tokens: int
+    num_context_tokens: int
+    """Context after the generation (what the prefix cache now holds)."""
+    submitted_at: float
+    finished_at: float
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    num_preemptions: int
+    num_cached_tokens: int
+    """Context tokens served from the prefix cache at the first admission."""
+    num_recomputed_tokens: int
+    """Tokens prefilled again because their KV had been lost (evicted or never transferred)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLoad:
+    num_running: int
+    num_waiting: int
+    num_kv_tokens: int
+    """Live context tokens of running jobs plus cached prefixes."""
+    max_kv_tokens: int
+    num_cached_trajectories: int
+
+    @property
+    def kv_usage(self) -> float:
+        return self.num_kv_tokens / self.max_kv_tokens if self.max_kv_tokens else 0.0
+
+
+class JobState(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class JobRecord:
+    """Mutable bookkeeping of one job; owned by its ``BatchingModel``."""
+
+    __slots__ = (
+        "arrival",
+        "cached",
+        "context",
+        "decode_s",
+        "epoch",
+        "finish_step",
+        "generated",
+        "job",
+        "num_preemptions",
+        "prefill_s",
+        "prefill_tokens",
+        "priority",
+        "queue_s",
+        "recomputed",
+        "run_since",
+        "start_step",
+        "state",
+        "submitted_at",
+        "wait_since",
+    )
+
+    def __init__(self, job: GenerationJob, arrival: int, now: float) -> None:
+        self.job = job
+        self.arrival = arrival
+        self.priority = job.priority
+        self.state = JobState.WAITING
+        self.epoch = 0
+        self.generated = 0
+        self.context = job.num_context_tokens
+        """Context at the start of the current run segment (grows by ``generated``)."""
+        self.start_step = 0
+        self.finish_step = 0
+        self.submitted_at = now
+        self.wait_since = now
+        self.run_since = now
+        self.queue_s = self.prefill_s = self.decode_s = 0.0
+        self.num_preemptions = 0
+        self.cached = -1
+        """Tokens served from cache at the first admission (-1: not admitted yet)."""
+        self.prefill_tokens = 0
+        self.recomputed = 0
+
+    @property
+    def final_context(self) -> int:
+        return self.job.num_context_tokens + self.job.num_output_tokens
+
+    @property
+    def remaining(self) -> int:
+        return self.job.num_output_tokens - self.generated
