@@ -1,0 +1,177 @@
+"""Priority policies, the waiting queue and the preemption decision."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heddle.policy.preemption import (
+    PreemptionConfig,
+    RankedRequest,
+    decide_preemptions,
+)
+from heddle.policy.priority import PRIORITY_POLICIES, TrajectoryFacts, priority_policy
+from heddle.policy.waiting_queue import WaitingQueue
+
+
+def facts(**kwargs: float) -> TrajectoryFacts:
+    return TrajectoryFacts(**kwargs)
+
+
+def test_pps_runs_the_longest_predicted_first() -> None:
+    pps = priority_policy("pps")
+    assert pps.priority(facts(predicted_remaining_tokens=9000)) > pps.priority(
+        facts(predicted_remaining_tokens=100)
+    )
+    assert pps.is_preemptive
+
+
+def test_round_robin_sends_a_returning_trajectory_to_the_back_but_fcfs_does_not() -> None:
+    old = facts(arrival_s=0.0, step_arrival_s=50.0)
+    new = facts(arrival_s=10.0, step_arrival_s=11.0)
+    rr, fcfs = priority_policy("round_robin"), priority_policy("fcfs")
+    assert rr.priority(new) > rr.priority(old)
+    assert fcfs.priority(old) > fcfs.priority(new)
+
+
+def test_plas_prefers_least_attained_service() -> None:
+    plas = priority_policy("plas")
+    assert plas.priority(facts(attained_service_s=1.0)) > plas.priority(
+        facts(attained_service_s=30.0)
+    )
+    spf = priority_policy("spf")
+    assert spf.priority(facts(predicted_remaining_tokens=5)) > spf.priority(
+        facts(predicted_remaining_tokens=50)
+    )
+
+
+def test_registry_names_match_and_unknown_name_is_clear() -> None:
+    for name in PRIORITY_POLICIES:
+        assert priority_policy(name).name == name
+    with pytest.raises(ValueError, match="choose one of"):
+        priority_policy("lifo")
+
+
+QUEUE_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["push", "reprioritize", "remove", "pop"]),
+        st.integers(0, 12),
+        st.integers(-3, 3).map(float),
+        st.integers(0, 5).map(float),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=QUEUE_OPS)
+def test_waiting_queue_keeps_order_and_loses_nothing(
+    ops: list[tuple[str, int, float, float]],
+) -> None:
+    queue = WaitingQueue()
+    model: dict[str, tuple[float, float]] = {}
+    for op, key, priority, arrival in ops:
+        request_id = f"r{key:02d}"
+        if op == "push" and request_id not in model:
+            queue.push(request_id, priority, arrival)
+            model[request_id] = (priority, arrival)
+        elif op == "reprioritize" and request_id in model:
+            queue.reprioritize(request_id, priority)
+            model[request_id] = (priority, model[request_id][1])
+        elif op == "remove" and request_id in model:
+            assert queue.remove(request_id).request_id == request_id
+            del model[request_id]
+        elif op == "pop" and model:
+            expected = min(model, key=lambda r: (-model[r][0], model[r][1], r))
+            assert queue.pop().request_id == expected
+            del model[expected]
+        expected_order = sorted(model, key=lambda r: (-model[r][0], model[r][1], r))
+        assert [q.request_id for q in queue] == expected_order
+        assert len(queue) == len(model)
+        head = queue.peek()
+        assert (head.request_id if head else None) == (expected_order[0] if model else None)
+
+
+def test_waiting_queue_rejects_bad_operations() -> None:
+    queue = WaitingQueue()
+    queue.push("a", 1.0, 0.0)
+    with pytest.raises(ValueError, match="already queued"):
+        queue.push("a", 2.0, 0.0)
+    with pytest.raises(ValueError, match="not queued"):
+        queue.reprioritize("b", 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        queue.push("c", float("nan"), 0.0)
+    queue.pop()
+    with pytest.raises(IndexError):
+        queue.pop()
+
+
+def requests(prefix: str, max_size: int) -> st.SearchStrategy[list[RankedRequest]]:
+    one = st.tuples(
+        st.integers(0, 20).map(float), st.integers(1, 4).map(float), st.integers(0, 9).map(float)
+    )
+    return st.lists(one, max_size=max_size).map(
+        lambda rows: [RankedRequest(f"{prefix}{i}", p, s, a) for i, (p, s, a) in enumerate(rows)]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    running=requests("run", 6),
+    waiting=requests("wait", 6),
+    free=st.integers(0, 6).map(float),
+    gap=st.sampled_from([0.0, 1.0, 3.0]),
+    preemptive=st.booleans(),
+)
+def test_preemption_decision_invariants(
+    running: list[RankedRequest],
+    waiting: list[RankedRequest],
+    free: float,
+    gap: float,
+    preemptive: bool,
+) -> None:
+    config = PreemptionConfig(min_priority_gap=gap, min_relative_gap=0.0)
+    decision = decide_preemptions(running, waiting, free, config, allow_preemption=preemptive)
+    by_id = {r.request_id: r for r in (*running, *waiting)}
+    victims = [p.victim_id for p in decision.preemptions]
+    # Capacity is never exceeded.
+    used = sum(by_id[a].size for a in decision.admitted) - sum(by_id[v].size for v in victims)
+    assert used <= free
+    # Victims are distinct running requests, each beaten by a margin by an admitted request.
+    assert len(set(victims)) == len(victims)
+    for p in decision.preemptions:
+        assert p.victim_id.startswith("run") and p.replacement_id in decision.admitted
+        assert by_id[p.replacement_id].priority > by_id[p.victim_id].priority + gap
+    if not preemptive:
+        assert not victims
+    # Admitted requests are a prefix of the waiting order (no overtaking).
+    order = sorted(waiting, key=lambda r: (-r.priority, r.arrival_s, r.request_id))
+    assert decision.admitted == [r.request_id for r in order[: len(decision.admitted)]]
+    # Nothing that fits is left waiting.
+    if len(decision.admitted) < len(order):
+        assert order[len(decision.admitted)].size > free - used
+
+
+def test_wobbling_prediction_does_not_thrash() -> None:
+    config = PreemptionConfig(min_relative_gap=0.05)
+    running = [RankedRequest("a", 1000.0)]
+    waiting = [RankedRequest("b", 1030.0)]
+    assert decide_preemptions(running, waiting, 0.0, config).preemptions == []
+    waiting = [RankedRequest("b", 2000.0)]
+    decision = decide_preemptions(running, waiting, 0.0, config)
+    assert [(p.victim_id, p.replacement_id) for p in decision.preemptions] == [("a", "b")]
+
+
+def test_lowest_priority_yields_first() -> None:
+    running = [RankedRequest("hi", 50.0), RankedRequest("lo", 5.0), RankedRequest("mid", 20.0)]
+    waiting = [RankedRequest("new", 100.0, size=2.0)]
+    decision = decide_preemptions(running, waiting, 0.0)
+    assert [p.victim_id for p in decision.preemptions] == ["lo", "mid"]
+
+
+def test_preemption_bad_input() -> None:
+    with pytest.raises(ValueError, match="free_capacity"):
+        decide_preemptions([], [], -1.0)
+    with pytest.raises(ValueError, match="both running and waiting"):
+        decide_preemptions([RankedRequest("x", 1.0)], [RankedRequest("x", 2.0)], 1.0)
