@@ -20,6 +20,7 @@ from heddle.policy.batching import (
     steps_covering,
 )
 from heddle.policy.cost_model import AnalyticCostModel, preset
+from heddle.policy.preemption import PreemptionConfig
 
 COST = preset("qwen3-32b", "h200", 1)
 
@@ -191,7 +192,9 @@ def test_priority_orders_admission_and_preemption_keeps_kv() -> None:
 def test_no_preemption_without_the_flag_or_below_the_threshold() -> None:
     for config in (
         BatchingConfig(max_running=1),
-        BatchingConfig(max_running=1, preemptive=True, preemption_threshold=5.0),
+        BatchingConfig(
+            max_running=1, preemptive=True, preemption=PreemptionConfig(min_priority_gap=5.0)
+        ),
     ):
         model = BatchingModel(COST, config)
         model.submit(job("low", 100, 300, prio=1.0), 0.0)

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from heddle.policy.preemption import PreemptionConfig
+
 
 class CapacityError(ValueError):
     """A job whose final context can never fit in the worker's KV cache."""
@@ -17,16 +19,15 @@ class BatchingConfig:
     """Most jobs decoding at once (SGLang ``max_running_requests``); KV usually binds first."""
     preemptive: bool = False
     """Whether a higher-priority waiting job preempts lower running ones."""
-    preemption_threshold: float = 0.0
-    """A waiting job preempts only running jobs whose priority is lower by more than this."""
+    preemption: PreemptionConfig = PreemptionConfig()
+    """When a waiting job beats a running one (``heddle.policy.preemption``: a margin, so that
+    wobbling predictions do not bounce jobs in and out of the batch)."""
     record_timeline: bool = False
     """Keep (time, num_running, num_waiting) after every membership change."""
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
-        if not self.preemption_threshold >= 0:
-            raise ValueError(f"preemption_threshold must be >= 0, got {self.preemption_threshold}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ reads a clock. Contract:
 - Admission prefills what the trajectory's prefix cache lacks, in one prefill batch that stalls
   decoding (SGLang's default prefill-first iteration); a job whose cache was lost re-prefills
   its whole context and counts those tokens as recomputed.
-- With ``preemptive`` set, a waiting job whose priority exceeds the lowest running ones by more
-  than ``preemption_threshold`` preempts just enough of them to fit (PPS, paper s.4.2). A
+- With ``preemptive`` set, a waiting job that beats the lowest running ones by the margin of
+  ``heddle.policy.preemption`` preempts just enough of them to fit (PPS, paper s.4.2). A
   preempted job keeps its KV as a prefix-cache record and resumes without recompute, unless the
   record is evicted (least recently used first) because running contexts need the memory.
 - Finished trajectories keep their context as a prefix-cache record until ``release``.
@@ -306,9 +306,9 @@ class BatchingModel:
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
         """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None."""
-        floor = head.priority - self.config.preemption_threshold
+        beats = self.config.preemption.beats
         candidates = sorted(
-            (job for job in self._running.values() if job.priority < floor),
+            (job for job in self._running.values() if beats(head.priority, job.priority)),
             key=lambda job: (job.priority, -job.arrival),
         )
         freed_tokens = 0
