@@ -1,0 +1,51 @@
+"""Tool executors: run model-written code in a sandbox, search a local corpus, replay trace tools.
+
+Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox process is confined),
+``sandbox_child`` (the child script), ``sandbox`` (one process, one call), ``pool`` (pre-warmed
+processes scaled with demand), ``output`` (capped capture), ``search`` (BM25 over a local
+corpus), ``trace`` (pseudo-token replay), ``runner`` (a ``ToolRequest`` -> result),
+``executor`` (the NATS service behind ``heddle tools serve``).
+
+What the sandbox guarantees (model code is untrusted input)
+-----------------------------------------------------------
+Every call runs in a separate, fresh process that is discarded afterwards; nothing (globals,
+files, child processes) survives into the next call. Always, at either isolation level:
+
+- wall-clock timeout: the whole process group is SIGKILLed (status ``timeout``);
+- rlimits on the code's process: CPU time (SIGXCPU then SIGKILL: ``killed``), address space
+  (``MemoryError`` reported as ``killed``, reason ``memory limit``), file size, open files, no
+  core dumps;
+- stdout and stderr are each capped at ``max_output_bytes``; the rest is drained and dropped, so
+  memory stays bounded and a chatty program cannot block;
+- a scratch directory as cwd (and HOME, TMPDIR), removed after the call.
+
+``namespace`` isolation (chosen by ``auto`` when a probe call shows it works: root and util-linux
+``unshare``, as on this project's machines) adds:
+
+- a new network namespace with only a down loopback: every connect fails (ENETUNREACH), even to
+  127.0.0.1; abstract unix sockets of the host are unreachable;
+- a new PID namespace: the code sees only its own processes, and when the call ends its PID 1
+  exits, so the kernel kills every process the code left behind (including ``setsid`` escapees);
+- a private mount namespace: ``/`` is remounted read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm``,
+  ``/run/lock`` get private size-capped tmpfs mounts that vanish with the call (the scratch dir is
+  ``/tmp/sandbox`` there); directories others cannot enter (``/root``) are covered by an empty
+  tmpfs, with only the Python runtime bound back read-only;
+- the code runs under its own unprivileged uid (``uid_base`` + n, no groups, no capabilities), so
+  RLIMIT_NPROC caps processes and threads per call (a fork bomb fails to fork) and files of other
+  users stay untouchable.
+
+Not guaranteed: reads of world-readable host files are allowed (the code can read the
+repository); filesystem unix sockets that are world-writable stay reachable; there is no seccomp
+filter, so kernel attack surface is that of an unprivileged process.
+
+``process`` isolation (the fallback where namespaces are unavailable) keeps the "always" list
+and adds only: a Python audit hook installed before the code runs refuses socket creation and use
+(C extensions or ctypes can bypass it: it is not a security boundary); when running as root with a
+Python runtime other uids can read, the per-call uid as above (else RLIMIT_NPROC is the user's,
+and for root it is not enforced, so fork bombs are only stopped by the timeout); leftover
+processes are killed by process group (and by uid when one was assigned). Writes outside the
+scratch dir are limited only by the user's file permissions.
+
+The unit-test runner shares its process with the code under test: its summary line is honest for
+honest code but is not a guard against a model that deliberately forges it.
+"""
