@@ -67,6 +67,12 @@ ENGINES: dict[str, EngineEntry] = {
             factory="heddle.workers.engines.sim:create_sim_engine",
             summary="calibrated cost model in scaled real time (no GPU)",
         ),
+        EngineEntry(
+            name="sglang",
+            options="heddle.workers.engines.sglang.options:SglangEngineOptions",
+            factory="heddle.workers.engines.sglang.launcher:create_sglang_engine",
+            summary="a SGLang server over HTTP (--url URL, or --launch --model PATH --tp N)",
+        ),
     )
 }
 

@@ -1,0 +1,357 @@
+"""``SglangEngine``: the Engine protocol over one SGLang server's HTTP API.
+
+Scheduling happens here, not in SGLang: a local ``AdmissionQueue`` submits at most
+``max_running`` requests at once, so reprioritising a waiting request is a local re-order (SGLang
+has no API for it), and preempting a running one is an ``/abort_request`` whose partial output is
+kept and resubmitted later as the prefix of the remainder (see ``job.py``). SGLang's radix cache
+usually still holds the aborted request's KV, so the resubmission re-prefills little.
+
+Each ``generate`` call drives its own job in the caller's task: cancelling that task aborts the
+request on the server. There is no background loop; every state change (submission, finish,
+priority change, preemption) re-runs the queue's ``schedule`` and acts on its decisions.
+
+KV migration: SGLang 0.5 cannot export or import a request's KV (``can_export_kv`` is False). A
+migration instead warms the target during the tool gap with ``warm_up`` (a prefill-only request,
+``max_new_tokens: 0``) so the next step hits the target's radix cache; or both servers share a
+HiCache store (docs/sglang.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from heddle.policy.preemption import PreemptionConfig
+from heddle.workers.engines.base import (
+    CacheSnapshot,
+    EngineCapabilities,
+    EngineError,
+    EngineLoad,
+    GenerationRequest,
+    GenerationResult,
+)
+from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
+from heddle.workers.engines.sglang.client import SglangClient
+from heddle.workers.engines.sglang.job import Job, JobPhase, finish_reason_of
+from heddle.workers.engines.sglang.protocol import (
+    GenerateBody,
+    GenerateOutput,
+    LoadsReport,
+    SamplingParamsWire,
+    ServerInfo,
+    to_priority,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """How the engine uses its server (the HTTP details live in the client)."""
+
+    max_running: int = 0
+    """Most requests submitted at once; 0 takes the server's ``max_running_requests``."""
+    preemption: PreemptionConfig = PreemptionConfig()
+    """When a waiting request beats the lowest running one (shared PPS policy)."""
+    priority_scale: float = 1.0
+    """SGLang's integer priority is ``round(priority * priority_scale)``."""
+    stream: bool = False
+    """Stream outputs: partial output survives even servers that answer an abort with an error."""
+    return_logprob: bool = True
+    extra_key: str | None = None
+    """Cache namespace sent with every request (e.g. the weight version)."""
+    ready_timeout_s: float = 60.0
+    """``start`` waits this long for the server's readiness probe."""
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUpResult:
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    """Tokens the target already had cached; the rest were prefilled by the warm-up."""
+
+
+class SglangEngine:
+    """The Engine protocol for one SGLang server (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: SglangClient,
+        settings: EngineSettings = EngineSettings(),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self._clock = clock
+        self._rid_prefix = f"hd{secrets.token_hex(4)}"
+        self._num_rids = 0
+        self._jobs: dict[str, Job] = {}
+        self._queue: AdmissionQueue | None = None
+        self._info = ServerInfo()
+        self._max_kv_tokens = 0
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            name="sglang",
+            model=self._info.model_name,
+            tp_degree=self._info.tp_size,
+            max_running=self._queue.max_running if self._queue else self.settings.max_running,
+            max_kv_tokens=self._max_kv_tokens,
+            can_export_kv=False,
+            can_preempt=True,
+            native_priority_update=False,
+            extras={
+                "url": self.client.base_url,
+                "version": self._info.version or "",
+                "migration": "warm_up",
+                "priority_scheduling": str(self._info.enable_priority_scheduling).lower(),
+            },
+        )
+
+    async def start(self) -> None:
+        """Wait for the server, read its model, TP degree and capacity; size the admission queue."""
+        await self.client.wait_ready(self.settings.ready_timeout_s)
+        self._info = await self.client.server_info()
+        loads = await self.client.loads()
+        self._max_kv_tokens = loads.max_total_num_tokens or self._info.max_total_num_tokens or 0
+        max_running = (
+            self.settings.max_running
+            or loads.max_running_requests
+            or self._info.max_running_requests
+        )
+        if not max_running:
+            raise EngineError(
+                f"SGLang at {self.client.base_url} reports no max_running_requests; "
+                "set the engine's max_running option"
+            )
+        self._queue = AdmissionQueue(max_running=max_running, preemption=self.settings.preemption)
+
+    async def close(self) -> None:
+        """Abort our in-flight requests on the server, then close the connection pool."""
+        for job in list(self._jobs.values()):
+            job.abort_requested = True
+            job.wake.set()
+            if job.rid is not None:
+                await self._abort_quietly(job.rid)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self.client.close()
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        queue = self._require_queue()
+        if request.request_id in self._jobs:
+            raise ValueError(f"request id {request.request_id!r} is already in flight")
+        job = Job(request=request, enqueued_at_s=self._clock())
+        self._jobs[request.request_id] = job
+        queue.add(request.request_id, request.priority)
+        self._dispatch()
+        try:
+            return await self._drive(job)
+        finally:
+            job.phase = JobPhase.DONE
+            self._jobs.pop(request.request_id, None)
+            queue.remove(request.request_id)
+            self._dispatch()
+
+    async def abort(self, request_id: str) -> None:
+        """End the request; its ``generate`` returns the output so far with reason ``abort``."""
+        job = self._jobs.get(request_id)
+        if job is None:
+            return
+        job.abort_requested = True
+        job.wake.set()
+        if job.rid is not None:
+            await self._abort_quietly(job.rid)
+
+    async def set_priority(self, request_id: str, priority: float) -> None:
+        """Re-rank a waiting request locally; a running one is preempted only if a waiting
+        request now beats it by more than the threshold."""
+        if request_id in self._jobs:
+            self._require_queue().set_priority(request_id, priority)
+            self._dispatch()
+
+    async def preempt(self, request_id: str) -> None:
+        """Abort the running segment, keep its output, and queue the remainder again."""
+        job = self._jobs.get(request_id)
+        if job is not None and self._require_queue().preempt(request_id):
+            self._start_draining(job)
+            self._dispatch()
+
+    async def load(self) -> EngineLoad:
+        report: LoadsReport = await self.client.loads()
+        num_local_waiting = len(self._queue.waiting) if self._queue else 0
+        return EngineLoad(
+            num_running=report.num_running,
+            num_waiting=report.num_waiting + num_local_waiting,
+            kv_usage=report.token_usage,
+        )
+
+    async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
+        """Prefill ``input_token_ids`` into this server's radix cache without generating
+        (``max_new_tokens: 0``), so the trajectory's next step, migrated here, hits the cache."""
+        if not input_token_ids:
+            raise ValueError(f"warm_up of {trajectory_id!r} needs a non-empty context")
+        body = GenerateBody(
+            input_ids=list(input_token_ids),
+            sampling_params=SamplingParamsWire(max_new_tokens=0),
+            rid=self._next_rid(),
+            extra_key=self.settings.extra_key,
+        )
+        output = await self.client.generate(body)
+        return WarmUpResult(
+            num_prompt_tokens=output.meta_info.prompt_tokens or len(input_token_ids),
+            num_cached_tokens=output.meta_info.cached_tokens,
+        )
+
+    async def export_cache(self, trajectory_id: str) -> CacheSnapshot | None:
+        return None  # SGLang 0.5 has no per-request KV export: migrations use warm_up.
+
+    async def import_cache(self, snapshot: CacheSnapshot) -> None:
+        raise EngineError(
+            "the sglang engine cannot import a KV cache (can_export_kv is False); "
+            "warm the migration target with warm_up() instead"
+        )
+
+    async def release(self, trajectory_id: str) -> None:
+        """Nothing to do: SGLang has no per-prefix eviction API; its radix cache evicts LRU."""
+
+    async def _drive(self, job: Job) -> GenerationResult:
+        while True:
+            await job.wake.wait()
+            job.wake.clear()
+            if job.abort_requested:
+                return job.result("abort")
+            if job.phase is JobPhase.DRAINING:
+                self._requeue(job)  # preempted before its segment was submitted
+                continue
+            if job.phase is not JobPhase.RUNNING:
+                continue
+            output = await self._run_segment(job)
+            reason = finish_reason_of(output)
+            if reason != "abort" or job.abort_requested:
+                return job.result(reason)
+            if job.phase is not JobPhase.DRAINING:
+                return job.result("abort")  # aborted by the server or another client
+            if job.remaining_tokens == 0:
+                return job.result("length")
+            self._requeue(job)
+
+    async def _run_segment(self, job: Job) -> GenerateOutput:
+        job.queue_s += self._clock() - job.enqueued_at_s
+        job.rid = self._next_rid()
+        body = self._segment_body(job, job.rid)
+        started_s = self._clock()
+        try:
+            output = await self._submit(job, body, started_s)
+        except BaseException:
+            # Cancelled or failed mid-request: make sure the server stops generating it.
+            self._spawn(self._abort_quietly(body.rid))
+            raise
+        finally:
+            job.rid = None
+            job.decode_s += self._clock() - started_s
+        job.absorb(output, with_logprobs=self.settings.return_logprob)
+        return output
+
+    async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
+        if not self.settings.stream:
+            return await self.client.generate(body)
+        latest = GenerateOutput()
+        try:
+            async for frame in self.client.generate_stream(body):
+                if not latest.output_ids and frame.output_ids:
+                    job.prefill_s += self._clock() - started_s  # time to the first token
+                latest = frame
+        except EngineError:
+            # Some SGLang versions end an aborted stream with an error frame: what was
+            # streamed before it is the partial output.
+            if not (job.abort_requested or job.phase is JobPhase.DRAINING):
+                raise
+        return latest
+
+    def _segment_body(self, job: Job, rid: str) -> GenerateBody:
+        request = job.request
+        dictated = request.target_output_tokens is not None
+        seed = request.sampling.seed
+        sampling = SamplingParamsWire(
+            max_new_tokens=job.remaining_tokens,
+            temperature=request.sampling.temperature,
+            top_p=request.sampling.top_p,
+            # A dictated length (trace replay) ignores EOS and stop tokens.
+            stop_token_ids=None if dictated else list(request.stop_token_ids) or None,
+            ignore_eos=dictated,
+            # A resumed segment must not replay the first segment's random draws.
+            sampling_seed=None if seed is None else seed + len(job.output_ids),
+        )
+        return GenerateBody(
+            input_ids=job.segment_input(),
+            sampling_params=sampling,
+            rid=rid,
+            priority=self._server_priority(request.priority),
+            return_logprob=self.settings.return_logprob,
+            extra_key=self.settings.extra_key,
+        )
+
+    def _server_priority(self, priority: float) -> int | None:
+        """SGLang's priority, or None when the server runs without priority scheduling (it may
+        reject a priority then)."""
+        if not self._info.enable_priority_scheduling:
+            return None
+        value = to_priority(priority, self.settings.priority_scale)
+        return -value if self._info.schedule_low_priority_values_first else value
+
+    def _dispatch(self) -> None:
+        """Apply the admission queue's decisions."""
+        if self._queue is None:
+            return
+        for decision in self._queue.schedule():
+            job = self._jobs[decision.job_id]
+            match decision:
+                case Admit():
+                    job.phase = JobPhase.RUNNING
+                    job.wake.set()
+                case Preempt():
+                    self._start_draining(job)
+
+    def _start_draining(self, job: Job) -> None:
+        job.phase = JobPhase.DRAINING
+        if job.rid is not None:
+            self._spawn(self._abort_quietly(job.rid))
+        else:
+            job.wake.set()
+
+    def _requeue(self, job: Job) -> None:
+        self._require_queue().drained(job.request_id)
+        job.phase = JobPhase.WAITING
+        job.num_preemptions += 1
+        job.enqueued_at_s = self._clock()
+        self._dispatch()
+
+    async def _abort_quietly(self, rid: str) -> None:
+        try:
+            await self.client.abort(rid)
+        except EngineError as exc:
+            log.warning("abort of %s failed: %s", rid, exc)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _next_rid(self) -> str:
+        """Fixed width and unique, so no rid is a prefix of another (SGLang aborts by prefix)."""
+        self._num_rids += 1
+        return f"{self._rid_prefix}-{self._num_rids:012d}"
+
+    def _require_queue(self) -> AdmissionQueue:
+        if self._queue is None:
+            raise EngineError("the sglang engine is not started: call start() first")
+        return self._queue

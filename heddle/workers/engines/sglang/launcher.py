@@ -1,0 +1,147 @@
+"""Launch SGLang servers: the ``sglang.launch_server`` command line, a supervised server, and the
+engine factory behind ``heddle worker --engine sglang [--url URL | --launch --model PATH --tp N]``.
+
+Flags (sglang 0.5.x, ``python/sglang/srt/server_args.py``): ``--model-path``, ``--tp-size``,
+``--host``, ``--port``, ``--base-gpu-id`` (co-locate servers of different TP on one node),
+``--enable-priority-scheduling`` (the engine sends each request's priority).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from heddle.bus.server import free_port
+from heddle.policy.preemption import PreemptionConfig
+from heddle.workers.engines.base import EngineError
+from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
+from heddle.workers.engines.sglang.engine import EngineSettings, SglangEngine
+from heddle.workers.engines.sglang.options import SglangEngineOptions
+from heddle.workers.engines.sglang.supervisor import (
+    ServerSupervisor,
+    SupervisorConfig,
+    SupervisorError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """One ``python -m sglang.launch_server`` invocation."""
+
+    model_path: str
+    tp_size: int = 1
+    port: int = 30000
+    host: str = "127.0.0.1"
+    base_gpu_id: int = 0
+    extra_args: tuple[str, ...] = ()
+    """Further launch_server flags, passed through verbatim."""
+    python: str = sys.executable
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def command(self) -> tuple[str, ...]:
+        return (
+            self.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            self.model_path,
+            "--tp-size",
+            str(self.tp_size),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--base-gpu-id",
+            str(self.base_gpu_id),
+            "--enable-priority-scheduling",
+            *self.extra_args,
+        )
+
+
+def supervise(
+    command: tuple[str, ...], client: SglangClient, *, options: SglangEngineOptions
+) -> ServerSupervisor:
+    """A supervisor for ``command`` whose readiness is ``client``'s probe."""
+    config = SupervisorConfig(
+        command=command,
+        ready_timeout_s=options.ready_timeout_s,
+        max_restarts=options.max_restarts,
+        log_path=Path(options.log_path) if options.log_path else None,
+    )
+    return ServerSupervisor(config, client.is_ready)
+
+
+class LaunchedSglangEngine(SglangEngine):
+    """An ``SglangEngine`` that starts (and finally stops) its own supervised server."""
+
+    def __init__(
+        self, client: SglangClient, settings: EngineSettings, supervisor: ServerSupervisor
+    ) -> None:
+        super().__init__(client, settings)
+        self.supervisor = supervisor
+
+    async def start(self) -> None:
+        try:
+            await self.supervisor.start()
+        except SupervisorError as exc:
+            raise EngineError(f"could not launch SGLang: {exc}") from exc
+        await super().start()
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            await self.supervisor.stop()
+
+
+def launch_spec(options: SglangEngineOptions) -> LaunchSpec:
+    return LaunchSpec(
+        model_path=options.model,
+        tp_size=options.tp,
+        port=options.port or free_port(),
+        host=options.host,
+        base_gpu_id=options.base_gpu_id,
+        extra_args=tuple(shlex.split(options.launch_args)),
+        python=options.python or sys.executable,
+    )
+
+
+def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
+    """The registry factory: a not-yet-started engine for ``--url``, or one that launches its
+    own server for ``--launch``."""
+    spec = launch_spec(options) if options.launch else None
+    client = SglangClient(
+        spec.base_url if spec else options.url,
+        timeouts=ClientTimeouts(
+            connect_s=options.connect_timeout_s, request_s=options.request_timeout_s
+        ),
+        retry=RetryPolicy(
+            max_retries=options.max_retries,
+            backoff_initial_s=options.backoff_initial_s,
+            backoff_max_s=options.backoff_max_s,
+        ),
+        incremental_streaming=options.incremental_streaming,
+    )
+    settings = EngineSettings(
+        max_running=options.max_running,
+        preemption=PreemptionConfig(
+            min_priority_gap=options.preemption_threshold,
+            min_relative_gap=options.preemption_relative_gap,
+        ),
+        priority_scale=options.priority_scale,
+        stream=options.stream,
+        return_logprob=options.return_logprob,
+        extra_key=options.extra_key or None,
+        ready_timeout_s=options.ready_timeout_s,
+    )
+    if spec is None:
+        return SglangEngine(client, settings)
+    return LaunchedSglangEngine(
+        client, settings, supervise(spec.command(), client, options=options)
+    )
