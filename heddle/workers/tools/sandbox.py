@@ -166,7 +166,11 @@ class SandboxProcess:
         finally:
             os.close(write_fd)
         sandbox = cls(process, read_fd, isolation)
-        await sandbox._await_ready()
+        try:
+            await sandbox._await_ready()
+        except BaseException:
+            await sandbox.discard()
+            raise
         return sandbox
 
     async def _await_ready(self) -> None:
@@ -278,6 +282,8 @@ class SandboxProcess:
             os.killpg(self._process.pid, signal.SIGKILL)
         if uid is not None and self.isolation.level == "process":
             kill_uid_processes(uid)
+        if self._process.stdin is not None:
+            self._process.stdin.close()
         await self._process.wait()
 
     def _read_record(self) -> StatusRecord | None:

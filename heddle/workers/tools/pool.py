@@ -1,0 +1,173 @@
+"""A pre-warmed pool of sandbox processes that scales with demand within [min_warm, max_procs].
+
+Processes are spawned ahead of calls and parked (interpreter started, namespaces and mounts set
+up, blocked on stdin), so a call pays only the hand-off. Each process runs exactly one call and
+is discarded (nothing leaks between calls); a background task refills the pool. At most
+``max_procs`` calls run at once and parked + running processes never exceed ``max_procs``. The
+owner reports demand (``set_demand``: calls waiting in its queue) and the pool keeps
+``clamp(demand, min_warm, max_procs - running)`` processes parked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+
+from heddle.workers.tools.isolation import Isolation, UidAllocator
+from heddle.workers.tools.limits import SandboxConfig
+from heddle.workers.tools.sandbox import (
+    SandboxBroken,
+    SandboxError,
+    SandboxProcess,
+    SandboxRequest,
+    SandboxResult,
+    resolve_isolation,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    num_parked: int
+    num_running: int
+    target_parked: int
+    num_warm_starts: int
+    """Calls served by a parked process."""
+    num_cold_starts: int
+    """Calls that had to spawn their process (pool empty)."""
+    num_spawn_failures: int
+
+
+class SandboxPool:
+    """Pre-warmed sandbox processes; use ``async with SandboxPool(...) as pool``."""
+
+    def __init__(self, config: SandboxConfig, *, min_warm: int = 2, max_procs: int = 8) -> None:
+        if max_procs < 1 or not 0 <= min_warm <= max_procs:
+            raise ValueError(
+                f"need 0 <= min_warm <= max_procs and max_procs >= 1, got "
+                f"min_warm={min_warm}, max_procs={max_procs}"
+            )
+        self.config = config
+        self.min_warm = min_warm
+        self.max_procs = max_procs
+        self._isolation: Isolation | None = None
+        self._uids = UidAllocator(config.uid_base, config.num_uids)
+        self._slots = asyncio.Semaphore(max_procs)
+        self._parked: deque[SandboxProcess] = deque()
+        self._num_running = 0
+        self._num_waiting = 0
+        self._demand = 0
+        self._changed = asyncio.Event()
+        self._refill_task: asyncio.Task[None] | None = None
+        self._num_warm_starts = 0
+        self._num_cold_starts = 0
+        self._num_spawn_failures = 0
+
+    @property
+    def isolation(self) -> Isolation:
+        if self._isolation is None:
+            raise RuntimeError("the sandbox pool is not started")
+        return self._isolation
+
+    @property
+    def target_parked(self) -> int:
+        wanted = max(self.min_warm, self._demand + self._num_waiting)
+        return max(0, min(wanted, self.max_procs - self._num_running))
+
+    def stats(self) -> PoolStats:
+        return PoolStats(
+            num_parked=len(self._parked),
+            num_running=self._num_running,
+            target_parked=self.target_parked,
+            num_warm_starts=self._num_warm_starts,
+            num_cold_starts=self._num_cold_starts,
+            num_spawn_failures=self._num_spawn_failures,
+        )
+
+    async def start(self) -> SandboxPool:
+        """Resolve the isolation (a probe call) and start filling the pool."""
+        self._isolation = await resolve_isolation(self.config)
+        self._refill_task = asyncio.create_task(self._refill_loop(), name="sandbox-pool-refill")
+        self._changed.set()
+        return self
+
+    async def close(self) -> None:
+        if self._refill_task is not None:
+            self._refill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill_task
+        while self._parked:
+            await self._parked.popleft().discard()
+
+    async def __aenter__(self) -> SandboxPool:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def set_demand(self, num_queued: int) -> None:
+        """Calls known to be waiting upstream (e.g. the tool queue's pending messages)."""
+        self._demand = max(0, num_queued)
+        self._changed.set()
+
+    async def run(self, request: SandboxRequest) -> SandboxResult:
+        """Run one call in its own process, a parked one when available."""
+        self._num_waiting += 1
+        self._changed.set()
+        async with self._slots:
+            self._num_waiting -= 1
+            self._num_running += 1
+            try:
+                return await self._run_in_fresh_process(request)
+            finally:
+                self._num_running -= 1
+                self._changed.set()
+
+    async def _run_in_fresh_process(self, request: SandboxRequest) -> SandboxResult:
+        uid = self._uids.allocate() if self.isolation.drops_privileges else None
+        try:
+            try:
+                return await (await self._take()).run(request, self.config.limits, uid)
+            except SandboxBroken:
+                # A parked process died (e.g. killed by an operator): one fresh try.
+                return await (await self._spawn_cold()).run(request, self.config.limits, uid)
+        finally:
+            if uid is not None:
+                self._uids.release(uid)
+
+    async def _take(self) -> SandboxProcess:
+        while self._parked:
+            process = self._parked.popleft()
+            if process.is_alive:
+                self._num_warm_starts += 1
+                return process
+            await process.discard()
+        return await self._spawn_cold()
+
+    async def _spawn_cold(self) -> SandboxProcess:
+        self._num_cold_starts += 1
+        return await SandboxProcess.spawn(self.isolation, self.config)
+
+    async def _refill_loop(self) -> None:
+        """Keep ``target_parked`` processes parked; spawns one at a time (start-up is CPU bound,
+        so parallel spawns would only slow down the calls running meanwhile)."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            while len(self._parked) > self.target_parked:
+                await self._parked.pop().discard()
+            while len(self._parked) < self.target_parked:
+                try:
+                    process = await SandboxProcess.spawn(self.isolation, self.config)
+                except SandboxError:
+                    self._num_spawn_failures += 1
+                    await asyncio.sleep(1.0)
+                    continue
+                self._parked.append(process)
