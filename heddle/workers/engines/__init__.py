@@ -73,6 +73,12 @@ ENGINES: dict[str, EngineEntry] = {
             factory="heddle.workers.engines.sglang.launcher:create_sglang_engine",
             summary="a SGLang server over HTTP (--url URL, or --launch --model PATH --tp N)",
         ),
+        EngineEntry(
+            name="torch",
+            options="heddle.workers.engines.torch_engine.options:TorchEngineOptions",
+            factory="heddle.workers.engines.torch_engine.engine:create_torch_engine",
+            summary="continuous batching on PyTorch (--model tiny|PATH, --device cpu|cuda)",
+        ),
     )
 }
 

@@ -1,0 +1,71 @@
+"""Options of the ``torch`` engine (``heddle worker --engine torch ...``). A cheap import: no torch.
+
+The engine runs one model (``tiny`` or a local folder) on one device with continuous batching.
+``max_running`` and ``max_kv_tokens`` bound the batch; see ``scheduler.py`` for how.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
+ParkLocation = Literal["device", "host"]
+PreemptionMode = Literal["keep", "recompute"]
+
+TINY_MODEL = "tiny"
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True, slots=True)
+class TorchEngineOptions:
+    model: str = field(
+        default=TINY_MODEL,
+        metadata=_help(
+            "'tiny' (built-in seeded random Qwen3-shaped model) or a local model folder"
+        ),
+    )
+    device: str = field(default="cpu", metadata=_help("torch device: cpu, cuda or cuda:N"))
+    dtype: DTypeName = field(
+        default="auto",
+        metadata=_help("weights and KV dtype (auto: float32 on cpu, bfloat16 on cuda)"),
+    )
+    max_running: int = field(default=32, metadata=_help("most requests decoded together"))
+    max_kv_tokens: int = field(
+        default=65536, metadata=_help("KV tokens held at once: running, preempted and cached")
+    )
+    seed: int = field(
+        default=0, metadata=_help("seed of the tiny model's weights and of unseeded sampling")
+    )
+    preemption_threshold: float = field(
+        default=0.0, metadata=_help("priority gap by which a waiting request preempts")
+    )
+    preemption_mode: PreemptionMode = field(
+        default="keep",
+        metadata=_help("keep: a preempted request keeps its KV; recompute: drops it"),
+    )
+    park_on: ParkLocation = field(
+        default="device", metadata=_help("where KV waits while not decoding (host: CPU memory)")
+    )
+    max_prefill_chunk_tokens: int = field(
+        default=2048, metadata=_help("most tokens per prefill forward (longer prompts are chunked)")
+    )
+    initial_kv_capacity_tokens: int = field(
+        default=256, metadata=_help("first per-slot KV length; slots grow by doubling")
+    )
+    num_threads: int = field(default=0, metadata=_help("torch CPU threads (0: torch's default)"))
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("--model must be 'tiny' or a local model folder")
+        if self.max_running < 1 or self.max_kv_tokens < 2:
+            raise ValueError("max-running must be >= 1 and max-kv-tokens >= 2")
+        if self.max_prefill_chunk_tokens < 1 or self.initial_kv_capacity_tokens < 1:
+            raise ValueError("max-prefill-chunk-tokens and initial-kv-capacity-tokens must be >= 1")
+        if self.preemption_threshold < 0 or self.num_threads < 0:
+            raise ValueError("preemption-threshold and num-threads must be >= 0")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"--device {self.device!r}: use cpu, cuda or cuda:N")
