@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -486,18 +487,42 @@ async def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
     await writer.drain()
 
 
+REAL_SERVER_ENV = "HEDDLE_SGLANG_URL"
+"""Set to a real server's URL (deploy/gpu_check.sh does) to run the adapter tests against it."""
+
+
+def real_server_url() -> str | None:
+    return os.environ.get(REAL_SERVER_ENV) or None
+
+
+async def poll_until(predicate: Any, *, timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Wait until ``predicate()`` is true (checked every 10 ms); AssertionError after timeout."""
+    for _ in range(int(timeout_s * 100)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="SGLang protocol double (tests only)")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tokens-per-s", type=float, default=500.0)
     parser.add_argument("--max-running", type=int, default=4)
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
+    parser.add_argument("--exit-after-s", type=float, default=0.0, help="crash after (0: never)")
+    parser.add_argument("--model-path", default="heddle/sglang-double")
+    parser.add_argument("--tp-size", type=int, default=1)
     args = parser.parse_args()
     config = DoubleConfig(
         tokens_per_s=args.tokens_per_s,
         max_running=args.max_running,
         startup_delay_s=args.startup_delay_s,
+        model_path=args.model_path,
+        tp_size=args.tp_size,
     )
+    if args.exit_after_s > 0:
+        threading.Timer(args.exit_after_s, lambda: os._exit(17)).start()
     asyncio.run(SglangDouble(config, port=args.port).serve())
 
 

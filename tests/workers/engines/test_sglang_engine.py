@@ -1,0 +1,320 @@
+"""``SglangEngine`` against the protocol double, or a real server (HEDDLE_SGLANG_URL).
+
+Lengths are dictated (``target_output_tokens``: SGLang's ``ignore_eos``) so a real model's EOS
+cannot end a test early. Exact token equality across a preemption holds on the double (its
+"model" depends only on the context); on a real server the test checks lengths and the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from sglang_double import DoubleConfig, SglangDouble, poll_until, real_server_url
+
+from heddle.events.base import SamplingParams
+from heddle.policy.preemption import PreemptionConfig
+from heddle.workers.engines import create_engine
+from heddle.workers.engines.base import Engine, EngineError, GenerationRequest
+from heddle.workers.engines.sglang.client import RetryPolicy, SglangClient
+from heddle.workers.engines.sglang.engine import EngineSettings, SglangEngine
+
+needs_double = pytest.mark.skipif(
+    real_server_url() is not None, reason="uses the double's hooks; not a real-server check"
+)
+PROMPT = [201, 202, 203, 204, 205, 206, 207, 208, 209, 210]
+STRICT_PPS = PreemptionConfig(min_priority_gap=0.0, min_relative_gap=0.0)
+
+
+@pytest.fixture
+def double() -> Iterator[SglangDouble | None]:
+    if real_server_url():
+        yield None
+        return
+    with SglangDouble(DoubleConfig(tokens_per_s=300.0, max_running=8)) as server:
+        yield server
+
+
+def url_of(double: SglangDouble | None) -> str:
+    return real_server_url() or (double.url if double else "")
+
+
+async def make_engine(double: SglangDouble | None, **settings: object) -> SglangEngine:
+    client = SglangClient(url_of(double), retry=RetryPolicy(backoff_initial_s=0.01))
+    engine = SglangEngine(client, EngineSettings(**settings))  # type: ignore[arg-type]
+    await engine.start()
+    return engine
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "streamed"])
+async def engine(
+    request: pytest.FixtureRequest, double: SglangDouble | None
+) -> AsyncIterator[SglangEngine]:
+    engine = await make_engine(double, max_running=2, stream=request.param, preemption=STRICT_PPS)
+    yield engine
+    await engine.close()
+
+
+_ids = iter(range(10**9))
+
+
+def request_of(
+    num_tokens: int, *, priority: float = 0.0, prompt: list[int] | None = None, **extra: object
+) -> GenerationRequest:
+    index = next(_ids)
+    return GenerationRequest(
+        request_id=f"req{index:06d}",
+        trajectory_id=f"t{index:06d}",
+        input_token_ids=list(prompt or PROMPT),
+        max_new_tokens=num_tokens,
+        priority=priority,
+        target_output_tokens=num_tokens,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+async def test_the_engine_satisfies_the_engine_protocol(engine: SglangEngine) -> None:
+    assert isinstance(engine, Engine)
+    capabilities = engine.capabilities
+    assert capabilities.name == "sglang" and capabilities.model
+    assert capabilities.tp_degree >= 1 and capabilities.max_running == 2
+    assert not capabilities.can_export_kv and not capabilities.native_priority_update
+    assert await engine.export_cache("t") is None
+    with pytest.raises(EngineError, match="warm_up"):
+        await engine.import_cache(None)  # type: ignore[arg-type]
+
+
+async def test_generate_returns_tokens_logprobs_and_counters(engine: SglangEngine) -> None:
+    result = await engine.generate(request_of(16))
+    assert len(result.output_token_ids) == 16 == len(result.output_logprobs)
+    assert all(logprob <= 0.0 for logprob in result.output_logprobs)
+    assert result.finish_reason == "length"
+    assert result.num_prompt_tokens == len(PROMPT)
+    assert result.num_preemptions == 0 and result.decode_s > 0.0
+
+
+async def test_a_stop_token_finishes_with_stop(engine: SglangEngine) -> None:
+    free = await engine.generate(request_of(8, sampling=_greedy()))
+    stop = free.output_token_ids[3]
+    index = next(_ids)
+    result = await engine.generate(
+        GenerationRequest(
+            request_id=f"req{index:06d}",
+            trajectory_id="t",
+            input_token_ids=list(PROMPT),
+            max_new_tokens=8,
+            sampling=_greedy(),
+            stop_token_ids=(stop,),
+        )
+    )
+    assert result.finish_reason == "stop"
+    assert result.output_token_ids[-1] == stop
+    assert result.output_token_ids == free.output_token_ids[: len(result.output_token_ids)]
+
+
+async def test_abort_of_a_running_request_returns_its_partial_output(
+    engine: SglangEngine, double: SglangDouble | None
+) -> None:
+    request = request_of(20_000)
+    task = asyncio.create_task(engine.generate(request))
+    await wait_generating(engine, double)
+    await engine.abort(request.request_id)
+    result = await asyncio.wait_for(task, 30)
+    assert result.finish_reason == "abort"
+    assert 0 < len(result.output_token_ids) < 20_000
+    assert len(result.output_logprobs) == len(result.output_token_ids)
+
+
+async def test_abort_of_a_locally_queued_request_returns_at_once(engine: SglangEngine) -> None:
+    blockers = [request_of(20_000, priority=9.0) for _ in range(2)]
+    tasks = [asyncio.create_task(engine.generate(r)) for r in blockers]
+    queued = request_of(5)
+    queued_task = asyncio.create_task(engine.generate(queued))
+    await asyncio.sleep(0.05)
+    await engine.abort(queued.request_id)
+    result = await asyncio.wait_for(queued_task, 10)
+    assert (result.finish_reason, result.output_token_ids) == ("abort", [])
+    for blocker in blockers:
+        await engine.abort(blocker.request_id)
+    await asyncio.gather(*tasks)
+
+
+async def test_cancelling_generate_aborts_the_request_on_the_server(
+    engine: SglangEngine, double: SglangDouble | None
+) -> None:
+    task = asyncio.create_task(engine.generate(request_of(20_000)))
+    await wait_generating(engine, double)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(500):
+        if (await engine.client.loads()).num_running == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (await engine.client.loads()).num_running == 0
+
+
+async def test_preempt_then_resume_joins_both_parts(
+    engine: SglangEngine, double: SglangDouble | None
+) -> None:
+    whole = await engine.generate(request_of(300, sampling=_greedy()))
+    request = request_of(300, sampling=_greedy())
+    task = asyncio.create_task(engine.generate(request))
+    await wait_generating(engine, double)
+    await engine.preempt(request.request_id)
+    result = await asyncio.wait_for(task, 60)
+    assert result.finish_reason == "length"
+    assert len(result.output_token_ids) == 300 == len(result.output_logprobs)
+    assert result.num_preemptions >= 1
+    if double is not None:
+        assert result.output_token_ids == whole.output_token_ids
+        assert result.output_logprobs == whole.output_logprobs
+        resumed = double.bodies[-1]
+        partial = len(resumed["input_ids"]) - len(PROMPT)
+        assert 0 < partial < 300
+        assert resumed["input_ids"] == PROMPT + whole.output_token_ids[:partial]
+        assert resumed["sampling_params"]["max_new_tokens"] == 300 - partial
+        assert result.num_cached_tokens > 0  # the resumed segment hit the prefix cache
+
+
+async def test_waiting_requests_are_admitted_by_priority_then_arrival(
+    double: SglangDouble | None,
+) -> None:
+    engine = await make_engine(double, max_running=1, preemption=STRICT_PPS)
+    try:
+        order = await _completion_order(engine, [1.0, 3.0, 2.0, 3.0])
+        assert order == [1, 3, 2, 0]
+    finally:
+        await engine.close()
+
+
+async def test_reprioritising_a_waiting_request_moves_it_forward(
+    double: SglangDouble | None,
+) -> None:
+    engine = await make_engine(double, max_running=1, preemption=STRICT_PPS)
+    try:
+        order = await _completion_order(engine, [1.0, 3.0, 2.0], bump=(0, 5.0))
+        assert order == [0, 1, 2]
+    finally:
+        await engine.close()
+
+
+async def test_a_higher_priority_arrival_preempts_and_the_victim_completes(
+    double: SglangDouble | None,
+) -> None:
+    engine = await make_engine(double, max_running=1, preemption=STRICT_PPS)
+    try:
+        low = request_of(400, priority=1.0, sampling=_greedy())
+        low_task = asyncio.create_task(engine.generate(low))
+        await wait_generating(engine, double)
+        high = await engine.generate(request_of(5, priority=10.0))
+        assert not low_task.done() and high.finish_reason == "length"
+        low_result = await asyncio.wait_for(low_task, 60)
+        assert len(low_result.output_token_ids) == 400 and low_result.num_preemptions >= 1
+    finally:
+        await engine.close()
+
+
+async def test_warm_up_prefills_the_context_so_the_next_step_hits_the_cache(
+    engine: SglangEngine,
+) -> None:
+    context = [300 + i for i in range(64)]
+    warm = await engine.warm_up("t-migrated", context)
+    assert warm.num_prompt_tokens == 64 and warm.num_cached_tokens == 0
+    result = await engine.generate(request_of(4, prompt=[*context, 7, 8]))
+    assert result.num_cached_tokens >= 48
+
+
+async def test_a_server_rejection_surfaces_as_an_engine_error(engine: SglangEngine) -> None:
+    with pytest.raises(EngineError, match="context length"):
+        await engine.generate(request_of(10**7))
+
+
+async def test_load_reports_the_servers_counts_and_local_waiting(engine: SglangEngine) -> None:
+    load = await engine.load()
+    assert load.num_running >= 0 and load.num_waiting >= 0
+    assert 0.0 <= load.kv_usage <= 1.0
+
+
+async def test_the_registry_builds_a_working_engine(double: SglangDouble | None) -> None:
+    engine = create_engine("sglang", {"url": url_of(double), "max-running": "3"})
+    assert isinstance(engine, SglangEngine)
+    await engine.start()
+    try:
+        assert engine.capabilities.max_running == 3
+        result = await engine.generate(request_of(3))
+        assert len(result.output_token_ids) == 3
+    finally:
+        await engine.close()
+
+
+@needs_double
+async def test_max_running_defaults_to_the_servers_capacity(double: SglangDouble | None) -> None:
+    engine = await make_engine(double)
+    try:
+        assert engine.capabilities.max_running == 8
+    finally:
+        await engine.close()
+
+
+@needs_double
+async def test_the_wire_body_carries_int_priority_and_no_logprob_start_len(
+    engine: SglangEngine, double: SglangDouble | None
+) -> None:
+    assert double is not None
+    await engine.generate(request_of(2, priority=2.6))
+    sent = double.bodies[-1]
+    assert sent["priority"] == 3 and sent["return_logprob"] is True
+    assert "logprob_start_len" not in sent
+    assert sent["sampling_params"] == {
+        "max_new_tokens": 2,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "ignore_eos": True,
+    }
+    assert len(sent["rid"]) == len(engine._next_rid())  # fixed width: never a prefix
+
+
+def _greedy() -> SamplingParams:
+    return SamplingParams(temperature=0.0)
+
+
+async def _completion_order(
+    engine: SglangEngine, priorities: list[float], bump: tuple[int, float] | None = None
+) -> list[int]:
+    """Block the single slot, queue requests with ``priorities``, optionally re-prioritise one,
+    release the slot, and return the indices in completion order."""
+    blocker = request_of(20_000, priority=100.0)
+    blocker_task = asyncio.create_task(engine.generate(blocker))
+    await poll_until(lambda: engine._queue is not None and engine._queue.num_slots_used == 1)
+    requests = [request_of(4, priority=priority) for priority in priorities]
+    order: list[int] = []
+
+    async def run(index: int) -> None:
+        await engine.generate(requests[index])
+        order.append(index)
+
+    tasks = [asyncio.create_task(run(index)) for index in range(len(requests))]
+    await poll_until(
+        lambda: engine._queue is not None and len(engine._queue.waiting) == len(requests)
+    )
+    if bump is not None:
+        await engine.set_priority(requests[bump[0]].request_id, bump[1])
+    await engine.abort(blocker.request_id)
+    await asyncio.wait_for(asyncio.gather(blocker_task, *tasks), 60)
+    return order
+
+
+async def wait_generating(engine: SglangEngine, double: SglangDouble | None) -> None:
+    """Until the server runs something and (on the double) has produced a few tokens."""
+    for _ in range(1000):
+        loads = await engine.client.loads()
+        if loads.num_running > 0 and (
+            double is None or any(len(r.output_ids) >= 3 for r in list(double.scheduler.running))
+        ):
+            if double is None:
+                await asyncio.sleep(0.5)  # a real server: let it decode some tokens
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server never started generating")
