@@ -221,6 +221,7 @@ class ServerSupervisor:
         process, self._process = self._process, None
         if process is not None and process.returncode is None:
             _signal_group(process.pid, signal.SIGTERM)
+            _signal_group(process.pid, signal.SIGCONT)  # a stopped (hung) child must see it
             try:
                 async with asyncio.timeout(self.config.stop_timeout_s):
                     await process.wait()
