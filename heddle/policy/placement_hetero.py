@@ -74,14 +74,28 @@ def partition_heterogeneous(
     order = longest_first(values)
     sorted_lengths = [values[index] for index in order]
     kinds = _worker_types(workers, len(values))
-    best = _best_type_order(sorted_lengths, kinds)
-    if exact and len(kinds.members) > 1:
-        counts = [len(members) for members in kinds.members]
-        best = minimise_over_orders(sorted_lengths, kinds.tables, counts, best)
+    counts = [len(members) for members in kinds.members]
+    best = solve_typed(sorted_lengths, kinds.tables, counts, exact=exact)
     if best.makespan == math.inf:
         sizes = even_sizes(len(values), len(workers))
         return Partition(groups_from_sizes(order, sizes), math.inf)
     return Partition(_groups_by_worker(order, best, kinds, len(workers)), best.makespan)
+
+
+def solve_typed(
+    sorted_lengths: Sequence[float],
+    tables: Sequence[BlockTable],
+    counts: Sequence[int],
+    *,
+    exact: bool = True,
+) -> TypedSplit:
+    """The core on prepared inputs: lengths sorted longest first, one cost table and a worker
+    count per type. Callers that solve many worker mixes over the same lengths (the resource
+    manager) build the tables once and call this."""
+    best = _best_type_order(sorted_lengths, tables, counts)
+    if exact and len(tables) > 1:
+        best = minimise_over_orders(sorted_lengths, tables, counts, best)
+    return best
 
 
 def _worker_types(workers: Sequence[WorkerModel], num_items: int) -> _WorkerTypes:
@@ -100,20 +114,21 @@ def _worker_types(workers: Sequence[WorkerModel], num_items: int) -> _WorkerType
     return _WorkerTypes(members, tables)
 
 
-def _type_orders(kinds: _WorkerTypes) -> list[tuple[int, ...]]:
-    num_types = len(kinds.members)
+def _type_orders(tables: Sequence[BlockTable]) -> list[tuple[int, ...]]:
+    num_types = len(tables)
     if math.factorial(num_types) <= MAX_TYPE_ORDERS:
         return list(islice(permutations(range(num_types)), MAX_TYPE_ORDERS))
-    by_speed = sorted(range(num_types), key=lambda kind: kinds.tables[kind].values[0])
+    by_speed = sorted(range(num_types), key=lambda kind: tables[kind].values[0])
     return [tuple(by_speed), tuple(reversed(by_speed))]
 
 
-def _best_type_order(sorted_lengths: Sequence[float], kinds: _WorkerTypes) -> TypedSplit:
+def _best_type_order(
+    sorted_lengths: Sequence[float], tables: Sequence[BlockTable], counts: Sequence[int]
+) -> TypedSplit:
     best = TypedSplit([], [], math.inf)
-    for type_order in _type_orders(kinds):
-        types = [kind for kind in type_order for _ in kinds.members[kind]]
-        tables = [kinds.tables[kind] for kind in types]
-        split = improve_fixed_order(sorted_lengths, tables, best.makespan)
+    for type_order in _type_orders(tables):
+        types = [kind for kind in type_order for _ in range(counts[kind])]
+        split = improve_fixed_order(sorted_lengths, [tables[k] for k in types], best.makespan)
         if split is not None:
             best = TypedSplit(types, split.sizes, split.makespan)
     return best
