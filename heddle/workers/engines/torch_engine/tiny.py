@@ -1,7 +1,7 @@
 """The built-in ``tiny`` model: a Qwen3-shaped decoder small enough for CPU tests and demos.
 
-Its vocabulary covers the project's byte tokenizer (256 byte tokens plus a few specials, padded
-to 512). Weights are random and seeded (see ``loading.build_random_model``): the model is a real
+Its vocabulary is exactly the project's byte tokenizer's (256 bytes + BOS, EOS, PAD), so every
+token it samples decodes, and EOS can stop a generation. Weights are random and seeded (see ``loading.build_random_model``): the model is a real
 transformer whose outputs mean nothing, which is all that batching, preemption and migration
 need.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-TINY_VOCAB_SIZE = 512
-"""Byte tokenizer: 256 bytes + specials, rounded up to a power of two."""
+from heddle.workers.tokenizers import ByteTokenizer
+
+TINY_VOCAB_SIZE = ByteTokenizer.VOCAB_SIZE
 
 
 def tiny_config() -> Any:
@@ -30,7 +31,7 @@ def tiny_config() -> Any:
         # Larger than the usual 0.02 so that random logits are peaked rather than near-uniform.
         initializer_range=0.05,
         tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+        bos_token_id=ByteTokenizer.BOS_TOKEN_ID,
+        eos_token_id=ByteTokenizer.EOS_TOKEN_ID,
+        pad_token_id=ByteTokenizer.PAD_TOKEN_ID,
     )
