@@ -8,6 +8,7 @@ cannot end a test early. Exact token equality across a preemption holds on the d
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -219,7 +220,8 @@ async def test_a_higher_priority_arrival_preempts_and_the_victim_completes(
 async def test_warm_up_prefills_the_context_so_the_next_step_hits_the_cache(
     engine: SglangEngine,
 ) -> None:
-    context = [300 + i for i in range(64)]
+    # Fresh random tokens: a real server's cache outlives a test (and its parametrised twin).
+    context = [secrets.randbelow(1000) for _ in range(64)]
     warm = await engine.warm_up("t-migrated", context)
     assert warm.num_prompt_tokens == 64 and warm.num_cached_tokens == 0
     result = await engine.generate(request_of(4, prompt=[*context, 7, 8]))

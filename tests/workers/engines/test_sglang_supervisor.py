@@ -231,3 +231,43 @@ async def test_a_launching_engine_starts_serves_and_stops_its_server(tmp_path: P
         await engine.close()
     assert pid is not None
     await poll_until(lambda: not is_alive(pid), what="the launched server to exit")
+
+
+REAL_MODEL = os.environ.get("HEDDLE_SGLANG_MODEL", "")
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(
+    not REAL_MODEL, reason="set HEDDLE_SGLANG_MODEL (deploy/gpu_check.sh) to launch real SGLang"
+)
+async def test_launching_a_real_sglang_server(tmp_path: Path) -> None:
+    engine = create_engine(
+        "sglang",
+        {
+            "launch": "true",
+            "model": REAL_MODEL,
+            "tp": os.environ.get("HEDDLE_SGLANG_TP", "1"),
+            "launch-args": os.environ.get("HEDDLE_SGLANG_LAUNCH_ARGS", ""),
+            "log-path": str(tmp_path / "sglang.log"),
+            "ready-timeout-s": "1500",
+        },
+    )
+    assert isinstance(engine, LaunchedSglangEngine)
+    await engine.start()
+    try:
+        assert engine.capabilities.extras["priority_scheduling"] == "true"
+        request = GenerationRequest(
+            request_id="r1",
+            trajectory_id="t1",
+            input_token_ids=[101, 102, 103, 104],
+            max_new_tokens=8,
+            target_output_tokens=8,
+        )
+        result = await engine.generate(request)
+        assert len(result.output_token_ids) == 8 == len(result.output_logprobs)
+        pid = engine.supervisor.pid
+    finally:
+        await engine.close()
+    assert pid is not None
+    await poll_until(lambda: not is_alive(pid), what="SGLang to exit", timeout_s=120)
