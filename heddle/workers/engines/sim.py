@@ -1,0 +1,372 @@
+"""The ``sim`` engine: the calibrated batching model of one worker, run in scaled real time.
+
+Model time = wall time x ``time_scale``. An asyncio driver sleeps until the batching model's
+next finish (or until a submission, priority change, preemption or abort wakes it), advances the
+model to the current model time and resolves the futures of finished generations. Scheduling
+(priority admission, preemption, KV capacity, prefix cache, recompute) is entirely
+``heddle.policy.batching.BatchingModel``: this module only drives its clock.
+
+Outputs are deterministic pseudo-tokens: the ids and logprobs of a generation depend only on
+(trajectory id, context length, seed), so a step re-run after a crash produces the same tokens.
+The output length is ``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
+
+KV "export" ships a small record (trajectory, cached tokens, fingerprint); the transfer takes the
+time the real KV bytes (tokens x the model's KV bytes per token) would need on the configured
+link, scaled. The importing engine marks the trajectory's prefix cache warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from heddle.policy.batching import BatchingConfig, BatchingModel, FinishedGeneration, GenerationJob
+from heddle.policy.cost_model import HARDWARE, MODELS, CostModel, ModelShape, preset
+from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.profiles import parse_profile
+from heddle.workers.engines.base import (
+    CacheMismatchError,
+    CacheSnapshot,
+    EngineCapabilities,
+    EngineError,
+    EngineLoad,
+    GenerationRequest,
+    GenerationResult,
+)
+
+# Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
+# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (SPEC.md, "Migration").
+DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
+_PREEMPTION = PreemptionConfig()
+_MEAN_NEG_LOGPROB = 0.8
+"""Mean of -logprob of a sampled token (assumption: typical of temperature-1 sampling)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimEngineOptions:
+    model: str = field(default="qwen3-8b", metadata={"help": f"one of {sorted(MODELS)}"})
+    hardware: Literal["h100", "h200"] = field(default="h200", metadata={"help": "GPU kind"})
+    tp: int = field(default=1, metadata={"help": "tensor-parallel degree: 1, 2, 4 or 8"})
+    time_scale: float = field(default=1.0, metadata={"help": "model seconds per wall second"})
+    max_running: int = field(default=1024, metadata={"help": "most generations decoding at once"})
+    preemptive: bool = field(default=True, metadata={"help": "higher priority preempts lower"})
+    preemption_gap: float = field(
+        default=_PREEMPTION.min_priority_gap, metadata={"help": "priority margin to preempt"}
+    )
+    preemption_relative_gap: float = field(
+        default=_PREEMPTION.min_relative_gap,
+        metadata={"help": "... and fraction of the victim's |priority| to preempt"},
+    )
+    profile: Path | None = field(
+        default=None,
+        metadata={"help": "measured ITL profile (.csv or .json) instead of the preset"},
+    )
+    link_bandwidth_bytes_s: float = field(
+        default=DEFAULT_LINK_BANDWIDTH_BYTES_S, metadata={"help": "KV transfer link (bytes/s)"}
+    )
+    vocab_size: int = field(default=256, metadata={"help": "pseudo-token ids are below this"})
+    seed: int = field(default=0, metadata={"help": "seed when a request carries none"})
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        if self.hardware not in HARDWARE:
+            raise ValueError(f"hardware must be one of {sorted(HARDWARE)}")
+        if self.profile is not None and self.profile.suffix not in (".csv", ".json"):
+            raise ValueError(f"profile {self.profile} must be a .csv or .json file")
+        for name in ("time_scale", "link_bandwidth_bytes_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.vocab_size < 1:
+            raise ValueError("vocab_size must be >= 1")
+
+
+class _CacheRecord(msgspec.Struct, frozen=True):
+    trajectory_id: str
+    num_tokens: int
+
+
+def pseudo_tokens(
+    trajectory_id: str, num_context_tokens: int, seed: int, count: int, vocab_size: int
+) -> tuple[list[int], list[float]]:
+    """Deterministic token ids and logprobs for a generation at this point of a trajectory."""
+    rng = random.Random(f"{trajectory_id}:{num_context_tokens}:{seed}")
+    ids = [rng.randrange(vocab_size) for _ in range(count)]
+    logprobs = [-min(30.0, rng.expovariate(1.0 / _MEAN_NEG_LOGPROB)) for _ in range(count)]
+    return ids, logprobs
+
+
+def load_cost_model(options: SimEngineOptions) -> CostModel:
+    """The calibrated preset, or the measured profile's model for ``options.tp``."""
+    if options.profile is None:
+        return preset(options.model, options.hardware, options.tp)
+    try:
+        text = options.profile.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read profile {options.profile}: {exc.strerror}") from None
+    fmt: Literal["csv", "json"] = "csv" if options.profile.suffix == ".csv" else "json"
+    profile = parse_profile(
+        text, fmt, source=str(options.profile), model=options.model, hardware=options.hardware
+    )
+    return profile.cost_model(options.tp)
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: GenerationRequest
+    num_output_tokens: int
+    finish_reason: Literal["stop", "length"]
+    """"length" when max_new_tokens cut the wanted output short (or no target was given)."""
+    future: asyncio.Future[GenerationResult]
+
+
+class SimEngine:
+    """Implements ``heddle.workers.engines.base.Engine`` on ``BatchingModel``."""
+
+    def __init__(
+        self, options: SimEngineOptions, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.options = options
+        self.shape: ModelShape = MODELS[options.model]
+        self.cost: CostModel = load_cost_model(options)
+        preemption = PreemptionConfig(
+            min_priority_gap=options.preemption_gap,
+            min_relative_gap=options.preemption_relative_gap,
+        )
+        self._model = BatchingModel(
+            self.cost,
+            BatchingConfig(
+                max_running=options.max_running,
+                preemptive=options.preemptive,
+                preemption=preemption,
+            ),
+        )
+        self._clock = clock
+        self._origin = clock()
+        self._pending: dict[str, _Pending] = {}
+        self._known_tokens: dict[str, int] = {}
+        """Context tokens each trajectory has sent to this engine (to tell new from reused)."""
+        self._wake = asyncio.Event()
+        self._driver: asyncio.Task[None] | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        return EngineCapabilities(
+            name="sim",
+            model=self.shape.name,
+            tp_degree=self.options.tp,
+            max_running=self.options.max_running,
+            max_kv_tokens=self.cost.max_kv_tokens,
+            can_export_kv=True,
+            can_preempt=True,
+            native_priority_update=True,
+            extras={"time_scale": str(self.options.time_scale)},
+        )
+
+    async def start(self) -> None:
+        if self._driver is None:
+            self._driver = asyncio.create_task(self._drive(), name="sim-engine-driver")
+
+    async def close(self) -> None:
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+        for request_id in list(self._pending):
+            self._fail(request_id, EngineError("engine closed"))
+
+    def now_s(self) -> float:
+        """Current model time in seconds."""
+        return (self._clock() - self._origin) * self.options.time_scale
+
+    # ---- generation ------------------------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        if self._driver is None:
+            raise EngineError("sim engine not started")
+        pending = self._submit(request)
+        try:
+            return await asyncio.shield(pending.future)
+        except asyncio.CancelledError:
+            await self.abort(request.request_id)
+            raise
+
+    def _submit(self, request: GenerationRequest) -> _Pending:
+        wanted = request.target_output_tokens
+        count = request.max_new_tokens if wanted is None else min(wanted, request.max_new_tokens)
+        num_context = len(request.input_token_ids)
+        known = self._known_tokens.get(request.trajectory_id, 0)
+        num_new = num_context - known if known <= num_context else num_context
+        job = GenerationJob(
+            request_id=request.request_id,
+            traj_id=request.trajectory_id,
+            num_context_tokens=num_context,
+            num_new_tokens=num_new,
+            num_output_tokens=max(0, count),
+            priority=request.priority,
+        )
+        now = self.now_s()
+        self._resolve(self._model.advance(now))
+        self._model.submit(job, now)
+        future = asyncio.get_running_loop().create_future()
+        is_capped = wanted is None or wanted > request.max_new_tokens
+        pending = _Pending(
+            request, job.num_output_tokens, "length" if is_capped else "stop", future
+        )
+        self._pending[request.request_id] = pending
+        self._wake.set()
+        return pending
+
+    async def abort(self, request_id: str) -> None:
+        pending = self._pending.get(request_id)
+        if pending is None:
+            return
+        num_generated = self._model.abort(request_id, self.now_s())
+        self._pending.pop(request_id)
+        if not pending.future.done():
+            pending.future.set_result(self._result(pending, max(0, num_generated), "abort"))
+        self._wake.set()
+
+    async def set_priority(self, request_id: str, priority: float) -> None:
+        if self._model.set_priority(request_id, priority, self.now_s()):
+            self._wake.set()
+
+    async def preempt(self, request_id: str) -> None:
+        if self._model.preempt(request_id, self.now_s()):
+            self._wake.set()
+
+    async def load(self) -> EngineLoad:
+        load = self._model.load()
+        return EngineLoad(
+            num_running=load.num_running,
+            num_waiting=load.num_waiting,
+            kv_usage=load.kv_usage,
+            num_cached_trajectories=load.num_cached_trajectories,
+        )
+
+    # ---- KV cache --------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        return f"sim:{self.shape.name}"
+
+    def kv_bytes(self, num_tokens: int) -> int:
+        return num_tokens * self.shape.kv_bytes_per_token
+
+    async def export_cache(self, trajectory_id: str) -> CacheSnapshot | None:
+        """The trajectory's cache record, after the modelled transfer time has passed."""
+        num_tokens = self._model.cached_tokens(trajectory_id)
+        if num_tokens <= 0:
+            return None
+        num_bytes = self.kv_bytes(num_tokens)
+        transfer_s = num_bytes / self.options.link_bandwidth_bytes_s
+        await asyncio.sleep(transfer_s / self.options.time_scale)
+        payload = msgspec.json.encode(_CacheRecord(trajectory_id, num_tokens))
+        return CacheSnapshot(
+            trajectory_id=trajectory_id,
+            num_tokens=num_tokens,
+            fingerprint=self.fingerprint,
+            payload=payload,
+            num_kv_bytes=num_bytes,
+        )
+
+    async def import_cache(self, snapshot: CacheSnapshot) -> None:
+        if snapshot.fingerprint != self.fingerprint:
+            raise CacheMismatchError(
+                f"cache of {snapshot.trajectory_id} was made by {snapshot.fingerprint!r}; "
+                f"this engine is {self.fingerprint!r}"
+            )
+        record = msgspec.json.decode(snapshot.payload, type=_CacheRecord)
+        self._model.import_cache(record.trajectory_id, record.num_tokens, self.now_s())
+        self._known_tokens[record.trajectory_id] = record.num_tokens
+
+    async def release(self, trajectory_id: str) -> None:
+        self._model.release(trajectory_id)
+        self._known_tokens.pop(trajectory_id, None)
+
+    # ---- driver ----------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        """Run the model's clock; a failure of the model fails every pending generation."""
+        try:
+            await self._run_clock()
+        except Exception as exc:
+            for request_id in list(self._pending):
+                self._fail(request_id, EngineError(f"sim engine failed: {exc!r}"))
+            raise
+
+    async def _run_clock(self) -> None:
+        """Sleep until the model's next finish or a wake-up; advance; resolve futures."""
+        while True:
+            self._wake.clear()
+            now = self.now_s()
+            self._resolve(self._model.advance(now))
+            next_s = self._model.next_event_time()
+            timeout_s = None if next_s is None else max(0.0, next_s - now) / self.options.time_scale
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # races with the wake-up, and close() would then wait forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._wake.wait()
+
+    def _resolve(self, finished: list[FinishedGeneration]) -> None:
+        for done in finished:
+            pending = self._pending.pop(done.request_id, None)
+            if pending is None or pending.future.done():
+                continue
+            request = pending.request
+            self._known_tokens[request.trajectory_id] = done.num_context_tokens
+            pending.future.set_result(
+                self._result(pending, done.num_output_tokens, pending.finish_reason, done)
+            )
+
+    def _result(
+        self,
+        pending: _Pending,
+        num_output_tokens: int,
+        finish_reason: Literal["stop", "length", "abort"],
+        done: FinishedGeneration | None = None,
+    ) -> GenerationResult:
+        request = pending.request
+        seed = request.sampling.seed if request.sampling.seed is not None else self.options.seed
+        ids, logprobs = pseudo_tokens(
+            request.trajectory_id,
+            len(request.input_token_ids),
+            seed,
+            num_output_tokens,
+            self.options.vocab_size,
+        )
+        return GenerationResult(
+            request_id=request.request_id,
+            output_token_ids=ids,
+            output_logprobs=logprobs,
+            finish_reason=finish_reason,
+            num_prompt_tokens=len(request.input_token_ids),
+            num_cached_tokens=done.num_cached_tokens if done else 0,
+            num_recomputed_tokens=done.num_recomputed_tokens if done else 0,
+            queue_s=done.queue_s if done else 0.0,
+            prefill_s=done.prefill_s if done else 0.0,
+            decode_s=done.decode_s if done else 0.0,
+            num_preemptions=done.num_preemptions if done else 0,
+        )
+
+    def _fail(self, request_id: str, error: Exception) -> None:
+        pending = self._pending.pop(request_id, None)
+        if pending is not None and not pending.future.done():
+            pending.future.set_exception(error)
+
+
+def create_sim_engine(options: SimEngineOptions) -> SimEngine:
+    """Registry factory (``heddle.workers.engines.ENGINES["sim"]``)."""
+    return SimEngine(options)
