@@ -82,6 +82,9 @@ class EngineCapabilities:
     native_priority_update: bool = False
     """False: ``set_priority`` is emulated by abort and resubmit."""
     extras: dict[str, str] = field(default_factory=dict)
+    time_scale: float = 1.0
+    """Model seconds per wall second (the sim engine runs faster than real time); the worker
+    reports timings in model time and asks tool executors to wait tool times scaled by it."""
 
 
 @dataclass(frozen=True, slots=True)

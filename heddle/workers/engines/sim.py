@@ -170,7 +170,7 @@ class SimEngine:
             can_export_kv=True,
             can_preempt=True,
             native_priority_update=True,
-            extras={"time_scale": str(self.options.time_scale)},
+            time_scale=self.options.time_scale,
         )
 
     async def start(self) -> None:
