@@ -45,8 +45,9 @@ def workload_spec(name: str) -> WorkloadSpec:
 
 
 def generate(
-    name: str, num_trajectories: int, seed: int, group_size: int | None = None
+    name: str, num_trajectories: int, seed: int, group_size: int | None = None, epoch: int = 0
 ) -> list[TraceTrajectory]:
     """``num_trajectories`` trajectories of the named workload, in GRPO groups of ``group_size``
-    (default: the workload's own, 8 or 16). Same arguments, same trace."""
-    return generate_from_spec(workload_spec(name), num_trajectories, seed, group_size)
+    (default: the workload's own, 8 or 16). Same arguments, same trace; another ``epoch`` draws
+    new samples of the same prompts (a history for prompt-based predictors)."""
+    return generate_from_spec(workload_spec(name), num_trajectories, seed, group_size, epoch)

@@ -1,12 +1,16 @@
 """Draw trajectories of a ``WorkloadSpec`` into the trace format (``heddle.traces``).
 
 Trajectories come prompt by prompt: one difficulty and one prompt length per GRPO group, then
-``group_size`` samples. Draws are made in a fixed order from one seeded ``numpy`` generator, so
-the same ``(spec, seed)`` gives the same trace, and a shorter trace is a prefix of a longer one
-(except that the last group of the shorter one may be cut short).
+``group_size`` samples. Prompts and samples draw, in a fixed order, from two ``numpy`` generators
+seeded from ``seed``: the same ``(spec, seed, epoch)`` gives the same trace, and a shorter trace
+is a prefix of a longer one (except that the last group of the shorter one may be cut short).
+Another ``epoch`` re-samples the same prompts (same groups, difficulties and prompt lengths, new
+samples), as an RL run revisits its dataset: the history that prompt-based predictors learn from.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,36 +19,57 @@ from heddle.workloads.spec import ToolModel, TurnModel, WorkloadSpec
 
 
 def generate_from_spec(
-    spec: WorkloadSpec, num_trajectories: int, seed: int, group_size: int | None = None
+    spec: WorkloadSpec,
+    num_trajectories: int,
+    seed: int,
+    group_size: int | None = None,
+    epoch: int = 0,
 ) -> list[TraceTrajectory]:
-    """``num_trajectories`` trajectories in groups of ``group_size`` (default: the spec's)."""
+    """``num_trajectories`` trajectories in groups of ``group_size`` (default: the spec's);
+    ``epoch`` re-samples the same prompts."""
     size = spec.group_size if group_size is None else group_size
     if num_trajectories < 1:
         raise ValueError(f"num_trajectories must be >= 1, got {num_trajectories}")
     if size < 1:
         raise ValueError(f"group_size must be >= 1, got {size}")
-    rng = np.random.default_rng(seed)
+    if seed < 0 or epoch < 0:
+        raise ValueError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
+    prompt_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    sample_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
     trajectories: list[TraceTrajectory] = []
     prompt_index = 0
     while len(trajectories) < num_trajectories:
         num_samples = min(size, num_trajectories - len(trajectories))
-        trajectories.extend(_draw_group(spec, rng, prompt_index, num_samples))
+        prompt = _draw_prompt(spec, prompt_rng, prompt_index)
+        trajectories.extend(_draw_group(spec, sample_rng, prompt, num_samples))
         prompt_index += 1
     return trajectories
 
 
+@dataclass(frozen=True, slots=True)
+class _Prompt:
+    group: str
+    difficulty: float
+    prompt_tokens: int
+
+
+def _draw_prompt(spec: WorkloadSpec, rng: np.random.Generator, prompt_index: int) -> _Prompt:
+    return _Prompt(
+        group=f"{spec.name}-p{prompt_index:05d}",
+        difficulty=spec.difficulty.sample_one(rng),
+        prompt_tokens=max(1, round(spec.prompt_tokens.sample_one(rng))),
+    )
+
+
 def _draw_group(
-    spec: WorkloadSpec, rng: np.random.Generator, prompt_index: int, num_samples: int
+    spec: WorkloadSpec, rng: np.random.Generator, prompt: _Prompt, num_samples: int
 ) -> list[TraceTrajectory]:
-    group = f"{spec.name}-p{prompt_index:05d}"
-    difficulty = spec.difficulty.sample_one(rng)
-    prompt_tokens = max(1, round(spec.prompt_tokens.sample_one(rng)))
     return [
         TraceTrajectory(
-            id=f"{group}-s{sample:02d}",
-            group=group,
-            prompt_tokens=prompt_tokens,
-            steps=_draw_steps(spec, rng, difficulty),
+            id=f"{prompt.group}-s{sample:02d}",
+            group=prompt.group,
+            prompt_tokens=prompt.prompt_tokens,
+            steps=_draw_steps(spec, rng, prompt.difficulty),
         )
         for sample in range(num_samples)
     ]

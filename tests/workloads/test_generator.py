@@ -97,3 +97,18 @@ def test_truncation_keeps_a_prefix_up_to_the_cap(outputs: list[int], cap: int) -
     assert 1 <= kept[-1] <= outputs[len(kept) - 1]
     assert [s.tool_output_tokens for s in steps[:-1]] == list(observations[: len(steps) - 1])
     assert steps[-1].tool_s == 0 and steps[-1].tool_output_tokens == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_another_epoch_resamples_the_same_prompts(name: str) -> None:
+    first = generate(name, 64, seed=3)
+    second = generate(name, 64, seed=3, epoch=1)
+    assert [(t.id, t.group, t.prompt_tokens) for t in first] == [
+        (t.id, t.group, t.prompt_tokens) for t in second
+    ]
+    assert [t.steps for t in first] != [t.steps for t in second]
+
+
+def test_negative_seed_or_epoch_raises() -> None:
+    with pytest.raises(ValueError, match="seed and epoch must be >= 0"):
+        generate("math", 8, seed=0, epoch=-1)
