@@ -72,6 +72,8 @@ class DoubleConfig:
     max_total_num_tokens: int = 200_000
     priority_scheduling: bool = True
     incremental: bool = False
+    legacy_abort_errors: bool = False
+    """Answer an aborted request like older SGLang: HTTP 400, or an error frame in a stream."""
     model_path: str = "heddle/sglang-double"
     tp_size: int = 1
     startup_delay_s: float = 0.0
@@ -418,10 +420,17 @@ class SglangDouble:
             while req.finish_reason is None:
                 req.changed.clear()
                 await req.changed.wait()
-            await _send(writer, 200, req.output())
+            if self._is_legacy_abort(req):
+                await _send(writer, 400, {"error": {"message": req.finish_reason["message"]}})
+            else:
+                await _send(writer, 200, req.output())
             return True
         await self._stream(req, writer)
         return False
+
+    def _is_legacy_abort(self, req: Req) -> bool:
+        reason = req.finish_reason
+        return self.config.legacy_abort_errors and reason is not None and reason["type"] == "abort"
 
     async def _stream(self, req: Req, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -430,6 +439,13 @@ class SglangDouble:
         try:
             while True:
                 req.changed.clear()
+                if self._is_legacy_abort(req):
+                    message = req.finish_reason["message"]  # type: ignore[index]
+                    await _chunk(
+                        writer,
+                        b"data: " + json.dumps({"error": {"message": message}}).encode() + b"\n\n",
+                    )
+                    break
                 if len(req.output_ids) > sent or req.finish_reason is not None:
                     # Like SGLang, the first frame comes with the first token, not before.
                     frame = req.output(since=sent if self.config.incremental else 0)

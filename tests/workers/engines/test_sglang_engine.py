@@ -19,7 +19,8 @@ from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines import create_engine
 from heddle.workers.engines.base import Engine, EngineError, GenerationRequest
 from heddle.workers.engines.sglang.client import RetryPolicy, SglangClient
-from heddle.workers.engines.sglang.engine import EngineSettings, SglangEngine
+from heddle.workers.engines.sglang.engine import SglangEngine
+from heddle.workers.engines.sglang.options import EngineSettings
 
 needs_double = pytest.mark.skipif(
     real_server_url() is not None, reason="uses the double's hooks; not a real-server check"
@@ -177,6 +178,30 @@ async def test_preempt_then_resume_joins_both_parts(
         assert resumed["input_ids"] == PROMPT + whole.output_token_ids[:partial]
         assert resumed["sampling_params"]["max_new_tokens"] == 300 - partial
         assert result.num_cached_tokens > 0  # the resumed segment hit the prefix cache
+
+
+@needs_double
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+async def test_preemption_survives_servers_that_answer_aborts_with_errors(stream: bool) -> None:
+    config = DoubleConfig(tokens_per_s=300.0, max_running=8, legacy_abort_errors=True)
+    with SglangDouble(config) as legacy:
+        engine = await make_engine(legacy, max_running=2, stream=stream, preemption=STRICT_PPS)
+        try:
+            whole = await engine.generate(request_of(200))
+            request = request_of(200)
+            task = asyncio.create_task(engine.generate(request))
+            await wait_generating(engine, legacy)
+            await engine.preempt(request.request_id)
+            result = await asyncio.wait_for(task, 60)
+            assert result.output_token_ids == whole.output_token_ids
+            assert result.num_preemptions == 1
+            aborted = request_of(20_000)
+            aborted_task = asyncio.create_task(engine.generate(aborted))
+            await wait_generating(engine, legacy)
+            await engine.abort(aborted.request_id)
+            assert (await asyncio.wait_for(aborted_task, 30)).finish_reason == "abort"
+        finally:
+            await engine.close()
 
 
 async def test_waiting_requests_are_admitted_by_priority_then_arrival(

@@ -26,7 +26,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheSnapshot,
     EngineCapabilities,
@@ -38,6 +37,7 @@ from heddle.workers.engines.base import (
 from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
 from heddle.workers.engines.sglang.client import SglangClient
 from heddle.workers.engines.sglang.job import Job, JobPhase, finish_reason_of
+from heddle.workers.engines.sglang.options import EngineSettings
 from heddle.workers.engines.sglang.protocol import (
     GenerateBody,
     GenerateOutput,
@@ -48,25 +48,6 @@ from heddle.workers.engines.sglang.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSettings:
-    """How the engine uses its server (the HTTP details live in the client)."""
-
-    max_running: int = 0
-    """Most requests submitted at once; 0 takes the server's ``max_running_requests``."""
-    preemption: PreemptionConfig = PreemptionConfig()
-    """When a waiting request beats the lowest running one (shared PPS policy)."""
-    priority_scale: float = 1.0
-    """SGLang's integer priority is ``round(priority * priority_scale)``."""
-    stream: bool = False
-    """Stream outputs: partial output survives even servers that answer an abort with an error."""
-    return_logprob: bool = True
-    extra_key: str | None = None
-    """Cache namespace sent with every request (e.g. the weight version)."""
-    ready_timeout_s: float = 60.0
-    """``start`` waits this long for the server's readiness probe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +228,12 @@ class SglangEngine:
     async def _run_segment(self, job: Job) -> GenerateOutput:
         job.queue_s += self._clock() - job.enqueued_at_s
         job.rid = self._next_rid()
-        body = self._segment_body(job, job.rid)
+        body = job.segment_body(
+            job.rid,
+            priority=self._server_priority(job.request.priority),
+            return_logprob=self.settings.return_logprob,
+            extra_key=self.settings.extra_key,
+        )
         started_s = self._clock()
         try:
             output = await self._submit(job, body, started_s)
@@ -262,43 +248,21 @@ class SglangEngine:
         return output
 
     async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
-        if not self.settings.stream:
-            return await self.client.generate(body)
         latest = GenerateOutput()
         try:
+            if not self.settings.stream:
+                return await self.client.generate(body)
             async for frame in self.client.generate_stream(body):
                 if not latest.output_ids and frame.output_ids:
                     job.prefill_s += self._clock() - started_s  # time to the first token
                 latest = frame
         except EngineError:
-            # Some SGLang versions end an aborted stream with an error frame: what was
-            # streamed before it is the partial output.
+            # Some SGLang versions answer an aborted request with an error (400, 500, or an
+            # error frame) instead of 200: then the partial output is what was streamed (none
+            # without streaming; the resubmission regenerates it).
             if not (job.abort_requested or job.phase is JobPhase.DRAINING):
                 raise
         return latest
-
-    def _segment_body(self, job: Job, rid: str) -> GenerateBody:
-        request = job.request
-        dictated = request.target_output_tokens is not None
-        seed = request.sampling.seed
-        sampling = SamplingParamsWire(
-            max_new_tokens=job.remaining_tokens,
-            temperature=request.sampling.temperature,
-            top_p=request.sampling.top_p,
-            # A dictated length (trace replay) ignores EOS and stop tokens.
-            stop_token_ids=None if dictated else list(request.stop_token_ids) or None,
-            ignore_eos=dictated,
-            # A resumed segment must not replay the first segment's random draws.
-            sampling_seed=None if seed is None else seed + len(job.output_ids),
-        )
-        return GenerateBody(
-            input_ids=job.segment_input(),
-            sampling_params=sampling,
-            rid=rid,
-            priority=self._server_priority(request.priority),
-            return_logprob=self.settings.return_logprob,
-            extra_key=self.settings.extra_key,
-        )
 
     def _server_priority(self, priority: float) -> int | None:
         """SGLang's priority, or None when the server runs without priority scheduling (it may

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from heddle.events.base import FinishReason
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
-from heddle.workers.engines.sglang.protocol import GenerateOutput
+from heddle.workers.engines.sglang.protocol import GenerateBody, GenerateOutput, SamplingParamsWire
 
 
 class JobPhase(enum.Enum):
@@ -77,9 +77,32 @@ class Job:
     def remaining_tokens(self) -> int:
         return max(0, self.budget_tokens - len(self.output_ids))
 
-    def segment_input(self) -> list[int]:
-        """The next segment's input: the original context plus all output so far."""
-        return [*self.request.input_token_ids, *self.output_ids]
+    def segment_body(
+        self, rid: str, *, priority: int | None, return_logprob: bool, extra_key: str | None
+    ) -> GenerateBody:
+        """The next segment's request: the original context plus all output so far as input,
+        the remaining token budget as ``max_new_tokens``."""
+        request = self.request
+        dictated = request.target_output_tokens is not None
+        seed = request.sampling.seed
+        sampling = SamplingParamsWire(
+            max_new_tokens=self.remaining_tokens,
+            temperature=request.sampling.temperature,
+            top_p=request.sampling.top_p,
+            # A dictated length (trace replay) ignores EOS and stop tokens.
+            stop_token_ids=None if dictated else list(request.stop_token_ids) or None,
+            ignore_eos=dictated,
+            # A resumed segment must not replay the first segment's random draws.
+            sampling_seed=None if seed is None else seed + len(self.output_ids),
+        )
+        return GenerateBody(
+            input_ids=[*request.input_token_ids, *self.output_ids],
+            sampling_params=sampling,
+            rid=rid,
+            priority=priority,
+            return_logprob=return_logprob,
+            extra_key=extra_key,
+        )
 
     def absorb(self, output: GenerateOutput, *, with_logprobs: bool) -> None:
         """Add a finished (or aborted) segment's output and counters."""

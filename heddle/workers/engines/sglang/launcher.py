@@ -17,8 +17,8 @@ from heddle.bus.server import free_port
 from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import EngineError
 from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
-from heddle.workers.engines.sglang.engine import EngineSettings, SglangEngine
-from heddle.workers.engines.sglang.options import SglangEngineOptions
+from heddle.workers.engines.sglang.engine import SglangEngine
+from heddle.workers.engines.sglang.options import EngineSettings, SglangEngineOptions
 from heddle.workers.engines.sglang.supervisor import (
     ServerSupervisor,
     SupervisorConfig,

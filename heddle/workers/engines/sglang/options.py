@@ -1,4 +1,5 @@
-"""Options of the ``sglang`` engine (``heddle worker --engine sglang ...``). A cheap import.
+"""Options of the ``sglang`` engine (``heddle worker --engine sglang ...``) and the engine's typed
+settings derived from them. A cheap import.
 
 Two ways to get a server: ``url`` points at one already running, or ``launch`` starts
 ``python -m sglang.launch_server`` as a supervised child (``model``, ``tp``, ``port``,
@@ -8,6 +9,27 @@ Two ways to get a server: ``url`` points at one already running, or ``launch`` s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from heddle.policy.preemption import PreemptionConfig
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """How the engine uses its server (the HTTP details live in the client)."""
+
+    max_running: int = 0
+    """Most requests submitted at once; 0 takes the server's ``max_running_requests``."""
+    preemption: PreemptionConfig = PreemptionConfig()
+    """When a waiting request beats the lowest running one (shared PPS policy)."""
+    priority_scale: float = 1.0
+    """SGLang's integer priority is ``round(priority * priority_scale)``."""
+    stream: bool = False
+    """Stream outputs: partial output survives even servers that answer an abort with an error."""
+    return_logprob: bool = True
+    extra_key: str | None = None
+    """Cache namespace sent with every request (e.g. the weight version)."""
+    ready_timeout_s: float = 60.0
+    """``start`` waits this long for the server's readiness probe."""
 
 
 def _help(text: str) -> dict[str, str]:
