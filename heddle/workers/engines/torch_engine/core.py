@@ -200,8 +200,9 @@ class EngineCore:
         finished = self._carry_out(out)
         for seq in out.admitted:
             finished += self._admit(seq)
-        finished += self._decode()
-        return [self._finish(seq) for seq in finished]
+        # Sequences done at admission leave their slots before the decode batch is formed.
+        results = [self._finish(seq) for seq in finished]
+        return results + [self._finish(seq) for seq in self._decode()]
 
     def reset(self) -> list[str]:
         """Forget every request in flight (after a failed step); returns their ids."""

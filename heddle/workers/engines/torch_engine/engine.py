@@ -14,6 +14,7 @@ the event loop nor the batching loop waits on large byte copies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -218,10 +219,9 @@ class TorchEngine:
 
     def _to_loop(self, callback: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
-        try:
+        # A closed event loop raises RuntimeError: nobody is left to answer.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(callback, *args)
-        except RuntimeError:
-            pass  # the event loop is closed: nobody is left to answer
 
 
 def _set_result(future: asyncio.Future[Any], value: Any) -> None:

@@ -6,7 +6,8 @@ the owners are kept dense (slots ``0..n-1``): freeing a slot moves the last owne
 step therefore attends over views of the first n rows of each layer, with no per-step gather (the
 per-request caches are stacked once, when a request joins). Rows are as long as the longest
 running sequence needs (``capacity`` grows by doubling); the engine's token budget, not this
-tensor's size, bounds how much KV it holds.
+tensor's size, bounds how much KV it holds. Every method that allocates or writes the tensor runs
+in ``torch.inference_mode`` (as the forwards do), so the tensor is always an inference tensor.
 
 A ``KVBlock`` is the KV of a token prefix outside the pool, ``[layers, 2, kv_heads, n, head_dim]``:
 a preempted request's parked cache, a trajectory's cached prefix between turns, or an export.
@@ -99,6 +100,7 @@ class SlotPool:
         self.owners.append(owner)
         return len(self.owners) - 1
 
+    @torch.inference_mode()
     def release(self, owner: HoldsKV) -> None:
         """Free ``owner``'s slot, moving the last owner's KV into it to keep slots dense."""
         slot = self.slot_of(owner)
@@ -109,6 +111,7 @@ class SlotPool:
             self._data[:, :, slot, :, :num_tokens].copy_(source)
             self.owners[slot] = last
 
+    @torch.inference_mode()
     def ensure_capacity(self, num_tokens: int) -> None:
         """Make every slot able to hold ``num_tokens`` tokens (doubling, keeping contents)."""
         if num_tokens <= self.capacity_tokens:
@@ -117,17 +120,20 @@ class SlotPool:
         grown[:, :, :, :, : self.capacity_tokens].copy_(self._data)
         self._data = grown
 
+    @torch.inference_mode()
     def write(self, slot: int, block: KVBlock) -> None:
         """Put ``block`` at positions ``0..block.num_tokens`` of ``slot``."""
         self.ensure_capacity(block.num_tokens)
         target = self._data[:, :, slot, :, : block.num_tokens]
         target.copy_(block.data.to(self.device, non_blocking=True))
 
+    @torch.inference_mode()
     def read(self, slot: int, token_ids: tuple[int, ...]) -> KVBlock:
         """A copy of the KV of ``slot``'s first ``len(token_ids)`` positions."""
         data = self._data[:, :, slot, :, : len(token_ids)].clone()
         return KVBlock(token_ids, data)
 
+    @torch.inference_mode()
     def _allocate(self, capacity_tokens: int) -> torch.Tensor:
         layout = self.layout
         shape = (

@@ -1,9 +1,9 @@
 """The built-in ``tiny`` model: a Qwen3-shaped decoder small enough for CPU tests and demos.
 
 Its vocabulary is exactly the project's byte tokenizer's (256 bytes + BOS, EOS, PAD), so every
-token it samples decodes, and EOS can stop a generation. Weights are random and seeded (see ``loading.build_random_model``): the model is a real
-transformer whose outputs mean nothing, which is all that batching, preemption and migration
-need.
+token it samples decodes, and EOS can stop a generation. Weights are random and seeded (see
+``loading.build_random_model``): the model is a real transformer whose outputs mean nothing,
+which is all that batching, preemption and migration need.
 """
 
 from __future__ import annotations
