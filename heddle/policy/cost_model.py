@@ -128,17 +128,24 @@ class AnalyticCostModel:
     def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
         if batch_size <= 0:
             return 0.0
-        beta = self.model.beta_tp1_s * _BETA_PER_DOUBLING**self._doublings
-        memory_s = (
-            _STEP_OVERHEAD_S[self.tp_degree]
-            + self.model.weight_bytes / self._bandwidth
-            + beta * batch_size
-            + self.model.kv_bytes_per_token * total_context_tokens / self._bandwidth
-        )
+        fixed_s, per_context_token_s = self.decode_floor_terms(batch_size)
+        memory_s = fixed_s + per_context_token_s * total_context_tokens
         compute_s = (
             2 * self.model.num_params * batch_size / (self.tp_degree * self.hardware.decode_flops)
         )
         return max(memory_s, compute_s)
+
+    def decode_floor_terms(self, batch_size: int) -> tuple[float, float]:
+        """``(fixed_s, per_context_token_s)`` with ``decode_step_s(b, C) >= fixed_s +
+        per_context_token_s * C`` for every total context ``C``: the memory-bound terms (the
+        compute bound only adds). ``heddle.policy.lower_bound`` sums them in closed form."""
+        beta = self.model.beta_tp1_s * _BETA_PER_DOUBLING**self._doublings
+        fixed_s = (
+            _STEP_OVERHEAD_S[self.tp_degree]
+            + self.model.weight_bytes / self._bandwidth
+            + beta * batch_size
+        )
+        return fixed_s, self.model.kv_bytes_per_token / self._bandwidth
 
     def prefill_s(self, num_tokens: int) -> float:
         if num_tokens <= 0:

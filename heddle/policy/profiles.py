@@ -89,6 +89,12 @@ class ProfiledCostModel:
         extra = max(0, total_context_tokens - batch_size * self.context_tokens)
         return self.curve.at(batch_size) + self.kv_read_s_per_token * extra
 
+    def decode_floor_terms(self, batch_size: int) -> tuple[float, float]:
+        """``(fixed_s, per_context_token_s)`` bounding ``decode_step_s`` from below, linearly
+        in the total context (see ``AnalyticCostModel.decode_floor_terms``)."""
+        per_token = self.kv_read_s_per_token
+        return self.curve.at(batch_size) - per_token * batch_size * self.context_tokens, per_token
+
     def prefill_s(self, num_tokens: int) -> float:
         return max(0, num_tokens) / self.prefill_tokens_per_s
 
