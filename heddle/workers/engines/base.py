@@ -14,6 +14,7 @@ Scheduling contract, shared by all engines:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -142,4 +143,22 @@ class Engine(Protocol):
 
     async def release(self, trajectory_id: str) -> None:
         """Drop the trajectory's cached prefix (it completed or moved away)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUpResult:
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    """Tokens the engine already had cached; the rest were prefilled by the warm-up."""
+
+
+@runtime_checkable
+class CacheWarmer(Protocol):
+    """An engine that cannot import a migrated KV cache but can rebuild it ahead of time (sglang):
+    the worker calls ``warm_up`` on the migration target during the tool gap, so the next step
+    hits the target's prefix cache instead of prefilling on the critical path."""
+
+    async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
+        """Prefill ``input_token_ids`` into the prefix cache without generating."""
         ...
