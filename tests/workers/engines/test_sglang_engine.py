@@ -17,7 +17,12 @@ from sglang_double import DoubleConfig, SglangDouble, poll_until, real_server_ur
 from heddle.events.base import SamplingParams
 from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines import create_engine
-from heddle.workers.engines.base import Engine, EngineError, GenerationRequest
+from heddle.workers.engines.base import (
+    CacheWarmer,
+    Engine,
+    EngineError,
+    GenerationRequest,
+)
 from heddle.workers.engines.sglang.client import RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine
 from heddle.workers.engines.sglang.options import EngineSettings
@@ -77,7 +82,7 @@ def request_of(
 
 
 async def test_the_engine_satisfies_the_engine_protocol(engine: SglangEngine) -> None:
-    assert isinstance(engine, Engine)
+    assert isinstance(engine, Engine) and isinstance(engine, CacheWarmer)
     capabilities = engine.capabilities
     assert capabilities.name == "sglang" and capabilities.model
     assert capabilities.tp_degree >= 1 and capabilities.max_running == 2

@@ -23,7 +23,6 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from heddle.workers.engines.base import (
@@ -33,6 +32,7 @@ from heddle.workers.engines.base import (
     EngineLoad,
     GenerationRequest,
     GenerationResult,
+    WarmUpResult,
 )
 from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
 from heddle.workers.engines.sglang.client import SglangClient
@@ -48,13 +48,6 @@ from heddle.workers.engines.sglang.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class WarmUpResult:
-    num_prompt_tokens: int
-    num_cached_tokens: int
-    """Tokens the target already had cached; the rest were prefilled by the warm-up."""
 
 
 class SglangEngine:
