@@ -73,6 +73,8 @@ class DoubleConfig:
     priority_scheduling: bool = True
     incremental: bool = False
     legacy_abort_errors: bool = False
+    legacy_paths: bool = False
+    """Serve only the old names (``/get_server_info``; no ``/ready``), like older releases."""
     """Answer an aborted request like older SGLang: HTTP 400, or an error frame in a stream."""
     model_path: str = "heddle/sglang-double"
     tp_size: int = 1
@@ -387,6 +389,8 @@ class SglangDouble:
 
     async def _route(self, method: str, path: str, body: Any, writer: asyncio.StreamWriter) -> bool:
         is_up = time.monotonic() - self._started_s >= self.config.startup_delay_s
+        if self.config.legacy_paths and path in ("/ready", "/server_info", "/model_info"):
+            path = "/missing"
         if path == "/generate" and method in ("POST", "PUT"):
             return await self._generate(body, writer)
         if path == "/abort_request" and method == "POST":

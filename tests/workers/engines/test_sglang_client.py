@@ -213,6 +213,14 @@ async def test_loads_and_server_info_parse(client: SglangClient) -> None:
 
 
 @needs_double
+async def test_older_servers_are_probed_and_read_through_their_old_paths() -> None:
+    with SglangDouble(DoubleConfig(legacy_paths=True, tp_size=4)) as old:
+        async with SglangClient(old.url) as sglang:
+            assert await sglang.is_ready()  # no /ready: /v1/loads answers
+            assert (await sglang.server_info()).tp_size == 4  # via /get_server_info
+
+
+@needs_double
 async def test_wait_ready_waits_for_a_slow_starting_server() -> None:
     with SglangDouble(DoubleConfig(startup_delay_s=0.3)) as slow:
         async with SglangClient(slow.url) as sglang:

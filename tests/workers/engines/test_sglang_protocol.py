@@ -9,13 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.workers.engines.sglang.client import RetryPolicy, StreamMerger
+from heddle.workers.engines.sglang.client import RetryPolicy
 from heddle.workers.engines.sglang.protocol import (
     MAX_PRIORITY,
     GenerateBody,
     GenerateOutput,
     MetaInfo,
     SamplingParamsWire,
+    StreamMerger,
     decode_loads,
     decode_output,
     decode_server_info,

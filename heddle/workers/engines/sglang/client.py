@@ -124,14 +124,14 @@ class SglangClient:
     async def generate(self, body: GenerateBody) -> GenerateOutput:
         """``POST /generate`` without streaming: the finished (or aborted) output."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=False))
-        response = await self._with_retries(lambda: self._post_once("/generate", payload))
+        response = await self._with_retries(lambda: self._send_once("POST", "/generate", payload))
         return _decode(protocol.decode_output, response.content, "/generate")
 
     async def generate_stream(self, body: GenerateBody) -> AsyncIterator[GenerateOutput]:
         """``POST /generate`` with ``stream``: yields the whole output so far at each frame
         (frames are merged when the server streams deltas); the last one is finished."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=True))
-        merger = StreamMerger(incremental=self.incremental_streaming)
+        merger = protocol.StreamMerger(incremental=self.incremental_streaming)
         async with self._open_stream(payload) as response:
             async for data in _sse_payloads(response):
                 if data == "[DONE]":
@@ -180,65 +180,66 @@ class SglangClient:
                 )
             await asyncio.sleep(poll_interval_s)
 
-    async def _post_once(self, path: str, payload: bytes) -> httpx.Response:
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        payload: bytes | None = None,
+        *,
+        timeout_s: float | None = None,
+        stream: bool = False,
+        missing_ok: bool = False,
+    ) -> httpx.Response:
+        """One attempt. Refused connections and 503 raise ``_Retriable``; other failures raise
+        ``SglangError``; a 404 returns as is when ``missing_ok`` (the caller tries another
+        path). A streamed response is returned open."""
+        request = self._http.build_request(
+            method,
+            path,
+            content=payload,
+            headers=_JSON if payload is not None else None,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
+        )
         try:
-            response = await self._http.post(path, content=payload, headers=_JSON)
+            response = await self._http.send(request, stream=stream)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise _Retriable(f"cannot connect: {exc}") from exc
         except httpx.HTTPError as exc:
-            raise SglangError(f"POST {path} failed: {exc!r}") from exc
+            raise SglangError(f"{method} {path} failed: {exc!r}") from exc
+        if stream and response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+        if missing_ok and response.status_code == 404:
+            return response
         return _checked(response, path)
 
     @asynccontextmanager
     async def _open_stream(self, payload: bytes) -> AsyncIterator[httpx.Response]:
-        response = await self._with_retries(lambda: self._send_stream_once(payload))
+        response = await self._with_retries(
+            lambda: self._send_once("POST", "/generate", payload, stream=True)
+        )
         try:
             yield response
         finally:
             await response.aclose()
 
-    async def _send_stream_once(self, payload: bytes) -> httpx.Response:
-        request = self._http.build_request("POST", "/generate", content=payload, headers=_JSON)
-        try:
-            response = await self._http.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Retriable(f"cannot connect: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise SglangError(f"POST /generate failed: {exc!r}") from exc
-        if response.status_code >= 400:
-            await response.aread()
-            await response.aclose()
-        return _checked(response, "/generate")
-
     async def _control_post(self, path: str, body: AbortBody) -> None:
         payload = protocol.encode(body)
-        timeout = self.timeouts.control_s
-
-        async def attempt() -> httpx.Response:
-            try:
-                response = await self._http.post(
-                    path, content=payload, headers=_JSON, timeout=timeout
-                )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                raise _Retriable(f"cannot connect: {exc}") from exc
-            except httpx.HTTPError as exc:
-                raise SglangError(f"POST {path} failed: {exc!r}") from exc
-            return _checked(response, path)
-
-        await self._with_retries(attempt)
+        await self._with_retries(
+            lambda: self._send_once("POST", path, payload, timeout_s=self.timeouts.control_s)
+        )
 
     async def _control_get(self, paths: Sequence[str]) -> httpx.Response:
+        """GET the first of ``paths`` the server has (older servers lack the newer names)."""
+
         async def attempt() -> httpx.Response:
-            for path in paths:
-                try:
-                    response = await self._http.get(path, timeout=self.timeouts.control_s)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    raise _Retriable(f"cannot connect: {exc}") from exc
-                except httpx.HTTPError as exc:
-                    raise SglangError(f"GET {path} failed: {exc!r}") from exc
-                if response.status_code != 404 or path == paths[-1]:
-                    return _checked(response, path)
-            raise AssertionError("unreachable: the last path always returns")
+            for path in paths[:-1]:
+                response = await self._send_once(
+                    "GET", path, timeout_s=self.timeouts.control_s, missing_ok=True
+                )
+                if response.status_code != 404:
+                    return response
+            return await self._send_once("GET", paths[-1], timeout_s=self.timeouts.control_s)
 
         return await self._with_retries(attempt)
 
@@ -289,31 +290,3 @@ async def _sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
                 yield line[5:].strip()
     except httpx.HTTPError as exc:
         raise SglangError(f"SGLang stream broke off: {exc!r}") from exc
-
-
-class StreamMerger:
-    """Turns streamed frames into the whole output so far.
-
-    By default every SGLang frame already carries the whole output; with
-    ``--incremental-streaming-output`` frames carry only what is new, so ids, logprobs and text
-    are appended here.
-    """
-
-    def __init__(self, *, incremental: bool) -> None:
-        self.incremental = incremental
-        self._output_ids: list[int] = []
-        self._logprobs: list[tuple[float | None, int, str | None]] = []
-        self._text = ""
-
-    def add(self, frame: GenerateOutput) -> GenerateOutput:
-        if not self.incremental:
-            return frame
-        self._output_ids.extend(frame.output_ids)
-        self._logprobs.extend(frame.meta_info.output_token_logprobs or [])
-        self._text += frame.text
-        meta_info = msgspec.structs.replace(
-            frame.meta_info, output_token_logprobs=list(self._logprobs)
-        )
-        return GenerateOutput(
-            output_ids=list(self._output_ids), meta_info=meta_info, text=self._text
-        )

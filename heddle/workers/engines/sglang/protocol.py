@@ -230,6 +230,34 @@ def error_text(status_code: int, body: bytes) -> str:
     return raw[:500] or f"HTTP {status_code} with an empty body"
 
 
+class StreamMerger:
+    """Turns streamed frames into the whole output so far.
+
+    By default every SGLang frame already carries the whole output; with
+    ``--incremental-streaming-output`` frames carry only what is new, so ids, logprobs and text
+    are appended here.
+    """
+
+    def __init__(self, *, incremental: bool) -> None:
+        self.incremental = incremental
+        self._output_ids: list[int] = []
+        self._logprobs: list[tuple[float | None, int, str | None]] = []
+        self._text = ""
+
+    def add(self, frame: GenerateOutput) -> GenerateOutput:
+        if not self.incremental:
+            return frame
+        self._output_ids.extend(frame.output_ids)
+        self._logprobs.extend(frame.meta_info.output_token_logprobs or [])
+        self._text += frame.text
+        meta_info = msgspec.structs.replace(
+            frame.meta_info, output_token_logprobs=list(self._logprobs)
+        )
+        return GenerateOutput(
+            output_ids=list(self._output_ids), meta_info=meta_info, text=self._text
+        )
+
+
 def to_priority(priority: float, scale: float) -> int:
     """SGLang's integer priority (larger = more important) for our float priority."""
     scaled = round(priority * scale)
