@@ -1,0 +1,225 @@
+"""Placement strategies behind the placement decider: where trajectories run and move.
+
+* ``PresortedPlacer`` (Heddle, paper s.5): the initial placement is the presorted partition of
+  the predicted lengths over the workers (``partition_heterogeneous``: each worker its own TP
+  degree, so its own per-token time and interference); each later step stays on its worker;
+  new predictions go through the migration planner (``heddle.policy.migration``), which names a
+  target when a trajectory's rank leaves its worker's rescaled share.
+* ``RouterPlacer`` (the baselines): every step's request goes where a
+  ``heddle.policy.routing`` router sends it, given the workers' in-flight requests. Sticky
+  routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
+  (least load, random) may not, and the trajectory then re-prefills on the new worker. With a
+  ``locality_threshold_tokens``, a trajectory whose context has reached the threshold stays where
+  its KV is and only shorter ones are balanced (Autellix's locality-aware load balancing).
+
+A placer is built per rollout, once its trajectories and workers are known, and is owned by the
+placement decider.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from heddle.control.resources import representative_context, worker_model
+from heddle.policy.cost_model import CostModel
+from heddle.policy.migration import (
+    MigrationPlanner,
+    MigrationRequest,
+    WorkerShare,
+    shares_from_partition,
+)
+from heddle.policy.placement import partition_heterogeneous
+from heddle.policy.routing import make_router
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    worker_id: str
+    tp_degree: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    traj_id: str
+    predicted_remaining_tokens: float = 0.0
+    prompt_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    traj_id: str
+    worker_id: str
+    rank: int
+    """Rank in the presorted order (0 = predicted longest); submission order for routers."""
+
+
+class Placer(Protocol):
+    @property
+    def needs_predictions(self) -> bool:
+        """Whether the initial placement waits for every trajectory's first prediction."""
+        ...
+
+    def place(
+        self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
+    ) -> list[Assignment]:
+        """Initial placement of a rollout's trajectories (in submission order)."""
+        ...
+
+    def route(
+        self, traj_id: str, current_worker_id: str, context_tokens: int, loads: Mapping[str, int]
+    ) -> str:
+        """The worker for the trajectory's next step (``loads``: live workers' in-flight)."""
+        ...
+
+    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None: ...
+
+    def on_moved(self, traj_id: str, worker_id: str) -> None: ...
+
+    def on_finished(self, traj_id: str) -> None: ...
+
+    def on_worker_failed(self, worker_id: str) -> None: ...
+
+
+class PresortedPlacer:
+    """Heddle's placement: presorted partition at the start, migrations on new predictions."""
+
+    needs_predictions = True
+
+    def __init__(
+        self,
+        cost_for_tp: Callable[[int], CostModel],
+        *,
+        migration: bool = True,
+        hysteresis: float = 0.25,
+    ) -> None:
+        self._cost_for_tp = cost_for_tp
+        self._migration = migration
+        self._hysteresis = hysteresis
+        self._planner: MigrationPlanner | None = None
+        self._shares: list[WorkerShare] = []
+        self._worker_of: dict[str, str] = {}
+        self._predicted: dict[str, float] = {}
+
+    def place(
+        self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
+    ) -> list[Assignment]:
+        lengths = [max(0.0, t.predicted_remaining_tokens) for t in trajectories]
+        context = representative_context([t.prompt_tokens for t in trajectories], lengths)
+        models = [worker_model(self._cost_for_tp(w.tp_degree), context) for w in workers]
+        split = partition_heterogeneous(lengths, models)
+        worker_ids = [worker.worker_id for worker in workers]
+        ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
+        rank_of = {index: rank for rank, index in enumerate(ranks)}
+        assignments = [
+            Assignment(trajectories[index].traj_id, worker_ids[worker], rank_of[index])
+            for worker, group in enumerate(split.groups)
+            for index in group
+        ]
+        assignments.sort(key=lambda assignment: assignment.rank)
+        self._shares = shares_from_partition(split, lengths, worker_ids)
+        self._planner = MigrationPlanner(self._shares, self._hysteresis)
+        for assignment in assignments:
+            predicted = lengths[ranks[assignment.rank]]
+            self._track(assignment.traj_id, assignment.worker_id, predicted)
+        return assignments
+
+    def route(
+        self, traj_id: str, current_worker_id: str, context_tokens: int, loads: Mapping[str, int]
+    ) -> str:
+        return current_worker_id
+
+    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+        if traj_id not in self._predicted or self._planner is None:
+            return None
+        self._predicted[traj_id] = predicted
+        request = self._planner.update(traj_id, predicted)
+        return request if self._migration else None
+
+    def on_moved(self, traj_id: str, worker_id: str) -> None:
+        if traj_id in self._worker_of and self._planner is not None:
+            self._worker_of[traj_id] = worker_id
+            self._planner.moved(traj_id, worker_id)
+
+    def on_finished(self, traj_id: str) -> None:
+        if self._predicted.pop(traj_id, None) is None:
+            return
+        del self._worker_of[traj_id]
+        if self._planner is not None:
+            self._planner.remove(traj_id)
+
+    def on_worker_failed(self, worker_id: str) -> None:
+        """Drop the worker's share: the planner restarts from the surviving shares."""
+        if self._planner is None:
+            return
+        self._shares = [share for share in self._shares if share.worker_id != worker_id]
+        if sum(share.num_ranks for share in self._shares) <= 0:
+            self._planner = None  # no surviving share: stop migrating
+            return
+        self._planner = MigrationPlanner(self._shares, self._hysteresis)
+        for traj_id, worker in self._worker_of.items():
+            self._planner.add(traj_id, worker, self._predicted[traj_id])
+
+    def _track(self, traj_id: str, worker_id: str, predicted: float) -> None:
+        assert self._planner is not None
+        self._worker_of[traj_id] = worker_id
+        self._predicted[traj_id] = predicted
+        self._planner.add(traj_id, worker_id, predicted)
+
+
+class RouterPlacer:
+    """A baseline router deciding every step (see the module docstring)."""
+
+    needs_predictions = False
+
+    def __init__(
+        self, router: str, rng: random.Random, *, locality_threshold_tokens: int | None = None
+    ) -> None:
+        self._router_name = router
+        self._rng = rng
+        self._locality_threshold_tokens = locality_threshold_tokens
+        self._worker_ids: list[str] = []
+        self._router = make_router(router, 1, rng)
+
+    def place(
+        self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
+    ) -> list[Assignment]:
+        self._worker_ids = [worker.worker_id for worker in workers]
+        self._router = make_router(self._router_name, len(workers), self._rng)
+        loads = dict.fromkeys(self._worker_ids, 0)
+        assignments = []
+        for rank, request in enumerate(trajectories):
+            worker_id = self._route(request.traj_id, loads)
+            loads[worker_id] += 1
+            assignments.append(Assignment(request.traj_id, worker_id, rank))
+        return assignments
+
+    def route(
+        self, traj_id: str, current_worker_id: str, context_tokens: int, loads: Mapping[str, int]
+    ) -> str:
+        threshold = self._locality_threshold_tokens
+        if threshold is not None and context_tokens >= threshold and current_worker_id in loads:
+            return current_worker_id
+        worker_id = self._route(traj_id, loads)
+        # A router that names a failed worker (consistent hashing ignores loads) keeps the
+        # trajectory where the control plane re-placed it.
+        return worker_id if worker_id in loads else current_worker_id
+
+    def _route(self, traj_id: str, loads: Mapping[str, int]) -> str:
+        # Failed workers look infinitely loaded, so load-aware routers avoid them.
+        vector = [float(loads.get(worker_id, float("inf"))) for worker_id in self._worker_ids]
+        return self._worker_ids[self._router.route(traj_id, vector)]
+
+    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+        return None
+
+    def on_moved(self, traj_id: str, worker_id: str) -> None:
+        return None
+
+    def on_finished(self, traj_id: str) -> None:
+        self._router.release(traj_id)
+
+    def on_worker_failed(self, worker_id: str) -> None:
+        return None

@@ -1,0 +1,87 @@
+"""The rollout decider: emits ``RolloutFinished`` once every trajectory completed or failed.
+
+Consumes ``RolloutSubmitted`` (how many trajectories, when), ``Completed`` (counts it and its
+output tokens) and ``Failed`` (counts it unless ``retryable``: the control plane re-places those).
+The makespan is the last trajectory's end minus the rollout's submission, in model seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from heddle.control.decider import Output
+from heddle.events import Completed, Event, Failed, RolloutFinished, RolloutSubmitted
+from heddle.ids import derive_id
+
+
+@dataclass(slots=True)
+class _Rollout:
+    num_trajectories: int
+    submitted_at: float
+    completed: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+    num_output_tokens: int = 0
+    is_finished: bool = False
+
+
+class RolloutDecider:
+    """State: per rollout, which trajectories ended and how."""
+
+    name = "rollout"
+    handles: frozenset[type[Event]] = frozenset({RolloutSubmitted, Completed, Failed})
+
+    def __init__(self) -> None:
+        self._rollouts: dict[str, _Rollout] = {}
+
+    def decide(self, event: Event) -> list[Output]:
+        match event:
+            case RolloutSubmitted():
+                self._rollouts.setdefault(
+                    event.rollout_id, _Rollout(event.num_trajectories, event.occurred_at)
+                )
+                return []
+            case Completed():
+                rollout = self._rollouts.get(event.rollout_id)
+                if rollout is None or event.traj_id in rollout.completed:
+                    return []
+                rollout.failed.discard(event.traj_id)
+                rollout.completed.add(event.traj_id)
+                rollout.num_output_tokens += event.num_output_tokens
+            case Failed():
+                rollout = self._rollouts.get(event.rollout_id)
+                if rollout is None or event.retryable or event.traj_id in rollout.completed:
+                    return []
+                rollout.failed.add(event.traj_id)
+            case _:
+                return []
+        return self._maybe_finish(event, rollout)
+
+    def _maybe_finish(self, event: Event, rollout: _Rollout) -> list[Output]:
+        num_ended = len(rollout.completed) + len(rollout.failed)
+        if rollout.is_finished or num_ended < rollout.num_trajectories:
+            return []
+        rollout.is_finished = True
+        return [
+            RolloutFinished(
+                event_id=derive_id(event.rollout_id, "finished"),
+                rollout_id=event.rollout_id,
+                occurred_at=event.occurred_at,
+                num_completed=len(rollout.completed),
+                num_failed=len(rollout.failed),
+                makespan_s=event.occurred_at - rollout.submitted_at,
+                num_output_tokens=rollout.num_output_tokens,
+            )
+        ]
+
+    def snapshot(self) -> dict[str, tuple[int, frozenset[str], frozenset[str], int, bool]]:
+        """The state, as a comparable value (replay tests)."""
+        return {
+            rollout_id: (
+                r.num_trajectories,
+                frozenset(r.completed),
+                frozenset(r.failed),
+                r.num_output_tokens,
+                r.is_finished,
+            )
+            for rollout_id, r in self._rollouts.items()
+        }

@@ -1,0 +1,197 @@
+"""System bundles: Heddle, its ablations and the baselines, as one registry shared by the
+simulator and live runs (``RolloutSubmitted.policy`` names one).
+
+A bundle fixes four choices: the engine-side priority policy (``heddle.policy.priority``; it also
+decides whether engines preempt), the placement (``presorted`` or a ``heddle.policy.routing``
+router), whether migrations run, and the resource plan (``annealed`` TP degrees or homogeneous).
+Baselines follow the code of the systems they name; they are never tuned down, and a
+homogeneous degree of 0 gives each the best homogeneous TP for the workload.
+
+- ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
+  migration (s.5), annealed heterogeneous TP (s.6).
+- ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
+- ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
+- ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
+  paper's Fig. 15 least-load baseline).
+- ``heddle-no-resource``: homogeneous TP instead of the annealed plan.
+- ``verl``: ``volcengine/verl`` ``verl/experimental/agent_loop/agent_loop.py``:
+  ``AsyncLLMServerManager._choose_server`` keeps an LRU map request id -> server (sticky
+  sessions: every turn of a trajectory goes back for its prefix cache) and sends new sessions to
+  the head of a least-requests heap; the SGLang/vLLM server queues each turn's request FCFS
+  (step-centric: back of the queue every turn); homogeneous TP; no migration.
+- ``slime``: the SGLang router/gateway with consistent hashing on the session
+  (``sgl-project/sglang`` ``sgl-model-gateway/src/policies/consistent_hashing.rs``; the routing
+  key is the trajectory), engine FCFS, homogeneous TP.
+- ``slime-least-inflight``: slime's own ``SlimeRouter`` (``THUDM/slime``
+  ``slime/router/router.py``, ``--use-slime-router``): every request to the worker with the fewest
+  in-flight requests, no stickiness, so turns re-prefill wherever they land.
+- ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
+- ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service, preemptive
+  (s.4), and locality-aware load balancing (s.5): a program whose context has grown past
+  ``2048`` tokens stays on the engine holding its KV, shorter ones go to the least-loaded
+  engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
+- ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from heddle.control.decider import Decider
+from heddle.control.placement import PlacementDecider
+from heddle.control.placers import Placer, PresortedPlacer, RouterPlacer
+from heddle.control.prediction import PredictionDecider
+from heddle.control.priority import PriorityConfig, PriorityDecider
+from heddle.control.resources import ResourceMode
+from heddle.control.rollout import RolloutDecider
+from heddle.control.transfer import TransferDecider
+from heddle.policy.batching import BatchingConfig
+from heddle.policy.cost_model import CostModel
+from heddle.policy.predictors import Predictor
+from heddle.policy.priority import priority_policy
+
+PRESORTED = "presorted"
+AUTELLIX_LOCALITY_THRESHOLD_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSpec:
+    name: str
+    summary: str
+    priority: str = "pps"
+    """A ``heddle.policy.priority`` policy; its ``is_preemptive`` sets the engines' preemption."""
+    placement: str = PRESORTED
+    """``presorted`` or a ``heddle.policy.routing`` router name."""
+    migration: bool = True
+    resources: ResourceMode = "annealed"
+    tp_degree: int = 0
+    """Homogeneous TP degree (0: the best homogeneous degree for the workload)."""
+    locality_threshold_tokens: int | None = None
+
+    @property
+    def uses_predictions(self) -> bool:
+        return self.placement == PRESORTED or self.priority in ("pps", "spf")
+
+
+def _heddle(name: str, summary: str, **changes: object) -> SystemSpec:
+    return replace(SystemSpec(name=name, summary=summary), **changes)  # type: ignore[arg-type]
+
+
+def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
+    base = SystemSpec(
+        name=name,
+        summary=summary,
+        priority="round_robin",
+        placement="cache_affinity",
+        migration=False,
+        resources="homogeneous",
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+SYSTEMS: dict[str, SystemSpec] = {
+    spec.name: spec
+    for spec in (
+        _heddle("heddle", "PPS + presorted placement with migration + annealed TP"),
+        _heddle("heddle-no-sched", "heddle with trajectory-level FCFS", priority="fcfs"),
+        _heddle(
+            "heddle-no-place",
+            "heddle with verl's cache-affinity router, no migration",
+            placement="cache_affinity",
+            migration=False,
+        ),
+        _heddle(
+            "heddle-least-load",
+            "heddle with a least-load router re-balancing every step",
+            placement="least_load",
+            migration=False,
+        ),
+        _heddle("heddle-no-resource", "heddle on homogeneous TP", resources="homogeneous"),
+        _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
+        _baseline("slime", "consistent hashing on the session", placement="consistent_hash"),
+        _baseline(
+            "slime-least-inflight", "slime's own router: least in-flight", placement="least_load"
+        ),
+        _heddle("rr", "heddle with step-centric round-robin scheduling", priority="round_robin"),
+        _baseline(
+            "autellix",
+            "PLAS (preemptive) + locality-aware balancing, homogeneous TP",
+            priority="plas",
+            placement="least_load",
+            locality_threshold_tokens=AUTELLIX_LOCALITY_THRESHOLD_TOKENS,
+        ),
+        _heddle("fix-1", "heddle on homogeneous TP1", resources="homogeneous", tp_degree=1),
+        _heddle("fix-8", "heddle on homogeneous TP8", resources="homogeneous", tp_degree=8),
+    )
+}
+"""Bundles by name (the CLI's ``--systems`` choices)."""
+
+
+def system_spec(name: str) -> SystemSpec:
+    spec = SYSTEMS.get(name)
+    if spec is None:
+        raise ValueError(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+    return spec
+
+
+@dataclass(frozen=True, slots=True)
+class ControlOptions:
+    cost_for_tp: Callable[[int], CostModel]
+    """The cost model of a worker of each TP degree (placement and resource plans)."""
+    predictor: Predictor | None = None
+    """Required by bundles that use predictions."""
+    seed: int = 0
+    transfer_kv: bool = True
+    """Migrations move the KV cache (False: the target re-prefills)."""
+    migration_hysteresis: float = 0.25
+    pps_relative_change: float = 0.05
+    """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
+
+
+@dataclass(slots=True)
+class ControlPlane:
+    """The deciders of one bundle, in dispatch order, and the engines' batching config."""
+
+    spec: SystemSpec
+    deciders: list[Decider]
+    engine: BatchingConfig = field(default_factory=BatchingConfig)
+
+
+def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPlane:
+    policy = priority_policy(spec.priority)
+    hysteresis = options.pps_relative_change if spec.priority in ("pps", "spf") else 0.0
+    deciders: list[Decider] = []
+    if spec.uses_predictions:
+        if options.predictor is None:
+            raise ValueError(f"system {spec.name!r} needs a predictor")
+        deciders.append(PredictionDecider(options.predictor))
+    deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
+    deciders.append(PlacementDecider(_placer_factory(spec, options)))
+    if spec.migration:
+        deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
+    deciders.append(RolloutDecider())
+    engine = BatchingConfig(preemptive=policy.is_preemptive)
+    return ControlPlane(spec, deciders, engine)
+
+
+def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], Placer]:
+    if spec.placement == PRESORTED:
+
+        def presorted() -> Placer:
+            return PresortedPlacer(
+                options.cost_for_tp,
+                migration=spec.migration,
+                hysteresis=options.migration_hysteresis,
+            )
+
+        return presorted
+    rng = random.Random(options.seed)
+
+    def routed() -> Placer:
+        return RouterPlacer(
+            spec.placement, rng, locality_threshold_tokens=spec.locality_threshold_tokens
+        )
+
+    return routed

@@ -1,0 +1,124 @@
+"""The transfer decider: schedules migrations' KV transfers, endpoint-exclusive, longest first.
+
+Consumes ``MigrationRequested`` (queue it; a newer request for the same trajectory replaces a
+pending one), ``ToolCalled`` / ``ToolReturned`` (a trajectory can move only in a tool gap, when it
+holds no GPU: paper s.5.3), ``Migrated`` (its endpoints are free again), ``Completed`` / ``Failed``
+(drop its request; free its endpoints if it was moving). After each event it starts every
+pending transfer that ``heddle.policy.transfers.schedule_transfers`` allows among trajectories in
+a gap, emitting one ``MigrateOut`` command to each source worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from heddle.control.decider import Output
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    Migrated,
+    MigrateOut,
+    MigrationRequested,
+    ToolCalled,
+    ToolReturned,
+)
+from heddle.ids import derive_id
+from heddle.policy.transfers import Transfer, schedule_transfers
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    transfer: Transfer
+    """Its ``traj_id`` is ``_transfer_id(key)``: unique across rollouts."""
+    migration_id: str
+    traj_id: str
+
+
+def _transfer_id(key: tuple[str, str]) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+class TransferDecider:
+    """State: pending and in-flight transfers, and which trajectories are in a tool gap."""
+
+    name = "transfer"
+    handles: frozenset[type[Event]] = frozenset(
+        {MigrationRequested, ToolCalled, ToolReturned, Migrated, Completed, Failed}
+    )
+
+    def __init__(self, *, transfer_kv: bool = True) -> None:
+        self.transfer_kv = transfer_kv
+        # Keys are (rollout id, trajectory id): trajectory ids repeat across rollouts, while
+        # endpoints (workers) are shared by all of them.
+        self._pending: dict[tuple[str, str], _Request] = {}
+        self._in_flight: dict[tuple[str, str], _Request] = {}
+        self._in_gap: set[tuple[str, str]] = set()
+
+    def decide(self, event: Event) -> list[Output]:
+        key = (event.rollout_id, getattr(event, "traj_id", ""))
+        match event:
+            case MigrationRequested():
+                if key in self._in_flight:
+                    return []
+                transfer = Transfer(
+                    _transfer_id(key),
+                    event.source_worker_id,
+                    event.target_worker_id,
+                    event.predicted_remaining_tokens,
+                )
+                migration_id = derive_id(event.event_id, "migration")
+                self._pending[key] = _Request(transfer, migration_id, event.traj_id)
+            case ToolCalled():
+                self._in_gap.add(key)
+            case ToolReturned():
+                self._in_gap.discard(key)
+                return []
+            case Migrated():
+                self._in_flight.pop(key, None)
+            case Completed() | Failed():
+                self._in_gap.discard(key)
+                self._pending.pop(key, None)
+                self._in_flight.pop(key, None)
+            case _:
+                return []
+        return self._start(event)
+
+    def _start(self, event: Event) -> list[Output]:
+        if not self._pending:
+            return []
+        ready = {
+            request.transfer.traj_id: key
+            for key, request in self._pending.items()
+            if key in self._in_gap
+        }
+        if not ready:
+            return []
+        in_flight = [request.transfer for request in self._in_flight.values()]
+        pending = [self._pending[key].transfer for key in ready.values()]
+        outputs: list[Output] = []
+        for transfer in schedule_transfers(pending, in_flight):
+            key = ready[transfer.traj_id]
+            request = self._pending.pop(key)
+            self._in_flight[key] = request
+            outputs.append(
+                MigrateOut(
+                    command_id=derive_id(request.migration_id, "migrate_out"),
+                    rollout_id=key[0],
+                    issued_at=event.occurred_at,
+                    worker_id=transfer.source_id,
+                    traj_id=request.traj_id,
+                    target_worker_id=transfer.target_id,
+                    migration_id=request.migration_id,
+                    transfer_kv=self.transfer_kv,
+                )
+            )
+        return outputs
+
+    def snapshot(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str], _Request], dict[tuple[str, str], _Request], frozenset[tuple[str, str]]
+    ]:
+        """The state, as a comparable value (replay tests)."""
+        return dict(self._pending), dict(self._in_flight), frozenset(self._in_gap)
