@@ -1,0 +1,85 @@
+"""Configuration of a simulated rollout: the cluster, the predictor, transfers and tools."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from heddle.policy.cost_model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
+from heddle.policy.predictors import PREDICTORS
+
+# GPUDirect RDMA between GPUs of different servers: one 400 Gb/s InfiniBand NDR NIC per GPU
+# (NVIDIA ConnectX-7 and DGX H100/H200 reference designs) moves ~50 GB/s per direction.
+# Assumption: transfers reach line rate; NVLink inside one server would be ~9x faster.
+DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
+# Setup of one transfer (connection, memory registration, control messages). Assumption.
+DEFAULT_TRANSFER_LATENCY_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    model: str = "qwen3-32b"
+    """Cost-model preset (``heddle.policy.cost_model.MODELS``)."""
+    hardware: str = "h200"
+    """``h100`` or ``h200``."""
+    num_gpus: int = 16
+    """GPU budget; the system's resource plan splits it into workers of some TP degrees."""
+    seed: int = 0
+    """Seeds the predictor's noise, random routers and the annealer."""
+    predictor: str = "noisy_oracle"
+    """Predictor of the bundles that predict (``heddle.policy.predictors.PREDICTORS``)."""
+    predictor_sigma: float = 0.5
+    """Noisy oracle: log-error standard deviation at the first prediction (assumption: a
+    regression model of moderate quality; ``heddle sim figures`` sweeps it)."""
+    predictor_sigma_decay: float = 1.0
+    """Noisy oracle: sigma multiplier per completed step (1: accuracy does not improve)."""
+    link_bandwidth_bytes_s: float = DEFAULT_LINK_BANDWIDTH_BYTES_S
+    transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S
+    transfer_kv: bool = True
+    """Migrations move the KV cache; False: the target re-prefills the whole context."""
+    tool_cold_start_s: float = 0.0
+    """Extra seconds of a tool call that finds no warm executor."""
+    num_warm_executors: int | None = None
+    """Pre-warmed executors (None: an elastic pool that is always warm)."""
+    max_running: int = 1024
+    """Per-worker cap on concurrent generations (KV capacity usually binds first)."""
+    record_worker_timelines: bool = False
+    record_events: bool = False
+    """Keep every event in order (decider replay tests; memory grows with the rollout)."""
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.hardware not in HARDWARE:
+            raise ValueError(
+                f"unknown hardware {self.hardware!r}; choose one of {sorted(HARDWARE)}"
+            )
+        if self.num_gpus < 1:
+            raise ValueError(f"num_gpus must be >= 1, got {self.num_gpus}")
+        if self.predictor not in PREDICTORS:
+            raise ValueError(
+                f"unknown predictor {self.predictor!r}; choose one of {sorted(PREDICTORS)}"
+            )
+        for name in ("link_bandwidth_bytes_s",):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number > 0, got {value}")
+        if not self.transfer_latency_s >= 0 or not self.tool_cold_start_s >= 0:
+            raise ValueError("transfer_latency_s and tool_cold_start_s must be >= 0")
+        if self.num_warm_executors is not None and self.num_warm_executors < 0:
+            raise ValueError("num_warm_executors must be >= 0")
+        if self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+
+    def cost_for_tp(self, tp_degree: int) -> CostModel:
+        return _preset(self.model, self.hardware, tp_degree)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return MODELS[self.model].kv_bytes_per_token
+
+
+@lru_cache(maxsize=64)
+def _preset(model: str, hardware: str, tp_degree: int) -> AnalyticCostModel:
+    return preset(model, hardware, tp_degree)

@@ -1,0 +1,308 @@
+"""The simulated data plane: rollout workers (each a batching model), tool executors and KV
+transfers, driven by the control plane's commands on a virtual clock.
+
+It does what a live worker agent does (``heddle.workers.agent``), in model time: runs the step a
+command asks for, publishes ``Generated`` then ``ToolCalled`` (or ``Completed``), returns the tool
+result after the trace's tool time, migrates a trajectory in its tool gap (release the KV at the
+source, move it over the link, install it at the target) and forwards a command addressed to a
+trajectory's old worker to the worker it went to. Future happenings (a worker's next finish, a
+tool's return, a transfer's end) are handed to a ``Timer``; the simulator calls back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from heddle.events import (
+    Abort,
+    ContinueTrajectory,
+    Event,
+    MigrateOut,
+    Preempt,
+    Reprioritize,
+    StartTrajectory,
+    WorkerCommand,
+)
+from heddle.policy.batching import (
+    BatchingModel,
+    CapacityError,
+    FinishedGeneration,
+    GenerationJob,
+)
+from heddle.sim import facts
+from heddle.sim.config import SimConfig
+from heddle.sim.trajectories import Phase, SimTrajectory
+
+
+class TimerKind(enum.IntEnum):
+    WAKE = 0
+    """A worker's next generation finishes (key: worker id)."""
+    TOOL = 1
+    """A tool call returns (key: trajectory id)."""
+    TRANSFER = 2
+    """A migration's transfer ends (key: trajectory id)."""
+
+
+class Timer(Protocol):
+    def at(self, time_s: float, kind: TimerKind, key: str) -> None: ...
+
+
+@dataclass(slots=True)
+class SimWorker:
+    worker_id: str
+    tp_degree: int
+    model: BatchingModel
+    wake_at: float | None = None
+
+
+class ToolPool:
+    """Elastic executors: warm ones start at once, a call finding none pays a cold start and
+    leaves one more warm executor behind (None: always warm)."""
+
+    def __init__(self, num_warm: int | None, cold_start_s: float) -> None:
+        self._idle = num_warm
+        self._cold_start_s = cold_start_s
+
+    def acquire(self) -> float:
+        """Seconds of cold start this call pays."""
+        if self._idle is None:
+            return 0.0
+        if self._idle > 0:
+            self._idle -= 1
+            return 0.0
+        return self._cold_start_s
+
+    def release(self) -> None:
+        if self._idle is not None:
+            self._idle += 1
+
+
+class SimDataPlane:
+    def __init__(
+        self,
+        rollout_id: str,
+        trajectories: dict[str, SimTrajectory],
+        workers: dict[str, SimWorker],
+        config: SimConfig,
+        timer: Timer,
+    ) -> None:
+        self.rollout_id = rollout_id
+        self.trajectories = trajectories
+        self.workers = workers
+        self._config = config
+        self._timer = timer
+        self._tools = ToolPool(config.num_warm_executors, config.tool_cold_start_s)
+        self._dirty: set[str] = set()
+
+    # ---- commands ------------------------------------------------------------------------------
+
+    def apply(self, command: WorkerCommand, now: float) -> list[Event]:
+        """Carry out one command at ``now``; the events it causes at once."""
+        t = self.trajectories.get(getattr(command, "traj_id", ""))
+        if t is None or t.phase is Phase.DONE:
+            return []
+        match command:
+            case StartTrajectory():
+                return self._start(t, command, now)
+            case ContinueTrajectory():
+                if command.step != t.step:
+                    return []  # a duplicate or a stale command
+                t.priority = command.priority
+                if t.phase is Phase.MIGRATING:
+                    t.wants_next_step = True
+                    return []
+                return self._submit(t, now) if t.phase is Phase.READY else []
+            case Reprioritize():
+                t.priority = command.priority
+                if t.phase is Phase.GENERATING:
+                    self._worker_of(t).model.set_priority(t.request_id, t.priority, now)
+                    self._dirty.add(t.worker_id)
+                return []
+            case MigrateOut():
+                return self._migrate_out(t, command, now)
+            case Preempt():
+                if t.phase is Phase.GENERATING:
+                    self._worker_of(t).model.preempt(t.request_id, now)
+                    self._dirty.add(t.worker_id)
+                return []
+            case Abort():
+                return self._fail(t, f"aborted: {command.reason}", now)
+        return []
+
+    def _start(self, t: SimTrajectory, command: StartTrajectory, now: float) -> list[Event]:
+        t.priority = command.priority
+        if command.worker_id not in self.workers:
+            return []
+        if t.phase is Phase.MIGRATING:
+            t.wants_next_step = True  # the step runs where the transfer lands
+            return []
+        if t.phase is Phase.GENERATING:  # re-placed mid-step: the step starts over there
+            self._worker_of(t).model.abort(t.request_id, now)
+            self._dirty.add(t.worker_id)
+            t.phase = Phase.READY
+        t.move_to(command.worker_id)
+        if t.phase in (Phase.PENDING, Phase.READY):
+            return self._submit(t, now)
+        return []  # in a tool call: the step runs here once the result is routed
+
+    def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
+        worker = self._worker_of(t)
+        t.num_requests += 1
+        request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
+        job = GenerationJob(
+            request_id=request_id,
+            traj_id=t.traj_id,
+            num_context_tokens=t.context_tokens,
+            num_new_tokens=t.new_tokens,
+            num_output_tokens=t.trace.steps[t.step].output_tokens,
+            priority=t.priority,
+        )
+        try:
+            worker.model.submit(job, now)
+        except CapacityError as exc:
+            return self._fail(t, str(exc), now)
+        t.request_id = request_id
+        t.phase = Phase.GENERATING
+        self._dirty.add(worker.worker_id)
+        return []
+
+    def _fail(self, t: SimTrajectory, reason: str, now: float) -> list[Event]:
+        if t.phase is Phase.GENERATING:
+            self._worker_of(t).model.abort(t.request_id, now)
+            self._dirty.add(t.worker_id)
+        t.phase = Phase.DONE
+        t.finished_at = now
+        return [facts.failed(self.rollout_id, t, reason, now)]
+
+    # ---- timers ----------------------------------------------------------------------------------
+
+    def wake(self, worker_id: str, now: float) -> list[Event]:
+        """A worker's generations finished: publish their steps."""
+        worker = self.workers[worker_id]
+        worker.wake_at = None
+        self._dirty.add(worker_id)
+        events: list[Event] = []
+        for done in worker.model.advance(now):
+            t = self.trajectories[done.traj_id]
+            if t.request_id == done.request_id and t.phase is Phase.GENERATING:
+                events += self._finish_step(t, worker, done)
+        return events
+
+    def _finish_step(
+        self, t: SimTrajectory, worker: SimWorker, done: FinishedGeneration
+    ) -> list[Event]:
+        t.queue_s += done.queue_s
+        t.prefill_s += done.prefill_s
+        t.decode_s += done.decode_s
+        t.num_output_tokens += done.num_output_tokens
+        t.num_preemptions += done.num_preemptions
+        t.num_recomputed_tokens += done.num_recomputed_tokens
+        t.context_tokens = done.num_context_tokens
+        t.new_tokens = 0
+        now = done.finished_at
+        events: list[Event] = [facts.generated(self.rollout_id, t, done)]
+        if t.is_last_step:
+            t.phase = Phase.DONE
+            t.finished_at = now
+            worker.model.release(t.traj_id)
+            events.append(facts.completed(self.rollout_id, t))
+            return events
+        t.phase = Phase.IN_TOOL
+        t.tool_duration_s = t.trace.steps[t.step].tool_s + self._tools.acquire()
+        t.tool_s += t.tool_duration_s
+        events.append(facts.tool_called(self.rollout_id, t, now))
+        self._timer.at(now + t.tool_duration_s, TimerKind.TOOL, t.traj_id)
+        if t.pending_migration is not None:
+            command, t.pending_migration = t.pending_migration, None
+            events += self._migrate_out(t, command, now)
+        return events
+
+    def tool_done(self, traj_id: str, now: float) -> list[Event]:
+        t = self.trajectories[traj_id]
+        self._tools.release()
+        if t.phase is Phase.DONE:
+            return []
+        step = t.step
+        observation = t.trace.steps[step].tool_output_tokens
+        t.step += 1
+        t.context_tokens += observation
+        t.new_tokens = observation
+        t.tool_returned_at = now
+        if t.phase is Phase.MIGRATING:
+            t.has_tool_returned = True
+        else:
+            t.phase = Phase.READY
+        return [facts.tool_returned(self.rollout_id, t, step, t.tool_duration_s, now)]
+
+    # ---- migrations ------------------------------------------------------------------------------
+
+    def _migrate_out(self, t: SimTrajectory, command: MigrateOut, now: float) -> list[Event]:
+        if command.target_worker_id not in self.workers or t.phase is Phase.MIGRATING:
+            return []
+        if t.phase in (Phase.PENDING, Phase.GENERATING):
+            t.pending_migration = command  # leaves at its next tool gap
+            return []
+        source = self._worker_of(t)
+        num_tokens = source.model.release(t.traj_id)
+        if not command.transfer_kv:
+            num_tokens = 0
+        num_bytes = num_tokens * self._config.kv_bytes_per_token
+        duration_s = 0.0
+        if num_bytes:
+            duration_s = (
+                self._config.transfer_latency_s + num_bytes / self._config.link_bandwidth_bytes_s
+            )
+        t.migration_target = command.target_worker_id
+        t.migration_tokens = num_tokens
+        t.migration_started_at = now
+        t.has_tool_returned = t.phase is Phase.READY
+        t.wants_next_step = False
+        t.phase = Phase.MIGRATING
+        self._timer.at(now + duration_s, TimerKind.TRANSFER, t.traj_id)
+        return []
+
+    def transfer_done(self, traj_id: str, now: float) -> list[Event]:
+        t = self.trajectories[traj_id]
+        if t.phase is not Phase.MIGRATING:
+            return []
+        target = self.workers[t.migration_target]
+        if t.migration_tokens:
+            target.model.import_cache(t.traj_id, t.migration_tokens, now)
+            self._dirty.add(target.worker_id)
+        source_id = t.worker_id
+        num_bytes = t.migration_tokens * self._config.kv_bytes_per_token
+        t.move_to(target.worker_id)
+        t.num_migrations += 1
+        events: list[Event] = [facts.migrated(self.rollout_id, t, source_id, num_bytes, now)]
+        if t.has_tool_returned:
+            t.migration_s += now - t.tool_returned_at
+            t.phase = Phase.READY
+            if t.wants_next_step:
+                events += self._submit(t, now)
+        else:
+            t.phase = Phase.IN_TOOL
+        t.has_tool_returned = t.wants_next_step = False
+        return events
+
+    # ---- wake-ups --------------------------------------------------------------------------------
+
+    def schedule_wakeups(self) -> None:
+        """Re-arm the timers of workers whose engines changed (call after each cascade, so that
+        requests submitted at one instant share an admission)."""
+        for worker_id in sorted(self._dirty):
+            worker = self.workers[worker_id]
+            at = worker.model.next_event_time()
+            if at != worker.wake_at:
+                worker.wake_at = at
+                if at is not None:
+                    self._timer.at(at, TimerKind.WAKE, worker_id)
+        self._dirty.clear()
+
+    def is_due(self, worker_id: str, time_s: float) -> bool:
+        """Whether a worker wake-up at ``time_s`` is still the armed one."""
+        return self.workers[worker_id].wake_at == time_s
+
+    def _worker_of(self, t: SimTrajectory) -> SimWorker:
+        return self.workers[t.worker_id]

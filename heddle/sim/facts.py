@@ -1,0 +1,116 @@
+"""The events the simulated data plane publishes, built like a live worker would build them.
+
+Token lists are pseudo-tokens (zeros) of the right length: the deciders read their lengths, and
+a fresh list per event keeps memory flat (nothing retains them unless events are recorded).
+``Completed`` carries counts and timings but no token lists.
+"""
+
+from __future__ import annotations
+
+from heddle.events import (
+    Completed,
+    Failed,
+    Generated,
+    Migrated,
+    ToolCalled,
+    ToolReturned,
+)
+from heddle.ids import derive_id
+from heddle.policy.batching import FinishedGeneration
+from heddle.sim.trajectories import SimTrajectory
+
+TOOL_NAME = "trace"
+
+
+def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Generated:
+    return Generated(
+        event_id=derive_id(rollout_id, t.traj_id, t.step, "generated"),
+        rollout_id=rollout_id,
+        occurred_at=done.finished_at,
+        traj_id=t.traj_id,
+        step=t.step,
+        worker_id=t.worker_id,
+        output_token_ids=[0] * done.num_output_tokens,
+        finish_reason="stop" if t.is_last_step else "tool_call",
+        num_context_tokens=done.num_context_tokens,
+        queue_s=done.queue_s,
+        prefill_s=done.prefill_s,
+        decode_s=done.decode_s,
+        num_preemptions=done.num_preemptions,
+        num_recomputed_tokens=done.num_recomputed_tokens,
+    )
+
+
+def tool_called(rollout_id: str, t: SimTrajectory, now: float) -> ToolCalled:
+    return ToolCalled(
+        event_id=derive_id(rollout_id, t.traj_id, t.step, "tool_called"),
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=t.traj_id,
+        step=t.step,
+        worker_id=t.worker_id,
+        call_id=derive_id(rollout_id, t.traj_id, t.step, "call"),
+        tool=TOOL_NAME,
+        pool=t.spec.tool_pool,
+    )
+
+
+def tool_returned(
+    rollout_id: str, t: SimTrajectory, step: int, duration_s: float, now: float
+) -> ToolReturned:
+    return ToolReturned(
+        event_id=derive_id(rollout_id, t.traj_id, step, "tool_returned"),
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=t.traj_id,
+        step=step,
+        call_id=derive_id(rollout_id, t.traj_id, step, "call"),
+        tool=TOOL_NAME,
+        status="ok",
+        output_token_ids=[0] * t.trace.steps[step].tool_output_tokens,
+        duration_s=duration_s,
+        executor_id="sim",
+    )
+
+
+def completed(rollout_id: str, t: SimTrajectory) -> Completed:
+    return Completed(
+        event_id=derive_id(rollout_id, t.traj_id, "completed"),
+        rollout_id=rollout_id,
+        occurred_at=t.finished_at,
+        traj_id=t.traj_id,
+        num_steps=len(t.trace.steps),
+        num_output_tokens=t.num_output_tokens,
+        timings=t.timings(),
+        worker_history=list(t.worker_history),
+        num_recomputed_tokens=t.num_recomputed_tokens,
+    )
+
+
+def failed(rollout_id: str, t: SimTrajectory, reason: str, now: float) -> Failed:
+    return Failed(
+        event_id=derive_id(rollout_id, t.traj_id, t.step, "failed"),
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=t.traj_id,
+        step=t.step,
+        reason=reason,
+        worker_id=t.worker_id,
+    )
+
+
+def migrated(
+    rollout_id: str, t: SimTrajectory, source: str, num_bytes: int, now: float
+) -> Migrated:
+    return Migrated(
+        event_id=derive_id(rollout_id, t.traj_id, t.step, source, t.migration_target, "migrated"),
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=t.traj_id,
+        source_worker_id=source,
+        target_worker_id=t.migration_target,
+        num_context_tokens=t.context_tokens,
+        num_bytes=num_bytes,
+        kv_transferred=num_bytes > 0,
+        transfer_s=now - t.migration_started_at,
+    )

@@ -1,0 +1,109 @@
+"""Simulate one rollout of a trace under one system bundle: ``simulate(trace, "heddle")``.
+
+Steps: build the bundle's predictor (fitted on ``history``: completed trajectories of earlier
+rollouts, for the predictors that learn), plan the workers' TP degrees (``annealed`` on the first
+predictions for Heddle; homogeneous otherwise, degree 0 picking the best homogeneous degree on
+the true lengths, which is generous to the baselines), build the control plane, run the
+simulator, and report against the lower bound of ``heddle.policy.lower_bound``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from heddle.control.resources import plan_tp_degrees, representative_context
+from heddle.control.systems import (
+    ControlOptions,
+    SystemSpec,
+    build_control_plane,
+    system_spec,
+)
+from heddle.policy.cost_model import TP_DEGREES
+from heddle.policy.lower_bound import makespan_lower_bound
+from heddle.policy.predictors import (
+    Predictor,
+    PredictorOptions,
+    Progress,
+    fit,
+    make_predictor,
+)
+from heddle.sim.config import SimConfig
+from heddle.sim.results import SimResult, summarise
+from heddle.sim.simulator import Progress as ProgressCallback
+from heddle.sim.simulator import Simulator, build_trajectories
+from heddle.traces import TraceTrajectory
+
+
+def simulate(
+    trace: Sequence[TraceTrajectory],
+    system: str | SystemSpec,
+    config: SimConfig | None = None,
+    *,
+    history: Sequence[TraceTrajectory] = (),
+    progress: ProgressCallback | None = None,
+) -> SimResult:
+    """One rollout of ``trace`` under ``system`` (a registry name or a spec)."""
+    config = config or SimConfig()
+    spec = system if isinstance(system, SystemSpec) else system_spec(system)
+    predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
+    tp_degrees = plan_workers(trace, spec, config, predictor)
+    options = ControlOptions(
+        cost_for_tp=config.cost_for_tp,
+        predictor=predictor,
+        seed=config.seed,
+        transfer_kv=config.transfer_kv,
+    )
+    control = build_control_plane(spec, options)
+    run = Simulator(trace, control, tp_degrees, config).run(progress)
+    return summarise(spec.name, run, tp_degrees, lower_bound_s(trace, config))
+
+
+def make_simulation_predictor(
+    trace: Sequence[TraceTrajectory], config: SimConfig, history: Sequence[TraceTrajectory] = ()
+) -> Predictor:
+    """The configured predictor; the oracles know the trace under the simulator's ids."""
+    ids = list(build_trajectories(trace))
+    prior = sum(t.num_output_tokens for t in history) / len(history) if history else 8192.0
+    options = PredictorOptions(
+        seed=config.seed,
+        sigma=config.predictor_sigma,
+        sigma_decay=config.predictor_sigma_decay,
+        trace=dict(zip(ids, trace, strict=True)),
+        prior_total_tokens=prior,
+    )
+    return fit(make_predictor(config.predictor, options), history)
+
+
+def plan_workers(
+    trace: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    predictor: Predictor | None,
+) -> list[int]:
+    """The TP degree of each worker under the bundle's resource mode."""
+    trajectories = build_trajectories(trace)
+    if spec.resources == "annealed":
+        if predictor is None:
+            raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
+        lengths = [
+            predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
+            for t in trajectories.values()
+        ]
+    else:
+        lengths = [float(t.num_output_tokens) for t in trace]
+    context = representative_context([t.prompt_tokens for t in trace], lengths)
+    return plan_tp_degrees(
+        spec.resources,
+        num_gpus=config.num_gpus,
+        lengths=lengths,
+        context_tokens=context,
+        cost_for_tp=config.cost_for_tp,
+        rng=random.Random(config.seed),
+        tp_degree=spec.tp_degree,
+    )
+
+
+def lower_bound_s(trace: Sequence[TraceTrajectory], config: SimConfig) -> float:
+    models = {tp: config.cost_for_tp(tp) for tp in TP_DEGREES if tp <= config.num_gpus}
+    return makespan_lower_bound(trace, config.num_gpus, models).makespan_s

@@ -1,0 +1,246 @@
+"""The discrete-event simulator: the control plane's deciders and a simulated data plane on a
+virtual clock.
+
+One heap of timed happenings (a worker's next finish, a tool's return, a transfer's end) drives
+the data plane; every event it publishes goes through the deciders of the system bundle
+(``heddle.control.systems``) in a FIFO cascade at that instant: an event is delivered to each
+decider that handles it, in bundle order; the events they emit join the cascade and the commands
+they emit are carried out by the data plane at once. So the deciders see events in time order,
+exactly as the live consumers see the stream. After each cascade the workers whose engines
+changed re-arm their timers, so requests submitted at one instant share an admission.
+
+Deterministic: the heap breaks time ties by insertion order, deciders and the data plane iterate
+in insertion order, and all randomness comes from the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from heddle.control.decider import dispatch_table
+from heddle.control.systems import ControlPlane
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    RolloutFinished,
+    RolloutSubmitted,
+    TrajectorySpec,
+    TrajectorySubmitted,
+    WorkerCommand,
+    WorkerRegistered,
+)
+from heddle.ids import derive_id, group_id, trajectory_id
+from heddle.policy.batching import BatchingConfig, BatchingModel
+from heddle.sim.config import SimConfig
+from heddle.sim.dataplane import SimDataPlane, SimWorker, TimerKind
+from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.traces import TraceTrajectory
+
+ROLLOUT_ID = "sim"
+
+Progress = Callable[[float], None]
+"""Called with the fraction of trajectories finished (for progress bars)."""
+
+
+class SimulationError(RuntimeError):
+    """The simulation stopped with trajectories unfinished (a bug in a decider or the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What one simulated rollout leaves behind (``heddle.sim.results`` summarises it)."""
+
+    trajectories: list[SimTrajectory]
+    workers: list[SimWorker]
+    makespan_s: float
+    active_over_time: list[tuple[float, int]]
+    """(time, trajectories not yet finished) after every completion, starting at (0, n)."""
+    events: list[Event]
+    """Every event in dispatch order (only with ``SimConfig.record_events``)."""
+    num_events: int
+
+
+def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTrajectory]:
+    """Simulated trajectories with ids ``t000000...`` in trace order; trajectories of one group
+    share one prompt token list (GRPO samples share their prompt)."""
+    prompts: dict[tuple[str, int], list[int]] = {}
+    groups: dict[str, str] = {}
+    trajectories: dict[str, SimTrajectory] = {}
+    for index, trajectory in enumerate(trace):
+        group = groups.setdefault(trajectory.group or trajectory.id, group_id(len(groups)))
+        prompt = prompts.setdefault(
+            (group, trajectory.prompt_tokens), [0] * trajectory.prompt_tokens
+        )
+        spec = TrajectorySpec(
+            group_id=group,
+            index=index,
+            environment="trace",
+            task={"trace_id": trajectory.id},
+            prompt_token_ids=prompt,
+            max_steps=len(trajectory.steps),
+        )
+        traj_id = trajectory_id(index)
+        trajectories[traj_id] = SimTrajectory(
+            traj_id,
+            trajectory,
+            spec,
+            context_tokens=trajectory.prompt_tokens,
+            new_tokens=trajectory.prompt_tokens,
+        )
+    return trajectories
+
+
+class Simulator:
+    """One rollout of ``trace`` under one control plane on the given workers."""
+
+    def __init__(
+        self,
+        trace: Sequence[TraceTrajectory],
+        control: ControlPlane,
+        tp_degrees: Sequence[int],
+        config: SimConfig,
+    ) -> None:
+        if not trace:
+            raise ValueError("the trace holds no trajectories")
+        if not tp_degrees:
+            raise ValueError("no workers: the resource plan is empty")
+        self._config = config
+        self._control = control
+        self._table = dispatch_table(control.deciders)
+        self._heap: list[tuple[float, int, TimerKind, str]] = []
+        self._sequence = 0
+        workers = {
+            f"w{index:02d}": SimWorker(
+                f"w{index:02d}", tp, BatchingModel(config.cost_for_tp(tp), self._engine_config())
+            )
+            for index, tp in enumerate(tp_degrees)
+        }
+        self._trajectories = build_trajectories(trace)
+        self._dataplane = SimDataPlane(ROLLOUT_ID, self._trajectories, workers, config, self)
+        self._events: list[Event] = []
+        self._num_events = 0
+        self._num_active = len(self._trajectories)
+        self._active: list[tuple[float, int]] = [(0.0, self._num_active)]
+        self._makespan_s = 0.0
+        self._now = 0.0
+
+    def _engine_config(self) -> BatchingConfig:
+        return replace(
+            self._control.engine,
+            max_running=self._config.max_running,
+            record_timeline=self._config.record_worker_timelines,
+        )
+
+    def at(self, time_s: float, kind: TimerKind, key: str) -> None:
+        """Timer: call back at ``time_s`` (the data plane's future happenings)."""
+        self._sequence += 1
+        heapq.heappush(self._heap, (time_s, self._sequence, kind, key))
+
+    def run(self, progress: Progress | None = None) -> Run:
+        self._publish(self._opening_events())
+        self._dataplane.schedule_wakeups()
+        total = len(self._trajectories)
+        reported = total
+        while self._heap:
+            time_s, _, kind, key = heapq.heappop(self._heap)
+            self._now = time_s
+            if kind is TimerKind.WAKE:
+                if not self._dataplane.is_due(key, time_s):
+                    continue
+                events = self._dataplane.wake(key, time_s)
+            elif kind is TimerKind.TOOL:
+                events = self._dataplane.tool_done(key, time_s)
+            else:
+                events = self._dataplane.transfer_done(key, time_s)
+            if events:
+                self._publish(events)
+            self._dataplane.schedule_wakeups()
+            if progress is not None and self._num_active != reported:
+                reported = self._num_active
+                progress(1.0 - reported / total)
+        self._check_finished()
+        return Run(
+            trajectories=list(self._trajectories.values()),
+            workers=list(self._dataplane.workers.values()),
+            makespan_s=self._makespan_s,
+            active_over_time=self._active,
+            events=self._events,
+            num_events=self._num_events,
+        )
+
+    def _opening_events(self) -> list[Event]:
+        events: list[Event] = [
+            WorkerRegistered(
+                event_id=derive_id(worker.worker_id, "registered"),
+                occurred_at=0.0,
+                worker_id=worker.worker_id,
+                engine="sim",
+                model=self._config.model,
+                tp_degree=worker.tp_degree,
+                max_running=self._config.max_running,
+                max_kv_tokens=worker.model.max_kv_tokens,
+                can_export_kv=True,
+            )
+            for worker in self._dataplane.workers.values()
+        ]
+        events.append(
+            RolloutSubmitted(
+                event_id=derive_id(ROLLOUT_ID, "submitted"),
+                rollout_id=ROLLOUT_ID,
+                occurred_at=0.0,
+                policy=self._control.spec.name,
+                num_trajectories=len(self._trajectories),
+                source="sim",
+            )
+        )
+        events += [
+            TrajectorySubmitted(
+                event_id=derive_id(ROLLOUT_ID, t.traj_id, "submitted"),
+                rollout_id=ROLLOUT_ID,
+                occurred_at=0.0,
+                traj_id=t.traj_id,
+                spec=t.spec,
+            )
+            for t in self._trajectories.values()
+        ]
+        return events
+
+    def _publish(self, events: list[Event]) -> None:
+        """Deliver events (and what they cause) at the current instant, FIFO."""
+        queue = deque(events)
+        table = self._table
+        record = self._config.record_events
+        apply = self._dataplane.apply
+        while queue:
+            event = queue.popleft()
+            self._num_events += 1
+            if record:
+                self._events.append(event)
+            if isinstance(event, (Completed, Failed, RolloutFinished)):
+                self._observe(event)
+            for decider in table.get(type(event), ()):
+                for output in decider.decide(event):
+                    if isinstance(output, WorkerCommand):
+                        queue.extend(apply(output, self._now))
+                    else:
+                        queue.append(output)
+
+    def _observe(self, event: Event) -> None:
+        if isinstance(event, RolloutFinished):
+            self._makespan_s = event.makespan_s
+            return
+        self._num_active -= 1
+        self._active.append((event.occurred_at, self._num_active))
+
+    def _check_finished(self) -> None:
+        stuck = [t for t in self._trajectories.values() if t.phase is not Phase.DONE]
+        if stuck:
+            sample = ", ".join(f"{t.traj_id} ({t.phase.value}, step {t.step})" for t in stuck[:5])
+            raise SimulationError(
+                f"{len(stuck)} trajectories never finished under {self._control.spec.name}: "
+                f"{sample}"
+            )

@@ -1,0 +1,85 @@
+"""A simulated trajectory: the trace it replays, where it is, and where its time went."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from heddle.events import MigrateOut, TrajectorySpec, TrajectoryTimings
+from heddle.traces import TraceTrajectory
+
+
+class Phase(enum.Enum):
+    PENDING = "pending"
+    """Submitted, not started yet."""
+    GENERATING = "generating"
+    """A generation is in a worker's engine (waiting, running or preempted)."""
+    IN_TOOL = "in_tool"
+    READY = "ready"
+    """The tool returned; the next step waits for the control plane's command."""
+    MIGRATING = "migrating"
+    """Its KV is on the wire (in a tool gap); the next step waits for the transfer."""
+    DONE = "done"
+
+
+@dataclass(slots=True)
+class SimTrajectory:
+    """Mutable state of one trajectory, owned by the simulated data plane."""
+
+    traj_id: str
+    trace: TraceTrajectory
+    spec: TrajectorySpec
+    phase: Phase = Phase.PENDING
+    worker_id: str = ""
+    step: int = 0
+    """The step it runs next (or is running)."""
+    context_tokens: int = 0
+    """Prompt + every generation + every observation so far."""
+    new_tokens: int = 0
+    """Context tokens never sent to an engine yet (the prompt, then each observation)."""
+    priority: float = 0.0
+    request_id: str = ""
+    num_requests: int = 0
+    tool_duration_s: float = 0.0
+    """The current tool call's duration (trace time plus any cold start)."""
+    tool_returned_at: float = 0.0
+    has_tool_returned: bool = False
+    """During a migration: the tool result is back and the step waits for the transfer."""
+    wants_next_step: bool = False
+    """During a migration: the control plane already asked for the next step."""
+    pending_migration: MigrateOut | None = None
+    """A migration asked while generating; it starts at the next tool gap."""
+    migration_target: str = ""
+    migration_tokens: int = 0
+    migration_started_at: float = 0.0
+    worker_history: list[str] = field(default_factory=list)
+    finished_at: float = 0.0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    tool_s: float = 0.0
+    migration_s: float = 0.0
+    """Time a ready step waited for its trajectory's transfer (exposed migration time)."""
+    num_output_tokens: int = 0
+    num_preemptions: int = 0
+    num_recomputed_tokens: int = 0
+    num_migrations: int = 0
+
+    @property
+    def is_last_step(self) -> bool:
+        return self.step == len(self.trace.steps) - 1
+
+    def move_to(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        if not self.worker_history or self.worker_history[-1] != worker_id:
+            self.worker_history.append(worker_id)
+
+    def timings(self) -> TrajectoryTimings:
+        return TrajectoryTimings(
+            queue_s=self.queue_s,
+            prefill_s=self.prefill_s,
+            decode_s=self.decode_s,
+            tool_s=self.tool_s,
+            migration_s=self.migration_s,
+            total_s=self.finished_at,
+        )
