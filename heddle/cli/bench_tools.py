@@ -1,1 +1,95 @@
-"""`heddle` commands: bench_tools (registered on the groups of heddle.cli.apps)."""
+"""`heddle bench tools`: sandbox calls cold (spawn per call) vs warm (pre-warmed pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from heddle.cli.apps import bench_app
+from heddle.cli.tools import IsolationChoice
+from heddle.errors import UserError
+from heddle.workers.tools.bench import bench_cold, bench_warm
+from heddle.workers.tools.limits import SandboxConfig
+from heddle.workers.tools.sandbox import SandboxError, resolve_isolation
+
+
+async def _run(
+    config: SandboxConfig, num_calls: int, concurrency: int, min_warm: int, gap_s: float
+) -> dict[str, Any]:
+    isolation = await resolve_isolation(config)
+    cold = await bench_cold(config, isolation, num_calls, concurrency, gap_s)
+    warm, num_cold_starts = await bench_warm(config, num_calls, concurrency, min_warm, gap_s)
+    return {
+        "isolation": isolation.level,
+        "num_calls": num_calls,
+        "concurrency": concurrency,
+        "min_warm": min_warm,
+        "gap_s": gap_s,
+        "cold": asdict(cold),
+        "warm": asdict(warm),
+        "warm_calls_that_spawned": num_cold_starts,
+        "sequential_p50_speedup": _ratio(cold.sequential.p50_ms, warm.sequential.p50_ms),
+        "concurrent_throughput_ratio": _ratio(
+            warm.concurrent.calls_per_s, cold.concurrent.calls_per_s
+        ),
+    }
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return round(numerator / denominator, 2) if denominator > 0 else 0.0
+
+
+def _table(report: dict[str, Any]) -> Table:
+    table = Table(title=f"sandbox calls ({report['isolation']} isolation)")
+    for column in ("mode", "phase", "calls/s", "p50 ms", "p99 ms", "failed"):
+        table.add_column(column)
+    for mode in ("cold", "warm"):
+        figures = report[mode]
+        for phase in ("sequential", "concurrent"):
+            stats = figures[phase]
+            table.add_row(
+                mode,
+                phase,
+                f"{stats['calls_per_s']:.1f}",
+                f"{stats['p50_ms']:.1f}",
+                f"{stats['p99_ms']:.1f}",
+                str(stats["num_failed"]),
+            )
+    return table
+
+
+@bench_app.command("tools")
+def bench_tools(
+    num_calls: Annotated[int, typer.Option(help="Calls per mode and phase")] = 50,
+    concurrency: Annotated[int, typer.Option(help="Calls in flight in the concurrent phase")] = 4,
+    min_warm: Annotated[int, typer.Option(help="Parked processes of the warm pool")] = 4,
+    gap_s: Annotated[
+        float, typer.Option(help="Idle seconds between sequential calls (both modes)")
+    ] = 0.1,
+    isolation: Annotated[IsolationChoice, typer.Option()] = IsolationChoice.auto,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+) -> None:
+    """Latency (p50/p99) and calls/s of a trivial snippet, cold vs warm, side by side."""
+    if num_calls < 1 or concurrency < 1 or min_warm < 1 or gap_s < 0:
+        raise UserError("--num-calls, --concurrency and --min-warm must be >= 1, --gap-s >= 0")
+    config = SandboxConfig(isolation=isolation.value)
+    try:
+        report = asyncio.run(_run(config, num_calls, concurrency, min_warm, gap_s))
+    except SandboxError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    console = Console()
+    console.print(_table(report))
+    console.print(
+        f"sequential p50 speed-up warm/cold: {report['sequential_p50_speedup']}x; "
+        f"concurrent throughput warm/cold: {report['concurrent_throughput_ratio']}x; "
+        f"warm calls that spawned: {report['warm_calls_that_spawned']}"
+    )

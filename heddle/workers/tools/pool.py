@@ -60,6 +60,7 @@ class SandboxPool:
         self._num_waiting = 0
         self._demand = 0
         self._changed = asyncio.Event()
+        self._parked_more = asyncio.Event()
         self._refill_task: asyncio.Task[None] | None = None
         self._num_warm_starts = 0
         self._num_cold_starts = 0
@@ -111,6 +112,19 @@ class SandboxPool:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def wait_until_parked(self, num_parked: int, timeout_s: float = 60.0) -> bool:
+        """Wait until at least ``num_parked`` processes are parked; False if ``timeout_s``
+        passed first (the target may be lower, or spawning fails)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while len(self._parked) < num_parked:
+            self._parked_more.clear()
+            remaining_s = deadline - asyncio.get_running_loop().time()
+            try:
+                await asyncio.wait_for(self._parked_more.wait(), max(remaining_s, 0.0))
+            except TimeoutError:
+                return False
+        return True
 
     def set_demand(self, num_queued: int) -> None:
         """Calls known to be waiting upstream (e.g. the tool queue's pending messages)."""
@@ -171,3 +185,4 @@ class SandboxPool:
                     await asyncio.sleep(1.0)
                     continue
                 self._parked.append(process)
+                self._parked_more.set()
