@@ -44,6 +44,8 @@ class EngineStats:
     num_preemptions: int = 0
     num_evictions: int = 0
     prefill_s: float = 0.0
+    recompute_s: float = 0.0
+    """The share of ``prefill_s`` spent on recomputed tokens."""
     decode_s: float = 0.0
     restore_s: float = 0.0
     park_s: float = 0.0
@@ -58,6 +60,7 @@ class _Counters:
     num_recomputed_tokens: int = 0
     num_preemptions: int = 0
     prefill_s: float = 0.0
+    recompute_s: float = 0.0
     decode_s: float = 0.0
 
 
@@ -250,6 +253,7 @@ class EngineCore:
         self._counters.num_prefilled_tokens += target - start
         self._counters.num_recomputed_tokens += recomputed
         self._counters.prefill_s += elapsed
+        self._counters.recompute_s += elapsed * recomputed / (target - start)
         return logits
 
     def _decode(self) -> list[Sequence]:
@@ -326,6 +330,7 @@ class EngineCore:
             num_preemptions=counters.num_preemptions,
             num_evictions=self.kv.store.num_evictions,
             prefill_s=counters.prefill_s,
+            recompute_s=counters.recompute_s,
             decode_s=counters.decode_s,
             restore_s=moves.restore_s,
             park_s=moves.park_s,

@@ -1,0 +1,310 @@
+"""Measurements of the torch engine for ``heddle bench engine``: F(b), prefill, resume, migration.
+
+Everything runs through the ``Engine`` protocol on real forward passes; per-step times come from
+the engine's own counters (``EngineStats``), so thread hand-offs do not blur them. Each figure is
+the median of ``repeats`` runs, and each ratio compares two paths measured in the same run:
+
+- decode: ``batch`` requests start together with the same prompt and output lengths, so every
+  decode step runs at exactly that batch size; ITL(b) = decode time / decode steps.
+- prefill: one request of ``prefill_tokens`` prompt tokens and one output token.
+- resume: a request of ``resume_context_tokens`` is preempted by a higher-priority one; resuming
+  with kept KV costs the park + restore copies, with recompute the prefill of its context again.
+- migration: export (copy + serialise) on one engine and import (deserialise + store) on another,
+  against prefilling the same context from scratch on the target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from heddle.events.base import SamplingParams
+from heddle.workers.engines.base import GenerationRequest
+from heddle.workers.engines.torch_engine.engine import TorchEngine
+from heddle.workers.engines.torch_engine.options import TorchEngineOptions
+
+_SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, seed=0)
+_BYTE_TOKENS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    context_tokens: int = 128
+    """Prompt tokens of each decode-benchmark request."""
+    decode_tokens: int = 32
+    """Output tokens of each decode-benchmark request."""
+    prefill_tokens: int = 512
+    resume_context_tokens: int = 512
+    migration_context_tokens: int = 512
+    repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or min(self.batch_sizes) < 1:
+            raise ValueError("batch sizes must be >= 1")
+        numbers = (self.context_tokens, self.decode_tokens, self.prefill_tokens, self.repeats)
+        if min(numbers) < 1 or self.decode_tokens < 2:
+            raise ValueError("token counts and repeats must be >= 1 (decode tokens >= 2)")
+        if min(self.resume_context_tokens, self.migration_context_tokens) < 2:
+            raise ValueError("resume and migration contexts must be >= 2 tokens")
+
+    @property
+    def mean_context_tokens(self) -> int:
+        return self.context_tokens + self.decode_tokens // 2
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePoint:
+    batch_size: int
+    itl_ms: float
+    """Median time of one decode step at this batch size (every sequence gets one token)."""
+    tokens_per_s: float
+    interference: float
+    """F(b) = ITL(b) / ITL(smallest measured batch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeCost:
+    context_tokens: int
+    kept_kv_ms: float
+    """Park + restore copies of the victim's KV."""
+    recompute_ms: float
+    """Prefilling the victim's context again."""
+    speedup: float
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationCost:
+    context_tokens: int
+    payload_bytes: int
+    export_ms: float
+    import_ms: float
+    reprefill_ms: float
+    speedup: float
+    """reprefill / (export + import): how much cheaper moving the KV is than recomputing it."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineBenchResult:
+    model: str
+    device: str
+    dtype: str
+    decode: list[DecodePoint]
+    prefill_tokens_per_s: float
+    resume: ResumeCost
+    migration: MigrationCost
+    max_kv_tokens: int
+    mean_context_tokens: int
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+async def run_engine_bench(options: TorchEngineOptions, config: BenchConfig) -> EngineBenchResult:
+    """Run every measurement (module docstring); ``options`` names model, device and dtype."""
+    rng = random.Random(0)
+    largest = max(config.batch_sizes)
+    needed = 2 * largest * (config.context_tokens + config.decode_tokens) + config.prefill_tokens
+    decode_options = dataclasses.replace(
+        options,
+        max_running=largest,
+        max_kv_tokens=max(options.max_kv_tokens, needed),
+        initial_kv_capacity_tokens=max(config.context_tokens, config.prefill_tokens) + 64,
+    )
+    async with _started(decode_options) as engine:
+        decode = await _decode_curve(engine, config, rng)
+        prefill_rate = await _prefill_rate(engine, config, rng)
+        dtype = engine.capabilities.extras.get("dtype", options.dtype)
+    resume = await _resume_cost(options, config, rng)
+    migration = await _migration_cost(options, config, rng)
+    return EngineBenchResult(
+        model=options.model,
+        device=options.device,
+        dtype=dtype,
+        decode=decode,
+        prefill_tokens_per_s=prefill_rate,
+        resume=resume,
+        migration=migration,
+        max_kv_tokens=options.max_kv_tokens,
+        mean_context_tokens=config.mean_context_tokens,
+    )
+
+
+class _started:
+    """``async with _started(options) as engine``: a started engine, closed on exit."""
+
+    def __init__(self, options: TorchEngineOptions) -> None:
+        self.engine = TorchEngine(options)
+
+    async def __aenter__(self) -> TorchEngine:
+        await self.engine.start()
+        return self.engine
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.engine.close()
+
+
+def _prompt(rng: random.Random, length: int) -> list[int]:
+    return [rng.randrange(_BYTE_TOKENS) for _ in range(length)]
+
+
+def _request(
+    name: str, prompt: list[int], max_new: int, priority: float = 0.0
+) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=name,
+        trajectory_id=name,
+        input_token_ids=prompt,
+        max_new_tokens=max_new,
+        priority=priority,
+        sampling=_SAMPLING,
+    )
+
+
+async def _decode_curve(
+    engine: TorchEngine, config: BenchConfig, rng: random.Random
+) -> list[DecodePoint]:
+    await _decode_step_s(engine, max(config.batch_sizes), config, rng, -1)  # warm-up, untimed
+    itl_s = {}
+    for batch_size in config.batch_sizes:
+        runs = [
+            await _decode_step_s(engine, batch_size, config, rng, run)
+            for run in range(config.repeats)
+        ]
+        itl_s[batch_size] = statistics.median(runs)
+    base = itl_s[min(config.batch_sizes)]
+    return [
+        DecodePoint(
+            batch_size=batch_size,
+            itl_ms=itl * 1e3,
+            tokens_per_s=batch_size / itl,
+            interference=itl / base,
+        )
+        for batch_size, itl in sorted(itl_s.items())
+    ]
+
+
+async def _decode_step_s(
+    engine: TorchEngine, batch_size: int, config: BenchConfig, rng: random.Random, run: int
+) -> float:
+    before = await engine.stats()
+    names = [f"decode-b{batch_size}-r{run}-{index}" for index in range(batch_size)]
+    requests = [
+        _request(name, _prompt(rng, config.context_tokens), config.decode_tokens) for name in names
+    ]
+    await asyncio.gather(*(engine.generate(request) for request in requests))
+    after = await engine.stats()
+    for name in names:
+        await engine.release(name)
+    return (after.decode_s - before.decode_s) / (after.num_decode_steps - before.num_decode_steps)
+
+
+async def _prefill_rate(engine: TorchEngine, config: BenchConfig, rng: random.Random) -> float:
+    rates = []
+    for run in range(config.repeats):
+        name = f"prefill-{run}"
+        result = await engine.generate(_request(name, _prompt(rng, config.prefill_tokens), 1))
+        await engine.release(name)
+        rates.append(config.prefill_tokens / result.prefill_s)
+    return statistics.median(rates)
+
+
+async def _resume_cost(
+    options: TorchEngineOptions, config: BenchConfig, rng: random.Random
+) -> ResumeCost:
+    kept, recomputed = [], []
+    for run in range(config.repeats):
+        prompt = _prompt(rng, config.resume_context_tokens)
+        kept.append(await _preempt_once(options, "keep", prompt, run))
+        recomputed.append(await _preempt_once(options, "recompute", prompt, run))
+    kept_s, recompute_s = statistics.median(kept), statistics.median(recomputed)
+    return ResumeCost(
+        context_tokens=config.resume_context_tokens,
+        kept_kv_ms=kept_s * 1e3,
+        recompute_ms=recompute_s * 1e3,
+        speedup=recompute_s / kept_s,
+    )
+
+
+async def _preempt_once(
+    options: TorchEngineOptions, mode: str, prompt: list[int], run: int
+) -> float:
+    """Seconds the engine spent resuming one preempted request in ``mode``."""
+    engine_options = dataclasses.replace(
+        options,
+        max_running=1,
+        preemption_mode=mode,  # type: ignore[arg-type]
+        max_kv_tokens=max(options.max_kv_tokens, 2 * len(prompt) + 64),
+        initial_kv_capacity_tokens=len(prompt) + 64,
+    )
+    async with _started(engine_options) as engine:
+        victim = asyncio.create_task(engine.generate(_request(f"victim-{run}", prompt, 8)))
+        await _until(lambda: _has_running(engine))
+        await engine.generate(_request(f"urgent-{run}", prompt[:8], 2, priority=1.0))
+        result = await victim
+        stats = await engine.stats()
+    if result.num_preemptions != 1:
+        raise RuntimeError(f"the benchmark victim was preempted {result.num_preemptions} times")
+    return stats.park_s + stats.restore_s if mode == "keep" else stats.recompute_s
+
+
+async def _has_running(engine: TorchEngine) -> bool:
+    return (await engine.load()).num_running > 0
+
+
+async def _until(predicate: Callable[[], Awaitable[bool]]) -> None:
+    for _ in range(100_000):
+        if await predicate():
+            return
+        await asyncio.sleep(0.0005)
+    raise RuntimeError("the engine never started the benchmark request")
+
+
+async def _migration_cost(
+    options: TorchEngineOptions, config: BenchConfig, rng: random.Random
+) -> MigrationCost:
+    exports, imports, reprefills, payload = [], [], [], 0
+    engine_options = dataclasses.replace(
+        options,
+        max_running=1,
+        max_kv_tokens=max(options.max_kv_tokens, 4 * config.migration_context_tokens),
+        initial_kv_capacity_tokens=config.migration_context_tokens + 64,
+    )
+    async with _started(engine_options) as source, _started(engine_options) as target:
+        for engine in (source, target):  # warm-up, untimed
+            await engine.generate(_request("warm-up", _prompt(rng, 64), 2))
+            await engine.export_cache("warm-up")
+            await engine.release("warm-up")
+        for run in range(config.repeats):
+            name = f"migrate-{run}"
+            prompt = _prompt(rng, config.migration_context_tokens - 1)
+            await source.generate(_request(name, prompt, 2))  # KV of prompt + 1 output
+            started = time.perf_counter()
+            snapshot = await source.export_cache(name)
+            exported = time.perf_counter()
+            assert snapshot is not None
+            await target.import_cache(snapshot)
+            exports.append(exported - started)
+            imports.append(time.perf_counter() - exported)
+            payload = len(snapshot.payload)
+            context = [*prompt, 0]
+            fresh = await target.generate(_request(f"fresh-{run}", context, 1))
+            reprefills.append(fresh.prefill_s)
+            await source.release(name)
+            await target.release(name)
+            await target.release(f"fresh-{run}")
+    move_s = statistics.median(exports) + statistics.median(imports)
+    reprefill_s = statistics.median(reprefills)
+    return MigrationCost(
+        context_tokens=config.migration_context_tokens,
+        payload_bytes=payload,
+        export_ms=statistics.median(exports) * 1e3,
+        import_ms=statistics.median(imports) * 1e3,
+        reprefill_ms=reprefill_s * 1e3,
+        speedup=reprefill_s / move_s,
+    )
