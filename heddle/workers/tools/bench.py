@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from heddle.workers.tools.isolation import Isolation
+from heddle.workers.tools.isolation import Isolation, UidAllocator
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.pool import SandboxPool
 from heddle.workers.tools.sandbox import SandboxRequest, SandboxResult, run_once
@@ -87,9 +87,14 @@ async def bench_cold(
     config: SandboxConfig, isolation: Isolation, num_calls: int, concurrency: int, gap_s: float
 ) -> ModeFigures:
     request = SandboxRequest(code=TRIVIAL_SNIPPET)
+    uids = UidAllocator(config.uid_base, config.num_uids)
 
-    def call() -> Awaitable[SandboxResult]:
-        return run_once(request, config, isolation)
+    async def call() -> SandboxResult:
+        uid = uids.allocate()
+        try:
+            return await run_once(request, config, isolation, uid)
+        finally:
+            uids.release(uid)
 
     return ModeFigures(
         sequential=await measure(call, num_calls, 1, gap_s),

@@ -341,12 +341,19 @@ def _cancel(tasks: list[asyncio.Task[None]]) -> None:
 
 
 async def run_once(
-    request: SandboxRequest, config: SandboxConfig, isolation: Isolation | None = None
+    request: SandboxRequest,
+    config: SandboxConfig,
+    isolation: Isolation | None = None,
+    uid: int | None = None,
 ) -> SandboxResult:
-    """A cold call: spawn a process for ``request`` alone (no pool)."""
+    """A cold call: spawn a process for ``request`` alone (no pool). Concurrent callers pass
+    distinct ``uid``s (a ``UidAllocator``); the default is one uid per calling process."""
     isolation = isolation or await resolve_isolation(config)
     process = await SandboxProcess.spawn(isolation, config)
-    uid = config.uid_base + os.getpid() % config.num_uids if isolation.drops_privileges else None
+    if not isolation.drops_privileges:
+        uid = None
+    elif uid is None:
+        uid = config.uid_base + os.getpid() % config.num_uids
     try:
         return await process.run(request, config.limits, uid)
     finally:
