@@ -24,7 +24,8 @@ from heddle.cli.apps import bench_app
 from heddle.errors import UserError
 from heddle.policy.annealing import anneal
 from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, preset
-from heddle.policy.placement import partition, partition_reference
+from heddle.policy.migration import MigrationPlanner, shares_from_partition
+from heddle.policy.placement import Partition, partition, partition_reference
 from heddle.policy.resources import (
     ResourceProblem,
     all_configurations,
@@ -120,7 +121,28 @@ def placement_command(
         "repeats": repeats,
         "reference_repeats": reference_repeats,
     }
+    report |= _migration_figures(lengths, fast, seed)
     _emit(report, as_json, "Placement: exact solver vs the paper's DP (medians)")
+
+
+def _migration_figures(lengths: list[float], placed: Partition, seed: int) -> dict[str, Any]:
+    """Microseconds per prediction update of the migration planner over all ``n`` trajectories
+    (each re-predicted once, by a lognormal factor of spread 0.3), and how many migrate."""
+    worker_ids = [f"w{i}" for i in range(placed.num_workers)]
+    planner = MigrationPlanner(shares_from_partition(placed, lengths, worker_ids))
+    for worker, group in enumerate(placed.groups):
+        for index in group:
+            planner.add(f"t{index}", worker_ids[worker], lengths[index])
+    rng = random.Random(seed)
+    updates = [(f"t{i}", length * rng.lognormvariate(0.0, 0.3)) for i, length in enumerate(lengths)]
+    start = time.perf_counter()
+    requests = [planner.update(traj_id, predicted) for traj_id, predicted in updates]
+    elapsed_s = time.perf_counter() - start
+    num_migrations = sum(request is not None for request in requests)
+    return {
+        "migration_update_us": round(elapsed_s / len(updates) * 1e6, 2),
+        "migrations_per_update": round(num_migrations / len(updates), 4),
+    }
 
 
 @bench_app.command("annealing")

@@ -22,6 +22,7 @@ def test_bench_placement_prints_json_with_equal_makespans() -> None:
     assert report["equal"] is True
     assert report["makespan"] == report["reference_makespan"]
     assert report["solver_ms"] > 0 and report["speedup"] > 0
+    assert report["migration_update_us"] > 0 and 0 <= report["migrations_per_update"] <= 1
 
 
 def test_bench_annealing_prints_json_against_baselines_and_exhaustive() -> None:
