@@ -1,0 +1,102 @@
+"""The event bus: the only Heddle code that imports ``nats``.
+
+Connect::
+
+    async with Bus(settings) as bus:          # settings: heddle.config.Settings
+        ...
+
+With ``settings.nats_url`` unset, the bus joins the data dir's embedded ``nats-server``
+(``<data_dir>/nats.json``) or starts one (store: ``settings.nats_store_dir``); the process that
+started it stops it on close. Start provisions the streams idempotently (``HEDDLE_EVENTS``:
+``heddle.evt.>``; ``HEDDLE_CMDS``: ``heddle.cmd.worker.>``; ``HEDDLE_TOOLS``: ``heddle.cmd.tool.>``
+with work-queue retention, see ``heddle.bus.streams`` for why tools have their own stream).
+
+Publish (subject from ``heddle.events.subjects``, ``Nats-Msg-Id`` = event_id / command_id, so a
+retry or a re-processing consumer never stores a message twice)::
+
+    ack = await bus.publish(event_or_command)     # PublishAck(stream, sequence, duplicate)
+    acks = await bus.publish_many(messages)       # bounded window in flight, retries, in order
+    await bus.publish_raw(subject, data, msg_id)  # bytes as they are
+    await bus.publish_telemetry(telemetry)        # core NATS, best effort
+    sub = await bus.subscribe_telemetry(handler, worker_id="*");  await sub.close()
+
+Consume with a durable pull consumer (``ConsumerSpec``: durable, stream, filter subjects, batch
+size, max_ack_pending, ack_wait, nak delay, ack_all, start_sequence)::
+
+    async def project(batch: list[Delivery[EventT]]) -> list[Rejection] | None: ...
+    runner = bus.batch_runner(spec, decode_event, project)     # batches in stream order
+    runner = bus.message_runner(spec, decode_tool_call, handle, max_concurrent=32)
+    await runner.run()                   # until runner.stop(); run(until_idle=True) drains
+    runner.stats                         # fetched, acked, dead-lettered, retried
+
+A handler raises ``TransientError`` to have its messages redelivered later, rejects a message
+(``Rejection`` in a batch handler's result, ``InvalidMessage`` from a message handler) to
+dead-letter it; undecodable messages are dead-lettered by the runner (``DeadLettered`` on
+``heddle.evt.deadletter``, then ``term``). Messages are acked after the handler returns.
+``Delivery`` carries the decoded message, subject, stream sequence, num_delivered, num_pending.
+
+Replay (ordered, stops when caught up)::
+
+    reader = bus.replay(ReplayQuery(filter_subjects=rollout_filter(rollout_id), start_sequence=1))
+    async for record in reader:          # ReplayRecord(stream_sequence, subject, message)
+        ...
+    async for batch in reader.batches(): # lists of records, for bulk work
+
+Blobs (chunked object store, bucket ``heddle-kv``)::
+
+    await bus.put_object(key, data)
+    data = await bus.get_object(key)     # ObjectNotFound when absent
+    await bus.delete_object(key)
+
+State: ``await bus.stream_state()``, ``await bus.consumer_state(stream, durable)``,
+``await bus.delete_consumer(stream, durable)``.
+"""
+
+from heddle.bus.bus import Bus, BusOptions, BusUnavailable, ConsumerState, StreamState
+from heddle.bus.delivery import (
+    BatchHandler,
+    Decoder,
+    Delivery,
+    InvalidMessage,
+    MessageHandler,
+    Rejection,
+    TransientError,
+)
+from heddle.bus.objects import KV_BUCKET, ObjectNotFound
+from heddle.bus.publisher import PublishAck, PublishError, PublishOptions
+from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
+from heddle.bus.runner import BatchRunner, MessageRunner, RunnerStats
+from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
+from heddle.bus.streams import ConsumerSpec, StreamSpec
+from heddle.bus.telemetry import TelemetrySubscription
+
+__all__ = [
+    "KV_BUCKET",
+    "BatchHandler",
+    "BatchRunner",
+    "Bus",
+    "BusOptions",
+    "BusUnavailable",
+    "ConsumerSpec",
+    "ConsumerState",
+    "Decoder",
+    "Delivery",
+    "EmbeddedNatsServer",
+    "InvalidMessage",
+    "MessageHandler",
+    "MessageRunner",
+    "NatsServerNotFound",
+    "ObjectNotFound",
+    "PublishAck",
+    "PublishError",
+    "PublishOptions",
+    "Rejection",
+    "ReplayQuery",
+    "ReplayReader",
+    "ReplayRecord",
+    "RunnerStats",
+    "StreamSpec",
+    "StreamState",
+    "TelemetrySubscription",
+    "TransientError",
+]

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from heddle.errors import UserError
+
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 
 
-class NatsServerNotFound(RuntimeError):
-    pass
+class NatsServerNotFound(UserError, RuntimeError):
+    """The ``nats-server`` binary is missing (the message says how to get it)."""
 
 
 def find_nats_server() -> Path:
@@ -62,43 +64,58 @@ class EmbeddedNatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log: a file, not a pipe, so a server that outlives the process that
+        started it (a shared embedded server) never blocks or dies writing to it."""
+        return self.store_dir / "nats-server.log"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedNatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         config = self.store_dir / "nats-server.conf"
         config.write_text(f"max_payload: {self.max_payload_bytes}\n")
-        self._process = subprocess.Popen(
-            [
-                str(find_nats_server()),
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "-js",
-                "-sd",
-                str(self.store_dir),
-                "-c",
-                str(config),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    str(find_nats_server()),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-js",
+                    "-sd",
+                    str(self.store_dir),
+                    "-c",
+                    str(config),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                # Own session: a Ctrl-C meant for the CLI must not kill the server before the
+                # clients drain.
+                start_new_session=True,
+            )
         self._wait_ready(timeout_s)
         return self
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
-                stderr = (
-                    self._process.stderr.read().decode(errors="replace")
-                    if self._process.stderr
-                    else ""
-                )
                 raise RuntimeError(
-                    f"nats-server exited with {self._process.returncode}: {stderr[-2000:]}"
+                    f"nats-server exited with {self._process.returncode}: {self._log_tail()}"
                 )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
@@ -118,8 +135,6 @@ class EmbeddedNatsServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stderr:
-            process.stderr.close()
 
     def __enter__(self) -> EmbeddedNatsServer:
         return self.start()

@@ -1,0 +1,314 @@
+"""``Bus``: one connection to NATS and everything Heddle does over it (see the package doc)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TypeVar
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from heddle.bus.delivery import BatchHandler, Decoder, MessageHandler
+from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_embedded_server
+from heddle.bus.objects import KV_BUCKET, Objects
+from heddle.bus.publisher import PublishAck, Publisher, PublishOptions
+from heddle.bus.replay import ReplayQuery, ReplayReader
+from heddle.bus.runner import BatchRunner, MessageRunner
+from heddle.bus.streams import HEDDLE_STREAMS, ConsumerSpec, provision_stream
+from heddle.bus.telemetry import TelemetryHandler, TelemetrySubscription, publish_telemetry
+from heddle.bus.wire import LeanClient
+from heddle.config import Settings
+from heddle.errors import UserError
+from heddle.events import (
+    Event,
+    EventT,
+    ToolCall,
+    WorkerCommand,
+    WorkerTelemetry,
+    decode_event,
+    encode,
+)
+from heddle.events.subjects import EVENTS_STREAM, subject_for_command, subject_for_event
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class BusUnavailable(UserError):
+    """NATS could not be reached (the message names the URL)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BusOptions:
+    """How a ``Bus`` connects and what it provisions."""
+
+    name: str = "heddle"
+    """Connection name shown by ``nats server report connections``."""
+    num_replicas: int = 1
+    """Stream replicas (3 on a production cluster)."""
+    provision: bool = True
+    """Create or update Heddle's streams on start."""
+    connect_timeout_s: float = 5.0
+    reconnect_wait_s: float = 0.5
+    max_reconnect_attempts: int = -1
+    """-1: keep reconnecting forever (a restarting server is waited for)."""
+    publish: PublishOptions = field(default_factory=PublishOptions)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamState:
+    num_messages: int
+    first_sequence: int
+    last_sequence: int
+    num_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    num_pending: int
+    """Messages not yet delivered."""
+    num_ack_pending: int
+    """Delivered, not yet acknowledged."""
+    delivered_sequence: int
+    """Stream sequence of the last delivered message."""
+    ack_floor_sequence: int
+    """Stream sequence up to which everything is acknowledged."""
+
+
+class Bus:
+    """A connection to NATS (configured, or the data dir's embedded server) with Heddle's
+    streams provisioned. ``async with Bus(settings) as bus: ...``."""
+
+    def __init__(self, settings: Settings, options: BusOptions | None = None) -> None:
+        self.settings = settings
+        self.options = options or BusOptions()
+        self._shared: SharedServer | None = None
+        self._client: LeanClient | None = None
+        self._js: JetStreamContext | None = None
+        self._publisher: Publisher | None = None
+        self._objects: Objects | None = None
+
+    async def __aenter__(self) -> Bus:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def url(self) -> str:
+        if self._client is None or self._client.connected_url is None:
+            raise RuntimeError("the bus is not connected")
+        return self._client.connected_url.geturl()
+
+    @property
+    def client(self) -> LeanClient:
+        if self._client is None:
+            raise RuntimeError("the bus is not started")
+        return self._client
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise RuntimeError("the bus is not started")
+        return self._js
+
+    async def start(self) -> None:
+        """Connect (starting or joining the embedded server if no URL is set) and provision."""
+        url = self.settings.nats_url
+        if url is None:
+            self._shared = await asyncio.to_thread(
+                acquire_embedded_server, self.settings.data_dir, self.settings.nats_store_dir
+            )
+            url = self._shared.url
+        try:
+            self._client = await self._connect(url)
+            self._js = self._client.jetstream()
+            if self.options.provision:
+                await self.provision()
+            self._publisher = await Publisher(self._client, self.options.publish).open()
+            self._objects = Objects(self._js, KV_BUCKET, self.options.num_replicas)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _connect(self, url: str) -> LeanClient:
+        client = LeanClient()
+        try:
+            await client.connect(
+                url,
+                name=self.options.name,
+                connect_timeout=int(max(1, self.options.connect_timeout_s)),
+                reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
+                max_reconnect_attempts=self.options.max_reconnect_attempts,
+                allow_reconnect=True,
+                error_cb=_log_error,
+                disconnected_cb=_log_disconnected,
+                reconnected_cb=_log_reconnected,
+            )
+        except (OSError, nats.errors.Error, TimeoutError) as exc:
+            raise BusUnavailable(f"cannot reach NATS at {url}: {exc!r}") from None
+        return client
+
+    async def close(self) -> None:
+        """Drain the connection, then stop the embedded server if this process started it."""
+        if self._publisher is not None:
+            await self._publisher.close()
+            self._publisher = None
+        client, self._client = self._client, None
+        if client is not None and not client.is_closed:
+            try:
+                await client.drain()
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("draining the NATS connection failed: %r", exc)
+                await client.close()
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            await asyncio.to_thread(release_embedded_server, shared)
+
+    async def provision(self) -> None:
+        """Create or update ``HEDDLE_EVENTS``, ``HEDDLE_CMDS`` and ``HEDDLE_TOOLS``."""
+        for spec in HEDDLE_STREAMS:
+            await provision_stream(self.js, spec, self.options.num_replicas)
+
+    # ---- publishing -----------------------------------------------------------------------
+
+    async def publish(self, message: Event | WorkerCommand | ToolCall) -> PublishAck:
+        """Publish an event or a command on its subject, de-duplicated by its id."""
+        return await self._require_publisher().publish(*_envelope(message))
+
+    async def publish_many(
+        self, messages: Iterable[Event | WorkerCommand | ToolCall]
+    ) -> list[PublishAck]:
+        """Publish many messages with a bounded window in flight; acks in input order."""
+        return await self._require_publisher().publish_many(_envelope(m) for m in messages)
+
+    async def publish_raw(self, subject: str, data: bytes, msg_id: str | None = None) -> PublishAck:
+        """Publish bytes as they are (operators' tools and tests of bad input)."""
+        return await self._require_publisher().publish(subject, data, msg_id)
+
+    def _require_publisher(self) -> Publisher:
+        if self._publisher is None:
+            raise RuntimeError("the bus is not started")
+        return self._publisher
+
+    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+        await publish_telemetry(self.client, telemetry)
+
+    async def subscribe_telemetry(
+        self, handler: TelemetryHandler, worker_id: str = "*"
+    ) -> TelemetrySubscription:
+        """Call ``handler`` for each telemetry report (of one worker, or all); ``close()`` the
+        returned subscription to stop."""
+        return await TelemetrySubscription(handler).open(self.client, worker_id)
+
+    # ---- consuming ------------------------------------------------------------------------
+
+    def batch_runner(
+        self, spec: ConsumerSpec, decode: Decoder[T], handler: BatchHandler[T]
+    ) -> BatchRunner[T]:
+        """A runner handing fetched batches to ``handler`` (see ``heddle.bus.runner``)."""
+        return BatchRunner(self.client, self.js, spec, decode, handler, self.publish)
+
+    def message_runner(
+        self,
+        spec: ConsumerSpec,
+        decode: Decoder[T],
+        handler: MessageHandler[T],
+        *,
+        max_concurrent: int = 16,
+    ) -> MessageRunner[T]:
+        """A runner calling ``handler`` per message, concurrently (see ``heddle.bus.runner``)."""
+        return MessageRunner(
+            self.client,
+            self.js,
+            spec,
+            decode,
+            handler,
+            self.publish,
+            max_concurrent=max_concurrent,
+        )
+
+    def replay(
+        self,
+        query: ReplayQuery,
+        decode: Decoder[T] = decode_event,  # type: ignore[assignment]
+        stream: str = EVENTS_STREAM,
+    ) -> ReplayReader[T]:
+        """An ordered reader of ``stream`` (default: events, decoded as ``EventT``)."""
+        return ReplayReader(self.client, self.js, stream, query, decode)
+
+    def replay_events(self, query: ReplayQuery) -> ReplayReader[EventT]:
+        return ReplayReader(self.client, self.js, EVENTS_STREAM, query, decode_event)
+
+    async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
+        info = await self.js.stream_info(stream)
+        state = info.state
+        return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
+
+    async def consumer_state(self, stream: str, durable: str) -> ConsumerState | None:
+        """The durable's progress, or None when it does not exist."""
+        try:
+            info = await self.js.consumer_info(stream, durable)
+        except NotFoundError:
+            return None
+        return ConsumerState(
+            num_pending=info.num_pending or 0,
+            num_ack_pending=info.num_ack_pending or 0,
+            delivered_sequence=(info.delivered.stream_seq or 0) if info.delivered else 0,
+            ack_floor_sequence=(info.ack_floor.stream_seq or 0) if info.ack_floor else 0,
+        )
+
+    async def delete_consumer(self, stream: str, durable: str) -> bool:
+        """Delete a durable consumer; False when it did not exist."""
+        try:
+            await self.js.delete_consumer(stream, durable)
+        except NotFoundError:
+            return False
+        return True
+
+    # ---- objects --------------------------------------------------------------------------
+
+    async def put_object(self, key: str, data: bytes) -> int:
+        """Store a blob (KV cache export) under ``key`` in bucket ``heddle-kv``; its size."""
+        return await self._require_objects().put(key, data)
+
+    async def get_object(self, key: str) -> bytes:
+        """The blob under ``key``; ``heddle.bus.ObjectNotFound`` when absent."""
+        return await self._require_objects().get(key)
+
+    async def delete_object(self, key: str) -> None:
+        await self._require_objects().delete(key)
+
+    def _require_objects(self) -> Objects:
+        if self._objects is None:
+            raise RuntimeError("the bus is not started")
+        return self._objects
+
+
+def _envelope(message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
+    if isinstance(message, Event):
+        return subject_for_event(message), encode(message), message.event_id
+    return subject_for_command(message), encode(message), message.command_id
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("nats: %r", exc)
+
+
+async def _log_disconnected() -> None:
+    log.warning("nats: disconnected; reconnecting")
+
+
+async def _log_reconnected() -> None:
+    log.info("nats: reconnected")

@@ -1,0 +1,66 @@
+"""Blob storage on the JetStream object store (bucket ``heddle-kv``: exported KV caches).
+
+Objects are split into 128 KiB chunks by the object store, so a blob may exceed the server's
+message size limit; the store checks a SHA-256 digest on read.
+"""
+
+from __future__ import annotations
+
+import io
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.object_store import ObjectStore
+
+KV_BUCKET = "heddle-kv"
+
+
+class ObjectNotFound(KeyError):
+    """No object of that key in the bucket."""
+
+
+class Objects:
+    """Put, get and delete blobs in one object-store bucket (created on first use)."""
+
+    def __init__(self, js: JetStreamContext, bucket: str = KV_BUCKET, num_replicas: int = 1):
+        self._js = js
+        self._bucket = bucket
+        self._num_replicas = num_replicas
+        self._store: ObjectStore | None = None
+
+    async def _open(self) -> ObjectStore:
+        if self._store is None:
+            try:
+                self._store = await self._js.object_store(self._bucket)
+            except BucketNotFoundError:
+                config = api.ObjectStoreConfig(
+                    bucket=self._bucket,
+                    storage=api.StorageType.FILE,
+                    replicas=self._num_replicas,
+                )
+                self._store = await self._js.create_object_store(self._bucket, config=config)
+        return self._store
+
+    async def put(self, key: str, data: bytes) -> int:
+        """Store ``data`` under ``key`` (replacing an older object); returns its size."""
+        store = await self._open()
+        info = await store.put(key, data)
+        return int(info.size or 0)
+
+    async def get(self, key: str) -> bytes:
+        """The object's bytes; ``ObjectNotFound`` when absent."""
+        store = await self._open()
+        buffer = io.BytesIO()
+        try:
+            await store.get(key, writeinto=buffer)
+        except NotFoundError:
+            raise ObjectNotFound(key) from None
+        return buffer.getvalue()
+
+    async def delete(self, key: str) -> None:
+        """Remove the object; ``ObjectNotFound`` when absent."""
+        store = await self._open()
+        try:
+            await store.delete(key)
+        except NotFoundError:
+            raise ObjectNotFound(key) from None

@@ -1,0 +1,222 @@
+"""JetStream publishing with de-duplication ids, bounded in-flight windows and retries.
+
+Each publish carries ``Nats-Msg-Id`` and a reply inbox; the stream's acknowledgement (its
+sequence, or ``duplicate`` when the id was already stored within the duplicate window) comes back
+on that inbox. A publish whose acknowledgement does not arrive in time (a server restart, a lost
+connection) is sent again with the SAME id: if the first copy was stored, the server answers
+``duplicate`` and stores nothing. Our own futures and timeouts replace nats-py's
+``publish_async``, whose futures never resolve on some server rejections (nats.py#985).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+
+from heddle.bus.wire import LeanClient, SinkSubscription, status_of
+
+
+@dataclass(frozen=True, slots=True)
+class PublishAck:
+    stream: str
+    sequence: int
+    """Stream sequence of the stored message (of the original, for a duplicate)."""
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    ack_timeout_s: float = 5.0
+    """Wait for one acknowledgement before sending the message again (same id)."""
+    retry_deadline_s: float = 60.0
+    """Give up (``PublishError``) when a message is still unacknowledged after this long."""
+    retry_backoff_s: float = 0.25
+    """Pause before resending after a refusal (no stream responding, connection down)."""
+    max_in_flight: int = 256
+    """Most unacknowledged publishes of one ``publish_many`` call."""
+
+
+class PublishError(RuntimeError):
+    """The stream rejected a message, or it stayed unacknowledged past the retry deadline."""
+
+    def __init__(self, subject: str, reason: str, err_code: int = 0) -> None:
+        super().__init__(f"publish to {subject} failed: {reason}")
+        self.subject = subject
+        self.reason = reason
+        self.err_code = err_code
+
+
+class _Retry(Exception):
+    """An attempt that may succeed if repeated with the same message id."""
+
+
+class _Rejected(Exception):
+    """The stream answered with an API error (not retried)."""
+
+    def __init__(self, description: str, err_code: int) -> None:
+        super().__init__(description)
+        self.description = description
+        self.err_code = err_code
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _AckReply(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_decode_ack = msgspec.json.Decoder(_AckReply).decode
+_RETRYABLE_SEND_ERRORS = (
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+)
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    index: int
+    subject: str
+    data: bytes
+    msg_id: str | None
+    started_at: float
+    future: asyncio.Future[PublishAck] | None = None
+
+
+class Publisher:
+    """Publishes to JetStream over one client; ``open()`` before use, ``close()`` after."""
+
+    def __init__(self, client: LeanClient, options: PublishOptions | None = None) -> None:
+        self._client = client
+        self.options = options or PublishOptions()
+        self._prefix = client.new_inbox()
+        self._tokens = itertools.count()
+        self._waiting: dict[bytes, asyncio.Future[PublishAck]] = {}
+        self._subscription: SinkSubscription | None = None
+        self._resume_at = 0.0
+        """Monotonic time before which sends pause, after the server refused one."""
+
+    async def open(self) -> Publisher:
+        self._subscription = await self._client.subscribe_sink(f"{self._prefix}.*", self._receive)
+        return self
+
+    async def close(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.close()
+            self._subscription = None
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+
+    async def publish(self, subject: str, data: bytes, msg_id: str | None) -> PublishAck:
+        """Publish one message and wait for it to be stored (retrying as documented above)."""
+        acks = await self.publish_many([(subject, data, msg_id)])
+        return acks[0]
+
+    async def publish_many(
+        self, messages: Iterable[tuple[str, bytes, str | None]]
+    ) -> list[PublishAck]:
+        """Publish (subject, payload, msg id) triples with at most ``max_in_flight`` awaiting
+        their acknowledgement; returns the acks in input order."""
+        acks: list[PublishAck | None] = []
+        window: deque[_Outgoing] = deque()
+        for subject, data, msg_id in messages:
+            while len(window) >= self.options.max_in_flight:
+                await self._settle_oldest(window, acks)
+            outgoing = _Outgoing(len(acks), subject, data, msg_id, time.monotonic())
+            acks.append(None)
+            await self._send(outgoing)
+            window.append(outgoing)
+        while window:
+            await self._settle_oldest(window, acks)
+        return [ack for ack in acks if ack is not None]
+
+    async def _settle_oldest(self, window: deque[_Outgoing], acks: list[PublishAck | None]) -> None:
+        outgoing = window.popleft()
+        try:
+            acks[outgoing.index] = await self._await_ack(outgoing)
+        except _Rejected as exc:
+            raise PublishError(outgoing.subject, exc.description, exc.err_code) from None
+        except _Retry as exc:
+            if time.monotonic() - outgoing.started_at > self.options.retry_deadline_s:
+                raise PublishError(outgoing.subject, f"not acknowledged: {exc}") from None
+            await self._send(outgoing)
+            window.append(outgoing)
+
+    async def _await_ack(self, outgoing: _Outgoing) -> PublishAck:
+        future = outgoing.future
+        if future is None:
+            raise _Retry("connection unavailable")
+        if not future.done():
+            try:
+                await asyncio.wait_for(future, self.options.ack_timeout_s)
+            except TimeoutError:
+                raise _Retry(f"no acknowledgement within {self.options.ack_timeout_s} s") from None
+        return future.result()
+
+    async def _send(self, outgoing: _Outgoing) -> None:
+        pause_s = self._resume_at - time.monotonic()
+        if pause_s > 0:
+            await asyncio.sleep(pause_s)
+        token = str(next(self._tokens)).encode()
+        future: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = future
+        headers = {"Nats-Msg-Id": outgoing.msg_id} if outgoing.msg_id else None
+        try:
+            await self._client.publish(
+                outgoing.subject,
+                outgoing.data,
+                reply=f"{self._prefix}.{token.decode()}",
+                headers=headers,
+            )
+        except _RETRYABLE_SEND_ERRORS:
+            self._waiting.pop(token, None)
+            self._pause()
+            outgoing.future = None
+            return
+        except nats.errors.MaxPayloadError:
+            self._waiting.pop(token, None)
+            raise PublishError(
+                outgoing.subject, f"payload of {len(outgoing.data)} bytes exceeds the server limit"
+            ) from None
+        outgoing.future = future
+        future.add_done_callback(lambda _: self._waiting.pop(token, None))
+
+    def _pause(self) -> None:
+        self._resume_at = time.monotonic() + self.options.retry_backoff_s
+
+    def _receive(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        token = subject[subject.rfind(b".") + 1 :]
+        future = self._waiting.get(token)
+        if future is None or future.done():
+            return
+        status = status_of(headers)
+        if status is not None:
+            # 503: no stream listens on the subject yet (server restarting, stream missing).
+            self._pause()
+            future.set_exception(_Retry(f"server status {status.decode()}"))
+            return
+        try:
+            reply_body = _decode_ack(data)
+        except msgspec.DecodeError:
+            future.set_exception(_Retry(f"unreadable acknowledgement {data[:200]!r}"))
+            return
+        if reply_body.error is not None:
+            error = reply_body.error
+            future.set_exception(_Rejected(error.description, error.err_code))
+            return
+        future.set_result(PublishAck(reply_body.stream, reply_body.seq, reply_body.duplicate))

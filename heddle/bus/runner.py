@@ -1,0 +1,362 @@
+"""The pull-consumer runner every Heddle consumer uses (projector, deciders, executors, workers).
+
+One runner drives one durable pull consumer: fetch a batch, decode each message with the
+channel's decoder, hand the messages to the handler, then acknowledge. Contracts:
+
+- Ack after the handler returns (i.e. after its SQL commit or its published events); a crash
+  before that leaves the messages unacknowledged, and the server redelivers them.
+- Undecodable messages and messages the handler rejects are dead-lettered (``DeadLettered`` on
+  ``heddle.evt.deadletter`` with consumer, subject, stream sequence, reason and a truncated
+  payload) and terminated; the valid messages of the same batch are processed normally.
+- ``TransientError`` from the handler: explicit-ack consumers nak the messages with
+  ``nak_delay_s``; in-order (``ack_all``) consumers instead *rewind*: the durable is recreated
+  from the first unprocessed sequence after ``nak_delay_s``, since one later ack would
+  otherwise acknowledge the nak'ed messages too.
+- Any other exception from the handler naks what it was given and stops the runner by
+  re-raising it from ``run()``: a bug crashes loudly instead of spinning.
+- ``stop()`` is graceful: the current batch (or every running message handler) finishes and is
+  acked; messages fetched but never handled are nak'ed for prompt redelivery.
+
+``BatchRunner`` hands whole batches to one handler call, in stream order. ``MessageRunner``
+handles messages concurrently (up to ``max_concurrent``), sending in-progress signals for long
+handlers so they are not redelivered meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
+
+from nats.js import JetStreamContext
+
+from heddle.bus.delivery import (
+    BatchHandler,
+    Decoder,
+    Delivery,
+    InvalidMessage,
+    MessageHandler,
+    TransientError,
+)
+from heddle.bus.pull import PullInbox, RawMessage
+from heddle.bus.streams import ConsumerSpec, provision_consumer
+from heddle.bus.wire import LeanClient, parse_ack_subject
+from heddle.events import DeadLettered
+from heddle.events.subjects import parse_subject
+from heddle.ids import derive_id
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+MAX_DEAD_LETTER_PAYLOAD_CHARS = 4096
+_ACK = b"+ACK"
+_TERM = b"+TERM"
+_IN_PROGRESS = b"+WPI"
+
+DeadLetterPublisher = Callable[[DeadLettered], Awaitable[object]]
+
+
+@dataclass(slots=True)
+class RunnerStats:
+    num_fetched: int = 0
+    num_acked: int = 0
+    num_dead_lettered: int = 0
+    num_retried: int = 0
+    """Messages nak'ed or rewound after a transient error."""
+    num_batches: int = 0
+
+
+class _Runner(Generic[T]):
+    """Fetch, decode, dead-letter and acknowledge; subclasses dispatch to their handler."""
+
+    def __init__(
+        self,
+        client: LeanClient,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        decode: Decoder[T],
+        dead_letter: DeadLetterPublisher,
+    ) -> None:
+        self.spec = spec
+        self.stats = RunnerStats()
+        self._client = client
+        self._js = js
+        self._decode = decode
+        self._dead_letter_publish = dead_letter
+        self._inbox: PullInbox | None = None
+        self._stopping = False
+        self._until_idle = False
+
+    def stop(self) -> None:
+        """Ask the runner to finish its current work and return from ``run()``."""
+        self._stopping = True
+        if self._inbox is not None:
+            self._inbox.interrupt()
+
+    async def run(self, *, until_idle: bool = False) -> RunnerStats:
+        """Provision the durable and process messages until ``stop()``; with ``until_idle``,
+        also return once the consumer has nothing pending (everything published so far is
+        handled)."""
+        self._stopping = False
+        self._until_idle = until_idle
+        await provision_consumer(self._js, self.spec)
+        await self._open_inbox()
+        try:
+            await self._loop()
+        finally:
+            await self._close_inbox()
+        return self.stats
+
+    async def _loop(self) -> None:
+        raise NotImplementedError
+
+    async def _open_inbox(self) -> PullInbox:
+        self._inbox = await PullInbox(self._client, self.spec.stream, self.spec.durable).open()
+        return self._inbox
+
+    async def _close_inbox(self) -> None:
+        inbox, self._inbox = self._inbox, None
+        if inbox is None:
+            return
+        for raw in await inbox.close():
+            await self._send(raw.reply, self._nak_body(0.0))
+
+    async def _fetch(self, max_messages: int) -> list[RawMessage]:
+        assert self._inbox is not None, "fetch before open"
+        raws = await self._inbox.fetch(max_messages, self.spec.fetch_wait_s)
+        self.stats.num_fetched += len(raws)
+        if not raws and self._until_idle and await self._is_caught_up():
+            self._stopping = True
+        return raws
+
+    async def _is_caught_up(self) -> bool:
+        info = await self._js.consumer_info(self.spec.stream, self.spec.durable)
+        return not info.num_pending and (self._inbox is None or not self._inbox.num_buffered)
+
+    async def _decode_all(self, raws: list[RawMessage]) -> list[Delivery[T]]:
+        """Decode a fetched batch; undecodable messages are dead-lettered on the way."""
+        deliveries: list[Delivery[T]] = []
+        decode = self._decode
+        for raw in raws:
+            info = parse_ack_subject(raw.reply)
+            subject = raw.subject.decode()
+            try:
+                message = decode(raw.data)
+            except ValueError as exc:
+                await self._reject(subject, raw.reply, info.stream_sequence, raw.data, str(exc))
+                continue
+            deliveries.append(
+                Delivery(
+                    message,
+                    subject,
+                    info.stream_sequence,
+                    info.num_delivered,
+                    info.num_pending,
+                    raw.data,
+                    raw.reply.decode(),
+                )
+            )
+        return deliveries
+
+    async def _reject(
+        self, subject: str, reply: bytes | str, sequence: int, data: bytes, reason: str
+    ) -> None:
+        """Publish the message as a dead letter, then terminate it (never redelivered)."""
+        try:
+            rollout_id = parse_subject(subject).rollout_id or ""
+        except ValueError:
+            rollout_id = ""
+        event = DeadLettered(
+            event_id=derive_id("deadletter", self.spec.durable, self.spec.stream, sequence),
+            rollout_id=rollout_id,
+            occurred_at=time.time(),
+            consumer=self.spec.durable,
+            subject=subject,
+            stream_sequence=sequence,
+            reason=reason[:2000],
+            payload=data[:MAX_DEAD_LETTER_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
+        )
+        await self._dead_letter_publish(event)
+        await self._send(reply, _TERM)
+        self.stats.num_dead_lettered += 1
+        log.warning("%s dead-lettered %s #%d: %s", self.spec.durable, subject, sequence, reason)
+
+    async def _ack(self, delivery: Delivery[Any]) -> None:
+        await self._send(delivery.ack_subject, _ACK)
+        self.stats.num_acked += 1
+
+    async def _nak(self, deliveries: list[Delivery[Any]], delay_s: float) -> None:
+        body = self._nak_body(delay_s)
+        for delivery in deliveries:
+            await self._send(delivery.ack_subject, body)
+        self.stats.num_retried += len(deliveries)
+
+    @staticmethod
+    def _nak_body(delay_s: float) -> bytes:
+        if delay_s <= 0:
+            return b"-NAK"
+        return b'-NAK {"delay": %d}' % int(delay_s * 1e9)
+
+    async def _send(self, reply: bytes | str, body: bytes) -> None:
+        subject = reply.decode() if isinstance(reply, bytes) else reply
+        await self._client.publish(subject, body)
+
+
+class BatchRunner(_Runner[T]):
+    """Hands each fetched batch (decoded, in stream order) to one handler call."""
+
+    def __init__(
+        self,
+        client: LeanClient,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        decode: Decoder[T],
+        handler: BatchHandler[T],
+        dead_letter: DeadLetterPublisher,
+    ) -> None:
+        super().__init__(client, js, spec, decode, dead_letter)
+        self._handler = handler
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            raws = await self._fetch(self.spec.batch_size)
+            if raws:
+                await self._process(raws)
+
+    async def _process(self, raws: list[RawMessage]) -> None:
+        deliveries = await self._decode_all(raws)
+        rejected: set[int] = set()
+        if deliveries:
+            try:
+                rejections = await self._handler(deliveries) or ()
+            except TransientError as exc:
+                log.warning("%s: transient error, retrying: %s", self.spec.durable, exc)
+                await self._retry(deliveries)
+                return
+            except BaseException:
+                await self._nak(deliveries, self.spec.nak_delay_s)
+                raise
+            for rejection in rejections:
+                delivery = rejection.delivery
+                rejected.add(delivery.stream_sequence)
+                await self._reject(
+                    delivery.subject,
+                    delivery.ack_subject,
+                    delivery.stream_sequence,
+                    delivery.data,
+                    rejection.reason,
+                )
+        self.stats.num_batches += 1
+        await self._ack_batch(raws, deliveries, rejected)
+
+    async def _ack_batch(
+        self, raws: list[RawMessage], deliveries: list[Delivery[T]], rejected: set[int]
+    ) -> None:
+        if self.spec.ack_all:
+            await self._send(raws[-1].reply, _ACK)
+            self.stats.num_acked += len(deliveries) - len(rejected)
+            return
+        for delivery in deliveries:
+            if delivery.stream_sequence not in rejected:
+                await self._ack(delivery)
+
+    async def _retry(self, deliveries: list[Delivery[T]]) -> None:
+        if not self.spec.ack_all:
+            await self._nak(deliveries, self.spec.nak_delay_s)
+            return
+        # Rewind: forget everything fetched after the failed batch and restart the durable at
+        # the batch's first sequence, so that delivery order is preserved.
+        first = min(delivery.stream_sequence for delivery in deliveries)
+        self.stats.num_retried += len(deliveries)
+        if self._inbox is not None:
+            await self._inbox.close()
+            self._inbox = None
+        await asyncio.sleep(self.spec.nak_delay_s)
+        await provision_consumer(self._js, replace(self.spec, start_sequence=first))
+        await self._open_inbox()
+
+
+class MessageRunner(_Runner[T]):
+    """Runs one handler call per message, up to ``max_concurrent`` at a time."""
+
+    def __init__(
+        self,
+        client: LeanClient,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        decode: Decoder[T],
+        handler: MessageHandler[T],
+        dead_letter: DeadLetterPublisher,
+        *,
+        max_concurrent: int = 16,
+    ) -> None:
+        if spec.ack_all:
+            raise ValueError(f"consumer {spec.durable}: concurrent handling needs explicit acks")
+        if max_concurrent < 1:
+            raise ValueError("max_concurrent must be >= 1")
+        super().__init__(client, js, spec, decode, dead_letter)
+        self._handler = handler
+        self._max_concurrent = max_concurrent
+        self._active: dict[asyncio.Task[None], tuple[Delivery[T], float]] = {}
+        self._failure: BaseException | None = None
+
+    async def _loop(self) -> None:
+        keepalive = asyncio.create_task(self._keep_alive())
+        try:
+            while not self._stopping and self._failure is None:
+                free = self._max_concurrent - len(self._active)
+                if free <= 0:
+                    await asyncio.wait(list(self._active), return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                raws = await self._fetch(min(free, self.spec.batch_size))
+                for delivery in await self._decode_all(raws):
+                    task = asyncio.create_task(self._handle(delivery))
+                    self._active[task] = (delivery, time.monotonic())
+                    task.add_done_callback(self._active.pop)
+            if self._active:
+                await asyncio.wait(list(self._active))
+        finally:
+            keepalive.cancel()
+        if self._failure is not None:
+            raise self._failure
+
+    async def _is_caught_up(self) -> bool:
+        return not self._active and await super()._is_caught_up()
+
+    async def _handle(self, delivery: Delivery[T]) -> None:
+        try:
+            await self._handler(delivery)
+        except InvalidMessage as exc:
+            await self._reject(
+                delivery.subject,
+                delivery.ack_subject,
+                delivery.stream_sequence,
+                delivery.data,
+                exc.reason,
+            )
+            return
+        except TransientError as exc:
+            log.warning(
+                "%s: transient error on #%d: %s", self.spec.durable, delivery.stream_sequence, exc
+            )
+            await self._nak([delivery], self.spec.nak_delay_s)
+            return
+        except Exception as exc:
+            await self._nak([delivery], self.spec.nak_delay_s)
+            self._failure = exc
+            self.stop()
+            return
+        await self._ack(delivery)
+
+    async def _keep_alive(self) -> None:
+        """Tell the server that long-running handlers still work on their messages."""
+        period_s = self.spec.ack_wait_s / 2
+        while True:
+            await asyncio.sleep(period_s)
+            now = time.monotonic()
+            for delivery, started_at in list(self._active.values()):
+                if now - started_at >= period_s:
+                    await self._send(delivery.ack_subject, _IN_PROGRESS)

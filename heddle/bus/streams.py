@@ -1,0 +1,174 @@
+"""The streams Heddle needs and idempotent provisioning of streams and durable consumers.
+
+Deviation from DESIGN.md: DESIGN puts every command on one stream ``HEDDLE_CMDS`` (``heddle.cmd.>``)
+with tool calls under work-queue retention. A stream has a single retention policy, and worker
+commands must stay readable after they are acknowledged (audit, replay), so tool calls live on
+their own stream ``HEDDLE_TOOLS`` (``heddle.cmd.tool.>``, work-queue retention: a call disappears
+once an executor acks it) and ``HEDDLE_CMDS`` holds only ``heddle.cmd.worker.>`` (limits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+from dataclasses import dataclass
+from typing import Literal
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, NotFoundError
+
+from heddle.events.subjects import (
+    COMMANDS_STREAM,
+    COMMANDS_SUBJECTS,
+    EVENTS_STREAM,
+    EVENTS_SUBJECTS,
+    TOOLS_STREAM,
+    TOOLS_SUBJECTS,
+)
+
+_STREAM_CONFIG_CHANGED = 10058
+"""JetStream error code: a stream of that name exists with another configuration."""
+
+Retention = Literal["limits", "work_queue"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """One JetStream stream (file storage)."""
+
+    name: str
+    subjects: tuple[str, ...]
+    retention: Retention = "limits"
+    duplicate_window_s: float = 120.0
+    """Window in which a repeated ``Nats-Msg-Id`` is dropped as a duplicate."""
+    max_age_s: float = 0.0
+    """Oldest message kept; 0 keeps messages until deleted by an operator."""
+
+    def config(self, num_replicas: int) -> api.StreamConfig:
+        return api.StreamConfig(
+            name=self.name,
+            subjects=list(self.subjects),
+            retention=(
+                api.RetentionPolicy.WORK_QUEUE
+                if self.retention == "work_queue"
+                else api.RetentionPolicy.LIMITS
+            ),
+            storage=api.StorageType.FILE,
+            max_age=self.max_age_s,
+            duplicate_window=self.duplicate_window_s,
+            num_replicas=num_replicas,
+        )
+
+
+EVENTS = StreamSpec(EVENTS_STREAM, (EVENTS_SUBJECTS,))
+COMMANDS = StreamSpec(COMMANDS_STREAM, (COMMANDS_SUBJECTS,))
+TOOLS = StreamSpec(TOOLS_STREAM, (TOOLS_SUBJECTS,), retention="work_queue")
+HEDDLE_STREAMS: tuple[StreamSpec, ...] = (EVENTS, COMMANDS, TOOLS)
+
+
+async def provision_stream(js: JetStreamContext, spec: StreamSpec, num_replicas: int = 1) -> None:
+    """Create ``spec``'s stream, or update it when its configuration changed (idempotent)."""
+    config = spec.config(num_replicas)
+    try:
+        await js.add_stream(config)
+    except BadRequestError as exc:
+        if exc.err_code != _STREAM_CONFIG_CHANGED:
+            raise
+        await js.update_stream(config)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A durable pull consumer and how a runner drives it.
+
+    With ``start_sequence`` set, provisioning (re)creates the durable so that it delivers from
+    that stream sequence: a consumer that keeps its position elsewhere (the ledger projector
+    keeps it in SQL) uses this to resume exactly there, whatever the server's ack state says.
+    """
+
+    durable: str
+    stream: str
+    filter_subjects: tuple[str, ...]
+    batch_size: int = 256
+    """Most messages handed to one batch handler call (or fetched at once)."""
+    fetch_wait_s: float = 1.0
+    """How long an idle fetch lingers for new messages before the runner checks for stop."""
+    max_ack_pending: int = 1024
+    """Most delivered, unacknowledged messages; the server pauses delivery beyond it."""
+    ack_wait_s: float = 30.0
+    """Redelivery delay of a message neither acked nor nak'ed (a crashed consumer)."""
+    max_deliver: int = 0
+    """Deliveries of one message before the server gives up on it (0: unlimited)."""
+    nak_delay_s: float = 1.0
+    """Redelivery delay after a transient error."""
+    ack_all: bool = False
+    """AckPolicy.ALL: one ack per batch acknowledges everything before it. Only for consumers
+    that handle messages strictly in order, one runner at a time."""
+    start_sequence: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.durable or any(ch in self.durable for ch in ".*> \t"):
+            raise ValueError(
+                f"consumer name {self.durable!r} must be non-empty without . * > or spaces"
+            )
+        if not self.filter_subjects:
+            raise ValueError(f"consumer {self.durable}: needs at least one filter subject")
+        if self.batch_size < 1 or self.max_ack_pending < self.batch_size:
+            raise ValueError(
+                f"consumer {self.durable}: need 1 <= batch_size ({self.batch_size}) "
+                f"<= max_ack_pending ({self.max_ack_pending})"
+            )
+        if self.start_sequence is not None and self.start_sequence < 1:
+            raise ValueError(f"consumer {self.durable}: start_sequence must be >= 1")
+
+    def config(self) -> api.ConsumerConfig:
+        start = self.start_sequence
+        return api.ConsumerConfig(
+            name=self.durable,
+            durable_name=self.durable,
+            deliver_policy=(
+                api.DeliverPolicy.ALL if start is None else api.DeliverPolicy.BY_START_SEQUENCE
+            ),
+            opt_start_seq=start,
+            ack_policy=api.AckPolicy.ALL if self.ack_all else api.AckPolicy.EXPLICIT,
+            ack_wait=self.ack_wait_s,
+            max_deliver=self.max_deliver or -1,
+            max_ack_pending=self.max_ack_pending,
+            filter_subjects=list(self.filter_subjects),
+            max_waiting=512,
+        )
+
+
+async def provision_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
+    """Create the durable or apply a changed configuration (``add_consumer`` updates in place);
+    with ``spec.start_sequence``, recreate it so that delivery resumes at that sequence."""
+    if spec.start_sequence is not None:
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(spec.stream, spec.durable)
+    await js.add_consumer(spec.stream, spec.config())
+
+
+def ephemeral_config(
+    filter_subjects: tuple[str, ...],
+    *,
+    start_sequence: int | None = None,
+    start_time: datetime.datetime | None = None,
+    inactive_threshold_s: float = 30.0,
+) -> api.ConsumerConfig:
+    """An unacknowledged, in-memory consumer for reading a stream once (replay)."""
+    if start_sequence is not None:
+        policy, seq = api.DeliverPolicy.BY_START_SEQUENCE, start_sequence
+    elif start_time is not None:
+        policy, seq = api.DeliverPolicy.BY_START_TIME, None
+    else:
+        policy, seq = api.DeliverPolicy.ALL, None
+    return api.ConsumerConfig(
+        deliver_policy=policy,
+        opt_start_seq=seq,
+        opt_start_time=start_time,
+        ack_policy=api.AckPolicy.NONE,
+        filter_subjects=list(filter_subjects),
+        mem_storage=True,
+        inactive_threshold=inactive_threshold_s,
+        num_replicas=1,
+    )

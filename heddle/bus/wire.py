@@ -1,0 +1,110 @@
+"""The nats-py client with a lean delivery path for Heddle's high-volume inboxes.
+
+nats-py turns every incoming message into a ``Msg`` (parsing its headers with a generic parser)
+and routes it through an ``asyncio.Queue`` to a subscription; for 4-8 KiB step events that costs
+more than decoding them. ``LeanClient`` lets the bus attach a *sink* to a subscription: the
+subject, reply subject, payload and raw header bytes of each message go straight to a synchronous
+function. Everything else (connect, auth, TLS, reconnect, pings, the JetStream management API) is
+nats-py's own. The override hooks ``Client._process_msg``, stable across nats-py 2.x (pyproject
+pins ``nats-py<3``); only this module depends on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+
+Sink = Callable[[bytes, bytes, bytes, bytes | None], None]
+"""Receives (subject, reply, payload, raw headers or None) of each message, synchronously."""
+
+_STATUS_PREFIX = b"NATS/1.0 "
+
+
+class LeanClient(Client):
+    """A nats-py ``Client`` whose sink subscriptions bypass ``Msg`` construction and queues."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sinks: dict[int, Sink] = {}
+
+    async def subscribe_sink(self, subject: str, sink: Sink) -> SinkSubscription:
+        """Subscribe ``sink`` to ``subject`` (usually an inbox); it runs in the read loop, so it
+        must be quick and must not block."""
+        subscription = await self.subscribe(subject)
+        self._sinks[subscription._id] = sink
+        return SinkSubscription(self, subscription)
+
+    async def _process_msg(
+        self,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: bytes | None,
+    ) -> None:
+        sink = self._sinks.get(sid)
+        if sink is None:
+            await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
+            return
+        sink(subject, reply, data, headers)
+
+
+class SinkSubscription:
+    """Handle of a sink subscription; ``close()`` unsubscribes it."""
+
+    def __init__(self, client: LeanClient, subscription: Subscription) -> None:
+        self._client = client
+        self._subscription = subscription
+
+    async def close(self) -> None:
+        self._client._sinks.pop(self._subscription._id, None)
+        if not self._client.is_closed:
+            await self._subscription.unsubscribe()
+
+
+def status_of(headers: bytes | None) -> bytes | None:
+    """The 3-digit status code of a server status message (``NATS/1.0 404 ...``), else None."""
+    if headers is None or not headers.startswith(_STATUS_PREFIX):
+        return None
+    return headers[9:12]
+
+
+@dataclass(frozen=True, slots=True)
+class AckInfo:
+    """What a JetStream reply subject (``$JS.ACK....``) tells about a delivered message."""
+
+    stream: str
+    consumer: str
+    num_delivered: int
+    stream_sequence: int
+    consumer_sequence: int
+    timestamp_ns: int
+    num_pending: int
+    """Messages the consumer still had to deliver after this one."""
+
+
+def parse_ack_subject(reply: bytes) -> AckInfo:
+    """Parse both reply formats: v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
+    <ts>.<pending>`` and v2, which inserts domain and account hash after ``ACK`` and may append a
+    token. ``ValueError`` for anything else (a message that did not come from a consumer)."""
+    tokens = reply.split(b".")
+    if len(tokens) == 9:
+        offset = 2
+    elif len(tokens) >= 11:
+        offset = 4
+    else:
+        raise ValueError(f"not a JetStream reply subject: {reply!r}")
+    if tokens[0] != b"$JS" or tokens[1] != b"ACK":
+        raise ValueError(f"not a JetStream reply subject: {reply!r}")
+    return AckInfo(
+        stream=tokens[offset].decode(),
+        consumer=tokens[offset + 1].decode(),
+        num_delivered=int(tokens[offset + 2]),
+        stream_sequence=int(tokens[offset + 3]),
+        consumer_sequence=int(tokens[offset + 4]),
+        timestamp_ns=int(tokens[offset + 5]),
+        num_pending=int(tokens[offset + 6]),
+    )
