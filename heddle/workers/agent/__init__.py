@@ -1,0 +1,17 @@
+"""The rollout worker agent: runs the trajectories placed on one inference engine.
+
+Layout (one concern per module):
+
+- ``history``: a trajectory's log, an idempotent fold over its events (live state and resume);
+- ``decisions``: the pure command table ``decide(phase, command) -> action``;
+- ``table``: the local trajectory table (hosted trajectories and what only this worker knows);
+- ``steps``: running steps (generate, environment, publish); ``records`` builds what is published;
+- ``resume``: rebuilding a trajectory from the stream; ``migration``: handing one over;
+- ``commands``: carrying out commands; ``telemetry``: heartbeats and load reports;
+- ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
+"""
+
+from heddle.workers.agent.agent import WorkerAgent, WorkerFailing
+from heddle.workers.agent.config import WorkerConfig
+
+__all__ = ["WorkerAgent", "WorkerConfig", "WorkerFailing"]

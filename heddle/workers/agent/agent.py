@@ -1,0 +1,196 @@
+"""The rollout worker agent: one per inference engine.
+
+Lifecycle: ``start`` starts the engine, publishes ``WorkerRegistered`` (with a fresh
+incarnation) and starts heartbeats and telemetry. The command transport then calls ``handle``
+for each command delivered on ``heddle.cmd.worker.<id>.>``, concurrently, and acknowledges a
+command when ``handle`` returns (its effects are stored). ``WorkerFailing`` from ``handle`` means
+"do not acknowledge": the engine failed, ``WorkerFailed`` listing the hosted trajectories is
+published, and the control plane re-places them (a restarted incarnation that receives the
+unacknowledged commands again finds them placed elsewhere and forwards them). ``Drain`` finishes
+the hosted trajectories, refuses new ones and publishes ``WorkerDrained``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from heddle.events import Drain, WorkerCommandT, WorkerDrained, WorkerFailed, WorkerRegistered
+from heddle.ids import derive_id
+from heddle.workers.agent.commands import CommandHandler
+from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.agent.migration import Migrator
+from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink
+from heddle.workers.agent.publisher import DurablePublisher
+from heddle.workers.agent.resume import Resumer
+from heddle.workers.agent.steps import StepRunner
+from heddle.workers.agent.table import TrajectoryTable
+from heddle.workers.agent.telemetry import Telemetry
+from heddle.workers.engines.base import Engine, EngineError
+from heddle.workers.tokenizers import Tokenizer, load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+_KEEP_FINISHED_ROWS = 4096
+
+
+class WorkerFailing(RuntimeError):
+    """The worker is failing: leave the command unacknowledged."""
+
+
+class WorkerAgent:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        engine: Engine,
+        *,
+        sink: MessageSink,
+        history: HistorySource,
+        blobs: BlobStore,
+        tokenizer: Tokenizer | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.clock = clock
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
+        self.publisher = DurablePublisher(sink, max_retry_s=config.publish_retry_max_s)
+        self.table = TrajectoryTable()
+        self.runner = StepRunner(
+            worker_id=config.worker_id,
+            engine=engine,
+            tokenizer=self.tokenizer,
+            publisher=self.publisher,
+            tool_timeout_s=config.tool_timeout_s,
+            clock=clock,
+        )
+        self.migrator = Migrator(
+            worker_id=config.worker_id,
+            engine=engine,
+            blobs=blobs,
+            publisher=self.publisher,
+            runner=self.runner,
+        )
+        resumer = Resumer(
+            worker_id=config.worker_id,
+            engine=engine,
+            history=history,
+            blobs=blobs,
+            decode=self.tokenizer.decode,
+        )
+        self.handler = CommandHandler(
+            worker_id=config.worker_id,
+            engine=engine,
+            table=self.table,
+            runner=self.runner,
+            migrator=self.migrator,
+            resumer=resumer,
+            publisher=self.publisher,
+            on_engine_failure=self._on_engine_failure,
+        )
+        self.telemetry = Telemetry(
+            worker_id=config.worker_id,
+            incarnation=self.incarnation,
+            engine=engine,
+            table=self.table,
+            runner=self.runner,
+            publisher=self.publisher,
+            clock=clock,
+        )
+        self.failed = asyncio.Event()
+        self.drained = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.publisher.publish(self.registration())
+        self._loops = [
+            asyncio.create_task(self.telemetry.run_heartbeats(self.config.heartbeat_s)),
+            asyncio.create_task(self.telemetry.run_telemetry(self.config.telemetry_s)),
+        ]
+
+    def registration(self) -> WorkerRegistered:
+        caps = self.engine.capabilities
+        return WorkerRegistered(
+            event_id=derive_id(self.worker_id, self.incarnation, "registered"),
+            occurred_at=self.clock(),
+            worker_id=self.worker_id,
+            engine=self.config.engine_name,
+            model=caps.model,
+            tp_degree=caps.tp_degree,
+            max_running=caps.max_running,
+            max_kv_tokens=caps.max_kv_tokens,
+            can_export_kv=caps.can_export_kv,
+            host=socket.gethostname(),
+            incarnation=self.incarnation,
+        )
+
+    async def handle(self, command: WorkerCommandT, *, is_redelivered: bool = False) -> None:
+        """Carry out one command; returns when it may be acknowledged (see module docstring)."""
+        if self.failed.is_set():
+            raise WorkerFailing(f"worker {self.worker_id} is failing")
+        if isinstance(command, Drain):
+            await self.drain()
+        else:
+            await self.handler.handle(command, is_redelivered=is_redelivered)
+        self.table.forget_finished(keep=_KEEP_FINISHED_ROWS)
+        if self.failed.is_set():
+            raise WorkerFailing(f"worker {self.worker_id} is failing")
+
+    async def drain(self) -> None:
+        """Refuse new trajectories, wait until none is hosted, publish ``WorkerDrained``."""
+        self.handler.is_draining = True
+        changed = self.handler.changed
+        while True:
+            changed.clear()  # before the check, so that no change between them is missed
+            if not self.table.hosted() or self.failed.is_set():
+                break
+            await changed.wait()
+        await self.publisher.publish(
+            WorkerDrained(
+                event_id=derive_id(self.worker_id, self.incarnation, "drained"),
+                occurred_at=self.clock(),
+                worker_id=self.worker_id,
+            )
+        )
+        self.drained.set()
+
+    async def _on_engine_failure(self, error: EngineError) -> None:
+        if self.failed.is_set():
+            return
+        self.failed.set()
+        self.handler.changed.set()
+        logger.error("engine of worker %s failed: %s", self.worker_id, error)
+        hosted = [row.traj_id for row in self.table.hosted()]
+        await self.publisher.publish(
+            WorkerFailed(
+                event_id=derive_id(self.worker_id, self.incarnation, "failed"),
+                occurred_at=self.clock(),
+                worker_id=self.worker_id,
+                reason=f"engine failed: {error}",
+                trajectory_ids=hosted,
+            )
+        )
+
+    async def close(self) -> None:
+        """Stop loops and running steps (unacknowledged commands are redelivered) and the
+        engine."""
+        tasks = [*self._loops]
+        tasks += [row.segment for row in self.table if row.segment and not row.segment.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._loops = []
+        await self.engine.close()

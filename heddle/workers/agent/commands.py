@@ -1,0 +1,289 @@
+"""Carrying out trajectory commands: decide on the phase (``decisions``), then act.
+
+``handle`` returns once the command's effects are stored, so the caller may acknowledge it: for a
+command that runs steps that is when the trajectory next rests (waits for a tool, ends, or
+leaves). Transitions of one trajectory happen under its lock; its steps run as a task outside
+the lock, so a ``Reprioritize`` or ``Preempt`` reaches a generation while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from heddle.events import (
+    Abort,
+    ContinueTrajectory,
+    MigrateIn,
+    MigrateOut,
+    Preempt,
+    Reprioritize,
+    StartTrajectory,
+    ToolReturned,
+)
+from heddle.ids import derive_id
+from heddle.workers.agent import records
+from heddle.workers.agent.decisions import Action, Phase, decide
+from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.migration import Migrator
+from heddle.workers.agent.publisher import DurablePublisher
+from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
+from heddle.workers.agent.steps import StepRunner
+from heddle.workers.agent.table import HostedTrajectory, TrajectoryTable
+from heddle.workers.engines.base import Engine, EngineError
+from heddle.workers.environments import StepOutcome, create_environment
+
+logger = logging.getLogger(__name__)
+
+TrajectoryCommand = (
+    StartTrajectory | ContinueTrajectory | Reprioritize | Preempt | MigrateOut | MigrateIn | Abort
+)
+_PLACING = (StartTrajectory, MigrateIn)
+
+
+class CommandHandler:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        engine: Engine,
+        table: TrajectoryTable,
+        runner: StepRunner,
+        migrator: Migrator,
+        resumer: Resumer,
+        publisher: DurablePublisher,
+        on_engine_failure: Callable[[EngineError], Awaitable[None]],
+    ) -> None:
+        self.worker_id = worker_id
+        self.engine = engine
+        self.table = table
+        self.runner = runner
+        self.migrator = migrator
+        self.resumer = resumer
+        self.publisher = publisher
+        self.on_engine_failure = on_engine_failure
+        self.is_draining = False
+        self.changed = asyncio.Event()
+        """Set whenever a trajectory comes to rest (a drain waits on it)."""
+
+    async def handle(self, command: TrajectoryCommand, *, is_redelivered: bool = False) -> None:
+        """Carry out ``command``; returns once its effects are stored."""
+        hosted = self.table.get(command.rollout_id, command.traj_id)
+        if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
+            await hosted.settled.wait()  # decide on a trajectory at rest (see table.phase)
+        async with self.table.lock_for(command.rollout_id, command.traj_id):
+            settled = await self._decide_and_act(command, is_redelivered)
+        if settled is not None:
+            await settled.wait()
+        self.changed.set()
+
+    async def _decide_and_act(
+        self, command: TrajectoryCommand, is_redelivered: bool
+    ) -> asyncio.Event | None:
+        hosted = self.table.get(command.rollout_id, command.traj_id)
+        phase = self.table.phase_of(command.rollout_id, command.traj_id)
+        step = hosted.log.current_step if hosted is not None else 0
+        action = decide(phase, command, current_step=step, is_draining=self.is_draining)
+        if action is Action.START and is_redelivered:
+            action = Action.RESUME  # an earlier delivery may have run steps: rebuild first
+        if action is Action.RESUME:
+            return await self._resume_then_act(command)
+        if action is Action.START:
+            assert isinstance(command, StartTrajectory)
+            return await self._start(command)
+        if action is Action.REFUSE:
+            await self._fail_unhosted(command, "worker is draining", retryable=True)
+            return None
+        assert hosted is not None or action is Action.IGNORE
+        return await self._act(action, hosted, command) if hosted is not None else None
+
+    async def _act(
+        self, action: Action, hosted: HostedTrajectory, command: TrajectoryCommand
+    ) -> asyncio.Event | None:
+        match action, command:
+            case Action.RUN_NEXT, ContinueTrajectory():
+                return self._run_next(hosted, command)
+            case Action.SET_PRIORITY | Action.STORE_PRIORITY, Reprioritize():
+                hosted.priority = command.priority
+                if hosted.request_id is not None:
+                    await self.engine.set_priority(hosted.request_id, command.priority)
+            case Action.PREEMPT, Preempt():
+                await self._preempt(hosted, command)
+            case Action.MIGRATE_NOW, MigrateOut():
+                await self.migrator.migrate_out(hosted, command)
+            case Action.MIGRATE_AT_GAP, MigrateOut():
+                hosted.pending_migration = command
+                return hosted.settled
+            case Action.ABORT, Abort():
+                await self._abort(hosted, command.reason)
+            case Action.FORWARD, _:
+                await self._forward(command, hosted.handed_to)
+        return None
+
+    # ---- starting and resuming ----------------------------------------------------------------
+
+    async def _start(self, command: StartTrajectory) -> asyncio.Event | None:
+        try:
+            env = create_environment(command.spec.environment)
+        except ValueError as exc:
+            await self._fail_unhosted(command, str(exc))
+            return None
+        log = TrajectoryLog(
+            rollout_id=command.rollout_id, traj_id=command.traj_id, spec=command.spec
+        )
+        hosted = HostedTrajectory(log=log, spec=command.spec, env=env, priority=command.priority)
+        self.table.put(hosted)
+        self._start_segment(hosted, is_new=True)
+        return hosted.settled
+
+    async def _resume_then_act(self, command: TrajectoryCommand) -> asyncio.Event | None:
+        plan = await self._plan(command)
+        match plan.kind:
+            case ResumeKind.FOREIGN:
+                await self._forward(command, plan.owner)
+                return None
+            case ResumeKind.UNKNOWN:
+                await self._fail_unhosted(command, "unknown trajectory: no spec in the stream")
+                return None
+            case ResumeKind.FINISHED:
+                return None
+        hosted = plan.hosted
+        assert hosted is not None
+        self.table.put(hosted)
+        if plan.kind is ResumeKind.RUN:
+            self._start_segment(hosted, outcome=plan.outcome)
+        elif plan.outcome is not None and plan.outcome.tool_request is not None:
+            await self.runner.resend_tool_call(hosted, plan.outcome.tool_request)
+        step = hosted.log.current_step
+        action = decide(hosted.phase, command, current_step=step, is_draining=self.is_draining)
+        settled = await self._act(action, hosted, command)
+        return settled or (hosted.settled if hosted.is_running else None)
+
+    async def _plan(self, command: TrajectoryCommand) -> ResumePlan:
+        is_placing = isinstance(command, _PLACING)
+        try:
+            return await self.resumer.resume(
+                command.rollout_id,
+                command.traj_id,
+                spec=command.spec if isinstance(command, _PLACING) else None,
+                priority=_priority_of(command),
+                cache_key=command.cache_key if isinstance(command, _PLACING) else "",
+                is_authoritative=is_placing,
+            )
+        except (ValueError, RuntimeError) as exc:
+            if isinstance(exc, EngineError):
+                raise
+            await self._fail_unhosted(command, f"cannot resume: {exc}")
+            return ResumePlan(ResumeKind.FINISHED)
+
+    # ---- segments -----------------------------------------------------------------------------
+
+    def _run_next(self, hosted: HostedTrajectory, command: ContinueTrajectory) -> asyncio.Event:
+        result: ToolReturned = command.tool_result
+        hosted.log.apply(result)
+        hosted.priority = command.priority
+        self._start_segment(hosted, tool_result=result)
+        return hosted.settled
+
+    def _start_segment(
+        self,
+        hosted: HostedTrajectory,
+        *,
+        outcome: StepOutcome | None = None,
+        tool_result: ToolReturned | None = None,
+        is_new: bool = False,
+    ) -> None:
+        hosted.is_running = True
+        hosted.settled.clear()
+        hosted.segment = asyncio.create_task(
+            self._segment(hosted, outcome, tool_result, is_new), name=f"segment-{hosted.traj_id}"
+        )
+
+    async def _segment(
+        self,
+        hosted: HostedTrajectory,
+        outcome: StepOutcome | None,
+        tool_result: ToolReturned | None,
+        is_new: bool,
+    ) -> None:
+        try:
+            await self.runner.run_segment(hosted, outcome, tool_result=tool_result, is_new=is_new)
+        except asyncio.CancelledError:
+            self._settle(hosted)
+            raise
+        except EngineError as exc:
+            self._settle(hosted)
+            await self.on_engine_failure(exc)
+            return
+        async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
+            hosted.is_running = False
+            migration, hosted.pending_migration = hosted.pending_migration, None
+            try:
+                if migration is not None and hosted.phase is Phase.IN_TOOL:
+                    await self.migrator.migrate_out(hosted, migration)
+            except EngineError as exc:
+                await self.on_engine_failure(exc)
+            finally:
+                self._settle(hosted)
+
+    def _settle(self, hosted: HostedTrajectory) -> None:
+        hosted.is_running = False
+        hosted.settled.set()
+        self.changed.set()
+
+    # ---- other actions ------------------------------------------------------------------------
+
+    async def _preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
+        if hosted.request_id is None:
+            return
+        await self.engine.preempt(hosted.request_id)
+        event = records.preempted(
+            hosted.log,
+            worker_id=self.worker_id,
+            by_traj_id=command.by_traj_id,
+            command_id=command.command_id,
+            now=self.runner.clock(),
+        )
+        await self.runner.emit(hosted, event)
+
+    async def _abort(self, hosted: HostedTrajectory, reason: str) -> None:
+        segment = hosted.segment
+        if segment is not None and not segment.done():
+            segment.cancel()
+            await asyncio.wait([segment])
+        await self.runner.fail(hosted, f"aborted: {reason}" if reason else "aborted")
+
+    async def _forward(self, command: TrajectoryCommand, target_worker_id: str) -> None:
+        """Re-send a command to the worker now holding the trajectory (deterministic id)."""
+        if not target_worker_id or target_worker_id == self.worker_id:
+            return
+        forwarded = msgspec.structs.replace(
+            command,
+            worker_id=target_worker_id,
+            command_id=derive_id(command.command_id, "fwd", target_worker_id),
+        )
+        await self.publisher.publish(forwarded)
+
+    async def _fail_unhosted(
+        self, command: TrajectoryCommand, reason: str, *, retryable: bool = False
+    ) -> None:
+        log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id)
+        event = records.failed(
+            log,
+            reason=reason,
+            worker_id=self.worker_id,
+            now=self.runner.clock(),
+            retryable=retryable,
+            discriminator=derive_id(self.worker_id, command.command_id),
+        )
+        await self.publisher.publish(event)
+
+
+def _priority_of(command: TrajectoryCommand) -> float:
+    match command:
+        case StartTrajectory() | ContinueTrajectory() | MigrateIn() | Reprioritize():
+            return command.priority
+    return 0.0

@@ -1,0 +1,250 @@
+"""The events and commands a worker publishes, built from a trajectory's log (pure).
+
+Ids are derived from what they describe (``heddle.ids.derive_id``), so a step re-run after a crash
+or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate:
+
+    <rollout>:<traj>:<step>:generation_started | generated | tool_called | call (tool call id)
+    <rollout>:<traj>:completed       <rollout>:<traj>:<migration>:migrated
+"""
+
+from __future__ import annotations
+
+from heddle.events import (
+    Completed,
+    Failed,
+    FinishReason,
+    Generated,
+    GenerationStarted,
+    Migrated,
+    MigrateIn,
+    Preempted,
+    ToolCall,
+    ToolCalled,
+    ToolRequest,
+    TrajectorySpec,
+    TrajectoryTimings,
+)
+from heddle.ids import derive_id
+from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.engines.base import GenerationResult
+
+
+def generation_started(
+    log: TrajectoryLog,
+    *,
+    step: int,
+    worker_id: str,
+    input_token_ids: list[int],
+    num_context_tokens: int,
+    priority: float,
+    now: float,
+) -> GenerationStarted:
+    return GenerationStarted(
+        event_id=derive_id(log.rollout_id, log.traj_id, step, "generation_started"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=step,
+        worker_id=worker_id,
+        input_token_ids=input_token_ids,
+        num_context_tokens=num_context_tokens,
+        priority=priority,
+    )
+
+
+def generated(
+    log: TrajectoryLog,
+    *,
+    step: int,
+    worker_id: str,
+    result: GenerationResult,
+    num_context_tokens: int,
+    num_recomputed_tokens: int,
+    now: float,
+) -> Generated:
+    return Generated(
+        event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=step,
+        worker_id=worker_id,
+        output_token_ids=list(result.output_token_ids),
+        output_logprobs=list(result.output_logprobs),
+        finish_reason=result.finish_reason,
+        num_context_tokens=num_context_tokens,
+        queue_s=result.queue_s,
+        prefill_s=result.prefill_s,
+        decode_s=result.decode_s,
+        num_preemptions=result.num_preemptions,
+        num_recomputed_tokens=num_recomputed_tokens,
+    )
+
+
+def tool_call_id(log: TrajectoryLog, step: int) -> str:
+    return derive_id(log.rollout_id, log.traj_id, step, "call")
+
+
+def tool_call(
+    log: TrajectoryLog,
+    *,
+    step: int,
+    request: ToolRequest,
+    pool: str,
+    timeout_s: float,
+    time_scale: float,
+    now: float,
+) -> ToolCall:
+    return ToolCall(
+        command_id=tool_call_id(log, step),
+        rollout_id=log.rollout_id,
+        issued_at=now,
+        traj_id=log.traj_id,
+        step=step,
+        call_id=tool_call_id(log, step),
+        pool=pool,
+        request=request,
+        timeout_s=timeout_s,
+        time_scale=time_scale,
+    )
+
+
+def tool_called(log: TrajectoryLog, call: ToolCall, *, worker_id: str, now: float) -> ToolCalled:
+    return ToolCalled(
+        event_id=derive_id(log.rollout_id, log.traj_id, call.step, "tool_called"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=call.step,
+        worker_id=worker_id,
+        call_id=call.call_id,
+        tool=str(type(call.request).__struct_config__.tag),
+        pool=call.pool,
+    )
+
+
+def completed(
+    log: TrajectoryLog,
+    *,
+    reward: float,
+    finish_reason: FinishReason,
+    time_scale: float,
+    now: float,
+) -> Completed:
+    """The trajectory's full record: tokens, logprobs, loss mask, reward and timings."""
+    response, logprobs, mask = log.response()
+    outputs = log.generated_events()
+    started_at = log.submitted_at if log.submitted_at is not None else now
+    timings = TrajectoryTimings(
+        queue_s=sum(event.queue_s for event in outputs),
+        prefill_s=sum(event.prefill_s for event in outputs),
+        decode_s=sum(event.decode_s for event in outputs),
+        tool_s=sum(result.duration_s for result in log.tool_results()),
+        migration_s=log.migration_s,
+        total_s=max(0.0, now - started_at) * time_scale,
+    )
+    return Completed(
+        event_id=derive_id(log.rollout_id, log.traj_id, "completed"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        num_steps=log.num_steps,
+        prompt_token_ids=log.prompt_token_ids(),
+        response_token_ids=response,
+        response_logprobs=logprobs,
+        loss_mask=mask,
+        reward=reward,
+        finish_reason=finish_reason,
+        num_output_tokens=sum(len(event.output_token_ids) for event in outputs),
+        timings=timings,
+        worker_history=log.worker_history(),
+        num_recomputed_tokens=sum(event.num_recomputed_tokens for event in outputs),
+    )
+
+
+def failed(
+    log: TrajectoryLog,
+    *,
+    reason: str,
+    worker_id: str,
+    now: float,
+    retryable: bool = False,
+    discriminator: str = "",
+) -> Failed:
+    step = log.current_step
+    return Failed(
+        event_id=derive_id(log.rollout_id, log.traj_id, step, "failed", discriminator or None),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=step,
+        reason=reason,
+        worker_id=worker_id,
+        retryable=retryable,
+    )
+
+
+def preempted(
+    log: TrajectoryLog, *, worker_id: str, by_traj_id: str, command_id: str, now: float
+) -> Preempted:
+    step = log.current_step
+    return Preempted(
+        event_id=derive_id(log.rollout_id, log.traj_id, step, "preempted", command_id),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=step,
+        worker_id=worker_id,
+        by_traj_id=by_traj_id,
+        kv_kept=True,
+    )
+
+
+def migrate_in(
+    log: TrajectoryLog,
+    *,
+    spec: TrajectorySpec,
+    source_worker_id: str,
+    target_worker_id: str,
+    migration_id: str,
+    cache_key: str,
+    priority: float,
+    now: float,
+) -> MigrateIn:
+    return MigrateIn(
+        command_id=derive_id(migration_id, "migrate_in"),
+        rollout_id=log.rollout_id,
+        issued_at=now,
+        worker_id=target_worker_id,
+        traj_id=log.traj_id,
+        spec=spec,
+        source_worker_id=source_worker_id,
+        migration_id=migration_id,
+        cache_key=cache_key,
+        num_context_tokens=len(log.context_token_ids()),
+        priority=priority,
+    )
+
+
+def migrated(
+    log: TrajectoryLog,
+    *,
+    source_worker_id: str,
+    target_worker_id: str,
+    migration_id: str,
+    num_bytes: int,
+    transfer_s: float,
+    now: float,
+) -> Migrated:
+    return Migrated(
+        event_id=derive_id(log.rollout_id, log.traj_id, migration_id, "migrated"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        source_worker_id=source_worker_id,
+        target_worker_id=target_worker_id,
+        num_context_tokens=len(log.context_token_ids()),
+        num_bytes=num_bytes,
+        kv_transferred=num_bytes > 0,
+        transfer_s=transfer_s,
+    )
