@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
+from dataclasses import replace
 from enum import StrEnum
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
-from heddle.cli.apps import tools_app
+from heddle.cli.apps import settings_of, tools_app
+from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
+from heddle.workers.tools.runner import ToolRunnerConfig
 from heddle.workers.tools.sandbox import SandboxError, SandboxRequest, run_once
+from heddle.workers.tools.search import SAMPLE_CORPUS
+
+if TYPE_CHECKING:
+    # The executor imports nats; `heddle tools exec` should not pay for that.
+    from heddle.workers.tools.executor import ExecutorConfig
 
 _DEFAULTS = SandboxLimits()
 
@@ -72,3 +83,69 @@ def exec_command(
         "reason": result.reason,
     }
     typer.echo(json.dumps(report))
+
+
+_EXECUTOR_DEFAULTS = ToolRunnerConfig()
+
+
+@tools_app.command("serve")
+def serve_command(
+    ctx: typer.Context,
+    pool: Annotated[str, typer.Option(help="Tool pool to serve (heddle.cmd.tool.<pool>)")] = (
+        "default"
+    ),
+    min_warm: Annotated[int, typer.Option(help="Sandbox processes kept parked")] = 2,
+    max_procs: Annotated[int, typer.Option(help="Most sandbox processes (parked + running)")] = 8,
+    max_in_flight: Annotated[int, typer.Option(help="Most calls handled at once")] = 64,
+    max_timeout_s: Annotated[
+        float, typer.Option(help="Cap on a call's timeout_s (wall seconds)")
+    ] = _EXECUTOR_DEFAULTS.max_timeout_s,
+    corpus: Annotated[
+        Path, typer.Option(help="Default search corpus (folder of .txt/.md, or .jsonl)")
+    ] = SAMPLE_CORPUS,
+    isolation: Annotated[IsolationChoice, typer.Option()] = IsolationChoice.auto,
+    executor_id: Annotated[str, typer.Option(help="Name in results (default host-pid)")] = "",
+) -> None:
+    """Run a tool executor: pull calls of POOL, run them sandboxed, publish the results."""
+    from heddle.workers.tools.executor import ExecutorConfig
+
+    try:
+        limits = SandboxLimits(timeout_s=max_timeout_s)
+        config = ExecutorConfig(
+            pool=pool,
+            min_warm=min_warm,
+            max_procs=max_procs,
+            max_in_flight=max_in_flight,
+            sandbox=SandboxConfig(isolation=isolation.value, limits=limits),
+            runner=replace(_EXECUTOR_DEFAULTS, max_timeout_s=max_timeout_s),
+            default_corpus=corpus,
+        )
+        if executor_id:
+            config = replace(config, executor_id=executor_id)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        asyncio.run(_serve(settings_of(ctx), config))
+    except SandboxError as exc:
+        raise UserError(str(exc)) from None
+
+
+async def _serve(settings: Settings, config: ExecutorConfig) -> None:
+    from heddle.bus import Bus
+    from heddle.workers.tools.executor import ToolExecutor
+
+    async with Bus(settings) as bus:
+        executor = ToolExecutor(bus, config)
+        loop = asyncio.get_running_loop()
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(stop_signal, executor.stop)
+        Console(stderr=True).print(
+            f"tool executor {config.executor_id}: pool {config.pool!r} on {bus.url}, "
+            f"{config.min_warm}..{config.max_procs} sandbox processes; Ctrl-C stops",
+            highlight=False,
+        )
+        stats = await executor.run()
+    Console(stderr=True).print(
+        f"stopped: {stats.num_acked} calls done, {stats.num_dead_lettered} dead-lettered",
+        highlight=False,
+    )

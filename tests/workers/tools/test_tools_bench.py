@@ -53,3 +53,6 @@ def test_bench_tools_prints_cold_and_warm_figures() -> None:
             assert stats["num_failed"] == 0
             assert 0 < stats["p50_ms"] <= stats["p99_ms"]
     assert report["sequential_p50_speedup"] > 0
+    for name in ("python_sequential", "python_concurrent", "trace_sequential"):
+        assert report["nats"][name]["num_calls"] == 3
+        assert report["nats"][name]["num_failed"] == 0

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 import heddle.cli.tools  # noqa: F401  (registers the tools commands on the app)
+from heddle.bus import Bus, ReplayQuery
 from heddle.cli.apps import app
+from heddle.config import load_settings
+from heddle.events import PythonTool, ToolCall, ToolReturned
+from heddle.events.subjects import trajectory_subject
 
 runner = CliRunner()
 
@@ -37,3 +46,51 @@ def test_exec_refuses_empty_input_and_bad_limits() -> None:
     assert "no code on stdin" in str(empty.exception)
     bad = runner.invoke(app, ["tools", "exec", "python", "--timeout-s", "-1"], input="print(1)")
     assert "timeout_s must be > 0" in str(bad.exception)
+
+
+async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) -> None:
+    command = [
+        str(Path(sys.executable).with_name("heddle")),
+        "--nats-url",
+        nats_url,
+        "--data-dir",
+        str(tmp_path),
+        "tools",
+        "serve",
+        "--min-warm",
+        "1",
+        "--executor-id",
+        "cli-e",
+    ]
+    process = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
+    try:
+        async with Bus(load_settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
+            await bus.publish(
+                ToolCall(
+                    command_id="c1",
+                    rollout_id="r1",
+                    issued_at=0.0,
+                    traj_id="t1",
+                    step=0,
+                    call_id="k1",
+                    request=PythonTool(code="print('served')"),
+                )
+            )
+            returned = await _first_result(bus)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr_bytes = await asyncio.wait_for(process.communicate(), 60)
+    stderr = stderr_bytes.decode()
+    assert (returned.output, returned.executor_id) == ("served\n", "cli-e")
+    assert process.returncode == 0
+    assert "stopped: 1 calls done" in stderr
+
+
+async def _first_result(bus: Bus, within_s: float = 60.0) -> ToolReturned:
+    query = ReplayQuery(filter_subjects=(trajectory_subject("r1", "*", "tool_returned"),))
+    for _ in range(int(within_s / 0.1)):
+        async for record in bus.replay_events(query):
+            if isinstance(record.message, ToolReturned):
+                return record.message
+        await asyncio.sleep(0.1)
+    raise AssertionError("no result from the executor")
