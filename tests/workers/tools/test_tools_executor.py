@@ -162,3 +162,22 @@ async def test_stop_finishes_calls_in_flight(bus: Bus) -> None:
     stats = await running
     assert stats.num_acked == 1
     assert len(await results(bus)) == 1
+
+
+async def test_pool_target_follows_the_queue_depth(bus: Bus) -> None:
+    for index in range(6):
+        await bus.publish(call(PythonTool(code="print(1)"), f"t{index}"))
+    executor = ToolExecutor(bus, config(min_warm=1, max_procs=4, max_in_flight=1))
+    targets: list[int] = []
+    handle = executor.handle
+
+    async def observed_handle(delivery: Delivery[ToolCall]) -> None:
+        task = asyncio.create_task(handle(delivery))
+        await asyncio.sleep(0)  # let the handler report the queue depth to the pool
+        targets.append(executor.pool.target_parked)
+        await task
+
+    executor.handle = observed_handle  # type: ignore[method-assign]
+    await executor.run(until_idle=True)
+    assert max(targets) >= 3, "5 calls queued behind the first: parked target rises to max"
+    assert targets[-1] == 1, "the queue is empty at the last call: back to min_warm"
