@@ -25,6 +25,8 @@ _SMALL = [
     "16",
     "--repeats",
     "1",
+    "--num-threads",
+    "1",
 ]
 
 

@@ -78,8 +78,17 @@ def sample(logits: torch.Tensor, rows: Sequence[RowSampling]) -> Sampled:
 
 
 def _sample_nucleus(logprobs: torch.Tensor, rows: Sequence[RowSampling]) -> torch.Tensor:
-    """Inverse-CDF draw over each row's top-p nucleus (the smallest set reaching ``top_p``)."""
+    """Inverse-CDF draw over each row's top-p nucleus (the smallest set reaching ``top_p``).
+
+    Without top-p (every row's ``top_p`` is 1) the draw runs over the vocabulary in its own order,
+    which samples the same distribution and skips sorting a ``[B, vocab]`` tensor every step.
+    """
     device = logprobs.device
+    if all(row.top_p >= 1.0 for row in rows):
+        cumulative = logprobs.exp().cumsum(dim=-1)
+        draws = torch.tensor([uniform(row.seed, row.position) for row in rows], device=device)
+        index = torch.searchsorted(cumulative, (draws * cumulative[:, -1])[:, None], right=True)
+        return torch.clamp(index[:, 0], max=logprobs.shape[-1] - 1)
     probs, order = torch.sort(logprobs.exp(), dim=-1, descending=True)
     cumulative = probs.cumsum(dim=-1)
     top_p = torch.tensor([row.top_p for row in rows], device=device)
