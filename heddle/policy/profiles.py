@@ -34,13 +34,19 @@ error is a ``ValueError`` naming the line (CSV) or the field (JSON).
 from __future__ import annotations
 
 import json
-import math
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from heddle.policy.cost_model import HARDWARE, MODELS, AnalyticCostModel
+from heddle.policy.field_checks import (
+    non_negative,
+    object_field,
+    positive_float,
+    positive_int,
+    string_field,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,11 +222,11 @@ def _parse_csv(text: str, source: str) -> dict[int, dict[int, float]]:
         where = f"{source}:{number}"
         if len(cells) != 3:
             raise ValueError(f"{where}: expected 3 columns (tp,batch,itl_ms), got {len(cells)}")
-        tp = _positive_int(cells[0], f"{where}: tp")
-        batch = _positive_int(cells[1], f"{where}: batch")
+        tp = positive_int(cells[0], f"{where}: tp")
+        batch = positive_int(cells[1], f"{where}: batch")
         if batch in itl_ms.get(tp, {}):
             raise ValueError(f"{where}: tp {tp} batch {batch} appears twice")
-        itl_ms.setdefault(tp, {})[batch] = _positive_float(cells[2], f"{where}: itl_ms")
+        itl_ms.setdefault(tp, {})[batch] = positive_float(cells[2], f"{where}: itl_ms")
     if not itl_ms:
         raise ValueError(f"{source}: no measurement rows after the header")
     return itl_ms
@@ -248,29 +254,29 @@ def _parse_json(text: str, source: str) -> Profile:
         raise ValueError(f"{source}: missing field 'itl_ms'")
     itl_ms = {
         tp: _batch_table(value, f"{source}: itl_ms.{key}")
-        for key, value in _object(document["itl_ms"], f"{source}: itl_ms").items()
-        for tp in [_positive_int(key, f"{source}: itl_ms key")]
+        for key, value in object_field(document["itl_ms"], f"{source}: itl_ms").items()
+        for tp in [positive_int(key, f"{source}: itl_ms key")]
     }
     if not itl_ms:
         raise ValueError(f"{source}: itl_ms is empty")
     return Profile(
         itl_ms=itl_ms,
-        model=_string(document.get("model", ""), f"{source}: model"),
-        hardware=_string(document.get("hardware", ""), f"{source}: hardware"),
+        model=string_field(document.get("model", ""), f"{source}: model"),
+        hardware=string_field(document.get("hardware", ""), f"{source}: hardware"),
         prefill_tokens_per_s=_tp_floats(document, "prefill_tokens_per_s", source),
         max_kv_tokens={
             tp: int(tokens) for tp, tokens in _tp_floats(document, "max_kv_tokens", source).items()
         },
         context_tokens=int(
-            _non_negative(document.get("context_tokens", 0), f"{source}: context_tokens")
+            non_negative(document.get("context_tokens", 0), f"{source}: context_tokens")
         ),
     )
 
 
 def _batch_table(value: object, where: str) -> dict[int, float]:
     table = {
-        _positive_int(key, f"{where} key"): _positive_float(item, f"{where}.{key}")
-        for key, item in _object(value, where).items()
+        positive_int(key, f"{where} key"): positive_float(item, f"{where}.{key}")
+        for key, item in object_field(value, where).items()
     }
     if not table:
         raise ValueError(f"{where}: no batch sizes")
@@ -282,47 +288,6 @@ def _tp_floats(document: dict[str, object], name: str, source: str) -> dict[int,
         return {}
     where = f"{source}: {name}"
     return {
-        _positive_int(key, f"{where} key"): _positive_float(item, f"{where}.{key}")
-        for key, item in _object(document[name], where).items()
+        positive_int(key, f"{where} key"): positive_float(item, f"{where}.{key}")
+        for key, item in object_field(document[name], where).items()
     }
-
-
-def _object(value: object, where: str) -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected an object keyed by TP degree / batch size")
-    return value
-
-
-def _string(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, got {value!r}")
-    return value
-
-
-def _positive_int(value: object, where: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ValueError(f"{where}: expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{where}: expected a positive integer, got {value!r}")
-    return number
-
-
-def _positive_float(value: object, where: str) -> float:
-    number = _non_negative(value, where)
-    if number == 0.0:
-        raise ValueError(f"{where}: must be > 0, got {value!r}")
-    return number
-
-
-def _non_negative(value: object, where: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{where}: expected a number, got {value!r}")
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected a number, got {value!r}") from None
-    if not math.isfinite(number) or number < 0.0:
-        raise ValueError(f"{where}: must be finite and >= 0, got {value!r}")
-    return number
