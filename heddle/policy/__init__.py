@@ -2,7 +2,8 @@
 
 No I/O, no clock, no global randomness (callers inject ``now`` and a seeded ``random.Random``).
 
-- ``cost_model``, ``profiles``: time costs of one worker (calibrated presets, measured profiles).
+- ``cost_model``, ``profiles`` (``field_checks``): time costs of one worker (calibrated presets,
+  measured profiles).
 - ``placement`` (``blocks``, ``bottleneck``, ``placement_reference``, ``placement_hetero``,
   ``worker_mix``): min-makespan grouping of trajectories onto workers.
 - ``migration``, ``transfers``: re-placement after new predictions; KV transfer batches.

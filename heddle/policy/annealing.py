@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from heddle.policy.cost_model import CostModel
 from heddle.policy.resources import ResourcePlan, ResourceProblem, canonical, fixed_configuration
 
 Configuration = tuple[int, ...]
@@ -89,6 +90,20 @@ def anneal(
         initial=initial,
         num_proposals=num_proposals,
     )
+
+
+def plan_resources(
+    lengths: Sequence[float],
+    num_gpus: int,
+    cost_models: Mapping[int, CostModel],
+    context_tokens: int,
+    rng: random.Random,
+    config: AnnealingConfig = AnnealingConfig(),
+) -> ResourcePlan:
+    """One call from predicted lengths to a TP plan: TP degree per worker (largest first), the
+    trajectory indices each runs, and the placement makespan in seconds."""
+    problem = ResourceProblem(lengths, num_gpus, cost_models, context_tokens)
+    return anneal(problem, rng, config).plan
 
 
 def _accepts(delta_s: float, temperature: float, rng: random.Random) -> bool:

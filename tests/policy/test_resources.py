@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.annealing import AnnealingConfig, anneal, neighbour, random_configuration
+from heddle.policy.annealing import (
+    AnnealingConfig,
+    anneal,
+    neighbour,
+    plan_resources,
+    random_configuration,
+)
 from heddle.policy.cost_model import preset
 from heddle.policy.resources import (
     ResourceProblem,
@@ -132,3 +138,11 @@ def test_bad_input() -> None:
         prob.makespan_s((3,))
     with pytest.raises(ValueError, match="cooling"):
         AnnealingConfig(cooling=1.5)
+
+
+def test_plan_resources_in_one_call() -> None:
+    lengths = long_tail(200, 9)
+    cost_models = {tp: preset("qwen3-14b", "h100", tp) for tp in (1, 2, 4, 8)}
+    plan = plan_resources(lengths, 8, cost_models, 4000, random.Random(0))
+    assert plan.num_gpus <= 8
+    assert sorted(i for group in plan.groups for i in group) == list(range(200))
