@@ -2,9 +2,9 @@
 
 Processes are spawned ahead of calls and parked (interpreter started, namespaces and mounts set
 up, blocked on stdin), so a call pays only the hand-off. Each process runs exactly one call and
-is discarded (nothing leaks between calls); a background task refills the pool. At most
-``max_procs`` calls run at once and parked + running processes never exceed ``max_procs``. The
-owner reports demand (``set_demand``: calls waiting in its queue) and the pool keeps
+is discarded (nothing leaks between calls); a background task refills the pool, at most
+``max_concurrent_spawns`` start-ups at once. At most ``max_procs`` calls run at once and parked +
+running processes never exceed ``max_procs``. The owner reports demand (``set_demand``: calls waiting in its queue) and the pool keeps
 ``clamp(demand, min_warm, max_procs - running)`` processes parked.
 """
 
@@ -27,6 +27,9 @@ from heddle.workers.tools.sandbox import (
     resolve_isolation,
 )
 
+_SPAWN_RETRY_S = 1.0
+"""Pause after a failed spawn before the pool tries again."""
+
 
 @dataclass(frozen=True, slots=True)
 class PoolStats:
@@ -43,7 +46,14 @@ class PoolStats:
 class SandboxPool:
     """Pre-warmed sandbox processes; use ``async with SandboxPool(...) as pool``."""
 
-    def __init__(self, config: SandboxConfig, *, min_warm: int = 2, max_procs: int = 8) -> None:
+    def __init__(
+        self,
+        config: SandboxConfig,
+        *,
+        min_warm: int = 2,
+        max_procs: int = 8,
+        max_concurrent_spawns: int = 2,
+    ) -> None:
         if max_procs < 1 or not 0 <= min_warm <= max_procs:
             raise ValueError(
                 f"need 0 <= min_warm <= max_procs and max_procs >= 1, got "
@@ -52,6 +62,7 @@ class SandboxPool:
         self.config = config
         self.min_warm = min_warm
         self.max_procs = max_procs
+        self.max_concurrent_spawns = max(1, max_concurrent_spawns)
         self._isolation: Isolation | None = None
         self._uids = UidAllocator(config.uid_base, config.num_uids)
         self._slots = asyncio.Semaphore(max_procs)
@@ -170,19 +181,35 @@ class SandboxPool:
         return await SandboxProcess.spawn(self.isolation, self.config)
 
     async def _refill_loop(self) -> None:
-        """Keep ``target_parked`` processes parked; spawns one at a time (start-up is CPU bound,
-        so parallel spawns would only slow down the calls running meanwhile)."""
-        while True:
-            await self._changed.wait()
-            self._changed.clear()
-            while len(self._parked) > self.target_parked:
-                await self._parked.pop().discard()
-            while len(self._parked) < self.target_parked:
-                try:
-                    process = await SandboxProcess.spawn(self.isolation, self.config)
-                except SandboxError:
-                    self._num_spawn_failures += 1
-                    await asyncio.sleep(1.0)
-                    continue
-                self._parked.append(process)
-                self._parked_more.set()
+        """Keep ``target_parked`` processes parked, spawning at most ``max_concurrent_spawns``
+        at once (start-up is CPU bound: more in parallel would only slow the running calls)."""
+        spawning: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await self._changed.wait()
+                self._changed.clear()
+                while len(self._parked) > self.target_parked:
+                    await self._parked.pop().discard()
+                while (
+                    len(self._parked) + len(spawning) < self.target_parked
+                    and len(spawning) < self.max_concurrent_spawns
+                ):
+                    task = asyncio.create_task(self._spawn_parked())
+                    spawning.add(task)
+                    task.add_done_callback(spawning.discard)
+        finally:
+            for task in spawning:
+                task.cancel()
+            await asyncio.gather(*spawning, return_exceptions=True)
+
+    async def _spawn_parked(self) -> None:
+        try:
+            process = await SandboxProcess.spawn(self.isolation, self.config)
+        except SandboxError:
+            self._num_spawn_failures += 1
+            await asyncio.sleep(_SPAWN_RETRY_S)
+        else:
+            self._parked.append(process)
+            self._parked_more.set()
+        finally:
+            self._changed.set()
