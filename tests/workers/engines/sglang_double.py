@@ -138,7 +138,9 @@ class DoubleScheduler:
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.in_flight: dict[str, Req] = {}
-        self.cached: list[tuple[int, ...]] = []
+        self.cached: dict[int, Any] = {}
+        """Prefix trie: token -> subtree (a radix cache without the path compression)."""
+        self.num_cached_tokens = 0
         self.admission_log: list[str] = []
         self.num_arrivals = 0
         self.num_cache_hits = 0
@@ -167,20 +169,24 @@ class DoubleScheduler:
         req.changed.set()
 
     def remember(self, tokens: list[int]) -> None:
-        self.cached.append(tuple(tokens))
-        while sum(map(len, self.cached)) > self.config.max_total_num_tokens:
-            self.cached.pop(0)
+        """Insert into the prefix trie (one node per cached token); a full cache starts over."""
+        if self.num_cached_tokens + len(tokens) > self.config.max_total_num_tokens:
+            self.cached.clear()
+            self.num_cached_tokens = 0
+        node = self.cached
+        for token in tokens:
+            if token not in node:
+                node[token] = {}
+                self.num_cached_tokens += 1
+            node = node[token]
 
     def prefix_hit(self, tokens: list[int]) -> int:
-        best = 0
-        for seq in self.cached:
-            n = 0
-            for a, b in zip(seq, tokens, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        return min(best, max(0, len(tokens) - 1))  # the last token is always computed
+        node, num_matched = self.cached, 0
+        for token in tokens:
+            if token not in node:
+                break
+            node, num_matched = node[token], num_matched + 1
+        return min(num_matched, max(0, len(tokens) - 1))  # the last token is always computed
 
     def step(self) -> None:
         self.waiting.sort(key=Req.rank)
@@ -407,6 +413,7 @@ class SglangDouble:
             await _send(writer, 200, {"model_path": self.config.model_path, "is_generation": True})
         elif path == "/flush_cache":
             self.scheduler.cached.clear()
+            self.scheduler.num_cached_tokens = 0
             await _send(writer, 200, None)
         else:
             await _send(writer, 404, {"detail": "Not Found"})

@@ -17,6 +17,7 @@ re-order. The queue implements the Engine protocol's scheduling contract (PPS, S
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, replace
 
 from heddle.policy.preemption import PreemptionConfig, RankedRequest, decide_preemptions
@@ -128,11 +129,15 @@ class AdmissionQueue:
 
     def schedule(self) -> list[Decision]:
         """Admit into free slots, then preempt for waiting jobs that beat the lowest running one."""
-        ordered = self.waiting
         num_free = max(0, self.max_running - self.num_slots_used)
+        # The policy walks the waiting jobs best first and stops at the first that neither fits
+        # nor evicts; each one before it takes a free slot or evicts a running job. So only the
+        # best num_free + len(draining) + len(running) + 1 can matter: skip sorting the rest.
+        num_relevant = num_free + len(self._draining) + len(self._running) + 1
+        ordered = heapq.nsmallest(num_relevant, self._waiting.values(), key=QueueEntry.rank)
         # The waiting jobs right after those that fit get the slots being drained already.
-        reserved = ordered[num_free : num_free + len(self._draining)]
-        candidates = [entry for entry in ordered if entry not in reserved]
+        reserved = {entry.job_id for entry in ordered[num_free : num_free + len(self._draining)]}
+        candidates = [entry for entry in ordered if entry.job_id not in reserved]
         decision = decide_preemptions(
             [entry.ranked() for entry in self._running.values()],
             [entry.ranked() for entry in candidates],
