@@ -213,6 +213,35 @@ async def test_loads_and_server_info_parse(client: SglangClient) -> None:
 
 
 @needs_double
+async def test_a_full_queue_answers_503_and_the_retry_gets_in_once_room_frees() -> None:
+    config = DoubleConfig(tokens_per_s=400.0, max_running=1, max_queued=1)
+    with SglangDouble(config) as small:
+        patient = RetryPolicy(max_retries=50, backoff_initial_s=0.02, backoff_max_s=0.05)
+        async with SglangClient(small.url, retry=patient) as sglang:
+            running, queued = body(20_000), body(20_000)
+            tasks = [asyncio.create_task(sglang.generate(b)) for b in (running, queued)]
+            await poll_until(lambda: len(small.scheduler.waiting) == 1, what="a full queue")
+            third = asyncio.create_task(sglang.generate(body(2)))
+            await asyncio.sleep(0.1)  # a few refused attempts
+            assert not third.done() and len(small.bodies) == 2
+            await sglang.abort(queued.rid)
+            await sglang.abort(running.rid)
+            assert len((await asyncio.wait_for(third, 30)).output_ids) == 2
+            await asyncio.gather(*tasks)
+
+
+@needs_double
+async def test_incremental_streams_are_merged_into_whole_outputs() -> None:
+    with SglangDouble(DoubleConfig(incremental=True)) as deltas:
+        async with SglangClient(deltas.url, incremental_streaming=True) as sglang:
+            frames = [frame async for frame in sglang.generate_stream(body(5))]
+            whole = await sglang.generate(body(5))
+    assert frames[-1].output_ids == whole.output_ids
+    assert frames[-1].output_logprobs == whole.output_logprobs
+    assert [len(frame.output_ids) for frame in frames] == [1, 2, 3, 4, 5]
+
+
+@needs_double
 async def test_older_servers_are_probed_and_read_through_their_old_paths() -> None:
     with SglangDouble(DoubleConfig(legacy_paths=True, tp_size=4)) as old:
         async with SglangClient(old.url) as sglang:
