@@ -23,6 +23,7 @@ are listed. ``--out`` gets the primary table (engine if available, else native; 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -331,6 +332,7 @@ def _guarded(
     except torch.cuda.OutOfMemoryError:
         return "out of memory"
     finally:
+        gc.collect()  # drop this point's KV cache (and any reference cycle) before the next
         if device.type == "cuda":
             torch.cuda.empty_cache()
 

@@ -39,10 +39,10 @@ def bench_engine_command(
         "1,2,4,8,16,32"
     ),
     context_tokens: Annotated[int, typer.Option(help="Prompt tokens per decode request")] = 128,
-    decode_tokens: Annotated[int, typer.Option(help="Output tokens per decode request")] = 32,
+    decode_tokens: Annotated[int, typer.Option(help="Output tokens per decode request")] = 64,
     prefill_tokens: Annotated[int, typer.Option(help="Prompt of the prefill measurement")] = 512,
     resume_tokens: Annotated[int, typer.Option(help="Context of the preempted request")] = 512,
-    repeats: Annotated[int, typer.Option(help="Runs per figure (the median is reported)")] = 3,
+    repeats: Annotated[int, typer.Option(help="Runs per figure (the median is reported)")] = 5,
     num_threads: Annotated[int, typer.Option(help="torch CPU threads (0: default)")] = 0,
     profile_out: Annotated[
         Path | None,

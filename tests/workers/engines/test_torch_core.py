@@ -105,7 +105,13 @@ def test_batched_requests_match_their_solo_runs(tiny: LoadedModel) -> None:
     for request in requests:
         core.submit(request)
     results = _drain(core)
-    assert core.stats().num_decode_steps < sum(r.max_new_tokens for r in requests)  # batched
+    stats = core.stats()
+    assert stats.num_decode_steps < sum(r.max_new_tokens for r in requests)  # batched
+    assert sum(stats.num_decode_steps_by_batch.values()) == stats.num_decode_steps
+    assert max(stats.num_decode_steps_by_batch) == 3  # max_running
+    assert (
+        sum(b * n for b, n in stats.num_decode_steps_by_batch.items()) == stats.num_decoded_tokens
+    )
     for request in requests:
         batched, solo = results[request.request_id], _solo(tiny, request)
         assert batched.output_token_ids == solo.output_token_ids

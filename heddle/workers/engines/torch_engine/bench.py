@@ -4,8 +4,9 @@ Everything runs through the ``Engine`` protocol on real forward passes; per-step
 the engine's own counters (``EngineStats``), so thread hand-offs do not blur them. Each figure is
 the median of ``repeats`` runs, and each ratio compares two paths measured in the same run:
 
-- decode: ``batch`` requests start together with the same prompt and output lengths, so every
-  decode step runs at exactly that batch size; ITL(b) = decode time / decode steps.
+- decode: ``batch`` requests start together with the same prompt and output lengths; ITL(b) is
+  the engine's decode time over its decode steps that ran at exactly ``batch`` rows (admission
+  can take a step or two to fill the batch, and those steps count for their own sizes).
 - prefill: one request of ``prefill_tokens`` prompt tokens and one output token.
 - resume: a request of ``resume_context_tokens`` is preempted by a higher-priority one; resuming
   with kept KV costs the park + restore copies, with recompute the prefill of its context again.
@@ -37,12 +38,12 @@ class BenchConfig:
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     context_tokens: int = 128
     """Prompt tokens of each decode-benchmark request."""
-    decode_tokens: int = 32
+    decode_tokens: int = 64
     """Output tokens of each decode-benchmark request."""
     prefill_tokens: int = 512
     resume_context_tokens: int = 512
     migration_context_tokens: int = 512
-    repeats: int = 3
+    repeats: int = 5
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or min(self.batch_sizes) < 1:
@@ -170,13 +171,12 @@ async def _decode_curve(
     engine: TorchEngine, config: BenchConfig, rng: random.Random
 ) -> list[DecodePoint]:
     await _decode_step_s(engine, max(config.batch_sizes), config, rng, -1)  # warm-up, untimed
-    itl_s = {}
-    for batch_size in config.batch_sizes:
-        runs = [
-            await _decode_step_s(engine, batch_size, config, rng, run)
-            for run in range(config.repeats)
-        ]
-        itl_s[batch_size] = statistics.median(runs)
+    # Rounds interleave the batch sizes, so a noisy period on a shared machine hits all of them.
+    runs: dict[int, list[float]] = {batch_size: [] for batch_size in config.batch_sizes}
+    for run in range(config.repeats):
+        for batch_size in config.batch_sizes:
+            runs[batch_size].append(await _decode_step_s(engine, batch_size, config, rng, run))
+    itl_s = {batch_size: statistics.median(times) for batch_size, times in runs.items()}
     base = itl_s[min(config.batch_sizes)]
     return [
         DecodePoint(
@@ -201,7 +201,12 @@ async def _decode_step_s(
     after = await engine.stats()
     for name in names:
         await engine.release(name)
-    return (after.decode_s - before.decode_s) / (after.num_decode_steps - before.num_decode_steps)
+    # Only steps that ran at exactly this batch size: requests admitted a step apart ramp up.
+    seconds = after.decode_s_by_batch[batch_size] - before.decode_s_by_batch.get(batch_size, 0.0)
+    steps = after.num_decode_steps_by_batch[batch_size] - before.num_decode_steps_by_batch.get(
+        batch_size, 0
+    )
+    return seconds / steps
 
 
 async def _prefill_rate(engine: TorchEngine, config: BenchConfig, rng: random.Random) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -49,6 +49,9 @@ class EngineStats:
     decode_s: float = 0.0
     restore_s: float = 0.0
     park_s: float = 0.0
+    decode_s_by_batch: dict[int, float] = field(default_factory=dict)
+    """Decode time split by the batch size of the step (the raw data of F(b))."""
+    num_decode_steps_by_batch: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -62,6 +65,17 @@ class _Counters:
     prefill_s: float = 0.0
     recompute_s: float = 0.0
     decode_s: float = 0.0
+    decode_s_by_batch: dict[int, float] = field(default_factory=dict)
+    num_decode_steps_by_batch: dict[int, int] = field(default_factory=dict)
+
+    def add_decode_step(self, batch_size: int, elapsed_s: float) -> None:
+        self.num_decode_steps += 1
+        self.num_decoded_tokens += batch_size
+        self.decode_s += elapsed_s
+        by_batch = self.decode_s_by_batch
+        by_batch[batch_size] = by_batch.get(batch_size, 0.0) + elapsed_s
+        steps = self.num_decode_steps_by_batch
+        steps[batch_size] = steps.get(batch_size, 0) + 1
 
 
 class EngineCore:
@@ -268,9 +282,7 @@ class EngineCore:
             seq.num_kv_tokens += 1
             seq.num_known_tokens = max(seq.num_known_tokens, seq.num_kv_tokens)
         finished = self._append_sampled(rows, logits)
-        self._counters.decode_s += time.perf_counter() - started
-        self._counters.num_decode_steps += 1
-        self._counters.num_decoded_tokens += len(rows)
+        self._counters.add_decode_step(len(rows), time.perf_counter() - started)
         return finished
 
     def _append_sampled(self, rows: list[Sequence], logits: torch.Tensor) -> list[Sequence]:
@@ -334,4 +346,6 @@ class EngineCore:
             decode_s=counters.decode_s,
             restore_s=moves.restore_s,
             park_s=moves.park_s,
+            decode_s_by_batch=dict(counters.decode_s_by_batch),
+            num_decode_steps_by_batch=dict(counters.num_decode_steps_by_batch),
         )
