@@ -120,10 +120,13 @@ def test_batched_requests_match_their_solo_runs(tiny: LoadedModel) -> None:
         assert len(batched.output_token_ids) == request.max_new_tokens
 
 
-def test_preempted_request_resumes_with_kept_kv_and_identical_tokens(tiny: LoadedModel) -> None:
+@pytest.mark.parametrize("park_on", ["device", "host"])
+def test_preempted_request_resumes_with_kept_kv_and_identical_tokens(
+    tiny: LoadedModel, park_on: str
+) -> None:
     victim = _request(0, _prompt(0, 24), max_new=20)
     reference = _solo(tiny, victim)
-    core = _core(tiny, max_running=1, preemption_threshold=1.0)
+    core = _core(tiny, max_running=1, preemption_threshold=1.0, park_on=park_on)
     core.submit(victim)
     for _ in range(5):
         core.step()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from heddle.workers.engines.base import CacheMismatchError, CacheSnapshot
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
@@ -172,3 +174,19 @@ def test_local_model_folder_loads_offline_and_computes_the_same(
     assert torch.allclose(_full_logits(loaded, tokens), _full_logits(tiny, tokens), atol=ATOL)
     with pytest.raises(ValueError, match=r"no config\.json"):
         load_model(TorchEngineOptions(model=str(tmp_path / "missing")))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    layers=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    tokens=st.lists(st.integers(0, 258), max_size=9),
+    head_dim=st.sampled_from([1, 4, 8]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
+def test_any_block_survives_the_byte_round_trip(
+    layers: int, heads: int, tokens: list[int], head_dim: int, dtype: torch.dtype
+) -> None:
+    data = torch.randn(layers, 2, heads, len(tokens), head_dim).to(dtype)
+    decoded = decode_snapshot(encode_snapshot("t", KVBlock(tuple(tokens), data), "fp"), "fp")
+    assert decoded.token_ids == tuple(tokens) and torch.equal(decoded.data, data)

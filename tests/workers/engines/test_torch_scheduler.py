@@ -233,3 +233,49 @@ def test_with_ample_memory_the_running_set_is_the_top_priorities(
         top = sorted((seq.priority for seq in active), reverse=True)[:max_running]
         assert sorted((seq.priority for seq in scheduler.running), reverse=True) == top
         assert all(seq.num_kv_tokens > 0 for seq in scheduler.waiting if seq.num_preemptions)
+
+
+_store_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "take", "drop", "evict"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.integers(0, 12),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations=_store_ops)
+def test_prefix_store_matches_a_reference_lru(operations: list[tuple[str, str, int]]) -> None:
+    """Brute force: an ordered list of (trajectory, tokens), least recently put first."""
+    store: PrefixStore[None] = PrefixStore()
+    reference: list[tuple[str, tuple[int, ...]]] = []
+    lost: dict[str, tuple[int, ...]] = {}
+    for operation, trajectory, size in operations:
+        tokens = tuple(range(size))
+        if operation == "put":
+            reference = [entry for entry in reference if entry[0] != trajectory]
+            reference.append((trajectory, tokens))
+            lost.pop(trajectory, None)
+            store.put(trajectory, CacheEntry(tokens, None))
+        elif operation == "take":
+            entry = store.take(trajectory)
+            expected = next((t for name, t in reference if name == trajectory), None)
+            assert (entry.token_ids if entry else None) == expected
+            reference = [item for item in reference if item[0] != trajectory]
+        elif operation == "drop":
+            store.drop(trajectory)
+            reference = [item for item in reference if item[0] != trajectory]
+            lost.pop(trajectory, None)
+        else:
+            freed = 0
+            while freed < size and reference:
+                name, evicted = reference.pop(0)
+                lost[name] = evicted
+                freed += len(evicted)
+            assert store.evict_lru(size) == freed
+        assert store.num_tokens == sum(len(t) for _, t in reference)
+        assert len(store) == len(reference)
+        for name, tokens_lost in lost.items():
+            assert store.num_lost_tokens(name, list(range(20))) == len(tokens_lost)

@@ -105,5 +105,7 @@ def _read_tensor(header: SnapshotHeader, payload: bytes, offset: int) -> torch.T
         raise ValueError(
             f"KV snapshot holds {len(payload) - offset} tensor bytes, expected {num_bytes}"
         )
+    if num_bytes == 0:
+        return torch.empty(header.shape, dtype=dtype)
     raw = np.frombuffer(payload, dtype=np.uint8, count=num_bytes, offset=offset).copy()
     return torch.from_numpy(raw).view(dtype).reshape(header.shape)
