@@ -32,6 +32,10 @@ needs_double = pytest.mark.skipif(
 )
 PROMPT = [201, 202, 203, 204, 205, 206, 207, 208, 209, 210]
 STRICT_PPS = PreemptionConfig(min_priority_gap=0.0, min_relative_gap=0.0)
+LONG = 3000 if real_server_url() else 20_000
+"""Long enough to still run when the test acts (fits a 4k-context model on a real server)."""
+MEDIUM = 2000 if real_server_url() else 300
+"""Long enough to preempt mid-way on a fast GPU; short on the double (300 tokens/s)."""
 
 
 @pytest.fixture
@@ -123,18 +127,18 @@ async def test_a_stop_token_finishes_with_stop(engine: SglangEngine) -> None:
 async def test_abort_of_a_running_request_returns_its_partial_output(
     engine: SglangEngine, double: SglangDouble | None
 ) -> None:
-    request = request_of(20_000)
+    request = request_of(LONG)
     task = asyncio.create_task(engine.generate(request))
     await wait_generating(engine, double)
     await engine.abort(request.request_id)
     result = await asyncio.wait_for(task, 30)
     assert result.finish_reason == "abort"
-    assert 0 < len(result.output_token_ids) < 20_000
+    assert 0 < len(result.output_token_ids) < LONG
     assert len(result.output_logprobs) == len(result.output_token_ids)
 
 
 async def test_abort_of_a_locally_queued_request_returns_at_once(engine: SglangEngine) -> None:
-    blockers = [request_of(20_000, priority=9.0) for _ in range(2)]
+    blockers = [request_of(LONG, priority=9.0) for _ in range(2)]
     tasks = [asyncio.create_task(engine.generate(r)) for r in blockers]
     queued = request_of(5)
     queued_task = asyncio.create_task(engine.generate(queued))
@@ -150,7 +154,7 @@ async def test_abort_of_a_locally_queued_request_returns_at_once(engine: SglangE
 async def test_cancelling_generate_aborts_the_request_on_the_server(
     engine: SglangEngine, double: SglangDouble | None
 ) -> None:
-    task = asyncio.create_task(engine.generate(request_of(20_000)))
+    task = asyncio.create_task(engine.generate(request_of(LONG)))
     await wait_generating(engine, double)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -165,23 +169,23 @@ async def test_cancelling_generate_aborts_the_request_on_the_server(
 async def test_preempt_then_resume_joins_both_parts(
     engine: SglangEngine, double: SglangDouble | None
 ) -> None:
-    whole = await engine.generate(request_of(300, sampling=_greedy()))
-    request = request_of(300, sampling=_greedy())
+    whole = await engine.generate(request_of(MEDIUM, sampling=_greedy()))
+    request = request_of(MEDIUM, sampling=_greedy())
     task = asyncio.create_task(engine.generate(request))
     await wait_generating(engine, double)
     await engine.preempt(request.request_id)
     result = await asyncio.wait_for(task, 60)
     assert result.finish_reason == "length"
-    assert len(result.output_token_ids) == 300 == len(result.output_logprobs)
+    assert len(result.output_token_ids) == MEDIUM == len(result.output_logprobs)
     assert result.num_preemptions >= 1
     if double is not None:
         assert result.output_token_ids == whole.output_token_ids
         assert result.output_logprobs == whole.output_logprobs
         resumed = double.bodies[-1]
         partial = len(resumed["input_ids"]) - len(PROMPT)
-        assert 0 < partial < 300
+        assert 0 < partial < MEDIUM
         assert resumed["input_ids"] == PROMPT + whole.output_token_ids[:partial]
-        assert resumed["sampling_params"]["max_new_tokens"] == 300 - partial
+        assert resumed["sampling_params"]["max_new_tokens"] == MEDIUM - partial
         assert result.num_cached_tokens > 0  # the resumed segment hit the prefix cache
 
 
@@ -200,7 +204,7 @@ async def test_preemption_survives_servers_that_answer_aborts_with_errors(stream
             result = await asyncio.wait_for(task, 60)
             assert result.output_token_ids == whole.output_token_ids
             assert result.num_preemptions == 1
-            aborted = request_of(20_000)
+            aborted = request_of(LONG)
             aborted_task = asyncio.create_task(engine.generate(aborted))
             await wait_generating(engine, legacy)
             await engine.abort(aborted.request_id)
@@ -236,13 +240,13 @@ async def test_a_higher_priority_arrival_preempts_and_the_victim_completes(
 ) -> None:
     engine = await make_engine(double, max_running=1, preemption=STRICT_PPS)
     try:
-        low = request_of(400, priority=1.0, sampling=_greedy())
+        low = request_of(MEDIUM, priority=1.0, sampling=_greedy())
         low_task = asyncio.create_task(engine.generate(low))
         await wait_generating(engine, double)
         high = await engine.generate(request_of(5, priority=10.0))
         assert not low_task.done() and high.finish_reason == "length"
         low_result = await asyncio.wait_for(low_task, 60)
-        assert len(low_result.output_token_ids) == 400 and low_result.num_preemptions >= 1
+        assert len(low_result.output_token_ids) == MEDIUM and low_result.num_preemptions >= 1
     finally:
         await engine.close()
 
@@ -317,7 +321,7 @@ async def _completion_order(
 ) -> list[int]:
     """Block the single slot, queue requests with ``priorities``, optionally re-prioritise one,
     release the slot, and return the indices in completion order."""
-    blocker = request_of(20_000, priority=100.0)
+    blocker = request_of(LONG, priority=100.0)
     blocker_task = asyncio.create_task(engine.generate(blocker))
     await poll_until(lambda: engine._queue is not None and engine._queue.num_slots_used == 1)
     requests = [request_of(4, priority=priority) for priority in priorities]

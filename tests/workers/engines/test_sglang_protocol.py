@@ -150,7 +150,7 @@ def test_merging_incremental_frames_gives_the_cumulative_output(deltas: list[lis
     merger = StreamMerger(incremental=True)
     merged = GenerateOutput()
     for delta in deltas:
-        logprobs = [(-0.5, token, None) for token in delta]
+        logprobs: list[tuple[float | None, int, str | None]] = [(-0.5, t, None) for t in delta]
         frame = GenerateOutput(output_ids=delta, meta_info=MetaInfo(output_token_logprobs=logprobs))
         merged = merger.add(frame)
     expected = [token for delta in deltas for token in delta]
