@@ -1,0 +1,75 @@
+"""The paper's experiments re-done in simulation (``heddle sim figures``).
+
+    >>> from heddle.sim.figures import QUICK, run_figures
+    >>> reports = run_figures(Path("figures"), QUICK)
+
+Each experiment (``EXPERIMENTS``, in the paper's order) runs its systems on one generated trace
+per workload, writes PNG plots and a markdown table into the output folder, and returns an
+``ExperimentReport``; ``README.md`` indexes them next to the paper's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from heddle.sim.figures import overall, overhead, placement, predictors, resources, scheduling
+from heddle.sim.figures.context import FigureRunner, ProgressSink, SilentProgress
+from heddle.sim.figures.report import ExperimentReport, write_experiment, write_index
+from heddle.sim.figures.scale import PAPER, QUICK, FigureScale
+
+__all__ = [
+    "EXPERIMENTS",
+    "PAPER",
+    "QUICK",
+    "Experiment",
+    "ExperimentReport",
+    "FigureScale",
+    "ProgressSink",
+    "experiment_names",
+    "run_figures",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    key: str
+    title: str
+    num_runs: Callable[[FigureScale], int]
+    """Progress steps the experiment takes at a scale (simulations, mostly)."""
+    run: Callable[[FigureRunner], ExperimentReport]
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    module.KEY: Experiment(module.KEY, module.TITLE, module.num_runs, module.run)
+    for module in (overall, scheduling, placement, resources, predictors, overhead)
+}
+"""Experiments by key, in the paper's order (the CLI's ``--only`` choices)."""
+
+
+def experiment_names() -> list[str]:
+    return list(EXPERIMENTS)
+
+
+def run_figures(
+    out_dir: Path,
+    scale: FigureScale,
+    *,
+    only: Sequence[str] = (),
+    progress: ProgressSink | None = None,
+) -> list[ExperimentReport]:
+    """Run the experiments named in ``only`` (default: all) at ``scale`` into ``out_dir``:
+    each writes its PNGs and ``<key>.md``; then ``README.md`` indexes what ran."""
+    unknown = [name for name in only if name not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runner = FigureRunner(scale, out_dir, progress or SilentProgress())
+    reports = []
+    for key in only or EXPERIMENTS:
+        report = EXPERIMENTS[key].run(runner)
+        write_experiment(report, out_dir)
+        reports.append(report)
+    write_index(reports, out_dir, scale.describe())
+    return reports

@@ -1,0 +1,83 @@
+"""Fig. 15: trajectory-aware placement (presorted partition + migration) against a least-load
+router re-balancing every step and verl's cache-affinity router (the paper: 1.2-1.5x).
+
+Scheduling and resources stay Heddle's in every variant (``heddle.control.systems``).
+"""
+
+from __future__ import annotations
+
+from heddle.sim import SimResult
+from heddle.sim.figures.common import span, speedup, throughput_panel
+from heddle.sim.figures.context import FigureRunner
+from heddle.sim.figures.plots import save_panels
+from heddle.sim.figures.report import ExperimentReport
+from heddle.sim.figures.scale import FigureScale
+from heddle.sim.figures.tables import Cell, table
+
+KEY = "fig15_placement"
+TITLE = "Fig. 15: trajectory-aware placement"
+PAPER = "1.2-1.5x throughput vs least-load and cache-affinity placement"
+
+VARIANTS = {
+    "heddle (presorted + migration)": "heddle",
+    "least-load": "heddle-least-load",
+    "cache-affinity": "heddle-no-place",
+}
+
+
+def num_runs(scale: FigureScale) -> int:
+    return len(scale.ablation_workloads) * len(VARIANTS)
+
+
+def run(runner: FigureRunner) -> ExperimentReport:
+    scale = runner.scale
+    runner.progress.start(TITLE, num_runs(scale))
+    model = scale.ablation_model
+    results = {
+        workload: {label: runner.simulate(workload, model, s) for label, s in VARIANTS.items()}
+        for workload in scale.ablation_workloads
+    }
+    heddle_label = next(iter(VARIANTS))
+    rows = [
+        _row(workload, label, result, by_label[heddle_label])
+        for workload, by_label in results.items()
+        for label, result in by_label.items()
+    ]
+    gains = [
+        speedup(by_label[heddle_label], result)
+        for by_label in results.values()
+        for label, result in by_label.items()
+        if label != heddle_label
+    ]
+    workloads = list(results)
+    panel = throughput_panel(
+        model, workloads, {label: [results[w][label] for w in workloads] for label in VARIANTS}
+    )
+    image = save_panels(runner.image_path(KEY), TITLE, [panel])
+    headers = ["workload", "placement", "tok/s", "heddle speedup", "makespan/LB"]
+    headers += ["migrations", "recomputed tokens", "slowest generation s"]
+    return ExperimentReport(
+        key=KEY,
+        title=TITLE,
+        paper_claim=PAPER,
+        headline=f"{span(gains)} vs least-load and cache-affinity ({model})",
+        tables=(("", table(headers, rows)),),
+        images=(image,),
+        notes=(
+            "Recomputed tokens: prefill repeated because a turn landed where its KV cache was "
+            "not (least-load moves trajectories every step) or was evicted.",
+        ),
+    )
+
+
+def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> list[Cell]:
+    return [
+        workload,
+        label,
+        result.throughput_tok_s,
+        speedup(heddle, result),
+        result.makespan_over_lb,
+        result.num_migrations,
+        result.num_recomputed_tokens,
+        result.slowest.generation_s,
+    ]

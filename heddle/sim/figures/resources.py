@@ -1,0 +1,92 @@
+"""Fig. 16: the trajectory-adaptive resource manager (annealed heterogeneous TP) against
+homogeneous Fix-1 (all TP1) and Fix-8 (all TP8), with active trajectories over time (the paper:
+1.1-1.3x; Fix-1 starts fast and drags on its tail, Fix-8 is slow throughout).
+"""
+
+from __future__ import annotations
+
+from heddle.sim import SimResult
+from heddle.sim.figures.common import span, speedup, throughput_panel
+from heddle.sim.figures.context import FigureRunner
+from heddle.sim.figures.plots import LinePanel, save_panels
+from heddle.sim.figures.report import ExperimentReport
+from heddle.sim.figures.scale import FigureScale
+from heddle.sim.figures.tables import Cell, table
+
+KEY = "fig16_resources"
+TITLE = "Fig. 16: trajectory-adaptive resource manager"
+PAPER = "1.1-1.3x vs Fix-1 and Fix-8; Heddle finishes all trajectories first"
+
+VARIANTS = {"heddle (annealed TP)": "heddle", "Fix-1": "fix-1", "Fix-8": "fix-8"}
+
+
+def num_runs(scale: FigureScale) -> int:
+    return len(scale.ablation_workloads) * len(VARIANTS)
+
+
+def run(runner: FigureRunner) -> ExperimentReport:
+    scale = runner.scale
+    runner.progress.start(TITLE, num_runs(scale))
+    model = scale.ablation_model
+    results = {
+        workload: {label: runner.simulate(workload, model, s) for label, s in VARIANTS.items()}
+        for workload in scale.ablation_workloads
+    }
+    heddle_label = next(iter(VARIANTS))
+    rows = [
+        _row(workload, label, result, by_label[heddle_label])
+        for workload, by_label in results.items()
+        for label, result in by_label.items()
+    ]
+    gains = [
+        speedup(by_label[heddle_label], result)
+        for by_label in results.values()
+        for label, result in by_label.items()
+        if label != heddle_label
+    ]
+    workloads = list(results)
+    bars = throughput_panel(
+        f"(a) {model}", workloads, {v: [results[w][v] for w in workloads] for v in VARIANTS}
+    )
+    lines = [_active_panel(workload, by_label) for workload, by_label in results.items()]
+    image = save_panels(runner.image_path(KEY), TITLE, [bars, *lines])
+    headers = ["workload", "resources", "TP degrees", "tok/s", "heddle speedup", "makespan/LB"]
+    return ExperimentReport(
+        key=KEY,
+        title=TITLE,
+        paper_claim=PAPER,
+        headline=f"{span(gains)} vs Fix-1 and Fix-8 ({model})",
+        tables=(("", table(headers, rows)),),
+        images=(image,),
+        notes=("All variants run Heddle's scheduling and placement; only the TP plan differs.",),
+    )
+
+
+def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> list[Cell]:
+    return [
+        workload,
+        label,
+        _degrees(result.tp_degrees),
+        result.throughput_tok_s,
+        speedup(heddle, result),
+        result.makespan_over_lb,
+    ]
+
+
+def _degrees(tp_degrees: list[int]) -> str:
+    """``[4, 2, 2, 1]`` -> ``1xTP4 + 2xTP2 + 1xTP1``."""
+    counts = {tp: tp_degrees.count(tp) for tp in sorted(set(tp_degrees), reverse=True)}
+    return " + ".join(f"{n}xTP{tp}" for tp, n in counts.items())
+
+
+def _active_panel(workload: str, by_label: dict[str, SimResult]) -> LinePanel:
+    return LinePanel(
+        title=f"(b) {workload}: active trajectories",
+        series={
+            label: ([t for t, _ in r.active_over_time], [n for _, n in r.active_over_time])
+            for label, r in by_label.items()
+        },
+        xlabel="time (s)",
+        ylabel="trajectories not finished",
+        steps=True,
+    )
