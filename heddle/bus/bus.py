@@ -38,6 +38,8 @@ from heddle.events.subjects import EVENTS_STREAM, subject_for_command, subject_f
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+_INITIAL_CONNECT_ATTEMPTS = 2
+
 
 class BusUnavailable(UserError):
     """NATS could not be reached (the message names the URL)."""
@@ -92,6 +94,7 @@ class Bus:
         self._js: JetStreamContext | None = None
         self._publisher: Publisher | None = None
         self._objects: Objects | None = None
+        self._is_closing = False
 
     async def __aenter__(self) -> Bus:
         await self.start()
@@ -125,6 +128,7 @@ class Bus:
 
     async def start(self) -> None:
         """Connect (starting or joining the embedded server if no URL is set) and provision."""
+        self._is_closing = False
         url = self.settings.nats_url
         if url is None:
             self._shared = await asyncio.to_thread(
@@ -142,26 +146,47 @@ class Bus:
             await self.close()
             raise
 
+    @property
+    def num_resent(self) -> int:
+        """Publishes sent again with the same id after a timeout or refusal (diagnostics)."""
+        return self._publisher.num_resent if self._publisher is not None else 0
+
     async def _connect(self, url: str) -> LeanClient:
         client = LeanClient()
+        servers = [part.strip() for part in url.split(",") if part.strip()]
         try:
+            # nats-py retries a first connection forever when reconnects are unlimited: connect
+            # with a few attempts, then switch to the configured reconnect policy.
             await client.connect(
-                url,
+                servers,
                 name=self.options.name,
                 connect_timeout=int(max(1, self.options.connect_timeout_s)),
                 reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
-                max_reconnect_attempts=self.options.max_reconnect_attempts,
+                max_reconnect_attempts=_INITIAL_CONNECT_ATTEMPTS,
                 allow_reconnect=True,
-                error_cb=_log_error,
-                disconnected_cb=_log_disconnected,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
                 reconnected_cb=_log_reconnected,
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
             raise BusUnavailable(f"cannot reach NATS at {url}: {exc!r}") from None
+        client.options["max_reconnect_attempts"] = self.options.max_reconnect_attempts
         return client
+
+    async def _on_error(self, exc: Exception) -> None:
+        if not self._is_closing:
+            log.warning("nats: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        if not self._is_closing:
+            log.warning(
+                "nats: disconnected from %s; reconnecting",
+                self.settings.nats_url or "embedded server",
+            )
 
     async def close(self) -> None:
         """Drain the connection, then stop the embedded server if this process started it."""
+        self._is_closing = True
         if self._publisher is not None:
             await self._publisher.close()
             self._publisher = None
@@ -300,14 +325,6 @@ def _envelope(message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, st
     if isinstance(message, Event):
         return subject_for_event(message), encode(message), message.event_id
     return subject_for_command(message), encode(message), message.command_id
-
-
-async def _log_error(exc: Exception) -> None:
-    log.warning("nats: %r", exc)
-
-
-async def _log_disconnected() -> None:
-    log.warning("nats: disconnected; reconnecting")
 
 
 async def _log_reconnected() -> None:

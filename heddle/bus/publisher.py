@@ -94,6 +94,9 @@ class _Outgoing:
     data: bytes
     msg_id: str | None
     started_at: float
+    """When the first copy was sent (the retry deadline counts from here)."""
+    sent_at: float = 0.0
+    """When the latest copy was sent (its ack timeout counts from here)."""
     future: asyncio.Future[PublishAck] | None = None
 
 
@@ -109,6 +112,8 @@ class Publisher:
         self._subscription: SinkSubscription | None = None
         self._resume_at = 0.0
         """Monotonic time before which sends pause, after the server refused one."""
+        self.num_resent = 0
+        """Messages sent again (same id) after a timeout or a refusal."""
 
     async def open(self) -> Publisher:
         self._subscription = await self._client.subscribe_sink(f"{self._prefix}.*", self._receive)
@@ -154,6 +159,7 @@ class Publisher:
         except _Retry as exc:
             if time.monotonic() - outgoing.started_at > self.options.retry_deadline_s:
                 raise PublishError(outgoing.subject, f"not acknowledged: {exc}") from None
+            self.num_resent += 1
             await self._send(outgoing)
             window.append(outgoing)
 
@@ -162,8 +168,9 @@ class Publisher:
         if future is None:
             raise _Retry("connection unavailable")
         if not future.done():
+            remaining_s = outgoing.sent_at + self.options.ack_timeout_s - time.monotonic()
             try:
-                await asyncio.wait_for(future, self.options.ack_timeout_s)
+                await asyncio.wait_for(future, max(remaining_s, 0.0))
             except TimeoutError:
                 raise _Retry(f"no acknowledgement within {self.options.ack_timeout_s} s") from None
         return future.result()
@@ -176,6 +183,7 @@ class Publisher:
         future: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         headers = {"Nats-Msg-Id": outgoing.msg_id} if outgoing.msg_id else None
+        outgoing.sent_at = time.monotonic()
         try:
             await self._client.publish(
                 outgoing.subject,

@@ -1,0 +1,86 @@
+"""One embedded nats-server per data dir, shared through <data_dir>/nats.json."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from heddle.bus import Bus, BusUnavailable
+from heddle.bus.embedded import RECORD_NAME, ServerRecord, is_alive, read_record
+from heddle.config import Settings
+
+from .events_factory import generated
+
+
+async def test_second_bus_joins_the_first_ones_server(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    async with Bus(settings) as owner:
+        record = read_record(tmp_path / RECORD_NAME)
+        assert record is not None and record.owner_pid == os.getpid()
+        async with Bus(settings) as guest:
+            assert guest.url == owner.url
+            await guest.publish(generated("r1", 0, 0))
+        assert (await owner.stream_state()).num_messages == 1
+    assert not (tmp_path / RECORD_NAME).exists()
+    assert not is_alive(record.pid) or _is_zombie(record.pid)
+
+
+async def test_another_process_joins_the_server(tmp_path: Path) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from heddle.bus import Bus\n"
+        "from heddle.config import Settings\n"
+        "async def main():\n"
+        "    async with Bus(Settings(data_dir=Path(sys.argv[1]))) as bus:\n"
+        "        print(bus.url, (await bus.stream_state()).num_messages)\n"
+        "asyncio.run(main())\n"
+    )
+    async with Bus(Settings(data_dir=tmp_path)) as owner:
+        await owner.publish(generated("r1", 0, 0))
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, str(tmp_path), stdout=asyncio.subprocess.PIPE
+        )
+        stdout, _ = await asyncio.wait_for(child.communicate(), 60)
+        assert child.returncode == 0
+        assert stdout.decode().split() == [owner.url, "1"]
+        assert read_record(tmp_path / RECORD_NAME) is not None
+
+
+async def test_stale_record_is_replaced_and_the_store_kept(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    async with Bus(settings) as first:
+        await first.publish(generated("r1", 0, 0))
+        old_url = first.url
+    stale = ServerRecord(url=old_url, pid=_dead_pid(), owner_pid=_dead_pid())
+    (tmp_path / RECORD_NAME).write_bytes(msgspec.json.encode(stale))
+    async with Bus(settings) as second:
+        record = read_record(tmp_path / RECORD_NAME)
+        assert record is not None and record.pid != stale.pid
+        assert (await second.stream_state()).num_messages == 1
+
+
+async def test_unreachable_url_is_a_clear_error(tmp_path: Path) -> None:
+    settings = Settings(nats_url="nats://127.0.0.1:1", data_dir=tmp_path)
+    with pytest.raises(BusUnavailable, match=r"nats://127.0.0.1:1"):
+        async with Bus(settings):
+            pass
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return False
