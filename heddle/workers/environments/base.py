@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -106,21 +106,32 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
-class EnvironmentBase:
-    """Enforces the call order (reset, then step/observe alternating as outcomes say) so that a
-    worker bug or a corrupt history fails loudly; subclasses implement ``_reset``, ``_step``
-    and ``_observe``."""
+TaskT = TypeVar("TaskT")
+
+
+class EnvironmentBase(Generic[TaskT]):
+    """Holds the parsed task and enforces the call order (reset, then step/observe alternating
+    as outcomes say) so that a worker bug or a corrupt history fails loudly. Subclasses
+    implement ``_parse_task``, ``_prompt``, ``_step`` and ``_observe``."""
 
     name = ""
 
     def __init__(self) -> None:
         self.phase = Phase.NEW
         self.num_generations = 0
+        self._task: TaskT | None = None
+
+    @property
+    def task(self) -> TaskT:
+        if self._task is None:
+            raise EnvironmentStateError(f"{self.name}: used before reset")
+        return self._task
 
     def reset(self, task: Task) -> Observation:
         if self.phase is not Phase.NEW:
             raise EnvironmentStateError(f"{self.name}: reset twice (use a fresh environment)")
-        observation = self._reset(task)
+        self._task = self._parse_task(task)
+        observation = self._prompt()
         self.phase = Phase.AWAITING_GENERATION
         return observation
 
@@ -148,7 +159,11 @@ class EnvironmentBase:
             self.phase = Phase.AWAITING_GENERATION
         return outcome
 
-    def _reset(self, task: Task) -> Observation:
+    def _parse_task(self, task: Task) -> TaskT:
+        """The validated task; ``TaskError`` naming the field when it does not fit."""
+        raise NotImplementedError
+
+    def _prompt(self) -> Observation:
         raise NotImplementedError
 
     def _step(self, text: str) -> StepOutcome:
@@ -183,9 +198,6 @@ def replay(env: Environment, task: Task, history: Sequence[HistoryItem]) -> Repl
             raise EnvironmentStateError(f"history item {index} follows the end of the trajectory")
         outcome = env.observe(item) if isinstance(item, ToolReturned) else env.step(item)
     return ReplayedState(prompt=prompt, last_outcome=outcome)
-
-
-TaskT = TypeVar("TaskT")
 
 
 def convert_task(task: Task, task_type: type[TaskT], environment: str) -> TaskT:

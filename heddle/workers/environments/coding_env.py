@@ -76,23 +76,18 @@ def count_passed_tests(output: str) -> tuple[int, int]:
     return int(passed), int(total)
 
 
-class CodingEnvironment(EnvironmentBase):
+class CodingEnvironment(EnvironmentBase[CodingTask]):
     name = "coding"
 
     def __init__(self, options: CodingOptions | None = None) -> None:
         super().__init__()
         self.options = options or CodingOptions()
-        self._task: CodingTask | None = None
         self.num_attempts = 0
 
-    @property
-    def task(self) -> CodingTask:
-        if self._task is None:
-            raise RuntimeError("coding environment used before reset")
-        return self._task
+    def _parse_task(self, task: Task) -> CodingTask:
+        return parse_coding_task(task)
 
-    def _reset(self, task: Task) -> Observation:
-        self._task = parse_coding_task(task)
+    def _prompt(self) -> Observation:
         text = PROMPT.format(prompt=self.task.prompt, solution_file=self.task.solution_file)
         return Observation(text=text)
 

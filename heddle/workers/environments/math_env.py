@@ -71,22 +71,17 @@ def tool_output_text(result: ToolReturned, max_chars: int) -> str:
     return f"```output\n{text.rstrip()}\n```\n"
 
 
-class MathEnvironment(EnvironmentBase):
+class MathEnvironment(EnvironmentBase[MathTask]):
     name = "math"
 
     def __init__(self, options: MathOptions | None = None) -> None:
         super().__init__()
         self.options = options or MathOptions()
-        self._task: MathTask | None = None
 
-    @property
-    def task(self) -> MathTask:
-        if self._task is None:
-            raise RuntimeError("math environment used before reset")
-        return self._task
+    def _parse_task(self, task: Task) -> MathTask:
+        return parse_math_task(task)
 
-    def _reset(self, task: Task) -> Observation:
-        self._task = parse_math_task(task)
+    def _prompt(self) -> Observation:
         return Observation(text=PROMPT.format(question=self.task.question))
 
     def _step(self, text: str) -> StepOutcome:

@@ -71,22 +71,17 @@ def parse_search_task(task: Task) -> SearchTask:
     return parsed
 
 
-class SearchEnvironment(EnvironmentBase):
+class SearchEnvironment(EnvironmentBase[SearchTask]):
     name = "search"
 
     def __init__(self, options: SearchOptions | None = None) -> None:
         super().__init__()
         self.options = options or SearchOptions()
-        self._task: SearchTask | None = None
 
-    @property
-    def task(self) -> SearchTask:
-        if self._task is None:
-            raise RuntimeError("search environment used before reset")
-        return self._task
+    def _parse_task(self, task: Task) -> SearchTask:
+        return parse_search_task(task)
 
-    def _reset(self, task: Task) -> Observation:
-        self._task = parse_search_task(task)
+    def _prompt(self) -> Observation:
         return Observation(text=PROMPT.format(question=self.task.question))
 
     def _step(self, text: str) -> StepOutcome:

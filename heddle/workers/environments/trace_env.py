@@ -44,43 +44,37 @@ def parse_trace_task(task: Task) -> TraceTrajectory:
         raise TaskError(str(exc)) from None
 
 
-class TraceEnvironment(EnvironmentBase):
+class TraceEnvironment(EnvironmentBase[TraceTrajectory]):
     name = "trace"
 
     def __init__(self, options: TraceOptions | None = None) -> None:
         super().__init__()
-        self._trace: TraceTrajectory | None = None
 
-    @property
-    def trace(self) -> TraceTrajectory:
-        if self._trace is None:
-            raise RuntimeError("trace environment used before reset")
-        return self._trace
+    def _parse_task(self, task: Task) -> TraceTrajectory:
+        return parse_trace_task(task)
 
-    def _reset(self, task: Task) -> Observation:
-        self._trace = parse_trace_task(task)
-        prompt_ids = pseudo_token_ids(
-            stable_seed(self.trace.id, "prompt"), self.trace.prompt_tokens
-        )
+    def _prompt(self) -> Observation:
+        trace = self.task
+        prompt_ids = pseudo_token_ids(stable_seed(trace.id, "prompt"), trace.prompt_tokens)
         return Observation(
-            token_ids=tuple(prompt_ids), target_output_tokens=self.trace.steps[0].output_tokens
+            token_ids=tuple(prompt_ids), target_output_tokens=trace.steps[0].output_tokens
         )
 
     def _step(self, text: str) -> StepOutcome:
         index = self.num_generations - 1
-        if index >= len(self.trace.steps) - 1:
+        if index >= len(self.task.steps) - 1:
             return StepOutcome.finish(0.0, "trace ended")
-        step = self.trace.steps[index]
+        step = self.task.steps[index]
         return StepOutcome.call(
             TraceTool(
                 duration_s=step.tool_s,
                 num_output_tokens=step.tool_output_tokens,
-                seed=stable_seed(self.trace.id, index),
+                seed=stable_seed(self.task.id, index),
             )
         )
 
     def _observe(self, result: ToolReturned) -> StepOutcome:
-        next_step = self.trace.steps[self.num_generations]
+        next_step = self.task.steps[self.num_generations]
         return StepOutcome.feedback(
             Observation(
                 token_ids=tuple(result.output_token_ids),
