@@ -4,6 +4,7 @@ Used by the simulator on a virtual clock and, unchanged, by the live ``sim`` eng
 real time.
 """
 
+from heddle.policy.batching.cache import EvictionPolicy, LruCache, PriorityCache, make_cache
 from heddle.policy.batching.jobs import (
     BatchingConfig,
     BatchLoad,
@@ -20,9 +21,13 @@ __all__ = [
     "BatchingConfig",
     "BatchingModel",
     "CapacityError",
+    "EvictionPolicy",
     "FinishedGeneration",
     "GenerationJob",
     "JobState",
+    "LruCache",
+    "PriorityCache",
     "decode_span_s",
+    "make_cache",
     "steps_covering",
 ]

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from heddle.policy.batching.cache import EvictionPolicy
 from heddle.policy.preemption import PreemptionConfig
 
 
@@ -22,6 +23,8 @@ class BatchingConfig:
     preemption: PreemptionConfig = PreemptionConfig()
     """When a waiting job beats a running one (``heddle.policy.preemption``: a margin, so that
     wobbling predictions do not bounce jobs in and out of the batch)."""
+    eviction: EvictionPolicy = "lru"
+    """Which prefix caches go first under KV pressure (``heddle.policy.batching.cache``)."""
     record_timeline: bool = False
     """Keep (time, num_running, num_waiting) after every membership change."""
 

@@ -18,7 +18,8 @@ reads a clock. Contract:
 - With ``preemptive`` set, a waiting job that beats the lowest running ones by the margin of
   ``heddle.policy.preemption`` preempts just enough of them to fit (PPS, paper s.4.2). A
   preempted job keeps its KV as a prefix-cache record and resumes without recompute, unless the
-  record is evicted (least recently used first) because running contexts need the memory.
+  record is evicted because running contexts need the memory (``config.eviction`` orders the
+  victims: least recently used, as SGLang, or lowest priority; see ``cache``).
 - Finished trajectories keep their context as a prefix-cache record until ``release``.
 - Decoding is simulated in chunks between membership changes: a step of ``b`` running jobs costs
   ``cost.decode_step_s(b, total_context)`` and adds one token to each, so a chunk of ``k`` steps
@@ -32,8 +33,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 
+from heddle.policy.batching.cache import PrefixCache, make_cache
 from heddle.policy.batching.jobs import (
     BatchingConfig,
     BatchLoad,
@@ -61,12 +62,19 @@ class BatchingModel:
         self._active_traj: dict[str, str] = {}
         self._running: dict[str, JobRecord] = {}
         self._waiting_heap: list[tuple[float, int, int, JobRecord]] = []
+        self._running_heap: list[tuple[float, int, int, JobRecord]] = []
+        """Running jobs by (priority, -arrival): the preemption victims' order (lazy)."""
+        self._membership = 0
+        """Bumped whenever the running set changes (invalidates the memoised chunk)."""
+        self._chunk_key = (-1, -1)
+        self._chunk = (0, 0.0)
+        self._resident_heap: list[tuple[float, int, int, JobRecord]] = []
+        """The waiting jobs whose trajectory held a prefix here when they queued."""
         self._num_waiting = 0
         self._finish_heap: list[tuple[int, int, int, JobRecord]] = []
         self._running_context = 0
         self._reserved = 0
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._cached_total = 0
+        self._cache: PrefixCache = make_cache(self.config.eviction)
         self._outbox: list[FinishedGeneration] = []
         self._num_arrivals = 0
         self._dirty = False
@@ -97,6 +105,7 @@ class BatchingModel:
         state = JobRecord(job, self._num_arrivals, now)
         self._jobs[job.request_id] = state
         self._active_traj[job.traj_id] = job.request_id
+        self._cache.reprioritize(job.traj_id, job.priority)
         self._push_waiting(state)
         self._dirty = True
 
@@ -109,9 +118,13 @@ class BatchingModel:
         if state is None or state.priority == priority:
             return state is not None
         state.priority = priority
+        self._cache.reprioritize(state.job.traj_id, priority)
         if state.state is JobState.WAITING:
             self._num_waiting -= 1
             self._push_waiting(state)
+        elif state.state is JobState.RUNNING:
+            entry = (priority, -state.arrival, state.epoch, state)
+            heapq.heappush(self._running_heap, entry)
         self._dirty = True
         return True
 
@@ -133,7 +146,7 @@ class BatchingModel:
             return -1
         if state.state is JobState.RUNNING:
             self._stop_running(state)
-            self._cache_put(state.job.traj_id, state.context)
+            self._cache_put(state.job.traj_id, state.context, state.priority)
         else:
             self._num_waiting -= 1
         state.state = JobState.DONE
@@ -159,27 +172,25 @@ class BatchingModel:
             return self._outbox[0].finished_at
         if not self._running:
             return None
-        steps = self._finish_heap_min() - self.num_steps
-        return self.clock_s + self._span_s(steps)
+        return self.clock_s + self._next_chunk()[1]
 
     def release(self, traj_id: str) -> int:
         """Drop a trajectory's cached prefix (completed or moved away); returns its tokens."""
-        tokens = self._cache.pop(traj_id, 0)
-        self._cached_total -= tokens
-        return tokens
+        return self._cache.pop(traj_id)
 
-    def import_cache(self, traj_id: str, num_tokens: int, now: float) -> None:
+    def import_cache(
+        self, traj_id: str, num_tokens: int, now: float, priority: float = 0.0
+    ) -> None:
         """Install a transferred prefix cache for a trajectory (migration with KV transfer)."""
         if num_tokens < 0:
             raise ValueError("num_tokens must be >= 0")
         self._sync(now)
         self.release(traj_id)
-        self._cache[traj_id] = num_tokens
-        self._cached_total += num_tokens
+        self._cache.put(traj_id, num_tokens, priority)
         self._evict()
 
     def cached_tokens(self, traj_id: str) -> int:
-        return self._cache.get(traj_id, 0)
+        return self._cache.get(traj_id)
 
     def is_in_flight(self, request_id: str) -> bool:
         return request_id in self._jobs
@@ -188,7 +199,7 @@ class BatchingModel:
         return BatchLoad(
             num_running=len(self._running),
             num_waiting=self._num_waiting,
-            num_kv_tokens=self._running_context + self._cached_total,
+            num_kv_tokens=self._running_context + self._cache.total_tokens,
             max_kv_tokens=self.max_kv_tokens,
             num_cached_trajectories=len(self._cache),
         )
@@ -203,20 +214,28 @@ class BatchingModel:
             "running context drifted": live == self._running_context,
             "reservation drifted": self._reserved == sum(job.final_context for job in running),
             "reservation over capacity": self._reserved <= self.max_kv_tokens,
-            "KV over capacity": self._running_context + self._cached_total <= self.max_kv_tokens,
-            "cache total drifted": self._cached_total == sum(self._cache.values()),
+            "KV over capacity": self._running_context + self._cache.total_tokens
+            <= self.max_kv_tokens,
+            "cache total drifted": self._cache.total_tokens == sum(self._cache.records().values()),
             "waiting count drifted": self._num_waiting == len(waiting),
             "overshot a target": all(
                 job.generated + self.num_steps - job.start_step <= job.job.num_output_tokens
                 for job in running
             ),
-            "runnable job left waiting": self._dirty
-            or (head := self._peek_waiting()) is None
-            or not self._fits(head, 0, 0),
+            "runnable job left waiting": self._dirty or self._is_blocked(),
         }
         return [name for name, holds in checks.items() if not holds]
 
     # ---- clock ---------------------------------------------------------------------------------
+
+    def _next_chunk(self) -> tuple[int, float]:
+        """Steps to the next finish and their duration, memoised until the batch changes."""
+        key = (self.num_steps, self._membership)
+        if self._chunk_key != key:
+            steps = self._finish_heap_min() - self.num_steps
+            self._chunk = (steps, self._span_s(steps) if steps else 0.0)
+            self._chunk_key = key
+        return self._chunk
 
     def _span_s(self, num_steps: int) -> float:
         return decode_span_s(self.cost, len(self._running), self._running_context, num_steps)
@@ -229,9 +248,8 @@ class BatchingModel:
                 self._flush()
             if not self._running:
                 break
-            steps = self._finish_heap_min() - self.num_steps
+            steps, span_s = self._next_chunk()
             if steps:
-                span_s = self._span_s(steps)
                 if self.clock_s + span_s > now:
                     if self.clock_s >= now:
                         return
@@ -271,7 +289,10 @@ class BatchingModel:
     def _push_waiting(self, state: JobRecord) -> None:
         state.epoch += 1
         self._num_waiting += 1
-        heapq.heappush(self._waiting_heap, (-state.priority, state.arrival, state.epoch, state))
+        entry = (-state.priority, state.arrival, state.epoch, state)
+        heapq.heappush(self._waiting_heap, entry)
+        if self._cache.get(state.job.traj_id):
+            heapq.heappush(self._resident_heap, entry)
 
     def _peek_waiting(self) -> JobRecord | None:
         heap = self._waiting_heap
@@ -279,34 +300,77 @@ class BatchingModel:
             heapq.heappop(heap)
         return heap[0][3] if heap else None
 
+    def _peek_resident(self) -> JobRecord | None:
+        """The best waiting job whose trajectory still holds a prefix here."""
+        heap = self._resident_heap
+        while heap and (
+            heap[0][2] != heap[0][3].epoch or not self._cache.get(heap[0][3].job.traj_id)
+        ):
+            heapq.heappop(heap)
+        return heap[0][3] if heap else None
+
     def _schedule(self) -> None:
-        """Admit waiting jobs in priority order (preempting where allowed), then prefill them."""
+        """Admit waiting jobs (``_pick``) until none can start, then prefill them together."""
         admitted: list[JobRecord] = []
-        while (head := self._peek_waiting()) is not None:
-            if not self._fits(head, 0, 0):
-                victims = self._victims_for(head) if self.config.preemptive else None
-                if victims is None:
-                    break
-                for victim in victims:
-                    self._preempt(victim)
-            heapq.heappop(self._waiting_heap)
+        while (job := self._pick()) is not None:
             self._num_waiting -= 1
-            self._admit(head)
-            admitted.append(head)
+            self._admit(job)  # its queue entries go stale with its epoch
+            admitted.append(job)
         if admitted:
             self._prefill(admitted)
         if self.config.record_timeline:
             self.timeline.append((self.clock_s, len(self._running), self._num_waiting))
 
+    def _pick(self) -> JobRecord | None:
+        """The next job to admit, preempting for it where the policy allows; None if none can.
+
+        Strict priority order, with one exception: a head whose trajectory holds no prefix here
+        may not evict resident prefixes (under priority eviction), and only residents can free
+        them, so a resident job that fits may pass it.
+        """
+        head = self._peek_waiting()
+        if head is None:
+            return None
+        if self._fits(head, 0, 0):
+            return head
+        victims = self._victims_for(head) if self.config.preemptive else None
+        if victims is not None:
+            for victim in victims:
+                self._preempt(victim)
+            return head
+        resident = self._peek_resident()
+        if resident is not None and resident is not head and self._fits(resident, 0, 0):
+            return resident
+        return None
+
+    def _is_blocked(self) -> bool:
+        """No waiting job can start now (what ``_pick`` would find, without side effects)."""
+        head = self._peek_waiting()
+        if head is None:
+            return True
+        if self._fits(head, 0, 0):
+            return False
+        if self.config.preemptive and self._victims_for(head) is not None:
+            return False
+        resident = self._peek_resident()
+        return resident is None or resident is head or not self._fits(resident, 0, 0)
+
     def _fits(self, state: JobRecord, freed_slots: int, freed_tokens: int) -> bool:
-        return (
-            len(self._running) - freed_slots < self.config.max_running
-            and self._reserved - freed_tokens + state.final_context <= self.max_kv_tokens
-        )
+        if len(self._running) - freed_slots >= self.config.max_running:
+            return False
+        needed = self._reserved - freed_tokens + state.final_context
+        if needed > self.max_kv_tokens:
+            return False
+        # Prefixes the job may not evict (under priority eviction) must fit beside it.
+        protected = self._cache.protected_tokens(state.priority, state.job.traj_id)
+        return needed + protected <= self.max_kv_tokens
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
         """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None."""
         beats = self.config.preemption.beats
+        lowest = self._lowest_running()
+        if lowest is None or not beats(head.priority, lowest.priority):
+            return None  # the common case, without a scan of the batch
         candidates = sorted(
             (job for job in self._running.values() if beats(head.priority, job.priority)),
             key=lambda job: (job.priority, -job.arrival),
@@ -317,6 +381,16 @@ class BatchingModel:
             if self._fits(head, count, freed_tokens):
                 return candidates[:count]
         return None
+
+    def _lowest_running(self) -> JobRecord | None:
+        heap = self._running_heap
+        while heap and (
+            heap[0][3].state is not JobState.RUNNING
+            or heap[0][2] != heap[0][3].epoch
+            or heap[0][0] != heap[0][3].priority
+        ):
+            heapq.heappop(heap)
+        return heap[0][3] if heap else None
 
     def _admit(self, state: JobRecord) -> None:
         """Move a waiting job into the batch; its prefill runs with the admission batch."""
@@ -339,6 +413,8 @@ class BatchingModel:
         self._running_context += state.context
         self._reserved += state.final_context
         heapq.heappush(self._finish_heap, (state.finish_step, state.arrival, state.epoch, state))
+        heapq.heappush(self._running_heap, (state.priority, -state.arrival, state.epoch, state))
+        self._membership += 1
 
     def _prefill(self, admitted: list[JobRecord]) -> None:
         num_tokens = sum(state.prefill_tokens for state in admitted)
@@ -352,6 +428,7 @@ class BatchingModel:
     def _stop_running(self, state: JobRecord) -> None:
         """Take a running job out of the batch, accounting its decode time and tokens."""
         del self._running[state.job.request_id]
+        self._membership += 1
         generated_now = self.num_steps - state.start_step
         state.generated += generated_now
         live_context = state.context + generated_now
@@ -366,7 +443,7 @@ class BatchingModel:
         state.num_preemptions += 1
         self.num_preemptions += 1
         state.wait_since = self.clock_s
-        self._cache_put(state.job.traj_id, state.context)
+        self._cache_put(state.job.traj_id, state.context, state.priority)
         self._push_waiting(state)
 
     def _finish_due(self) -> bool:
@@ -381,7 +458,7 @@ class BatchingModel:
             state.state = JobState.DONE
             state.epoch += 1
             self._forget(state)
-            self._cache_put(state.job.traj_id, state.context)
+            self._cache_put(state.job.traj_id, state.context, state.priority)
             self._outbox.append(self._finished(state))
             finished = True
         return finished
@@ -408,15 +485,12 @@ class BatchingModel:
 
     # ---- prefix cache --------------------------------------------------------------------------
 
-    def _cache_put(self, traj_id: str, num_tokens: int) -> None:
-        self.release(traj_id)
-        self._cache[traj_id] = num_tokens
-        self._cached_total += num_tokens
+    def _cache_put(self, traj_id: str, num_tokens: int, priority: float) -> None:
+        self._cache.put(traj_id, num_tokens, priority)
         self._evict()
 
     def _evict(self) -> None:
-        """Evict least recently used prefixes until running contexts and cache fit in KV."""
-        while self._cache and self._running_context + self._cached_total > self.max_kv_tokens:
-            _, tokens = self._cache.popitem(last=False)
-            self._cached_total -= tokens
-            self.num_evicted_tokens += tokens
+        """Evict prefixes (in the cache policy's order) until running contexts and cache fit."""
+        cache = self._cache
+        while len(cache) and self._running_context + cache.total_tokens > self.max_kv_tokens:
+            self.num_evicted_tokens += cache.evict_one()
