@@ -60,6 +60,8 @@ class _Trajectory:
     worker_id: str = ""
     priority: float = 0.0
     context_tokens: int = 0
+    output_tokens: int = 0
+    """Tokens generated so far: with the predicted remaining, the predicted total length."""
     step: int = 0
     """The step it runs next (or is running)."""
     is_generating: bool = False
@@ -138,6 +140,7 @@ class PlacementDecider:
                 trajectory = self._trajectory(event.rollout_id, event.traj_id)
                 if trajectory is not None:
                     trajectory.context_tokens += len(event.output_token_ids)
+                    trajectory.output_tokens += len(event.output_token_ids)
             case ToolCalled():
                 trajectory = self._trajectory(event.rollout_id, event.traj_id)
                 if trajectory is not None:
@@ -270,7 +273,11 @@ class PlacementDecider:
         trajectory = rollout.trajectories.get(event.traj_id)
         if trajectory is None or rollout.placer is None:
             return []
-        request = rollout.placer.on_prediction(event.traj_id, event.predicted_remaining_tokens)
+        # The presorted order is by trajectory length (paper s.5.3): what it generated plus what
+        # it is predicted to generate. Ranking by the remaining length alone would send every
+        # nearly finished trajectory to the workers of the short group.
+        predicted_total = trajectory.output_tokens + event.predicted_remaining_tokens
+        request = rollout.placer.on_prediction(event.traj_id, predicted_total)
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []
         if request.target_id not in self._workers:

@@ -23,7 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from heddle.control.resources import representative_context, worker_model
+from heddle.control.resources import (
+    DEFAULT_OBSERVATION_RATIO,
+    representative_context,
+    worker_model,
+)
 from heddle.policy.cost_model import CostModel
 from heddle.policy.migration import (
     MigrationPlanner,
@@ -94,8 +98,10 @@ class PresortedPlacer:
         *,
         migration: bool = True,
         hysteresis: float = 0.25,
+        observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
     ) -> None:
         self._cost_for_tp = cost_for_tp
+        self._observation_ratio = observation_ratio
         self._migration = migration
         self._hysteresis = hysteresis
         self._planner: MigrationPlanner | None = None
@@ -107,7 +113,8 @@ class PresortedPlacer:
         self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
     ) -> list[Assignment]:
         lengths = [max(0.0, t.predicted_remaining_tokens) for t in trajectories]
-        context = representative_context([t.prompt_tokens for t in trajectories], lengths)
+        prompts = [t.prompt_tokens for t in trajectories]
+        context = representative_context(prompts, lengths, self._observation_ratio)
         models = [worker_model(self._cost_for_tp(w.tp_degree), context) for w in workers]
         split = partition_heterogeneous(lengths, models)
         worker_ids = [worker.worker_id for worker in workers]

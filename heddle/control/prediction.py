@@ -30,8 +30,29 @@ from heddle.policy.predictors import Outcome, Predictor, Progress
 
 @dataclass(slots=True)
 class _Tracked:
-    progress: Progress
+    """Mutable counters of one trajectory (a ``Progress`` is built only to predict)."""
+
+    traj_id: str
+    group_id: str
+    prompt_tokens: int
     step_outputs: list[int] = field(default_factory=list)
+    output_tokens: int = 0
+    tool_output_tokens: int = 0
+    tool_s: float = 0.0
+
+    def progress(self) -> Progress:
+        steps = self.step_outputs
+        return Progress(
+            traj_id=self.traj_id,
+            group_id=self.group_id,
+            prompt_tokens=self.prompt_tokens,
+            num_steps=len(steps),
+            output_tokens=self.output_tokens,
+            tool_output_tokens=self.tool_output_tokens,
+            tool_s=self.tool_s,
+            first_output_tokens=steps[0] if steps else 0,
+            last_output_tokens=steps[-1] if steps else 0,
+        )
 
 
 class PredictionDecider:
@@ -49,59 +70,57 @@ class PredictionDecider:
 
     def decide(self, event: Event) -> list[Output]:
         key = (event.rollout_id, getattr(event, "traj_id", ""))
+        tracked: _Tracked | None
         match event:
             case TrajectorySubmitted():
                 if key in self._tracked:
                     return []
                 spec = event.spec
-                progress = Progress(event.traj_id, spec.group_id, len(spec.prompt_token_ids))
-                self._tracked[key] = _Tracked(progress)
-                return [self._predicted(event, -1, progress)]
+                fresh = _Tracked(event.traj_id, spec.group_id, len(spec.prompt_token_ids))
+                self._tracked[key] = fresh
+                return [self._predicted(event, -1, fresh)]
             case Generated():
                 tracked = self._tracked.get(key)
                 if tracked is None or len(tracked.step_outputs) != event.step:
                     return []  # unknown, or a duplicate of a step already counted
                 num_tokens = len(event.output_token_ids)
-                tracked.progress = tracked.progress.after_generation(num_tokens)
                 tracked.step_outputs.append(num_tokens)
+                tracked.output_tokens += num_tokens
                 return []
             case ToolCalled():
                 tracked = self._tracked.get(key)
                 if tracked is None or len(tracked.step_outputs) != event.step + 1:
                     return []
-                return [self._predicted(event, event.step, tracked.progress)]
+                return [self._predicted(event, event.step, tracked)]
             case ToolReturned():
                 tracked = self._tracked.get(key)
                 if tracked is not None and len(tracked.step_outputs) == event.step + 1:
-                    tracked.progress = tracked.progress.after_tool(
-                        len(event.output_token_ids), event.duration_s
-                    )
+                    tracked.tool_output_tokens += len(event.output_token_ids)
+                    tracked.tool_s += event.duration_s
                 return []
             case Completed():
                 tracked = self._tracked.pop(key, None)
                 if tracked is not None:
-                    progress = tracked.progress
-                    self.predictor.observe(
-                        Outcome(
-                            progress.traj_id,
-                            progress.group_id,
-                            progress.prompt_tokens,
-                            tuple(tracked.step_outputs),
-                        )
+                    outcome = Outcome(
+                        tracked.traj_id,
+                        tracked.group_id,
+                        tracked.prompt_tokens,
+                        tuple(tracked.step_outputs),
                     )
+                    self.predictor.observe(outcome)
                 return []
             case Failed():
                 self._tracked.pop(key, None)
                 return []
         return []
 
-    def _predicted(self, event: Event, step: int, progress: Progress) -> Predicted:
-        traj_id = progress.traj_id
+    def _predicted(self, event: Event, step: int, tracked: _Tracked) -> Predicted:
+        progress = tracked.progress()
         return Predicted(
-            event_id=derive_id(event.rollout_id, traj_id, step, "predicted"),
+            event_id=derive_id(event.rollout_id, tracked.traj_id, step, "predicted"),
             rollout_id=event.rollout_id,
             occurred_at=event.occurred_at,
-            traj_id=traj_id,
+            traj_id=tracked.traj_id,
             step=step,
             predicted_remaining_tokens=max(0.0, float(self.predictor.predict(progress))),
             predictor=self.predictor.name,
@@ -112,4 +131,4 @@ class PredictionDecider:
 
     def snapshot(self) -> dict[tuple[str, str], tuple[Progress, tuple[int, ...]]]:
         """The state, as a comparable value (replay tests)."""
-        return {k: (v.progress, tuple(v.step_outputs)) for k, v in self._tracked.items()}
+        return {k: (v.progress(), tuple(v.step_outputs)) for k, v in self._tracked.items()}

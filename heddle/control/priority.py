@@ -15,7 +15,7 @@ stamp the next step's request) and, only while the trajectory has a request on a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from heddle.control.decider import Output
 from heddle.events import (
@@ -29,11 +29,14 @@ from heddle.events import (
     Reprioritize,
     ToolCalled,
     ToolReturned,
+    TrajectoryEvent,
     TrajectoryPlaced,
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
 from heddle.policy.priority import PriorityPolicy, TrajectoryFacts
+
+SUBMISSION_ORDER_S = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +53,26 @@ class PriorityConfig:
 
 @dataclass(slots=True)
 class _Tracked:
-    facts: TrajectoryFacts
-    priority: float
+    """Mutable facts of one trajectory (``TrajectoryFacts`` is built only to prioritise)."""
+
+    arrival_s: float
+    step_arrival_s: float
+    priority: float = 0.0
+    predicted_remaining_tokens: float = 0.0
+    attained_service_tokens: float = 0.0
+    attained_service_s: float = 0.0
     worker_id: str = ""
     is_generating: bool = True
     """Between the step's request and its tool call (or before the first step)."""
+
+    def facts(self) -> TrajectoryFacts:
+        return TrajectoryFacts(
+            predicted_remaining_tokens=self.predicted_remaining_tokens,
+            attained_service_tokens=self.attained_service_tokens,
+            attained_service_s=self.attained_service_s,
+            arrival_s=self.arrival_s,
+            step_arrival_s=self.step_arrival_s,
+        )
 
 
 class PriorityDecider:
@@ -87,70 +105,58 @@ class PriorityDecider:
 
     def decide(self, event: Event) -> list[Output]:
         key = (event.rollout_id, getattr(event, "traj_id", ""))
-        match event:
-            case TrajectorySubmitted():
-                if key in self._tracked:
-                    return []
-                at = event.occurred_at
-                facts = TrajectoryFacts(arrival_s=at, step_arrival_s=at)
-                fresh = _Tracked(facts, self.policy.priority(facts))
-                self._tracked[key] = fresh
-                return [self._prioritized(event, fresh, "submitted")]
-            case Predicted():
-                return self._update(
-                    event, predicted_remaining_tokens=event.predicted_remaining_tokens
-                )
-            case Generated():
-                tracked = self._tracked.get(key)
-                if tracked is None:
-                    return []
-                facts = tracked.facts
-                return self._update(
-                    event,
-                    attained_service_tokens=facts.attained_service_tokens
-                    + len(event.output_token_ids),
-                    attained_service_s=facts.attained_service_s + event.prefill_s + event.decode_s,
-                )
-            case ToolCalled():
-                self._set_generating(key, False)
+        if isinstance(event, TrajectorySubmitted):
+            if key in self._tracked:
                 return []
-            case ToolReturned():
-                self._set_generating(key, True)
-                return self._update(event, step_arrival_s=event.occurred_at)
-            case TrajectoryPlaced():
-                self._set_worker(key, event.worker_id)
-                return []
-            case Migrated():
-                self._set_worker(key, event.target_worker_id)
-                return []
-            case Completed() | Failed():
-                self._tracked.pop(key, None)
-                return []
-        return []
-
-    def _update(self, event: Event, **changes: float) -> list[Output]:
-        traj_id = getattr(event, "traj_id", "")
-        tracked = self._tracked.get((event.rollout_id, traj_id))
+            # Trajectories submitted at one instant arrive in submission order (1 us apart), so
+            # trajectory-level FCFS keeps that order rather than tying.
+            at = event.occurred_at + event.spec.index * SUBMISSION_ORDER_S
+            fresh = _Tracked(arrival_s=at, step_arrival_s=event.occurred_at)
+            fresh.priority = self.policy.priority(fresh.facts())
+            self._tracked[key] = fresh
+            return [self._prioritized(event, fresh, "submitted")]
+        tracked = self._tracked.get(key)
         if tracked is None:
             return []
-        tracked.facts = replace(tracked.facts, **changes)
-        priority = self.policy.priority(tracked.facts)
+        match event:
+            case Predicted():
+                tracked.predicted_remaining_tokens = event.predicted_remaining_tokens
+                return self._update(event, tracked)
+            case Generated():
+                tracked.attained_service_tokens += len(event.output_token_ids)
+                tracked.attained_service_s += event.prefill_s + event.decode_s
+                return self._update(event, tracked)
+            case ToolCalled():
+                tracked.is_generating = False
+            case ToolReturned():
+                tracked.is_generating = True
+                tracked.step_arrival_s = event.occurred_at
+                return self._update(event, tracked)
+            case TrajectoryPlaced():
+                tracked.worker_id = event.worker_id
+            case Migrated():
+                tracked.worker_id = event.target_worker_id
+            case Completed() | Failed():
+                del self._tracked[key]
+        return []
+
+    def _update(self, event: TrajectoryEvent, tracked: _Tracked) -> list[Output]:
+        priority = self.policy.priority(tracked.facts())
         if not self._is_meaningful(tracked.priority, priority):
             return []
         tracked.priority = priority
-        outputs: list[Output] = [self._prioritized(event, tracked, type(event).kind_name())]
-        if tracked.is_generating and tracked.worker_id:
-            outputs.append(
-                Reprioritize(
-                    command_id=derive_id(outputs[0].event_id, "reprioritize"),  # type: ignore[union-attr]
-                    rollout_id=event.rollout_id,
-                    issued_at=event.occurred_at,
-                    worker_id=tracked.worker_id,
-                    traj_id=traj_id,
-                    priority=priority,
-                )
-            )
-        return outputs
+        prioritized = self._prioritized(event, tracked, type(event).kind_name())
+        if not (tracked.is_generating and tracked.worker_id):
+            return [prioritized]
+        reprioritize = Reprioritize(
+            command_id=derive_id(prioritized.event_id, "reprioritize"),
+            rollout_id=event.rollout_id,
+            issued_at=event.occurred_at,
+            worker_id=tracked.worker_id,
+            traj_id=event.traj_id,
+            priority=priority,
+        )
+        return [prioritized, reprioritize]
 
     def _is_meaningful(self, old: float, new: float) -> bool:
         gap = max(self.config.min_absolute_change, self.config.min_relative_change * abs(old))
@@ -168,18 +174,8 @@ class PriorityDecider:
             priority=tracked.priority,
         )
 
-    def _set_generating(self, key: tuple[str, str], is_generating: bool) -> None:
-        tracked = self._tracked.get(key)
-        if tracked is not None:
-            tracked.is_generating = is_generating
-
-    def _set_worker(self, key: tuple[str, str], worker_id: str) -> None:
-        tracked = self._tracked.get(key)
-        if tracked is not None:
-            tracked.worker_id = worker_id
-
     def snapshot(self) -> dict[tuple[str, str], tuple[TrajectoryFacts, float, str, bool]]:
         """The state, as a comparable value (replay tests)."""
         return {
-            k: (v.facts, v.priority, v.worker_id, v.is_generating) for k, v in self._tracked.items()
+            k: (v.facts(), v.priority, v.worker_id, v.is_generating) for k, v in self._tracked.items()
         }

@@ -11,14 +11,17 @@ For a fixed live pool there is no choice to make: the placement decider maps the
 groups onto the workers that registered (``partition_heterogeneous`` over their TP degrees).
 
 How lengths become seconds follows ``heddle.policy.resources``: per-token time and interference
-of each degree at one representative context per sequence, here the mean prompt plus half the
-mean predicted output (a sequence's average context while it decodes, ignoring observations).
+of each degree at one representative context per sequence, here the KV a trajectory holds on
+average over its life: the mean prompt plus half of the mean predicted output and of the
+observations that come with it. Agentic trajectories keep their KV through tool gaps, so this
+footprint, not the context of a decoding step alone, sets how many fit in a worker's KV.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from heddle.policy.annealing import anneal
@@ -27,21 +30,82 @@ from heddle.policy.placement import WorkerModel
 from heddle.policy.resources import ResourceProblem, TpInterference, fixed_configuration
 
 ResourceMode = Literal["annealed", "homogeneous"]
+DEFAULT_OBSERVATION_RATIO = 1.0
+"""Observation tokens per output token before any history (assumption: agents read about as
+much as they write; calibration.md s.2 has ~500-token observations after ~500-token turns)."""
 
 
-def representative_context(prompt_tokens: Sequence[int], predicted: Sequence[float]) -> int:
-    """Mean prompt plus half the mean predicted output (tokens, >= 1)."""
+def representative_context(
+    prompt_tokens: Sequence[int], predicted: Sequence[float], observation_ratio: float = 1.0
+) -> int:
+    """The KV a sequence holds on average over its life (tokens, >= 1): its prompt plus half
+    of what it will add, its predicted output and the observations that come with it
+    (``observation_ratio`` observation tokens per output token, learned from history)."""
     if not prompt_tokens:
         return 1
+    if observation_ratio < 0:
+        raise ValueError(f"observation_ratio must be >= 0, got {observation_ratio}")
     mean_prompt = sum(prompt_tokens) / len(prompt_tokens)
     mean_output = sum(predicted) / len(predicted) if predicted else 0.0
-    return max(1, round(mean_prompt + mean_output / 2))
+    return max(1, round(mean_prompt + (1 + observation_ratio) * mean_output / 2))
+
+
+def observation_ratio(
+    history: Sequence[tuple[int, int]], default: float = DEFAULT_OBSERVATION_RATIO
+) -> float:
+    """Observation tokens per output token over completed trajectories ``(output tokens,
+    observation tokens)``; ``default`` without history."""
+    outputs = sum(output for output, _ in history)
+    return sum(observation for _, observation in history) / outputs if outputs else default
+
+
+@dataclass(frozen=True, slots=True)
+class AgenticCostModel:
+    """A worker's cost model as the planners see an agentic trajectory on it: besides decoding,
+    each output token comes with ``tool_s_per_token`` seconds in tools, during which the
+    trajectory keeps its KV resident. So a trajectory alone takes ``T + r`` per token and one in
+    a batch of ``b`` takes ``T F(b) + r``; past the KV capacity (``TpInterference``) the group
+    drains in waves at that wall-clock pace, not at the bare decode pace. With ``r = 0`` this is
+    the wrapped model (the paper's token-only objective). Only the planners use it; the
+    simulator and the lower bound use the bare model."""
+
+    inner: CostModel
+    tool_s_per_token: float = 0.0
+
+    @property
+    def tp_degree(self) -> int:
+        return self.inner.tp_degree
+
+    @property
+    def max_kv_tokens(self) -> int:
+        return self.inner.max_kv_tokens
+
+    def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
+        return self.inner.decode_step_s(batch_size, total_context_tokens)
+
+    def prefill_s(self, num_tokens: int) -> float:
+        return self.inner.prefill_s(num_tokens)
+
+    def solo_token_s(self, context_tokens: int = 0) -> float:
+        return self.inner.solo_token_s(context_tokens) + self.tool_s_per_token
+
+    def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
+        solo = self.inner.solo_token_s(mean_context_tokens)
+        batched = solo * self.inner.interference(batch_size, mean_context_tokens)
+        return (batched + self.tool_s_per_token) / (solo + self.tool_s_per_token)
 
 
 def worker_model(cost: CostModel, context_tokens: int) -> WorkerModel:
     """A worker as the placement solver sees it (value objects, so equal degrees form a type)."""
     interference = TpInterference(cost, context_tokens)
     return WorkerModel(cost.solo_token_s(context_tokens), interference, f"tp{cost.tp_degree}")
+
+
+def tool_s_per_token(history: Sequence[tuple[int, float]]) -> float:
+    """Tool seconds per output token over completed trajectories ``(output tokens, tool
+    seconds)``; 0 without history (the paper's token-only objective)."""
+    outputs = sum(output for output, _ in history)
+    return sum(seconds for _, seconds in history) / outputs if outputs else 0.0
 
 
 def plan_tp_degrees(

@@ -1,9 +1,11 @@
 """System bundles: Heddle, its ablations and the baselines, as one registry shared by the
 simulator and live runs (``RolloutSubmitted.policy`` names one).
 
-A bundle fixes four choices: the engine-side priority policy (``heddle.policy.priority``; it also
+A bundle fixes five choices: the engine-side priority policy (``heddle.policy.priority``; it also
 decides whether engines preempt), the placement (``presorted`` or a ``heddle.policy.routing``
-router), whether migrations run, and the resource plan (``annealed`` TP degrees or homogeneous).
+router), whether migrations run, the resource plan (``annealed`` TP degrees or homogeneous) and
+the engines' prefix-cache eviction (``priority`` for Heddle's engines, ``lru`` as SGLang's radix
+cache for the baselines).
 Baselines follow the code of the systems they name; they are never tuned down, and a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
@@ -44,10 +46,10 @@ from heddle.control.placement import PlacementDecider
 from heddle.control.placers import Placer, PresortedPlacer, RouterPlacer
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
-from heddle.control.resources import ResourceMode
+from heddle.control.resources import DEFAULT_OBSERVATION_RATIO, ResourceMode
 from heddle.control.rollout import RolloutDecider
 from heddle.control.transfer import TransferDecider
-from heddle.policy.batching import BatchingConfig
+from heddle.policy.batching import BatchingConfig, EvictionPolicy
 from heddle.policy.cost_model import CostModel
 from heddle.policy.predictors import Predictor
 from heddle.policy.priority import priority_policy
@@ -69,6 +71,9 @@ class SystemSpec:
     tp_degree: int = 0
     """Homogeneous TP degree (0: the best homogeneous degree for the workload)."""
     locality_threshold_tokens: int | None = None
+    eviction: EvictionPolicy = "priority"
+    """Engines' prefix-cache eviction under KV pressure: Heddle's engines keep the prefixes of
+    high-priority trajectories (``heddle.policy.batching.cache``); baselines run SGLang's LRU."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -87,6 +92,7 @@ def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
         placement="cache_affinity",
         migration=False,
         resources="homogeneous",
+        eviction="lru",
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -146,6 +152,8 @@ class ControlOptions:
     transfer_kv: bool = True
     """Migrations move the KV cache (False: the target re-prefills)."""
     migration_hysteresis: float = 0.25
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO
+    """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
     pps_relative_change: float = 0.05
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
 
@@ -172,7 +180,7 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
-    engine = BatchingConfig(preemptive=policy.is_preemptive)
+    engine = BatchingConfig(preemptive=policy.is_preemptive, eviction=spec.eviction)
     return ControlPlane(spec, deciders, engine)
 
 
@@ -184,6 +192,7 @@ def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], P
                 options.cost_for_tp,
                 migration=spec.migration,
                 hysteresis=options.migration_hysteresis,
+                observation_ratio=options.observation_ratio,
             )
 
         return presorted

@@ -12,7 +12,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from heddle.control.resources import plan_tp_degrees, representative_context
+from heddle.control.resources import (
+    DEFAULT_OBSERVATION_RATIO,
+    observation_ratio,
+    plan_tp_degrees,
+    representative_context,
+)
 from heddle.control.systems import (
     ControlOptions,
     SystemSpec,
@@ -47,12 +52,14 @@ def simulate(
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
-    tp_degrees = plan_workers(trace, spec, config, predictor)
+    ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
+    tp_degrees = plan_workers(trace, spec, config, predictor, ratio)
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
         seed=config.seed,
         transfer_kv=config.transfer_kv,
+        observation_ratio=ratio,
     )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
@@ -80,6 +87,7 @@ def plan_workers(
     spec: SystemSpec,
     config: SimConfig,
     predictor: Predictor | None,
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
 ) -> list[int]:
     """The TP degree of each worker under the bundle's resource mode."""
     trajectories = build_trajectories(trace)
@@ -92,7 +100,7 @@ def plan_workers(
         ]
     else:
         lengths = [float(t.num_output_tokens) for t in trace]
-    context = representative_context([t.prompt_tokens for t in trace], lengths)
+    context = representative_context([t.prompt_tokens for t in trace], lengths, observation_ratio)
     return plan_tp_degrees(
         spec.resources,
         num_gpus=config.num_gpus,
@@ -102,6 +110,11 @@ def plan_workers(
         rng=random.Random(config.seed),
         tp_degree=spec.tp_degree,
     )
+
+
+def _observation_tokens(trajectory: TraceTrajectory) -> int:
+    """Observations the trajectory read (the last step's tool output is never read)."""
+    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])
 
 
 def lower_bound_s(trace: Sequence[TraceTrajectory], config: SimConfig) -> float:
