@@ -270,10 +270,17 @@ async def _until(predicate: Callable[[], Awaitable[bool]]) -> None:
     raise RuntimeError("the engine never started the benchmark request")
 
 
+@dataclass(frozen=True, slots=True)
+class _Move:
+    export_s: float
+    import_s: float
+    reprefill_s: float
+    payload_bytes: int
+
+
 async def _migration_cost(
     options: TorchEngineOptions, config: BenchConfig, rng: random.Random
 ) -> MigrationCost:
-    exports, imports, reprefills, payload = [], [], [], 0
     engine_options = dataclasses.replace(
         options,
         max_running=1,
@@ -285,31 +292,40 @@ async def _migration_cost(
             await engine.generate(_request("warm-up", _prompt(rng, 64), 2))
             await engine.export_cache("warm-up")
             await engine.release("warm-up")
-        for run in range(config.repeats):
-            name = f"migrate-{run}"
-            prompt = _prompt(rng, config.migration_context_tokens - 1)
-            await source.generate(_request(name, prompt, 2))  # KV of prompt + 1 output
-            started = time.perf_counter()
-            snapshot = await source.export_cache(name)
-            exported = time.perf_counter()
-            assert snapshot is not None
-            await target.import_cache(snapshot)
-            exports.append(exported - started)
-            imports.append(time.perf_counter() - exported)
-            payload = len(snapshot.payload)
-            context = [*prompt, 0]
-            fresh = await target.generate(_request(f"fresh-{run}", context, 1))
-            reprefills.append(fresh.prefill_s)
-            await source.release(name)
-            await target.release(name)
-            await target.release(f"fresh-{run}")
-    move_s = statistics.median(exports) + statistics.median(imports)
-    reprefill_s = statistics.median(reprefills)
+        moves = [
+            await _migrate_once(
+                source, target, _prompt(rng, config.migration_context_tokens - 1), run
+            )
+            for run in range(config.repeats)
+        ]
+    export_s = statistics.median(move.export_s for move in moves)
+    import_s = statistics.median(move.import_s for move in moves)
+    reprefill_s = statistics.median(move.reprefill_s for move in moves)
     return MigrationCost(
         context_tokens=config.migration_context_tokens,
-        payload_bytes=payload,
-        export_ms=statistics.median(exports) * 1e3,
-        import_ms=statistics.median(imports) * 1e3,
+        payload_bytes=moves[-1].payload_bytes,
+        export_ms=export_s * 1e3,
+        import_ms=import_s * 1e3,
         reprefill_ms=reprefill_s * 1e3,
-        speedup=reprefill_s / move_s,
+        speedup=reprefill_s / (export_s + import_s),
     )
+
+
+async def _migrate_once(
+    source: TorchEngine, target: TorchEngine, prompt: list[int], run: int
+) -> _Move:
+    """Move a trajectory's KV (prompt + 1 output) from source to target; time the target's
+    re-prefill of the same context as the alternative."""
+    name = f"migrate-{run}"
+    await source.generate(_request(name, prompt, 2))
+    started = time.perf_counter()
+    snapshot = await source.export_cache(name)
+    exported = time.perf_counter()
+    if snapshot is None:
+        raise RuntimeError("the source engine exported no KV for the benchmark trajectory")
+    await target.import_cache(snapshot)
+    imported = time.perf_counter()
+    fresh = await target.generate(_request(f"fresh-{run}", [*prompt, 0], 1))
+    for engine, trajectory in ((source, name), (target, name), (target, f"fresh-{run}")):
+        await engine.release(trajectory)
+    return _Move(exported - started, imported - exported, fresh.prefill_s, len(snapshot.payload))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
 
 import torch
 
@@ -29,53 +28,7 @@ from heddle.workers.engines.torch_engine.scheduler import (
     SchedulerOutput,
 )
 from heddle.workers.engines.torch_engine.sequence import SeqStatus, Sequence
-
-
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    """Counters since start: what the engine computed, moved and how long it took."""
-
-    num_steps: int = 0
-    num_decode_steps: int = 0
-    num_decoded_tokens: int = 0
-    num_prefilled_tokens: int = 0
-    num_recomputed_tokens: int = 0
-    num_restored_tokens: int = 0
-    num_preemptions: int = 0
-    num_evictions: int = 0
-    prefill_s: float = 0.0
-    recompute_s: float = 0.0
-    """The share of ``prefill_s`` spent on recomputed tokens."""
-    decode_s: float = 0.0
-    restore_s: float = 0.0
-    park_s: float = 0.0
-    decode_s_by_batch: dict[int, float] = field(default_factory=dict)
-    """Decode time split by the batch size of the step (the raw data of F(b))."""
-    num_decode_steps_by_batch: dict[int, int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Counters:
-    num_steps: int = 0
-    num_decode_steps: int = 0
-    num_decoded_tokens: int = 0
-    num_prefilled_tokens: int = 0
-    num_recomputed_tokens: int = 0
-    num_preemptions: int = 0
-    prefill_s: float = 0.0
-    recompute_s: float = 0.0
-    decode_s: float = 0.0
-    decode_s_by_batch: dict[int, float] = field(default_factory=dict)
-    num_decode_steps_by_batch: dict[int, int] = field(default_factory=dict)
-
-    def add_decode_step(self, batch_size: int, elapsed_s: float) -> None:
-        self.num_decode_steps += 1
-        self.num_decoded_tokens += batch_size
-        self.decode_s += elapsed_s
-        by_batch = self.decode_s_by_batch
-        by_batch[batch_size] = by_batch.get(batch_size, 0.0) + elapsed_s
-        steps = self.num_decode_steps_by_batch
-        steps[batch_size] = steps.get(batch_size, 0) + 1
+from heddle.workers.engines.torch_engine.stats import Counters, EngineStats
 
 
 class EngineCore:
@@ -103,7 +56,7 @@ class EngineCore:
         self.seqs: dict[str, Sequence] = {}
         self._by_trajectory: dict[str, Sequence] = {}
         self._arrivals = itertools.count()
-        self._counters = _Counters()
+        self._counters = Counters()
 
     # Requests -------------------------------------------------------------------------------
 

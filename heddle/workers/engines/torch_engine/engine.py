@@ -32,10 +32,11 @@ from heddle.workers.engines.base import (
     GenerationRequest,
     GenerationResult,
 )
-from heddle.workers.engines.torch_engine.core import EngineCore, EngineStats
+from heddle.workers.engines.torch_engine.core import EngineCore
 from heddle.workers.engines.torch_engine.loading import load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
+from heddle.workers.engines.torch_engine.stats import EngineStats
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
