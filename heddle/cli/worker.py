@@ -1,1 +1,258 @@
-"""`heddle` commands: worker (registered on the groups of heddle.cli.apps)."""
+"""`heddle worker` (one rollout worker agent) and `heddle workers run N` (several, locally).
+
+Engine options follow the worker's own options as ``--name value`` (or ``--name=value``; a bare
+``--flag`` means true), e.g.::
+
+    heddle worker --id w00 --engine sim --model qwen3-32b --tp 2 --time-scale 100
+    heddle worker --id w01 --engine sglang --launch --model /models/qwen3-8b --tp 1
+    heddle workers run 4 --engine sim --time-scale 50
+
+``heddle worker --engine NAME --engine-help`` lists NAME's options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from heddle.cli.apps import app, settings_of, workers_app
+from heddle.config import Settings
+from heddle.errors import UserError
+from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.engines import EngineOptionError, create_engine, engine_entry, engine_names
+from heddle.workers.engines.base import Engine
+from heddle.workers.engines.options import parse_options
+
+_DEFAULTS = WorkerConfig(worker_id="w00")
+_CHILD_MAIN = "from heddle.cli import main; main()"
+_EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+_ENGINES_HELP = f"Engine: {', '.join(engine_names())} (its options follow: see --engine-help)"
+
+EngineOpt = Annotated[str, typer.Option("--engine", help=_ENGINES_HELP)]
+TokenizerOpt = Annotated[
+    str, typer.Option(help="Tokenizer: 'byte' or a local Hugging Face tokenizer folder")
+]
+HeartbeatOpt = Annotated[float, typer.Option(help="Seconds between heartbeats")]
+AckWaitOpt = Annotated[
+    float, typer.Option(help="Seconds before an unacknowledged command is redelivered")
+]
+ToolTimeoutOpt = Annotated[float, typer.Option(help="Wall-clock limit of tool calls (seconds)")]
+InFlightOpt = Annotated[int, typer.Option(help="Most commands handled at once")]
+EngineHelpOpt = Annotated[bool, typer.Option(help="List the engine's options and exit")]
+
+
+def parse_engine_args(args: list[str]) -> dict[str, str]:
+    """``--name value``, ``--name=value`` and bare ``--flag`` (true) into a dict."""
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if not token.startswith("--") or token == "--":
+            raise UserError(f"unexpected argument {token!r}: engine options look like --name value")
+        name, has_value, value = token[2:].partition("=")
+        if not has_value:
+            is_flag = index + 1 >= len(args) or args[index + 1].startswith("--")
+            value = "true" if is_flag else args[index + 1]
+            index += 0 if is_flag else 1
+        options[name] = value
+        index += 1
+    return options
+
+
+def _check_engine_options(engine: str, options: dict[str, str]) -> None:
+    """Validate the options once, up front, so that a typo is one clear line."""
+    try:
+        parse_options(engine_entry(engine).options_type(), options, what=f"engine {engine!r}")
+    except EngineOptionError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _make_engine(engine: str, options: dict[str, str]) -> Engine:
+    try:
+        return create_engine(engine, options)
+    except ValueError as exc:
+        raise UserError(f"engine {engine!r}: {exc}") from None
+
+
+def _print_engine_help(engine: str) -> None:
+    try:
+        entry = engine_entry(engine)
+        infos = entry.describe()
+    except EngineOptionError as exc:
+        raise UserError(str(exc)) from None
+    table = Table(title=f"{entry.name}: {entry.summary}")
+    for column in ("option", "type", "default", "help"):
+        table.add_column(column)
+    for info in infos:
+        table.add_row(f"--{info.name}", info.type_name, info.default, info.help)
+    Console().print(table)
+
+
+def _config(
+    worker_id: str,
+    engine: str,
+    tokenizer: str,
+    heartbeat_s: float,
+    ack_wait_s: float,
+    tool_timeout_s: float,
+    max_in_flight: int,
+) -> WorkerConfig:
+    try:
+        return WorkerConfig(
+            worker_id=worker_id,
+            engine_name=engine,
+            tokenizer=tokenizer,
+            heartbeat_s=heartbeat_s,
+            command_ack_wait_s=ack_wait_s,
+            tool_timeout_s=tool_timeout_s,
+            max_commands_in_flight=max_in_flight,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@app.command("worker", context_settings=_EXTRA_ARGS)
+def worker_command(
+    ctx: typer.Context,
+    worker_id: Annotated[str, typer.Option("--id", help="Worker id (a subject token)")] = "w00",
+    engine: EngineOpt = "sim",
+    tokenizer: TokenizerOpt = _DEFAULTS.tokenizer,
+    heartbeat_s: HeartbeatOpt = _DEFAULTS.heartbeat_s,
+    ack_wait_s: AckWaitOpt = _DEFAULTS.command_ack_wait_s,
+    tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
+    max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
+    engine_help: EngineHelpOpt = False,
+) -> None:
+    """Run a rollout worker agent: consume heddle.cmd.worker.<id>.>, drive the engine."""
+    if engine_help:
+        _print_engine_help(engine)
+        return
+    options = parse_engine_args(list(ctx.args))
+    _check_engine_options(engine, options)
+    config = _config(
+        worker_id, engine, tokenizer, heartbeat_s, ack_wait_s, tool_timeout_s, max_in_flight
+    )
+    failed = _run([config], settings_of(ctx), engine, options)
+    if failed:
+        raise typer.Exit(1)
+
+
+@workers_app.command("run", context_settings=_EXTRA_ARGS)
+def workers_run_command(
+    ctx: typer.Context,
+    num_workers: Annotated[int, typer.Argument(help="How many worker agents", min=1)],
+    id_prefix: Annotated[str, typer.Option(help="Worker ids are <prefix>00, <prefix>01...")] = (
+        "w"
+    ),
+    processes: Annotated[
+        bool, typer.Option(help="One child process per worker (default: all in this process)")
+    ] = False,
+    engine: EngineOpt = "sim",
+    tokenizer: TokenizerOpt = _DEFAULTS.tokenizer,
+    heartbeat_s: HeartbeatOpt = _DEFAULTS.heartbeat_s,
+    ack_wait_s: AckWaitOpt = _DEFAULTS.command_ack_wait_s,
+    tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
+    max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
+) -> None:
+    """Run N local worker agents with the same engine options."""
+    options = parse_engine_args(list(ctx.args))
+    _check_engine_options(engine, options)
+    base = _config(
+        f"{id_prefix}00", engine, tokenizer, heartbeat_s, ack_wait_s, tool_timeout_s, max_in_flight
+    )
+    configs = [
+        _config(f"{id_prefix}{index:02d}", engine, tokenizer, heartbeat_s, ack_wait_s,
+                tool_timeout_s, max_in_flight)
+        for index in range(num_workers)
+    ]  # fmt: skip
+    settings = settings_of(ctx)
+    if processes:
+        worker_args = [*_worker_flags(base), *_engine_flags(options)]
+        failed = asyncio.run(_run_children(settings, configs, worker_args))
+    else:
+        failed = _run(configs, settings, engine, options)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run(
+    configs: list[WorkerConfig], settings: Settings, engine: str, options: dict[str, str]
+) -> list[str]:
+    from heddle.workers.agent.transport import run_agents
+
+    engines = {config.worker_id: _make_engine(engine, options) for config in configs}
+
+    async def main() -> list[str]:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(stop_signal, stop.set)
+        ids = ", ".join(config.worker_id for config in configs)
+        Console(stderr=True).print(f"worker {ids} ({engine}): Ctrl-C stops", highlight=False)
+        return await run_agents(settings, configs, lambda c: engines[c.worker_id], stop)
+
+    failed = asyncio.run(main())
+    for worker_id in failed:
+        Console(stderr=True).print(f"[red]worker {worker_id}: engine failed[/red]")
+    return failed
+
+
+def _worker_flags(config: WorkerConfig) -> list[str]:
+    return [
+        f"--engine={config.engine_name}",
+        f"--tokenizer={config.tokenizer}",
+        f"--heartbeat-s={config.heartbeat_s}",
+        f"--ack-wait-s={config.command_ack_wait_s}",
+        f"--tool-timeout-s={config.tool_timeout_s}",
+        f"--max-in-flight={config.max_commands_in_flight}",
+    ]
+
+
+def _engine_flags(options: dict[str, str]) -> list[str]:
+    return [f"--{name}={value}" for name, value in options.items()]
+
+
+def _child_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ, HEDDLE_DATA_DIR=str(settings.data_dir))
+    for name, value in (
+        ("HEDDLE_NATS_URL", settings.nats_url),
+        ("HEDDLE_DATABASE_URL", settings.database_url),
+    ):
+        if value:
+            env[name] = value
+    return env
+
+
+async def _run_children(
+    settings: Settings, configs: list[WorkerConfig], worker_args: list[str]
+) -> list[str]:
+    """One ``heddle worker`` child per config; the parent holds the bus (and so the embedded
+    server, which the children join through the data dir) until they all exit."""
+    from heddle.bus import Bus
+
+    async with Bus(settings):
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _CHILD_MAIN, "worker", f"--id={config.worker_id}",
+                *worker_args, env=_child_env(settings),
+            )
+            for config in configs
+        ]  # fmt: skip
+        loop = asyncio.get_running_loop()
+        for stop_signal in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(stop_signal, _forward_stop, children)
+        codes = await asyncio.gather(*(child.wait() for child in children))
+    return [config.worker_id for config, code in zip(configs, codes, strict=True) if code]
+
+
+def _forward_stop(children: list[asyncio.subprocess.Process]) -> None:
+    for child in children:
+        if child.returncode is None:
+            child.send_signal(signal.SIGTERM)

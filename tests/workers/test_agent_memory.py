@@ -44,7 +44,7 @@ from heddle.events import (
     WorkerTelemetry,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing
+from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 from heddle.workers.tools.trace import pseudo_token_ids
@@ -141,8 +141,8 @@ class Harness:
     async def _handle(self, agent: WorkerAgent, command: Any, is_redelivered: bool) -> None:
         try:
             await agent.handle(command, is_redelivered=is_redelivered)
-        except WorkerFailing:
-            pass
+        except (WorkerFailing, WorkerStopping):
+            pass  # not acknowledged: the transport would leave it to a later delivery
         except BaseException as exc:  # surfaced by the test
             self.errors.append(exc)
             raise
@@ -168,7 +168,7 @@ class Harness:
             tool="trace",
             status="ok",
             output_token_ids=pseudo_token_ids(call.request.seed, call.request.num_output_tokens),
-            duration_s=call.request.duration_s,
+            duration_s=call.request.duration_s / call.time_scale,  # wall time, as executors do
         )
         await self.bus.store(result)
         if self.route_tool_results:

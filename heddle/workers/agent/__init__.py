@@ -11,7 +11,8 @@ Layout (one concern per module):
 - ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
 """
 
-from heddle.workers.agent.agent import WorkerAgent, WorkerFailing
+from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 
-__all__ = ["WorkerAgent", "WorkerConfig", "WorkerFailing"]
+__all__ = ["WorkerAgent", "WorkerConfig", "WorkerFailing", "WorkerStopping"]

@@ -24,9 +24,10 @@ from heddle.events import Drain, WorkerCommandT, WorkerDrained, WorkerFailed, Wo
 from heddle.ids import derive_id
 from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink
-from heddle.workers.agent.publisher import DurablePublisher
+from heddle.workers.agent.publisher import DurablePublisher, is_transient
 from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import TrajectoryTable
@@ -37,10 +38,6 @@ from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 logger = logging.getLogger(__name__)
 
 _KEEP_FINISHED_ROWS = 4096
-
-
-class WorkerFailing(RuntimeError):
-    """The worker is failing: leave the command unacknowledged."""
 
 
 class WorkerAgent:
@@ -54,13 +51,16 @@ class WorkerAgent:
         blobs: BlobStore,
         tokenizer: Tokenizer | None = None,
         clock: Callable[[], float] = time.time,
+        transient: Callable[[BaseException], bool] = is_transient,
     ) -> None:
         self.config = config
         self.engine = engine
         self.clock = clock
         self.incarnation = uuid.uuid4().hex[:12]
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
-        self.publisher = DurablePublisher(sink, max_retry_s=config.publish_retry_max_s)
+        self.publisher = DurablePublisher(
+            sink, max_retry_s=config.publish_retry_max_s, transient=transient
+        )
         self.table = TrajectoryTable()
         self.runner = StepRunner(
             worker_id=config.worker_id,
@@ -136,16 +136,23 @@ class WorkerAgent:
         )
 
     async def handle(self, command: WorkerCommandT, *, is_redelivered: bool = False) -> None:
-        """Carry out one command; returns when it may be acknowledged (see module docstring)."""
-        if self.failed.is_set():
-            raise WorkerFailing(f"worker {self.worker_id} is failing")
+        """Carry out one command; returns when it may be acknowledged (see module docstring).
+
+        Raises ``WorkerFailing`` (the engine failed) or ``WorkerStopping`` (shutting down
+        before the command's effects were all stored): do not acknowledge then."""
+        self._check_alive()
         if isinstance(command, Drain):
             await self.drain()
-        else:
-            await self.handler.handle(command, is_redelivered=is_redelivered)
+            return  # WorkerDrained is stored: acknowledge even while shutting down
+        await self.handler.handle(command, is_redelivered=is_redelivered)
         self.table.forget_finished(keep=_KEEP_FINISHED_ROWS)
+        self._check_alive()
+
+    def _check_alive(self) -> None:
         if self.failed.is_set():
             raise WorkerFailing(f"worker {self.worker_id} is failing")
+        if self.handler.is_closing:
+            raise WorkerStopping(f"worker {self.worker_id} is shutting down")
 
     async def drain(self) -> None:
         """Refuse new trajectories, wait until none is hosted, publish ``WorkerDrained``."""
@@ -182,9 +189,17 @@ class WorkerAgent:
             )
         )
 
+    def begin_close(self) -> None:
+        """Start no new step; cancel running ones (their commands go back unacknowledged)."""
+        self.handler.is_closing = True
+        for row in self.table:
+            if row.segment is not None and not row.segment.done():
+                row.segment.cancel()
+
     async def close(self) -> None:
         """Stop loops and running steps (unacknowledged commands are redelivered) and the
         engine."""
+        self.begin_close()
         tasks = [*self._loops]
         tasks += [row.segment for row in self.table if row.segment and not row.segment.done()]
         for task in tasks:

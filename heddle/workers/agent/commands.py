@@ -27,6 +27,7 @@ from heddle.events import (
 from heddle.ids import derive_id
 from heddle.workers.agent import records
 from heddle.workers.agent.decisions import Action, Phase, decide
+from heddle.workers.agent.errors import WorkerStopping
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
@@ -66,6 +67,8 @@ class CommandHandler:
         self.publisher = publisher
         self.on_engine_failure = on_engine_failure
         self.is_draining = False
+        self.is_closing = False
+        """Shutting down: no new step starts (``WorkerStopping``)."""
         self.changed = asyncio.Event()
         """Set whenever a trajectory comes to rest (a drain waits on it)."""
 
@@ -196,6 +199,8 @@ class CommandHandler:
         tool_result: ToolReturned | None = None,
         is_new: bool = False,
     ) -> None:
+        if self.is_closing:
+            raise WorkerStopping("shutting down: the step is left to the next incarnation")
         hosted.is_running = True
         hosted.settled.clear()
         hosted.segment = asyncio.create_task(

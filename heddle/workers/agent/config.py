@@ -25,7 +25,8 @@ class WorkerConfig:
     max_commands_in_flight: int = 4096
     """Commands delivered but not yet acknowledged (each hosted trajectory holds one or two)."""
     tool_timeout_s: float = 30.0
-    """``ToolCall.timeout_s`` (model seconds) for tool calls of hosted trajectories."""
+    """``ToolCall.timeout_s`` (wall seconds, the executor's clock) of hosted trajectories'
+    tool calls; a trace-replay call gets at least twice its scaled recorded time."""
     publish_retry_max_s: float = 2.0
     """Longest pause between retries of a publish that failed (lost connection)."""
 

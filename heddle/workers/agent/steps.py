@@ -23,8 +23,10 @@ from heddle.events import (
     EventT,
     FinishReason,
     SamplingParams,
+    ToolCall,
     ToolRequest,
     ToolReturned,
+    TraceTool,
     TrajectoryEvent,
 )
 from heddle.ids import derive_id
@@ -227,15 +229,7 @@ class StepRunner:
         assert outcome.tool_request is not None
         if log.phase is not StepPhase.GENERATED:
             raise StepError("the environment asked for a second tool call without a generation")
-        call = records.tool_call(
-            log,
-            step=log.current_step,
-            request=outcome.tool_request,
-            pool=hosted.spec.tool_pool,
-            timeout_s=self.tool_timeout_s,
-            time_scale=self.time_scale,
-            now=self.clock(),
-        )
+        call = self._tool_call(hosted, outcome.tool_request)
         # The command first: once ToolCalled is stored, the call is known to be out.
         await self.publisher.publish(call)
         await self.emit(
@@ -244,16 +238,22 @@ class StepRunner:
 
     async def resend_tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> None:
         """Publish the pending tool call again (same id: dropped if the stream still has it)."""
-        call = records.tool_call(
+        await self.publisher.publish(self._tool_call(hosted, request))
+
+    def _tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> ToolCall:
+        timeout_s = self.tool_timeout_s
+        if isinstance(request, TraceTool):
+            # A replayed call lasts its recorded time (scaled): never time it out before.
+            timeout_s = max(timeout_s, 2.0 * request.duration_s / self.time_scale + 1.0)
+        return records.tool_call(
             hosted.log,
             step=hosted.log.current_step,
             request=request,
             pool=hosted.spec.tool_pool,
-            timeout_s=self.tool_timeout_s,
+            timeout_s=timeout_s,
             time_scale=self.time_scale,
             now=self.clock(),
         )
-        await self.publisher.publish(call)
 
     # ---- endings ----------------------------------------------------------------------------
 

@@ -1,0 +1,11 @@
+"""Why the agent refuses to let a command be acknowledged."""
+
+
+class WorkerFailing(RuntimeError):
+    """The engine failed (``WorkerFailed`` is published): leave the command unacknowledged and
+    stop; the control plane re-places the worker's trajectories."""
+
+
+class WorkerStopping(RuntimeError):
+    """The worker is shutting down before the command's effects were all stored: the command
+    goes back to the stream (negative acknowledgement) for the next incarnation."""

@@ -1,0 +1,186 @@
+"""The worker agent over ``heddle.bus``: its ports, its command consumer, and ``serve``.
+
+Commands arrive through the durable pull consumer ``worker-<id>`` on
+``heddle.cmd.worker.<id>.>`` (``MessageRunner``: one handler per command, concurrently, with
+in-progress signals while a step runs, so that a live worker's commands are not redelivered).
+A command is acknowledged when ``WorkerAgent.handle`` returns, i.e. after its events are stored.
+After a crash, unacknowledged commands come back after ``command_ack_wait_s`` to whichever
+incarnation of the worker runs then (``num_delivered > 1`` makes it rebuild from the stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from heddle.bus import (
+    Bus,
+    BusOptions,
+    ConsumerSpec,
+    Delivery,
+    InvalidMessage,
+    PublishError,
+    ReplayQuery,
+    TransientError,
+)
+from heddle.config import Settings
+from heddle.events import (
+    Event,
+    EventT,
+    ToolCall,
+    WorkerCommand,
+    WorkerCommandT,
+    WorkerTelemetry,
+    decode_worker_command,
+)
+from heddle.events.subjects import COMMANDS_STREAM, trajectory_subject, worker_command_subject
+from heddle.workers.agent.agent import WorkerAgent
+from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
+from heddle.workers.engines.base import Engine
+
+logger = logging.getLogger(__name__)
+
+
+def is_transient_bus_error(error: BaseException) -> bool:
+    """Worth retrying with the same id: an unacknowledged publish (not a refusal), a timeout, a
+    lost or reconnecting connection (the nats client's errors)."""
+    if isinstance(error, PublishError):
+        return error.err_code == 0 and "exceeds the server limit" not in error.reason
+    if isinstance(error, (TimeoutError, ConnectionError, OSError)):
+        return True
+    return type(error).__module__.startswith("nats")
+
+
+class BusPorts:
+    """``MessageSink``, ``HistorySource`` and ``BlobStore`` of the agent over one ``Bus``."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
+        await self.bus.publish(message)
+
+    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+        await self.bus.publish_telemetry(telemetry)
+
+    async def trajectory_events(self, rollout_id: str, traj_id: str) -> list[EventT]:
+        query = ReplayQuery(filter_subjects=(trajectory_subject(rollout_id, traj_id, ">"),))
+        return [record.message async for record in self.bus.replay_events(query)]
+
+    async def put_blob(self, key: str, data: bytes) -> None:
+        await self.bus.put_object(key, data)
+
+    async def get_blob(self, key: str) -> bytes:
+        return await self.bus.get_object(key)
+
+    async def delete_blob(self, key: str) -> None:
+        await self.bus.delete_object(key)
+
+
+def command_consumer(config: WorkerConfig) -> ConsumerSpec:
+    """The worker's durable command consumer (survives restarts of the worker)."""
+    return ConsumerSpec(
+        durable=config.consumer_name,
+        stream=COMMANDS_STREAM,
+        filter_subjects=(worker_command_subject(config.worker_id, ">"),),
+        batch_size=min(64, config.max_commands_in_flight),
+        max_ack_pending=config.max_commands_in_flight,
+        ack_wait_s=config.command_ack_wait_s,
+        nak_delay_s=1.0,
+    )
+
+
+class CommandDispatcher:
+    """The message handler of the worker's command consumer."""
+
+    def __init__(self, agent: WorkerAgent) -> None:
+        self.agent = agent
+
+    async def __call__(self, delivery: Delivery[WorkerCommandT]) -> None:
+        command = delivery.message
+        if command.worker_id != self.agent.worker_id:
+            raise InvalidMessage(
+                f"command for worker {command.worker_id!r} delivered to {self.agent.worker_id!r}"
+            )
+        try:
+            await self.agent.handle(command, is_redelivered=delivery.num_delivered > 1)
+        except WorkerStopping as exc:
+            raise TransientError(str(exc)) from None  # nak: redelivered to the next incarnation
+
+
+async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None) -> None:
+    """Start ``agent`` and feed it its commands until it is drained, it fails (``WorkerFailing``
+    is raised) or ``stop`` is set; then close it. The engine is closed too."""
+    stop = stop or asyncio.Event()
+    runner = bus.message_runner(
+        command_consumer(agent.config),
+        decode_worker_command,
+        CommandDispatcher(agent),
+        max_concurrent=agent.config.max_commands_in_flight,
+    )
+    await agent.start()
+    watcher = asyncio.create_task(_stop_when_done(agent, runner.stop, stop))
+    try:
+        await runner.run()
+    except WorkerFailing:
+        raise
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await agent.close()
+    if agent.failed.is_set():
+        raise WorkerFailing(f"worker {agent.worker_id} failed")
+
+
+async def _stop_when_done(agent: WorkerAgent, stop_runner: object, stop: asyncio.Event) -> None:
+    waits = [
+        asyncio.create_task(agent.drained.wait()),
+        asyncio.create_task(agent.failed.wait()),
+        asyncio.create_task(stop.wait()),
+    ]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    agent.begin_close()
+    assert callable(stop_runner)
+    stop_runner()
+
+
+async def run_agents(
+    settings: Settings,
+    configs: Sequence[WorkerConfig],
+    make_engine: Callable[[WorkerConfig], Engine],
+    stop: asyncio.Event,
+) -> list[str]:
+    """Run one agent per config on one bus connection until each is drained, failed or
+    ``stop`` is set; returns the ids of the workers whose engine failed."""
+    name = f"heddle-worker-{configs[0].worker_id}" if len(configs) == 1 else "heddle-workers"
+    async with Bus(settings, BusOptions(name=name)) as bus:
+        ports = BusPorts(bus)
+        agents = [
+            WorkerAgent(
+                config,
+                make_engine(config),
+                sink=ports,
+                history=ports,
+                blobs=ports,
+                transient=is_transient_bus_error,
+            )
+            for config in configs
+        ]
+        results = await asyncio.gather(
+            *(serve(agent, bus, stop) for agent in agents), return_exceptions=True
+        )
+    failed: list[str] = []
+    for agent, result in zip(agents, results, strict=True):
+        if isinstance(result, WorkerFailing):
+            failed.append(agent.worker_id)
+        elif isinstance(result, BaseException):
+            raise result
+    return failed

@@ -1,0 +1,397 @@
+"""The worker agent against a real nats-server, with real tool executors.
+
+The control plane is not part of this package, so a small router here plays its part: it
+publishes TrajectorySubmitted/Placed and StartTrajectory, and on each ToolReturned publishes
+ContinueTrajectory to the worker the trajectory is on (following Migrated events). That is a test
+harness driving the real worker over the real bus, not a stand-in for a worker feature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
+from heddle.config import Settings, load_settings
+from heddle.events import (
+    Completed,
+    ContinueTrajectory,
+    EventT,
+    Failed,
+    Generated,
+    GenerationStarted,
+    Migrated,
+    MigrateOut,
+    StartTrajectory,
+    ToolReturned,
+    TrajectoryEvent,
+    TrajectoryPlaced,
+    TrajectorySpec,
+    TrajectorySubmitted,
+    WorkerRegistered,
+    decode_event,
+)
+from heddle.events.subjects import EVENTS_STREAM, rollout_filter, trajectory_subject
+from heddle.events.trajectory import PlacementReason
+from heddle.ids import derive_id
+from heddle.traces import TraceStep, TraceTrajectory, write_trace
+from heddle.workers.agent import WorkerConfig
+from heddle.workers.agent.transport import run_agents
+from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
+
+pytestmark = pytest.mark.timeout(120)
+
+CHILD_MAIN = "from heddle.cli import main; main()"
+
+
+class Router:
+    """Plays the control plane's router over the bus (see the module docstring)."""
+
+    def __init__(self, bus: Bus, rollout_id: str) -> None:
+        self.bus = bus
+        self.rollout_id = rollout_id
+        self.placement: dict[str, str] = {}
+        self._task: asyncio.Task[Any] | None = None
+        self._runner: Any = None
+
+    async def __aenter__(self) -> Router:
+        spec = ConsumerSpec(
+            durable=f"test-router-{self.rollout_id}",
+            stream=EVENTS_STREAM,
+            filter_subjects=(
+                trajectory_subject(self.rollout_id, "*", "tool_returned"),
+                trajectory_subject(self.rollout_id, "*", "migrated"),
+            ),
+            batch_size=64,
+            fetch_wait_s=0.2,
+        )
+        self._runner = self.bus.batch_runner(spec, decode_event, self._route)
+        self._task = asyncio.create_task(self._runner.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._runner.stop()
+        assert self._task is not None
+        await self._task
+
+    async def _route(self, batch: list[Delivery[EventT]]) -> None:
+        for delivery in batch:
+            match delivery.message:
+                case Migrated() as migrated:
+                    self.placement[migrated.traj_id] = migrated.target_worker_id
+                case ToolReturned() as result:
+                    await self.bus.publish(self.continue_command(result))
+
+    def continue_command(self, result: ToolReturned) -> ContinueTrajectory:
+        return ContinueTrajectory(
+            command_id=derive_id(result.event_id, "continue"),
+            rollout_id=result.rollout_id,
+            issued_at=0.0,
+            worker_id=self.placement[result.traj_id],
+            traj_id=result.traj_id,
+            step=result.step + 1,
+            tool_result=result,
+        )
+
+    async def submit(self, traj_id: str, spec: TrajectorySpec, worker_id: str) -> None:
+        self.placement[traj_id] = worker_id
+        await self.bus.publish(
+            TrajectorySubmitted(
+                event_id=derive_id(self.rollout_id, traj_id, "submitted"),
+                rollout_id=self.rollout_id,
+                traj_id=traj_id,
+                occurred_at=0.0,
+                spec=spec,
+            )
+        )
+        await self.place(traj_id, spec, worker_id)
+
+    async def place(
+        self, traj_id: str, spec: TrajectorySpec, worker_id: str, *, resume: bool = False
+    ) -> None:
+        self.placement[traj_id] = worker_id
+        reason: PlacementReason = "replacement" if resume else "initial"
+        await self.bus.publish(
+            TrajectoryPlaced(
+                event_id=derive_id(self.rollout_id, traj_id, "placed", worker_id),
+                rollout_id=self.rollout_id,
+                traj_id=traj_id,
+                occurred_at=0.0,
+                worker_id=worker_id,
+                reason=reason,
+            )
+        )
+        await self.bus.publish(
+            StartTrajectory(
+                command_id=derive_id(self.rollout_id, traj_id, "start", worker_id),
+                rollout_id=self.rollout_id,
+                issued_at=0.0,
+                worker_id=worker_id,
+                traj_id=traj_id,
+                spec=spec,
+                resume=resume,
+            )
+        )
+
+    async def events(self) -> list[TrajectoryEvent]:
+        query = ReplayQuery(filter_subjects=tuple(rollout_filter(self.rollout_id)))
+        return [
+            record.message
+            async for record in self.bus.replay_events(query)
+            if isinstance(record.message, TrajectoryEvent)
+        ]
+
+    async def wait(self, predicate: Any, timeout_s: float = 60.0) -> list[TrajectoryEvent]:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                events = await self.events()
+                if predicate(events):
+                    return events
+                await asyncio.sleep(0.1)
+
+    async def wait_all_finished(
+        self, traj_ids: Sequence[str], timeout_s: float = 60.0
+    ) -> list[TrajectoryEvent]:
+        def finished(events: list[TrajectoryEvent]) -> bool:
+            done = {e.traj_id for e in events if isinstance(e, (Completed, Failed))}
+            return done >= set(traj_ids)
+
+        return await self.wait(finished, timeout_s)
+
+
+def trace_spec(trace: TraceTrajectory, index: int = 0) -> TrajectorySpec:
+    import msgspec
+
+    return TrajectorySpec(
+        group_id=trace.group or "g",
+        index=index,
+        environment="trace",
+        task=msgspec.to_builtins(trace),
+    )
+
+
+def trace(traj_id: str, outputs: list[int], tool_s: float = 1.0) -> TraceTrajectory:
+    steps = [TraceStep(output_tokens=n, tool_s=tool_s, tool_output_tokens=9) for n in outputs]
+    steps[-1] = TraceStep(output_tokens=outputs[-1])
+    return TraceTrajectory(id=traj_id, group="g", prompt_tokens=25, steps=steps)
+
+
+def step_keys(events: list[TrajectoryEvent], traj_id: str) -> list[str]:
+    """kind+step of each event of one trajectory, in stream order."""
+    keys = []
+    for event in events:
+        if event.traj_id == traj_id and not isinstance(event, (TrajectoryPlaced, Migrated)):
+            step = getattr(event, "step", "")
+            keys.append(f"{type(event).kind_name()}{step}")
+    return keys
+
+
+def expected_keys(num_steps: int) -> list[str]:
+    keys = ["submitted"]
+    for step in range(num_steps):
+        keys += [f"generation_started{step}", f"generated{step}"]
+        if step < num_steps - 1:
+            keys += [f"tool_called{step}", f"tool_returned{step}"]
+    return [*keys, "completed"]
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    return load_settings(nats_url=nats_url, data_dir=tmp_path)
+
+
+@pytest.fixture
+async def bus(settings: Settings) -> AsyncIterator[Bus]:
+    async with Bus(settings) as connected:
+        yield connected
+
+
+@contextlib.asynccontextmanager
+async def tool_executor(bus: Bus) -> AsyncIterator[ToolExecutor]:
+    executor = ToolExecutor(bus, ExecutorConfig(min_warm=0, max_procs=1, executor_id="ex"))
+    task = asyncio.create_task(executor.run())
+    try:
+        yield executor
+    finally:
+        executor.stop()
+        await task
+
+
+@contextlib.asynccontextmanager
+async def agents(
+    settings: Settings, worker_ids: Sequence[str], time_scale: float = 2000.0
+) -> AsyncIterator[asyncio.Event]:
+    """Worker agents with sim engines in this process, served over their own bus."""
+    stop = asyncio.Event()
+    configs = [WorkerConfig(worker_id=w, heartbeat_s=0.5, telemetry_s=0.5) for w in worker_ids]
+    task = asyncio.create_task(
+        run_agents(
+            settings, configs, lambda c: SimEngine(SimEngineOptions(time_scale=time_scale)), stop
+        )
+    )
+    try:
+        yield stop
+    finally:
+        stop.set()
+        assert await task == []
+
+
+async def test_a_small_trace_runs_end_to_end_with_every_step_in_order(
+    settings: Settings, bus: Bus
+) -> None:
+    traces = [trace("a", [30, 20, 10]), trace("b", [50, 5]), trace("c", [12])]
+    async with tool_executor(bus), agents(settings, ["w0"]), Router(bus, "r1") as router:
+        for index, item in enumerate(traces):
+            await router.submit(item.id, trace_spec(item, index), "w0")
+        events = await router.wait_all_finished([t.id for t in traces])
+    for item in traces:
+        assert step_keys(events, item.id) == expected_keys(len(item.steps))
+        done = next(e for e in events if isinstance(e, Completed) and e.traj_id == item.id)
+        assert done.num_output_tokens == item.num_output_tokens
+        assert len(done.prompt_token_ids) + len(done.response_token_ids) == (
+            item.num_context_tokens
+        )
+        assert sum(done.loss_mask) == item.num_output_tokens
+        assert done.worker_history == ["w0"]
+    tool_results = [e for e in events if isinstance(e, ToolReturned)]
+    assert {e.executor_id for e in tool_results} == {"ex"}
+
+
+async def test_migration_in_a_tool_gap_completes_on_the_target(
+    settings: Settings, bus: Bus
+) -> None:
+    item = trace("m", [40, 30, 20], tool_s=1000.0)  # 0.5 s of wall time per tool call
+    async with tool_executor(bus), agents(settings, ["w0", "w1"]), Router(bus, "r2") as router:
+        await router.submit(item.id, trace_spec(item), "w0")
+        await router.wait(lambda events: "tool_called0" in step_keys(events, "m"))
+        await bus.publish(
+            MigrateOut(command_id="mig-1", rollout_id="r2", issued_at=0.0, worker_id="w0",
+                       traj_id="m", target_worker_id="w1", migration_id="mig-1")
+        )  # fmt: skip
+        events = await router.wait_all_finished(["m"])
+    assert step_keys(events, "m") == expected_keys(3)
+    migrated = next(e for e in events if isinstance(e, Migrated))
+    assert (migrated.source_worker_id, migrated.target_worker_id) == ("w0", "w1")
+    assert migrated.kv_transferred and migrated.num_bytes > 0
+    done = next(e for e in events if isinstance(e, Completed))
+    assert done.worker_history == ["w0", "w1"]
+    assert done.num_recomputed_tokens == 0
+    generated = [e for e in events if isinstance(e, Generated)]
+    assert [e.worker_id for e in generated] == ["w0", "w1", "w1"]
+
+
+def start_process(settings: Settings, *args: str) -> subprocess.Popen[bytes]:
+    """``heddle ARGS...`` as a child process against the test's NATS server."""
+    env = dict(os.environ, HEDDLE_NATS_URL=settings.nats_url or "",
+               HEDDLE_DATA_DIR=str(settings.data_dir))  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD_MAIN, *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def start_worker(settings: Settings, worker_id: str, *extra: str) -> subprocess.Popen[bytes]:
+    return start_process(
+        settings, "worker", f"--id={worker_id}", "--engine=sim", "--ack-wait-s=2",
+        "--heartbeat-s=0.5", *extra,
+    )  # fmt: skip
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> str:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert process.stderr is not None
+    return process.stderr.read().decode(errors="replace")
+
+
+async def registered(router: Router, worker_id: str, count: int = 1) -> None:
+    async def seen() -> int:
+        query = ReplayQuery(filter_subjects=(f"heddle.evt.worker.{worker_id}.registered",))
+        records = [r async for r in router.bus.replay_events(query)]
+        return sum(isinstance(r.message, WorkerRegistered) for r in records)
+
+    async with asyncio.timeout(30):
+        while True:
+            if await seen() >= count:
+                return
+            await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("recovery", ["restart", "replace"])
+async def test_a_killed_worker_loses_no_completed_step(
+    settings: Settings, bus: Bus, recovery: str
+) -> None:
+    # ~2 s of wall time per generation at time scale 2: the kill lands mid-generation.
+    item = trace("k", [600, 600, 600, 600], tool_s=2.0)
+    rollout = f"r-{recovery}"
+    worker = start_worker(settings, "w0", "--time-scale=2")
+    spare = start_worker(settings, "w1", "--time-scale=200") if recovery == "replace" else None
+    try:
+        async with tool_executor(bus), Router(bus, rollout) as router:
+            await registered(router, "w0")
+            await router.submit(item.id, trace_spec(item), "w0")
+            await router.wait(lambda events: "generation_started1" in step_keys(events, "k"))
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            if recovery == "restart":
+                worker = start_worker(settings, "w0", "--time-scale=200")
+            else:
+                assert spare is not None
+                await registered(router, "w1")
+                await router.place(item.id, trace_spec(item), "w1", resume=True)
+            events = await router.wait_all_finished([item.id], timeout_s=90)
+    finally:
+        logs = stop_process(worker)
+        if spare is not None:
+            logs += stop_process(spare)
+    assert step_keys(events, "k") == expected_keys(4), logs[-3000:]
+    done = next(e for e in events if isinstance(e, Completed))
+    assert done.num_output_tokens == 2400
+    assert done.worker_history == (["w0"] if recovery == "restart" else ["w0", "w1"])
+    started = [e for e in events if isinstance(e, GenerationStarted)]
+    assert len({e.step for e in started}) == len(started) == 4
+    # The kill interrupted step 1's generation: it ran again where the KV was lost, so its
+    # prefix (prompt + step 0's output) counts as recomputed.
+    generated = [e for e in events if isinstance(e, Generated)]
+    assert generated[1].num_recomputed_tokens == 25 + 600
+    assert generated[1].worker_id == ("w0" if recovery == "restart" else "w1")
+
+
+async def test_acceptance_worker_and_executor_processes_run_a_trace_file(
+    settings: Settings, bus: Bus, tmp_path: Path
+) -> None:
+    traces = [trace(f"t{i}", [20 + 10 * i, 15, 5], tool_s=0.5) for i in range(4)]
+    trace_file = tmp_path / "trace.jsonl"
+    write_trace(trace_file, traces)
+    executor = start_process(settings, "tools", "serve", "--min-warm=0", "--max-procs=1")
+    worker = start_worker(settings, "w0", "--time-scale=100")
+    try:
+        async with Router(bus, "r-accept") as router:
+            await registered(router, "w0")
+            from heddle.traces import read_trace
+
+            for index, item in enumerate(read_trace(trace_file)):
+                await router.submit(item.id, trace_spec(item, index), "w0")
+            events = await router.wait_all_finished([t.id for t in traces])
+    finally:
+        logs = stop_process(worker) + stop_process(executor)
+    for item in traces:
+        assert step_keys(events, item.id) == expected_keys(3), logs[-3000:]
+    assert all(not isinstance(e, Failed) for e in events)
