@@ -4,7 +4,8 @@ Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox proc
 ``sandbox_child`` (the child script), ``sandbox`` (one process, one call), ``pool`` (pre-warmed
 processes scaled with demand), ``output`` (capped capture), ``search`` (BM25 over a local
 corpus), ``trace`` (pseudo-token replay), ``runner`` (a ``ToolRequest`` -> result),
-``executor`` (the NATS service behind ``heddle tools serve``).
+``executor`` (the NATS service behind ``heddle tools serve``), ``bench`` and ``bench_nats``
+(``heddle bench tools``).
 
 What the sandbox guarantees (model code is untrusted input)
 -----------------------------------------------------------
@@ -29,7 +30,8 @@ files, child processes) survives into the next call. Always, at either isolation
 - a private mount namespace: ``/`` is remounted read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm``,
   ``/run/lock`` get private size-capped tmpfs mounts that vanish with the call (the scratch dir is
   ``/tmp/sandbox`` there); directories others cannot enter (``/root``) are covered by an empty
-  tmpfs, with only the Python runtime bound back read-only;
+  tmpfs too; the Python runtime (prefixes and import path) is bound back read-only wherever
+  one of these mounts covered it;
 - the code runs under its own unprivileged uid (``uid_base`` + n, no groups, no capabilities), so
   RLIMIT_NPROC caps processes and threads per call (a fork bomb fails to fork) and files of other
   users stay untouchable.

@@ -3,9 +3,10 @@
 Processes are spawned ahead of calls and parked (interpreter started, namespaces and mounts set
 up, blocked on stdin), so a call pays only the hand-off. Each process runs exactly one call and
 is discarded (nothing leaks between calls); a background task refills the pool, at most
-``max_concurrent_spawns`` start-ups at once. At most ``max_procs`` calls run at once and parked +
-running processes never exceed ``max_procs``. The owner reports demand (``set_demand``: calls waiting in its queue) and the pool keeps
-``clamp(demand, min_warm, max_procs - running)`` processes parked.
+``max_concurrent_spawns`` start-ups at once. At most ``max_procs`` calls run at once and
+parked + running processes never exceed ``max_procs``. The owner reports demand
+(``set_demand``: calls waiting in its queue) and the pool keeps ``clamp(demand, min_warm,
+max_procs - running)`` processes parked.
 """
 
 from __future__ import annotations

@@ -88,29 +88,32 @@ def hidden_ancestor(path: str) -> str | None:
     return None
 
 
-def expose_runtime() -> None:
-    """Make the interpreter readable by the unprivileged uid: cover each hidden ancestor with an
-    empty tmpfs and bind the runtime dirs back, read-only. Everything else there stays hidden."""
-    hidden = {path: hidden_ancestor(path) for path in runtime_dirs()}
-    handles = {path: os.open(path, os.O_PATH) for path, above in hidden.items() if above}
-    for above in sorted({above for above in hidden.values() if above}):
-        _mount("tmpfs", above, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(f"{root.rstrip('/')}/")
+
+
+def confine_filesystem(scratch_bytes: int) -> None:
+    """Read-only root; private tmpfs mounts over the world-writable dirs (size-capped, sticky)
+    and over dirs other uids cannot enter (e.g. ``/root`` holding a pyenv Python); the Python
+    runtime bound back read-only wherever such a mount covered it; a /proc of this PID
+    namespace. Everything else under the covered dirs is invisible to the code."""
+    runtime = runtime_dirs()
+    hidden = sorted({above for path in runtime if (above := hidden_ancestor(path))})
+    writable = [path for path in _WRITABLE_DIRS if os.path.isdir(path)]
+    covered = [path for path in runtime if any(_is_under(path, root) for root in hidden + writable)]
+    # Handles opened before the covering mounts still reach the original directories.
+    handles = {path: os.open(path, os.O_PATH) for path in covered}
+    _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+    for path in hidden:
+        _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=0755")
+    for path in writable:
+        options = f"size={scratch_bytes},mode=1777"
+        _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
     for path, handle in handles.items():
         os.makedirs(path, mode=0o755, exist_ok=True)
         _mount(f"/proc/self/fd/{handle}", path, None, _MS_BIND, None)
         _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
         os.close(handle)
-
-
-def confine_filesystem(scratch_bytes: int) -> None:
-    """Read-only root, private tmpfs on world-writable dirs, the runtime readable by any uid,
-    a /proc of this PID namespace."""
-    _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
-    expose_runtime()
-    for path in _WRITABLE_DIRS:
-        if os.path.isdir(path):
-            options = f"size={scratch_bytes},mode=1777"
-            _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, options)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
 
 
