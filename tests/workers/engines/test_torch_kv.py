@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.workers.engines.base import CacheMismatchError, CacheSnapshot
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
-from heddle.workers.engines.torch_engine.loading import LoadedModel, load_model
+from heddle.workers.engines.torch_engine.loading import LoadedModel, build_random_model, load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.runner import ModelRunner
 from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
@@ -190,3 +191,32 @@ def test_any_block_survives_the_byte_round_trip(
     data = torch.randn(layers, 2, heads, len(tokens), head_dim).to(dtype)
     decoded = decode_snapshot(encode_snapshot("t", KVBlock(tuple(tokens), data), "fp"), "fp")
     assert decoded.token_ids == tuple(tokens) and torch.equal(decoded.data, data)
+
+
+_SMALL = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        transformers.LlamaConfig(**_SMALL, num_attention_heads=4, num_key_value_heads=2),
+        transformers.Qwen2Config(**_SMALL, num_attention_heads=4, num_key_value_heads=2),
+        transformers.GPT2Config(vocab_size=300, n_embd=64, n_layer=2, n_head=4),
+    ],
+    ids=["llama", "qwen2", "gpt2"],
+)
+def test_other_causal_lms_run_on_the_slot_pool(config: object) -> None:
+    model = build_random_model(config, name="x", dtype=torch.float32, device="cpu", seed=0)
+    runner, owner = _runner(model), _Owner()
+    tokens = [(7 * index) % 300 for index in range(1, 15)]
+    prefill_logits = _prefill(runner, owner, tokens[:-1])
+    decode_logits = runner.decode([tokens[-1]], [len(tokens) - 1])
+    reference = _full_logits(model, tokens)
+    assert torch.allclose(prefill_logits, reference[-2], atol=ATOL)
+    assert torch.allclose(decode_logits[0], reference[-1], atol=ATOL)
+
+
+def test_sliding_window_models_are_refused() -> None:
+    config = transformers.MistralConfig(**_SMALL, num_attention_heads=4, sliding_window=16)
+    with pytest.raises(ValueError, match="full-attention decoders only"):
+        build_random_model(config, name="x", dtype=torch.float32, device="cpu", seed=0)

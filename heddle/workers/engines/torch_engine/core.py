@@ -167,11 +167,11 @@ class EngineCore:
         """One scheduling decision, the prefills it admits and one batched decode step."""
         self._counters.num_steps += 1
         out = self.scheduler.schedule()
-        finished = self._carry_out(out)
+        # Truncated sequences leave their slots before admissions take slots, and sequences
+        # done at admission leave theirs before the decode batch is formed.
+        results = [self._finish(seq) for seq in self._carry_out(out)]
         for seq in out.admitted:
-            finished += self._admit(seq)
-        # Sequences done at admission leave their slots before the decode batch is formed.
-        results = [self._finish(seq) for seq in finished]
+            results += [self._finish(done) for done in self._admit(seq)]
         return results + [self._finish(seq) for seq in self._decode()]
 
     def reset(self) -> list[str]:

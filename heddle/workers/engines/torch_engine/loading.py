@@ -125,7 +125,10 @@ def build_random_model(
 
 def _check_supported(config: Any) -> None:
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    if layer_types != {"full_attention"} or getattr(config, "use_sliding_window", False):
+    # Qwen2/3 keep a sliding_window value that only use_sliding_window switches on; Mistral-style
+    # configs apply it whenever it is set.
+    window_on = getattr(config, "use_sliding_window", getattr(config, "sliding_window", None))
+    if layer_types != {"full_attention"} or window_on:
         raise ValueError(
             f"model type {config.model_type!r} uses {sorted(layer_types)} layers; the torch engine "
             "supports full-attention decoders only (no sliding-window or linear attention)"
