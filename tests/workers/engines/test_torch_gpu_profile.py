@@ -61,6 +61,19 @@ def test_tiny_run_writes_a_profile_the_policy_loads(
         assert phase["prefill_tokens_per_s"]["32"] > 0
 
 
+def test_without_transformers_the_native_decoder_alone_is_measured(
+    gpu_profile: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now fails
+    out = tmp_path / "native.json"
+    small = ["--contexts", "16", "--batches", "1,2", "--prefill-tokens", "32"]
+    args = ["--tiny", "--device", "cpu", "--out", str(out), "--steps", "1", "--warmup", "0"]
+    assert gpu_profile.main([*args, *small]) == 0
+    full = json.loads(out.with_suffix(".full.json").read_text())
+    assert full["primary"] == "native" and [p["impl"] for p in full["phases"]] == ["native"]
+    assert parse_profile(out.read_text(), "json").itl_ms[1].keys() == {1, 2}
+
+
 def test_native_decoder_matches_transformers_qwen3(gpu_profile: ModuleType) -> None:
     shape = gpu_profile.TINY
     native = gpu_profile.NativeDecoder(shape, torch.float32, torch.device("cpu"))
