@@ -220,3 +220,9 @@ def test_sliding_window_models_are_refused() -> None:
     config = transformers.MistralConfig(**_SMALL, num_attention_heads=4, sliding_window=16)
     with pytest.raises(ValueError, match="full-attention decoders only"):
         build_random_model(config, name="x", dtype=torch.float32, device="cpu", seed=0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_cuda_device_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="sees no CUDA GPU"):
+        load_model(TorchEngineOptions(device="cuda"))

@@ -77,6 +77,10 @@ def resolve_dtype(name: DTypeName, device: str) -> torch.dtype:
 def load_model(options: TorchEngineOptions) -> LoadedModel:
     """The model ``options.model`` names, on ``options.device`` in the resolved dtype."""
     dtype = resolve_dtype(options.dtype, options.device)
+    if options.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"--device {options.device}: torch {torch.__version__} sees no CUDA GPU here"
+        )
     if options.model == TINY_MODEL:
         return build_random_model(
             tiny_config(), name=TINY_MODEL, dtype=dtype, device=options.device, seed=options.seed
