@@ -437,7 +437,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--time-budget-s",
         type=float,
-        default=300.0,
+        default=240.0,
         help="skip remaining points after this many seconds",
     )
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph variant")
