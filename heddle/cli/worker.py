@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 import sys
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -40,6 +41,7 @@ TokenizerOpt = Annotated[
     str, typer.Option(help="Tokenizer: 'byte' or a local Hugging Face tokenizer folder")
 ]
 HeartbeatOpt = Annotated[float, typer.Option(help="Seconds between heartbeats")]
+TelemetryOpt = Annotated[float, typer.Option(help="Seconds between telemetry reports")]
 AckWaitOpt = Annotated[
     float, typer.Option(help="Seconds before an unacknowledged command is redelivered")
 ]
@@ -95,25 +97,9 @@ def _print_engine_help(engine: str) -> None:
     Console().print(table)
 
 
-def _config(
-    worker_id: str,
-    engine: str,
-    tokenizer: str,
-    heartbeat_s: float,
-    ack_wait_s: float,
-    tool_timeout_s: float,
-    max_in_flight: int,
-) -> WorkerConfig:
+def _config(worker_id: str, **fields: object) -> WorkerConfig:
     try:
-        return WorkerConfig(
-            worker_id=worker_id,
-            engine_name=engine,
-            tokenizer=tokenizer,
-            heartbeat_s=heartbeat_s,
-            command_ack_wait_s=ack_wait_s,
-            tool_timeout_s=tool_timeout_s,
-            max_commands_in_flight=max_in_flight,
-        )
+        return WorkerConfig(worker_id=worker_id, **fields)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UserError(str(exc)) from None
 
@@ -125,6 +111,7 @@ def worker_command(
     engine: EngineOpt = "sim",
     tokenizer: TokenizerOpt = _DEFAULTS.tokenizer,
     heartbeat_s: HeartbeatOpt = _DEFAULTS.heartbeat_s,
+    telemetry_s: TelemetryOpt = _DEFAULTS.telemetry_s,
     ack_wait_s: AckWaitOpt = _DEFAULTS.command_ack_wait_s,
     tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
     max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
@@ -137,10 +124,16 @@ def worker_command(
     options = parse_engine_args(list(ctx.args))
     _check_engine_options(engine, options)
     config = _config(
-        worker_id, engine, tokenizer, heartbeat_s, ack_wait_s, tool_timeout_s, max_in_flight
+        worker_id,
+        engine_name=engine,
+        tokenizer=tokenizer,
+        heartbeat_s=heartbeat_s,
+        telemetry_s=telemetry_s,
+        command_ack_wait_s=ack_wait_s,
+        tool_timeout_s=tool_timeout_s,
+        max_commands_in_flight=max_in_flight,
     )
-    failed = _run([config], settings_of(ctx), engine, options)
-    if failed:
+    if _run([config], settings_of(ctx), engine, options):
         raise typer.Exit(1)
 
 
@@ -157,6 +150,7 @@ def workers_run_command(
     engine: EngineOpt = "sim",
     tokenizer: TokenizerOpt = _DEFAULTS.tokenizer,
     heartbeat_s: HeartbeatOpt = _DEFAULTS.heartbeat_s,
+    telemetry_s: TelemetryOpt = _DEFAULTS.telemetry_s,
     ack_wait_s: AckWaitOpt = _DEFAULTS.command_ack_wait_s,
     tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
     max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
@@ -165,13 +159,19 @@ def workers_run_command(
     options = parse_engine_args(list(ctx.args))
     _check_engine_options(engine, options)
     base = _config(
-        f"{id_prefix}00", engine, tokenizer, heartbeat_s, ack_wait_s, tool_timeout_s, max_in_flight
+        f"{id_prefix}00",
+        engine_name=engine,
+        tokenizer=tokenizer,
+        heartbeat_s=heartbeat_s,
+        telemetry_s=telemetry_s,
+        command_ack_wait_s=ack_wait_s,
+        tool_timeout_s=tool_timeout_s,
+        max_commands_in_flight=max_in_flight,
     )
-    configs = [
-        _config(f"{id_prefix}{index:02d}", engine, tokenizer, heartbeat_s, ack_wait_s,
-                tool_timeout_s, max_in_flight)
-        for index in range(num_workers)
-    ]  # fmt: skip
+    try:
+        configs = [replace(base, worker_id=f"{id_prefix}{i:02d}") for i in range(num_workers)]
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     settings = settings_of(ctx)
     if processes:
         worker_args = [*_worker_flags(base), *_engine_flags(options)]
@@ -209,6 +209,7 @@ def _worker_flags(config: WorkerConfig) -> list[str]:
         f"--engine={config.engine_name}",
         f"--tokenizer={config.tokenizer}",
         f"--heartbeat-s={config.heartbeat_s}",
+        f"--telemetry-s={config.telemetry_s}",
         f"--ack-wait-s={config.command_ack_wait_s}",
         f"--tool-timeout-s={config.tool_timeout_s}",
         f"--max-in-flight={config.max_commands_in_flight}",

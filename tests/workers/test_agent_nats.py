@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
+from heddle.bus import Bus, ConsumerSpec, Delivery, EmbeddedNatsServer, ReplayQuery
 from heddle.config import Settings, load_settings
 from heddle.events import (
     Completed,
     ContinueTrajectory,
+    Drain,
     EventT,
     Failed,
     Generated,
@@ -37,7 +38,10 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
+    WorkerDrained,
+    WorkerHeartbeat,
     WorkerRegistered,
+    WorkerTelemetry,
     decode_event,
 )
 from heddle.events.subjects import EVENTS_STREAM, rollout_filter, trajectory_subject
@@ -321,11 +325,14 @@ def stop_process(process: subprocess.Popen[bytes]) -> str:
     return process.stderr.read().decode(errors="replace")
 
 
-async def registered(router: Router, worker_id: str, count: int = 1) -> None:
+async def registered(
+    router: Router, worker_id: str, count: int = 1, kind: str = "registered"
+) -> None:
+    """Wait until ``count`` worker events of ``kind`` from ``worker_id`` are in the stream."""
+
     async def seen() -> int:
-        query = ReplayQuery(filter_subjects=(f"heddle.evt.worker.{worker_id}.registered",))
-        records = [r async for r in router.bus.replay_events(query)]
-        return sum(isinstance(r.message, WorkerRegistered) for r in records)
+        query = ReplayQuery(filter_subjects=(f"heddle.evt.worker.{worker_id}.{kind}",))
+        return len([r async for r in router.bus.replay_events(query)])
 
     async with asyncio.timeout(30):
         while True:
@@ -395,3 +402,69 @@ async def test_acceptance_worker_and_executor_processes_run_a_trace_file(
     for item in traces:
         assert step_keys(events, item.id) == expected_keys(3), logs[-3000:]
     assert all(not isinstance(e, Failed) for e in events)
+
+
+async def test_a_nats_outage_pauses_the_worker_without_losing_a_step(
+    settings: Settings, bus: Bus, nats_server: EmbeddedNatsServer
+) -> None:
+    item = trace("o", [300, 300, 300, 300], tool_s=20.0)  # ~0.1-0.2 s per step at time scale 20
+    async with (
+        tool_executor(bus),
+        agents(settings, ["w0"], time_scale=20.0),
+        Router(bus, "r-outage") as router,
+    ):
+        await router.submit(item.id, trace_spec(item), "w0")
+        await router.wait(lambda events: "generation_started1" in step_keys(events, "o"))
+        nats_server.stop()
+        await asyncio.sleep(1.5)  # steps finish meanwhile; their publishes wait for the server
+        nats_server.start()
+        events = await router.wait_all_finished([item.id])
+    assert step_keys(events, "o") == expected_keys(4)
+    assert next(e for e in events if isinstance(e, Completed)).num_output_tokens == 1200
+
+
+@pytest.mark.parametrize("mode", ["in-process", "processes"])
+async def test_workers_run_registers_reports_and_exits_when_drained(
+    settings: Settings, bus: Bus, mode: str
+) -> None:
+    reports: list[WorkerTelemetry] = []
+    reported_by_both = asyncio.Event()
+
+    async def on_telemetry(telemetry: WorkerTelemetry) -> None:
+        reports.append(telemetry)
+        if {report.worker_id for report in reports} == {"d00", "d01"}:
+            reported_by_both.set()
+
+    subscription = await bus.subscribe_telemetry(on_telemetry)
+    extra = ["--processes"] if mode == "processes" else []
+    workers = start_process(
+        settings, "workers", "run", "2", "--id-prefix=d", "--heartbeat-s=0.3",
+        "--telemetry-s=0.1", *extra,
+        "--engine=sim", "--time-scale=1000", "--model=qwen3-14b",
+    )  # fmt: skip
+    try:
+        router = Router(bus, "r-drain")
+        for worker_id in ("d00", "d01"):
+            await registered(router, worker_id, kind="heartbeat")
+        await asyncio.wait_for(reported_by_both.wait(), 10)
+        for worker_id in ("d00", "d01"):
+            await bus.publish(
+                Drain(command_id=f"drain-{worker_id}", issued_at=0.0, worker_id=worker_id)
+            )
+        await asyncio.to_thread(workers.wait, 30)
+    finally:
+        logs = stop_process(workers)
+        await subscription.close()
+    assert workers.returncode == 0, logs[-3000:]
+    query = ReplayQuery(filter_subjects=("heddle.evt.worker.>",))
+    worker_events = [record.message async for record in bus.replay_events(query)]
+    registrations = [e for e in worker_events if isinstance(e, WorkerRegistered)]
+    assert {(e.worker_id, e.engine, e.model, e.can_export_kv) for e in registrations} == {
+        ("d00", "sim", "qwen3-14b", True),
+        ("d01", "sim", "qwen3-14b", True),
+    }
+    assert all(e.max_kv_tokens > 0 and e.incarnation for e in registrations)
+    drained = {e.worker_id for e in worker_events if isinstance(e, WorkerDrained)}
+    assert drained == {"d00", "d01"}
+    assert {e.worker_id for e in worker_events if isinstance(e, WorkerHeartbeat)} == drained
+    assert {report.worker_id for report in reports} == drained

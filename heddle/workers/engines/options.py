@@ -153,4 +153,6 @@ def _type_name(hint: Any) -> str:
         return "|".join(str(choice) for choice in typing.get_args(hint))
     if origin in (types.UnionType, typing.Union):
         return " | ".join(_type_name(arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return "none"
     return getattr(hint, "__name__", str(hint))

@@ -93,6 +93,7 @@ def test_describe_lists_fields_with_help() -> None:
     assert infos["time-scale"].type_name == "float"
     assert infos["hardware"].type_name == "h100|h200"
     assert infos["profile"].default == "None"
+    assert infos["profile"].type_name == "Path | none"
 
 
 def test_registry_names_and_unknown_engine() -> None:
