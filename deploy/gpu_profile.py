@@ -367,10 +367,10 @@ def profile(
 def print_table(phases: list[Phase], contexts: list[int], batches: list[int]) -> None:
     columns = [(phase, context) for phase in phases for context in contexts]
     print("decode ms per step (median); '-' = skipped")
-    print("batch " + "".join(f"{phase.impl[:12]:>13}@{context:<6}" for phase, context in columns))
+    print("batch" + "".join(f"{f'{phase.impl}@{context}':>20}" for phase, context in columns))
     for batch in batches:
         cells = [phase.itl_ms.get(context, {}).get(batch) for phase, context in columns]
-        print(f"{batch:>5} " + "".join(f"{'-' if v is None else f'{v:.2f}':>20}" for v in cells))
+        print(f"{batch:>5}" + "".join(f"{'-' if v is None else f'{v:.2f}':>20}" for v in cells))
     for phase in phases:
         rates = ", ".join(f"{t}: {r:,.0f}" for t, r in sorted(phase.prefill_tokens_per_s.items()))
         counts = f"{len(phase.skipped)} skipped; {phase.wall_s:.0f} s"
