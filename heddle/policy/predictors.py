@@ -10,9 +10,11 @@ accuracy rises with steps. One protocol serves every predictor:
 Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices):
 
 * ``oracle``: the truth, from the trace (an upper bound for the predictor).
-* ``noisy_oracle``: the truth times a lognormal error ``exp(N(0, sigma_k))`` with
-  ``sigma_k = sigma * sigma_decay ** steps``; the error is a pure function of
-  (seed, trajectory, step), so a re-run or a replay predicts the same.
+* ``noisy_oracle``: the truth times a lognormal error ``exp(sigma_k * z)`` with
+  ``sigma_k = sigma * sigma_decay ** steps`` and ``z = sqrt(rho) * z_traj + sqrt(1 - rho) *
+  z_step`` standard normal: ``rho = step_correlation`` makes a trajectory's error persist over
+  its steps (a learned model sees nearly the same context twice). The draws are pure functions
+  of (seed, trajectory[, step]), so a re-run or a replay predicts the same.
 * ``prompt_only``: the paper's static baseline: a trajectory's total length from its prompt alone
   (the mean total of its group's completed samples, else a least-squares line in prompt tokens,
   else the mean total seen, else a prior), minus what it has generated.
@@ -108,6 +110,8 @@ class PredictorOptions:
     """Noisy oracle: standard deviation of the log error at step 0."""
     sigma_decay: float = 1.0
     """Noisy oracle: factor applied to sigma per completed step (1: no progressive gain)."""
+    step_correlation: float = 0.0
+    """Noisy oracle: correlation of one trajectory's log errors across steps (0: independent)."""
     trace: Mapping[str, TraceTrajectory] = field(default_factory=dict)
     """The truth, for the oracles: trajectory id -> its trace."""
     prior_total_tokens: float = 8192.0
@@ -118,6 +122,8 @@ class PredictorOptions:
             raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma}")
         if not 0 < self.sigma_decay <= 1:
             raise ValueError(f"sigma_decay must be in (0, 1], got {self.sigma_decay}")
+        if not 0 <= self.step_correlation <= 1:
+            raise ValueError(f"step_correlation must be in [0, 1], got {self.step_correlation}")
         if not self.prior_total_tokens >= 0:
             raise ValueError("prior_total_tokens must be >= 0")
 
@@ -155,16 +161,24 @@ class NoisyOraclePredictor:
         self._seed = options.seed
         self._sigma = options.sigma
         self._decay = options.sigma_decay
+        self._shared = math.sqrt(options.step_correlation)
+        self._fresh = math.sqrt(1.0 - options.step_correlation)
 
     def predict(self, progress: Progress) -> float:
         truth = self._oracle.predict(progress)
         sigma = self._sigma * self._decay**progress.num_steps
-        key = f"{self._seed}:{progress.traj_id}:{progress.num_steps}".encode()
-        error = random.Random(zlib.crc32(key)).gauss(0.0, sigma)
-        return truth * math.exp(error)
+        z = self._fresh * _normal(f"{self._seed}:{progress.traj_id}:{progress.num_steps}")
+        if self._shared:
+            z += self._shared * _normal(f"{self._seed}:{progress.traj_id}")
+        return truth * math.exp(sigma * z)
 
     def observe(self, outcome: Outcome) -> None:
         return None
+
+
+def _normal(key: str) -> float:
+    """A standard normal draw that is a pure function of ``key`` (a stable hash seeds it)."""
+    return random.Random(zlib.crc32(key.encode())).gauss(0.0, 1.0)
 
 
 class PromptOnlyPredictor:
