@@ -375,9 +375,12 @@ class BatchingModel:
             (job for job in self._running.values() if beats(head.priority, job.priority)),
             key=lambda job: (job.priority, -job.arrival),
         )
+        # A preempted job keeps its KV (paper s.4.2): only the room reserved for the tokens it
+        # has yet to generate is freed. Preempting to take its KV would only evict it.
         freed_tokens = 0
         for count, victim in enumerate(candidates, start=1):
-            freed_tokens += victim.final_context
+            live_context = victim.context + self.num_steps - victim.start_step
+            freed_tokens += victim.final_context - live_context
             if self._fits(head, count, freed_tokens):
                 return candidates[:count]
         return None
