@@ -25,6 +25,7 @@ from typing import Protocol
 
 from heddle.control.resources import (
     DEFAULT_OBSERVATION_RATIO,
+    AgenticCostModel,
     representative_context,
     worker_model,
 )
@@ -99,9 +100,11 @@ class PresortedPlacer:
         migration: bool = True,
         hysteresis: float = 0.25,
         observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
+        tool_s_per_token: float = 0.0,
     ) -> None:
         self._cost_for_tp = cost_for_tp
         self._observation_ratio = observation_ratio
+        self._tool_s_per_token = tool_s_per_token
         self._migration = migration
         self._hysteresis = hysteresis
         self._planner: MigrationPlanner | None = None
@@ -115,7 +118,12 @@ class PresortedPlacer:
         lengths = [max(0.0, t.predicted_remaining_tokens) for t in trajectories]
         prompts = [t.prompt_tokens for t in trajectories]
         context = representative_context(prompts, lengths, self._observation_ratio)
-        models = [worker_model(self._cost_for_tp(w.tp_degree), context) for w in workers]
+        models = [
+            worker_model(
+                AgenticCostModel(self._cost_for_tp(w.tp_degree), self._tool_s_per_token), context
+            )
+            for w in workers
+        ]
         split = partition_heterogeneous(lengths, models)
         worker_ids = [worker.worker_id for worker in workers]
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))

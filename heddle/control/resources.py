@@ -63,9 +63,10 @@ def observation_ratio(
 class AgenticCostModel:
     """A worker's cost model as the planners see an agentic trajectory on it: besides decoding,
     each output token comes with ``tool_s_per_token`` seconds in tools, during which the
-    trajectory keeps its KV resident. So a trajectory alone takes ``T + r`` per token and one in
-    a batch of ``b`` takes ``T F(b) + r``; past the KV capacity (``TpInterference``) the group
-    drains in waves at that wall-clock pace, not at the bare decode pace. With ``r = 0`` this is
+    trajectory keeps its KV resident. So a trajectory alone takes ``T + r`` per token; among
+    ``b`` residents only about ``b T / (T + r)`` decode at once, so one takes
+    ``T F(b T / (T + r)) + r``; past the KV capacity (``TpInterference``) the group drains in
+    waves at that wall-clock pace, not at the bare decode pace. With ``r = 0`` this is
     the wrapped model (the paper's token-only objective). Only the planners use it; the
     simulator and the lower bound use the bare model."""
 
@@ -90,8 +91,11 @@ class AgenticCostModel:
         return self.inner.solo_token_s(context_tokens) + self.tool_s_per_token
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
+        # Of ``batch_size`` resident trajectories only the share not in a tool decodes, about
+        # T / (T + r) of them; the others hold their KV and wait for their tools.
         solo = self.inner.solo_token_s(mean_context_tokens)
-        batched = solo * self.inner.interference(batch_size, mean_context_tokens)
+        decoding = max(1, round(batch_size * solo / (solo + self.tool_s_per_token)))
+        batched = solo * self.inner.interference(decoding, mean_context_tokens)
         return (batched + self.tool_s_per_token) / (solo + self.tool_s_per_token)
 
 
@@ -117,11 +121,15 @@ def plan_tp_degrees(
     cost_for_tp: Callable[[int], CostModel],
     rng: random.Random,
     tp_degree: int = 0,
+    tool_s_per_token: float = 0.0,
 ) -> list[int]:
-    """TP degree per worker, largest first (``ValueError`` when no degree fits the budget)."""
+    """TP degree per worker, largest first (``ValueError`` when no degree fits the budget).
+    ``tool_s_per_token`` > 0 prices configurations with ``AgenticCostModel``."""
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
-    models: Mapping[int, CostModel] = {tp: cost_for_tp(tp) for tp in TP_DEGREES}
+    models: Mapping[int, CostModel] = {
+        tp: AgenticCostModel(cost_for_tp(tp), tool_s_per_token) for tp in TP_DEGREES
+    }
     problem = ResourceProblem(lengths, num_gpus, models, context_tokens)
     if mode == "annealed":
         return list(anneal(problem, rng).plan.tp_degrees)

@@ -154,6 +154,8 @@ class ControlOptions:
     migration_hysteresis: float = 0.25
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO
     """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
+    tool_s_per_token: float = 0.0
+    """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
     pps_relative_change: float = 0.05
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
 
@@ -193,6 +195,7 @@ def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], P
                 migration=spec.migration,
                 hysteresis=options.migration_hysteresis,
                 observation_ratio=options.observation_ratio,
+                tool_s_per_token=options.tool_s_per_token,
             )
 
         return presorted

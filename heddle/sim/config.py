@@ -34,6 +34,9 @@ class SimConfig:
     regression model of moderate quality; ``heddle sim figures`` sweeps it)."""
     predictor_sigma_decay: float = 1.0
     """Noisy oracle: sigma multiplier per completed step (1: accuracy does not improve)."""
+    predictor_step_correlation: float = 0.8
+    """Noisy oracle: correlation of a trajectory's errors across steps (assumption: a learned
+    regressor sees nearly the same context at consecutive steps, so its error persists)."""
     link_bandwidth_bytes_s: float = DEFAULT_LINK_BANDWIDTH_BYTES_S
     transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S
     transfer_kv: bool = True

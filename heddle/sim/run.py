@@ -17,6 +17,7 @@ from heddle.control.resources import (
     observation_ratio,
     plan_tp_degrees,
     representative_context,
+    tool_s_per_token,
 )
 from heddle.control.systems import (
     ControlOptions,
@@ -53,13 +54,15 @@ def simulate(
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
     ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
-    tp_degrees = plan_workers(trace, spec, config, predictor, ratio)
+    tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
+    tp_degrees = plan_workers(trace, spec, config, predictor, ratio, tool_rate)
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
         seed=config.seed,
         transfer_kv=config.transfer_kv,
         observation_ratio=ratio,
+        tool_s_per_token=tool_rate,
     )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
@@ -76,6 +79,7 @@ def make_simulation_predictor(
         seed=config.seed,
         sigma=config.predictor_sigma,
         sigma_decay=config.predictor_sigma_decay,
+        step_correlation=config.predictor_step_correlation,
         trace=dict(zip(ids, trace, strict=True)),
         prior_total_tokens=prior,
     )
@@ -88,6 +92,7 @@ def plan_workers(
     config: SimConfig,
     predictor: Predictor | None,
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
+    tool_s_per_token: float = 0.0,
 ) -> list[int]:
     """The TP degree of each worker under the bundle's resource mode."""
     trajectories = build_trajectories(trace)
@@ -109,6 +114,7 @@ def plan_workers(
         cost_for_tp=config.cost_for_tp,
         rng=random.Random(config.seed),
         tp_degree=spec.tp_degree,
+        tool_s_per_token=tool_s_per_token,
     )
 
 
