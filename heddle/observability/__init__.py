@@ -1,0 +1,32 @@
+"""Prometheus metrics of the control plane and the rollout workers.
+
+Every long-lived Heddle process takes ``--metrics-port`` (0, the default, serves nothing) and
+serves its registry on ``http://<host>:<port>/metrics``::
+
+    metrics = Metrics()                                   # one registry per process
+    server = start_metrics_server(port, metrics.registry) # None when port == 0
+    ...
+    server.close()
+
+Workers: wrap the agent's message sink in ``MetricsSink`` (gauges from every telemetry report,
+counters and step-time histograms from every published event). The control plane: call
+``Metrics.observe_input`` for the events a decider consumer takes in, ``observe_decision`` with
+the outputs and wall time of each decision, and run a ``ConsumerLagTracker`` for its durable
+consumers. Metric names and labels are listed in ``heddle.observability.metrics``.
+"""
+
+from heddle.observability.lag import ConsumerLagTracker, ConsumerRef
+from heddle.observability.metrics import Metrics
+from heddle.observability.predictions import PredictionTracker
+from heddle.observability.server import MetricsServer, start_metrics_server
+from heddle.observability.sink import MetricsSink
+
+__all__ = [
+    "ConsumerLagTracker",
+    "ConsumerRef",
+    "Metrics",
+    "MetricsServer",
+    "MetricsSink",
+    "PredictionTracker",
+    "start_metrics_server",
+]

@@ -1,0 +1,59 @@
+"""Consumer lag for the metrics: polls the stream's last sequence and each durable's progress.
+
+Lag is ``stream last sequence - ack floor`` (how far behind the stream head the consumer's
+acknowledged position is; for a filtered consumer it also counts other subjects' messages) and
+``pending`` is the exact count of the consumer's own messages not yet acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from heddle.bus import Bus
+from heddle.observability.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRef:
+    stream: str
+    durable: str
+
+
+class ConsumerLagTracker:
+    """Updates ``heddle_consumer_lag_messages`` and ``heddle_consumer_pending_messages``."""
+
+    def __init__(self, bus: Bus, metrics: Metrics, consumers: Sequence[ConsumerRef]) -> None:
+        self.bus = bus
+        self.metrics = metrics
+        self.consumers = list(consumers)
+
+    async def poll(self) -> None:
+        """One update of every consumer's gauges (a missing durable is skipped)."""
+        last_by_stream: dict[str, int] = {}
+        for ref in self.consumers:
+            if ref.stream not in last_by_stream:
+                state = await self.bus.stream_state(ref.stream)
+                last_by_stream[ref.stream] = state.last_sequence
+            consumer = await self.bus.consumer_state(ref.stream, ref.durable)
+            if consumer is None:
+                continue
+            self.metrics.set_consumer_position(
+                ref.durable,
+                last_sequence=last_by_stream[ref.stream],
+                ack_floor=consumer.ack_floor_sequence,
+                num_unacked=consumer.num_pending + consumer.num_ack_pending,
+            )
+
+    async def run(self, interval_s: float = 2.0) -> None:
+        """Poll until cancelled; a failed poll (a reconnecting bus) is logged and retried."""
+        while True:
+            try:
+                await self.poll()
+            except Exception as exc:  # metrics must never stop the host
+                log.warning("consumer lag poll failed: %r", exc)
+            await asyncio.sleep(interval_s)
