@@ -1,0 +1,48 @@
+"""The ledger: the only Heddle code that imports ``sqlalchemy``.
+
+A SQL projection of the event stream (SQLite file by default, PostgreSQL in production; schema
+only through the Alembic migrations in ``migrations/``)::
+
+    ledger = open_ledger(settings.ledger_url)           # migrates an empty database
+    writer = LedgerWriter(ledger, consumer="ledger")     # rows + position in one transaction
+    writer.project([(stream_sequence, event), ...])      # skips what is at/below the position
+    await Projector(bus, ledger).run()                   # the live durable consumer
+    await catch_up(bus, ledger)                          # project whatever is pending, return
+    queries.rollout_summary(ledger, rollout_id)          # reads for CLI, status, client
+
+Tables: rollouts, trajectories, steps (counts, not token ids: the stream keeps those), workers,
+placements, migrations, predictions, dead_letters, consumer_positions (``heddle.ledger.tables``).
+The fold from events to rows is pure (``heddle.ledger.fold``), so a replay into a fresh ledger
+rebuilds the same rows.
+"""
+
+from heddle.ledger import queries
+from heddle.ledger.database import Ledger, create_ledger_engine, open_ledger
+from heddle.ledger.migrate import current_revision, head_revision, upgrade
+from heddle.ledger.projector import (
+    LEDGER_CONSUMER,
+    Projector,
+    ProjectorConfig,
+    ProjectorStats,
+    catch_up,
+)
+from heddle.ledger.tables import PROJECTED_TABLES
+from heddle.ledger.writer import LedgerWriter, PositionConflict
+
+__all__ = [
+    "LEDGER_CONSUMER",
+    "PROJECTED_TABLES",
+    "Ledger",
+    "LedgerWriter",
+    "PositionConflict",
+    "Projector",
+    "ProjectorConfig",
+    "ProjectorStats",
+    "catch_up",
+    "create_ledger_engine",
+    "current_revision",
+    "head_revision",
+    "open_ledger",
+    "queries",
+    "upgrade",
+]

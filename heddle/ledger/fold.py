@@ -1,0 +1,414 @@
+"""The projection's pure core: fold events, in stream order, into ledger rows.
+
+``BatchRows`` holds the rows one batch touches (loaded beforehand by the writer, or created with
+defaults); ``apply`` changes them for one event. No I/O: the same fold serves the live projector
+and a replay into a fresh ledger, which is why the two must agree row for row.
+
+Step counters of a trajectory add the step's *change* (new value minus what the step held), so a
+step reported twice (a retried publish outside the duplicate window) is not counted twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import assert_never
+
+from heddle.events import (
+    Completed,
+    DeadLettered,
+    EventT,
+    Failed,
+    Generated,
+    GenerationStarted,
+    Migrated,
+    MigrationRequested,
+    Predicted,
+    Preempted,
+    Prioritized,
+    RolloutCancelled,
+    RolloutFinished,
+    RolloutSubmitted,
+    ToolCalled,
+    ToolReturned,
+    TrajectoryPlaced,
+    TrajectorySubmitted,
+    WorkerDrained,
+    WorkerFailed,
+    WorkerHeartbeat,
+    WorkerRegistered,
+)
+from heddle.events.base import TrajectoryTimings
+from heddle.ledger.rows import (
+    DeadLetterRow,
+    MigrationRow,
+    PlacementRow,
+    PredictionRow,
+    RolloutRow,
+    StepKey,
+    StepRow,
+    TrajectoryKey,
+    TrajectoryRow,
+    WorkerRow,
+)
+
+STEP_EVENTS = (GenerationStarted, Generated, ToolCalled, ToolReturned)
+_NO_TIMINGS = TrajectoryTimings()
+
+
+@dataclass(slots=True)
+class BatchRows:
+    """Rows touched by one batch, by primary key; missing rows are created with defaults."""
+
+    rollouts: dict[str, RolloutRow] = field(default_factory=dict)
+    trajectories: dict[TrajectoryKey, TrajectoryRow] = field(default_factory=dict)
+    steps: dict[StepKey, StepRow] = field(default_factory=dict)
+    workers: dict[str, WorkerRow] = field(default_factory=dict)
+    migrations: dict[str, MigrationRow] = field(default_factory=dict)
+    """By event id: open migrations of the batch's migrating trajectories, and new ones."""
+    placements: list[PlacementRow] = field(default_factory=list)
+    predictions: list[PredictionRow] = field(default_factory=list)
+    dead_letters: list[DeadLetterRow] = field(default_factory=list)
+
+    def rollout(self, rollout_id: str) -> RolloutRow:
+        row = self.rollouts.get(rollout_id)
+        if row is None:
+            row = self.rollouts[rollout_id] = RolloutRow(rollout_id=rollout_id)
+        return row
+
+    def trajectory(self, rollout_id: str, traj_id: str) -> TrajectoryRow:
+        key = (rollout_id, traj_id)
+        row = self.trajectories.get(key)
+        if row is None:
+            row = self.trajectories[key] = TrajectoryRow(rollout_id=rollout_id, traj_id=traj_id)
+        return row
+
+    def step(self, rollout_id: str, traj_id: str, step: int) -> StepRow:
+        key = (rollout_id, traj_id, step)
+        row = self.steps.get(key)
+        if row is None:
+            row = self.steps[key] = StepRow(rollout_id=rollout_id, traj_id=traj_id, step=step)
+        return row
+
+    def worker(self, worker_id: str) -> WorkerRow:
+        row = self.workers.get(worker_id)
+        if row is None:
+            row = self.workers[worker_id] = WorkerRow(worker_id=worker_id)
+        return row
+
+
+def apply(rows: BatchRows, event: EventT) -> None:
+    """Fold one event into ``rows``."""
+    match event:
+        case RolloutSubmitted() | RolloutFinished() | RolloutCancelled():
+            _apply_rollout(rows.rollout(event.rollout_id), event)
+        case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():
+            trajectory = rows.trajectory(event.rollout_id, event.traj_id)
+            _apply_step(trajectory, rows.step(event.rollout_id, event.traj_id, event.step), event)
+            trajectory.last_step = max(trajectory.last_step, event.step)
+            trajectory.updated_at = event.occurred_at
+        case (
+            TrajectorySubmitted()
+            | TrajectoryPlaced()
+            | Predicted()
+            | Prioritized()
+            | Preempted()
+            | MigrationRequested()
+            | Migrated()
+            | Completed()
+            | Failed()
+        ):
+            trajectory = rows.trajectory(event.rollout_id, event.traj_id)
+            _apply_trajectory(rows, trajectory, event)
+            trajectory.updated_at = event.occurred_at
+        case WorkerRegistered() | WorkerHeartbeat() | WorkerDrained() | WorkerFailed():
+            _apply_worker(rows.worker(event.worker_id), event)
+        case DeadLettered():
+            rows.dead_letters.append(_dead_letter_row(event))
+        case _:
+            assert_never(event)
+
+
+def _apply_rollout(
+    row: RolloutRow, event: RolloutSubmitted | RolloutFinished | RolloutCancelled
+) -> None:
+    match event:
+        case RolloutSubmitted():
+            row.policy = event.policy
+            row.source = event.source
+            row.num_trajectories = event.num_trajectories
+            row.time_scale = event.time_scale
+            row.labels = dict(event.labels)
+            row.submitted_at = event.occurred_at
+        case RolloutFinished():
+            row.status = "finished"
+            row.finished_at = event.occurred_at
+            row.num_completed = event.num_completed
+            row.num_failed = event.num_failed
+            row.makespan_s = event.makespan_s
+            row.num_output_tokens = event.num_output_tokens
+        case RolloutCancelled():
+            row.status = "cancelled"
+            row.finished_at = event.occurred_at
+            row.cancel_reason = event.reason
+
+
+def _apply_step(
+    trajectory: TrajectoryRow,
+    step: StepRow,
+    event: GenerationStarted | Generated | ToolCalled | ToolReturned,
+) -> None:
+    match event:
+        case GenerationStarted():
+            step.worker_id = event.worker_id
+            step.num_input_tokens = len(event.input_token_ids)
+            step.num_context_tokens = event.num_context_tokens
+            step.num_cached_tokens = event.num_cached_tokens
+            step.priority = event.priority
+            step.queued_s = event.queued_s
+            step.started_at = event.occurred_at
+            trajectory.status = "generating"
+            trajectory.worker_id = event.worker_id
+            trajectory.num_context_tokens = event.num_context_tokens
+            if trajectory.started_at is None:
+                trajectory.started_at = event.occurred_at
+        case Generated():
+            _apply_generated(trajectory, step, event)
+        case ToolCalled():
+            if step.tool_called_at is None:
+                trajectory.num_tool_calls += 1
+            step.tool = event.tool
+            step.call_id = event.call_id
+            step.tool_pool = event.pool
+            step.tool_called_at = event.occurred_at
+            trajectory.status = "in_tool"
+        case ToolReturned():
+            trajectory.tool_s += event.duration_s - step.tool_s
+            step.tool = event.tool
+            step.call_id = event.call_id
+            step.tool_status = event.status
+            step.tool_exit_code = event.exit_code
+            step.tool_s = event.duration_s
+            step.num_tool_output_tokens = len(event.output_token_ids)
+            step.executor_id = event.executor_id
+            step.tool_returned_at = event.occurred_at
+            if trajectory.status == "in_tool":
+                trajectory.status = "waiting"
+
+
+def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated) -> None:
+    num_output_tokens = len(event.output_token_ids)
+    if step.generated_at is None:
+        trajectory.num_steps += 1
+    trajectory.num_output_tokens += num_output_tokens - step.num_output_tokens
+    trajectory.queue_s += event.queue_s - step.queue_s
+    trajectory.prefill_s += event.prefill_s - step.prefill_s
+    trajectory.decode_s += event.decode_s - step.decode_s
+    trajectory.num_recomputed_tokens += event.num_recomputed_tokens - step.num_recomputed_tokens
+    step.worker_id = event.worker_id
+    step.num_output_tokens = num_output_tokens
+    step.finish_reason = event.finish_reason
+    step.queue_s = event.queue_s
+    step.prefill_s = event.prefill_s
+    step.decode_s = event.decode_s
+    step.num_preemptions = event.num_preemptions
+    step.num_recomputed_tokens = event.num_recomputed_tokens
+    step.generated_at = event.occurred_at
+    if event.num_context_tokens:
+        step.num_context_tokens = event.num_context_tokens
+        trajectory.num_context_tokens = event.num_context_tokens
+    trajectory.worker_id = event.worker_id
+    trajectory.status = "generated"
+
+
+def _apply_trajectory(
+    rows: BatchRows,
+    row: TrajectoryRow,
+    event: TrajectorySubmitted
+    | TrajectoryPlaced
+    | Predicted
+    | Prioritized
+    | Preempted
+    | MigrationRequested
+    | Migrated
+    | Completed
+    | Failed,
+) -> None:
+    match event:
+        case TrajectorySubmitted():
+            spec = event.spec
+            row.group_id = spec.group_id
+            row.traj_index = spec.index
+            row.environment = spec.environment
+            row.tool_pool = spec.tool_pool
+            row.num_prompt_tokens = len(spec.prompt_token_ids)
+            row.num_context_tokens = max(row.num_context_tokens, row.num_prompt_tokens)
+            row.submitted_at = event.occurred_at
+        case TrajectoryPlaced():
+            row.worker_id = event.worker_id
+            if row.status in ("submitted", "interrupted"):
+                row.status = "placed"
+            rows.placements.append(_placement_row(event))
+        case Predicted():
+            row.predicted_remaining_tokens = event.predicted_remaining_tokens
+            rows.predictions.append(_prediction_row(event))
+        case Prioritized():
+            row.priority = event.priority
+        case Preempted():
+            row.num_preemptions += 1
+            row.status = "waiting"
+        case MigrationRequested():
+            rows.migrations[event.event_id] = _migration_row(event)
+        case Migrated():
+            _apply_migrated(rows, row, event)
+        case Completed():
+            _apply_completed(row, event)
+        case Failed():
+            row.status = "interrupted" if event.retryable else "failed"
+            row.failure_reason = event.reason
+            if not event.retryable:
+                row.completed_at = event.occurred_at
+
+
+def _apply_migrated(rows: BatchRows, trajectory: TrajectoryRow, event: Migrated) -> None:
+    migration = _open_migration(rows, event)
+    if migration is None:
+        migration = rows.migrations[event.event_id] = MigrationRow(
+            event_id=event.event_id,
+            rollout_id=event.rollout_id,
+            traj_id=event.traj_id,
+            source_worker_id=event.source_worker_id,
+            target_worker_id=event.target_worker_id,
+        )
+    migration.status = "done"
+    migration.migrated_at = event.occurred_at
+    migration.num_context_tokens = event.num_context_tokens
+    migration.num_bytes = event.num_bytes
+    migration.kv_transferred = event.kv_transferred
+    migration.transfer_s = event.transfer_s
+    trajectory.num_migrations += 1
+    trajectory.migration_s += event.transfer_s
+    trajectory.worker_id = event.target_worker_id
+
+
+def _open_migration(rows: BatchRows, event: Migrated) -> MigrationRow | None:
+    """The earliest requested, not yet done migration of the trajectory between the same
+    workers (requests are keyed by event id, which carries no order: sort by request time)."""
+    candidates = [
+        row
+        for row in rows.migrations.values()
+        if row.status == "requested"
+        and row.rollout_id == event.rollout_id
+        and row.traj_id == event.traj_id
+        and row.source_worker_id == event.source_worker_id
+        and row.target_worker_id == event.target_worker_id
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda row: (row.requested_at or 0.0, row.event_id))
+
+
+def _apply_completed(row: TrajectoryRow, event: Completed) -> None:
+    row.status = "completed"
+    row.reward = event.reward
+    row.finish_reason = event.finish_reason
+    row.num_steps = max(row.num_steps, event.num_steps)
+    row.completed_at = event.occurred_at
+    if event.num_output_tokens:
+        row.num_output_tokens = event.num_output_tokens
+    if event.num_recomputed_tokens:
+        row.num_recomputed_tokens = event.num_recomputed_tokens
+    if event.prompt_token_ids:
+        row.num_prompt_tokens = len(event.prompt_token_ids)
+    if event.prompt_token_ids or event.response_token_ids:
+        row.num_context_tokens = len(event.prompt_token_ids) + len(event.response_token_ids)
+    timings = event.timings
+    if timings != _NO_TIMINGS:
+        row.queue_s = timings.queue_s
+        row.prefill_s = timings.prefill_s
+        row.decode_s = timings.decode_s
+        row.tool_s = timings.tool_s
+        row.migration_s = timings.migration_s
+        row.total_s = timings.total_s
+
+
+def _apply_worker(
+    row: WorkerRow,
+    event: WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed,
+) -> None:
+    match event:
+        case WorkerRegistered():
+            row.engine = event.engine
+            row.model = event.model
+            row.tp_degree = event.tp_degree
+            row.max_running = event.max_running
+            row.max_kv_tokens = event.max_kv_tokens
+            row.can_export_kv = event.can_export_kv
+            row.host = event.host
+            row.incarnation = event.incarnation
+            row.status = "active"
+            row.failure_reason = ""
+            row.registered_at = event.occurred_at
+        case WorkerHeartbeat():
+            row.last_heartbeat_at = event.occurred_at
+            row.heartbeat_sequence = event.sequence
+            row.num_running = event.num_running
+            row.num_waiting = event.num_waiting
+            row.num_trajectories = event.num_trajectories
+            row.kv_usage = event.kv_usage
+        case WorkerDrained():
+            row.status = "drained"
+        case WorkerFailed():
+            row.status = "failed"
+            row.failure_reason = event.reason
+
+
+def _placement_row(event: TrajectoryPlaced) -> PlacementRow:
+    return PlacementRow(
+        event_id=event.event_id,
+        rollout_id=event.rollout_id,
+        traj_id=event.traj_id,
+        worker_id=event.worker_id,
+        reason=event.reason,
+        group_rank=event.group_rank,
+        tp_degree=event.tp_degree,
+        placed_at=event.occurred_at,
+    )
+
+
+def _prediction_row(event: Predicted) -> PredictionRow:
+    return PredictionRow(
+        event_id=event.event_id,
+        rollout_id=event.rollout_id,
+        traj_id=event.traj_id,
+        step=event.step,
+        predicted_remaining_tokens=event.predicted_remaining_tokens,
+        predictor=event.predictor,
+        num_context_tokens=event.num_context_tokens,
+        predicted_at=event.occurred_at,
+    )
+
+
+def _migration_row(event: MigrationRequested) -> MigrationRow:
+    return MigrationRow(
+        event_id=event.event_id,
+        rollout_id=event.rollout_id,
+        traj_id=event.traj_id,
+        source_worker_id=event.source_worker_id,
+        target_worker_id=event.target_worker_id,
+        predicted_remaining_tokens=event.predicted_remaining_tokens,
+        new_rank=event.new_rank,
+        requested_at=event.occurred_at,
+    )
+
+
+def _dead_letter_row(event: DeadLettered) -> DeadLetterRow:
+    return DeadLetterRow(
+        event_id=event.event_id,
+        rollout_id=event.rollout_id,
+        consumer=event.consumer,
+        subject=event.subject,
+        stream_sequence=event.stream_sequence,
+        reason=event.reason,
+        payload=event.payload,
+        recorded_at=event.occurred_at,
+    )

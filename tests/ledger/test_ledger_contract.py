@@ -1,0 +1,219 @@
+"""The ledger contract, run against every backend (SQLite; PostgreSQL with
+HEDDLE_TEST_DATABASE_URL): schema, projection of every event kind, idempotence, position."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import create_engine, inspect, text
+
+from heddle.errors import UserError
+from heddle.events import EventT
+from heddle.ledger import (
+    Ledger,
+    LedgerWriter,
+    PositionConflict,
+    current_revision,
+    head_revision,
+    open_ledger,
+    queries,
+)
+from heddle.ledger.compare import compare_ledgers
+from heddle.ledger.rows import (
+    DeadLetterRow,
+    MigrationRow,
+    PlacementRow,
+    PredictionRow,
+    RolloutRow,
+    StepRow,
+    TrajectoryRow,
+    WorkerRow,
+)
+from heddle.ledger.tables import PROJECTED_TABLES
+
+from .lifecycle import everything, rollout_events, worker_events
+
+ROW_TYPES = {
+    "rollouts": RolloutRow,
+    "trajectories": TrajectoryRow,
+    "steps": StepRow,
+    "workers": WorkerRow,
+    "placements": PlacementRow,
+    "migrations": MigrationRow,
+    "predictions": PredictionRow,
+    "dead_letters": DeadLetterRow,
+}
+
+
+def numbered(events: list[EventT], first: int = 1) -> list[tuple[int, EventT]]:
+    return list(enumerate(events, start=first))
+
+
+def test_row_structs_mirror_the_tables() -> None:
+    for table in PROJECTED_TABLES:
+        fields = msgspec.structs.fields(ROW_TYPES[table.name])
+        assert [f.name for f in fields] == [c.name for c in table.columns], table.name
+
+
+class TestLedgerContract:
+    def test_schema_is_at_head_and_reopening_is_a_no_op(
+        self, ledger: Ledger, ledger_url: str
+    ) -> None:
+        assert current_revision(ledger.engine) == head_revision()
+        again = open_ledger(ledger_url, auto_upgrade=False)
+        again.close()
+        names = set(inspect(ledger.engine).get_table_names())
+        assert {table.name for table in PROJECTED_TABLES} | {"consumer_positions"} <= names
+
+    def test_projects_a_rollout(self, ledger: Ledger) -> None:
+        writer = LedgerWriter(ledger, "ledger")
+        events = worker_events() + rollout_events("r1")
+        assert writer.project(numbered(events)) == len(events)
+        summary = queries.rollout_summary(ledger, "r1")
+        assert summary is not None and summary.rollout is not None
+        assert summary.rollout.status == "finished"
+        assert summary.rollout.labels == {"step": "7"}
+        assert summary.num_by_status == {"completed": 2, "failed": 1}
+        assert summary.num_steps == 6 and summary.num_output_tokens == 32 * 6
+
+        first, migrated, failed = queries.trajectories(ledger, "r1")
+        assert (first.traj_id, first.group_id, first.num_prompt_tokens) == ("t000000", "g0", 10)
+        assert (first.num_tool_calls, first.tool_s, first.reward) == (1, 2.0, 1.0)
+        assert first.num_context_tokens == 50 and first.total_s == 9.5
+        assert first.predicted_remaining_tokens == 500.0 and first.priority == 2.5
+        assert (migrated.num_migrations, migrated.num_preemptions) == (1, 1)
+        assert migrated.migration_s == 0.0  # Completed timings override the sums
+        assert migrated.worker_id == "w01"
+        assert (failed.status, failed.failure_reason) == ("failed", "engine died")
+        assert failed.decode_s == 3.0 and failed.queue_s == 1.0
+
+        steps = queries.steps(ledger, "r1", "t000000")
+        assert [s.step for s in steps] == [0, 1]
+        assert (steps[0].num_output_tokens, steps[0].finish_reason, steps[0].tool) == (
+            32,
+            "tool_call",
+            "python",
+        )
+        assert (steps[0].tool_s, steps[0].num_tool_output_tokens, steps[0].tool_exit_code) == (
+            1.5,
+            5,
+            0,
+        )
+        assert (steps[1].num_input_tokens, steps[1].num_cached_tokens) == (5, 10)
+
+        workers = {w.worker_id: w for w in queries.workers(ledger)}
+        assert (workers["w00"].status, workers["w00"].tp_degree) == ("drained", 2)
+        assert workers["w00"].heartbeat_sequence == 2 and workers["w00"].num_running == 1
+        assert (workers["w01"].status, workers["w01"].failure_reason) == ("failed", "oom")
+        assert workers["w02"].engine == "" and workers["w02"].heartbeat_sequence == 9
+        [position] = queries.positions(ledger)
+        assert (position.consumer, position.stream_sequence) == ("ledger", len(events))
+
+    def test_migrations_placements_predictions_dead_letters(self, ledger: Ledger) -> None:
+        LedgerWriter(ledger, "ledger").project(numbered(everything()))
+        with ledger.engine.connect() as connection:
+            migrations = connection.exec_driver_sql(
+                "SELECT status, num_bytes, kv_transferred, transfer_s FROM migrations"
+            ).all()
+            num_placements = connection.exec_driver_sql("SELECT count(*) FROM placements").scalar()
+            num_predictions = connection.exec_driver_sql(
+                "SELECT count(*) FROM predictions"
+            ).scalar()
+        assert [tuple(m) for m in migrations] == [("done", 4096, True, 0.75)] * 2
+        assert num_placements == 5 and num_predictions == 5
+        [letter] = queries.dead_letters(ledger)
+        assert (letter.stream_sequence, letter.payload) == (3, "{oops")
+        cancelled = queries.rollout_summary(ledger, "r3")
+        assert cancelled is not None and cancelled.rollout is not None
+        assert (cancelled.rollout.status, cancelled.rollout.cancel_reason) == (
+            "cancelled",
+            "operator",
+        )
+        assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}
+
+    def test_redelivered_events_are_skipped(self, ledger: Ledger) -> None:
+        events = numbered(everything())
+        writer = LedgerWriter(ledger, "ledger")
+        assert writer.project(events[:40]) == 40
+        assert writer.project(events[:40]) == 0
+        assert writer.project(events[30:]) == len(events) - 40
+        with reference_ledger(events) as reference:
+            assert compare_ledgers(ledger, reference).mismatches == []
+
+    def test_a_stale_writer_writes_nothing(self, ledger: Ledger) -> None:
+        events = numbered(everything())
+        first = LedgerWriter(ledger, "ledger")
+        second = LedgerWriter(ledger, "ledger")
+        first.project(events[:10])
+        with pytest.raises(PositionConflict):
+            second.project(events[:20])
+        assert second.position == 10
+        assert second.project(events[:20]) == 10
+        [position] = queries.positions(ledger)
+        assert (position.stream_sequence, position.num_events) == (20, 20)
+
+    def test_records_must_be_ordered(self, ledger: Ledger) -> None:
+        events = numbered(everything()[:3])
+        with pytest.raises(ValueError, match="increasing"):
+            LedgerWriter(ledger, "ledger").project([events[1], events[0]])
+
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        cuts=st.lists(st.integers(min_value=1, max_value=140), max_size=8), restart=st.booleans()
+    )
+    def test_any_batching_gives_the_one_batch_result(
+        self, ledger: Ledger, cuts: list[int], restart: bool
+    ) -> None:
+        """Reference: the whole history in one batch; any split (with a cold cache after a
+        writer restart) must produce the same tables."""
+        events = numbered(everything())
+        consumer = f"split-{len(queries.positions(ledger))}"
+        writer = LedgerWriter(ledger, consumer)
+        bounds = sorted({0, len(events), *(min(c, len(events)) for c in cuts)})
+        for index, (start, end) in enumerate(itertools.pairwise(bounds)):
+            if restart and index == 1:
+                writer = LedgerWriter(ledger, consumer)
+            writer.project(events[start:end])
+        with reference_ledger(events) as reference:
+            assert compare_ledgers(ledger, reference).mismatches == []
+        _clear(ledger)
+
+
+@contextlib.contextmanager
+def reference_ledger(events: list[tuple[int, EventT]]) -> Iterator[Ledger]:
+    """A fresh SQLite ledger with everything projected in one batch."""
+    with tempfile.TemporaryDirectory() as folder:
+        reference = open_ledger(f"sqlite:///{Path(folder) / 'reference.db'}")
+        try:
+            LedgerWriter(reference, "reference").project(events)
+            yield reference
+        finally:
+            reference.close()
+
+
+def _clear(ledger: Ledger) -> None:
+    with ledger.engine.begin() as connection:
+        for table in PROJECTED_TABLES:
+            connection.execute(table.delete())
+
+
+def test_tables_without_a_schema_version_are_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'foreign.db'}"
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE something (x INTEGER)"))
+    engine.dispose()
+    with pytest.raises(UserError, match="empty database"):
+        open_ledger(url, auto_upgrade=False)
