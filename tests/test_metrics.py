@@ -3,6 +3,13 @@ brute-force reference, and consumer lag against a real nats-server."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -245,3 +252,34 @@ async def test_consumer_lag_from_a_real_stream(nats_url: str, tmp_path: Path) ->
         await tracker.poll()
         assert lag("heddle_consumer_lag_messages") == 0
         assert lag("heddle_consumer_pending_messages") == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_worker_process_serves_its_metrics(nats_url: str, tmp_path: Path) -> None:
+    """``heddle worker --metrics-port``: the agent's telemetry reaches the endpoint."""
+    port = free_port()
+    env = dict(os.environ, HEDDLE_NATS_URL=nats_url, HEDDLE_DATA_DIR=str(tmp_path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from heddle.cli import main; main()", "worker", "--id=w07",
+         "--engine=sim", "--telemetry-s=0.2", f"--metrics-port={port}"],
+        env=env, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        running = None
+        for _ in range(300):
+            time.sleep(0.1)
+            with contextlib.suppress(httpx.TransportError):
+                running = scrape(f"http://127.0.0.1:{port}/metrics").get(
+                    ("heddle_worker_running", (("worker", "w07"),))
+                )
+            if running is not None or child.poll() is not None:
+                break
+        assert running == 0
+    finally:
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 0

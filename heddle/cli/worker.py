@@ -26,6 +26,8 @@ from rich.table import Table
 from heddle.cli.apps import app, settings_of, workers_app
 from heddle.config import Settings
 from heddle.errors import UserError
+from heddle.observability import Metrics, start_metrics_server
+from heddle.observability.server import METRICS_PORT_HELP
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.engines import EngineOptionError, create_engine, engine_entry, engine_names
 from heddle.workers.engines.base import Engine
@@ -48,6 +50,7 @@ AckWaitOpt = Annotated[
 ToolTimeoutOpt = Annotated[float, typer.Option(help="Wall-clock limit of tool calls (seconds)")]
 InFlightOpt = Annotated[int, typer.Option(help="Most commands handled at once")]
 EngineHelpOpt = Annotated[bool, typer.Option(help="List the engine's options and exit")]
+MetricsPortOpt = Annotated[int, typer.Option(help=METRICS_PORT_HELP)]
 
 
 def parse_engine_args(args: list[str]) -> dict[str, str]:
@@ -116,6 +119,7 @@ def worker_command(
     tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
     max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
     engine_help: EngineHelpOpt = False,
+    metrics_port: MetricsPortOpt = 0,
 ) -> None:
     """Run a rollout worker agent: consume heddle.cmd.worker.<id>.>, drive the engine."""
     if engine_help:
@@ -133,7 +137,7 @@ def worker_command(
         tool_timeout_s=tool_timeout_s,
         max_commands_in_flight=max_in_flight,
     )
-    if _run([config], settings_of(ctx), engine, options):
+    if _run([config], settings_of(ctx), engine, options, metrics_port):
         raise typer.Exit(1)
 
 
@@ -154,6 +158,9 @@ def workers_run_command(
     ack_wait_s: AckWaitOpt = _DEFAULTS.command_ack_wait_s,
     tool_timeout_s: ToolTimeoutOpt = _DEFAULTS.tool_timeout_s,
     max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
+    metrics_port: Annotated[
+        int, typer.Option(help=f"{METRICS_PORT_HELP}; with --processes, worker i uses PORT+i")
+    ] = 0,
 ) -> None:
     """Run N local worker agents with the same engine options."""
     options = parse_engine_args(list(ctx.args))
@@ -175,19 +182,25 @@ def workers_run_command(
     settings = settings_of(ctx)
     if processes:
         worker_args = [*_worker_flags(base), *_engine_flags(options)]
-        failed = asyncio.run(_run_children(settings, configs, worker_args))
+        failed = asyncio.run(_run_children(settings, configs, worker_args, metrics_port))
     else:
-        failed = _run(configs, settings, engine, options)
+        failed = _run(configs, settings, engine, options, metrics_port)
     if failed:
         raise typer.Exit(1)
 
 
 def _run(
-    configs: list[WorkerConfig], settings: Settings, engine: str, options: dict[str, str]
+    configs: list[WorkerConfig],
+    settings: Settings,
+    engine: str,
+    options: dict[str, str],
+    metrics_port: int = 0,
 ) -> list[str]:
     from heddle.workers.agent.transport import run_agents
 
     engines = {config.worker_id: _make_engine(engine, options) for config in configs}
+    metrics = Metrics()
+    metrics_server = start_metrics_server(metrics_port, metrics.registry)
 
     async def main() -> list[str]:
         stop = asyncio.Event()
@@ -196,9 +209,15 @@ def _run(
             loop.add_signal_handler(stop_signal, stop.set)
         ids = ", ".join(config.worker_id for config in configs)
         Console(stderr=True).print(f"worker {ids} ({engine}): Ctrl-C stops", highlight=False)
-        return await run_agents(settings, configs, lambda c: engines[c.worker_id], stop)
+        return await run_agents(
+            settings, configs, lambda c: engines[c.worker_id], stop, metrics=metrics
+        )
 
-    failed = asyncio.run(main())
+    try:
+        failed = asyncio.run(main())
+    finally:
+        if metrics_server is not None:
+            metrics_server.close()
     for worker_id in failed:
         Console(stderr=True).print(f"[red]worker {worker_id}: engine failed[/red]")
     return failed
@@ -232,7 +251,7 @@ def _child_env(settings: Settings) -> dict[str, str]:
 
 
 async def _run_children(
-    settings: Settings, configs: list[WorkerConfig], worker_args: list[str]
+    settings: Settings, configs: list[WorkerConfig], worker_args: list[str], metrics_port: int = 0
 ) -> list[str]:
     """One ``heddle worker`` child per config; the parent holds the bus (and so the embedded
     server, which the children join through the data dir) until they all exit."""
@@ -242,9 +261,10 @@ async def _run_children(
         children = [
             await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _CHILD_MAIN, "worker", f"--id={config.worker_id}",
+                f"--metrics-port={metrics_port + index if metrics_port else 0}",
                 *worker_args, env=_child_env(settings),
             )
-            for config in configs
+            for index, config in enumerate(configs)
         ]  # fmt: skip
         loop = asyncio.get_running_loop()
         for stop_signal in (signal.SIGINT, signal.SIGTERM):

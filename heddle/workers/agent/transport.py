@@ -36,6 +36,7 @@ from heddle.events import (
     decode_worker_command,
 )
 from heddle.events.subjects import COMMANDS_STREAM, trajectory_subject, worker_command_subject
+from heddle.observability import Metrics, MetricsSink
 from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
@@ -157,17 +158,21 @@ async def run_agents(
     configs: Sequence[WorkerConfig],
     make_engine: Callable[[WorkerConfig], Engine],
     stop: asyncio.Event,
+    metrics: Metrics | None = None,
 ) -> list[str]:
     """Run one agent per config on one bus connection until each is drained, failed or
-    ``stop`` is set; returns the ids of the workers whose engine failed."""
+    ``stop`` is set; returns the ids of the workers whose engine failed. With ``metrics``, what
+    the agents publish also updates those metrics."""
     name = f"heddle-worker-{configs[0].worker_id}" if len(configs) == 1 else "heddle-workers"
     async with Bus(settings, BusOptions(name=name)) as bus:
         ports = BusPorts(bus)
+        # Metrics (heddle.observability): observe what the agents publish, by wrapping the sink.
+        sink = ports if metrics is None else MetricsSink(ports, metrics)
         agents = [
             WorkerAgent(
                 config,
                 make_engine(config),
-                sink=ports,
+                sink=sink,
                 history=ports,
                 blobs=ports,
                 transient=is_transient_bus_error,
