@@ -14,6 +14,7 @@ from heddle.cli.apps import app
 from heddle.control.decider import Output
 from heddle.errors import UserError
 from heddle.events import Event
+from heddle.sim import SimulationError
 from heddle.sim.figures import EXPERIMENTS, QUICK, FigureScale, run_figures
 from heddle.sim.figures.common import span
 from heddle.sim.figures.overhead import TimedDecider
@@ -167,3 +168,24 @@ def test_unknown_experiment_is_a_value_error(tmp_path: Path) -> None:
 def test_scale_describes_itself() -> None:
     lines = FigureScale(name="x", num_trajectories=10, num_gpus=8).describe()
     assert lines[0] == "scale `x`: 10 trajectories per rollout, 8 x H200 GPUs, seed 0"
+
+
+def test_a_run_the_simulator_cannot_finish_costs_one_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SimulationError marks that run failed in its table and notes; the rest still runs."""
+    import heddle.sim.figures.context as context
+
+    real_simulate = context.simulate
+
+    def failing_fix1(trace: object, system: object, *args: object, **kwargs: object) -> object:
+        if system == "fix-1":
+            raise SimulationError("3 trajectories never finished under fix-1")
+        return real_simulate(trace, system, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(context, "simulate", failing_fix1)
+    (report,) = run_figures(tmp_path, QUICK, only=["fig16_resources"])
+    markdown = (tmp_path / "fig16_resources.md").read_text()
+    assert "| math | Fix-1 (failed) | - | - | - | - |" in markdown
+    assert "| math | Fix-8 | 1xTP8 |" in markdown
+    assert any("FAILED: math qwen3-8b fix-1: 3 trajectories" in note for note in report.notes)

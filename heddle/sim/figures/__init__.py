@@ -11,7 +11,7 @@ per workload, writes PNG plots and a markdown table into the output folder, and 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heddle.sim.figures import overall, overhead, placement, predictors, resources, scheduling
@@ -66,10 +66,14 @@ def run_figures(
         raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     runner = FigureRunner(scale, out_dir, progress or SilentProgress())
-    reports = []
+    reports: list[ExperimentReport] = []
     for key in only or EXPERIMENTS:
+        num_failures = len(runner.failures)
         report = EXPERIMENTS[key].run(runner)
+        failures = tuple(f"FAILED: {f}" for f in runner.failures[num_failures:])
+        report = replace(report, notes=report.notes + failures)
         write_experiment(report, out_dir)
         reports.append(report)
-    write_index(reports, out_dir, scale.describe())
+        # The index is rewritten after every experiment, so a stopped run still has one.
+        write_index(reports, out_dir, scale.describe())
     return reports

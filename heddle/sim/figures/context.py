@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from heddle.control.systems import SystemSpec
-from heddle.sim import SimConfig, SimResult, simulate
+from heddle.sim import SimConfig, SimResult, SimulationError, simulate
 from heddle.sim.figures.scale import FigureScale
 from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
@@ -46,6 +46,8 @@ class FigureRunner:
     scale: FigureScale
     out_dir: Path
     progress: ProgressSink = field(default_factory=SilentProgress)
+    failures: list[str] = field(default_factory=list)
+    """Runs that did not finish, as 'workload model system: reason'."""
     _traces: dict[tuple[str, int], list[TraceTrajectory]] = field(default_factory=dict)
 
     def trace(self, workload: str) -> list[TraceTrajectory]:
@@ -69,18 +71,31 @@ class FigureRunner:
 
     def simulate(
         self, workload: str, model: str, system: str | SystemSpec, **changes: object
-    ) -> SimResult:
+    ) -> SimResult | None:
         """One rollout of ``workload``'s trace under ``system``; ``changes`` edit the
-        ``SimConfig`` (predictor, sigma, ...). Advances the progress bar."""
-        result = simulate(
-            self.trace(workload),
-            system,
-            self.config(model, **changes),
-            history=self.history(workload),
-        )
+        ``SimConfig`` (predictor, sigma, ...). Advances the progress bar.
+
+        A run the simulator cannot finish (``SimulationError``: trajectories left unfinished)
+        returns None and is recorded in ``failures``, so one bad run costs one cell of a table,
+        not the whole figure run."""
         name = system if isinstance(system, str) else system.name
-        self.progress.advance(f"{workload} {model} {name}")
+        label = f"{workload} {model} {name}"
+        try:
+            result: SimResult | None = simulate(
+                self.trace(workload),
+                system,
+                self.config(model, **changes),
+                history=self.history(workload),
+            )
+        except SimulationError as exc:
+            self.failures.append(f"{label}: {_shorten(str(exc))}")
+            result = None
+        self.progress.advance(label)
         return result
 
     def image_path(self, stem: str) -> Path:
         return self.out_dir / f"{stem}.png"
+
+
+def _shorten(message: str, max_chars: int = 240) -> str:
+    return message if len(message) <= max_chars else message[: max_chars - 3] + "..."

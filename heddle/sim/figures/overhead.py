@@ -19,7 +19,7 @@ from heddle.control.systems import ControlOptions, build_control_plane, system_s
 from heddle.events import Event
 from heddle.policy.placement import partition
 from heddle.policy.resources import TpInterference
-from heddle.sim import Simulator, make_simulation_predictor, plan_workers
+from heddle.sim import SimulationError, Simulator, make_simulation_predictor, plan_workers
 from heddle.sim.figures.context import FigureRunner, sim_config
 from heddle.sim.figures.report import ExperimentReport
 from heddle.sim.figures.scale import FigureScale
@@ -72,7 +72,11 @@ def run(runner: FigureRunner) -> ExperimentReport:
     scale = runner.scale
     runner.progress.start(TITLE, num_runs(scale))
     workload = scale.ablation_workloads[0]
-    timing = time_heddle_rollout(runner, workload)
+    try:
+        timing: RolloutTiming | None = time_heddle_rollout(runner, workload)
+    except SimulationError as exc:
+        runner.failures.append(f"{workload} {scale.ablation_model} heddle (timed): {exc}")
+        timing = None
     runner.progress.advance(f"{workload} heddle, timed deciders")
     placement_s = _median_s(_placement_call(scale), scale.num_timing_repeats)
     runner.progress.advance("placement solver")
@@ -82,18 +86,16 @@ def run(runner: FigureRunner) -> ExperimentReport:
     rows: list[list[Cell]] = [
         [f"placement solve, n={n}, m={m} (ms)", placement_s * 1e3, "~42 ms (O(n^2 m) DP)"],
         [f"resource plan (annealing), n={n}, {scale.num_gpus} GPUs (ms)", annealing_s * 1e3, "-"],
-        *_decider_rows(timing),
-        [f"{workload} rollout: resource plan (ms)", timing.plan_s * 1e3, "-"],
-        [f"{workload} rollout: simulated wall time (s)", timing.simulation_s, "-"],
-        [f"{workload} rollout: simulated makespan (s)", timing.makespan_s, "-"],
-        [f"{workload} rollout: events", timing.num_events, "-"],
     ]
-    decider_s = sum(d.total_s for d in timing.deciders)
-    per_event_us = 1e6 * decider_s / max(1, sum(d.num_events for d in timing.deciders))
-    headline = (
-        f"placement {placement_s * 1e3:.1f} ms at n={n}, m={m}; deciders {per_event_us:.0f} us per "
-        f"event, {decider_s:.2f} s in all for a {timing.makespan_s:,.0f} s rollout"
-    )
+    headline = f"placement {placement_s * 1e3:.1f} ms at n={n}, m={m}"
+    if timing is not None:
+        rows += _rollout_rows(workload, timing)
+        decider_s = sum(d.total_s for d in timing.deciders)
+        per_event_us = 1e6 * decider_s / max(1, sum(d.num_events for d in timing.deciders))
+        headline += (
+            f"; deciders {per_event_us:.0f} us per event, {decider_s:.2f} s in all for a "
+            f"{timing.makespan_s:,.0f} s rollout"
+        )
     return ExperimentReport(
         key=KEY,
         title=TITLE,
@@ -136,14 +138,21 @@ def time_heddle_rollout(runner: FigureRunner, workload: str) -> RolloutTiming:
     return RolloutTiming(timed, plan_s, simulation_s, result.makespan_s, result.num_events)
 
 
-def _decider_rows(timing: RolloutTiming) -> list[list[Cell]]:
-    return [
+def _rollout_rows(workload: str, timing: RolloutTiming) -> list[list[Cell]]:
+    deciders: list[list[Cell]] = [
         [
             f"decider `{d.name}`: us per event ({d.num_events} events)",
             1e6 * d.total_s / max(1, d.num_events),
             "hidden behind tool time" if d.name == "prediction" else "-",
         ]
         for d in timing.deciders
+    ]
+    return [
+        *deciders,
+        [f"{workload} rollout: resource plan (ms)", timing.plan_s * 1e3, "-"],
+        [f"{workload} rollout: simulated wall time (s)", timing.simulation_s, "-"],
+        [f"{workload} rollout: simulated makespan (s)", timing.makespan_s, "-"],
+        [f"{workload} rollout: events", timing.num_events, "-"],
     ]
 
 

@@ -70,7 +70,11 @@ def run(runner: FigureRunner) -> ExperimentReport:
     )
 
 
-def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> list[Cell]:
+def _row(
+    workload: str, label: str, result: SimResult | None, heddle: SimResult | None
+) -> list[Cell]:
+    if result is None:
+        return [workload, f"{label} (failed)", *[None] * 6]
     return [
         workload,
         label,

@@ -20,7 +20,7 @@ from heddle.policy.predictors import (
     prediction_quality,
 )
 from heddle.sim import SimResult
-from heddle.sim.figures.common import span
+from heddle.sim.figures.common import field_of, plotted, span
 from heddle.sim.figures.context import FigureRunner
 from heddle.sim.figures.plots import LinePanel, save_panels
 from heddle.sim.figures.report import ExperimentReport
@@ -121,9 +121,13 @@ def _quality_rows(runner: FigureRunner, workload: str) -> list[list[Cell]]:
     return rows
 
 
-def _sweep(runner: FigureRunner, workload: str) -> dict[str, SimResult]:
+Sweep = dict[str, SimResult | None]
+"""Label (a sigma, a baseline predictor, or verl) -> the run (None if it failed)."""
+
+
+def _sweep(runner: FigureRunner, workload: str) -> Sweep:
     model = runner.scale.ablation_model
-    sweep: dict[str, SimResult] = {}
+    sweep: Sweep = {}
     for sigma in sweep_sigmas(runner.scale):
         predictor = "noisy_oracle" if sigma > 0 else "oracle"
         sweep[_sigma_label(sigma)] = runner.simulate(
@@ -139,44 +143,45 @@ def _sigma_label(sigma: float) -> str:
     return "oracle" if sigma == 0 else f"noisy oracle sigma={sigma}"
 
 
-def _sweep_rows(workload: str, sweep: dict[str, SimResult]) -> list[list[Cell]]:
+def _makespan_ratio(result: SimResult | None, reference: SimResult | None) -> float | None:
+    if result is None or reference is None:
+        return None
+    return result.makespan_s / reference.makespan_s
+
+
+def _sweep_rows(workload: str, sweep: Sweep) -> list[list[Cell]]:
     oracle = sweep[_sigma_label(0.0)]
-    verl = sweep["verl"]
     return [
         [
             workload,
             label if label == "verl" else f"heddle, {label}",
-            result.makespan_s,
-            result.makespan_s / oracle.makespan_s,
-            result.makespan_s / verl.makespan_s,
+            field_of(result, "makespan_s"),
+            _makespan_ratio(result, oracle),
+            _makespan_ratio(result, sweep["verl"]),
         ]
         for label, result in sweep.items()
     ]
 
 
-def _sensitivity_panel(
-    workload: str, sweep: dict[str, SimResult], sigmas: Sequence[float]
-) -> LinePanel:
-    makespans = [sweep[_sigma_label(sigma)].makespan_s for sigma in sigmas]
+def _sensitivity_panel(workload: str, sweep: Sweep, sigmas: Sequence[float]) -> LinePanel:
+    makespans = plotted(field_of(sweep[_sigma_label(sigma)], "makespan_s") for sigma in sigmas)
+    references = {f"heddle, {name}": sweep[name] for name in BASELINES} | {"verl": sweep["verl"]}
     return LinePanel(
         title=workload,
         series={"heddle, noisy oracle": (list(sigmas), makespans)},
         xlabel="predictor log-error sigma",
         ylabel="makespan (s)",
-        hlines={
-            **{f"heddle, {name}": sweep[name].makespan_s for name in BASELINES},
-            "verl": sweep["verl"].makespan_s,
-        },
+        hlines={label: r.makespan_s for label, r in references.items() if r is not None},
     )
 
 
-def _headline(sweeps: dict[str, dict[str, SimResult]], sigmas: Sequence[float]) -> str:
+def _headline(sweeps: dict[str, Sweep], sigmas: Sequence[float]) -> str:
     """Makespans relative to the oracle's: the noisiest sigma and the two baselines."""
     oracle = _sigma_label(0.0)
     worst = max(sigmas)
 
-    def ratios(label: str) -> list[float]:
-        return [s[label].makespan_s / s[oracle].makespan_s for s in sweeps.values()]
+    def ratios(label: str) -> list[float | None]:
+        return [_makespan_ratio(s[label], s[oracle]) for s in sweeps.values()]
 
     parts = [f"makespan vs the oracle's: sigma={worst} {span(ratios(_sigma_label(worst)))}"]
     parts += [f"{name} {span(ratios(name))}" for name in BASELINES]

@@ -62,7 +62,11 @@ def run(runner: FigureRunner) -> ExperimentReport:
     )
 
 
-def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> list[Cell]:
+def _row(
+    workload: str, label: str, result: SimResult | None, heddle: SimResult | None
+) -> list[Cell]:
+    if result is None:
+        return [workload, f"{label} (failed)", *[None] * 4]
     return [
         workload,
         label,
@@ -79,12 +83,13 @@ def _degrees(tp_degrees: list[int]) -> str:
     return " + ".join(f"{n}xTP{tp}" for tp, n in counts.items())
 
 
-def _active_panel(workload: str, by_label: dict[str, SimResult]) -> LinePanel:
+def _active_panel(workload: str, by_label: dict[str, SimResult | None]) -> LinePanel:
     return LinePanel(
         title=f"(b) {workload}: active trajectories",
         series={
             label: ([t for t, _ in r.active_over_time], [n for _, n in r.active_over_time])
             for label, r in by_label.items()
+            if r is not None
         },
         xlabel="time (s)",
         ylabel="trajectories not finished",

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.sim import SimResult
-from heddle.sim.figures.common import span, speedup
+from heddle.sim.figures.common import plotted, span, speedup
 from heddle.sim.figures.context import FigureRunner
 from heddle.sim.figures.plots import BarPanel, save_panels
 from heddle.sim.figures.report import ExperimentReport
@@ -81,7 +81,11 @@ def run(runner: FigureRunner) -> ExperimentReport:
     )
 
 
-def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> list[Cell]:
+def _row(
+    workload: str, label: str, result: SimResult | None, heddle: SimResult | None
+) -> list[Cell]:
+    if result is None:
+        return [workload, f"{label} (failed)", *[None] * (3 + len(_PARTS))]
     slowest = result.slowest
     return [
         workload,
@@ -93,12 +97,14 @@ def _row(workload: str, label: str, result: SimResult, heddle: SimResult) -> lis
     ]
 
 
-def _breakdown_panel(workload: str, by_label: dict[str, SimResult]) -> BarPanel:
+def _breakdown_panel(workload: str, by_label: dict[str, SimResult | None]) -> BarPanel:
     return BarPanel(
         title=f"{workload}: slowest trajectory",
         categories=list(by_label),
         series={
-            part.removesuffix("_s"): [getattr(r.slowest, part) for r in by_label.values()]
+            part.removesuffix("_s"): plotted(
+                None if r is None else getattr(r.slowest, part) for r in by_label.values()
+            )
             for part in _PARTS
         },
         ylabel="seconds",
