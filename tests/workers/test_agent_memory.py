@@ -35,6 +35,7 @@ from heddle.events import (
     ToolReturned,
     TraceTool,
     TrajectoryEvent,
+    TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
     WorkerCommand,
@@ -45,6 +46,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
+from heddle.workers.agent.decisions import Phase
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 from heddle.workers.tools.trace import pseudo_token_ids
@@ -198,7 +200,7 @@ class Harness:
                 spec=spec,
             )
         )
-        self.placement[traj_id] = worker_id
+        await self.place(traj_id, worker_id)
         start = StartTrajectory(
             command_id=derive_id(R, traj_id, "start"),
             rollout_id=R,
@@ -209,6 +211,19 @@ class Harness:
         )
         self.deliver(start)
         return start
+
+    async def place(self, traj_id: str, worker_id: str) -> None:
+        """What the control plane records before it sends a StartTrajectory."""
+        self.placement[traj_id] = worker_id
+        await self.bus.store(
+            TrajectoryPlaced(
+                event_id=derive_id(R, traj_id, "placed", worker_id),
+                rollout_id=R,
+                traj_id=traj_id,
+                occurred_at=0.0,
+                worker_id=worker_id,
+            )
+        )
 
     async def wait_for(self, predicate: Any, timeout_s: float = 20.0) -> None:
         async with asyncio.timeout(timeout_s):
@@ -261,7 +276,12 @@ async def harness() -> AsyncIterator[Harness]:
 
 
 def kinds(events: list[TrajectoryEvent]) -> list[str]:
-    return [type(e).kind_name() + (f"{e.step}" if hasattr(e, "step") else "") for e in events]
+    """kind+step of each step event (placements left out), in order."""
+    return [
+        type(e).kind_name() + (f"{e.step}" if hasattr(e, "step") else "")
+        for e in events
+        if not isinstance(e, TrajectoryPlaced)
+    ]
 
 
 EXPECTED_KINDS = [
@@ -290,6 +310,8 @@ async def test_a_trace_runs_end_to_end_with_every_step_in_order(harness: Harness
     generated = [e for e in harness.bus.events_of("t1") if isinstance(e, Generated)]
     assert [len(e.output_token_ids) for e in generated] == [40, 25, 10]
     assert generated[1].num_context_tokens == 30 + 40 + 12 + 25
+    assert agent.table.get(R, "t1") is None  # only a tombstone is left of a finished row
+    assert agent.table.phase_of(R, "t1") is Phase.DONE
     registered = [m for m in harness.bus.messages if isinstance(m, WorkerRegistered)]
     assert registered[0].engine == "sim" and registered[0].can_export_kv
     await harness.wait_for(lambda: agent.telemetry.num_heartbeats > 0 and harness.bus.telemetry)
@@ -320,7 +342,7 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
         await first.close()  # the worker dies with the trajectory in its tool gap
         del harness.agents["w0"]
         await harness.add_worker("w1")
-        harness.placement["t1"] = "w1"
+        await harness.place("t1", "w1")
         spec = trace_spec("t1", STEPS)
         harness.deliver(
             StartTrajectory(
@@ -336,6 +358,17 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
         harness.route_tool_results = True
         done = await harness.wait_finished("t1")
         assert kinds(bus.events_of("t1")) == EXPECTED_KINDS
+        # w0 comes back and gets its old StartTrajectory again: the stream places t1 on w1.
+        restarted = await harness.add_worker("w0")
+        before = len(bus.messages)
+        harness.deliver(
+            StartTrajectory(command_id=derive_id(R, "t1", "start"), rollout_id=R, issued_at=0.0,
+                            worker_id="w0", traj_id="t1", spec=spec),
+            is_redelivered=True,
+        )  # fmt: skip
+        await asyncio.gather(*harness.tasks)
+        assert [m for m in bus.messages[before:] if isinstance(m, TrajectoryEvent)] == []
+        assert restarted.table.phase_of(R, "t1") is Phase.ABSENT
         assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
         resumed = [e for e in bus.events_of("t1") if isinstance(e, Generated)][1]
         assert resumed.worker_id == "w1"
@@ -356,7 +389,7 @@ async def test_resume_regenerates_a_step_interrupted_mid_generation() -> None:
         await slow.close()
         del harness.agents["w0"]
         await harness.add_worker("w1")
-        harness.placement["t1"] = "w1"
+        await harness.place("t1", "w1")
         harness.deliver(
             StartTrajectory(
                 command_id="re",
@@ -494,6 +527,7 @@ async def test_drain_refuses_new_work_finishes_hosted_and_reports(harness: Harne
     await harness.submit("t2", "w0", STEPS)
     await harness.wait_for(lambda: agent.drained.is_set())
     assert isinstance(await harness.wait_finished("t1"), Completed)
+    await harness.wait_for(lambda: harness.bus.events_of("t2")[-1].kind_name() == "failed")
     refusals = [e for e in harness.bus.events_of("t2") if isinstance(e, Failed)]
     assert len(refusals) == 1 and refusals[0].retryable and "draining" in refusals[0].reason
     drained = [m for m in harness.bus.messages if isinstance(m, WorkerDrained)]

@@ -37,8 +37,6 @@ from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
-_KEEP_FINISHED_ROWS = 4096
-
 
 class WorkerAgent:
     def __init__(
@@ -145,7 +143,6 @@ class WorkerAgent:
             await self.drain()
             return  # WorkerDrained is stored: acknowledge even while shutting down
         await self.handler.handle(command, is_redelivered=is_redelivered)
-        self.table.forget_finished(keep=_KEEP_FINISHED_ROWS)
         self._check_alive()
 
     def _check_alive(self) -> None:

@@ -81,6 +81,7 @@ class CommandHandler:
             settled = await self._decide_and_act(command, is_redelivered)
         if settled is not None:
             await settled.wait()
+        self.table.compact(command.rollout_id, command.traj_id)
         self.changed.set()
 
     async def _decide_and_act(
@@ -100,8 +101,13 @@ class CommandHandler:
         if action is Action.REFUSE:
             await self._fail_unhosted(command, "worker is draining", retryable=True)
             return None
-        assert hosted is not None or action is Action.IGNORE
-        return await self._act(action, hosted, command) if hosted is not None else None
+        if action is Action.FORWARD:
+            await self._forward(command, self.table.handed_to(command.rollout_id, command.traj_id))
+            return None
+        if action is Action.IGNORE or hosted is None:
+            await self._discard(command)
+            return None
+        return await self._act(action, hosted, command)
 
     async def _act(
         self, action: Action, hosted: HostedTrajectory, command: TrajectoryCommand
@@ -122,8 +128,8 @@ class CommandHandler:
                 return hosted.settled
             case Action.ABORT, Abort():
                 await self._abort(hosted, command.reason)
-            case Action.FORWARD, _:
-                await self._forward(command, hosted.handed_to)
+            case Action.IGNORE, _:
+                await self._discard(command)
         return None
 
     # ---- starting and resuming ----------------------------------------------------------------
@@ -145,6 +151,9 @@ class CommandHandler:
     async def _resume_then_act(self, command: TrajectoryCommand) -> asyncio.Event | None:
         plan = await self._plan(command)
         match plan.kind:
+            case ResumeKind.FOREIGN if isinstance(command, _PLACING):
+                await self._discard(command)  # stale: the trajectory was placed elsewhere since
+                return None
             case ResumeKind.FOREIGN:
                 await self._forward(command, plan.owner)
                 return None
@@ -166,7 +175,6 @@ class CommandHandler:
         return settled or (hosted.settled if hosted.is_running else None)
 
     async def _plan(self, command: TrajectoryCommand) -> ResumePlan:
-        is_placing = isinstance(command, _PLACING)
         try:
             return await self.resumer.resume(
                 command.rollout_id,
@@ -174,7 +182,6 @@ class CommandHandler:
                 spec=command.spec if isinstance(command, _PLACING) else None,
                 priority=_priority_of(command),
                 cache_key=command.cache_key if isinstance(command, _PLACING) else "",
-                is_authoritative=is_placing,
             )
         except (ValueError, RuntimeError) as exc:
             if isinstance(exc, EngineError):
@@ -233,6 +240,7 @@ class CommandHandler:
                 await self.on_engine_failure(exc)
             finally:
                 self._settle(hosted)
+        self.table.compact(hosted.rollout_id, hosted.traj_id)
 
     def _settle(self, hosted: HostedTrajectory) -> None:
         hosted.is_running = False
@@ -271,6 +279,11 @@ class CommandHandler:
             command_id=derive_id(command.command_id, "fwd", target_worker_id),
         )
         await self.publisher.publish(forwarded)
+
+    async def _discard(self, command: TrajectoryCommand) -> None:
+        """Nothing to do; a KV blob a discarded ``MigrateIn`` carried is deleted, not leaked."""
+        if isinstance(command, MigrateIn) and command.cache_key:
+            await self.resumer.discard_blob(command.cache_key)
 
     async def _fail_unhosted(
         self, command: TrajectoryCommand, reason: str, *, retryable: bool = False

@@ -1,8 +1,8 @@
 """Handing a trajectory to another worker during its tool gap (the paper's migration).
 
 Source side (``MigrateOut``): export the trajectory's KV cache when the engine can, store it in
-the bus object store under a key derived from the migration id, release it locally, send the
-target a ``MigrateIn`` command (spec, cache key, priority), then publish ``Migrated``. From then
+the bus object store under a key derived from the migration id, release it locally, publish
+``Migrated``, then send the target a ``MigrateIn`` command (spec, cache key, priority). From then
 on the source forwards any command for the trajectory to the target.
 
 Target side: ``MigrateIn`` is a resume (``resume.py``) that first imports the cache; without one
@@ -101,18 +101,19 @@ class Migrator:
         await self.engine.release(key)
         transfer_s = (self.monotonic() - started_s) * self.runner.time_scale
         now = self.runner.clock()
-        await self.publisher.publish(
-            records.migrate_in(
-                hosted.log,
-                spec=hosted.spec,
-                source_worker_id=self.worker_id,
-                target_worker_id=command.target_worker_id,
-                migration_id=command.migration_id,
-                cache_key=blob_key,
-                priority=hosted.priority,
-                now=now,
-            )
+        migrate_in = records.migrate_in(
+            hosted.log,
+            spec=hosted.spec,
+            source_worker_id=self.worker_id,
+            target_worker_id=command.target_worker_id,
+            migration_id=command.migration_id,
+            cache_key=blob_key,
+            priority=hosted.priority,
+            now=now,
         )
+        # Migrated first: from then on the stream names the target as the owner, so a source
+        # that crashes before the MigrateIn below forwards the redelivered MigrateOut to the
+        # target (which then hosts the trajectory) instead of running it itself.
         await self.runner.emit(
             hosted,
             records.migrated(
@@ -125,5 +126,6 @@ class Migrator:
                 now=now,
             ),
         )
+        await self.publisher.publish(migrate_in)
         hosted.handed_to = command.target_worker_id
         self.num_migrations_out += 1

@@ -17,6 +17,7 @@ Nothing already stored is published again, so every step appears in the stream e
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from collections.abc import Sequence
@@ -136,14 +137,13 @@ class Resumer:
         spec: TrajectorySpec | None = None,
         priority: float = 0.0,
         cache_key: str = "",
-        is_authoritative: bool = False,
     ) -> ResumePlan:
-        """Rebuild from the stream. ``is_authoritative``: the command itself places the
-        trajectory here (StartTrajectory, MigrateIn), whatever the stream's last placement."""
+        """Rebuild from the stream. A trajectory whose last placement (``TrajectoryPlaced`` or
+        ``Migrated``) names another worker is FOREIGN: the command is stale or misrouted."""
         events = await self.history.trajectory_events(rollout_id, traj_id)
         log = rebuild(rollout_id, traj_id, events)
         owner = log.owner_worker_id
-        if not is_authoritative and owner not in ("", self.worker_id):
+        if owner not in ("", self.worker_id):
             return ResumePlan(ResumeKind.FOREIGN, owner=owner)
         spec = log.spec or spec
         if spec is None:
@@ -164,6 +164,10 @@ class Resumer:
             if context:
                 key = engine_key(hosted.rollout_id, hosted.traj_id)
                 await self.engine.warm_up(key, context)
+
+    async def discard_blob(self, cache_key: str) -> None:
+        with contextlib.suppress(KeyError):
+            await self.blobs.delete_blob(cache_key)
 
     async def _import(self, cache_key: str) -> bool:
         try:

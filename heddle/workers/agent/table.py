@@ -10,6 +10,7 @@ transitions of one trajectory (even before it has a row) while its steps run out
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -70,27 +71,48 @@ class HostedTrajectory:
 
 
 class TrajectoryTable:
-    """Hosted trajectories by (rollout id, trajectory id)."""
+    """Hosted trajectories by (rollout id, trajectory id).
 
-    def __init__(self) -> None:
+    A trajectory that finished or left is kept only as a tombstone (its key and, if it was
+    handed over, where it went), so duplicates are still recognised without holding its tokens.
+    """
+
+    def __init__(self, max_tombstones: int = 100_000) -> None:
         self._rows: dict[tuple[str, str], HostedTrajectory] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._tombstones: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """Finished ("") or handed over (the worker it went to); oldest first."""
+        self.max_tombstones = max_tombstones
 
     def lock_for(self, rollout_id: str, traj_id: str) -> asyncio.Lock:
         """The lock serialising commands of one trajectory (created on first use)."""
         return self._locks.setdefault((rollout_id, traj_id), asyncio.Lock())
 
     def get(self, rollout_id: str, traj_id: str) -> HostedTrajectory | None:
-        return self._rows.get((rollout_id, traj_id))
+        """The live row (None for absent, released or tombstoned trajectories)."""
+        row = self._rows.get((rollout_id, traj_id))
+        return None if row is None or row.is_released else row
 
     def put(self, hosted: HostedTrajectory) -> None:
-        self._rows[(hosted.rollout_id, hosted.traj_id)] = hosted
+        key = (hosted.rollout_id, hosted.traj_id)
+        self._tombstones.pop(key, None)
+        self._rows[key] = hosted
 
     def phase_of(self, rollout_id: str, traj_id: str) -> Phase:
         hosted = self.get(rollout_id, traj_id)
-        if hosted is None or hosted.is_released:
+        if hosted is not None:
+            return hosted.phase
+        handed_to = self._tombstones.get((rollout_id, traj_id))
+        if handed_to is None:
             return Phase.ABSENT
-        return hosted.phase
+        return Phase.HANDED_OVER if handed_to else Phase.DONE
+
+    def handed_to(self, rollout_id: str, traj_id: str) -> str:
+        """The worker a handed-over trajectory went to ("" if it was not handed over)."""
+        hosted = self.get(rollout_id, traj_id)
+        if hosted is not None:
+            return hosted.handed_to
+        return self._tombstones.get((rollout_id, traj_id), "")
 
     def __iter__(self) -> Iterator[HostedTrajectory]:
         return iter(list(self._rows.values()))
@@ -102,12 +124,21 @@ class TrajectoryTable:
     def generating(self) -> list[HostedTrajectory]:
         return [row for row in self._rows.values() if row.request_id is not None]
 
-    def forget_finished(self, keep: int) -> None:
-        """Drop all but the ``keep`` most recent finished rows (their ids still de-duplicate
-        through the stream: a late command rebuilds and finds the trajectory finished)."""
-        finished = [key for key, row in self._rows.items() if row.phase is Phase.DONE]
-        for key in finished[: max(0, len(finished) - keep)]:
+    def compact(self, rollout_id: str, traj_id: str) -> None:
+        """Turn the trajectory's row into a tombstone once it is at rest and finished or gone
+        (a released row is forgotten: a later command rebuilds it from the stream)."""
+        key = (rollout_id, traj_id)
+        row = self._rows.get(key)
+        lock = self._locks.get(key)
+        if row is None or row.is_running or (lock is not None and lock.locked()):
+            return
+        if row.is_released:
             del self._rows[key]
-            lock = self._locks.get(key)
-            if lock is not None and not lock.locked():
-                del self._locks[key]
+        elif row.phase in (Phase.DONE, Phase.HANDED_OVER):
+            del self._rows[key]
+            self._tombstones[key] = row.handed_to
+            while len(self._tombstones) > self.max_tombstones:
+                self._tombstones.popitem(last=False)
+        else:
+            return
+        self._locks.pop(key, None)
