@@ -1,0 +1,170 @@
+"""A recorded rollout as Gantt segments: where each trajectory spent its time, on which worker.
+
+Pure fold over the rollout's events (the stream is the source of truth; the simulator's
+recorded events work too). Times are model seconds since the rollout was submitted:
+``(occurred_at - submitted_at) * time_scale``; durations inside events are already model time.
+
+For each step of a trajectory:
+
+- ``generation``: the ``prefill_s + decode_s`` before ``Generated`` (on its worker);
+- ``queue``: from the moment the step could run (placement, the previous tool's return, or the
+  end of a migration) until its generation began: every wait (control plane, worker queue,
+  engine queue, preemption) in one segment;
+- ``tool``: ``ToolCalled`` to ``ToolReturned`` (drawn on the worker that called it, which holds
+  no GPU for it meanwhile);
+- ``migration``: the transfer before ``Migrated`` (on the target worker).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from heddle.events import (
+    Event,
+    Generated,
+    Migrated,
+    RolloutFinished,
+    RolloutSubmitted,
+    ToolCalled,
+    ToolReturned,
+    TrajectoryPlaced,
+    TrajectorySubmitted,
+)
+
+
+class SegmentKind(enum.Enum):
+    QUEUE = "queue"
+    GENERATION = "generation"
+    TOOL = "tool"
+    MIGRATION = "migration"
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    traj_id: str
+    worker_id: str
+    kind: SegmentKind
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """A rollout's segments (in the order they were derived) and what frames them."""
+
+    rollout_id: str
+    policy: str
+    time_scale: float
+    segments: list[Segment]
+    makespan_s: float
+    """The recorded makespan (``RolloutFinished``), else the end of the last segment."""
+
+    @property
+    def worker_ids(self) -> list[str]:
+        return sorted({segment.worker_id for segment in self.segments})
+
+
+@dataclass(slots=True)
+class _Trajectory:
+    ready_s: float = 0.0
+    """When the next generation could start."""
+    tool_calls: dict[int, tuple[str, float]] = field(default_factory=dict)
+    """Step -> (worker, called at) of tool calls not yet returned."""
+    generated_steps: set[int] = field(default_factory=set)
+    """Steps already drawn (a step re-published outside the duplicate window counts once)."""
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.rollout_id = ""
+        self.policy = ""
+        self.time_scale = 1.0
+        self.origin_s: float | None = None
+        self.makespan_s = 0.0
+        self.segments: list[Segment] = []
+        self.trajectories: dict[str, _Trajectory] = {}
+
+    def at(self, occurred_at: float) -> float:
+        if self.origin_s is None:
+            self.origin_s = occurred_at
+        return (occurred_at - self.origin_s) * self.time_scale
+
+    def trajectory(self, traj_id: str) -> _Trajectory:
+        found = self.trajectories.get(traj_id)
+        if found is None:
+            found = self.trajectories[traj_id] = _Trajectory()
+        return found
+
+    def add(
+        self, traj_id: str, worker_id: str, kind: SegmentKind, start_s: float, end_s: float
+    ) -> None:
+        if end_s > start_s:
+            self.segments.append(Segment(traj_id, worker_id, kind, start_s, end_s))
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case RolloutSubmitted():
+                self.rollout_id, self.policy = event.rollout_id, event.policy
+                self.time_scale = event.time_scale
+                self.origin_s = event.occurred_at
+            case RolloutFinished():
+                self.makespan_s = event.makespan_s
+            case TrajectorySubmitted() | TrajectoryPlaced():
+                state = self.trajectory(event.traj_id)
+                state.ready_s = max(state.ready_s, self.at(event.occurred_at))
+            case Generated():
+                self._generated(event)
+            case ToolCalled():
+                called = (event.worker_id, self.at(event.occurred_at))
+                self.trajectory(event.traj_id).tool_calls[event.step] = called
+            case ToolReturned():
+                self._tool_returned(event)
+            case Migrated():
+                end_s = self.at(event.occurred_at)
+                start_s = max(0.0, end_s - event.transfer_s)
+                self.add(event.traj_id, event.target_worker_id, SegmentKind.MIGRATION,
+                         start_s, end_s)  # fmt: skip
+                state = self.trajectory(event.traj_id)
+                state.ready_s = max(state.ready_s, end_s)
+
+    def _generated(self, event: Generated) -> None:
+        state = self.trajectory(event.traj_id)
+        if event.step in state.generated_steps:
+            return
+        state.generated_steps.add(event.step)
+        end_s = self.at(event.occurred_at)
+        start_s = max(state.ready_s, end_s - (event.prefill_s + event.decode_s))
+        self.add(event.traj_id, event.worker_id, SegmentKind.QUEUE, state.ready_s, start_s)
+        self.add(event.traj_id, event.worker_id, SegmentKind.GENERATION, start_s, end_s)
+        state.ready_s = max(state.ready_s, end_s)
+
+    def _tool_returned(self, event: ToolReturned) -> None:
+        state = self.trajectory(event.traj_id)
+        called = state.tool_calls.pop(event.step, None)
+        if called is None:
+            return  # a duplicate return, or a call recorded before this replay began
+        worker_id, start_s = called
+        end_s = max(start_s, self.at(event.occurred_at))
+        self.add(event.traj_id, worker_id, SegmentKind.TOOL, start_s, end_s)
+        state.ready_s = max(state.ready_s, end_s)
+
+
+def build_timeline(events: Iterable[Event]) -> Timeline:
+    """Segments of the rollout whose events (in stream order) are given."""
+    builder = _Builder()
+    for event in events:
+        builder.apply(event)
+    last_end_s = max((s.end_s for s in builder.segments), default=0.0)
+    return Timeline(
+        rollout_id=builder.rollout_id,
+        policy=builder.policy,
+        time_scale=builder.time_scale,
+        segments=builder.segments,
+        makespan_s=builder.makespan_s or last_end_s,
+    )

@@ -1,0 +1,119 @@
+"""Timeline segments from recorded events: a simulated rollout (whose true breakdown the
+simulator knows) and live-style events (wall clock, time scale, duplicates)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.events import (
+    Event,
+    Generated,
+    RolloutFinished,
+    RolloutSubmitted,
+    ToolCalled,
+    ToolReturned,
+    TrajectoryPlaced,
+)
+from heddle.sim import SimConfig, Simulator, make_simulation_predictor
+from heddle.sim.simulator import Run
+from heddle.timeline import SegmentKind, Timeline, build_timeline
+from heddle.workloads import generate
+
+
+def simulated(system: str = "heddle", num: int = 48) -> tuple[Run, Timeline]:
+    trace = generate("coding", num, seed=3)
+    config = SimConfig(model="qwen3-8b", num_gpus=4, record_events=True, predictor="oracle")
+    options = ControlOptions(
+        cost_for_tp=config.cost_for_tp, predictor=make_simulation_predictor(trace, config)
+    )
+    control = build_control_plane(system_spec(system), options)
+    run = Simulator(trace, control, [1, 1, 2], config).run()
+    return run, build_timeline(run.events)
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+@pytest.mark.parametrize("system", ["heddle", "verl"])
+def test_simulated_rollout_segments_match_the_simulators_breakdown(system: str) -> None:
+    run, timeline = simulated(system)
+    assert timeline.rollout_id == "sim" and timeline.policy == system
+    assert timeline.makespan_s == pytest.approx(run.makespan_s)
+    by_traj: dict[str, list] = defaultdict(list)  # type: ignore[type-arg]
+    for segment in timeline.segments:
+        assert 0 <= segment.start_s < segment.end_s <= run.makespan_s + 1e-6
+        by_traj[segment.traj_id].append(segment)
+    for t in run.trajectories:
+        segments = by_traj[t.traj_id]
+
+        def total(kind: SegmentKind, segs: list = segments) -> float:  # type: ignore[type-arg]
+            return sum(s.duration_s for s in segs if s.kind is kind)
+
+        assert total(SegmentKind.GENERATION) == pytest.approx(t.prefill_s + t.decode_s)
+        assert total(SegmentKind.TOOL) == pytest.approx(t.tool_s)
+        # Every instant from submission to the end is queued, generating, in a tool or moving;
+        # what only a migration covers is the transfer time the tool gap did not hide.
+        spans = [(s.start_s, s.end_s) for s in segments]
+        assert union_length(spans) == pytest.approx(t.finished_at)
+        stay = [(s.start_s, s.end_s) for s in segments if s.kind is not SegmentKind.MIGRATION]
+        assert union_length(spans) - union_length(stay) == pytest.approx(t.migration_s, abs=1e-6)
+        assert max(end for _, end in spans) == pytest.approx(t.finished_at)
+        generation_workers = [s.worker_id for s in segments if s.kind is SegmentKind.GENERATION]
+        assert set(generation_workers) <= set(t.worker_history)
+
+
+def test_heddle_run_draws_migrations_on_the_target_worker() -> None:
+    run, timeline = simulated("heddle", num=96)
+    migrations = [s for s in timeline.segments if s.kind is SegmentKind.MIGRATION]
+    assert sum(t.num_migrations for t in run.trajectories) > 0
+    assert migrations
+    moved = {t.traj_id: t.worker_history for t in run.trajectories if t.num_migrations}
+    for segment in migrations:
+        assert segment.worker_id in moved[segment.traj_id][1:]
+
+
+def live_events(time_scale: float) -> list[Event]:
+    """One trajectory on a wall clock starting at 1000 s: placed, two steps, a tool call."""
+    common = {"rollout_id": "r9", "traj_id": "t000000"}
+    return [
+        RolloutSubmitted(event_id="s", rollout_id="r9", occurred_at=1000.0, policy="heddle",
+                         num_trajectories=1, time_scale=time_scale),
+        TrajectoryPlaced(event_id="p", occurred_at=1000.5, worker_id="w01", **common),
+        Generated(event_id="g0", occurred_at=1002.0, step=0, worker_id="w01",
+                  output_token_ids=[1], prefill_s=1.0, decode_s=4.0, **common),
+        ToolCalled(event_id="c0", occurred_at=1002.0, step=0, worker_id="w01", call_id="x",
+                   tool="python", **common),
+        ToolReturned(event_id="r0", occurred_at=1003.0, step=0, call_id="x", tool="python",
+                     status="ok", duration_s=10.0, **common),
+        ToolReturned(event_id="r0-dup", occurred_at=1003.5, step=0, call_id="x", tool="python",
+                     status="ok", duration_s=10.0, **common),
+        Generated(event_id="g1", occurred_at=1004.0, step=1, worker_id="w01",
+                  output_token_ids=[1], decode_s=5.0, **common),
+        Generated(event_id="g1-dup", occurred_at=1009.0, step=1, worker_id="w01",
+                  output_token_ids=[1], decode_s=5.0, **common),
+        RolloutFinished(event_id="f", rollout_id="r9", occurred_at=1004.2, num_completed=1,
+                        makespan_s=42.0),
+    ]  # fmt: skip
+
+
+def test_live_events_are_scaled_to_model_time_and_duplicates_count_once() -> None:
+    timeline = build_timeline(live_events(time_scale=10.0))
+    got = [(s.kind, s.start_s, s.end_s) for s in timeline.segments]
+    assert got == [
+        (SegmentKind.QUEUE, pytest.approx(5.0), pytest.approx(15.0)),
+        (SegmentKind.GENERATION, pytest.approx(15.0), pytest.approx(20.0)),
+        (SegmentKind.TOOL, pytest.approx(20.0), pytest.approx(30.0)),
+        (SegmentKind.QUEUE, pytest.approx(30.0), pytest.approx(35.0)),
+        (SegmentKind.GENERATION, pytest.approx(35.0), pytest.approx(40.0)),
+    ]
+    assert {s.worker_id for s in timeline.segments} == {"w01"}
+    assert timeline.makespan_s == 42.0 and timeline.time_scale == 10.0
