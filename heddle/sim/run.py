@@ -48,14 +48,17 @@ def simulate(
     *,
     history: Sequence[TraceTrajectory] = (),
     progress: ProgressCallback | None = None,
+    tp_degrees: Sequence[int] | None = None,
 ) -> SimResult:
-    """One rollout of ``trace`` under ``system`` (a registry name or a spec)."""
+    """One rollout of ``trace`` under ``system`` (a registry name or a spec), on the workers
+    of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster)."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
     ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
     tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
-    tp_degrees = plan_workers(trace, spec, config, predictor, ratio, tool_rate)
+    if tp_degrees is None:
+        tp_degrees = plan_workers(trace, spec, config, predictor, ratio, tool_rate)
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
@@ -66,7 +69,7 @@ def simulate(
     )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
-    return summarise(spec.name, run, tp_degrees, lower_bound_s(trace, config))
+    return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
 
 
 def make_simulation_predictor(
