@@ -1,0 +1,43 @@
+"""Live shells around the pure deciders of ``heddle.control``: the control plane process.
+
+- ``slots``: one decider role (prediction, priority, placement, transfer, rollout) with one
+  decider per system bundle in use, events routed by their rollout's policy;
+- ``host``: a slot on a durable JetStream pull consumer: replay to its position, then decide
+  live, publish outputs, acknowledge;
+- ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
+- ``predictors`` / ``history``: the predictor the control plane runs and what it learns from;
+- ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised;
+- ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions).
+"""
+
+from heddle.consumers.host import ConsumerFailed, ConsumerStats, DeciderConsumer, HostConfig
+from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
+from heddle.consumers.service import ControlPlaneConfig, ControlPlaneService
+from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
+from heddle.consumers.status import (
+    ControlPlaneStatus,
+    consumer_positions,
+    read_status,
+    status_path,
+)
+
+__all__ = [
+    "LIVE_PREDICTORS",
+    "SLOTS",
+    "ConsumerFailed",
+    "ConsumerStats",
+    "ControlPlaneConfig",
+    "ControlPlaneService",
+    "ControlPlaneStatus",
+    "DeciderConsumer",
+    "HostConfig",
+    "PredictionHooks",
+    "PredictorConfig",
+    "SlotDeciders",
+    "UnknownPolicy",
+    "WorkerLiveness",
+    "consumer_positions",
+    "read_status",
+    "status_path",
+]

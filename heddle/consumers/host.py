@@ -1,0 +1,240 @@
+"""One control-plane slot as a durable JetStream pull consumer: replay, then decide live.
+
+Lifecycle of ``DeciderConsumer.run()``:
+
+1. **Position.** The durable ``control-<slot>``'s ack floor is the last event whose outputs are
+   stored. A durable that does not exist yet adopts the stream as it is: everything already in
+   it counts as handled (its outputs, if any were due, are not produced again), so a control
+   plane started on an old data dir does not re-place old rollouts.
+2. **Replay.** Every event of the slot's kinds up to that position goes through ``decide`` with
+   the outputs discarded (they were published the first time): the state is rebuilt exactly as
+   the simulator would have built it from the same events.
+3. **Live.** The durable is recreated at position + 1 (so the unacknowledged tail is delivered
+   at once, whatever the server's redelivery timers say); each fetched batch is decoded, decided
+   event by event in stream order, its outputs are published in order (``publish_many``, ids
+   derived from the input, so a re-run after a crash stores nothing twice) and only then is the
+   batch acknowledged (one ack for all: the consumer handles strictly in order).
+
+A delivery at or below the position is a redelivery of an event already decided (an ack lost in
+a reconnect): it is acknowledged without deciding it again. An event the deciders refuse (a
+submission naming no bundle, or a decider raising) is dead-lettered and the rest of the batch
+goes on; in replay the same event is skipped the same way. Outputs that cannot be published
+within the bus's retry deadline stop the consumer with ``ConsumerFailed``: its state is ahead of
+what is stored, so the host rebuilds it from the stream rather than go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+from heddle.bus import (
+    BatchRunner,
+    Bus,
+    ConsumerSpec,
+    Delivery,
+    PublishError,
+    Rejection,
+    ReplayQuery,
+    ReplayRecord,
+)
+from heddle.consumers.filters import filter_subjects
+from heddle.consumers.slots import UnknownPolicy
+from heddle.control import Output
+from heddle.events import Event, EventT, decode_event
+from heddle.events.subjects import EVENTS_STREAM
+
+log = logging.getLogger(__name__)
+
+
+class Hosted(Protocol):
+    """What a consumer hosts: a slot's deciders (``SlotDeciders``) or the liveness fold."""
+
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def handles(self) -> frozenset[type[Event]]: ...
+
+    def decide(self, event: Event) -> list[Output]: ...
+
+
+_LATENCY_WINDOW = 4096
+
+
+class ConsumerFailed(RuntimeError):
+    """A consumer's state can no longer be trusted (outputs unpublished); rebuild it."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    durable_prefix: str = "control"
+    """Durable names are ``<prefix>-<slot>``."""
+    batch_size: int = 256
+    """Most events decided (and their outputs published) per acknowledgement."""
+    max_ack_pending: int = 4096
+    ack_wait_s: float = 120.0
+    """Longer than the bus's publish retry deadline, so a batch whose outputs are still being
+    retried is not redelivered meanwhile."""
+    fetch_wait_s: float = 1.0
+
+    def durable(self, slot: str) -> str:
+        return f"{self.durable_prefix}-{slot}"
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    """What ``heddle status`` shows of one consumer (see ``heddle.consumers.status``)."""
+
+    durable: str
+    position: int = 0
+    """Stream sequence of the last event folded into the state."""
+    num_replayed: int = 0
+    num_decided: int = 0
+    num_outputs: int = 0
+    num_rejected: int = 0
+    num_redelivered: int = 0
+    num_pending: int = 0
+    """Events of the slot's kinds in the stream after the last delivery (the lag)."""
+    is_live: bool = False
+    batch_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    """Recent batches: from the handler's start to its outputs stored (milliseconds)."""
+
+
+class DeciderConsumer:
+    """Hosts one slot (its deciders for every bundle in use) on a durable consumer."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        slot: Hosted,
+        config: HostConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.bus = bus
+        self.slot = slot
+        self.config = config = config or HostConfig()
+        self.durable = config.durable(slot.slot)
+        self.filter_subjects = filter_subjects(slot.handles)
+        self.stats = ConsumerStats(self.durable)
+        self._clock = clock
+        self._runner: BatchRunner[EventT] | None = None
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Finish the current batch (outputs stored, acknowledged), then return from ``run``."""
+        self._stopping = True
+        if self._runner is not None:
+            self._runner.stop()
+
+    async def run(
+        self, *, on_replayed: Callable[[], Awaitable[None]] | None = None
+    ) -> ConsumerStats:
+        """Replay up to the durable's position (then await ``on_replayed``), then decide live
+        until ``stop()``."""
+        position = await self.position()
+        await self.replay(position)
+        if on_replayed is not None:
+            await on_replayed()
+        if self._stopping:
+            return self.stats
+        spec = ConsumerSpec(
+            durable=self.durable,
+            stream=EVENTS_STREAM,
+            filter_subjects=self.filter_subjects,
+            batch_size=self.config.batch_size,
+            fetch_wait_s=self.config.fetch_wait_s,
+            max_ack_pending=self.config.max_ack_pending,
+            ack_wait_s=self.config.ack_wait_s,
+            ack_all=True,
+            start_sequence=position + 1,
+        )
+        self._runner = self.bus.batch_runner(spec, decode_event, self._handle)
+        self.stats.is_live = True
+        try:
+            await self._runner.run()
+        finally:
+            self.stats.is_live = False
+            self._runner = None
+        return self.stats
+
+    async def position(self) -> int:
+        """The last stream sequence whose outputs are stored (see the module docstring)."""
+        state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
+        if state is None:
+            return (await self.bus.stream_state()).last_sequence
+        return state.ack_floor_sequence
+
+    async def replay(self, position: int) -> None:
+        """Fold every event of the slot's kinds up to ``position`` into the state."""
+        self.stats.position = position
+        if position <= 0:
+            return
+        query = ReplayQuery(filter_subjects=self.filter_subjects, start_sequence=1)
+        # ``batches`` is an async generator: close it when we stop early, so its ephemeral
+        # consumer is deleted now rather than when the generator is collected.
+        batches = cast(AsyncGenerator[list[ReplayRecord[EventT]]], self._replay_batches(query))
+        try:
+            async for batch in batches:
+                for record in batch:
+                    if record.stream_sequence > position or self._stopping:
+                        return
+                    self._fold(record.message, record.stream_sequence)
+                    self.stats.num_replayed += 1
+        finally:
+            await batches.aclose()
+
+    def _replay_batches(self, query: ReplayQuery) -> AsyncIterator[list[ReplayRecord[EventT]]]:
+        return self.bus.replay_events(query).batches()
+
+    def _fold(self, event: Event, sequence: int) -> list[Output]:
+        try:
+            return self.slot.decide(event)
+        except UnknownPolicy:
+            return []
+        except Exception:
+            log.exception("%s: replay skips #%d (refused when live)", self.durable, sequence)
+            return []
+
+    async def _handle(self, batch: list[Delivery[EventT]]) -> list[Rejection]:
+        started = self._clock()
+        outputs: list[Output] = []
+        rejections: list[Rejection] = []
+        stats = self.stats
+        for delivery in batch:
+            if delivery.stream_sequence <= stats.position:
+                stats.num_redelivered += 1
+                continue
+            try:
+                outputs += self.slot.decide(delivery.message)
+            except Exception as exc:
+                rejections.append(Rejection(delivery, _reason(exc)))
+                if not isinstance(exc, UnknownPolicy):
+                    log.exception("%s: refused #%d", self.durable, delivery.stream_sequence)
+            stats.position = delivery.stream_sequence
+            stats.num_decided += 1
+        await self._publish(outputs)
+        stats.num_rejected += len(rejections)
+        stats.num_outputs += len(outputs)
+        stats.num_pending = batch[-1].num_pending
+        stats.batch_ms.append((self._clock() - started) * 1000.0)
+        return rejections
+
+    async def _publish(self, outputs: list[Output]) -> None:
+        if not outputs:
+            return
+        try:
+            await self.bus.publish_many(outputs)
+        except (PublishError, TimeoutError, ConnectionError) as exc:
+            raise ConsumerFailed(f"{self.durable}: outputs not stored: {exc}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, UnknownPolicy):
+        return str(exc)
+    return f"decider failed: {type(exc).__name__}: {exc}"

@@ -1,0 +1,135 @@
+"""Worker liveness: a worker whose heartbeats stop is declared failed by the control plane.
+
+``WorkerLiveness`` is a pure fold over worker and placement events plus a check at a given
+``now``: a worker that registered (or heartbeat) and has not been heard from for ``timeout_s``
+gets a ``WorkerFailed`` listing the trajectories placed on it, which the placement deciders
+re-place on live workers. "Heard from" is the latest ``occurred_at`` of its registration,
+heartbeats or drain (the worker's clock: workers and control plane must agree on time within a
+fraction of the timeout), so a control plane that restarts and replays the stream fails the
+workers that went silent while it was down at its first check, and a worker restarted under the
+same id comes back with its new registration.
+
+The ``WorkerFailed`` id is the one the worker agent uses for its own engine failures
+(``<worker>:<incarnation>:failed``), so a worker that reports its failure and a control plane
+that notices it store one event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from heddle.control import Output
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    Migrated,
+    TrajectoryPlaced,
+    WorkerDrained,
+    WorkerEvent,
+    WorkerFailed,
+    WorkerHeartbeat,
+    WorkerRegistered,
+)
+from heddle.ids import derive_id
+
+LIVENESS_SLOT = "liveness"
+
+
+@dataclass(slots=True)
+class _Worker:
+    incarnation: str
+    last_seen_s: float
+    is_alive: bool = True
+    trajectories: set[tuple[str, str]] = field(default_factory=set)
+
+
+class WorkerLiveness:
+    """State: every worker's last sign of life and the trajectories placed on it."""
+
+    slot = LIVENESS_SLOT
+    handles: frozenset[type[Event]] = frozenset(
+        {
+            WorkerRegistered,
+            WorkerHeartbeat,
+            WorkerDrained,
+            WorkerFailed,
+            TrajectoryPlaced,
+            Migrated,
+            Completed,
+            Failed,
+        }
+    )
+
+    def __init__(self, timeout_s: float) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self._workers: dict[str, _Worker] = {}
+        self._placed_on: dict[tuple[str, str], str] = {}
+
+    def decide(self, event: Event) -> list[Output]:
+        """Fold one event in; liveness outputs come from ``check``, never from events."""
+        match event:
+            case WorkerRegistered():
+                worker = self._workers.get(event.worker_id)
+                if worker is None or event.incarnation != worker.incarnation:
+                    held = worker.trajectories if worker is not None else set()
+                    self._workers[event.worker_id] = _Worker(
+                        event.incarnation, event.occurred_at, trajectories=held
+                    )
+                else:
+                    self._seen(event)
+            case WorkerHeartbeat() | WorkerDrained():
+                self._seen(event)
+            case WorkerFailed():
+                worker = self._workers.get(event.worker_id)
+                if worker is not None:
+                    worker.is_alive = False
+            case TrajectoryPlaced():
+                self._move((event.rollout_id, event.traj_id), event.worker_id)
+            case Migrated():
+                self._move((event.rollout_id, event.traj_id), event.target_worker_id)
+            case Completed() | Failed():
+                self._move((event.rollout_id, event.traj_id), None)
+        return []
+
+    def check(self, now_s: float) -> list[WorkerFailed]:
+        """``WorkerFailed`` for every live worker silent for longer than the timeout (each
+        is then considered failed until it registers again)."""
+        failures: list[WorkerFailed] = []
+        for worker_id, worker in self._workers.items():
+            silent_s = now_s - worker.last_seen_s
+            if not worker.is_alive or silent_s <= self.timeout_s:
+                continue
+            worker.is_alive = False
+            failures.append(
+                WorkerFailed(
+                    event_id=derive_id(worker_id, worker.incarnation or None, "failed"),
+                    occurred_at=now_s,
+                    worker_id=worker_id,
+                    reason=f"no heartbeat for {silent_s:.1f} s (timeout {self.timeout_s:g} s)",
+                    trajectory_ids=sorted(traj for _, traj in worker.trajectories),
+                )
+            )
+        return failures
+
+    def live_workers(self) -> list[str]:
+        return [worker_id for worker_id, worker in self._workers.items() if worker.is_alive]
+
+    def _seen(self, event: WorkerEvent) -> None:
+        worker = self._workers.get(event.worker_id)
+        if worker is None:
+            worker = self._workers[event.worker_id] = _Worker("", event.occurred_at)
+        worker.last_seen_s = max(worker.last_seen_s, event.occurred_at)
+
+    def _move(self, key: tuple[str, str], worker_id: str | None) -> None:
+        previous = self._placed_on.pop(key, None)
+        if previous is not None and previous in self._workers:
+            self._workers[previous].trajectories.discard(key)
+        if worker_id is None:
+            return
+        self._placed_on[key] = worker_id
+        worker = self._workers.get(worker_id)
+        if worker is not None:
+            worker.trajectories.add(key)

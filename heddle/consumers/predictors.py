@@ -1,0 +1,141 @@
+"""The predictor a live control plane runs, and the prediction slot's shell work around it.
+
+One predictor instance serves every bundle's prediction decider: remaining lengths depend on the
+workload, not on the policy, so a model learns from every completed trajectory whatever bundle
+ran it. Choices (``LIVE_PREDICTORS``):
+
+- ``online`` (default): ``heddle.policy.online_predictor.OnlinePredictor``, refit as completions
+  arrive, bootstrapped at start from earlier rollouts in the ledger (``ledger_history``);
+- ``oracle`` / ``noisy_oracle``: the truth of ``trace`` trajectories, whose task is their trace
+  line (simulation-grade live runs; the noisy one draws the simulator's errors), the online model
+  for the others;
+- ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.predictors``).
+
+``PredictionHooks`` is the slot's shell work: before each event it scopes the trace oracle to the
+event's rollout and learns the trace of a submitted ``trace`` trajectory; after a trajectory
+ends it forgets it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import msgspec
+
+from heddle.events import Completed, Event, Failed, TrajectorySubmitted
+from heddle.policy.online_predictor import OnlineModelConfig, OnlinePredictor
+from heddle.policy.predictors import Predictor, PredictorOptions, fit, make_predictor
+from heddle.policy.trace_oracle import LiveOracle
+from heddle.traces import TraceError, TraceStep, TraceTrajectory, parse_trace_line
+
+log = logging.getLogger(__name__)
+
+LIVE_PREDICTORS = ("online", "oracle", "noisy_oracle", "history", "prompt_only")
+TRACE_ENVIRONMENT = "trace"
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorConfig:
+    """Which predictor the control plane runs; the noise defaults are ``SimConfig``'s."""
+
+    name: str = "online"
+    """One of ``LIVE_PREDICTORS``."""
+    seed: int = 0
+    sigma: float = 0.5
+    """``noisy_oracle``: log-error standard deviation at the first prediction."""
+    sigma_decay: float = 1.0
+    step_correlation: float = 0.8
+    """``noisy_oracle``: correlation of one trajectory's errors across steps."""
+    prior_total_tokens: float = 8192.0
+    """Total output guessed before any completion is known."""
+    max_history_rollouts: int = 20
+    """Earlier rollouts the online model learns from at start (most recent first)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in LIVE_PREDICTORS:
+            raise ValueError(
+                f"unknown predictor {self.name!r}; choose one of {', '.join(LIVE_PREDICTORS)}"
+            )
+
+    def noise(self) -> PredictorOptions:
+        return PredictorOptions(
+            seed=self.seed,
+            sigma=self.sigma,
+            sigma_decay=self.sigma_decay,
+            step_correlation=self.step_correlation,
+            prior_total_tokens=self.prior_total_tokens,
+        )
+
+
+class PredictionHooks:
+    """The live predictor and the prediction slot's hooks (``heddle.consumers.slots.SlotHooks``)."""
+
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        self.config = config = config or PredictorConfig()
+        model = OnlineModelConfig(prior_total_tokens=config.prior_total_tokens)
+        self.online = OnlinePredictor(model)
+        self.oracle: LiveOracle | None = None
+        self.predictor: Predictor
+        match config.name:
+            case "online":
+                self.predictor = self.online
+            case "oracle" | "noisy_oracle":
+                noise = config.noise() if config.name == "noisy_oracle" else None
+                self.oracle = LiveOracle(self.online, noise)
+                self.predictor = self.oracle
+            case _:
+                options = PredictorOptions(prior_total_tokens=config.prior_total_tokens)
+                self.predictor = make_predictor(config.name, options)
+
+    def before(self, event: Event) -> None:
+        if self.oracle is None:
+            return
+        self.oracle.oracle.scope(event.rollout_id)
+        if isinstance(event, TrajectorySubmitted) and event.spec.environment == TRACE_ENVIRONMENT:
+            trace = trace_of_task(event.spec.task)
+            if trace is not None:
+                self.oracle.oracle.add(event.rollout_id, event.traj_id, trace)
+
+    def after(self, event: Event) -> None:
+        if self.oracle is None or not isinstance(event, (Completed, Failed)):
+            return
+        if isinstance(event, Completed) or not event.retryable:
+            self.oracle.oracle.forget(event.rollout_id, event.traj_id)
+
+    def learn_history(self, history: Iterable[TraceTrajectory]) -> int:
+        """Let the predictor learn from earlier rollouts' trajectories; how many it saw."""
+        count = 0
+        for trajectory in history:
+            if isinstance(self.predictor, (OnlinePredictor, LiveOracle)):
+                self.online.observe_trace(trajectory)
+            else:
+                fit(self.predictor, [trajectory])
+            count += 1
+        return count
+
+
+def trace_of_task(task: dict[str, object]) -> TraceTrajectory | None:
+    """The trace line a ``trace`` trajectory's task holds (None, logged, when it is not one)."""
+    try:
+        return parse_trace_line(msgspec.json.encode(task), source="trace task")
+    except (TraceError, TypeError) as exc:
+        log.warning("a trace task without a valid trace: %s", exc)
+        return None
+
+
+def trace_from_steps(
+    traj_id: str, group_id: str, prompt_tokens: int, steps: Iterable[tuple[int, float, int]]
+) -> TraceTrajectory | None:
+    """A recorded trajectory as a trace line: ``steps`` are (output tokens, tool seconds, tool
+    output tokens) in step order; None when it has no step."""
+    trace_steps = [
+        TraceStep(output_tokens=out, tool_s=max(0.0, tool_s), tool_output_tokens=tool_tokens)
+        for out, tool_s, tool_tokens in steps
+    ]
+    if not trace_steps:
+        return None
+    return TraceTrajectory(
+        id=traj_id, group=group_id, prompt_tokens=max(0, prompt_tokens), steps=trace_steps
+    )

@@ -1,0 +1,323 @@
+"""The control plane process: one consumer per decider slot, worker liveness, the ledger projector.
+
+``ControlPlaneService(settings, config).run(stop)`` connects to NATS (or the data dir's embedded
+server), then supervises, concurrently:
+
+- a ``DeciderConsumer`` per slot (prediction, priority, placement, transfer, rollout), each with
+  one decider per system bundle in use (``heddle.consumers.slots``); the prediction slot shares
+  one predictor (``heddle.consumers.predictors``), taught at start by the history trace files and,
+  after its replay, by earlier rollouts in the ledger;
+- worker liveness (``heddle.consumers.liveness``): its fold on the ``control-liveness`` durable
+  and a check every ``liveness_check_s`` once that consumer has caught up;
+- the ledger projector (``heddle.ledger.Projector``), unless disabled;
+- ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``.
+
+A unit that fails (a consumer whose outputs could not be stored, a lost database) is rebuilt from
+the stream after a pause: the same recovery as a process restart, without one. ``ready`` is set
+once every consumer is live and the first liveness check has run (stale workers of earlier runs
+are then declared failed), which is when a launcher may start workers and submit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heddle.bus import Bus, BusOptions
+from heddle.config import Settings
+from heddle.consumers.history import ledger_history
+from heddle.consumers.host import DeciderConsumer, HostConfig
+from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.predictors import PredictionHooks, PredictorConfig
+from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
+from heddle.consumers.status import ControlPlaneStatus, consumer_report, write_status
+from heddle.control import ControlOptions, build_control_plane, system_spec
+from heddle.control import ControlPlane as Bundle
+from heddle.control.resources import observation_ratio, tool_s_per_token
+from heddle.events.subjects import EVENTS_STREAM
+from heddle.ledger import Ledger, Projector, open_ledger
+from heddle.policy.cost_model import CostModel, preset
+from heddle.policy.online_predictor import OnlinePredictor
+from heddle.traces import TraceTrajectory, read_trace
+
+log = logging.getLogger(__name__)
+
+_MAX_BACKOFF_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneConfig:
+    cost_model: str = "qwen3-32b"
+    """Cost-model preset of the workers' model (placement and plans): ``heddle.policy.cost_model``
+    ``MODELS``; live workers of another model should name the closest preset."""
+    hardware: str = "h200"
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    seed: int = 0
+    """Seeds the random routers of baseline bundles."""
+    transfer_kv: bool = True
+    """Migrations move the KV cache (False: the target re-prefills)."""
+    worker_timeout_s: float = 10.0
+    """A worker silent this long is declared failed (its trajectories are re-placed)."""
+    liveness_check_s: float = 0.5
+    project_ledger: bool = True
+    """Run the ledger projector in this process."""
+    learn_from_ledger: bool = True
+    """Teach the predictor earlier rollouts' completed trajectories from the ledger at start."""
+    history: tuple[Path, ...] = ()
+    """Trace files of earlier rollouts: the predictor and the planners' ratios learn from them."""
+    host: HostConfig = field(default_factory=HostConfig)
+    status_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
+        if not self.worker_timeout_s > 0 or not self.liveness_check_s > 0:
+            raise ValueError("worker_timeout_s and liveness_check_s must be > 0")
+
+
+class ControlPlaneService:
+    def __init__(self, settings: Settings, config: ControlPlaneConfig | None = None) -> None:
+        self.settings = settings
+        self.config = config or ControlPlaneConfig()
+        self.ready = asyncio.Event()
+        self.started_at = time.time()
+        self.consumers: dict[str, DeciderConsumer] = {}
+        self.slots: dict[str, SlotDeciders] = {}
+        self.restarts: dict[str, int] = {}
+        self.hooks: PredictionHooks | None = None
+        self.liveness: WorkerLiveness | None = None
+        self.projector: Projector | None = None
+        self._bus: Bus | None = None
+        self._ledger: Ledger | None = None
+        self._history: list[TraceTrajectory] = []
+        self._stopping = False
+        self._liveness_checked = False
+        self._options: ControlOptions | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set; then finish current batches and return."""
+        self._history = [t for path in self.config.history for t in read_trace(path)]
+        async with Bus(self.settings, BusOptions(name="heddle-control")) as bus:
+            self._bus = bus
+            if self.config.project_ledger or self.config.learn_from_ledger:
+                self._ledger = await asyncio.to_thread(open_ledger, self.settings.ledger_url)
+            units: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+                (slot, functools.partial(self._run_slot, slot)) for slot in SLOTS
+            ]
+            units.append(("liveness", self._run_liveness))
+            if self.config.project_ledger:
+                units.append(("projector", self._run_projector))
+            tasks = [asyncio.create_task(self._supervise(name, unit)) for name, unit in units]
+            tasks.append(asyncio.create_task(self._report_status()))
+            try:
+                await stop.wait()
+            finally:
+                self._stop_units()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self._write_status()
+
+    def _stop_units(self) -> None:
+        self._stopping = True
+        for consumer in self.consumers.values():
+            consumer.stop()
+        if self.projector is not None:
+            self.projector.stop()
+
+    async def _supervise(self, name: str, unit: Callable[[], Awaitable[None]]) -> None:
+        backoff_s = 0.5
+        while not self._stopping:
+            try:
+                await unit()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self._stopping:
+                    return
+                log.exception("control plane: %s failed; rebuilding it from the stream", name)
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(_MAX_BACKOFF_S, backoff_s * 2)
+
+    # ---- units ------------------------------------------------------------------------------
+
+    async def _run_slot(self, slot: str) -> None:
+        bus = self._require_bus()
+        hooks = self._new_prediction_hooks() if slot == "prediction" else None
+        deciders = SlotDeciders(slot, self._bundle_factory(hooks), hooks)
+        self.slots[slot] = deciders
+        consumer = DeciderConsumer(bus, deciders, self.config.host)
+        self.consumers[slot] = consumer
+        on_replayed = None
+        if hooks is not None and self.config.learn_from_ledger:
+
+            async def on_replayed() -> None:
+                await self._learn_from_ledger(hooks, deciders)
+
+        await consumer.run(on_replayed=on_replayed)
+
+    async def _run_liveness(self) -> None:
+        bus = self._require_bus()
+        liveness = WorkerLiveness(self.config.worker_timeout_s)
+        consumer = DeciderConsumer(bus, liveness, self.config.host)
+        self.liveness = liveness
+        self.consumers[liveness.slot] = consumer
+        run = asyncio.create_task(consumer.run())
+        checks = asyncio.create_task(self._check_liveness(consumer, liveness))
+        done, _ = await asyncio.wait({run, checks}, return_when=asyncio.FIRST_COMPLETED)
+        if checks in done:
+            consumer.stop()  # the checks failed: the fold is ahead of the stream, rebuild it
+            await asyncio.gather(run, return_exceptions=True)
+            checks.result()
+            return
+        checks.cancel()
+        await asyncio.gather(checks, return_exceptions=True)
+        run.result()
+
+    async def _check_liveness(self, consumer: DeciderConsumer, liveness: WorkerLiveness) -> None:
+        bus = self._require_bus()
+        while True:
+            await asyncio.sleep(self.config.liveness_check_s)
+            if not consumer.stats.is_live:
+                continue
+            state = await bus.consumer_state(EVENTS_STREAM, consumer.durable)
+            if state is None or state.num_pending or state.num_ack_pending:
+                continue  # decide on silence only once every heartbeat sent is folded in
+            failures = liveness.check(time.time())
+            if failures:
+                for failure in failures:
+                    log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
+                await bus.publish_many(failures)
+            self._liveness_checked = True
+
+    async def _run_projector(self) -> None:
+        assert self._ledger is not None
+        self.projector = Projector(self._require_bus(), self._ledger)
+        await self.projector.run()
+
+    # ---- predictor and bundles ----------------------------------------------------------------
+
+    def _new_prediction_hooks(self) -> PredictionHooks:
+        hooks = PredictionHooks(self.config.predictor)
+        hooks.learn_history(self._history)
+        self.hooks = hooks
+        return hooks
+
+    async def _learn_from_ledger(self, hooks: PredictionHooks, deciders: SlotDeciders) -> None:
+        if self._ledger is None:
+            return
+        history = await asyncio.to_thread(
+            ledger_history,
+            self._ledger,
+            exclude_rollouts=deciders.rollouts_seen,
+            max_rollouts=self.config.predictor.max_history_rollouts,
+        )
+        count = hooks.learn_history(history)
+        log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
+
+    def _bundle_factory(self, hooks: PredictionHooks | None) -> BundleFactory:
+        options = self._control_options()
+        if hooks is not None:
+            options = ControlOptions(
+                cost_for_tp=options.cost_for_tp,
+                predictor=hooks.predictor,
+                seed=options.seed,
+                transfer_kv=options.transfer_kv,
+                observation_ratio=options.observation_ratio,
+                tool_s_per_token=options.tool_s_per_token,
+            )
+        final = options
+
+        def make_bundle(policy: str) -> Bundle:
+            return build_control_plane(system_spec(policy), final)
+
+        return make_bundle
+
+    def _control_options(self) -> ControlOptions:
+        if self._options is None:
+            history = self._history
+            ratio = observation_ratio(
+                [(t.num_output_tokens, _observation_tokens(t)) for t in history]
+            )
+            tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
+            self._options = ControlOptions(
+                cost_for_tp=_cost_for_tp(self.config.cost_model, self.config.hardware),
+                # Only the prediction slot predicts (with the shared predictor); the deciders
+                # other slots build from the same bundle never call this one.
+                predictor=OnlinePredictor(),
+                seed=self.config.seed,
+                transfer_kv=self.config.transfer_kv,
+                observation_ratio=ratio,
+                tool_s_per_token=tool_rate,
+            )
+        return self._options
+
+    # ---- status -------------------------------------------------------------------------------
+
+    @property
+    def is_ready(self) -> bool:
+        units = [*SLOTS, "liveness"]
+        live = all(u in self.consumers and self.consumers[u].stats.is_live for u in units)
+        return live and self._liveness_checked
+
+    async def _report_status(self) -> None:
+        while not self._stopping:
+            if not self.ready.is_set() and self.is_ready:
+                self.ready.set()
+                log.info("control plane ready")
+            self._write_status()
+            # Poll fast until ready: a launcher waits for the file to say so.
+            interval_s = self.config.status_interval_s if self.ready.is_set() else 0.1
+            await asyncio.sleep(interval_s)
+
+    def _write_status(self) -> None:
+        try:
+            write_status(self.settings.data_dir, self.status())
+        except OSError as exc:
+            log.warning("cannot write the control plane status: %s", exc)
+
+    def status(self) -> ControlPlaneStatus:
+        hooks = self.hooks
+        prediction = self.slots.get("prediction")
+        return ControlPlaneStatus(
+            pid=os.getpid(),
+            started_at=self.started_at,
+            updated_at=time.time(),
+            is_ready=self.is_ready,
+            nats_url=self.settings.nats_url or "embedded",
+            ledger_url=self.settings.ledger_url if self._ledger is not None else "",
+            predictor=hooks.predictor.name if hooks is not None else "",
+            num_predictor_samples=hooks.online.num_samples if hooks is not None else 0,
+            policies=prediction.policies if prediction is not None else [],
+            live_workers=self.liveness.live_workers() if self.liveness is not None else [],
+            consumers=[
+                consumer_report(consumer.stats, self.restarts.get(name, 0))
+                for name, consumer in self.consumers.items()
+            ],
+        )
+
+    def _require_bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("the control plane is not running")
+        return self._bus
+
+
+@functools.lru_cache(maxsize=8)
+def _cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:
+    @functools.lru_cache(maxsize=8)
+    def cost_for_tp(tp_degree: int) -> CostModel:
+        return preset(model, hardware, tp_degree)
+
+    return cost_for_tp
+
+
+def _observation_tokens(trajectory: TraceTrajectory) -> int:
+    """Observations the trajectory read (the last step's tool output is never read)."""
+    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])

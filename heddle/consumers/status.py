@@ -1,0 +1,124 @@
+"""Where ``heddle status`` (and ``heddle rollout run``) read the control plane's state.
+
+Two sources:
+
+- ``<data_dir>/control-plane.json``, rewritten about once a second by a running control plane:
+  its pid, whether it is ready (every consumer replayed and live, stale workers declared), and
+  per consumer its position, lag, counts and recent batch latencies; the live workers; the
+  predictor. ``read_status`` returns it (None when absent or unreadable).
+- JetStream itself: each consumer's durable (``control-<slot>``, ``control-liveness``) holds its
+  acknowledged position and pending count, readable from anywhere with ``consumer_positions``
+  (no access to the control plane's host needed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from heddle.bus import Bus
+from heddle.consumers.host import ConsumerStats
+from heddle.events.subjects import EVENTS_STREAM
+
+STATUS_FILE = "control-plane.json"
+
+
+class ConsumerReport(msgspec.Struct, frozen=True, kw_only=True):
+    durable: str
+    position: int
+    num_pending: int
+    num_replayed: int
+    num_decided: int
+    num_outputs: int
+    num_rejected: int
+    num_restarts: int = 0
+    is_live: bool
+    batch_ms_p50: float = 0.0
+    batch_ms_p99: float = 0.0
+    batch_ms_max: float = 0.0
+
+
+class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
+    pid: int
+    started_at: float
+    updated_at: float
+    is_ready: bool
+    nats_url: str
+    ledger_url: str = ""
+    predictor: str = ""
+    num_predictor_samples: int = 0
+    policies: list[str] = []
+    live_workers: list[str] = []
+    consumers: list[ConsumerReport] = []
+
+
+class DurablePosition(msgspec.Struct, frozen=True, kw_only=True):
+    durable: str
+    ack_floor_sequence: int
+    num_pending: int
+    num_ack_pending: int
+
+
+def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerReport:
+    latencies = sorted(stats.batch_ms)
+    return ConsumerReport(
+        durable=stats.durable,
+        position=stats.position,
+        num_pending=stats.num_pending,
+        num_replayed=stats.num_replayed,
+        num_decided=stats.num_decided,
+        num_outputs=stats.num_outputs,
+        num_rejected=stats.num_rejected,
+        num_restarts=num_restarts,
+        is_live=stats.is_live,
+        batch_ms_p50=_quantile(latencies, 0.5),
+        batch_ms_p99=_quantile(latencies, 0.99),
+        batch_ms_max=latencies[-1] if latencies else 0.0,
+    )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def status_path(data_dir: Path) -> Path:
+    return data_dir / STATUS_FILE
+
+
+def write_status(data_dir: Path, status: ControlPlaneStatus) -> None:
+    """Replace the status file atomically (readers never see half a file)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = status_path(data_dir)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(msgspec.json.encode(status))
+    temporary.replace(path)
+
+
+def read_status(data_dir: Path) -> ControlPlaneStatus | None:
+    try:
+        return msgspec.json.decode(status_path(data_dir).read_bytes(), type=ControlPlaneStatus)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+async def consumer_positions(bus: Bus, durables: Iterable[str]) -> list[DurablePosition]:
+    """Acknowledged position and lag of the named durables on the events stream (missing ones
+    are left out)."""
+    positions = []
+    for durable in durables:
+        state = await bus.consumer_state(EVENTS_STREAM, durable)
+        if state is not None:
+            positions.append(
+                DurablePosition(
+                    durable=durable,
+                    ack_floor_sequence=state.ack_floor_sequence,
+                    num_pending=state.num_pending,
+                    num_ack_pending=state.num_ack_pending,
+                )
+            )
+    return positions

@@ -1,0 +1,206 @@
+"""What a rollout submits: its trajectory specs, and the events that open it.
+
+A rollout is opened by ``RolloutSubmitted`` (policy, number of trajectories, time scale) followed
+by one ``TrajectorySubmitted`` per trajectory, in index order; the control plane places them once
+it has seen them all. Event ids derive from the rollout and trajectory ids, so a submitter that
+retries after a crash stores nothing twice.
+
+Specs come from a trace (``trace_specs``: each trajectory replays its trace line with the
+``trace`` environment, the prompt is the environment's pseudo-tokens) or from tasks of a real
+environment (``task_specs``: each task sampled ``group_size`` times, prompt token ids from the
+environment's prompt and the workers' tokenizer, so the control plane sees the true prompt
+length). Bad tasks raise ``TaskError`` (a ``ValueError``) naming the task and field.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from heddle.bus import Bus
+from heddle.control.systems import SYSTEMS
+from heddle.events import (
+    Event,
+    RolloutSubmitted,
+    SamplingParams,
+    TrajectorySpec,
+    TrajectorySubmitted,
+)
+from heddle.ids import check_token, derive_id, group_id, trajectory_id
+from heddle.traces import TraceTrajectory
+from heddle.workers.environments import create_environment
+from heddle.workers.environments.base import TaskError
+from heddle.workers.tokenizers import Tokenizer
+
+TRACE_ENVIRONMENT = "trace"
+DEFAULT_MAX_TOTAL_TOKENS = 131072
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """Everything a submission needs besides the bus."""
+
+    policy: str
+    specs: list[TrajectorySpec]
+    source: str = ""
+    """For humans: ``workload:coding``, ``trace:FILE``, ``tasks:FILE``."""
+    time_scale: float = 1.0
+    """Model seconds per wall second of the workers that run it (sim engines)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.specs:
+            raise ValueError("a rollout needs at least one trajectory")
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if self.policy not in SYSTEMS:
+            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(SYSTEMS)}")
+
+    @property
+    def num_trajectories(self) -> int:
+        return len(self.specs)
+
+
+def new_rollout_id() -> str:
+    """A fresh rollout id: UTC time to the second plus random hex (sortable, subject-safe)."""
+    return f"r{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def trace_specs(
+    trace: Sequence[TraceTrajectory], *, tool_pool: str = "default"
+) -> list[TrajectorySpec]:
+    """One ``trace`` trajectory per trace line, in order (groups from the trace's groups). The
+    samples of a group share their prompt, as GRPO samples of one prompt do."""
+    specs: list[TrajectorySpec] = []
+    prompts: dict[tuple[str, int], list[int]] = {}
+    for index, trajectory in enumerate(trace):
+        task = msgspec.to_builtins(trajectory)
+        key = (trajectory.group or trajectory.id, trajectory.prompt_tokens)
+        prompt = prompts.get(key)
+        if prompt is None:
+            prompt = prompts[key] = _prompt_token_ids(TRACE_ENVIRONMENT, task, None)
+        specs.append(
+            TrajectorySpec(
+                group_id=trajectory.group or trajectory.id,
+                index=index,
+                environment=TRACE_ENVIRONMENT,
+                task=task,
+                prompt_token_ids=prompt,
+                max_steps=len(trajectory.steps),
+                max_new_tokens=max(1, max(step.output_tokens for step in trajectory.steps)),
+                max_total_tokens=max(DEFAULT_MAX_TOTAL_TOKENS, trajectory.num_context_tokens + 1),
+                tool_pool=tool_pool,
+            )
+        )
+    return specs
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How tasks of a real environment become trajectories."""
+
+    group_size: int = 8
+    """Samples per task (GRPO-style group sampling)."""
+    max_steps: int = 16
+    max_new_tokens: int = 1024
+    max_total_tokens: int = 32768
+    temperature: float = 1.0
+    seed: int = 0
+    """Base of each trajectory's sampling seed (seed + index)."""
+    tool_pool: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
+            raise ValueError("group_size, max_steps and max_new_tokens must be >= 1")
+        if self.max_total_tokens <= self.max_new_tokens:
+            raise ValueError("max_total_tokens must exceed max_new_tokens")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+def task_specs(
+    tasks: Sequence[Mapping[str, Any]],
+    environment: str,
+    tokenizer: Tokenizer,
+    options: TaskOptions | None = None,
+) -> list[TrajectorySpec]:
+    """``group_size`` trajectories per task, tasks in order; ``TaskError`` for a bad task."""
+    options = options or TaskOptions()
+    specs: list[TrajectorySpec] = []
+    for task_index, task in enumerate(tasks):
+        try:
+            prompt = _prompt_token_ids(environment, dict(task), tokenizer)
+        except ValueError as exc:
+            raise TaskError(f"task {task_index + 1}: {exc}") from None
+        for _ in range(options.group_size):
+            index = len(specs)
+            specs.append(
+                TrajectorySpec(
+                    group_id=group_id(task_index),
+                    index=index,
+                    environment=environment,
+                    task=dict(task),
+                    prompt_token_ids=prompt,
+                    max_steps=options.max_steps,
+                    max_new_tokens=options.max_new_tokens,
+                    max_total_tokens=options.max_total_tokens,
+                    sampling=SamplingParams(
+                        temperature=options.temperature, seed=options.seed + index
+                    ),
+                    tool_pool=options.tool_pool,
+                )
+            )
+    return specs
+
+
+def _prompt_token_ids(
+    environment: str, task: dict[str, Any], tokenizer: Tokenizer | None
+) -> list[int]:
+    """The prompt a worker would build (the environment's reset observation, tokenized)."""
+    observation = create_environment(environment).reset(task)
+    if observation.token_ids is not None:
+        return list(observation.token_ids)
+    if tokenizer is None:
+        raise TaskError(f"environment {environment!r} needs a tokenizer for its prompt")
+    return observation.tokens(tokenizer)
+
+
+def submission_events(rollout_id: str, plan: RolloutPlan, now: float) -> list[Event]:
+    """``RolloutSubmitted`` then every ``TrajectorySubmitted``, with derived ids."""
+    check_token(rollout_id, "rollout id")
+    events: list[Event] = [
+        RolloutSubmitted(
+            event_id=derive_id(rollout_id, "submitted"),
+            rollout_id=rollout_id,
+            occurred_at=now,
+            policy=plan.policy,
+            num_trajectories=plan.num_trajectories,
+            source=plan.source,
+            time_scale=plan.time_scale,
+            labels=dict(plan.labels),
+        )
+    ]
+    for spec in plan.specs:
+        traj_id = trajectory_id(spec.index)
+        events.append(
+            TrajectorySubmitted(
+                event_id=derive_id(rollout_id, traj_id, "submitted"),
+                rollout_id=rollout_id,
+                occurred_at=now,
+                traj_id=traj_id,
+                spec=spec,
+            )
+        )
+    return events
+
+
+async def submit(bus: Bus, plan: RolloutPlan, rollout_id: str | None = None) -> str:
+    """Publish the rollout's opening events; returns its id."""
+    rollout_id = rollout_id or new_rollout_id()
+    await bus.publish_many(submission_events(rollout_id, plan, time.time()))
+    return rollout_id
