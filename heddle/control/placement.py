@@ -351,6 +351,20 @@ class PlacementDecider:
                 rollout.placer.on_moved(traj_id, target)
         return outputs
 
+    def snapshot(self) -> tuple[object, ...]:
+        """The state, as a comparable value (replay tests): workers, in-flight counts, and per
+        rollout its trajectories, first predictions and the placer's view of them."""
+        rollouts = {
+            rollout_id: (
+                rollout.num_trajectories,
+                dict(rollout.trajectories),
+                dict(rollout.first_predictions),
+                rollout.placer.snapshot() if rollout.placer is not None else None,
+            )
+            for rollout_id, rollout in self._rollouts.items()
+        }
+        return dict(self._workers), dict(self._in_flight), rollouts
+
     # ---- helpers -----------------------------------------------------------------------------
 
     def _rollout(self, rollout_id: str) -> _Rollout:

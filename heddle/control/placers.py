@@ -87,6 +87,10 @@ class Placer(Protocol):
 
     def on_worker_failed(self, worker_id: str) -> None: ...
 
+    def snapshot(self) -> object:
+        """The placer's state, as a comparable value (replay tests)."""
+        ...
+
 
 class PresortedPlacer:
     """Heddle's placement: presorted partition at the start, migrations on new predictions."""
@@ -177,6 +181,12 @@ class PresortedPlacer:
         for traj_id, worker in self._worker_of.items():
             self._planner.add(traj_id, worker, self._predicted[traj_id])
 
+    def snapshot(self) -> object:
+        ranks = None
+        if self._planner is not None:
+            ranks = {traj_id: self._planner.rank_of(traj_id) for traj_id in self._worker_of}
+        return dict(self._worker_of), dict(self._predicted), list(self._shares), ranks
+
     def _track(self, traj_id: str, worker_id: str, predicted: float) -> None:
         assert self._planner is not None
         self._worker_of[traj_id] = worker_id
@@ -238,3 +248,6 @@ class RouterPlacer:
 
     def on_worker_failed(self, worker_id: str) -> None:
         return None
+
+    def snapshot(self) -> object:
+        return list(self._worker_ids), self._router_name

@@ -177,5 +177,6 @@ class PriorityDecider:
     def snapshot(self) -> dict[tuple[str, str], tuple[TrajectoryFacts, float, str, bool]]:
         """The state, as a comparable value (replay tests)."""
         return {
-            k: (v.facts(), v.priority, v.worker_id, v.is_generating) for k, v in self._tracked.items()
+            k: (v.facts(), v.priority, v.worker_id, v.is_generating)
+            for k, v in self._tracked.items()
         }

@@ -133,12 +133,7 @@ def plan_tp_degrees(
     problem = ResourceProblem(lengths, num_gpus, models, context_tokens)
     if mode == "annealed":
         return list(anneal(problem, rng).plan.tp_degrees)
-    if tp_degree:
-        if tp_degree not in problem.tp_degrees:
-            raise ValueError(
-                f"TP{tp_degree} does not fit {num_gpus} GPUs for this model; "
-                f"choose one of {problem.tp_degrees}"
-            )
+    if tp_degree:  # with fewer GPUs than the degree, the largest degree that fits
         return list(fixed_configuration(problem, tp_degree))
     configurations = {fixed_configuration(problem, tp) for tp in problem.tp_degrees}
     best = min(configurations, key=lambda key: (problem.makespan_s(key, exact=True), key))

@@ -142,10 +142,20 @@ class SimDataPlane:
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
             t.phase = Phase.READY
+        if t.worker_id and t.worker_id != command.worker_id:
+            self._leave(t)
         t.move_to(command.worker_id)
         if t.phase in (Phase.PENDING, Phase.READY):
             return self._submit(t, now)
         return []  # in a tool call: the step runs here once the result is routed
+
+    def _leave(self, t: SimTrajectory) -> None:
+        """The trajectory moved away without a transfer. Heddle's workers (priority eviction)
+        release its prefix, as a migration would; an LRU engine (SGLang's radix cache) is not
+        told and keeps it until evicted."""
+        old = self._worker_of(t)
+        if old.model.config.eviction == "priority":
+            old.model.release(t.traj_id)
 
     def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
         worker = self._worker_of(t)

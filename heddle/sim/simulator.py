@@ -135,6 +135,11 @@ class Simulator:
             record_timeline=self._config.record_worker_timelines,
         )
 
+    @property
+    def recorded_events(self) -> list[Event]:
+        """The events dispatched so far (with ``SimConfig.record_events``), in order."""
+        return self._events
+
     def at(self, time_s: float, kind: TimerKind, key: str) -> None:
         """Timer: call back at ``time_s`` (the data plane's future happenings)."""
         self._sequence += 1

@@ -361,6 +361,8 @@ class BatchingModel:
         needed = self._reserved - freed_tokens + state.final_context
         if needed > self.max_kv_tokens:
             return False
+        if not self._running:
+            return True  # an idle worker evicts what it must: idling would help no one
         # Prefixes the job may not evict (under priority eviction) must fit beside it.
         protected = self._cache.protected_tokens(state.priority, state.job.traj_id)
         return needed + protected <= self.max_kv_tokens
