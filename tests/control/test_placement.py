@@ -1,0 +1,170 @@
+"""The placement decider: initial placement, per-step routing, migrations, worker failures."""
+
+from __future__ import annotations
+
+import random
+
+from heddle.control.placement import PlacementDecider
+from heddle.control.placers import PresortedPlacer, RouterPlacer
+from heddle.events import (
+    ContinueTrajectory,
+    Event,
+    MigrationRequested,
+    Prioritized,
+    StartTrajectory,
+    TrajectoryPlaced,
+)
+from heddle.policy.cost_model import AnalyticCostModel, preset
+
+from . import builders as b
+
+
+def cost_for_tp(tp: int) -> AnalyticCostModel:
+    return preset("qwen3-32b", "h200", tp)
+
+
+def presorted() -> PlacementDecider:
+    return PlacementDecider(lambda: PresortedPlacer(cost_for_tp, hysteresis=0.0))
+
+
+def routed(router: str, threshold: int | None = None) -> PlacementDecider:
+    rng = random.Random(0)
+    return PlacementDecider(lambda: RouterPlacer(router, rng, locality_threshold_tokens=threshold))
+
+
+def feed(decider: PlacementDecider, events: list[Event]) -> list[object]:
+    outputs: list[object] = []
+    for event in events:
+        outputs += decider.decide(event)
+    return outputs
+
+
+def opening(num: int, workers: list[tuple[str, int]]) -> list[Event]:
+    events: list[Event] = [b.worker(w, tp) for w, tp in workers]
+    events.append(b.rollout(num))
+    events += [b.submitted(f"t{i}", i) for i in range(num)]
+    return events
+
+
+def starts(outputs: list[object]) -> dict[str, str]:
+    return {o.traj_id: o.worker_id for o in outputs if isinstance(o, StartTrajectory)}
+
+
+def test_presorted_placement_waits_for_every_first_prediction() -> None:
+    decider = presorted()
+    lengths = [100.0, 9000.0, 300.0, 8000.0, 50.0, 200.0]
+    assert feed(decider, opening(6, [("w0", 1), ("w1", 1)])) == []
+    outputs = feed(decider, [b.predicted(f"t{i}", -1, n) for i, n in enumerate(lengths[:-1])])
+    assert outputs == []
+    outputs = decider.decide(b.predicted("t5", -1, lengths[5]))
+    placed = [o for o in outputs if isinstance(o, TrajectoryPlaced)]
+    assert len(placed) == 6 and len(starts(outputs)) == 6
+    # Presorted groups are contiguous in length order: the longest runs apart from the rest.
+    by_worker = starts(outputs)
+    assert [t for t, w in by_worker.items() if w == by_worker["t1"]] == ["t1"]
+    ranks = {p.traj_id: p.group_rank for p in placed}
+    assert [ranks[f"t{i}"] for i in range(6)] == [4, 0, 2, 1, 5, 3]
+    start = next(o for o in outputs if isinstance(o, StartTrajectory) and o.traj_id == "t1")
+    assert not start.resume and start.command_id == "r1:t1:0:initial:start"
+
+
+def test_heterogeneous_workers_give_the_longest_trajectories_high_tp() -> None:
+    decider = presorted()
+    feed(decider, opening(4, [("small", 1), ("big", 8)]))
+    outputs = feed(
+        decider, [b.predicted(f"t{i}", -1, n) for i, n in enumerate([50_000, 100, 120, 90])]
+    )
+    assert starts(outputs)["t0"] == "big"
+    tps = {o.traj_id: o.tp_degree for o in outputs if isinstance(o, TrajectoryPlaced)}
+    assert tps["t0"] == 8
+
+
+def test_steps_continue_on_their_worker_with_the_latest_priority() -> None:
+    decider = presorted()
+    feed(decider, opening(2, [("w0", 1)]))
+    feed(decider, [b.predicted("t0", -1, 10.0), b.predicted("t1", -1, 20.0)])
+    decider.decide(
+        Prioritized(
+            event_id="p",
+            rollout_id=b.ROLLOUT,
+            occurred_at=1.0,
+            traj_id="t0",
+            worker_id="w0",
+            priority=7.0,
+        )
+    )
+    decider.decide(b.generated("t0", 0, 5))
+    decider.decide(b.tool_called("t0", 0))
+    (step,) = decider.decide(b.tool_returned("t0", 0))
+    assert isinstance(step, ContinueTrajectory)
+    assert (step.worker_id, step.step, step.priority) == ("w0", 1, 7.0)
+    assert step.tool_result.step == 0
+    assert decider.decide(b.tool_returned("t0", 0)) == []  # duplicate: routed already
+
+
+def test_a_grown_prediction_requests_a_migration_once() -> None:
+    decider = presorted()
+    feed(decider, opening(4, [("w0", 1), ("w1", 1)]))
+    outputs = feed(
+        decider, [b.predicted(f"t{i}", -1, n) for i, n in enumerate([9000, 8000, 100, 90])]
+    )
+    short_worker = starts(outputs)["t3"]
+    long_worker = starts(outputs)["t0"]
+    decider.decide(b.generated("t3", 0, 50, worker_id=short_worker))
+    decider.decide(b.tool_called("t3", 0, worker_id=short_worker))
+    (request,) = decider.decide(b.predicted("t3", 0, 20_000.0))
+    assert isinstance(request, MigrationRequested)
+    assert (request.source_worker_id, request.target_worker_id) == (short_worker, long_worker)
+    assert decider.decide(b.predicted("t3", 0, 20_001.0)) == []  # same target: asked already
+    decider.decide(b.migrated("t3", short_worker, long_worker))
+    assert decider.worker_of(b.ROLLOUT, "t3") == long_worker
+    (step,) = decider.decide(b.tool_returned("t3", 0))
+    assert isinstance(step, ContinueTrajectory) and step.worker_id == long_worker
+
+
+def test_least_load_router_rebalances_each_step_with_a_resume() -> None:
+    decider = routed("least_load")
+    outputs = feed(decider, opening(3, [("w0", 1), ("w1", 1)]))
+    assert starts(outputs) == {"t0": "w0", "t1": "w1", "t2": "w0"}  # ties: first registered
+    for traj_id, worker_id in (("t0", "w0"), ("t1", "w1")):
+        decider.decide(b.generated(traj_id, 0, 5, worker_id=worker_id))
+        decider.decide(b.tool_called(traj_id, 0, worker_id=worker_id))
+    placed, start = decider.decide(b.tool_returned("t0", 0))  # w0 still runs t2: go to w1
+    assert isinstance(placed, TrajectoryPlaced) and isinstance(start, StartTrajectory)
+    assert (start.worker_id, start.resume, start.source_worker_id) == ("w1", True, "w0")
+    assert placed.reason == "migration" and decider.worker_of(b.ROLLOUT, "t0") == "w1"
+
+
+def test_cache_affinity_router_is_sticky() -> None:
+    decider = routed("cache_affinity")
+    outputs = feed(decider, opening(3, [("w0", 1), ("w1", 1)]))
+    home = starts(outputs)["t0"]
+    for step in range(3):
+        decider.decide(b.generated("t0", step, 5, worker_id=home))
+        decider.decide(b.tool_called("t0", step, worker_id=home))
+        (out,) = decider.decide(b.tool_returned("t0", step))
+        assert isinstance(out, ContinueTrajectory) and out.worker_id == home
+
+
+def test_locality_threshold_keeps_long_contexts_home() -> None:
+    decider = routed("least_load", threshold=150)
+    outputs = feed(decider, opening(2, [("w0", 1), ("w1", 1)]))
+    home = starts(outputs)["t0"]
+    decider.decide(b.generated("t0", 0, 80, worker_id=home))  # context 100 + 80 + 10 >= 150
+    decider.decide(b.tool_called("t0", 0, worker_id=home))
+    (out,) = decider.decide(b.tool_returned("t0", 0, tokens=10))
+    assert isinstance(out, ContinueTrajectory) and out.worker_id == home
+
+
+def test_a_failed_worker_s_trajectories_are_replaced_with_resume() -> None:
+    decider = routed("cache_affinity")
+    outputs = feed(decider, opening(4, [("w0", 1), ("w1", 1), ("w2", 1)]))
+    lost = sorted(t for t, w in starts(outputs).items() if w == "w1")
+    assert lost
+    replaced = decider.decide(b.worker_failed("w1"))
+    restarts = [o for o in replaced if isinstance(o, StartTrajectory)]
+    assert sorted(o.traj_id for o in restarts) == lost
+    assert all(o.resume and o.worker_id in ("w0", "w2") for o in restarts)
+    reasons = {o.reason for o in replaced if isinstance(o, TrajectoryPlaced)}
+    assert reasons == {"replacement"}
+    assert decider.decide(b.worker_failed("w1")) == []

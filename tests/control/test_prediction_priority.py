@@ -1,0 +1,118 @@
+"""The prediction and priority deciders: what they emit for each fact, and what they ignore."""
+
+from __future__ import annotations
+
+import pytest
+
+from heddle.control.prediction import PredictionDecider
+from heddle.control.priority import PriorityConfig, PriorityDecider
+from heddle.events import Predicted, Prioritized, Reprioritize, TrajectoryPlaced
+from heddle.policy.predictors import PredictorOptions, make_predictor
+from heddle.policy.priority import priority_policy
+from heddle.traces import TraceStep, TraceTrajectory
+
+from . import builders as b
+
+
+def oracle_decider() -> PredictionDecider:
+    trace = TraceTrajectory(
+        id="t0",
+        prompt_tokens=100,
+        steps=[TraceStep(output_tokens=n, tool_s=1.0, tool_output_tokens=10) for n in (30, 20, 5)],
+    )
+    return PredictionDecider(make_predictor("oracle", PredictorOptions(trace={"t0": trace})))
+
+
+def test_prediction_decider_predicts_at_submission_and_at_each_tool_call() -> None:
+    decider = oracle_decider()
+    (first,) = decider.decide(b.submitted("t0", 0))
+    assert isinstance(first, Predicted)
+    assert (first.step, first.predicted_remaining_tokens, first.num_context_tokens) == (-1, 55, 100)
+    assert first.event_id == "r1:t0:-1:predicted" and first.predictor == "oracle"
+    assert decider.decide(b.generated("t0", 0, 30)) == []
+    (second,) = decider.decide(b.tool_called("t0", 0, at=4.0))
+    assert isinstance(second, Predicted)
+    assert (second.step, second.predicted_remaining_tokens, second.occurred_at) == (0, 25, 4.0)
+    assert decider.decide(b.tool_returned("t0", 0, tokens=10)) == []
+    decider.decide(b.generated("t0", 1, 20))
+    (third,) = decider.decide(b.tool_called("t0", 1))
+    assert isinstance(third, Predicted)
+    assert third.predicted_remaining_tokens == 5 and third.num_context_tokens == 160
+
+
+def test_prediction_decider_ignores_duplicates_and_strangers() -> None:
+    decider = oracle_decider()
+    decider.decide(b.submitted("t0", 0))
+    assert decider.decide(b.submitted("t0", 0)) == []
+    decider.decide(b.generated("t0", 0, 30))
+    before = decider.snapshot()
+    assert decider.decide(b.generated("t0", 0, 30)) == []  # redelivered
+    assert decider.decide(b.tool_called("t0", 3)) == []  # a step it has not seen
+    assert decider.decide(b.generated("nobody", 0, 5)) == []
+    assert decider.snapshot() == before
+
+
+def test_history_predictor_learns_from_completed_trajectories() -> None:
+    decider = PredictionDecider(make_predictor("history", PredictorOptions(prior_total_tokens=7)))
+    decider.decide(b.submitted("a", 0))
+    decider.decide(b.generated("a", 0, 40))
+    decider.decide(b.tool_called("a", 0))
+    decider.decide(b.tool_returned("a", 0))
+    decider.decide(b.generated("a", 1, 60))
+    decider.decide(b.completed("a", 2, 100))
+    (prediction,) = decider.decide(b.submitted("b", 1))
+    assert isinstance(prediction, Predicted)
+    assert prediction.predicted_remaining_tokens == 100  # what "a" needed from step 0
+
+
+def placed(traj_id: str, worker_id: str) -> TrajectoryPlaced:
+    return TrajectoryPlaced(
+        event_id=f"{traj_id}:placed",
+        rollout_id=b.ROLLOUT,
+        occurred_at=0.0,
+        traj_id=traj_id,
+        worker_id=worker_id,
+    )
+
+
+def test_pps_prioritises_by_prediction_with_hysteresis() -> None:
+    decider = PriorityDecider(priority_policy("pps"), PriorityConfig(min_relative_change=0.1))
+    (first,) = decider.decide(b.submitted("t0", 0))
+    assert isinstance(first, Prioritized) and first.priority == 0.0
+    decider.decide(placed("t0", "w3"))
+    out = decider.decide(b.predicted("t0", -1, 1000.0))
+    assert [type(o) for o in out] == [Prioritized, Reprioritize]  # generating: tell the worker
+    assert isinstance(out[1], Reprioritize) and (out[1].worker_id, out[1].priority) == ("w3", 1000)
+    assert decider.decide(b.predicted("t0", -1, 1050.0)) == []  # within 10%
+    decider.decide(b.tool_called("t0", 0))
+    out = decider.decide(b.predicted("t0", 0, 500.0))
+    assert [type(o) for o in out] == [Prioritized]  # in a tool gap: no command
+    assert decider.priority_of(b.ROLLOUT, "t0") == 500.0
+
+
+def test_fcfs_keeps_submission_order_among_simultaneous_trajectories() -> None:
+    decider = PriorityDecider(priority_policy("fcfs"))
+    priorities = []
+    for index in range(3):
+        (event,) = decider.decide(b.submitted(f"t{index}", index))
+        assert isinstance(event, Prioritized)
+        priorities.append(event.priority)
+    assert priorities[0] > priorities[1] > priorities[2]
+
+
+def test_round_robin_sends_a_returning_step_to_the_back() -> None:
+    decider = PriorityDecider(priority_policy("round_robin"))
+    decider.decide(b.submitted("t0", 0, at=0.0))
+    decider.decide(b.submitted("t1", 1, at=0.0))
+    (event,) = decider.decide(b.tool_returned("t0", 0, at=5.0))
+    assert isinstance(event, Prioritized) and event.priority == -5.0
+    assert decider.priority_of(b.ROLLOUT, "t1") == 0.0
+
+
+def test_plas_lowers_priority_with_attained_service() -> None:
+    decider = PriorityDecider(priority_policy("plas"))
+    decider.decide(b.submitted("t0", 0))
+    (event,) = decider.decide(b.generated("t0", 0, 30))
+    assert isinstance(event, Prioritized) and event.priority == pytest.approx(-2.5)
+    decider.decide(b.completed("t0", 1, 30))
+    assert decider.priority_of(b.ROLLOUT, "t0") is None

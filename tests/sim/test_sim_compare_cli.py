@@ -1,0 +1,72 @@
+"""`heddle sim compare`: one JSON object on the same trace for every system; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from heddle.cli import app
+from heddle.errors import UserError
+from heddle.traces import write_trace
+from heddle.workloads import generate
+
+HEDDLE = [sys.executable, "-c", "from heddle.cli import main; main()"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HEDDLE, "sim", "compare", *args], capture_output=True, text=True)
+
+
+def test_compare_prints_one_json_object_per_run(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace, generate("math", 24, seed=1))
+    result = run(
+        "--trace",
+        str(trace),
+        "--model",
+        "8b",
+        "--gpus",
+        "4",
+        "--systems",
+        "heddle,verl,slime",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["num_trajectories"] == 24 and document["source"] == f"trace:{trace}"
+    assert set(document["systems"]) == {"heddle", "verl", "slime"}
+    for row in document["systems"].values():
+        assert row["makespan_s"] >= row["lower_bound_s"] > 0
+        assert row["makespan_over_lb"] >= 1.0 and row["throughput_tok_s"] > 0
+        assert set(row["slowest"]) >= {"queue_s", "generation_s", "tool_s", "migration_s"}
+    assert set(document["throughput_ratios"]) == {"heddle_over_verl", "heddle_over_slime"}
+
+
+def test_a_bad_trace_exits_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt_tokens": 3, "steps": []}\n')
+    result = run("--trace", str(bad))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {bad}:1: steps: needs at least one step"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workload", "coding", "--systems", "heddle,nope"], "unknown system 'nope'"),
+        (["--workload", "poetry"], "unknown --workload 'poetry'"),
+        (["--workload", "coding", "--model", "70b"], "unknown --model '70b'"),
+        (["--workload", "coding", "--gpus", "0"], "num_gpus must be >= 1"),
+        (["--workload", "coding", "--hardware", "b200"], "unknown --hardware 'b200'"),
+        ([], "give exactly one of --workload or --trace"),
+    ],
+)
+def test_bad_flags_are_user_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["sim", "compare", *args])
+    assert isinstance(result.exception, UserError)
+    assert message in str(result.exception)

@@ -1,0 +1,150 @@
+"""The simulator: a lone trajectory takes its analytic solo time, tokens are conserved, time is
+fully accounted, the same seed gives the same run, no run beats the lower bound, and migrations
+never share a link endpoint."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from heddle.control.systems import SYSTEMS
+from heddle.events import Migrated
+from heddle.policy.cost_model import preset
+from heddle.sim import SimConfig, simulate
+from heddle.sim.run import lower_bound_s
+from heddle.traces import TraceStep, TraceTrajectory
+from heddle.workloads import generate
+
+MODEL = "qwen3-8b"
+
+
+def trajectory(traj_id: str, prompt: int, steps: list[tuple[int, float, int]]) -> TraceTrajectory:
+    return TraceTrajectory(
+        id=traj_id,
+        group=traj_id,
+        prompt_tokens=prompt,
+        steps=[TraceStep(output_tokens=o, tool_s=s, tool_output_tokens=u) for o, s, u in steps],
+    )
+
+
+def analytic_solo_s(t: TraceTrajectory, tp: int) -> float:
+    """Prefill of what is new, one decode step per token at batch 1, then the tool."""
+    cost = preset(MODEL, "h200", tp)
+    total, context, new = 0.0, t.prompt_tokens, t.prompt_tokens
+    for index, step in enumerate(t.steps):
+        total += cost.prefill_s(new)
+        total += sum(cost.decode_step_s(1, context + j) for j in range(step.output_tokens))
+        context += step.output_tokens + step.tool_output_tokens
+        new = step.tool_output_tokens
+        if index < len(t.steps) - 1:
+            total += step.tool_s
+    return total
+
+
+@pytest.mark.parametrize("system", sorted(SYSTEMS))
+def test_a_lone_trajectory_takes_its_analytic_solo_time(system: str) -> None:
+    lone = trajectory("solo", 700, [(300, 2.5, 120), (50, 0.0, 0), (900, 1.0, 40)])
+    config = SimConfig(model=MODEL, num_gpus=1, predictor="oracle")
+    result = simulate([lone], system, config)
+    assert result.tp_degrees == [1]
+    assert result.makespan_s == pytest.approx(analytic_solo_s(lone, 1), rel=1e-9)
+    assert result.slowest.queue_s == pytest.approx(0.0, abs=1e-12)
+    assert result.num_output_tokens == 1250
+
+
+@pytest.fixture(scope="module")
+def small_trace() -> list[TraceTrajectory]:
+    return generate("coding", 48, seed=3)
+
+
+@pytest.mark.parametrize("system", sorted(SYSTEMS))
+def test_tokens_are_conserved_and_time_is_fully_accounted(
+    system: str, small_trace: list[TraceTrajectory]
+) -> None:
+    config = SimConfig(model=MODEL, num_gpus=4, record_events=True)
+    result = simulate(small_trace, system, config)
+    assert result.num_failed == 0
+    assert result.num_output_tokens == sum(t.num_output_tokens for t in small_trace)
+    assert result.active_over_time[0] == (0.0, 48) and result.active_over_time[-1][1] == 0
+    slowest = result.slowest
+    spent = slowest.queue_s + slowest.generation_s + slowest.tool_s + slowest.migration_s
+    assert spent == pytest.approx(slowest.total_s, rel=1e-9)
+    assert slowest.total_s == pytest.approx(result.makespan_s)
+    assert result.makespan_s >= result.lower_bound_s
+
+
+def test_every_trajectory_s_time_adds_up(small_trace: list[TraceTrajectory]) -> None:
+    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.sim import Simulator, make_simulation_predictor, plan_workers
+
+    config = SimConfig(model=MODEL, num_gpus=4)
+    spec = system_spec("heddle")
+    predictor = make_simulation_predictor(small_trace, config)
+    control = build_control_plane(
+        spec, ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor)
+    )
+    run = Simulator(
+        small_trace, control, plan_workers(small_trace, spec, config, predictor), config
+    ).run()
+    for t in run.trajectories:
+        spent = t.queue_s + t.prefill_s + t.decode_s + t.tool_s + t.migration_s
+        assert spent == pytest.approx(t.finished_at, rel=1e-9), t.traj_id
+        assert t.num_output_tokens == t.trace.num_output_tokens
+
+
+def test_the_same_seed_gives_the_same_rollout(small_trace: list[TraceTrajectory]) -> None:
+    config = SimConfig(model=MODEL, num_gpus=4, seed=11)
+    first = simulate(small_trace, "heddle", config)
+    second = simulate(small_trace, "heddle", config)
+    assert first == second
+    assert simulate(small_trace, "verl", config) == simulate(small_trace, "verl", config)
+
+
+steps = st.lists(
+    st.tuples(st.integers(0, 400), st.floats(0.0, 30.0), st.integers(0, 300)),
+    min_size=1,
+    max_size=5,
+)
+traces = st.lists(st.tuples(st.integers(0, 3000), steps), min_size=1, max_size=10).map(
+    lambda rows: [trajectory(f"t{i}", prompt, s) for i, (prompt, s) in enumerate(rows)]
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces, num_gpus=st.sampled_from([1, 2, 4, 8]))
+def test_no_run_beats_the_lower_bound(trace: list[TraceTrajectory], num_gpus: int) -> None:
+    config = SimConfig(model=MODEL, num_gpus=num_gpus, predictor="oracle")
+    bound = lower_bound_s(trace, config)
+    for system in ("heddle", "verl", "slime-least-inflight"):
+        result = simulate(trace, system, config)
+        assert result.makespan_s >= bound * (1 - 1e-9), system
+        assert result.num_output_tokens == sum(t.num_output_tokens for t in trace)
+
+
+def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
+    trace = generate("coding", 96, seed=5)
+    config = SimConfig(model=MODEL, num_gpus=8, record_events=True, predictor_sigma=1.0)
+    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.sim import Simulator, make_simulation_predictor, plan_workers
+
+    spec = system_spec("heddle")
+    predictor = make_simulation_predictor(trace, config)
+    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor)
+    control = build_control_plane(spec, options)
+    run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
+    migrations = [e for e in run.events if isinstance(e, Migrated)]
+    assert migrations, "a noisy predictor should trigger migrations"
+    intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event in migrations:
+        start = event.occurred_at - event.transfer_s
+        for endpoint in (event.source_worker_id, event.target_worker_id):
+            intervals[endpoint].append((start, event.occurred_at))
+    for endpoint, spans in intervals.items():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end - 1e-9, f"two transfers overlap on {endpoint}"
+    assert any(event.kv_transferred and event.num_bytes > 0 for event in migrations)
