@@ -3,6 +3,7 @@ brute-force reference, and consumer lag against a real nats-server."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -283,3 +284,36 @@ def test_worker_process_serves_its_metrics(nats_url: str, tmp_path: Path) -> Non
     finally:
         child.send_signal(signal.SIGTERM)
         assert child.wait(timeout=30) == 0
+
+
+async def test_control_plane_serves_consumer_lag(nats_url: str, tmp_path: Path) -> None:
+    """``ControlPlaneService`` with a metrics port: every durable's lag is scraped."""
+    from heddle.consumers import ControlPlaneConfig, ControlPlaneService
+
+    port = free_port()
+    settings = Settings(nats_url=nats_url, data_dir=tmp_path)
+    service = ControlPlaneService(settings, ControlPlaneConfig(metrics_port=port))
+    stop = asyncio.Event()
+    running = asyncio.create_task(service.run(stop))
+    try:
+        await asyncio.wait_for(service.ready.wait(), timeout=60)
+        async with httpx.AsyncClient() as client:
+            consumers: set[str] = set()
+            for _ in range(100):
+                text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+                consumers = {
+                    sample.labels["consumer"]
+                    for family in text_string_to_metric_families(text)
+                    for sample in family.samples
+                    if sample.name == "heddle_consumer_lag_messages"
+                }
+                if len(consumers) == 7:
+                    break
+                await asyncio.sleep(0.1)
+        assert consumers == {
+            "control-prediction", "control-priority", "control-placement", "control-transfer",
+            "control-rollout", "control-liveness", "ledger",
+        }  # fmt: skip
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, timeout=30)

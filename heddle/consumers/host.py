@@ -47,6 +47,7 @@ from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import Event, EventT, decode_event
 from heddle.events.subjects import EVENTS_STREAM
+from heddle.observability.metrics import BatchObserver
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ class HostConfig:
     """Longer than the bus's publish retry deadline, so a batch whose outputs are still being
     retried is not redelivered meanwhile."""
     fetch_wait_s: float = 1.0
+    since_sequence: int = 1
+    """Events before this stream sequence belong to other runs: never replayed nor decided
+    (a control plane of one isolated run, e.g. each run of ``heddle rollout compare``)."""
 
     def durable(self, slot: str) -> str:
         return f"{self.durable_prefix}-{slot}"
@@ -115,6 +119,7 @@ class DeciderConsumer:
         config: HostConfig | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        on_batch: BatchObserver | None = None,
     ) -> None:
         self.bus = bus
         self.slot = slot
@@ -123,6 +128,7 @@ class DeciderConsumer:
         self.filter_subjects = filter_subjects(slot.handles)
         self.stats = ConsumerStats(self.durable)
         self._clock = clock
+        self._on_batch = on_batch
         self._runner: BatchRunner[EventT] | None = None
         self._stopping = False
 
@@ -167,15 +173,19 @@ class DeciderConsumer:
         """The last stream sequence whose outputs are stored (see the module docstring)."""
         state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
         if state is None:
-            return (await self.bus.stream_state()).last_sequence
-        return state.ack_floor_sequence
+            last = (await self.bus.stream_state()).last_sequence
+            return max(last, self.config.since_sequence - 1)
+        return max(state.ack_floor_sequence, self.config.since_sequence - 1)
 
     async def replay(self, position: int) -> None:
         """Fold every event of the slot's kinds up to ``position`` into the state."""
         self.stats.position = position
         if position <= 0:
             return
-        query = ReplayQuery(filter_subjects=self.filter_subjects, start_sequence=1)
+        if position < self.config.since_sequence:
+            return
+        start = max(1, self.config.since_sequence)
+        query = ReplayQuery(filter_subjects=self.filter_subjects, start_sequence=start)
         # ``batches`` is an async generator: close it when we stop early, so its ephemeral
         # consumer is deleted now rather than when the generator is collected.
         batches = cast(AsyncGenerator[list[ReplayRecord[EventT]]], self._replay_batches(query))
@@ -222,7 +232,10 @@ class DeciderConsumer:
         stats.num_rejected += len(rejections)
         stats.num_outputs += len(outputs)
         stats.num_pending = batch[-1].num_pending
-        stats.batch_ms.append((self._clock() - started) * 1000.0)
+        elapsed_s = self._clock() - started
+        stats.batch_ms.append(elapsed_s * 1000.0)
+        if self._on_batch is not None:  # metrics (heddle.observability)
+            self._on_batch([delivery.message for delivery in batch], outputs, elapsed_s)
         return rejections
 
     async def _publish(self, outputs: list[Output]) -> None:

@@ -33,7 +33,7 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers.history import ledger_history
 from heddle.consumers.host import DeciderConsumer, HostConfig
-from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.liveness import LIVENESS_SLOT, WorkerLiveness
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
 from heddle.consumers.status import ControlPlaneStatus, consumer_report, write_status
@@ -41,7 +41,8 @@ from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
 from heddle.control.resources import observation_ratio, tool_s_per_token
 from heddle.events.subjects import EVENTS_STREAM
-from heddle.ledger import Ledger, Projector, open_ledger
+from heddle.ledger import LEDGER_CONSUMER, Ledger, Projector, open_ledger
+from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
 from heddle.policy.cost_model import CostModel, preset
 from heddle.policy.online_predictor import OnlinePredictor
 from heddle.traces import TraceTrajectory, read_trace
@@ -73,6 +74,8 @@ class ControlPlaneConfig:
     """Trace files of earlier rollouts: the predictor and the planners' ratios learn from them."""
     host: HostConfig = field(default_factory=HostConfig)
     status_interval_s: float = 1.0
+    metrics_port: int = 0
+    """Serve Prometheus metrics on this port (0: off; see ``heddle.observability``)."""
 
     def __post_init__(self) -> None:
         preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
@@ -98,6 +101,7 @@ class ControlPlaneService:
         self._stopping = False
         self._liveness_checked = False
         self._options: ControlOptions | None = None
+        self.metrics = Metrics()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -116,12 +120,18 @@ class ControlPlaneService:
                 units.append(("projector", self._run_projector))
             tasks = [asyncio.create_task(self._supervise(name, unit)) for name, unit in units]
             tasks.append(asyncio.create_task(self._report_status()))
+            # Metrics (heddle.observability): the endpoint and the consumers' lag.
+            metrics_server = start_metrics_server(self.config.metrics_port, self.metrics.registry)
+            if metrics_server is not None:
+                tasks.append(asyncio.create_task(self._lag_tracker(bus).run(stop)))
             try:
                 await stop.wait()
             finally:
                 self._stop_units()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 self._write_status()
+                if metrics_server is not None:
+                    metrics_server.close()
 
     def _stop_units(self) -> None:
         self._stopping = True
@@ -153,7 +163,9 @@ class ControlPlaneService:
         hooks = self._new_prediction_hooks() if slot == "prediction" else None
         deciders = SlotDeciders(slot, self._bundle_factory(hooks), hooks)
         self.slots[slot] = deciders
-        consumer = DeciderConsumer(bus, deciders, self.config.host)
+        durable = self.config.host.durable(slot)
+        observer = self.metrics.batch_observer(durable, observe_inputs=slot == "prediction")
+        consumer = DeciderConsumer(bus, deciders, self.config.host, on_batch=observer)
         self.consumers[slot] = consumer
         on_replayed = None
         if hooks is not None and self.config.learn_from_ledger:
@@ -201,6 +213,13 @@ class ControlPlaneService:
         assert self._ledger is not None
         self.projector = Projector(self._require_bus(), self._ledger)
         await self.projector.run()
+
+    def _lag_tracker(self, bus: Bus) -> ConsumerLagTracker:
+        durables = [self.config.host.durable(slot) for slot in (*SLOTS, LIVENESS_SLOT)]
+        if self.config.project_ledger:
+            durables.append(LEDGER_CONSUMER)
+        refs = [ConsumerRef(EVENTS_STREAM, durable) for durable in durables]
+        return ConsumerLagTracker(bus, self.metrics, refs)
 
     # ---- predictor and bundles ----------------------------------------------------------------
 

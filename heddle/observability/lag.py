@@ -8,6 +8,7 @@ acknowledged position is; for a filtered consumer it also counts other subjects'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,11 +50,13 @@ class ConsumerLagTracker:
                 num_unacked=consumer.num_pending + consumer.num_ack_pending,
             )
 
-    async def run(self, interval_s: float = 2.0) -> None:
-        """Poll until cancelled; a failed poll (a reconnecting bus) is logged and retried."""
-        while True:
+    async def run(self, stop: asyncio.Event, interval_s: float = 2.0) -> None:
+        """Poll until ``stop`` is set; a failed poll (a reconnecting bus) is logged, and the
+        next one tried after the interval."""
+        while not stop.is_set():
             try:
                 await self.poll()
             except Exception as exc:  # metrics must never stop the host
                 log.warning("consumer lag poll failed: %r", exc)
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)

@@ -15,7 +15,8 @@ Workers (from their telemetry and the events they publish; label ``worker``):
 
 Control plane (label ``consumer`` = the decider consumer's durable name):
 
-- ``heddle_decide_seconds``: wall time from taking an event to its outputs being published;
+- ``heddle_decide_seconds``: wall time of a consumer's batch, from taking it to its outputs
+  stored (a step event's path to its command inside the control plane);
 - ``heddle_predictions_total{predictor}``, ``heddle_prediction_last_relative_error`` and the
   histogram ``heddle_prediction_relative_error`` (known when the trajectory completes);
 - ``heddle_migrations_requested_total``, ``heddle_commands_total{action}``;
@@ -25,7 +26,7 @@ Control plane (label ``consumer`` = the decider consumer's durable name):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -48,6 +49,9 @@ STEP_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 5
 DECIDE_BUCKETS_S = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1)
 """Wall seconds: the target is p99 < 5 ms from a step event to its command."""
 ERROR_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16)
+
+BatchObserver = Callable[[Sequence[Event], Sequence[Event | WorkerCommand], float], None]
+"""(events of a batch, outputs published for it, wall seconds from taking it to stored)."""
 
 
 class Metrics:
@@ -95,7 +99,7 @@ class Metrics:
     def _define_control_metrics(self) -> None:
         self.decide_s = Histogram(
             "heddle_decide_seconds",
-            "Wall time from taking an event to publishing its outputs",
+            "Wall time of a decider batch, from taking it to its outputs stored",
             ("consumer",),
             buckets=DECIDE_BUCKETS_S,
             registry=self.registry,
@@ -195,6 +199,21 @@ class Metrics:
                     self.migrations_requested.inc()
                 case WorkerCommand():
                     self.commands.labels(type(output).action).inc()
+
+    def batch_observer(self, consumer: str, *, observe_inputs: bool = False) -> BatchObserver:
+        """A callback for a decider consumer: after each batch's outputs are stored, call it
+        with the batch's events, the outputs and the batch's wall time. ``observe_inputs`` on
+        one consumer only (the prediction slot), so each event feeds the error check once."""
+
+        def observe(
+            events: Sequence[Event], outputs: Sequence[Event | WorkerCommand], elapsed_s: float
+        ) -> None:
+            if observe_inputs:
+                for event in events:
+                    self.observe_input(event)
+            self.observe_decision(consumer, outputs, elapsed_s)
+
+        return observe
 
     def set_consumer_position(
         self, consumer: str, *, last_sequence: int, ack_floor: int, num_unacked: int
