@@ -16,12 +16,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery(Generic[T]):
-    """One delivered message, decoded by the consumer's channel decoder."""
+class Delivery(msgspec.Struct, Generic[T], frozen=True):
+    """One delivered message, decoded by the consumer's channel decoder (a msgspec struct:
+    built per message, so it must be cheap)."""
 
     message: T
     subject: str

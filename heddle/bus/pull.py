@@ -53,6 +53,8 @@ class PullInbox:
         self._buffer: deque[RawMessage] = deque()
         self._open: deque[int] = deque()
         """Messages still owed by each open request, oldest first."""
+        self._num_lingering = 0
+        """Open requests that wait for messages (``expires``) rather than answer at once."""
         self._subscription: SinkSubscription | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._wake_at = 1
@@ -70,7 +72,7 @@ class PullInbox:
             self._subscription = None
         leftover = list(self._buffer)
         self._buffer.clear()
-        self._open.clear()
+        self._forget_requests()
         return leftover
 
     @property
@@ -92,6 +94,7 @@ class PullInbox:
             body = _PullRequest(batch=num_messages, no_wait=True)
         else:
             body = _PullRequest(batch=num_messages, expires=max(int(expires_s * 1e9), 1_000_000))
+            self._num_lingering += 1
         self._open.append(num_messages)
         await self._client.publish(self._next_subject, _encode_request(body), reply=self._inbox)
 
@@ -108,9 +111,13 @@ class PullInbox:
         try:
             await asyncio.wait_for(self._waiter, timeout_s)
         except TimeoutError:
-            self._open.clear()
+            self._forget_requests()
         finally:
             self._waiter = None
+
+    def _forget_requests(self) -> None:
+        self._open.clear()
+        self._num_lingering = 0
 
     def interrupt(self) -> None:
         """End a pending ``wait`` early (the runner is stopping)."""
@@ -127,17 +134,33 @@ class PullInbox:
             return taken
         return [buffer.popleft() for _ in range(max_messages)]
 
-    async def fetch(self, max_messages: int, wait_s: float) -> list[RawMessage]:
+    async def fetch(
+        self, max_messages: int, wait_s: float, *, prefetch: bool = False
+    ) -> list[RawMessage]:
         """Up to ``max_messages`` messages: what is available now, else wait up to ``wait_s``
-        for the first to arrive. Returns ``[]`` when none came (the consumer is idle)."""
+        for the first to arrive. Returns ``[]`` when none came (the consumer is idle).
+
+        With ``prefetch``, a full batch is followed at once by a request for the next one, so
+        the server streams it while the caller works (the consumer's ``max_ack_pending`` must
+        allow two batches)."""
         if len(self._buffer) < max_messages and not self._open:
             await self.request(max_messages - len(self._buffer))
-            await self.wait(max_messages, _WAIT_MARGIN_S + wait_s)
+        if len(self._buffer) < max_messages and self._open:
+            wanted = 1 if self._num_lingering else max_messages
+            await self.wait(wanted, _WAIT_MARGIN_S + wait_s)
         if not self._buffer and wait_s > 0:
             if not self._open:
                 await self.request(max_messages, expires_s=wait_s)
             await self.wait(1, wait_s + _WAIT_MARGIN_S)
-        return self.take(max_messages)
+        taken = self.take(max_messages)
+        if prefetch and len(taken) == max_messages and not self._open:
+            await self.request(max_messages)
+        return taken
+
+    def _end_request(self) -> None:
+        self._open.popleft()
+        if not self._open:
+            self._num_lingering = 0
 
     def _receive(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         status = status_of(headers)
@@ -146,11 +169,11 @@ class PullInbox:
             if self._open:
                 self._open[0] -= 1
                 if self._open[0] <= 0:
-                    self._open.popleft()
+                    self._end_request()
         elif status != _HEARTBEAT:
             self.last_status = status
             if self._open:
-                self._open.popleft()
+                self._end_request()
         waiter = self._waiter
         is_due = len(self._buffer) >= self._wake_at or not self._open
         if waiter is not None and is_due and not waiter.done():

@@ -46,6 +46,8 @@ class ReplayQuery:
     start_sequence: int | None = None
     start_time: datetime.datetime | None = None
     """First message stored at or after this time (timezone-aware)."""
+    end_sequence: int | None = None
+    """Last stream sequence to read (None: until caught up)."""
     batch_size: int = 1000
     """Messages per pull request (and at most per yielded batch)."""
     num_requests_in_flight: int = 2
@@ -59,6 +61,8 @@ class ReplayQuery:
             raise ValueError("start_time must be timezone-aware")
         if not self.filter_subjects:
             raise ValueError("replay needs at least one filter subject")
+        if self.end_sequence is not None and self.end_sequence < 0:
+            raise ValueError("end_sequence must be >= 0")
 
 
 class ReplayReader(Generic[T]):
@@ -131,8 +135,12 @@ class ReplayReader(Generic[T]):
             records: list[ReplayRecord[T]] = []
             decode = self._decode
             num_pending = 1
+            end = query.end_sequence
             for subject, reply, data in raws:
                 info = parse_ack_subject(reply)
+                if end is not None and info.stream_sequence > end:
+                    num_pending = 0
+                    break
                 num_pending = info.num_pending
                 self.last_sequence = info.stream_sequence
                 try:
@@ -145,7 +153,7 @@ class ReplayReader(Generic[T]):
             self.num_read += len(records)
             if records:
                 yield records
-            if num_pending == 0:
+            if num_pending == 0 or (end is not None and self.last_sequence >= end):
                 self._caught_up = True
                 return
 

@@ -124,9 +124,9 @@ class _Runner(Generic[T]):
         for raw in await inbox.close():
             await self._send(raw.reply, self._nak_body(0.0))
 
-    async def _fetch(self, max_messages: int) -> list[RawMessage]:
+    async def _fetch(self, max_messages: int, *, prefetch: bool = False) -> list[RawMessage]:
         assert self._inbox is not None, "fetch before open"
-        raws = await self._inbox.fetch(max_messages, self.spec.fetch_wait_s)
+        raws = await self._inbox.fetch(max_messages, self.spec.fetch_wait_s, prefetch=prefetch)
         self.stats.num_fetched += len(raws)
         if not raws and self._until_idle and await self._is_caught_up():
             self._stopping = True
@@ -221,8 +221,10 @@ class BatchRunner(_Runner[T]):
         self._handler = handler
 
     async def _loop(self) -> None:
+        spec = self.spec
+        prefetch = spec.max_ack_pending >= 2 * spec.batch_size
         while not self._stopping:
-            raws = await self._fetch(self.spec.batch_size)
+            raws = await self._fetch(spec.batch_size, prefetch=prefetch)
             if raws:
                 await self._process(raws)
 

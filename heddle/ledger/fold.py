@@ -4,6 +4,7 @@
 defaults); ``apply`` changes them for one event. No I/O: the same fold serves the live projector
 and a replay into a fresh ledger, which is why the two must agree row for row.
 
+Token lists may come as lists or as raw JSON (``heddle.ledger.lean``): only their lengths count.
 Step counters of a trajectory add the step's *change* (new value minus what the step held), so a
 step reported twice (a retried publish outside the duplicate window) is not counted twice.
 """
@@ -38,6 +39,7 @@ from heddle.events import (
     WorkerRegistered,
 )
 from heddle.events.base import TrajectoryTimings
+from heddle.ledger.lean import num_items
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
@@ -160,7 +162,7 @@ def _apply_step(
     match event:
         case GenerationStarted():
             step.worker_id = event.worker_id
-            step.num_input_tokens = len(event.input_token_ids)
+            step.num_input_tokens = num_items(event.input_token_ids)
             step.num_context_tokens = event.num_context_tokens
             step.num_cached_tokens = event.num_cached_tokens
             step.priority = event.priority
@@ -188,7 +190,7 @@ def _apply_step(
             step.tool_status = event.status
             step.tool_exit_code = event.exit_code
             step.tool_s = event.duration_s
-            step.num_tool_output_tokens = len(event.output_token_ids)
+            step.num_tool_output_tokens = num_items(event.output_token_ids)
             step.executor_id = event.executor_id
             step.tool_returned_at = event.occurred_at
             if trajectory.status == "in_tool":
@@ -196,7 +198,7 @@ def _apply_step(
 
 
 def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated) -> None:
-    num_output_tokens = len(event.output_token_ids)
+    num_output_tokens = num_items(event.output_token_ids)
     if step.generated_at is None:
         trajectory.num_steps += 1
     trajectory.num_output_tokens += num_output_tokens - step.num_output_tokens
@@ -240,7 +242,7 @@ def _apply_trajectory(
             row.traj_index = spec.index
             row.environment = spec.environment
             row.tool_pool = spec.tool_pool
-            row.num_prompt_tokens = len(spec.prompt_token_ids)
+            row.num_prompt_tokens = num_items(spec.prompt_token_ids)
             row.num_context_tokens = max(row.num_context_tokens, row.num_prompt_tokens)
             row.submitted_at = event.occurred_at
         case TrajectoryPlaced():
@@ -317,10 +319,12 @@ def _apply_completed(row: TrajectoryRow, event: Completed) -> None:
         row.num_output_tokens = event.num_output_tokens
     if event.num_recomputed_tokens:
         row.num_recomputed_tokens = event.num_recomputed_tokens
-    if event.prompt_token_ids:
-        row.num_prompt_tokens = len(event.prompt_token_ids)
-    if event.prompt_token_ids or event.response_token_ids:
-        row.num_context_tokens = len(event.prompt_token_ids) + len(event.response_token_ids)
+    num_prompt_tokens = num_items(event.prompt_token_ids)
+    num_response_tokens = num_items(event.response_token_ids)
+    if num_prompt_tokens:
+        row.num_prompt_tokens = num_prompt_tokens
+    if num_prompt_tokens or num_response_tokens:
+        row.num_context_tokens = num_prompt_tokens + num_response_tokens
     timings = event.timings
     if timings != _NO_TIMINGS:
         row.queue_s = timings.queue_s

@@ -65,4 +65,9 @@ def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
             f"ledger schema is at revision {current}, Heddle needs {head_revision()}: "
             "run `heddle db upgrade`"
         )
-    upgrade(engine)
+    try:
+        upgrade(engine)
+    except Exception:
+        # Another process may have migrated the same database at the same moment.
+        if current_revision(engine) != head_revision():
+            raise

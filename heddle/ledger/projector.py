@@ -24,9 +24,10 @@ from sqlalchemy.exc import OperationalError
 
 from heddle.bus import BatchRunner, Bus, ConsumerSpec, Delivery, TransientError
 from heddle.config import Settings, load_settings
-from heddle.events import EventT, decode_event
+from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger.database import Ledger, open_ledger
+from heddle.ledger.lean import decode_event_lean
 from heddle.ledger.writer import LedgerWriter, PositionConflict
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class Projector:
             ack_all=True,
             start_sequence=writer.position + 1,
         )
-        runner = self._bus.batch_runner(spec, decode_event, self._project)
+        runner = self._bus.batch_runner(spec, decode_event_lean, self._project)
         self._runner = runner
         if self._stop_requested:
             runner.stop()

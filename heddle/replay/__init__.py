@@ -1,0 +1,22 @@
+"""Replay: rebuild ledgers from the event stream, verify the live ledger, export traces.
+
+``open_replay(settings, rollout_id, catch_up_live=...)`` yields a ``ReplaySession`` whose
+``ledger`` is a fresh SQLite ledger rebuilt from the stream; ``verify()`` compares it with the
+live ledger and ``export_trace(path)`` writes the JSONL trace format. Further analyses (timelines,
+what-if re-simulation) read ``session.ledger`` or ``trace_of(session.ledger)``.
+"""
+
+from heddle.replay.rebuild import RebuildStats, rebuild_ledger, replay_query
+from heddle.replay.session import ReplaySession, VerifyReport, open_replay
+from heddle.replay.trace_export import export_trace, trace_of
+
+__all__ = [
+    "RebuildStats",
+    "ReplaySession",
+    "VerifyReport",
+    "export_trace",
+    "open_replay",
+    "rebuild_ledger",
+    "replay_query",
+    "trace_of",
+]

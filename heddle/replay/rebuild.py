@@ -1,0 +1,69 @@
+"""Rebuild a ledger from the event stream (everything, or one rollout).
+
+The stream is read with the ordered replay reader while a worker thread writes the previous
+batch, so reading (decoding) and SQL overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from heddle.bus import Bus, ReplayQuery, ReplayRecord
+from heddle.events import EventT
+from heddle.events.subjects import EVENTS_SUBJECTS, rollout_filter
+from heddle.ledger import Ledger, LedgerWriter
+from heddle.ledger.lean import decode_event_lean
+
+REPLAY_CONSUMER = "replay"
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildStats:
+    num_events: int
+    """Events replayed into the ledger."""
+    num_skipped: int
+    """Undecodable messages skipped (their dead letters are replayed as events)."""
+    last_sequence: int
+    elapsed_s: float
+
+
+def replay_query(
+    rollout_id: str | None, *, end_sequence: int | None = None, batch_size: int = 1000
+) -> ReplayQuery:
+    subjects = tuple(rollout_filter(rollout_id)) if rollout_id else (EVENTS_SUBJECTS,)
+    return ReplayQuery(subjects, end_sequence=end_sequence, batch_size=batch_size)
+
+
+async def rebuild_ledger(
+    bus: Bus,
+    ledger: Ledger,
+    rollout_id: str | None = None,
+    *,
+    end_sequence: int | None = None,
+    batch_size: int = 1000,
+) -> RebuildStats:
+    """Project the stream (or one rollout's events), up to ``end_sequence`` when given, into
+    ``ledger``, a fresh database."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    writer = await asyncio.to_thread(LedgerWriter, ledger, REPLAY_CONSUMER)
+    query = replay_query(rollout_id, end_sequence=end_sequence, batch_size=batch_size)
+    reader = bus.replay(query, decode_event_lean)
+    pending: asyncio.Future[int] | None = None
+    async for batch in reader.batches():
+        if pending is not None:
+            await pending
+        pending = loop.run_in_executor(None, writer.project, _records(batch))
+    if pending is not None:
+        await pending
+    return RebuildStats(
+        num_events=reader.num_read,
+        num_skipped=reader.num_skipped,
+        last_sequence=reader.last_sequence,
+        elapsed_s=loop.time() - started,
+    )
+
+
+def _records(batch: list[ReplayRecord[EventT]]) -> list[tuple[int, EventT]]:
+    return [(record.stream_sequence, record.message) for record in batch]

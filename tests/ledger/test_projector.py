@@ -1,0 +1,155 @@
+"""The live projector against a real nats-server: catch-up, poison messages, and a projector
+process SIGKILLed at random points that still ends with exactly the from-scratch ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from heddle.bus import Bus, EmbeddedNatsServer
+from heddle.config import Settings
+from heddle.events import EventT
+from heddle.events.subjects import trajectory_subject
+from heddle.ledger import Ledger, ProjectorConfig, catch_up, open_ledger, queries
+from heddle.ledger.compare import compare_ledgers
+from heddle.replay import rebuild_ledger
+
+from .lifecycle import everything, rollout_events, worker_events
+
+
+@pytest.fixture
+async def bus(nats_url: str, tmp_path: Path) -> AsyncIterator[Bus]:
+    async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as connected:
+        yield connected
+
+
+async def rebuilt(bus: Bus, tmp_path: Path) -> Ledger:
+    fresh = open_ledger(f"sqlite:///{tmp_path / 'rebuilt.db'}")
+    await rebuild_ledger(bus, fresh)
+    return fresh
+
+
+async def test_catch_up_projects_everything_once(bus: Bus, ledger: Ledger, tmp_path: Path) -> None:
+    events = everything()
+    await bus.publish_many(events)
+    config = ProjectorConfig(batch_size=16, fetch_wait_s=0.2)
+    first = await catch_up(bus, ledger, config)
+    assert (first.num_projected, first.position) == (len(events), len(events))
+    await bus.publish_many(rollout_events("r9", num_trajectories=2))
+    second = await catch_up(bus, ledger, config)
+    assert second.num_projected == len(rollout_events("r9", num_trajectories=2))
+    assert (await catch_up(bus, ledger, config)).num_projected == 0
+    reference = await rebuilt(bus, tmp_path)
+    assert compare_ledgers(ledger, reference).mismatches == []
+    reference.close()
+
+
+async def test_poison_messages_end_in_dead_letters(bus: Bus, ledger: Ledger) -> None:
+    await bus.publish_many(worker_events())
+    subject = trajectory_subject("r1", "t000000", "generated")
+    await bus.publish_raw(subject, b'{"kind": "traj.generated"}', "incomplete")
+    await bus.publish_many(rollout_events("r1"))
+    stats = await catch_up(bus, ledger, ProjectorConfig(batch_size=8, fetch_wait_s=0.2))
+    assert stats.num_dead_lettered == 1
+    [letter] = queries.dead_letters(ledger)
+    assert letter.consumer == "ledger" and letter.subject == subject
+    assert "missing required field" in letter.reason
+    summary = queries.rollout_summary(ledger, "r1")
+    assert summary is not None and summary.num_trajectories == 3
+
+
+def big_history(num_trajectories: int, num_steps: int) -> list[EventT]:
+    events: list[EventT] = worker_events()
+    for index in range(num_trajectories // 50):
+        events += rollout_events(f"k{index}", num_trajectories=50, num_steps=num_steps)
+    return events
+
+
+@pytest.mark.slow
+async def test_killed_projector_process_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    rng = random.Random(2024)
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with EmbeddedNatsServer(tmp_path / "nats") as server:
+        settings = Settings(nats_url=server.url, data_dir=tmp_path)
+        async with Bus(settings) as bus:
+            events = big_history(num_trajectories=600, num_steps=8)
+            assert len(events) >= 20_000
+            await bus.publish_many(events)
+            positions = []
+            targets = sorted(rng.uniform(0.05, 0.9) * len(events) for _ in range(4))
+            for target in targets:
+                process = await _start_projector(server.url, ledger_url)
+                await asyncio.to_thread(_wait_for_position, ledger_url, target, process.pid)
+                await asyncio.sleep(rng.uniform(0.0, 0.05))
+                process.send_signal(signal.SIGKILL)
+                await process.wait()
+                positions.append(_position(ledger_url))
+            final = await _start_projector(server.url, ledger_url, until_idle=True)
+            assert await asyncio.wait_for(final.wait(), 120) == 0
+            live = open_ledger(ledger_url)
+            reference = await rebuilt(bus, tmp_path)
+            comparison = compare_ledgers(live, reference)
+            [position] = queries.positions(live)
+            live.close()
+            reference.close()
+    assert all(0 < seen < len(events) for seen in positions), positions
+    assert comparison.mismatches == []
+    assert position.stream_sequence == len(events)
+    assert position.num_events == len(events)
+
+
+async def _start_projector(
+    nats_url: str, ledger_url: str, *, until_idle: bool = False
+) -> asyncio.subprocess.Process:
+    command = [
+        sys.executable,
+        "-m",
+        "heddle.ledger.projector",
+        "--nats-url",
+        nats_url,
+        "--database-url",
+        ledger_url,
+        "--batch-size",
+        "250",
+    ]
+    if until_idle:
+        command.append("--until-idle")
+    return await asyncio.create_subprocess_exec(
+        *command,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
+
+
+def _wait_for_position(ledger_url: str, target: float, pid: int) -> None:
+    """Block until the projector has committed past ``target`` (or has exited)."""
+    deadline = time.monotonic() + 60
+    while _position(ledger_url) < target and time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return
+        time.sleep(0.01)
+
+
+def _position(ledger_url: str) -> int:
+    """The projector's committed position, read without touching the schema (the projector
+    may be creating it)."""
+    path = Path(ledger_url.removeprefix("sqlite:///"))
+    if not path.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        try:
+            row = connection.execute("SELECT stream_sequence FROM consumer_positions").fetchone()
+        except sqlite3.OperationalError:
+            return 0
+    return int(row[0]) if row else 0
