@@ -1,1 +1,216 @@
-"""`heddle` commands: status (registered on the groups of heddle.cli.apps)."""
+"""`heddle status`: rollouts, workers, the slowest trajectories, consumers and dead letters.
+
+    heddle status                 # the active (latest running, else latest) rollout
+    heddle status r-20261130-1 --slowest 10 --json
+
+Reads the ledger (``<data_dir>/ledger.db`` or ``HEDDLE_DATABASE_URL``) and the status file a
+running control plane keeps in the data dir; it starts nothing and writes nothing. Without a
+ledger it says so in one line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from heddle.cli.apps import app, settings_of
+from heddle.config import Settings
+from heddle.consumers.status import read_status
+from heddle.errors import UserError
+from heddle.ledger import Ledger, open_ledger
+from heddle.observability.snapshot import StatusSnapshot, collect_status
+
+_SILENT_AFTER_S = 10.0
+"""A worker or control plane silent this long is shown as silent."""
+
+
+def open_existing_ledger(settings: Settings) -> Ledger:
+    """The configured ledger; UserError (one line) when there is none to read."""
+    if settings.database_url is None:
+        path = settings.data_dir / "ledger.db"
+        if not path.is_file():
+            raise UserError(
+                f"no ledger at {path}: nothing has run with this data dir yet "
+                "(start `heddle rollout run` or `heddle up`, or set HEDDLE_DATABASE_URL)"
+            )
+    try:
+        return open_ledger(settings.ledger_url, auto_upgrade=settings.database_url is None)
+    except UserError:
+        raise
+    except Exception as exc:  # the driver's own error types stay inside heddle.ledger
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot read the ledger at {settings.ledger_url}: {reason}") from None
+
+
+@app.command("status")
+def status_command(
+    ctx: typer.Context,
+    rollout_id: Annotated[
+        str | None, typer.Argument(help="Rollout to detail (default: the active one)")
+    ] = None,
+    slowest: Annotated[int, typer.Option(help="How many slowest trajectories to list")] = 5,
+    rollouts: Annotated[int, typer.Option(help="How many recent rollouts to list")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
+) -> None:
+    """Rollouts, workers, the slowest trajectories, consumer positions and dead letters."""
+    if slowest < 0 or rollouts < 1:
+        raise UserError("--slowest must be >= 0 and --rollouts >= 1")
+    settings = settings_of(ctx)
+    ledger = open_existing_ledger(settings)
+    try:
+        snapshot = collect_status(
+            ledger,
+            read_status(settings.data_dir),
+            now=time.time(),
+            rollout_id=rollout_id,
+            max_rollouts=rollouts,
+            num_slowest=slowest,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        ledger.close()
+    if as_json:
+        typer.echo(msgspec.json.encode(snapshot).decode())
+    else:
+        print_status(snapshot, Console())
+
+
+def print_status(snapshot: StatusSnapshot, console: Console) -> None:
+    console.print(f"ledger: {snapshot.ledger_url}", highlight=False)
+    _print_control_plane(snapshot, console)
+    console.print(_rollouts_table(snapshot))
+    console.print(_workers_table(snapshot))
+    if snapshot.focus_rollout_id is not None:
+        console.print(_slowest_table(snapshot))
+    console.print(_consumers_table(snapshot))
+    console.print(f"dead letters: {snapshot.num_dead_letters}", highlight=False)
+
+
+def _print_control_plane(snapshot: StatusSnapshot, console: Console) -> None:
+    control = snapshot.control_plane
+    if control is None:
+        console.print("control plane: no status file in the data dir (not running here)")
+        return
+    state = "ready" if control.is_ready else "starting"
+    if control.report_age_s > _SILENT_AFTER_S:
+        state = f"silent for {control.report_age_s:.0f} s (stopped?)"
+    console.print(
+        f"control plane: pid {control.pid}, {state}, predictor {control.predictor or '-'}, "
+        f"policies {', '.join(control.policies) or '-'}",
+        highlight=False,
+    )
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    return table
+
+
+def _rollouts_table(snapshot: StatusSnapshot) -> Table:
+    table = _table(
+        "rollouts (makespan in model s)",
+        "rollout",
+        "policy",
+        "state",
+        "done/total",
+        "failed",
+        "makespan s",
+    )
+    for r in snapshot.rollouts:
+        makespan = "-" if r.makespan_s is None else f"{r.makespan_s:.1f}"
+        if r.status == "running" and r.makespan_s is not None:
+            makespan += " so far"
+        table.add_row(
+            r.rollout_id,
+            r.policy,
+            r.status,
+            f"{r.num_completed}/{r.num_trajectories}",
+            str(r.num_failed),
+            makespan,
+        )
+    return table
+
+
+def _workers_table(snapshot: StatusSnapshot) -> Table:
+    table = _table(
+        "workers",
+        "worker",
+        "engine",
+        "TP",
+        "running/max",
+        "waiting",
+        "trajs",
+        "KV",
+        "heartbeat",
+        "state",
+    )
+    for w in snapshot.workers:
+        age = "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s ago"
+        state = w.status
+        if state == "active" and (w.heartbeat_age_s is None or w.heartbeat_age_s > _SILENT_AFTER_S):
+            state = "silent"
+        table.add_row(
+            w.worker_id,
+            w.engine,
+            str(w.tp_degree),
+            f"{w.num_running}/{w.max_running or '-'}",
+            str(w.num_waiting),
+            str(w.num_trajectories),
+            f"{w.kv_usage:.0%}",
+            age,
+            state,
+        )
+    return table
+
+
+def _slowest_table(snapshot: StatusSnapshot) -> Table:
+    table = _table(
+        f"slowest trajectories of {snapshot.focus_rollout_id} (model s)",
+        "trajectory",
+        "state",
+        "worker",
+        "elapsed",
+        "queue",
+        "prefill",
+        "decode",
+        "tool",
+        "migration",
+        "steps",
+        "tokens",
+        "preempt",
+        "migr",
+    )
+    for t in snapshot.slowest:
+        table.add_row(
+            t.traj_id,
+            t.status,
+            t.worker_id or "-",
+            f"{t.elapsed_s:.1f}",
+            *(f"{v:.1f}" for v in (t.queue_s, t.prefill_s, t.decode_s, t.tool_s, t.migration_s)),
+            str(t.num_steps),
+            str(t.num_output_tokens),
+            str(t.num_preemptions),
+            str(t.num_migrations),
+        )
+    return table
+
+
+def _consumers_table(snapshot: StatusSnapshot) -> Table:
+    table = _table("consumers", "consumer", "position", "lag", "live", "batch ms p50/p99")
+    for c in snapshot.consumers:
+        live = "-" if c.is_live is None else ("yes" if c.is_live else "no")
+        latency = (
+            "-" if c.batch_ms_p50 is None else f"{c.batch_ms_p50:.2f}/{c.batch_ms_p99 or 0:.2f}"
+        )
+        table.add_row(
+            c.consumer, str(c.position), "?" if c.lag is None else str(c.lag), live, latency
+        )
+    return table

@@ -157,6 +157,12 @@ def dead_letters(ledger: Ledger, *, limit: int = 100) -> list[DeadLetterRow]:
     return _all(ledger, select(d).order_by(d.c.recorded_at.desc()).limit(limit), DeadLetterRow)
 
 
+def num_dead_letters(ledger: Ledger) -> int:
+    """How many messages consumers dead-lettered (``heddle status``)."""
+    with ledger.engine.connect() as connection:
+        return int(connection.execute(select(func.count()).select_from(_dead_letters)).scalar_one())
+
+
 def _all(ledger: Ledger, query: Select[Any], row_type: type[R]) -> list[R]:
     with ledger.engine.connect() as connection:
         return [row_type(**record) for record in connection.execute(query).mappings()]

@@ -1,0 +1,248 @@
+"""What ``heddle status`` shows: a snapshot of the ledger and of the running control plane.
+
+Sources: the ledger (rollouts, workers, trajectories, the projector's position, dead letters)
+and ``<data_dir>/control-plane.json``, which a running control plane rewrites about once a
+second (its consumers' positions, lag and batch latencies). Times in the ledger are the
+publishers' Unix clocks; durations are model seconds (wall seconds x the rollout's time scale).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from heddle.consumers.status import ControlPlaneStatus
+from heddle.ledger import Ledger, queries
+from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
+
+
+class RolloutLine(msgspec.Struct, frozen=True, kw_only=True):
+    rollout_id: str
+    policy: str
+    status: str
+    num_trajectories: int
+    num_completed: int
+    num_failed: int
+    makespan_s: float | None
+    """Finished: the recorded makespan; running: model seconds since submission (so far)."""
+    time_scale: float
+
+
+class WorkerLine(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    engine: str
+    model: str
+    tp_degree: int
+    status: str
+    num_running: int
+    max_running: int
+    num_waiting: int
+    num_trajectories: int
+    kv_usage: float
+    heartbeat_age_s: float | None
+    """Wall seconds since the last heartbeat (None: none yet)."""
+
+
+class TrajectoryLine(msgspec.Struct, frozen=True, kw_only=True):
+    traj_id: str
+    status: str
+    worker_id: str
+    elapsed_s: float
+    """Model seconds from submission to completion (or to now while it runs)."""
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    tool_s: float
+    migration_s: float
+    num_steps: int
+    num_output_tokens: int
+    num_preemptions: int
+    num_migrations: int
+
+
+class ConsumerLine(msgspec.Struct, frozen=True, kw_only=True):
+    consumer: str
+    position: int
+    lag: int | None
+    """Messages of its subjects not yet taken (None: unknown from here)."""
+    is_live: bool | None
+    batch_ms_p50: float | None = None
+    batch_ms_p99: float | None = None
+
+
+class ControlPlaneLine(msgspec.Struct, frozen=True, kw_only=True):
+    pid: int
+    is_ready: bool
+    report_age_s: float
+    """Wall seconds since the control plane last wrote its status (large: it is not running)."""
+    predictor: str
+    policies: list[str]
+    live_workers: list[str]
+
+
+class StatusSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    ledger_url: str
+    taken_at: float
+    rollouts: list[RolloutLine]
+    workers: list[WorkerLine]
+    focus_rollout_id: str | None
+    """The rollout whose slowest trajectories are listed (named, or the active one)."""
+    slowest: list[TrajectoryLine]
+    consumers: list[ConsumerLine]
+    num_dead_letters: int
+    control_plane: ControlPlaneLine | None
+
+
+def collect_status(
+    ledger: Ledger,
+    control: ControlPlaneStatus | None,
+    *,
+    now: float,
+    rollout_id: str | None = None,
+    max_rollouts: int = 10,
+    num_slowest: int = 5,
+) -> StatusSnapshot:
+    """Read everything ``heddle status`` shows. ValueError when ``rollout_id`` is unknown."""
+    ids = queries.rollout_ids(ledger, limit=max_rollouts)
+    rollouts = [line for r in ids if (line := _rollout_line(ledger, r, now)) is not None]
+    focus = rollout_id or _active(rollouts)
+    slowest: list[TrajectoryLine] = []
+    if focus is not None:
+        summary = queries.rollout_summary(ledger, focus)
+        if summary is None:
+            raise ValueError(f"no rollout {focus!r} in the ledger at {ledger.url}")
+        scale = summary.rollout.time_scale if summary.rollout is not None else 1.0
+        slowest = slowest_trajectories(queries.trajectories(ledger, focus), now, scale, num_slowest)
+    return StatusSnapshot(
+        ledger_url=ledger.url,
+        taken_at=now,
+        rollouts=rollouts,
+        workers=[_worker_line(w, now) for w in queries.workers(ledger)],
+        focus_rollout_id=focus,
+        slowest=slowest,
+        consumers=_consumers(ledger, control),
+        num_dead_letters=queries.num_dead_letters(ledger),
+        control_plane=_control_plane(control, now),
+    )
+
+
+def slowest_trajectories(
+    rows: Sequence[TrajectoryRow], now: float, time_scale: float, count: int
+) -> list[TrajectoryLine]:
+    """The ``count`` trajectories with the longest elapsed model time, longest first."""
+    lines = [_trajectory_line(row, now, time_scale) for row in rows]
+    lines.sort(key=lambda line: (-line.elapsed_s, line.traj_id))
+    return lines[:count]
+
+
+def _active(rollouts: Sequence[RolloutLine]) -> str | None:
+    """The most recent running rollout, else the most recent one."""
+    running = [r for r in rollouts if r.status == "running"]
+    chosen = running or rollouts
+    return chosen[0].rollout_id if chosen else None
+
+
+def _rollout_line(ledger: Ledger, rollout_id: str, now: float) -> RolloutLine | None:
+    summary = queries.rollout_summary(ledger, rollout_id)
+    if summary is None:
+        return None
+    row = summary.rollout or RolloutRow(rollout_id=rollout_id)
+    return RolloutLine(
+        rollout_id=rollout_id,
+        policy=row.policy,
+        status=row.status,
+        num_trajectories=max(row.num_trajectories, summary.num_trajectories),
+        num_completed=summary.num_completed,
+        num_failed=summary.num_by_status.get("failed", 0),
+        makespan_s=_makespan(row, now),
+        time_scale=row.time_scale,
+    )
+
+
+def _makespan(row: RolloutRow, now: float) -> float | None:
+    if row.status == "finished":
+        return row.makespan_s
+    if row.submitted_at is None:
+        return None
+    end = row.finished_at if row.finished_at is not None else now
+    return max(0.0, end - row.submitted_at) * row.time_scale
+
+
+def _trajectory_line(row: TrajectoryRow, now: float, time_scale: float) -> TrajectoryLine:
+    if row.status == "completed" and row.total_s > 0:
+        elapsed_s = row.total_s
+    elif row.submitted_at is None:
+        elapsed_s = 0.0
+    else:
+        end = row.completed_at if row.completed_at is not None else now
+        elapsed_s = max(0.0, end - row.submitted_at) * time_scale
+    return TrajectoryLine(
+        traj_id=row.traj_id,
+        status=row.status,
+        worker_id=row.worker_id,
+        elapsed_s=elapsed_s,
+        queue_s=row.queue_s,
+        prefill_s=row.prefill_s,
+        decode_s=row.decode_s,
+        tool_s=row.tool_s,
+        migration_s=row.migration_s,
+        num_steps=row.num_steps,
+        num_output_tokens=row.num_output_tokens,
+        num_preemptions=row.num_preemptions,
+        num_migrations=row.num_migrations,
+    )
+
+
+def _worker_line(row: WorkerRow, now: float) -> WorkerLine:
+    return WorkerLine(
+        worker_id=row.worker_id,
+        engine=row.engine,
+        model=row.model,
+        tp_degree=row.tp_degree,
+        status=row.status,
+        num_running=row.num_running,
+        max_running=row.max_running,
+        num_waiting=row.num_waiting,
+        num_trajectories=row.num_trajectories,
+        kv_usage=row.kv_usage,
+        heartbeat_age_s=(
+            max(0.0, now - row.last_heartbeat_at) if row.last_heartbeat_at is not None else None
+        ),
+    )
+
+
+def _consumers(ledger: Ledger, control: ControlPlaneStatus | None) -> list[ConsumerLine]:
+    """The control plane's consumers (from its status file), then the ledger's own positions
+    (the projector's, always known from the ledger) that the file does not list."""
+    lines = [
+        ConsumerLine(
+            consumer=c.durable,
+            position=c.position,
+            lag=c.num_pending,
+            is_live=c.is_live,
+            batch_ms_p50=c.batch_ms_p50,
+            batch_ms_p99=c.batch_ms_p99,
+        )
+        for c in (control.consumers if control is not None else [])
+    ]
+    listed = {line.consumer for line in lines}
+    lines += [
+        ConsumerLine(consumer=p.consumer, position=p.stream_sequence, lag=None, is_live=None)
+        for p in queries.positions(ledger)
+        if p.consumer not in listed
+    ]
+    return lines
+
+
+def _control_plane(control: ControlPlaneStatus | None, now: float) -> ControlPlaneLine | None:
+    if control is None:
+        return None
+    return ControlPlaneLine(
+        pid=control.pid,
+        is_ready=control.is_ready,
+        report_age_s=max(0.0, now - control.updated_at),
+        predictor=control.predictor,
+        policies=list(control.policies),
+        live_workers=list(control.live_workers),
+    )
