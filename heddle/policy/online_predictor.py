@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heddle.policy.predictors import Outcome, Progress, progress_of
+from heddle.policy.predictors import Outcome, Progress
 from heddle.traces import TraceTrajectory
 
 FEATURE_NAMES = (
@@ -209,7 +209,8 @@ class OnlinePredictor:
 
     def observe(self, outcome: Outcome) -> None:
         """Learn from a completed trajectory: its remembered snapshots whose context matches the
-        outcome become samples; without any, its steps are decomposed (no tool figures)."""
+        outcome become samples; without any, its steps are decomposed (with the per-step tool
+        figures when the outcome has them)."""
         steps = outcome.step_output_tokens
         snapshots = self._snapshots.pop(outcome.traj_id, [])
         prefix = _prefix_sums(steps)
@@ -219,17 +220,16 @@ class OnlinePredictor:
             if s.num_steps < len(steps) and s.output_tokens == prefix[s.num_steps]
         ]
         if not samples:
+            tools = list(zip(outcome.step_tool_output_tokens, outcome.step_tool_s, strict=False))
+            if len(tools) != len(steps):
+                tools = [(0, 0.0)] * len(steps)
             progress = Progress(outcome.traj_id, outcome.group_id, outcome.prompt_tokens)
-            samples = self._decompose(progress, steps, [(0, 0.0)] * len(steps))
+            samples = self._decompose(progress, steps, tools)
         self._learn(outcome.group_id, samples, float(prefix[-1]))
 
     def observe_trace(self, trajectory: TraceTrajectory) -> None:
         """Learn from a recorded trajectory with its tool figures (ledger or trace history)."""
-        steps = tuple(step.output_tokens for step in trajectory.steps)
-        tools = [(step.tool_output_tokens, step.tool_s) for step in trajectory.steps]
-        progress = progress_of(trajectory, 0)
-        samples = self._decompose(progress, steps, tools)
-        self._learn(trajectory.group, samples, float(sum(steps)))
+        self.observe(Outcome.from_trace(trajectory))
 
     def _decompose(
         self, start: Progress, steps: Sequence[int], tools: Sequence[tuple[int, float]]

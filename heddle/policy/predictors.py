@@ -20,6 +20,8 @@ Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices)
   else the mean total seen, else a prior), minus what it has generated.
 * ``history``: the paper's history baseline: the mean remaining length of completed trajectories
   at the same step index.
+* ``online``: a ridge regression on context features refit at every completion
+  (``heddle.policy.online_predictor``), what a live control plane runs by default.
 
 A learned model (a later issue) implements the same protocol and adds one entry to
 ``PREDICTORS``.
@@ -79,6 +81,10 @@ class Outcome:
     group_id: str
     prompt_tokens: int
     step_output_tokens: tuple[int, ...]
+    step_tool_output_tokens: tuple[int, ...] = ()
+    """Observation tokens after each step, when known (empty otherwise)."""
+    step_tool_s: tuple[float, ...] = ()
+    """Tool seconds after each step, when known (empty otherwise)."""
 
     @property
     def total_output_tokens(self) -> int:
@@ -86,8 +92,15 @@ class Outcome:
 
     @classmethod
     def from_trace(cls, trajectory: TraceTrajectory) -> Outcome:
-        steps = tuple(step.output_tokens for step in trajectory.steps)
-        return cls(trajectory.id, trajectory.group, trajectory.prompt_tokens, steps)
+        steps = trajectory.steps
+        return cls(
+            trajectory.id,
+            trajectory.group,
+            trajectory.prompt_tokens,
+            tuple(step.output_tokens for step in steps),
+            tuple(step.tool_output_tokens for step in steps),
+            tuple(step.tool_s for step in steps),
+        )
 
 
 class Predictor(Protocol):
@@ -278,11 +291,19 @@ def _history(options: PredictorOptions) -> Predictor:
     return HistoryPredictor(options.prior_total_tokens)
 
 
+def _online(options: PredictorOptions) -> Predictor:
+    # Imported here: the online model builds on this module's Progress and Outcome.
+    from heddle.policy.online_predictor import OnlineModelConfig, OnlinePredictor
+
+    return OnlinePredictor(OnlineModelConfig(prior_total_tokens=options.prior_total_tokens))
+
+
 PREDICTORS: dict[str, Callable[[PredictorOptions], Predictor]] = {
     "oracle": _oracle,
     "noisy_oracle": _noisy_oracle,
     "prompt_only": _prompt_only,
     "history": _history,
+    "online": _online,
 }
 """Predictor factories by name (the CLI's ``--predictor`` choices)."""
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.policy.online_predictor import (
+    FEATURE_NAMES,
     NUM_FEATURES,
     OnlineModelConfig,
     OnlinePredictor,
@@ -22,6 +23,7 @@ from heddle.policy.predictors import (
     Outcome,
     Progress,
     fit,
+    make_predictor,
     prediction_quality,
     progress_of,
 )
@@ -168,3 +170,13 @@ def test_predictions_are_finite_and_non_negative(progress: Progress) -> None:
         online.observe_trace(t)
     value = online.predict(progress)
     assert math.isfinite(value) and value >= 0
+
+
+def test_outcomes_from_traces_carry_their_tool_figures() -> None:
+    with_tools = OnlinePredictor()
+    with_tools.observe(Outcome.from_trace(trajectory("t", [10, 20, 30], "g", tool_tokens=50)))
+    column = FEATURE_NAMES.index("log_tool_output_tokens")
+    # Samples after steps 1 and 2 saw 50 and 100 observation tokens.
+    assert math.isclose(with_tools.stats.xtx[column, 0], math.log1p(50) + math.log1p(100))
+    registered = make_predictor("online")
+    assert isinstance(registered, OnlinePredictor)
