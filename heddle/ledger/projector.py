@@ -46,6 +46,9 @@ class ProjectorConfig:
     nak_delay_s: float = 1.0
     """Pause before retrying a batch after a transient database error."""
     ack_wait_s: float = 60.0
+    first_sequence: int = 1
+    """Never project below this stream sequence (a ledger of part of the stream, e.g. a
+    benchmark's own events)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,7 @@ class Projector:
             ack_wait_s=config.ack_wait_s,
             nak_delay_s=config.nak_delay_s,
             ack_all=True,
-            start_sequence=writer.position + 1,
+            start_sequence=max(writer.position + 1, config.first_sequence),
         )
         runner = self._bus.batch_runner(spec, decode_event_lean, self._project)
         self._runner = runner

@@ -1,0 +1,306 @@
+"""``heddle bench bus``: publish, raw pull, projection and replay rates of realistic step events.
+
+One run publishes ``num_events`` Generated events (``num_tokens`` token ids and logprobs each,
+spread over the trajectories of one new rollout), then reads the same stream range four ways:
+a raw pull (fetch + ack, no decoding, no SQL) and the ledger projection into a fresh SQLite
+file (same client, same consumer settings), then ordered replay with the contract's decoder and
+with the ledger's lean decoder. The client's and (for an embedded server) the server's CPU time
+per event are reported with each rate, since on a shared machine wall-clock rates also measure
+the neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import os
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
+from heddle.bus.embedded import RECORD_NAME, read_record
+from heddle.config import Settings
+from heddle.events import (
+    Event,
+    Generated,
+    RolloutSubmitted,
+    TrajectorySpec,
+    TrajectorySubmitted,
+    decode_event,
+    encode,
+)
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from heddle.ids import derive_id, trajectory_id
+from heddle.ledger.database import open_ledger
+from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.projector import Projector, ProjectorConfig
+
+_NUM_TOKEN_POOLS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class BusBenchConfig:
+    num_events: int = 200_000
+    """Generated (step) events to publish."""
+    num_trajectories: int = 500
+    num_tokens: int = 256
+    """Token ids (and logprobs) per step event."""
+    batch_size: int = 1000
+    """Messages per fetch and events per ledger transaction."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_events < 1 or self.num_trajectories < 1 or self.num_tokens < 0:
+            raise ValueError("need events >= 1, trajectories >= 1 and tokens >= 0")
+        if self.batch_size < 1:
+            raise ValueError("batch size must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One measured pass over the benchmark's events."""
+
+    num_events: int
+    elapsed_s: float
+    client_cpu_s: float
+    server_cpu_s: float | None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.num_events / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        per_event = 1e6 / max(self.num_events, 1)
+        return {
+            "events": self.num_events,
+            "seconds": round(self.elapsed_s, 3),
+            "events_per_s": round(self.events_per_s, 1),
+            "client_cpu_us_per_event": round(self.client_cpu_s * per_event, 2),
+            "server_cpu_us_per_event": (
+                None if self.server_cpu_s is None else round(self.server_cpu_s * per_event, 2)
+            ),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BusBenchResult:
+    rollout_id: str
+    payload_bytes: int
+    """Encoded size of one step event."""
+    publish: Phase
+    raw_pull: Phase
+    projection: Phase
+    replay: Phase
+    replay_lean: Phase
+
+    def as_dict(self) -> dict[str, Any]:
+        raw = self.raw_pull.events_per_s
+        return {
+            "rollout_id": self.rollout_id,
+            "payload_bytes": self.payload_bytes,
+            "cpu_count": os.cpu_count(),
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "publish_events_per_s": round(self.publish.events_per_s, 1),
+            "raw_pull_events_per_s": round(raw, 1),
+            "projection_events_per_s": round(self.projection.events_per_s, 1),
+            "projection_to_raw": round(self.projection.events_per_s / raw, 3) if raw else None,
+            "replay_events_per_s": round(self.replay.events_per_s, 1),
+            "replay_lean_events_per_s": round(self.replay_lean.events_per_s, 1),
+            "phases": {
+                "publish": self.publish.as_dict(),
+                "raw_pull": self.raw_pull.as_dict(),
+                "projection": self.projection.as_dict(),
+                "replay": self.replay.as_dict(),
+                "replay_lean": self.replay_lean.as_dict(),
+            },
+        }
+
+
+async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchResult:
+    rollout_id = f"bench-{uuid.uuid4().hex[:10]}"
+    async with Bus(settings) as bus:
+        server_pid = _server_pid(settings)
+        events = _events(rollout_id, config)
+        publish, first, last = await _publish(bus, events, server_pid)
+        gc.collect()
+        gc.freeze()
+        spec = ConsumerSpec(
+            durable=f"{rollout_id}-raw",
+            stream=EVENTS_STREAM,
+            filter_subjects=(EVENTS_SUBJECTS,),
+            batch_size=config.batch_size,
+            max_ack_pending=2 * config.batch_size,
+            ack_all=True,
+            start_sequence=first,
+            fetch_wait_s=0.2,
+        )
+        raw = await _measure(lambda: _raw_pull(bus, spec), server_pid)
+        await bus.delete_consumer(EVENTS_STREAM, spec.durable)
+        projection = await _measure(
+            lambda: _project(bus, settings.data_dir, rollout_id, first, config), server_pid
+        )
+        query = ReplayQuery(
+            (EVENTS_SUBJECTS,), start_sequence=first, end_sequence=last, batch_size=1000
+        )
+        replay = await _measure(lambda: _replay(bus, query, decode_event), server_pid)
+        lean = await _measure(lambda: _replay(bus, query, decode_event_lean), server_pid)
+        gc.unfreeze()
+    return BusBenchResult(
+        rollout_id,
+        len(encode(_step(rollout_id, config, 0))),
+        publish,
+        raw,
+        projection,
+        replay,
+        lean,
+    )
+
+
+async def _publish(
+    bus: Bus, events: Iterator[Event], server_pid: int | None
+) -> tuple[Phase, int, int]:
+    sequences: list[int] = []
+
+    async def publish() -> int:
+        acks = await bus.publish_many(events)
+        sequences.extend((acks[0].sequence, acks[-1].sequence))
+        return len(acks)
+
+    phase = await _measure(publish, server_pid)
+    return phase, sequences[0], sequences[1]
+
+
+async def _raw_pull(bus: Bus, spec: ConsumerSpec) -> int:
+    async def count(batch: list[Delivery[bytes]]) -> None:
+        return None
+
+    stats = await bus.batch_runner(spec, bytes, count).run(until_idle=True)
+    return stats.num_fetched
+
+
+async def _project(
+    bus: Bus, data_dir: Path, rollout_id: str, first: int, config: BusBenchConfig
+) -> int:
+    path = data_dir / "bench" / f"{rollout_id}.db"
+    ledger = open_ledger(f"sqlite:///{path}")
+    consumer = f"{rollout_id}-ledger"
+    try:
+        projector_config = ProjectorConfig(
+            consumer=consumer,
+            batch_size=config.batch_size,
+            fetch_wait_s=0.2,
+            first_sequence=first,
+        )
+        stats = await Projector(bus, ledger, projector_config).run(until_idle=True)
+        return stats.num_projected
+    finally:
+        ledger.close()
+        await bus.delete_consumer(EVENTS_STREAM, consumer)
+        await asyncio.to_thread(_remove_sqlite, path)
+
+
+async def _replay(bus: Bus, query: ReplayQuery, decode: Callable[[bytes], Any]) -> int:
+    reader = bus.replay(query, decode)
+    async for _batch in reader.batches():
+        pass
+    return reader.num_read
+
+
+async def _measure(run: Callable[[], Awaitable[int]], server_pid: int | None) -> Phase:
+    server_before = _process_cpu_s(server_pid)
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    num_events = await run()
+    elapsed_s = time.perf_counter() - started
+    client_cpu_s = time.process_time() - cpu_before
+    server_after = _process_cpu_s(server_pid)
+    server_cpu_s = (
+        None if server_before is None or server_after is None else server_after - server_before
+    )
+    return Phase(num_events, elapsed_s, client_cpu_s, server_cpu_s)
+
+
+def _events(rollout_id: str, config: BusBenchConfig) -> Iterator[Event]:
+    yield RolloutSubmitted(
+        event_id=derive_id(rollout_id, "submitted"),
+        rollout_id=rollout_id,
+        occurred_at=time.time(),
+        policy="bench",
+        num_trajectories=config.num_trajectories,
+        source="bench:bus",
+    )
+    for index in range(config.num_trajectories):
+        yield TrajectorySubmitted(
+            event_id=derive_id(rollout_id, trajectory_id(index), "submitted"),
+            rollout_id=rollout_id,
+            traj_id=trajectory_id(index),
+            occurred_at=time.time(),
+            spec=TrajectorySpec(group_id=f"g{index // 8}", index=index, environment="trace"),
+        )
+    for number in range(config.num_events):
+        yield _step(rollout_id, config, number)
+
+
+def _step(rollout_id: str, config: BusBenchConfig, number: int) -> Generated:
+    """The ``number``-th step event: trajectories take turns, one step each."""
+    pools = _token_pools(config.num_tokens, config.seed)
+    token_ids, logprobs = pools[number % len(pools)]
+    traj = trajectory_id(number % config.num_trajectories)
+    step = number // config.num_trajectories
+    return Generated(
+        event_id=derive_id(rollout_id, traj, step, "generated"),
+        rollout_id=rollout_id,
+        traj_id=traj,
+        occurred_at=1_700_000_000.0 + number * 1e-3,
+        step=step,
+        worker_id=f"w{number % 8:02d}",
+        output_token_ids=token_ids,
+        output_logprobs=logprobs,
+        finish_reason="tool_call",
+        num_context_tokens=1024 + (step + 1) * config.num_tokens,
+        queue_s=0.01,
+        prefill_s=0.02,
+        decode_s=0.5,
+    )
+
+
+@functools.cache
+def _token_pools(num_tokens: int, seed: int) -> list[tuple[list[int], list[float]]]:
+    """A few random token lists reused across events (realistic sizes without the cost of
+    generating millions of random numbers)."""
+    rng = random.Random(seed)
+    return [
+        (
+            [rng.randrange(151_936) for _ in range(num_tokens)],
+            [-rng.expovariate(1.5) for _ in range(num_tokens)],
+        )
+        for _ in range(_NUM_TOKEN_POOLS)
+    ]
+
+
+def _remove_sqlite(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _server_pid(settings: Settings) -> int | None:
+    if settings.nats_url is not None:
+        return None
+    record = read_record(settings.data_dir / RECORD_NAME)
+    return record.pid if record is not None else None
+
+
+def _process_cpu_s(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
