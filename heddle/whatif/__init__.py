@@ -1,0 +1,30 @@
+"""What-if: re-simulate a recorded rollout's step lengths under other policies.
+
+    recording = await load_recording(bus, replayed_ledger, rollout_id)
+    report = resimulate(recording, ["verl", "heddle"])
+    report.to_json()     # recorded makespan, simulated makespans, ratios
+
+``heddle replay ROLLOUT --what-if POLICY`` is the command-line face of it.
+"""
+
+from heddle.whatif.cluster import RecordedCluster, recognise_hardware, recorded_cluster
+from heddle.whatif.recording import load_recording
+from heddle.whatif.resimulate import (
+    Recording,
+    WhatIfOptions,
+    WhatIfReport,
+    choose_predictor,
+    resimulate,
+)
+
+__all__ = [
+    "RecordedCluster",
+    "Recording",
+    "WhatIfOptions",
+    "WhatIfReport",
+    "choose_predictor",
+    "load_recording",
+    "recognise_hardware",
+    "recorded_cluster",
+    "resimulate",
+]
