@@ -28,6 +28,7 @@ from heddle.events import (
     ToolReturned,
     TraceTool,
     TrajectoryEvent,
+    TrajectorySpec,
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import records
@@ -188,7 +189,7 @@ class StepRunner:
             request_id=f"{engine_key(log.rollout_id, log.traj_id)}:{step:06d}",
             trajectory_id=engine_key(log.rollout_id, log.traj_id),
             input_token_ids=context,
-            max_new_tokens=max(1, min(spec.max_new_tokens, spec.max_total_tokens - len(context))),
+            max_new_tokens=_max_new_tokens(spec, len(context), target),
             priority=hosted.priority,
             sampling=SamplingParams(
                 temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed
@@ -290,3 +291,12 @@ class StepRunner:
         assert isinstance(event, TrajectoryEvent)
         await self.publisher.publish(event)
         hosted.log.apply(event)
+
+
+def _max_new_tokens(spec: TrajectorySpec, num_context_tokens: int, target: int | None) -> int:
+    """The spec's per-step cap, the room left in the context, and the environment's target
+    length (trace replay: engines that cannot force a length still stop there)."""
+    cap = min(spec.max_new_tokens, spec.max_total_tokens - num_context_tokens)
+    if target is not None:
+        cap = min(cap, target)
+    return max(1, cap)
