@@ -1,1 +1,436 @@
-"""`heddle` commands: rollout (registered on the groups of heddle.cli.apps)."""
+"""`heddle rollout run | compare | submit | cancel`: the main job.
+
+    heddle rollout run --workload coding --trajectories 128 --workers 4 --engine sim \\
+        --time-scale 100 --json
+    heddle rollout run --tasks heddle/data/tasks/math.jsonl --env math --engine torch --model tiny
+    heddle rollout compare --workload coding --trajectories 128 --gpus 16 --time-scale 100 \\
+        --policies heddle,slime,verl
+    heddle rollout submit trace.jsonl --policy heddle          # to a running `heddle up`
+
+With nothing configured, `run` starts the embedded NATS (through the data dir), the control
+plane (`heddle up`), the worker agents and tool executors as child processes, and stops them at
+the end. `--attach` uses a running `heddle up` instead (with HEDDLE_NATS_URL /
+HEDDLE_DATABASE_URL for a remote deployment); add `--workers 0` when it runs the workers too.
+Engine options follow as `--name value` (`--time-scale`, `--model`, `--tp`, ...). Makespans are
+in model seconds (wall seconds x time scale).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from heddle.cli.apps import rollout_app, settings_of
+from heddle.cli.up import (
+    PredictorOpt,
+    SigmaOpt,
+    TimeoutOpt,
+    check_engine_options,
+    control_plane_config,
+)
+from heddle.cli.worker import parse_engine_args
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.control.systems import SYSTEMS
+from heddle.errors import UserError
+from heddle.rollout.compare import (
+    CompareOptions,
+    CompareResult,
+    check_policies,
+    compare_policies,
+    plan_pool,
+)
+from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.runner import (
+    RolloutResult,
+    RunOptions,
+    require_control_plane,
+    run_rollout,
+)
+from heddle.rollout.sources import Source, SourceChoice, load_source
+from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
+from heddle.traces import write_trace
+from heddle.workers.environments import environment_names
+from heddle.workloads import workload_names
+
+_EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+_TASKS = TaskOptions()
+_PREDICTOR = PredictorConfig()
+
+WorkloadOpt = Annotated[
+    str | None, typer.Option(help=f"Synthetic workload: {', '.join(workload_names())}")
+]
+TraceOpt = Annotated[Path | None, typer.Option(help="JSONL trace file (replayed by `trace`)")]
+TasksOpt = Annotated[Path | None, typer.Option(help="JSONL task file of a real environment")]
+_ENVIRONMENTS = ", ".join(environment_names())
+EnvOpt = Annotated[
+    str | None, typer.Option("--env", help=f"Environment of --tasks: {_ENVIRONMENTS}")
+]
+TrajectoriesOpt = Annotated[int, typer.Option(help="Trajectories of --workload")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the workload, routers and noise")]
+GroupOpt = Annotated[int, typer.Option(help="Samples per task (--tasks)")]
+EngineOpt = Annotated[str, typer.Option(help="Engine of the workers (sim, torch, sglang)")]
+ToolsOpt = Annotated[int, typer.Option(help="Tool executors to start", min=0)]
+HeartbeatOpt = Annotated[float, typer.Option(help="Workers' heartbeat period (seconds)")]
+RunTimeoutOpt = Annotated[
+    float | None, typer.Option(help="Give up (and cancel) after this many wall seconds")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
+QuietOpt = Annotated[bool, typer.Option(help="No live progress on stderr")]
+TokenizerOpt = Annotated[str, typer.Option(help="Tokenizer of the prompts: byte or a local path")]
+CostModelOpt = Annotated[
+    str | None,
+    typer.Option(help="Cost-model preset of the workers' model (default: the sim engine's)"),
+]
+HardwareOpt = Annotated[
+    str | None, typer.Option(help="GPU kind of the cost model (default: the sim engine's)")
+]
+
+
+def _source(
+    workload: str | None,
+    trace: Path | None,
+    tasks: Path | None,
+    env: str | None,
+    trajectories: int,
+    seed: int,
+    group_size: int,
+    tokenizer: str,
+) -> Source:
+    try:
+        task_options = TaskOptions(group_size=group_size, seed=seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    choice = SourceChoice(
+        workload=workload,
+        num_trajectories=trajectories,
+        seed=seed,
+        trace=trace,
+        tasks=tasks,
+        environment=env,
+        tokenizer=tokenizer,
+        task_options=task_options,
+    )
+    return load_source(choice)
+
+
+def _engine_defaults(engine: str, options: dict[str, str]) -> tuple[str | None, str | None, float]:
+    """The sim engine's model, hardware and time scale (the control plane's cost model must
+    match them); None and 1.0 for real engines."""
+    if engine != "sim":
+        return None, None, 1.0
+    from heddle.workers.engines.options import parse_options
+    from heddle.workers.engines.sim import SimEngineOptions
+
+    parsed = parse_options(SimEngineOptions, options, what="engine 'sim'")
+    return parsed.model, parsed.hardware, parsed.time_scale
+
+
+def _control(
+    engine: str,
+    options: dict[str, str],
+    cost_model: str | None,
+    hardware: str | None,
+    predictor: str,
+    sigma: float,
+    seed: int,
+    worker_timeout_s: float,
+) -> tuple[ControlPlaneConfig, float]:
+    check_engine_options(engine, options)
+    model, sim_hardware, time_scale = _engine_defaults(engine, options)
+    config = control_plane_config(
+        cost_model=cost_model or model or "qwen3-8b",
+        hardware=hardware or sim_hardware or "h200",
+        predictor=predictor,
+        sigma=sigma,
+        seed=seed,
+        worker_timeout_s=worker_timeout_s,
+        transfer_kv=True,
+    )
+    return config, time_scale
+
+
+def _with_history(config: ControlPlaneConfig, source: Source, data_dir: Path) -> ControlPlaneConfig:
+    """The control plane learns the workload's previous epoch (as ``heddle sim`` does)."""
+    if not source.history:
+        return config
+    path = data_dir / "history" / f"{source.label.replace(':', '-').replace('/', '_')}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(path, source.history)
+    return replace(config, history=(path,))
+
+
+@rollout_app.command("run", context_settings=_EXTRA_ARGS)
+def run_command(
+    ctx: typer.Context,
+    workload: WorkloadOpt = None,
+    trace: TraceOpt = None,
+    tasks: TasksOpt = None,
+    env: EnvOpt = None,
+    trajectories: TrajectoriesOpt = 128,
+    seed: SeedOpt = 0,
+    group_size: GroupOpt = _TASKS.group_size,
+    tokenizer: TokenizerOpt = "byte",
+    policy: Annotated[str, typer.Option(help=f"System bundle: {', '.join(SYSTEMS)}")] = "heddle",
+    workers: Annotated[int, typer.Option(help="Worker agents to start", min=0)] = 4,
+    gpus: Annotated[
+        int | None, typer.Option(help="Plan the workers' TP degrees for this GPU budget")
+    ] = None,
+    engine: EngineOpt = "sim",
+    tools: ToolsOpt = 1,
+    heartbeat_s: HeartbeatOpt = 1.0,
+    attach: Annotated[
+        bool, typer.Option(help="Use a running `heddle up` (start no control plane)")
+    ] = False,
+    cost_model: CostModelOpt = None,
+    hardware: HardwareOpt = None,
+    predictor: PredictorOpt = _PREDICTOR.name,
+    sigma: SigmaOpt = _PREDICTOR.sigma,
+    worker_timeout_s: TimeoutOpt = 6.0,
+    timeout_s: RunTimeoutOpt = None,
+    timeline: Annotated[Path | None, typer.Option(help="Draw the timeline to this PNG")] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run one rollout end to end and print its summary."""
+    settings = settings_of(ctx)
+    options = parse_engine_args(list(ctx.args))
+    if policy not in SYSTEMS:
+        raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
+    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
+    control, time_scale = _control(
+        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
+    )
+    control = _with_history(control, source, settings.data_dir)
+    pool = _pool(workers, engine, options, heartbeat_s)
+    if gpus is not None:
+        pool = _planned_pool(pool, source, policy, control, gpus)
+    run_options = RunOptions(
+        plan=_plan(policy, source, time_scale),
+        pool=pool,
+        num_tool_executors=tools,
+        control_plane=None if attach else control,
+        timeout_s=timeout_s,
+        show_progress=not quiet,
+        timeline=timeline,
+    )
+    result = asyncio.run(run_rollout(settings, run_options))
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        _print_summary(result)
+
+
+def _plan(policy: str, source: Source, time_scale: float) -> RolloutPlan:
+    try:
+        return RolloutPlan(policy, source.specs, source.label, time_scale)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _pool(workers: int, engine: str, options: dict[str, str], heartbeat_s: float) -> WorkerPool:
+    try:
+        return WorkerPool(workers, engine, options, heartbeat_s=heartbeat_s)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _planned_pool(
+    pool: WorkerPool, source: Source, policy: str, control: ControlPlaneConfig, gpus: int
+) -> WorkerPool:
+    """The policy's resource plan for ``gpus`` GPUs (the simulator's planner)."""
+    if not source.trace:
+        raise UserError("--gpus plans from the trajectories' lengths: give --workload or --trace")
+    if gpus < 1:
+        raise UserError(f"--gpus must be >= 1, got {gpus}")
+    return plan_pool(pool, source, policy, control, gpus)
+
+
+def _print_summary(result: RolloutResult) -> None:
+    summary = result.summary
+    console = Console()
+    table = Table(title=f"rollout {summary.rollout_id} ({summary.policy}, {summary.source})")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, Any]] = [
+        ("trajectories", f"{summary.num_completed}/{summary.num_trajectories} completed"),
+        ("failed", summary.num_failed),
+        ("makespan (model s)", f"{summary.makespan_s:,.1f}"),
+        ("wall s", f"{summary.wall_s:,.1f} (time scale {summary.time_scale:g})"),
+        ("throughput (tok / model s)", f"{summary.throughput_tok_s:,.0f}"),
+        ("output tokens", f"{summary.output_tokens:,}"),
+        ("events", f"{summary.events:,}"),
+        ("preemptions / migrations", f"{summary.num_preemptions} / {summary.num_migrations}"),
+        (
+            "re-placements (re-prefilled tokens)",
+            f"{summary.num_replacements} ({summary.replacement_recomputed_tokens:,})",
+        ),
+    ]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    slow = summary.slowest
+    if slow is not None:
+        table.add_row(
+            f"slowest {slow.traj_id} ({slow.num_steps} steps)",
+            f"queue {slow.queue_s:.0f} / prefill {slow.prefill_s:.0f} / decode "
+            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} s",
+        )
+    table.add_row("ledger", result.ledger_url)
+    if result.timeline_path is not None:
+        table.add_row("timeline", str(result.timeline_path))
+    console.print(table)
+
+
+@rollout_app.command("compare", context_settings=_EXTRA_ARGS)
+def compare_command(
+    ctx: typer.Context,
+    policies: Annotated[str, typer.Option(help="Comma-separated bundles")] = "heddle,slime,verl",
+    workload: WorkloadOpt = None,
+    trace: TraceOpt = None,
+    tasks: TasksOpt = None,
+    env: EnvOpt = None,
+    trajectories: TrajectoriesOpt = 128,
+    seed: SeedOpt = 0,
+    group_size: GroupOpt = _TASKS.group_size,
+    tokenizer: TokenizerOpt = "byte",
+    gpus: Annotated[
+        int | None, typer.Option(help="GPU budget each policy plans (default 16 unless --workers)")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Fixed workers for every policy instead of --gpus")
+    ] = None,
+    engine: EngineOpt = "sim",
+    tools: ToolsOpt = 1,
+    heartbeat_s: HeartbeatOpt = 1.0,
+    cost_model: CostModelOpt = None,
+    hardware: HardwareOpt = None,
+    predictor: PredictorOpt = _PREDICTOR.name,
+    sigma: SigmaOpt = _PREDICTOR.sigma,
+    worker_timeout_s: TimeoutOpt = 6.0,
+    simulate: Annotated[
+        bool, typer.Option(help="Also simulate each policy on the same trace")
+    ] = True,
+    timeout_s: RunTimeoutOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run the same trajectories under each policy (fresh control plane and workers each)."""
+    settings = settings_of(ctx)
+    names = check_policies(policies.split(","))
+    options = parse_engine_args(list(ctx.args))
+    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
+    control, time_scale = _control(
+        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
+    )
+    if gpus is not None and workers is not None:
+        raise UserError("give --gpus or --workers, not both")
+    pool = _pool(workers or 0, engine, options, heartbeat_s)
+    compare_options = CompareOptions(
+        policies=names,
+        source=source,
+        pool=pool,
+        control_plane=control,
+        num_gpus=None if workers is not None else (gpus or 16),
+        num_tool_executors=tools,
+        time_scale=time_scale,
+        timeout_s=timeout_s,
+        simulate=simulate and bool(source.trace),
+        show_progress=not quiet,
+    )
+    result = asyncio.run(compare_policies(settings, compare_options))
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        _print_comparison(result)
+
+
+def _print_comparison(result: CompareResult) -> None:
+    console = Console()
+    table = Table(title=f"{result.source}: {result.num_trajectories} trajectories (model seconds)")
+    for column in ("policy", "TP", "makespan s", "tok/s", "sim makespan s", "sim tok/s"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for run in result.runs:
+        live = run.live.summary
+        sim = run.simulated or {}
+        table.add_row(
+            run.policy,
+            ",".join(map(str, run.tp_degrees)),
+            f"{live.makespan_s:,.0f}",
+            f"{live.throughput_tok_s:,.0f}",
+            f"{sim['makespan_s']:,.0f}" if sim else "-",
+            f"{sim['throughput_tok_s']:,.0f}" if sim else "-",
+        )
+    console.print(table)
+    document = result.to_json()
+    simulated = document["simulated_throughput_ratios"]
+    for label, ratio in document["throughput_ratios"].items():
+        sim_ratio = simulated.get(label)
+        tail = f" (simulated {sim_ratio:.2f}x)" if sim_ratio else ""
+        console.print(f"{label}: {ratio:.2f}x throughput{tail}")
+
+
+@rollout_app.command("submit")
+def submit_command(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="Trace file, or task file with --env")],
+    policy: Annotated[str, typer.Option(help=f"System bundle: {', '.join(SYSTEMS)}")] = "heddle",
+    env: EnvOpt = None,
+    group_size: GroupOpt = _TASKS.group_size,
+    seed: SeedOpt = 0,
+    tokenizer: TokenizerOpt = "byte",
+    time_scale: Annotated[
+        float, typer.Option(help="Time scale of the workers (sim engines), for the summary")
+    ] = 1.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a trace or task file to a running control plane (`heddle up`); print its id."""
+    if policy not in SYSTEMS:
+        raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
+    trace = file if env is None else None
+    tasks = file if env is not None else None
+    source = _source(None, trace, tasks, env, 0, seed, group_size, tokenizer)
+    plan = _plan(policy, source, time_scale)
+    rollout_id = asyncio.run(_submit(settings_of(ctx), plan))
+    if as_json:
+        typer.echo(json.dumps({"rollout_id": rollout_id, "num_trajectories": len(plan.specs)}))
+    else:
+        typer.echo(rollout_id)
+
+
+async def _submit(settings: Settings, plan: RolloutPlan) -> str:
+    from heddle.bus import Bus
+
+    async with Bus(settings) as bus:
+        await require_control_plane(bus)
+        return await submit(bus, plan)
+
+
+@rollout_app.command("cancel")
+def cancel_command(
+    ctx: typer.Context,
+    rollout_id: Annotated[str, typer.Argument(help="The rollout to cancel")],
+    reason: Annotated[str, typer.Option(help="Recorded with the cancellation")] = "cancelled",
+) -> None:
+    """Cancel a rollout: its trajectories are aborted and get no further commands."""
+    from heddle.bus import Bus
+    from heddle.ids import check_token
+    from heddle.rollout.runner import cancel_rollout
+
+    try:
+        check_token(rollout_id, "rollout id")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+    async def cancel() -> None:
+        async with Bus(settings_of(ctx)) as bus:
+            await cancel_rollout(bus, rollout_id, reason)
+
+    asyncio.run(cancel())
+    typer.echo(f"cancelled {rollout_id}")

@@ -9,6 +9,9 @@ fraction of the timeout), so a control plane that restarts and replays the strea
 workers that went silent while it was down at its first check, and a worker restarted under the
 same id comes back with its new registration.
 
+A cancelled rollout (``RolloutCancelled``) has its trajectories aborted where they are placed:
+the fold answers it with one ``Abort`` command per trajectory it knows on a worker.
+
 The ``WorkerFailed`` id is the one the worker agent uses for its own engine failures
 (``<worker>:<incarnation>:failed``), so a worker that reports its failure and a control plane
 that notices it store one event.
@@ -20,10 +23,12 @@ from dataclasses import dataclass, field
 
 from heddle.control import Output
 from heddle.events import (
+    Abort,
     Completed,
     Event,
     Failed,
     Migrated,
+    RolloutCancelled,
     TrajectoryPlaced,
     WorkerDrained,
     WorkerEvent,
@@ -58,6 +63,7 @@ class WorkerLiveness:
             Migrated,
             Completed,
             Failed,
+            RolloutCancelled,
         }
     )
 
@@ -69,8 +75,11 @@ class WorkerLiveness:
         self._placed_on: dict[tuple[str, str], str] = {}
 
     def decide(self, event: Event) -> list[Output]:
-        """Fold one event in; liveness outputs come from ``check``, never from events."""
+        """Fold one event in; only a cancellation calls for outputs (its aborts): failures
+        come from ``check``."""
         match event:
+            case RolloutCancelled():
+                return self._abort(event)
             case WorkerRegistered():
                 worker = self._workers.get(event.worker_id)
                 if worker is None or event.incarnation != worker.incarnation:
@@ -113,6 +122,24 @@ class WorkerLiveness:
                 )
             )
         return failures
+
+    def _abort(self, event: RolloutCancelled) -> list[Output]:
+        keys = [key for key in self._placed_on if key[0] == event.rollout_id]
+        aborts: list[Output] = []
+        for key in keys:
+            worker_id = self._placed_on[key]
+            aborts.append(
+                Abort(
+                    command_id=derive_id(key[0], key[1], "cancelled", "abort"),
+                    rollout_id=key[0],
+                    issued_at=event.occurred_at,
+                    worker_id=worker_id,
+                    traj_id=key[1],
+                    reason=event.reason or "rollout cancelled",
+                )
+            )
+            self._move(key, None)
+        return aborts
 
     def live_workers(self) -> list[str]:
         return [worker_id for worker_id, worker in self._workers.items() if worker.is_alive]

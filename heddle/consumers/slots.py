@@ -10,6 +10,11 @@ knows the same workers as the others.
 
 Events of a rollout whose submission this slot never saw are skipped (counted): they belong to a
 rollout submitted before this control plane first started, or one whose policy was refused.
+
+A cancelled rollout (``RolloutCancelled``) gets no more commands: its deciders still fold its
+events, but worker commands, placements and migration requests they emit for it are dropped
+(``heddle.consumers.liveness`` aborts its trajectories on their workers), so an abandoned rollout
+never comes back to life on the workers of a later one.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ from heddle.control import (
     TransferDecider,
 )
 from heddle.control.systems import SYSTEMS
-from heddle.events import Event, RolloutSubmitted, WorkerEvent
+from heddle.events import (
+    Event,
+    MigrationRequested,
+    RolloutCancelled,
+    RolloutSubmitted,
+    TrajectoryPlaced,
+    WorkerCommand,
+    WorkerEvent,
+)
 
 SLOT_HANDLES: dict[str, frozenset[type[Event]]] = {
     PredictionDecider.name: PredictionDecider.handles,
@@ -65,13 +78,17 @@ class SlotDeciders:
         if slot not in SLOT_HANDLES:
             raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS)}")
         self.slot = slot
-        self.handles: frozenset[type[Event]] = SLOT_HANDLES[slot] | {RolloutSubmitted}
+        self.handles: frozenset[type[Event]] = SLOT_HANDLES[slot] | {
+            RolloutSubmitted,
+            RolloutCancelled,
+        }
         self._decider_handles = SLOT_HANDLES[slot]
         self._make_bundle = make_bundle
         self._hooks = hooks
         self._by_policy: dict[str, Decider | None] = {}
         self._policy_of: dict[str, str] = {}
         self._worker_events: list[Event] = []
+        self._cancelled: set[str] = set()
         self.num_skipped = 0
         """Events of rollouts this slot does not know, or of bundles without this slot."""
 
@@ -104,13 +121,26 @@ class SlotDeciders:
             return self._broadcast(event)
         if isinstance(event, RolloutSubmitted):
             self._adopt(event)
+        elif isinstance(event, RolloutCancelled):
+            self._cancelled.add(event.rollout_id)
         policy = self._policy_of.get(event.rollout_id)
         decider = self._by_policy.get(policy) if policy is not None else None
         if decider is None or type(event) not in self._decider_handles:
-            if not isinstance(event, RolloutSubmitted):
+            if not isinstance(event, (RolloutSubmitted, RolloutCancelled)):
                 self.num_skipped += 1
             return []
-        return decider.decide(event)
+        return self._allowed(decider.decide(event))
+
+    def _allowed(self, outputs: list[Output]) -> list[Output]:
+        """The outputs minus what would set a cancelled rollout's trajectories moving."""
+        if not self._cancelled:
+            return outputs
+        return [
+            output
+            for output in outputs
+            if output.rollout_id not in self._cancelled
+            or not isinstance(output, (WorkerCommand, TrajectoryPlaced, MigrationRequested))
+        ]
 
     def _adopt(self, event: RolloutSubmitted) -> None:
         if event.policy not in SYSTEMS:
@@ -138,4 +168,4 @@ class SlotDeciders:
         for decider in self._by_policy.values():
             if decider is not None:
                 outputs += decider.decide(event)
-        return outputs
+        return self._allowed(outputs)

@@ -1,0 +1,189 @@
+"""A local deployment: the control plane, worker agents and tool executors as child processes,
+started in order and each waited for.
+
+- ``start_control_plane`` runs ``heddle up`` (no workers of its own) and waits until its status
+  file says ready (replayed, live, stale workers declared failed);
+- ``start_workers`` runs one ``heddle worker`` per worker (so that one can die alone) and waits
+  for each one's ``WorkerRegistered`` in the stream; a pool's workers may have different TP
+  degrees (a resource plan);
+- ``start_tools`` runs ``heddle tools serve`` executors of the default pool.
+
+A child that exits while being waited for raises ``DeploymentError`` quoting its log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heddle.bus import Bus, ReplayQuery
+from heddle.consumers import ControlPlaneConfig, read_status
+from heddle.consumers.filters import subject_of_kind
+from heddle.errors import UserError
+from heddle.events import WorkerRegistered
+from heddle.rollout.processes import Child, Launcher, signal_name
+
+_POLL_S = 0.2
+
+
+class DeploymentError(UserError):
+    """A child process failed to start or died; the message quotes its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPool:
+    """Worker agents to run locally, one process each."""
+
+    num_workers: int
+    engine: str = "sim"
+    engine_options: Mapping[str, str] = field(default_factory=dict)
+    """``--name value`` options of the engine (as ``heddle worker`` takes them)."""
+    tp_degrees: tuple[int, ...] = ()
+    """Per-worker ``--tp`` (a resource plan); empty: the engine options' for all."""
+    heartbeat_s: float = 1.0
+    id_prefix: str = "w"
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.tp_degrees and len(self.tp_degrees) != self.num_workers:
+            raise ValueError("give one TP degree per worker")
+        if not self.heartbeat_s > 0:
+            raise ValueError("heartbeat_s must be > 0")
+
+    @property
+    def worker_ids(self) -> list[str]:
+        return [f"{self.id_prefix}{index:02d}" for index in range(self.num_workers)]
+
+    def options_for(self, index: int) -> dict[str, str]:
+        options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
+        if self.tp_degrees:
+            options["tp"] = str(self.tp_degrees[index])
+        return options
+
+
+def control_plane_args(config: ControlPlaneConfig) -> list[str]:
+    """``heddle up`` flags that reproduce ``config`` in a child process."""
+    predictor = config.predictor
+    host = config.host
+    args = [
+        f"--cost-model={config.cost_model}",
+        f"--hardware={config.hardware}",
+        f"--predictor={predictor.name}",
+        f"--sigma={predictor.sigma}",
+        f"--seed={config.seed}",
+        f"--worker-timeout-s={config.worker_timeout_s}",
+        "--transfer-kv" if config.transfer_kv else "--no-transfer-kv",
+        "--ledger" if config.project_ledger else "--no-ledger",
+        "--learn-ledger" if config.learn_from_ledger else "--no-learn-ledger",
+        f"--durable-prefix={host.durable_prefix}",
+        f"--since={host.since_sequence}",
+    ]
+    args += [f"--history={path}" for path in config.history]
+    return args
+
+
+class LocalDeployment:
+    """Owns the children it starts; ``stop`` ends them (workers and tools first)."""
+
+    def __init__(self, bus: Bus, log_dir: Path) -> None:
+        self.bus = bus
+        self.launcher = Launcher(bus.settings, log_dir)
+        self.control_plane: Child | None = None
+        self.workers: dict[str, Child] = {}
+        self.tools: list[Child] = []
+
+    async def start_control_plane(self, config: ControlPlaneConfig, timeout_s: float = 90) -> Child:
+        child = await self.launcher.start_control_plane(control_plane_args(config))
+        self.control_plane = child
+        await self.wait_control_plane_ready(timeout_s)
+        return child
+
+    async def restart_control_plane(self, timeout_s: float = 90) -> Child:
+        """Start the control plane again with its previous arguments (after a crash)."""
+        if self.control_plane is None:
+            raise RuntimeError("no control plane was started")
+        args = self.control_plane.args
+        self.control_plane = await self.launcher.start("control-plane", args)
+        await self.wait_control_plane_ready(timeout_s)
+        return self.control_plane
+
+    async def wait_control_plane_ready(self, timeout_s: float) -> None:
+        child = self.control_plane
+        assert child is not None
+        deadline = time.monotonic() + timeout_s
+        data_dir = self.bus.settings.data_dir
+        while True:
+            status = read_status(data_dir)
+            if status is not None and status.pid == child.pid and status.is_ready:
+                return
+            self._check_alive(child, "the control plane")
+            if time.monotonic() > deadline:
+                raise DeploymentError(
+                    f"the control plane was not ready within {timeout_s:g} s; "
+                    f"log {child.log_path}:\n{child.log_tail()}"
+                )
+            await asyncio.sleep(_POLL_S)
+
+    async def start_workers(self, pool: WorkerPool, timeout_s: float = 90) -> list[Child]:
+        """Start the pool's workers and wait until each has registered."""
+        since = (await self.bus.stream_state()).last_sequence + 1
+        started = []
+        for index, worker_id in enumerate(pool.worker_ids):
+            child = await self.launcher.start_worker(
+                worker_id, pool.engine, pool.options_for(index), pool.heartbeat_s
+            )
+            self.workers[worker_id] = child
+            started.append(child)
+        await self._wait_registered(pool.worker_ids, since, timeout_s)
+        return started
+
+    async def _wait_registered(
+        self, worker_ids: Sequence[str], since: int, timeout_s: float
+    ) -> None:
+        missing = set(worker_ids)
+        deadline = time.monotonic() + timeout_s
+        subjects = (subject_of_kind(WorkerRegistered),)
+        query = ReplayQuery(filter_subjects=subjects, start_sequence=since)
+        while missing:
+            async for record in self.bus.replay_events(query):
+                if isinstance(record.message, WorkerRegistered):
+                    missing.discard(record.message.worker_id)
+            for worker_id in sorted(missing):
+                self._check_alive(self.workers[worker_id], f"worker {worker_id}")
+            if missing and time.monotonic() > deadline:
+                worker_id = min(missing)
+                child = self.workers[worker_id]
+                raise DeploymentError(
+                    f"worker {worker_id} did not register within {timeout_s:g} s; "
+                    f"log {child.log_path}:\n{child.log_tail()}"
+                )
+            if missing:
+                await asyncio.sleep(_POLL_S)
+
+    async def start_tools(self, num_executors: int, pool: str = "default") -> list[Child]:
+        for _ in range(num_executors):
+            self.tools.append(await self.launcher.start_tool_executor(len(self.tools), pool))
+        return self.tools
+
+    def failed_children(self) -> list[Child]:
+        """Children that exited on their own (not stopped by us)."""
+        return self.launcher.exited()
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Workers and executors first (they finish their current work), then the control
+        plane (it acknowledges what they published)."""
+        others = [name for name in self.launcher.children if name != "control-plane"]
+        await self.launcher.stop_all(others, grace_s)
+        await self.launcher.stop_all(["control-plane"], grace_s)
+
+    @staticmethod
+    def _check_alive(child: Child, what: str) -> None:
+        if not child.is_running:
+            raise DeploymentError(
+                f"{what} exited ({signal_name(child.process.returncode)}); "
+                f"log {child.log_path}:\n{child.log_tail()}"
+            )

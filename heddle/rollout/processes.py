@@ -1,0 +1,165 @@
+"""Child processes of a local deployment: the control plane, worker agents, tool executors.
+
+Each child is a ``heddle`` command run with this interpreter (``heddle up``, ``heddle worker``,
+``heddle tools serve``), with the parent's settings in its environment (``HEDDLE_DATA_DIR``, and
+the NATS and database URLs when configured), so every child joins the same NATS (the data dir's
+embedded server when none is configured) and the same ledger. Output goes to one log file per
+child under the launcher's log folder; ``log_tail`` quotes it when a child fails.
+
+Children run in their own process group, so a Ctrl-C meant for the parent does not kill them
+before the parent has stopped them in order (``stop_all``: SIGTERM, then SIGKILL after a grace
+period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heddle.config import Settings
+
+_CHILD_MAIN = "from heddle.cli import main; main()"
+_LOG_TAIL_BYTES = 3000
+
+
+@dataclass(slots=True)
+class Child:
+    """One child process and where its output goes."""
+
+    name: str
+    process: asyncio.subprocess.Process
+    log_path: Path
+    args: list[str] = field(default_factory=list)
+    is_reported: bool = False
+    """Its unexpected exit was reported already."""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def is_running(self) -> bool:
+        return self.process.returncode is None
+
+    def log_tail(self) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-_LOG_TAIL_BYTES:].decode("utf-8", errors="replace").strip()
+
+    def kill(self) -> None:
+        """SIGKILL (crash tests and last resort)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.terminate()
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """The parent's environment with its settings spelled out for ``load_settings``."""
+    env = dict(os.environ, HEDDLE_DATA_DIR=str(settings.data_dir))
+    for name, value in (
+        ("HEDDLE_NATS_URL", settings.nats_url),
+        ("HEDDLE_DATABASE_URL", settings.database_url),
+    ):
+        if value:
+            env[name] = value
+        else:
+            env.pop(name, None)
+    return env
+
+
+class Launcher:
+    """Starts and stops ``heddle`` children; logs go to ``log_dir/<name>.log``."""
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.children: dict[str, Child] = {}
+
+    async def start(self, name: str, args: Sequence[str]) -> Child:
+        """Run ``heddle ARGS`` as child ``name`` (replacing a stopped child of that name)."""
+        old = self.children.get(name)
+        if old is not None and old.is_running:
+            raise RuntimeError(f"child {name} is already running (pid {old.pid})")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                _CHILD_MAIN,
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=child_environment(self.settings),
+                start_new_session=True,
+            )
+        child = Child(name, process, log_path, list(args))
+        self.children[name] = child
+        return child
+
+    async def start_control_plane(self, args: Sequence[str] = ()) -> Child:
+        return await self.start("control-plane", ["up", *args])
+
+    async def start_worker(
+        self, worker_id: str, engine: str, options: Mapping[str, str], heartbeat_s: float
+    ) -> Child:
+        engine_args = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+        args = [
+            "worker",
+            f"--id={worker_id}",
+            f"--engine={engine}",
+            f"--heartbeat-s={heartbeat_s}",
+            *engine_args,
+        ]
+        return await self.start(f"worker-{worker_id}", args)
+
+    async def start_tool_executor(self, index: int, pool: str = "default") -> Child:
+        args = ["tools", "serve", f"--pool={pool}", f"--executor-id=tools{index:02d}"]
+        return await self.start(f"tools-{index:02d}", args)
+
+    async def stop(self, name: str, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the child, SIGKILL it after ``grace_s``; its exit code."""
+        child = self.children.get(name)
+        if child is None:
+            return None
+        if child.is_running:
+            child.terminate()
+            try:
+                await asyncio.wait_for(child.process.wait(), grace_s)
+            except TimeoutError:
+                child.kill()
+                await child.process.wait()
+        return child.process.returncode
+
+    async def stop_all(self, names: Sequence[str] | None = None, grace_s: float = 10.0) -> None:
+        """Stop the named children (default: all) concurrently."""
+        targets = list(self.children) if names is None else list(names)
+        await asyncio.gather(*(self.stop(name, grace_s) for name in targets))
+
+    def running(self) -> list[Child]:
+        return [child for child in self.children.values() if child.is_running]
+
+    def exited(self) -> list[Child]:
+        return [child for child in self.children.values() if not child.is_running]
+
+
+def signal_name(returncode: int | None) -> str:
+    """``exit 1`` or ``killed by SIGKILL`` (asyncio reports signals as negative codes)."""
+    if returncode is None:
+        return "running"
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit {returncode}"

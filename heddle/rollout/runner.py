@@ -1,0 +1,260 @@
+"""``run_rollout``: start what is needed, submit, follow to the end, summarise.
+
+Steps (each waited for, so that the rollout never starts on a half-started system):
+
+1. the control plane (``heddle up`` child, ready when its status file says so) unless attaching
+   to a running one (``control_plane=None``);
+2. the worker agents (one process each; registered) and the tool executors;
+3. the submission; then following it (``heddle.rollout.progress``) until every trajectory has
+   ended, the timeout passes, or the caller is interrupted (then the rollout is cancelled: its
+   trajectories are aborted and it gets no more commands);
+4. the summary from the stream (``heddle.rollout.summary``); the children are stopped.
+
+``RunHooks`` let a caller act while the rollout runs (the crash tests kill and restart the
+control plane or a worker from ``on_progress``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from heddle.bus import Bus, BusOptions
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, read_status
+from heddle.consumers.liveness import LIVENESS_SLOT
+from heddle.consumers.slots import SLOTS
+from heddle.errors import UserError
+from heddle.events import RolloutCancelled
+from heddle.events.subjects import EVENTS_STREAM
+from heddle.ids import derive_id
+from heddle.rollout.deployment import DeploymentError, LocalDeployment, WorkerPool
+from heddle.rollout.processes import signal_name
+from heddle.rollout.progress import ProgressState, ProgressView, RolloutFollower
+from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit
+from heddle.rollout.summary import RolloutSummary, rollout_summary
+
+log = logging.getLogger(__name__)
+
+_STALE_STATUS_S = 10.0
+
+TimelineWriter = Callable[[Bus, str, Path], Awaitable[Path | None]]
+"""Draws a rollout's timeline to a PNG (``heddle.timeline``); registered with
+``set_timeline_writer`` so that this module does not import matplotlib."""
+_timeline_writer: TimelineWriter | None = None
+
+
+def set_timeline_writer(writer: TimelineWriter | None) -> None:
+    """The hook ``run_rollout`` calls for ``RunOptions.timeline``."""
+    global _timeline_writer
+    _timeline_writer = writer
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    plan: RolloutPlan
+    pool: WorkerPool | None = None
+    """Workers to start (None: use the workers already registered)."""
+    num_tool_executors: int = 1
+    control_plane: ControlPlaneConfig | None = field(default_factory=ControlPlaneConfig)
+    """The control plane to start (None: attach to a running ``heddle up``)."""
+    timeout_s: float | None = None
+    """Wall seconds to wait for the end (None: no limit)."""
+    show_progress: bool = True
+    poll_s: float = 0.5
+    log_dir: Path | None = None
+    """Child process logs (default ``<data_dir>/logs/<rollout id>``)."""
+    rollout_id: str | None = None
+    timeline: Path | None = None
+    """Draw the rollout's timeline to this PNG at the end (when a writer is registered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutResult:
+    rollout_id: str
+    summary: RolloutSummary
+    ledger_url: str
+    log_dir: Path
+    timeline_path: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON object of ``heddle rollout run --json``."""
+        document: dict[str, Any] = msgspec.to_builtins(self.summary)
+        document["ledger"] = self.ledger_url
+        document["logs"] = str(self.log_dir)
+        document["timeline"] = str(self.timeline_path) if self.timeline_path else None
+        document["makespan_unit"] = "model seconds (wall x time_scale)"
+        return document
+
+
+@dataclass(frozen=True, slots=True)
+class RunHooks:
+    on_submitted: Callable[[str, LocalDeployment], Awaitable[None]] | None = None
+    on_progress: Callable[[ProgressState, LocalDeployment], Awaitable[None]] | None = None
+
+
+async def run_rollout(
+    settings: Settings, options: RunOptions, hooks: RunHooks | None = None
+) -> RolloutResult:
+    """Run one rollout end to end; raises ``UserError`` (``DeploymentError``) when a part of
+    the deployment fails or the timeout passes."""
+    hooks = hooks or RunHooks()
+    rollout_id = options.rollout_id or new_rollout_id()
+    log_dir = options.log_dir or settings.data_dir / "logs" / rollout_id
+    async with Bus(settings, BusOptions(name="heddle-rollout")) as bus:
+        deployment = LocalDeployment(bus, log_dir)
+        is_submitted = False
+        try:
+            await prepare(bus, deployment, options)
+            since = (await bus.stream_state()).last_sequence + 1
+            await submit(bus, options.plan, rollout_id)
+            is_submitted = True
+            if hooks.on_submitted is not None:
+                await hooks.on_submitted(rollout_id, deployment)
+            await _follow(bus, deployment, rollout_id, since, options, hooks)
+            summary = await rollout_summary(bus, rollout_id)
+            timeline = await _timeline(bus, rollout_id, options.timeline)
+        except BaseException as exc:
+            if is_submitted:
+                await _cancel(bus, rollout_id, _reason(exc))
+            raise
+        finally:
+            await deployment.stop()
+    return RolloutResult(rollout_id, summary, settings.ledger_url, log_dir, timeline)
+
+
+async def prepare(bus: Bus, deployment: LocalDeployment, options: RunOptions) -> None:
+    """Control plane (or check the running one), workers, tool executors."""
+    if options.control_plane is not None:
+        _refuse_second_control_plane(bus.settings.data_dir, options.control_plane)
+        await deployment.start_control_plane(options.control_plane)
+    else:
+        await require_control_plane(bus)
+    if options.pool is not None and options.pool.num_workers:
+        await deployment.start_workers(options.pool)
+    await deployment.start_tools(options.num_tool_executors)
+
+
+def _refuse_second_control_plane(data_dir: Path, config: ControlPlaneConfig) -> None:
+    status = read_status(data_dir)
+    if status is None or config.host.durable_prefix != "control":
+        return  # isolated runs (compare) use durables of their own
+    if time.time() - status.updated_at < _STALE_STATUS_S and _is_alive(status.pid):
+        raise UserError(
+            f"a control plane is already running on {data_dir} (pid {status.pid}): "
+            "attach to it with --attach, or stop it first"
+        )
+
+
+async def require_control_plane(bus: Bus) -> None:
+    """``UserError`` unless a control plane has run on this NATS (its durables exist)."""
+    durables = [f"control-{slot}" for slot in (*SLOTS, LIVENESS_SLOT)]
+    for durable in durables:
+        if await bus.consumer_state(EVENTS_STREAM, durable) is None:
+            raise UserError(
+                f"no control plane has run on this NATS (durable {durable} missing): "
+                "start `heddle up` first, or drop --attach"
+            )
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _follow(
+    bus: Bus,
+    deployment: LocalDeployment,
+    rollout_id: str,
+    since: int,
+    options: RunOptions,
+    hooks: RunHooks,
+) -> ProgressState:
+    plan = options.plan
+    state = ProgressState(rollout_id, plan.num_trajectories, plan.time_scale)
+    follower = await RolloutFollower(bus, state).open(since)
+    deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
+    title = f"{rollout_id} ({plan.policy})"
+    try:
+        with ProgressView(options.show_progress, title) as view:
+            while True:
+                await follower.poll()
+                view.update(state)
+                if state.is_over:
+                    return state
+                if hooks.on_progress is not None:
+                    await hooks.on_progress(state, deployment)
+                _check_deployment(deployment)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise UserError(
+                        f"rollout {rollout_id} did not finish within {options.timeout_s:g} s "
+                        f"({state.num_done}/{state.num_trajectories} done); logs in "
+                        f"{deployment.launcher.log_dir}"
+                    )
+                await asyncio.sleep(options.poll_s)
+    finally:
+        await follower.close()
+
+
+def _check_deployment(deployment: LocalDeployment) -> None:
+    """The control plane must stay up; a dead worker or executor is only reported (the control
+    plane re-places a dead worker's trajectories)."""
+    control = deployment.control_plane
+    if control is not None and not control.is_running:
+        raise DeploymentError(
+            f"the control plane exited ({signal_name(control.process.returncode)}); "
+            f"log {control.log_path}:\n{control.log_tail()}"
+        )
+    for child in deployment.failed_children():
+        if child is not control and not child.is_reported:
+            log.warning("%s exited (%s)", child.name, signal_name(child.process.returncode))
+            child.is_reported = True
+
+
+async def _cancel(bus: Bus, rollout_id: str, reason: str) -> None:
+    """Cancel the rollout (best effort: the bus may be what failed)."""
+    try:
+        await cancel_rollout(bus, rollout_id, reason)
+    except Exception as exc:  # the original error matters more
+        log.warning("could not cancel rollout %s: %r", rollout_id, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+async def _timeline(bus: Bus, rollout_id: str, path: Path | None) -> Path | None:
+    if path is None or _timeline_writer is None:
+        return None
+    try:
+        return await _timeline_writer(bus, rollout_id, path)
+    except Exception as exc:
+        log.warning("timeline of %s not drawn: %r", rollout_id, exc)
+        return None
+
+
+async def cancel_rollout(bus: Bus, rollout_id: str, reason: str = "cancelled by the user") -> None:
+    """Publish ``RolloutCancelled``: its trajectories are aborted, no command follows."""
+    await bus.publish(
+        RolloutCancelled(
+            event_id=derive_id(rollout_id, "cancelled"),
+            rollout_id=rollout_id,
+            occurred_at=time.time(),
+            reason=reason,
+        )
+    )

@@ -1,0 +1,202 @@
+"""A rollout's figures, folded from its events (the stream is the source of truth).
+
+``summarize(events)`` is pure: feed it a rollout's events in stream order (``rollout_summary``
+reads them from the stream; a recorded list works the same). Times:
+
+- ``makespan_s`` is in MODEL seconds: wall seconds from the submission to the last trajectory's
+  end times the rollout's ``time_scale`` (sim engines run faster than real time), the unit of
+  ``heddle sim``; ``wall_s`` is the same span on the wall clock;
+- the slowest trajectory's breakdown (queue, prefill, decode, tool, migration) is what its worker
+  reported in ``Completed.timings``, also model seconds.
+
+Re-placements after a worker failure are counted with the tokens the re-placed trajectories had
+to prefill again (their KV stayed on the dead worker): ``replacement_recomputed_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from heddle.bus import Bus, ReplayQuery
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    Generated,
+    Migrated,
+    Preempted,
+    RolloutCancelled,
+    RolloutFinished,
+    RolloutSubmitted,
+    TrajectoryPlaced,
+    TrajectoryTimings,
+)
+from heddle.events.subjects import rollout_filter
+
+
+class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
+    traj_id: str
+    num_steps: int
+    num_output_tokens: int
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    tool_s: float
+    migration_s: float
+    total_s: float
+    """Model seconds from its first step's arrival on a worker to its end."""
+    end_s: float
+    """Model seconds from the rollout's submission to its end (the makespan, for the slowest)."""
+    workers: list[str]
+
+
+class RolloutSummary(msgspec.Struct, frozen=True, kw_only=True):
+    rollout_id: str
+    policy: str
+    source: str
+    time_scale: float
+    num_trajectories: int
+    num_completed: int
+    num_failed: int
+    is_finished: bool
+    """Every trajectory completed or failed (``RolloutFinished`` seen, or all counted)."""
+    is_cancelled: bool
+    makespan_s: float
+    """Model seconds (wall x time_scale) from submission to the last trajectory's end."""
+    wall_s: float
+    output_tokens: int
+    throughput_tok_s: float
+    """Output tokens per model second of makespan."""
+    events: int
+    num_preemptions: int
+    num_migrations: int
+    num_replacements: int
+    """Trajectories re-placed after their worker failed (counted per re-placement)."""
+    recomputed_tokens: int
+    """Tokens prefilled again (preemption without KV, re-placement, re-routing)."""
+    replacement_recomputed_tokens: int
+    """... of which by trajectories that were re-placed after a worker failure."""
+    slowest: SlowestTrajectory | None
+    workers: list[str]
+
+
+@dataclass(slots=True)
+class _Fold:
+    rollout_id: str
+    submitted: RolloutSubmitted | None = None
+    completed: dict[str, Completed] = field(default_factory=dict)
+    failed: set[str] = field(default_factory=set)
+    replaced: set[str] = field(default_factory=set)
+    recomputed_by_traj: dict[str, int] = field(default_factory=dict)
+    num_events: int = 0
+    num_preemptions: int = 0
+    num_migrations: int = 0
+    num_replacements: int = 0
+    is_finished: bool = False
+    is_cancelled: bool = False
+
+    def add(self, event: Event) -> None:
+        self.num_events += 1
+        match event:
+            case RolloutSubmitted():
+                self.submitted = self.submitted or event
+            case Completed():
+                self.completed.setdefault(event.traj_id, event)
+                self.failed.discard(event.traj_id)
+            case Failed() if not event.retryable and event.traj_id not in self.completed:
+                self.failed.add(event.traj_id)
+            case Generated():
+                key = event.traj_id
+                self.recomputed_by_traj[key] = (
+                    self.recomputed_by_traj.get(key, 0) + event.num_recomputed_tokens
+                )
+            case Preempted():
+                self.num_preemptions += 1
+            case Migrated():
+                self.num_migrations += 1
+            case TrajectoryPlaced() if event.reason == "replacement":
+                self.num_replacements += 1
+                self.replaced.add(event.traj_id)
+            case RolloutFinished():
+                self.is_finished = True
+            case RolloutCancelled():
+                self.is_cancelled = True
+
+
+def summarize(rollout_id: str, events: Iterable[Event]) -> RolloutSummary:
+    """The summary of one rollout from its events in stream order."""
+    fold = _Fold(rollout_id)
+    for event in events:
+        fold.add(event)
+    return _build(fold)
+
+
+def _build(fold: _Fold) -> RolloutSummary:
+    submitted = fold.submitted
+    scale = submitted.time_scale if submitted is not None else 1.0
+    start = submitted.occurred_at if submitted is not None else 0.0
+    ended = [c.occurred_at for c in fold.completed.values()]
+    wall_s = max(0.0, max(ended) - start) if ended and submitted is not None else 0.0
+    makespan_s = wall_s * scale
+    output_tokens = sum(c.num_output_tokens for c in fold.completed.values())
+    num_trajectories = submitted.num_trajectories if submitted is not None else 0
+    num_ended = len(fold.completed) + len(fold.failed)
+    workers = sorted({w for c in fold.completed.values() for w in c.worker_history})
+    return RolloutSummary(
+        rollout_id=fold.rollout_id,
+        policy=submitted.policy if submitted is not None else "",
+        source=submitted.source if submitted is not None else "",
+        time_scale=scale,
+        num_trajectories=num_trajectories,
+        num_completed=len(fold.completed),
+        num_failed=len(fold.failed),
+        is_finished=fold.is_finished or (num_trajectories > 0 and num_ended >= num_trajectories),
+        is_cancelled=fold.is_cancelled,
+        makespan_s=makespan_s,
+        wall_s=wall_s,
+        output_tokens=output_tokens,
+        throughput_tok_s=output_tokens / makespan_s if makespan_s > 0 else 0.0,
+        events=fold.num_events,
+        num_preemptions=fold.num_preemptions,
+        num_migrations=fold.num_migrations,
+        num_replacements=fold.num_replacements,
+        recomputed_tokens=sum(fold.recomputed_by_traj.values()),
+        replacement_recomputed_tokens=sum(
+            fold.recomputed_by_traj.get(traj_id, 0) for traj_id in fold.replaced
+        ),
+        slowest=_slowest(fold, start, scale),
+        workers=workers,
+    )
+
+
+def _slowest(fold: _Fold, start: float, scale: float) -> SlowestTrajectory | None:
+    if not fold.completed:
+        return None
+    last = max(fold.completed.values(), key=lambda c: (c.occurred_at, c.traj_id))
+    timings: TrajectoryTimings = last.timings
+    return SlowestTrajectory(
+        traj_id=last.traj_id,
+        num_steps=last.num_steps,
+        num_output_tokens=last.num_output_tokens,
+        queue_s=timings.queue_s,
+        prefill_s=timings.prefill_s,
+        decode_s=timings.decode_s,
+        tool_s=timings.tool_s,
+        migration_s=timings.migration_s,
+        total_s=timings.total_s,
+        end_s=max(0.0, last.occurred_at - start) * scale,
+        workers=list(last.worker_history),
+    )
+
+
+async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:
+    """Read the rollout's events from the stream and summarise them."""
+    query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)), start_sequence=1)
+    fold = _Fold(rollout_id)
+    async for batch in bus.replay_events(query).batches():
+        for record in batch:
+            fold.add(record.message)
+    return _build(fold)
