@@ -52,6 +52,7 @@ State: ``await bus.stream_state()``, ``await bus.consumer_state(stream, durable)
 ``await bus.delete_consumer(stream, durable)``.
 """
 
+from heddle.bus.batch_runner import BatchRunner
 from heddle.bus.bus import Bus, BusOptions, BusUnavailable, ConsumerState, StreamState
 from heddle.bus.delivery import (
     BatchHandler,
@@ -62,10 +63,11 @@ from heddle.bus.delivery import (
     Rejection,
     TransientError,
 )
+from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, ObjectNotFound
 from heddle.bus.publisher import PublishAck, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
-from heddle.bus.runner import BatchRunner, MessageRunner, RunnerStats
+from heddle.bus.runner import RunnerStats
 from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
 from heddle.bus.streams import ConsumerSpec, StreamSpec
 from heddle.bus.telemetry import TelemetrySubscription

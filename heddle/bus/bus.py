@@ -13,12 +13,13 @@ import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from heddle.bus.batch_runner import BatchRunner
 from heddle.bus.delivery import BatchHandler, Decoder, MessageHandler
 from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_embedded_server
+from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, Objects
 from heddle.bus.publisher import PublishAck, Publisher, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader
-from heddle.bus.runner import BatchRunner, MessageRunner
 from heddle.bus.streams import HEDDLE_STREAMS, ConsumerSpec, provision_stream
 from heddle.bus.telemetry import TelemetryHandler, TelemetrySubscription, publish_telemetry
 from heddle.bus.wire import LeanClient

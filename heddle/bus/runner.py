@@ -17,29 +17,25 @@ channel's decoder, hand the messages to the handler, then acknowledge. Contracts
 - ``stop()`` is graceful: the current batch (or every running message handler) finishes and is
   acked; messages fetched but never handled are nak'ed for prompt redelivery.
 
-``BatchRunner`` hands whole batches to one handler call, in stream order. ``MessageRunner``
-handles messages concurrently (up to ``max_concurrent``), sending in-progress signals for long
-handlers so they are not redelivered meanwhile.
+``BatchRunner`` (``heddle.bus.batch_runner``) hands whole batches to one handler call, in stream
+order. ``MessageRunner`` (``heddle.bus.message_runner``) handles messages concurrently, sending
+in-progress signals for long handlers so they are not redelivered meanwhile. This module holds
+what both share.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nats.js import JetStreamContext
 
 from heddle.bus.delivery import (
-    BatchHandler,
     Decoder,
     Delivery,
-    InvalidMessage,
-    MessageHandler,
-    TransientError,
 )
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
@@ -69,7 +65,7 @@ class RunnerStats:
     num_batches: int = 0
 
 
-class _Runner(Generic[T]):
+class ConsumerRunner(Generic[T]):
     """Fetch, decode, dead-letter and acknowledge; subclasses dispatch to their handler."""
 
     def __init__(
@@ -203,162 +199,3 @@ class _Runner(Generic[T]):
     async def _send(self, reply: bytes | str, body: bytes) -> None:
         subject = reply.decode() if isinstance(reply, bytes) else reply
         await self._client.publish(subject, body)
-
-
-class BatchRunner(_Runner[T]):
-    """Hands each fetched batch (decoded, in stream order) to one handler call."""
-
-    def __init__(
-        self,
-        client: LeanClient,
-        js: JetStreamContext,
-        spec: ConsumerSpec,
-        decode: Decoder[T],
-        handler: BatchHandler[T],
-        dead_letter: DeadLetterPublisher,
-    ) -> None:
-        super().__init__(client, js, spec, decode, dead_letter)
-        self._handler = handler
-
-    async def _loop(self) -> None:
-        spec = self.spec
-        prefetch = spec.max_ack_pending >= 2 * spec.batch_size
-        while not self._stopping:
-            raws = await self._fetch(spec.batch_size, prefetch=prefetch)
-            if raws:
-                await self._process(raws)
-
-    async def _process(self, raws: list[RawMessage]) -> None:
-        deliveries = await self._decode_all(raws)
-        rejected: set[int] = set()
-        if deliveries:
-            try:
-                rejections = await self._handler(deliveries) or ()
-            except TransientError as exc:
-                log.warning("%s: transient error, retrying: %s", self.spec.durable, exc)
-                await self._retry(deliveries)
-                return
-            except BaseException:
-                await self._nak(deliveries, self.spec.nak_delay_s)
-                raise
-            for rejection in rejections:
-                delivery = rejection.delivery
-                rejected.add(delivery.stream_sequence)
-                await self._reject(
-                    delivery.subject,
-                    delivery.ack_subject,
-                    delivery.stream_sequence,
-                    delivery.data,
-                    rejection.reason,
-                )
-        self.stats.num_batches += 1
-        await self._ack_batch(raws, deliveries, rejected)
-
-    async def _ack_batch(
-        self, raws: list[RawMessage], deliveries: list[Delivery[T]], rejected: set[int]
-    ) -> None:
-        if self.spec.ack_all:
-            await self._send(raws[-1].reply, _ACK)
-            self.stats.num_acked += len(deliveries) - len(rejected)
-            return
-        for delivery in deliveries:
-            if delivery.stream_sequence not in rejected:
-                await self._ack(delivery)
-
-    async def _retry(self, deliveries: list[Delivery[T]]) -> None:
-        if not self.spec.ack_all:
-            await self._nak(deliveries, self.spec.nak_delay_s)
-            return
-        # Rewind: forget everything fetched after the failed batch and restart the durable at
-        # the batch's first sequence, so that delivery order is preserved.
-        first = min(delivery.stream_sequence for delivery in deliveries)
-        self.stats.num_retried += len(deliveries)
-        if self._inbox is not None:
-            await self._inbox.close()
-            self._inbox = None
-        await asyncio.sleep(self.spec.nak_delay_s)
-        await provision_consumer(self._js, replace(self.spec, start_sequence=first))
-        await self._open_inbox()
-
-
-class MessageRunner(_Runner[T]):
-    """Runs one handler call per message, up to ``max_concurrent`` at a time."""
-
-    def __init__(
-        self,
-        client: LeanClient,
-        js: JetStreamContext,
-        spec: ConsumerSpec,
-        decode: Decoder[T],
-        handler: MessageHandler[T],
-        dead_letter: DeadLetterPublisher,
-        *,
-        max_concurrent: int = 16,
-    ) -> None:
-        if spec.ack_all:
-            raise ValueError(f"consumer {spec.durable}: concurrent handling needs explicit acks")
-        if max_concurrent < 1:
-            raise ValueError("max_concurrent must be >= 1")
-        super().__init__(client, js, spec, decode, dead_letter)
-        self._handler = handler
-        self._max_concurrent = max_concurrent
-        self._active: dict[asyncio.Task[None], tuple[Delivery[T], float]] = {}
-        self._failure: BaseException | None = None
-
-    async def _loop(self) -> None:
-        keepalive = asyncio.create_task(self._keep_alive())
-        try:
-            while not self._stopping and self._failure is None:
-                free = self._max_concurrent - len(self._active)
-                if free <= 0:
-                    await asyncio.wait(list(self._active), return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                raws = await self._fetch(min(free, self.spec.batch_size))
-                for delivery in await self._decode_all(raws):
-                    task = asyncio.create_task(self._handle(delivery))
-                    self._active[task] = (delivery, time.monotonic())
-                    task.add_done_callback(self._active.pop)
-            if self._active:
-                await asyncio.wait(list(self._active))
-        finally:
-            keepalive.cancel()
-        if self._failure is not None:
-            raise self._failure
-
-    async def _is_caught_up(self) -> bool:
-        return not self._active and await super()._is_caught_up()
-
-    async def _handle(self, delivery: Delivery[T]) -> None:
-        try:
-            await self._handler(delivery)
-        except InvalidMessage as exc:
-            await self._reject(
-                delivery.subject,
-                delivery.ack_subject,
-                delivery.stream_sequence,
-                delivery.data,
-                exc.reason,
-            )
-            return
-        except TransientError as exc:
-            log.warning(
-                "%s: transient error on #%d: %s", self.spec.durable, delivery.stream_sequence, exc
-            )
-            await self._nak([delivery], self.spec.nak_delay_s)
-            return
-        except Exception as exc:
-            await self._nak([delivery], self.spec.nak_delay_s)
-            self._failure = exc
-            self.stop()
-            return
-        await self._ack(delivery)
-
-    async def _keep_alive(self) -> None:
-        """Tell the server that long-running handlers still work on their messages."""
-        period_s = self.spec.ack_wait_s / 2
-        while True:
-            await asyncio.sleep(period_s)
-            now = time.monotonic()
-            for delivery, started_at in list(self._active.values()):
-                if now - started_at >= period_s:
-                    await self._send(delivery.ack_subject, _IN_PROGRESS)

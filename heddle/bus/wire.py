@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
 
 Sink = Callable[[bytes, bytes, bytes, bytes | None], None]
 """Receives (subject, reply, payload, raw headers or None) of each message, synchronously."""
@@ -29,6 +30,7 @@ class LeanClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self._sinks: dict[int, Sink] = {}
+        self._ps = LeanParser(self)
 
     async def subscribe_sink(self, subject: str, sink: Sink) -> SinkSubscription:
         """Subscribe ``sink`` to ``subject`` (usually an inbox); it runs in the read loop, so it
@@ -50,6 +52,59 @@ class LeanClient(Client):
             await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
         sink(subject, reply, data, headers)
+
+
+class LeanParser(Parser):
+    """nats-py's protocol parser with a fast path for complete ``MSG`` / ``HMSG`` frames of sink
+    subscriptions at the front of the buffer; anything else (partial frames, other
+    subscriptions, PING, INFO, errors) goes through nats-py's own parser."""
+
+    nc: LeanClient
+
+    async def parse(self, data: bytes = b"") -> None:
+        buffer = self.buf
+        buffer.extend(data)
+        if self.state == AWAITING_CONTROL_LINE:
+            consumed, is_waiting = self._deliver_to_sinks(buffer)
+            if consumed:
+                del buffer[:consumed]
+            if is_waiting:
+                return
+        if buffer:
+            await super().parse()
+
+    def _deliver_to_sinks(self, buffer: bytearray) -> tuple[int, bool]:
+        """Hand the leading complete sink frames to their sinks. Returns the bytes used, and
+        whether the next frame is an incomplete one (wait for more bytes) rather than one for
+        nats-py's parser."""
+        sinks = self.nc._sinks
+        position = 0
+        size = len(buffer)
+        while position < size:
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                return position, True
+            tokens = bytes(buffer[position:line_end]).split()
+            operation = tokens[0] if tokens else b""
+            if operation == b"HMSG" and len(tokens) in (5, 6):
+                header_size, total_size = int(tokens[-2]), int(tokens[-1])
+            elif operation == b"MSG" and len(tokens) in (4, 5):
+                header_size, total_size = 0, int(tokens[-1])
+            else:
+                return position, False
+            sink = sinks.get(int(tokens[2]))
+            if sink is None:
+                return position, False
+            start = line_end + 2
+            end = start + total_size
+            if end + 2 > size:
+                return position, True
+            has_reply = len(tokens) == (6 if operation == b"HMSG" else 5)
+            reply = tokens[3] if has_reply else b""
+            headers = bytes(buffer[start : start + header_size]) if operation == b"HMSG" else None
+            sink(tokens[1], reply, bytes(buffer[start + header_size : end]), headers)
+            position = end + 2
+        return position, True
 
 
 class SinkSubscription:
