@@ -64,9 +64,9 @@ class AgenticCostModel:
     """A worker's cost model as the planners see an agentic trajectory on it: besides decoding,
     each output token comes with ``tool_s_per_token`` seconds in tools, during which the
     trajectory keeps its KV resident. So a trajectory alone takes ``T + r`` per token; among
-    ``b`` residents only about ``b T / (T + r)`` decode at once, so one takes
-    ``T F(b T / (T + r)) + r``; past the KV capacity (``TpInterference``) the group drains in
-    waves at that wall-clock pace, not at the bare decode pace. With ``r = 0`` this is
+    ``b`` residents only ``d`` decode at once, ``d = b T F(d) / (T F(d) + r)``, so one takes
+    ``T F(d) + r``; past the KV capacity (``TpInterference``) the group drains in waves at that
+    wall-clock pace, not at the bare decode pace. With ``r = 0`` this is
     the wrapped model (the paper's token-only objective). Only the planners use it; the
     simulator and the lower bound use the bare model."""
 
@@ -91,12 +91,16 @@ class AgenticCostModel:
         return self.inner.solo_token_s(context_tokens) + self.tool_s_per_token
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
-        # Of ``batch_size`` resident trajectories only the share not in a tool decodes, about
-        # T / (T + r) of them; the others hold their KV and wait for their tools.
+        # Of ``batch_size`` resident trajectories only the share not in a tool decodes: a
+        # token takes T F(d) decoding and r in tools, so d = b T F(d) / (T F(d) + r); two
+        # fixed-point rounds from F = 1 settle it closely enough.
         solo = self.inner.solo_token_s(mean_context_tokens)
-        decoding = max(1, round(batch_size * solo / (solo + self.tool_s_per_token)))
-        batched = solo * self.inner.interference(decoding, mean_context_tokens)
-        return (batched + self.tool_s_per_token) / (solo + self.tool_s_per_token)
+        rate = self.tool_s_per_token
+        batched = solo
+        for _ in range(2):
+            decoding = max(1, round(batch_size * batched / (batched + rate)))
+            batched = solo * self.inner.interference(decoding, mean_context_tokens)
+        return (batched + rate) / (solo + rate)
 
 
 def worker_model(cost: CostModel, context_tokens: int) -> WorkerModel:

@@ -182,8 +182,14 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
-    engine = BatchingConfig(preemptive=policy.is_preemptive, eviction=spec.eviction)
-    return ControlPlane(spec, deciders, engine)
+    return ControlPlane(spec, deciders, engine_config(spec))
+
+
+def engine_config(spec: SystemSpec) -> BatchingConfig:
+    """The engines' batching settings under a bundle (preemption follows its priority policy)."""
+    return BatchingConfig(
+        preemptive=priority_policy(spec.priority).is_preemptive, eviction=spec.eviction
+    )
 
 
 def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], Placer]:

@@ -58,7 +58,9 @@ def simulate(
     ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
     tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
     if tp_degrees is None:
-        tp_degrees = plan_workers(trace, spec, config, predictor, ratio, tool_rate)
+        from heddle.sim.planning import choose_workers  # it builds on plan_workers below
+
+        tp_degrees = choose_workers(trace, spec, config, predictor, history, ratio, tool_rate)
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,

@@ -1,0 +1,101 @@
+"""Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
+
+The analytic plan (``heddle.sim.run.plan_workers``: annealing over the placement objective for
+Heddle, the best homogeneous degree by that objective otherwise) prices a configuration with a
+closed-form interference factor. With a history (the previous rollout of the same prompts),
+each candidate, the analytic plan and every homogeneous configuration that fits, is also
+simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
+and its way of spreading trajectories (presorted groups, or an even split for routers); the
+fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the
+previous rollout, and every homogeneous baseline runs on its best degree for the workload.
+A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from heddle.control.placers import PlacementRequest, PresortedPlacer, WorkerInfo
+from heddle.control.resources import DEFAULT_OBSERVATION_RATIO
+from heddle.control.systems import PRESORTED, SystemSpec, engine_config
+from heddle.policy.cost_model import TP_DEGREES
+from heddle.policy.predictors import Predictor
+from heddle.policy.resources import canonical
+from heddle.sim.config import SimConfig
+from heddle.sim.profile import plan_makespan_s
+from heddle.sim.run import plan_workers
+from heddle.traces import TraceTrajectory
+
+Groups = list[list[TraceTrajectory]]
+
+
+def choose_workers(
+    trace: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    predictor: Predictor | None,
+    history: Sequence[TraceTrajectory] = (),
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
+    tool_s_per_token: float = 0.0,
+) -> list[int]:
+    """TP degree per worker: the analytic plan, or a faster candidate on the history."""
+    analytic = plan_workers(trace, spec, config, predictor, observation_ratio, tool_s_per_token)
+    if not history or (spec.resources == "homogeneous" and spec.tp_degree):
+        return analytic
+    candidates = [canonical(analytic)]
+    for tp in TP_DEGREES:
+        homogeneous = (tp,) * (config.num_gpus // tp)
+        if homogeneous and homogeneous not in candidates:
+            candidates.append(homogeneous)
+
+    def split(tp_degrees: Sequence[int]) -> Groups:
+        if spec.placement == PRESORTED:
+            return _presorted_groups(
+                history, tp_degrees, config, observation_ratio, tool_s_per_token
+            )
+        return _even_groups(history, len(tp_degrees))
+
+    engine = replace(engine_config(spec), max_running=config.max_running)
+    priority = _length_first if engine.preemptive else _submission_order
+    scores = [
+        plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
+    ]
+    best = min(range(len(candidates)), key=lambda index: (scores[index], index))
+    return list(candidates[best])
+
+
+def _presorted_groups(
+    history: Sequence[TraceTrajectory],
+    tp_degrees: Sequence[int],
+    config: SimConfig,
+    observation_ratio: float,
+    tool_s_per_token: float,
+) -> Groups:
+    placer = PresortedPlacer(
+        config.cost_for_tp,
+        observation_ratio=observation_ratio,
+        tool_s_per_token=tool_s_per_token,
+    )
+    requests = [
+        PlacementRequest(str(index), float(t.num_output_tokens), t.prompt_tokens)
+        for index, t in enumerate(history)
+    ]
+    workers = [WorkerInfo(f"w{index}", tp) for index, tp in enumerate(tp_degrees)]
+    groups: dict[str, list[TraceTrajectory]] = {worker.worker_id: [] for worker in workers}
+    for assignment in placer.place(requests, workers):
+        groups[assignment.worker_id].append(history[int(assignment.traj_id)])
+    return list(groups.values())
+
+
+def _even_groups(history: Sequence[TraceTrajectory], num_workers: int) -> Groups:
+    """What load-balancing routers do with a batch submitted at once: turns about."""
+    return [list(history[worker::num_workers]) for worker in range(num_workers)]
+
+
+def _length_first(index: int, trajectory: TraceTrajectory) -> float:
+    return float(trajectory.num_output_tokens)
+
+
+def _submission_order(index: int, trajectory: TraceTrajectory) -> float:
+    return -float(index)

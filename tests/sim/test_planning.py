@@ -1,0 +1,89 @@
+"""Profile simulation of plans: a lone trajectory's group time is its solo time, and the plan
+check never returns a configuration slower on the history than the analytic one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from heddle.control.systems import engine_config, system_spec
+from heddle.policy.batching import BatchingConfig
+from heddle.sim import SimConfig, make_simulation_predictor, plan_workers
+from heddle.sim.planning import _even_groups, _presorted_groups, choose_workers
+from heddle.sim.profile import group_makespan_s, plan_makespan_s
+from heddle.traces import TraceStep, TraceTrajectory
+from heddle.workloads import generate
+
+MODEL = "qwen3-8b"
+
+
+def analytic_solo_s(t: TraceTrajectory, tp: int) -> float:
+    """Prefill of what is new, one decode step per token at batch 1, then the tool."""
+    cost = SimConfig(model=MODEL).cost_for_tp(tp)
+    total, context, new = 0.0, t.prompt_tokens, t.prompt_tokens
+    for index, step in enumerate(t.steps):
+        total += cost.prefill_s(new)
+        total += sum(cost.decode_step_s(1, context + j) for j in range(step.output_tokens))
+        context += step.output_tokens + step.tool_output_tokens
+        new = step.tool_output_tokens
+        if index < len(t.steps) - 1:
+            total += step.tool_s
+    return total
+
+
+def test_a_lone_group_takes_its_solo_time() -> None:
+    lone = TraceTrajectory(
+        id="a",
+        prompt_tokens=500,
+        steps=[TraceStep(output_tokens=200, tool_s=3.0, tool_output_tokens=50)] * 3,
+    )
+    config = SimConfig(model=MODEL)
+    seconds = group_makespan_s([lone], config.cost_for_tp(1), BatchingConfig(), lambda i, t: 0.0)
+    assert seconds == pytest.approx(analytic_solo_s(lone, 1), rel=1e-9)
+
+
+def test_a_plan_is_as_slow_as_its_slowest_worker() -> None:
+    trace = generate("search", 24, seed=1)
+    config = SimConfig(model=MODEL)
+    engine = BatchingConfig()
+    one = plan_makespan_s([trace], [2], config.cost_for_tp, engine, lambda i, t: 0.0)
+    split = plan_makespan_s(
+        [trace[:12], trace[12:]], [1, 1], config.cost_for_tp, engine, lambda i, t: 0.0
+    )
+    alone = [
+        group_makespan_s(g, config.cost_for_tp(1), engine, lambda i, t: 0.0)
+        for g in (trace[:12], trace[12:])
+    ]
+    assert split == max(alone) and one > 0
+
+
+@pytest.mark.parametrize("system", ["heddle", "verl", "fix-1"])
+def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
+    trace = generate("coding", 32, seed=4)
+    history = generate("coding", 32, seed=4, epoch=1)
+    config = SimConfig(model=MODEL, num_gpus=8)
+    spec = system_spec(system)
+    predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
+    analytic = plan_workers(trace, spec, config, predictor)
+    chosen = choose_workers(trace, spec, config, predictor, history)
+    assert sum(chosen) <= 8
+    if system == "fix-1":
+        assert chosen == analytic == [1] * 8  # a fixed degree is kept
+        return
+    engine = replace(engine_config(spec), max_running=config.max_running)
+
+    def score(tps: list[int]) -> float:
+        groups = (
+            _presorted_groups(history, tps, config, 1.0, 0.0)
+            if spec.placement == "presorted"
+            else _even_groups(history, len(tps))
+        )
+        priority = (
+            (lambda i, t: float(t.num_output_tokens))
+            if engine.preemptive
+            else (lambda i, t: -float(i))
+        )
+        return plan_makespan_s(groups, tps, config.cost_for_tp, engine, priority)
+
+    assert score(chosen) <= score(analytic) * (1 + 1e-9)
