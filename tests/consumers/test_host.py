@@ -1,0 +1,165 @@
+"""A slot on a real durable consumer: decides live and publishes, rebuilds its state by replay
+after a restart without deciding anything twice, adopts the past of a stream it first meets,
+dead-letters refused events and keeps going."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from heddle.bus import Bus, ReplayQuery
+from heddle.consumers.host import DeciderConsumer, HostConfig
+from heddle.consumers.slots import SlotDeciders
+from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.events import (
+    Completed,
+    DeadLettered,
+    Event,
+    RolloutFinished,
+    RolloutSubmitted,
+)
+from heddle.events.subjects import DEADLETTER_SUBJECT, rollout_subject
+from heddle.policy.online_predictor import OnlinePredictor
+from heddle.sim import SimConfig
+
+CONFIG = HostConfig(fetch_wait_s=0.2)
+
+
+def make_bundle(policy: str) -> ControlPlane:
+    config = SimConfig(model="qwen3-8b")
+    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=OnlinePredictor())
+    return build_control_plane(system_spec(policy), options)
+
+
+def submitted(rollout_id: str, num: int, policy: str = "verl") -> RolloutSubmitted:
+    return RolloutSubmitted(
+        event_id=f"{rollout_id}:submitted",
+        rollout_id=rollout_id,
+        occurred_at=1.0,
+        policy=policy,
+        num_trajectories=num,
+    )
+
+
+def completed(rollout_id: str, index: int) -> Completed:
+    return Completed(
+        event_id=f"{rollout_id}:t{index}:completed",
+        rollout_id=rollout_id,
+        occurred_at=2.0 + index,
+        traj_id=f"t{index}",
+        num_steps=1,
+        num_output_tokens=10,
+    )
+
+
+async def read(bus: Bus, subjects: tuple[str, ...]) -> list[Event]:
+    query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
+    return [record.message async for record in bus.replay_events(query)]
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            if await predicate():
+                return
+            await asyncio.sleep(0.05)
+
+
+class Running:
+    """A consumer of the ``rollout`` slot running in the background."""
+
+    def __init__(self, bus: Bus, config: HostConfig = CONFIG) -> None:
+        self.consumer = DeciderConsumer(bus, SlotDeciders("rollout", make_bundle), config)
+        self.task: asyncio.Task[object] | None = None
+
+    async def __aenter__(self) -> DeciderConsumer:
+        self.task = asyncio.create_task(self.consumer.run())
+        await until(self._is_live)
+        return self.consumer
+
+    async def _is_live(self) -> bool:
+        return self.consumer.stats.is_live
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.consumer.stop()
+        assert self.task is not None
+        await self.task
+
+
+async def finished(bus: Bus, rollout_id: str) -> list[Event]:
+    return await read(bus, (rollout_subject(rollout_id, "finished"),))
+
+
+async def test_decides_live_and_publishes_outputs(bus: Bus) -> None:
+    async with Running(bus) as consumer:
+        await bus.publish_many([submitted("r1", 2), completed("r1", 0), completed("r1", 1)])
+
+        async def is_finished() -> bool:
+            return bool(await finished(bus, "r1"))
+
+        await until(is_finished)
+    (event,) = await finished(bus, "r1")
+    assert isinstance(event, RolloutFinished) and event.num_completed == 2
+    assert consumer.stats.num_decided == 3 and consumer.stats.num_outputs == 1
+
+
+async def test_a_restart_replays_to_its_position_and_decides_the_rest_once(bus: Bus) -> None:
+    async with Running(bus) as first:
+        await bus.publish_many([submitted("r1", 3), completed("r1", 0)])
+        await until(lambda: _decided(first, 2))
+    # The repeated completion has the same id: the stream stores it once.
+    await bus.publish_many([completed("r1", 1), completed("r1", 1), completed("r1", 2)])
+    async with Running(bus) as second:
+        await until(lambda: _decided(second, 2))
+    assert second.stats.num_replayed == 2
+    (event,) = await finished(bus, "r1")
+    assert isinstance(event, RolloutFinished) and event.num_completed == 3
+    async with Running(bus) as third:  # nothing left to decide: no second RolloutFinished
+        await asyncio.sleep(0.3)
+    assert third.stats.num_replayed == 4 and third.stats.num_decided == 0
+    assert len(await finished(bus, "r1")) == 1
+
+
+async def _decided(consumer: DeciderConsumer, count: int) -> bool:
+    return consumer.stats.num_decided >= count
+
+
+async def test_a_new_consumer_adopts_the_past_without_deciding_it(bus: Bus) -> None:
+    await bus.publish_many([submitted("old", 1), completed("old", 0), submitted("r2", 2)])
+    async with Running(bus) as consumer:
+        await bus.publish(completed("r2", 0))
+        await bus.publish(completed("r2", 1))
+        await until(lambda: _decided(consumer, 2))
+    assert await finished(bus, "old") == []  # its end was the past's business
+    assert len(await finished(bus, "r2")) == 1  # known from the adopted submission
+    assert consumer.stats.num_replayed == 3
+
+
+async def test_events_before_since_are_ignored(bus: Bus) -> None:
+    await bus.publish_many([submitted("r1", 1)])
+    since = (await bus.stream_state()).last_sequence + 1
+    config = HostConfig(fetch_wait_s=0.2, durable_prefix="isolated", since_sequence=since)
+    async with Running(bus, config) as consumer:
+        await bus.publish(completed("r1", 0))
+        await until(lambda: _decided(consumer, 1))
+    assert consumer.stats.num_replayed == 0
+    assert await finished(bus, "r1") == []  # r1's submission is not this run's
+
+
+async def test_refused_events_are_dead_lettered_and_work_goes_on(bus: Bus) -> None:
+    async with Running(bus) as consumer:
+        await bus.publish_many(
+            [submitted("bad", 1, policy="nope"), submitted("ok", 1), completed("ok", 0)]
+        )
+        await bus.publish_raw("heddle.evt.rollout.x.submitted", b"{not json", "junk")
+        await until(lambda: _decided(consumer, 3))
+
+        async def has_letters() -> bool:
+            return len(await read(bus, (DEADLETTER_SUBJECT,))) >= 2
+
+        await until(has_letters)
+    letters = await read(bus, (DEADLETTER_SUBJECT,))
+    reasons = sorted(letter.reason for letter in letters if isinstance(letter, DeadLettered))
+    assert any("nope" in reason for reason in reasons)
+    assert any("malformed JSON" in reason for reason in reasons)
+    assert len(await finished(bus, "ok")) == 1

@@ -1,0 +1,163 @@
+"""Slots route each event to the decider of its rollout's bundle: fed the simulator's recorded
+events, every slot emits exactly the events its decider emitted in the simulation; worker events
+reach bundles built later; bad policies and cancelled rollouts are handled."""
+
+from __future__ import annotations
+
+import pytest
+
+from heddle.consumers.filters import filter_subjects, subject_of_kind
+from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
+from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.events import (
+    Completed,
+    DeadLettered,
+    Event,
+    MigrationRequested,
+    Predicted,
+    Prioritized,
+    RolloutCancelled,
+    RolloutFinished,
+    RolloutSubmitted,
+    StartTrajectory,
+    TrajectoryPlaced,
+    TrajectorySpec,
+    TrajectorySubmitted,
+    WorkerCommand,
+    WorkerRegistered,
+)
+from heddle.policy.online_predictor import OnlinePredictor
+from heddle.sim import SimConfig, Simulator, make_simulation_predictor, plan_workers
+from heddle.traces import TraceTrajectory
+from heddle.workloads import generate
+
+EMITS: dict[str, tuple[type[Event], ...]] = {
+    "prediction": (Predicted,),
+    "priority": (Prioritized,),
+    "placement": (TrajectoryPlaced, MigrationRequested),
+    "transfer": (),
+    "rollout": (RolloutFinished,),
+}
+
+
+def bundle(system: str, trace: list[TraceTrajectory], config: SimConfig) -> ControlPlane:
+    spec = system_spec(system)
+    predictor = make_simulation_predictor(trace, config) if spec.uses_predictions else None
+    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor, seed=config.seed)
+    return build_control_plane(spec, options)
+
+
+@pytest.mark.parametrize("system", ["heddle", "verl"])
+def test_slots_fed_the_simulation_emit_what_its_deciders_emitted(system: str) -> None:
+    trace = generate("coding", 24, seed=1)
+    config = SimConfig(model="qwen3-8b", num_gpus=4, seed=3, record_events=True)
+    control = bundle(system, trace, config)
+    spec = system_spec(system)
+    predictor = control.deciders[0].predictor if spec.uses_predictions else None  # type: ignore[attr-defined]
+    run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
+    for slot in SLOTS:
+        deciders = SlotDeciders(slot, lambda policy: bundle(policy, trace, config))
+        emitted = {
+            output.event_id: output
+            for event in run.events
+            for output in deciders.decide(event)
+            if isinstance(output, Event)
+        }
+        expected = {event.event_id: event for event in run.events if isinstance(event, EMITS[slot])}
+        if slot == "transfer" or (not spec.uses_predictions and slot == "prediction"):
+            assert emitted == {}
+            continue
+        assert emitted == expected, slot
+
+
+def registered(worker_id: str) -> WorkerRegistered:
+    return WorkerRegistered(
+        event_id=f"{worker_id}:registered",
+        occurred_at=1.0,
+        worker_id=worker_id,
+        engine="sim",
+        tp_degree=1,
+    )
+
+
+def submitted(rollout_id: str, policy: str, num: int = 2) -> list[Event]:
+    events: list[Event] = [
+        RolloutSubmitted(
+            event_id=f"{rollout_id}:submitted",
+            rollout_id=rollout_id,
+            occurred_at=2.0,
+            policy=policy,
+            num_trajectories=num,
+        )
+    ]
+    for index in range(num):
+        spec = TrajectorySpec(group_id="g", index=index, environment="trace", prompt_token_ids=[1])
+        events.append(
+            TrajectorySubmitted(
+                event_id=f"{rollout_id}:t{index}:submitted",
+                rollout_id=rollout_id,
+                occurred_at=2.0,
+                traj_id=f"t{index}",
+                spec=spec,
+            )
+        )
+    return events
+
+
+def make_bundle(policy: str) -> ControlPlane:
+    config = SimConfig(model="qwen3-8b")
+    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=OnlinePredictor())
+    return build_control_plane(system_spec(policy), options)
+
+
+def test_a_bundle_built_later_knows_the_workers_registered_before() -> None:
+    placement = SlotDeciders("placement", make_bundle)
+    assert placement.decide(registered("w00")) == []
+    assert placement.decide(registered("w01")) == []
+    outputs = [o for e in submitted("r1", "verl") for o in placement.decide(e)]
+    starts = [o for o in outputs if isinstance(o, StartTrajectory)]
+    assert {start.traj_id for start in starts} == {"t0", "t1"}
+    assert {start.worker_id for start in starts} <= {"w00", "w01"}
+    assert placement.policies == ["verl"]
+    assert placement.rollouts_seen == {"r1"}
+
+
+def test_rollouts_of_two_policies_run_on_their_own_deciders() -> None:
+    rollout = SlotDeciders("rollout", make_bundle)
+    for event in [*submitted("r1", "verl", 1), *submitted("r2", "slime", 1)]:
+        rollout.decide(event)
+    finished = rollout.decide(
+        Completed(event_id="c", rollout_id="r2", occurred_at=5.0, traj_id="t0", num_steps=1)
+    )
+    assert [type(o) for o in finished] == [RolloutFinished]
+    verl = rollout.decider_for("verl")
+    slime = rollout.decider_for("slime")
+    assert verl is not None and slime is not None and verl is not slime
+    assert set(slime.snapshot()) == {"r2"}  # type: ignore[attr-defined]
+
+
+def test_a_submission_naming_no_bundle_is_refused_and_its_events_skipped() -> None:
+    placement = SlotDeciders("placement", make_bundle)
+    events = submitted("r1", "no-such-policy")
+    with pytest.raises(UnknownPolicy, match="no-such-policy"):
+        placement.decide(events[0])
+    assert placement.decide(events[1]) == []
+    assert placement.num_skipped == 1
+
+
+def test_a_cancelled_rollout_gets_no_more_commands() -> None:
+    placement = SlotDeciders("placement", make_bundle)
+    placement.decide(registered("w00"))
+    events = submitted("r1", "verl")
+    cancel = RolloutCancelled(event_id="r1:cancelled", rollout_id="r1", occurred_at=3.0)
+    outputs = [o for e in [*events[:2], cancel, *events[2:]] for o in placement.decide(e)]
+    assert not [o for o in outputs if isinstance(o, (WorkerCommand, TrajectoryPlaced))]
+
+
+def test_filter_subjects_cover_each_family() -> None:
+    assert subject_of_kind(Predicted) == "heddle.evt.traj.*.*.predicted"
+    assert subject_of_kind(RolloutSubmitted) == "heddle.evt.rollout.*.submitted"
+    assert subject_of_kind(WorkerRegistered) == "heddle.evt.worker.*.registered"
+    assert subject_of_kind(DeadLettered) == "heddle.evt.deadletter"
+    subjects = filter_subjects([Predicted, Predicted, RolloutSubmitted])
+    assert subjects == ("heddle.evt.rollout.*.submitted", "heddle.evt.traj.*.*.predicted")
