@@ -1,0 +1,99 @@
+"""The trainer client against a whole Heddle in one process: every completed trajectory comes
+exactly once with its tokens, logprobs and loss mask; a trainer that stops midway resumes on its
+durable consumer; ``wait`` returns the summary; bad submissions say what is wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from heddle.client import HeddleClient
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.events import Completed
+from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+from heddle.traces import TraceStep, TraceTrajectory
+
+TIME_SCALE = 400.0
+
+
+def small_trace(num: int) -> list[TraceTrajectory]:
+    return [
+        TraceTrajectory(
+            id=f"x{index}",
+            group=f"p{index // 2}",
+            prompt_tokens=20 + index,
+            steps=[
+                TraceStep(output_tokens=30 + 5 * index, tool_s=2.0, tool_output_tokens=7),
+                TraceStep(output_tokens=12, tool_s=0.0, tool_output_tokens=0),
+            ],
+        )
+        for index in range(num)
+    ]
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+
+
+def deployment(settings: Settings) -> InProcessDeployment:
+    control = ControlPlaneConfig(
+        cost_model="qwen3-8b", predictor=PredictorConfig("oracle"), worker_timeout_s=5.0
+    )
+    options = InProcessOptions(
+        num_workers=2,
+        engine_options={"time_scale": str(TIME_SCALE), "model": "qwen3-8b"},
+        control_plane=control,
+    )
+    return InProcessDeployment(settings, options)
+
+
+def check_shape(trajectory: Completed) -> None:
+    response = trajectory.response_token_ids
+    mask = trajectory.loss_mask
+    assert len(mask) == len(response) == len(trajectory.response_logprobs)
+    assert sum(mask) == trajectory.num_output_tokens
+    assert len(response) - sum(mask) == 7  # one observation of 7 tool tokens
+    tool_logprobs = [lp for lp, m in zip(trajectory.response_logprobs, mask, strict=True) if not m]
+    assert tool_logprobs == [0.0] * 7
+
+
+async def test_completions_come_once_each_and_a_restarted_trainer_resumes(
+    settings: Settings,
+) -> None:
+    trace = small_trace(6)
+    async with deployment(settings):
+        async with HeddleClient(settings, trainer="grpo") as client:
+            rollout_id = await client.submit(trace=trace, policy="heddle", time_scale=TIME_SCALE)
+            first: list[str] = []
+            async for trajectory in client.completions(rollout_id):
+                check_shape(trajectory)
+                first.append(trajectory.traj_id)
+                if len(first) == 2:
+                    break  # the trainer stops with the second one in hand
+        async with HeddleClient(settings, trainer="grpo") as client:
+            rest = [t.traj_id async for t in client.completions(rollout_id)]
+            summary = await client.wait(rollout_id, timeout_s=60)
+        async with HeddleClient(settings, trainer="other") as client:
+            everything = [t.traj_id async for t in client.completions(rollout_id)]
+    assert rest[0] == first[1]  # the one in hand comes again, then the others
+    assert sorted(first[:1] + rest) == sorted(everything) == [f"t{i:06d}" for i in range(6)]
+    assert summary.num_completed == 6 and summary.is_finished
+    assert summary.makespan_s > 0
+    assert summary.output_tokens == sum(t.num_output_tokens for t in trace)
+
+
+async def test_bad_submissions_say_what_is_wrong(settings: Settings) -> None:
+    async with HeddleClient(settings) as client:
+        with pytest.raises(ValueError, match="not both"):
+            await client.submit()
+        with pytest.raises(ValueError, match="environment"):
+            await client.submit([{"question": "1+1?", "answer": "2"}])
+        with pytest.raises(ValueError, match="task 1"):
+            await client.submit([{"nothing": 1}], environment="math")
+        with pytest.raises(ValueError, match="unknown policy"):
+            await client.submit(trace=small_trace(1), policy="nope")
+        with pytest.raises(Exception, match="heddle up"):
+            await client.submit(trace=small_trace(1))  # no control plane ever ran here
