@@ -18,7 +18,7 @@ from heddle.sim import SimulationError
 from heddle.sim.figures import EXPERIMENTS, QUICK, FigureScale, run_figures
 from heddle.sim.figures.common import span
 from heddle.sim.figures.overhead import TimedDecider
-from heddle.sim.figures.plots import BarPanel, LinePanel, save_panels
+from heddle.sim.figures.plots import BarPanel, LinePanel, draw_panels, save_panels
 from heddle.sim.figures.tables import format_cell, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -73,6 +73,16 @@ def test_panels_are_saved_as_png(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(PNG_MAGIC)
     with pytest.raises(ValueError, match="at least one panel"):
         save_panels(tmp_path / "g.png", "title", [])
+
+
+def test_stacked_bars_fit_inside_the_axes() -> None:
+    """The y axis reaches the top of the tallest stack (and of the tallest grouped bar)."""
+    stacked = BarPanel("s", ["a", "b"], {"q": [1.0, 20.0], "g": [3.0, 1.0], "t": [5.0, 5.0]}, "s")
+    stacked = replace(stacked, stacked=True)
+    grouped = BarPanel("g", ["a"], {"x": [2.0], "y": [7.0]}, "s")
+    figure = draw_panels("t", [stacked, grouped])
+    assert figure.axes[0].get_ylim()[1] >= 26.0
+    assert figure.axes[1].get_ylim()[1] >= 7.0
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 
 _PANEL_WIDTH_IN = 4.8
 _PANEL_HEIGHT_IN = 3.4
+# Reference lines get their own colours, distinct from the first series' default blue.
+_REFERENCE_COLORS = ("tab:red", "tab:green", "tab:purple", "tab:gray", "tab:brown", "black")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,14 @@ class LinePanel:
 
 def save_panels(path: Path, title: str, panels: Sequence[BarPanel | LinePanel]) -> Path:
     """Draw ``panels`` side by side under ``title`` into the PNG ``path``; returns ``path``."""
+    figure = draw_panels(title, panels)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def draw_panels(title: str, panels: Sequence[BarPanel | LinePanel]) -> Figure:
+    """A figure with ``panels`` side by side under ``title`` (one row of subplots)."""
     if not panels:
         raise ValueError("a figure needs at least one panel")
     figure = Figure(figsize=(_PANEL_WIDTH_IN * len(panels), _PANEL_HEIGHT_IN), layout="tight")
@@ -59,9 +69,7 @@ def save_panels(path: Path, title: str, panels: Sequence[BarPanel | LinePanel]) 
         else:
             _draw_lines(ax, panel)
     figure.suptitle(title)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    return path
+    return figure
 
 
 def _draw_bars(ax: Axes, panel: BarPanel) -> None:
@@ -73,7 +81,8 @@ def _draw_bars(ax: Axes, panel: BarPanel) -> None:
         values = np.asarray(panel.series[name], dtype=float)
         if panel.stacked:
             ax.bar(positions, values, width, bottom=bottoms, label=name)
-            bottoms += values
+            # A new array: matplotlib keeps a reference to ``bottom`` for its data limits.
+            bottoms = bottoms + np.nan_to_num(values)
         else:
             offset = (index - (len(names) - 1) / 2) * width
             ax.bar(positions + offset, values, width, label=name)
@@ -89,8 +98,8 @@ def _draw_lines(ax: Axes, panel: LinePanel) -> None:
             ax.step(xs, ys, where="post", label=name)
         else:
             ax.plot(xs, ys, marker="o", label=name)
-    for name, value in panel.hlines.items():
-        ax.axhline(value, linestyle="--", color="black", linewidth=1, label=name)
+    for (name, value), color in zip(panel.hlines.items(), _REFERENCE_COLORS, strict=False):
+        ax.axhline(value, linestyle="--", color=color, linewidth=1.2, label=name)
     ax.set_title(panel.title)
     ax.set_xlabel(panel.xlabel)
     ax.set_ylabel(panel.ylabel)
