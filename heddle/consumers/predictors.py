@@ -93,10 +93,14 @@ class PredictionHooks:
         if self.oracle is None:
             return
         self.oracle.oracle.scope(event.rollout_id)
-        if isinstance(event, TrajectorySubmitted) and event.spec.environment == TRACE_ENVIRONMENT:
-            trace = trace_of_task(event.spec.task)
-            if trace is not None:
-                self.oracle.oracle.add(event.rollout_id, event.traj_id, trace)
+        if not isinstance(event, TrajectorySubmitted):
+            return
+        is_trace = event.spec.environment == TRACE_ENVIRONMENT
+        if not is_trace or self.oracle.oracle.knows(event.rollout_id, event.traj_id):
+            return  # a repeated submission: the first one counts, as for the deciders
+        trace = trace_of_task(event.spec.task)
+        if trace is not None:
+            self.oracle.oracle.add(event.rollout_id, event.traj_id, trace)
 
     def after(self, event: Event) -> None:
         if self.oracle is None or not isinstance(event, (Completed, Failed)):
