@@ -38,9 +38,9 @@ def db_upgrade(ctx: typer.Context) -> None:
         engine.dispose()
     url = engine.url.render_as_string(hide_password=True)
     if before == after:
-        Console().print(f"{url}: already at revision {after}")
+        typer.echo(f"{url}: already at revision {after}")
     else:
-        Console().print(f"{url}: upgraded from {before or 'an empty database'} to {after}")
+        typer.echo(f"{url}: upgraded from {before or 'an empty database'} to {after}")
 
 
 @db_app.command("revision")
@@ -51,7 +51,7 @@ def db_revision(ctx: typer.Context) -> None:
         current = current_revision(engine)
     finally:
         engine.dispose()
-    Console().print(f"current: {current or 'none (empty database)'}; latest: {head_revision()}")
+    typer.echo(f"current: {current or 'none (empty database)'}; latest: {head_revision()}")
 
 
 @db_app.command("project", hidden=True)
