@@ -1,0 +1,47 @@
+"""`heddle bench bus` end to end, then `heddle replay --verify` on the same data dir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from heddle.bus.embedded import RECORD_NAME
+from heddle.cli import app
+
+
+def test_bench_then_verify(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bench = runner.invoke(
+        app,
+        [
+            "--data-dir",
+            str(tmp_path),
+            "bench",
+            "bus",
+            "--events",
+            "400",
+            "--trajectories",
+            "20",
+            "--tokens",
+            "64",
+            "--batch-size",
+            "100",
+            "--json",
+        ],
+    )
+    assert bench.exit_code == 0, bench.stdout
+    figures = json.loads(bench.stdout)
+    for phase in ("publish", "raw_pull", "projection", "replay", "replay_lean"):
+        assert figures["phases"][phase]["events"] == 400 + 20 + 1, phase
+        assert figures["phases"][phase]["server_cpu_us_per_event"] is not None
+    assert figures["projection_to_raw"] > 0
+    assert not (tmp_path / RECORD_NAME).exists()
+    assert list((tmp_path / "bench").iterdir()) == []
+
+    verify = runner.invoke(app, ["--data-dir", str(tmp_path), "replay", "--verify", "--json"])
+    report = json.loads(verify.stdout)
+    assert verify.exit_code == 0
+    assert report["consistent"] is True and report["events"] == 421
+    assert report["rows_compared"]["steps"] == 400
