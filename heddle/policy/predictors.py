@@ -29,9 +29,8 @@ A learned model (a later issue) implements the same protocol and adds one entry 
 
 from __future__ import annotations
 
+import hashlib
 import math
-import random
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -190,8 +189,12 @@ class NoisyOraclePredictor:
 
 
 def _normal(key: str) -> float:
-    """A standard normal draw that is a pure function of ``key`` (a stable hash seeds it)."""
-    return random.Random(zlib.crc32(key.encode())).gauss(0.0, 1.0)
+    """A standard normal draw that is a pure function of ``key``: two uniforms from a stable
+    hash of the key, through Box-Muller (seeding a ``random.Random`` per draw is far slower)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=16).digest()
+    first = (int.from_bytes(digest[:8], "big") + 1) / 2.0**64  # in (0, 1]
+    second = int.from_bytes(digest[8:], "big") / 2.0**64
+    return math.sqrt(-2.0 * math.log(first)) * math.cos(2.0 * math.pi * second)
 
 
 class PromptOnlyPredictor:

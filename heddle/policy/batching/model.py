@@ -373,6 +373,9 @@ class BatchingModel:
         lowest = self._lowest_running()
         if lowest is None or not beats(head.priority, lowest.priority):
             return None  # the common case, without a scan of the batch
+        # Preempting every running job frees at most their unfinished reservations.
+        if not self._fits(head, len(self._running), self._reserved - self._running_context):
+            return None
         candidates = sorted(
             (job for job in self._running.values() if beats(head.priority, job.priority)),
             key=lambda job: (job.priority, -job.arrival),
