@@ -60,7 +60,7 @@ def format_cell(cell: Cell) -> str:
         return f"{cell:.1f}"
     if magnitude >= 0.01 or magnitude == 0:
         return f"{cell:.2f}"
-    return f"{cell:.3f}"
+    return f"{cell:.3f}" if magnitude >= 0.0005 else "0.000"
 
 
 def _is_number(cell: Cell) -> bool:
