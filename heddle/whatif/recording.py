@@ -8,7 +8,7 @@ import asyncio
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.events import Predicted, WorkerRegistered
-from heddle.events.subjects import trajectory_subject, worker_event_subject
+from heddle.events.subjects import trajectory_subject
 from heddle.ledger import Ledger, queries
 from heddle.replay import trace_of
 from heddle.whatif.cluster import recorded_cluster
@@ -38,12 +38,18 @@ async def load_recording(bus: Bus, ledger: Ledger, rollout_id: str) -> Recording
 
 
 async def worker_registrations(bus: Bus, worker_ids: list[str]) -> list[WorkerRegistered]:
-    """Every registration of these workers, in stream order (the last one is the latest)."""
+    """Every registration of these workers, in stream order (the last one is the latest). One
+    filter subject for all workers: a consumer with many filters costs the server far more."""
     if not worker_ids:
         return []
-    subjects = tuple(worker_event_subject(w, "registered") for w in worker_ids)
-    reader = bus.replay_events(ReplayQuery(filter_subjects=subjects))
-    return [r.message async for r in reader if isinstance(r.message, WorkerRegistered)]
+    wanted = set(worker_ids)
+    subject = f"heddle.evt.worker.*.{WorkerRegistered.kind_name()}"
+    reader = bus.replay_events(ReplayQuery(filter_subjects=(subject,)))
+    return [
+        r.message
+        async for r in reader
+        if isinstance(r.message, WorkerRegistered) and r.message.worker_id in wanted
+    ]
 
 
 async def recorded_predictor(bus: Bus, rollout_id: str, traj_ids: list[str]) -> str:

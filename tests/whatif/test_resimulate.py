@@ -110,5 +110,5 @@ def test_bad_requests_are_clear_errors() -> None:
         resimulate(Recording("r2", "verl", None, 3, [], cluster), ["heddle"])
     with pytest.raises(ValueError, match="unknown predictor"):
         choose_predictor("", "psychic")
-    assert choose_predictor("online", None)[1].startswith("default (the recorded 'online'")
+    assert choose_predictor("learned-v2", None)[1].startswith("default (the recorded 'learned-v2'")
     assert resimulate(recording, ["heddle"]).to_json()["simulated_over_recorded"] is None
