@@ -41,6 +41,7 @@ CODING = WorkloadSpec(
     # assumption: file views and test logs; most short, some pages long.
     tool_output_tokens=LogNormal.from_median_p90(400, 2500),
     max_tool_output_tokens=4096,  # assumption: agent scaffolds truncate long observations.
+    # Tool mix 80/20 and the timeouts are assumptions (agent scaffolds' defaults vary).
     tools=(
         # cal s.2 (assumption there): shell actions 0.5-10 s.
         ToolModel("shell", 0.8, LogNormal.from_range(0.5, 10), max_time_s=120),
@@ -72,6 +73,7 @@ SEARCH = WorkloadSpec(
     max_tool_output_tokens=500,  # cal s.2: Search-R1 truncates observations at 500 tokens.
     tools=(
         # cal s.2 (assumption there): search 0.1-2 s.
+        # The 30 s timeout is an assumption.
         ToolModel("search", 1.0, LogNormal.from_range(0.1, 2), max_time_s=30),
     ),
     group_size=8,  # cal s.2: GRPO groups of 8-16.
@@ -93,6 +95,7 @@ MATH = WorkloadSpec(
     max_tool_output_tokens=1024,  # assumption: the sandbox caps captured output.
     tools=(
         # cal s.2 (assumption there): python sandbox 0.1-5 s.
+        # The 30 s timeout is an assumption.
         ToolModel("python", 1.0, LogNormal.from_range(0.1, 5), max_time_s=30),
     ),
     group_size=16,  # cal s.2: verl ReTool, 64 prompts x 16 samples.

@@ -77,12 +77,16 @@ class WorkloadSpec:
     tools: tuple[ToolModel, ...]
     group_size: int
     """GRPO samples per prompt (default of ``generate``)."""
+    # Assumption (no published split): prompt and sample factors of equal spread leave the
+    # group explaining ~15-55% of the length variance, so "the prompt alone predicts length
+    # poorly" (cal s.2, the paper's Fig. 5) while prompts still differ in difficulty.
     difficulty: LogNormal = LogNormal(1.0, 0.35)
     """Per-prompt factor shared by every sample of a group."""
     effort: LogNormal = LogNormal(1.0, 0.35)
     """Per-sample factor: exploration at high temperature and environment feedback."""
     output_effort_exponent: float = 0.5
-    """Generation length per turn scales with ``(difficulty * effort) ** this``."""
+    """Generation length per turn scales with ``(difficulty * effort) ** this`` (assumption:
+    harder trajectories take more turns and, less strongly, longer ones)."""
     first_turn_factor: float = 1.0
     """The first generation (the plan) is this many times a later one."""
 
