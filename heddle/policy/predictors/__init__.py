@@ -1,0 +1,103 @@
+"""Predictors of a trajectory's REMAINING output tokens from what is known after each step.
+
+The paper (s.4.1) re-predicts after every step, while the tool runs, from the context so far;
+accuracy rises with steps. One protocol serves every predictor:
+
+* ``predict(progress) -> float``: remaining output tokens (>= 0) of a trajectory in flight.
+* ``observe(outcome)``: a completed trajectory, for predictors that learn online (or offline, by
+  observing a history of earlier rollouts through ``fit``).
+
+Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices):
+
+* ``oracle``: the truth, from the trace (an upper bound for the predictor).
+* ``noisy_oracle``: the truth times a lognormal error ``exp(sigma_k * z)`` with
+  ``sigma_k = sigma * sigma_decay ** steps`` and ``z = sqrt(rho) * z_traj + sqrt(1 - rho) *
+  z_step`` standard normal: ``rho = step_correlation`` makes a trajectory's error persist over
+  its steps (a learned model sees nearly the same context twice). The draws are pure functions
+  of (seed, trajectory[, step]), so a re-run or a replay predicts the same.
+* ``prompt_only``: the paper's static baseline: a trajectory's total length from its prompt alone
+  (the mean total of its group's completed samples, else a least-squares line in prompt tokens,
+  else the mean total seen, else a prior), minus what it has generated.
+* ``history``: the paper's history baseline: the mean remaining length of completed trajectories
+  at the same step index.
+* ``online``: a ridge regression on context features refit at every completion
+  (``heddle.policy.online_predictor``), what a live control plane runs by default.
+
+A learned model (a later issue) implements the same protocol and adds one entry to
+``PREDICTORS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from heddle.policy.predictors.base import Outcome, Predictor, PredictorOptions, Progress
+from heddle.policy.predictors.baselines import HistoryPredictor, PromptOnlyPredictor
+from heddle.policy.predictors.oracles import NoisyOraclePredictor, OraclePredictor
+from heddle.policy.predictors.quality import PredictionQuality, prediction_quality, progress_of
+from heddle.traces import TraceTrajectory
+
+__all__ = [
+    "PREDICTORS",
+    "HistoryPredictor",
+    "NoisyOraclePredictor",
+    "OraclePredictor",
+    "Outcome",
+    "PredictionQuality",
+    "Predictor",
+    "PredictorOptions",
+    "Progress",
+    "PromptOnlyPredictor",
+    "fit",
+    "make_predictor",
+    "prediction_quality",
+    "progress_of",
+]
+
+
+def _oracle(options: PredictorOptions) -> Predictor:
+    return OraclePredictor(options.trace)
+
+
+def _noisy_oracle(options: PredictorOptions) -> Predictor:
+    return NoisyOraclePredictor(OraclePredictor(options.trace), options)
+
+
+def _prompt_only(options: PredictorOptions) -> Predictor:
+    return PromptOnlyPredictor(options.prior_total_tokens)
+
+
+def _history(options: PredictorOptions) -> Predictor:
+    return HistoryPredictor(options.prior_total_tokens)
+
+
+def _online(options: PredictorOptions) -> Predictor:
+    # Imported here: the online model builds on this module's Progress and Outcome.
+    from heddle.policy.online_predictor import OnlineModelConfig, OnlinePredictor
+
+    return OnlinePredictor(OnlineModelConfig(prior_total_tokens=options.prior_total_tokens))
+
+
+PREDICTORS: dict[str, Callable[[PredictorOptions], Predictor]] = {
+    "oracle": _oracle,
+    "noisy_oracle": _noisy_oracle,
+    "prompt_only": _prompt_only,
+    "history": _history,
+    "online": _online,
+}
+"""Predictor factories by name (the CLI's ``--predictor`` choices)."""
+
+
+def make_predictor(name: str, options: PredictorOptions | None = None) -> Predictor:
+    """A fresh predictor registered as ``name``; ``ValueError`` listing the choices otherwise."""
+    factory = PREDICTORS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown predictor {name!r}; choose one of {sorted(PREDICTORS)}")
+    return factory(options or PredictorOptions())
+
+
+def fit(predictor: Predictor, history: Iterable[TraceTrajectory]) -> Predictor:
+    """Let a predictor observe completed trajectories of earlier rollouts; returns it."""
+    for trajectory in history:
+        predictor.observe(Outcome.from_trace(trajectory))
+    return predictor
