@@ -31,7 +31,6 @@ reads a clock. Contract:
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from heddle.policy.batching.cache import PrefixCache, make_cache
@@ -44,6 +43,7 @@ from heddle.policy.batching.jobs import (
     JobRecord,
     JobState,
 )
+from heddle.policy.batching.queues import RunningBatch, WaitQueue
 from heddle.policy.batching.span import decode_span_s, steps_covering
 from heddle.policy.cost_model import CostModel
 
@@ -60,23 +60,13 @@ class BatchingModel:
         """Decode steps run so far; a running job's context is ``base + num_steps``."""
         self._jobs: dict[str, JobRecord] = {}
         self._active_traj: dict[str, str] = {}
-        self._running: dict[str, JobRecord] = {}
-        self._waiting_heap: list[tuple[float, int, int, JobRecord]] = []
-        self._running_heap: list[tuple[float, int, int, JobRecord]] = []
-        """Running jobs by (priority, -arrival): the preemption victims' order (lazy)."""
-        self._membership = 0
-        """Bumped whenever the running set changes (invalidates the memoised chunk)."""
-        self._chunk_key = (-1, -1)
-        self._chunk = (0, 0.0)
-        self._resident_heap: list[tuple[float, int, int, JobRecord]] = []
-        """The waiting jobs whose trajectory held a prefix here when they queued."""
-        self._num_waiting = 0
-        self._finish_heap: list[tuple[int, int, int, JobRecord]] = []
-        self._running_context = 0
-        self._reserved = 0
+        self._waiting = WaitQueue()
+        self._running = RunningBatch()
         self._cache: PrefixCache = make_cache(self.config.eviction)
         self._outbox: list[FinishedGeneration] = []
         self._num_arrivals = 0
+        self._chunk_key = (-1, -1)
+        self._chunk = (0, 0.0)
         self._dirty = False
         """Jobs may be admissible at ``clock_s``: admissions wait until time moves past the
         boundary or someone looks, so jobs submitted at one instant share a prefill batch."""
@@ -106,7 +96,7 @@ class BatchingModel:
         self._jobs[job.request_id] = state
         self._active_traj[job.traj_id] = job.request_id
         self._cache.reprioritize(job.traj_id, job.priority)
-        self._push_waiting(state)
+        self._queue(state)
         self._dirty = True
 
     def set_priority(self, request_id: str, priority: float, now: float) -> bool:
@@ -120,11 +110,10 @@ class BatchingModel:
         state.priority = priority
         self._cache.reprioritize(state.job.traj_id, priority)
         if state.state is JobState.WAITING:
-            self._num_waiting -= 1
-            self._push_waiting(state)
+            self._waiting.remove(state)
+            self._queue(state)
         elif state.state is JobState.RUNNING:
-            entry = (priority, -state.arrival, state.epoch, state)
-            heapq.heappush(self._running_heap, entry)
+            self._running.reprioritize(state)
         self._dirty = True
         return True
 
@@ -148,9 +137,8 @@ class BatchingModel:
             self._stop_running(state)
             self._cache_put(state.job.traj_id, state.context, state.priority)
         else:
-            self._num_waiting -= 1
+            self._waiting.remove(state)
         state.state = JobState.DONE
-        state.epoch += 1
         self._forget(state)
         self._dirty = True
         return state.generated
@@ -185,9 +173,7 @@ class BatchingModel:
         if num_tokens < 0:
             raise ValueError("num_tokens must be >= 0")
         self._sync(now)
-        self.release(traj_id)
-        self._cache.put(traj_id, num_tokens, priority)
-        self._evict()
+        self._cache_put(traj_id, num_tokens, priority)
 
     def cached_tokens(self, traj_id: str) -> int:
         return self._cache.get(traj_id)
@@ -198,26 +184,26 @@ class BatchingModel:
     def load(self) -> BatchLoad:
         return BatchLoad(
             num_running=len(self._running),
-            num_waiting=self._num_waiting,
-            num_kv_tokens=self._running_context + self._cache.total_tokens,
+            num_waiting=len(self._waiting),
+            num_kv_tokens=self._running.live_tokens + self._cache.total_tokens,
             max_kv_tokens=self.max_kv_tokens,
             num_cached_trajectories=len(self._cache),
         )
 
     def invariant_violations(self) -> list[str]:
         """Broken invariants (empty when the model is consistent); tests call it every step."""
-        running = list(self._running.values())
-        waiting = [job for job in self._jobs.values() if job.state is JobState.WAITING]
+        running = list(self._running)
+        batch, cache = self._running, self._cache
         live = sum(job.context + self.num_steps - job.start_step for job in running)
+        num_waiting = sum(job.state is JobState.WAITING for job in self._jobs.values())
         checks = {
             "too many running": len(running) <= self.config.max_running,
-            "running context drifted": live == self._running_context,
-            "reservation drifted": self._reserved == sum(job.final_context for job in running),
-            "reservation over capacity": self._reserved <= self.max_kv_tokens,
-            "KV over capacity": self._running_context + self._cache.total_tokens
-            <= self.max_kv_tokens,
-            "cache total drifted": self._cache.total_tokens == sum(self._cache.records().values()),
-            "waiting count drifted": self._num_waiting == len(waiting),
+            "running context drifted": live == batch.live_tokens,
+            "reservation drifted": batch.reserved_tokens == sum(j.final_context for j in running),
+            "reservation over capacity": batch.reserved_tokens <= self.max_kv_tokens,
+            "KV over capacity": batch.live_tokens + cache.total_tokens <= self.max_kv_tokens,
+            "cache total drifted": cache.total_tokens == sum(cache.records().values()),
+            "waiting count drifted": len(self._waiting) == num_waiting,
             "overshot a target": all(
                 job.generated + self.num_steps - job.start_step <= job.job.num_output_tokens
                 for job in running
@@ -230,15 +216,15 @@ class BatchingModel:
 
     def _next_chunk(self) -> tuple[int, float]:
         """Steps to the next finish and their duration, memoised until the batch changes."""
-        key = (self.num_steps, self._membership)
+        key = (self.num_steps, self._running.membership)
         if self._chunk_key != key:
-            steps = self._finish_heap_min() - self.num_steps
+            steps = self._running.next_finish_step() - self.num_steps
             self._chunk = (steps, self._span_s(steps) if steps else 0.0)
             self._chunk_key = key
         return self._chunk
 
     def _span_s(self, num_steps: int) -> float:
-        return decode_span_s(self.cost, len(self._running), self._running_context, num_steps)
+        return decode_span_s(self.cost, len(self._running), self._running.live_tokens, num_steps)
 
     def _sync(self, now: float) -> None:
         """Bring the state to the first step boundary at or after ``now``. Finishes due at a
@@ -256,7 +242,7 @@ class BatchingModel:
                     steps = steps_covering(
                         self.cost,
                         len(self._running),
-                        self._running_context,
+                        self._running.live_tokens,
                         now - self.clock_s,
                         steps,
                     )
@@ -275,51 +261,28 @@ class BatchingModel:
         self.clock_s += span_s
         self.busy_s += span_s
         self.num_steps += num_steps
-        self._running_context += num_steps * len(self._running)
+        self._running.grow(num_steps)
         self._evict()
 
-    def _finish_heap_min(self) -> int:
-        heap = self._finish_heap
-        while heap[0][2] != heap[0][3].epoch:
-            heapq.heappop(heap)
-        return heap[0][0]
+    # ---- admission -----------------------------------------------------------------------------
 
-    # ---- membership ----------------------------------------------------------------------------
+    def _queue(self, state: JobRecord) -> None:
+        self._waiting.push(state, is_resident=self._cache.get(state.job.traj_id) > 0)
 
-    def _push_waiting(self, state: JobRecord) -> None:
-        state.epoch += 1
-        self._num_waiting += 1
-        entry = (-state.priority, state.arrival, state.epoch, state)
-        heapq.heappush(self._waiting_heap, entry)
-        if self._cache.get(state.job.traj_id):
-            heapq.heappush(self._resident_heap, entry)
-
-    def _peek_waiting(self) -> JobRecord | None:
-        heap = self._waiting_heap
-        while heap and heap[0][2] != heap[0][3].epoch:
-            heapq.heappop(heap)
-        return heap[0][3] if heap else None
-
-    def _peek_resident(self) -> JobRecord | None:
-        """The best waiting job whose trajectory still holds a prefix here."""
-        heap = self._resident_heap
-        while heap and (
-            heap[0][2] != heap[0][3].epoch or not self._cache.get(heap[0][3].job.traj_id)
-        ):
-            heapq.heappop(heap)
-        return heap[0][3] if heap else None
+    def _holds_prefix(self, state: JobRecord) -> bool:
+        return self._cache.get(state.job.traj_id) > 0
 
     def _schedule(self) -> None:
         """Admit waiting jobs (``_pick``) until none can start, then prefill them together."""
         admitted: list[JobRecord] = []
         while (job := self._pick()) is not None:
-            self._num_waiting -= 1
-            self._admit(job)  # its queue entries go stale with its epoch
+            self._waiting.remove(job)
+            self._admit(job)
             admitted.append(job)
         if admitted:
             self._prefill(admitted)
         if self.config.record_timeline:
-            self.timeline.append((self.clock_s, len(self._running), self._num_waiting))
+            self.timeline.append((self.clock_s, len(self._running), len(self._waiting)))
 
     def _pick(self) -> JobRecord | None:
         """The next job to admit, preempting for it where the policy allows; None if none can.
@@ -328,7 +291,7 @@ class BatchingModel:
         may not evict resident prefixes (under priority eviction), and only residents can free
         them, so a resident job that fits may pass it.
         """
-        head = self._peek_waiting()
+        head = self._waiting.peek()
         if head is None:
             return None
         if self._fits(head, 0, 0):
@@ -338,27 +301,27 @@ class BatchingModel:
             for victim in victims:
                 self._preempt(victim)
             return head
-        resident = self._peek_resident()
+        resident = self._waiting.peek_resident(self._holds_prefix)
         if resident is not None and resident is not head and self._fits(resident, 0, 0):
             return resident
         return None
 
     def _is_blocked(self) -> bool:
         """No waiting job can start now (what ``_pick`` would find, without side effects)."""
-        head = self._peek_waiting()
+        head = self._waiting.peek()
         if head is None:
             return True
         if self._fits(head, 0, 0):
             return False
         if self.config.preemptive and self._victims_for(head) is not None:
             return False
-        resident = self._peek_resident()
+        resident = self._waiting.peek_resident(self._holds_prefix)
         return resident is None or resident is head or not self._fits(resident, 0, 0)
 
     def _fits(self, state: JobRecord, freed_slots: int, freed_tokens: int) -> bool:
         if len(self._running) - freed_slots >= self.config.max_running:
             return False
-        needed = self._reserved - freed_tokens + state.final_context
+        needed = self._running.reserved_tokens - freed_tokens + state.final_context
         if needed > self.max_kv_tokens:
             return False
         if not self._running:
@@ -368,20 +331,21 @@ class BatchingModel:
         return needed + protected <= self.max_kv_tokens
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
-        """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None."""
+        """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None.
+
+        A preempted job keeps its KV (paper s.4.2): only the room reserved for the tokens it has
+        yet to generate is freed. Preempting to take its KV would only evict it."""
         beats = self.config.preemption.beats
-        lowest = self._lowest_running()
+        lowest = self._running.lowest()
         if lowest is None or not beats(head.priority, lowest.priority):
             return None  # the common case, without a scan of the batch
-        # Preempting every running job frees at most their unfinished reservations.
-        if not self._fits(head, len(self._running), self._reserved - self._running_context):
-            return None
+        batch = self._running
+        if not self._fits(head, len(batch), batch.reserved_tokens - batch.live_tokens):
+            return None  # even preempting every running job would not make room
         candidates = sorted(
-            (job for job in self._running.values() if beats(head.priority, job.priority)),
+            (job for job in batch if beats(head.priority, job.priority)),
             key=lambda job: (job.priority, -job.arrival),
         )
-        # A preempted job keeps its KV (paper s.4.2): only the room reserved for the tokens it
-        # has yet to generate is freed. Preempting to take its KV would only evict it.
         freed_tokens = 0
         for count, victim in enumerate(candidates, start=1):
             live_context = victim.context + self.num_steps - victim.start_step
@@ -389,16 +353,6 @@ class BatchingModel:
             if self._fits(head, count, freed_tokens):
                 return candidates[:count]
         return None
-
-    def _lowest_running(self) -> JobRecord | None:
-        heap = self._running_heap
-        while heap and (
-            heap[0][3].state is not JobState.RUNNING
-            or heap[0][2] != heap[0][3].epoch
-            or heap[0][0] != heap[0][3].priority
-        ):
-            heapq.heappop(heap)
-        return heap[0][3] if heap else None
 
     def _admit(self, state: JobRecord) -> None:
         """Move a waiting job into the batch; its prefill runs with the admission batch."""
@@ -413,63 +367,41 @@ class BatchingModel:
         self.num_recomputed_tokens += lost
         state.prefill_tokens = state.context - cached
         state.queue_s += self.clock_s - state.wait_since
-        state.state = JobState.RUNNING
-        state.epoch += 1
-        state.start_step = self.num_steps
-        state.finish_step = self.num_steps + state.remaining
-        self._running[state.job.request_id] = state
-        self._running_context += state.context
-        self._reserved += state.final_context
-        heapq.heappush(self._finish_heap, (state.finish_step, state.arrival, state.epoch, state))
-        heapq.heappush(self._running_heap, (state.priority, -state.arrival, state.epoch, state))
-        self._membership += 1
+        self._running.add(state, self.num_steps)
 
     def _prefill(self, admitted: list[JobRecord]) -> None:
-        num_tokens = sum(state.prefill_tokens for state in admitted)
-        prefill_s = self.cost.prefill_s(num_tokens)
+        prefill_s = self.cost.prefill_s(sum(state.prefill_tokens for state in admitted))
         self.clock_s += prefill_s
         self.busy_s += prefill_s
         for state in admitted:
             state.prefill_s += prefill_s
             state.run_since = self.clock_s
 
+    # ---- leaving the batch ---------------------------------------------------------------------
+
     def _stop_running(self, state: JobRecord) -> None:
         """Take a running job out of the batch, accounting its decode time and tokens."""
-        del self._running[state.job.request_id]
-        self._membership += 1
-        generated_now = self.num_steps - state.start_step
-        state.generated += generated_now
-        live_context = state.context + generated_now
-        state.context = live_context
+        self._running.remove(state, self.num_steps)
         state.decode_s += self.clock_s - state.run_since
-        self._running_context -= live_context
-        self._reserved -= state.final_context
 
     def _preempt(self, state: JobRecord) -> None:
         self._stop_running(state)
-        state.state = JobState.WAITING
         state.num_preemptions += 1
         self.num_preemptions += 1
         state.wait_since = self.clock_s
         self._cache_put(state.job.traj_id, state.context, state.priority)
-        self._push_waiting(state)
+        self._queue(state)
 
     def _finish_due(self) -> bool:
         """Finish the jobs whose last token is out; True if any did."""
-        finished = False
-        heap = self._finish_heap
-        while heap and heap[0][0] <= self.num_steps:
-            _, _, epoch, state = heapq.heappop(heap)
-            if epoch != state.epoch:
-                continue
+        finished = self._running.pop_finished(self.num_steps)
+        for state in finished:
             self._stop_running(state)
             state.state = JobState.DONE
-            state.epoch += 1
             self._forget(state)
             self._cache_put(state.job.traj_id, state.context, state.priority)
             self._outbox.append(self._finished(state))
-            finished = True
-        return finished
+        return bool(finished)
 
     def _finished(self, state: JobRecord) -> FinishedGeneration:
         return FinishedGeneration(
@@ -500,5 +432,5 @@ class BatchingModel:
     def _evict(self) -> None:
         """Evict prefixes (in the cache policy's order) until running contexts and cache fit."""
         cache = self._cache
-        while len(cache) and self._running_context + cache.total_tokens > self.max_kv_tokens:
+        while len(cache) and self._running.live_tokens + cache.total_tokens > self.max_kv_tokens:
             self.num_evicted_tokens += cache.evict_one()

@@ -1,0 +1,140 @@
+"""The two job sets of a batching model, each owning its orderings and sums.
+
+Heaps are lazy: an entry is valid while its job's ``epoch`` is the one it was pushed with, and
+whoever moves a job between sets bumps the epoch (``WaitQueue.push``/``remove`` and
+``RunningBatch.add``/``remove`` do).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from heddle.policy.batching.jobs import JobRecord, JobState
+
+Entry = tuple[float, int, int, JobRecord]
+
+
+class WaitQueue:
+    """Waiting jobs by (priority desc, arrival), plus an index of the *resident* ones: those
+    whose trajectory held a prefix on the worker when they queued."""
+
+    def __init__(self) -> None:
+        self._heap: list[Entry] = []
+        self._residents: list[Entry] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, job: JobRecord, is_resident: bool) -> None:
+        job.epoch += 1
+        job.state = JobState.WAITING
+        self._size += 1
+        entry = (-job.priority, job.arrival, job.epoch, job)
+        heapq.heappush(self._heap, entry)
+        if is_resident:
+            heapq.heappush(self._residents, entry)
+
+    def remove(self, job: JobRecord) -> None:
+        """The job leaves the queue (admitted, aborted or about to be re-pushed)."""
+        job.epoch += 1
+        self._size -= 1
+
+    def peek(self) -> JobRecord | None:
+        return _peek(self._heap, lambda job: True)
+
+    def peek_resident(self, holds_prefix: Callable[[JobRecord], bool]) -> JobRecord | None:
+        """The best waiting job whose trajectory still holds its prefix."""
+        return _peek(self._residents, holds_prefix)
+
+
+class RunningBatch:
+    """Running jobs with their finish order (in decode steps), their preemption order (lowest
+    priority, latest arrival first), the KV they reserve (final contexts) and hold (live)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobRecord] = {}
+        self._finish: list[tuple[int, int, int, JobRecord]] = []
+        self._by_priority: list[Entry] = []
+        self.reserved_tokens = 0
+        self.live_tokens = 0
+        self.membership = 0
+        """Bumped whenever the set changes (memoised chunks depend on it)."""
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        return iter(self._jobs.values())
+
+    def get(self, request_id: str) -> JobRecord | None:
+        return self._jobs.get(request_id)
+
+    def add(self, job: JobRecord, num_steps: int) -> None:
+        job.epoch += 1
+        job.state = JobState.RUNNING
+        job.start_step = num_steps
+        job.finish_step = num_steps + job.remaining
+        self._jobs[job.job.request_id] = job
+        self.live_tokens += job.context
+        self.reserved_tokens += job.final_context
+        self.membership += 1
+        heapq.heappush(self._finish, (job.finish_step, job.arrival, job.epoch, job))
+        self.reprioritize(job)
+
+    def remove(self, job: JobRecord, num_steps: int) -> None:
+        """Take a job out, folding the tokens it generated into its context."""
+        del self._jobs[job.job.request_id]
+        generated = num_steps - job.start_step
+        job.generated += generated
+        job.context += generated
+        job.epoch += 1
+        self.live_tokens -= job.context
+        self.reserved_tokens -= job.final_context
+        self.membership += 1
+
+    def reprioritize(self, job: JobRecord) -> None:
+        heapq.heappush(self._by_priority, (job.priority, -job.arrival, job.epoch, job))
+
+    def grow(self, num_steps: int) -> None:
+        """Every running job generated ``num_steps`` more tokens."""
+        self.live_tokens += num_steps * len(self._jobs)
+
+    def next_finish_step(self) -> int:
+        heap = self._finish
+        while heap[0][2] != heap[0][3].epoch:
+            heapq.heappop(heap)
+        return heap[0][0]
+
+    def pop_finished(self, num_steps: int) -> list[JobRecord]:
+        """Jobs whose last token is out by step ``num_steps`` (still in the set)."""
+        done = []
+        heap = self._finish
+        while heap and heap[0][0] <= num_steps:
+            _, _, epoch, job = heapq.heappop(heap)
+            if epoch == job.epoch:
+                done.append(job)
+        return done
+
+    def lowest(self) -> JobRecord | None:
+        """The next preemption victim (lowest priority, latest arrival)."""
+        return _peek(
+            self._by_priority, lambda job: job.state is JobState.RUNNING, check_priority=True
+        )
+
+
+def _peek(
+    heap: list[Entry],
+    is_valid: Callable[[JobRecord], bool],
+    *,
+    check_priority: bool = False,
+) -> JobRecord | None:
+    """The top valid entry's job, dropping stale entries on the way."""
+    while heap:
+        key, _, epoch, job = heap[0]
+        stale = epoch != job.epoch or (check_priority and key != job.priority)
+        if not stale and is_valid(job):
+            return job
+        heapq.heappop(heap)
+    return None
