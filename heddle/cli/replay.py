@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,16 +38,28 @@ def replay(
     export_trace: Annotated[
         Path | None, typer.Option(help="Write the replayed trajectories as a JSONL trace.")
     ] = None,
+    timeline: Annotated[
+        Path | None, typer.Option(help="Draw the rollout's per-worker timeline (PNG).")
+    ] = None,
+    what_if: Annotated[
+        str | None,
+        typer.Option(
+            "--what-if", help="Re-simulate the rollout under these policies (comma-separated)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Rebuild a fresh ledger from the stream; optionally verify and export. Exits 1 when
-    --verify finds differences."""
+    """Rebuild a fresh ledger from the stream; optionally verify, export, draw the timeline and
+    re-simulate under other policies. Exits 1 when --verify finds differences."""
     if rollout_id is not None:
         try:
             check_token(rollout_id, "rollout id")
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    result = asyncio.run(_run(settings_of(ctx), rollout_id, verify, export_trace))
+    analyses = Analyses(timeline, _policies(what_if))
+    if rollout_id is None and (analyses.timeline or analyses.what_if):
+        raise UserError("--timeline and --what-if need a ROLLOUT_ID")
+    result = asyncio.run(_run(settings_of(ctx), rollout_id, verify, export_trace, analyses))
     if as_json:
         print(json.dumps(result))
     else:
@@ -56,8 +68,51 @@ def replay(
         raise typer.Exit(1)
 
 
+@dataclass(frozen=True, slots=True)
+class Analyses:
+    """Analyses of one replayed rollout (``heddle.timeline``, ``heddle.whatif``)."""
+
+    timeline: Path | None = None
+    what_if: tuple[str, ...] = ()
+
+
+def _policies(names: str | None) -> tuple[str, ...]:
+    if names is None:
+        return ()
+    from heddle.control.systems import SYSTEMS
+
+    policies = tuple(dict.fromkeys(n.strip() for n in names.split(",") if n.strip()))
+    unknown = [name for name in policies if name not in SYSTEMS]
+    if not policies or unknown:
+        raise UserError(f"--what-if names policies from {', '.join(SYSTEMS)}, got {names!r}")
+    return policies
+
+
+async def _analyse(session: ReplaySession, analyses: Analyses) -> dict[str, Any]:
+    from heddle.timeline import write_rollout_timeline
+    from heddle.whatif import what_if
+
+    bus, rollout_id = session.bus, session.rollout_id
+    assert bus is not None and rollout_id is not None
+    result: dict[str, Any] = {}
+    try:
+        if analyses.timeline is not None:
+            path = await write_rollout_timeline(bus, rollout_id, analyses.timeline)
+            result["timeline"] = str(path)
+        if analyses.what_if:
+            report = await what_if(bus, session.ledger, rollout_id, analyses.what_if)
+            result["what_if"] = report.to_json()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return result
+
+
 async def _run(
-    settings: Settings, rollout_id: str | None, verify: bool, export_trace: Path | None
+    settings: Settings,
+    rollout_id: str | None,
+    verify: bool,
+    export_trace: Path | None,
+    analyses: Analyses,
 ) -> dict[str, Any]:
     async with open_replay(settings, rollout_id, catch_up_live=verify) as session:
         result = _replay_summary(session)
@@ -67,6 +122,8 @@ async def _run(
         if export_trace is not None:
             num_exported = await asyncio.to_thread(session.export_trace, export_trace)
             result["trace"] = {"path": str(export_trace), "trajectories": num_exported}
+        if analyses.timeline or analyses.what_if:
+            result.update(await _analyse(session, analyses))
     return result
 
 
@@ -104,3 +161,28 @@ def _print(result: dict[str, Any]) -> None:
     if "trace" in result:
         trace = result["trace"]
         console.print(f"wrote {trace['trajectories']} trajectories to {trace['path']}")
+    if "timeline" in result:
+        console.print(f"timeline: {result['timeline']}", highlight=False)
+    if "what_if" in result:
+        _print_what_if(result["what_if"], console)
+
+
+def _print_what_if(report: dict[str, Any], console: Console) -> None:
+    recorded = report["recorded"]
+    cluster = report["cluster"]
+    console.print(
+        f"what-if on {cluster['model']}/{cluster['hardware']} TP {cluster['tp_degrees']} "
+        f"(predictor {report['predictor']}: {report['predictor_source']}); model seconds:",
+        highlight=False,
+    )
+    makespan = recorded["makespan_s"]
+    console.print(
+        f"  recorded ({recorded['policy'] or '?'}): "
+        + (f"{makespan:.1f}" if makespan is not None else "not finished"),
+        highlight=False,
+    )
+    ratios = report["makespan_over_simulated_recorded"]
+    for policy, simulated in report["simulated"].items():
+        ratio = f" ({ratios[policy]:.2f}x the recorded policy's)" if policy in ratios else ""
+        line = f"  simulated {policy}: {simulated['makespan_s']:.1f}{ratio}"
+        console.print(line, highlight=False)

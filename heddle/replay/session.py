@@ -51,6 +51,9 @@ class ReplaySession:
     live: Ledger | None
     """The live ledger, caught up (with ``catch_up_live``)."""
     caught_up_events: int
+    bus: Bus | None = None
+    """The connection the session read the stream with, open as long as the session is (for
+    analyses that read the stream again: timelines, what-if runs)."""
 
     def verify(self) -> VerifyReport:
         """Compare the live ledger with the rebuilt one, table by table."""
@@ -93,7 +96,7 @@ async def open_replay(
                 )
                 try:
                     stats = await rebuild_ledger(bus, fresh, rollout_id, end_sequence=end_sequence)
-                    yield ReplaySession(fresh, stats, rollout_id, live, num_caught_up)
+                    yield ReplaySession(fresh, stats, rollout_id, live, num_caught_up, bus)
                 finally:
                     fresh.close()
     finally:

@@ -3,12 +3,13 @@
     recording = await load_recording(bus, replayed_ledger, rollout_id)
     report = resimulate(recording, ["verl", "heddle"])
     report.to_json()     # recorded makespan, simulated makespans, ratios
+    report = await what_if(bus, replayed_ledger, rollout_id, ["verl"])   # both steps
 
 ``heddle replay ROLLOUT --what-if POLICY`` is the command-line face of it.
 """
 
 from heddle.whatif.cluster import RecordedCluster, recognise_hardware, recorded_cluster
-from heddle.whatif.recording import load_recording
+from heddle.whatif.recording import load_recording, what_if
 from heddle.whatif.resimulate import (
     Recording,
     WhatIfOptions,
@@ -27,4 +28,5 @@ __all__ = [
     "recognise_hardware",
     "recorded_cluster",
     "resimulate",
+    "what_if",
 ]

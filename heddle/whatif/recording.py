@@ -5,6 +5,7 @@ stream itself."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.events import Predicted, WorkerRegistered
@@ -12,7 +13,7 @@ from heddle.events.subjects import trajectory_subject
 from heddle.ledger import Ledger, queries
 from heddle.replay import trace_of
 from heddle.whatif.cluster import recorded_cluster
-from heddle.whatif.resimulate import Recording
+from heddle.whatif.resimulate import Recording, WhatIfOptions, WhatIfReport, resimulate
 
 
 async def load_recording(bus: Bus, ledger: Ledger, rollout_id: str) -> Recording:
@@ -60,3 +61,15 @@ async def recorded_predictor(bus: Bus, rollout_id: str, traj_ids: list[str]) -> 
     reader = bus.replay_events(ReplayQuery(filter_subjects=subjects))
     names = [r.message.predictor async for r in reader if isinstance(r.message, Predicted)]
     return names[-1] if names else ""
+
+
+async def what_if(
+    bus: Bus,
+    ledger: Ledger,
+    rollout_id: str,
+    policies: Sequence[str],
+    options: WhatIfOptions | None = None,
+) -> WhatIfReport:
+    """Load the recording of ``rollout_id`` and re-simulate it (``resimulate``) off the loop."""
+    recording = await load_recording(bus, ledger, rollout_id)
+    return await asyncio.to_thread(resimulate, recording, policies, options)
