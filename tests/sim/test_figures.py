@@ -132,6 +132,8 @@ def test_quick_run_writes_every_experiment(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     readme = (out / "README.md").read_text()
     assert "scale `quick`: 32 trajectories per rollout, 8 x H200 GPUs" in readme
+    for workload in QUICK.workloads:
+        assert f"| {workload} | 32 |" in readme  # the workload shape table
     links = re.findall(r"\]\(([^)]+)\)", readme)
     for key in EXPERIMENTS:
         assert f"{key}.md" in links

@@ -18,6 +18,8 @@ from heddle.sim.figures import overall, overhead, placement, predictors, resourc
 from heddle.sim.figures.context import FigureRunner, ProgressSink, SilentProgress
 from heddle.sim.figures.report import ExperimentReport, write_experiment, write_index
 from heddle.sim.figures.scale import PAPER, QUICK, FigureScale
+from heddle.sim.figures.tables import Cell, Table, table
+from heddle.workloads import summarize
 
 __all__ = [
     "EXPERIMENTS",
@@ -75,5 +77,34 @@ def run_figures(
         write_experiment(report, out_dir)
         reports.append(report)
         # The index is rewritten after every experiment, so a stopped run still has one.
-        write_index(reports, out_dir, scale.describe())
+        write_index(reports, out_dir, scale.describe(), workload_table(runner))
     return reports
+
+
+def workload_table(runner: FigureRunner) -> Table:
+    """Shape of each workload's rollout at this scale (``heddle.workloads.summarize``)."""
+    names = dict.fromkeys((*runner.scale.workloads, *runner.scale.ablation_workloads))
+    headers = ["workload", "trajectories", "groups", "turns mean", "turns max"]
+    headers += ["output tok median", "p90", "p99", "max", "max/median"]
+    headers += ["tool call s median", "p90", "group R^2"]
+    rows: list[list[Cell]] = []
+    for name in names:
+        s = summarize(runner.trace(name))
+        rows.append(
+            [
+                name,
+                s.num_trajectories,
+                s.num_groups,
+                s.mean_turns,
+                s.max_turns,
+                s.median_output_tokens,
+                s.p90_output_tokens,
+                s.p99_output_tokens,
+                s.max_output_tokens,
+                s.tail_ratio,
+                s.median_tool_call_s,
+                s.p90_tool_call_s,
+                s.group_explained_variance,
+            ]
+        )
+    return table(headers, rows)

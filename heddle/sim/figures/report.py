@@ -51,9 +51,13 @@ def write_experiment(report: ExperimentReport, out_dir: Path) -> Path:
 
 
 def write_index(
-    reports: Sequence[ExperimentReport], out_dir: Path, scale_lines: Sequence[str]
+    reports: Sequence[ExperimentReport],
+    out_dir: Path,
+    scale_lines: Sequence[str],
+    workloads: Table | None = None,
 ) -> Path:
-    """``README.md``: the scale that ran, then one row per experiment (paper vs simulated)."""
+    """``README.md``: the scale that ran, the workloads' shapes, then one row per experiment
+    (paper vs simulated)."""
     lines = [
         "# The paper's experiments in simulation (`heddle sim figures`)",
         "",
@@ -64,6 +68,10 @@ def write_index(
         "",
         *[f"- {line}" for line in scale_lines],
         "",
+    ]
+    if workloads is not None:
+        lines += ["## Workloads (the generated rollouts)", "", workloads.to_markdown()]
+    lines += [
         "## Results",
         "",
         "| experiment | paper | simulated | files |",
