@@ -53,6 +53,7 @@ from heddle.rollout.runner import (
     RunOptions,
     require_control_plane,
     run_rollout,
+    set_timeline_writer,
 )
 from heddle.rollout.sources import Source, SourceChoice, load_source
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
@@ -204,10 +205,12 @@ def run_command(
     options = parse_engine_args(list(ctx.args))
     if policy not in SYSTEMS:
         raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
-    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
     control, time_scale = _control(
         engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
     )
+    if gpus is not None and gpus < 1:
+        raise UserError(f"--gpus must be >= 1, got {gpus}")
+    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
     control = _with_history(control, source, settings.data_dir)
     pool = _pool(workers, engine, options, heartbeat_s)
     if gpus is not None:
@@ -221,6 +224,10 @@ def run_command(
         show_progress=not quiet,
         timeline=timeline,
     )
+    if timeline is not None:
+        from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
+
+        set_timeline_writer(write_rollout_timeline)
     result = asyncio.run(run_rollout(settings, run_options))
     if as_json:
         typer.echo(json.dumps(result.to_json()))
@@ -325,12 +332,12 @@ def compare_command(
     settings = settings_of(ctx)
     names = check_policies(policies.split(","))
     options = parse_engine_args(list(ctx.args))
-    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
     control, time_scale = _control(
         engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
     )
     if gpus is not None and workers is not None:
         raise UserError("give --gpus or --workers, not both")
+    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
     pool = _pool(workers or 0, engine, options, heartbeat_s)
     compare_options = CompareOptions(
         policies=names,
