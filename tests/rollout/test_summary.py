@@ -112,5 +112,5 @@ def test_makespan_and_throughput_match_their_definitions(
     assert abs(summary.makespan_s - makespan) <= 1e-6 * max(1.0, makespan)
     tokens = sum(t for _, t in ends)
     assert summary.output_tokens == tokens and summary.is_finished
-    if makespan > 0:
+    if summary.makespan_s > 0:
         assert abs(summary.throughput_tok_s - tokens / summary.makespan_s) < 1e-9 * max(1, tokens)
