@@ -18,6 +18,8 @@ from heddle.ids import derive_id
 class _Rollout:
     num_trajectories: int
     submitted_at: float
+    time_scale: float = 1.0
+    """Model seconds per wall second: live sim engines run faster than the publishers' clocks."""
     completed: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
     num_output_tokens: int = 0
@@ -37,7 +39,8 @@ class RolloutDecider:
         match event:
             case RolloutSubmitted():
                 self._rollouts.setdefault(
-                    event.rollout_id, _Rollout(event.num_trajectories, event.occurred_at)
+                    event.rollout_id,
+                    _Rollout(event.num_trajectories, event.occurred_at, event.time_scale),
                 )
                 return []
             case Completed():
@@ -68,7 +71,7 @@ class RolloutDecider:
                 occurred_at=event.occurred_at,
                 num_completed=len(rollout.completed),
                 num_failed=len(rollout.failed),
-                makespan_s=event.occurred_at - rollout.submitted_at,
+                makespan_s=(event.occurred_at - rollout.submitted_at) * rollout.time_scale,
                 num_output_tokens=rollout.num_output_tokens,
             )
         ]
