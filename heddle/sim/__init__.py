@@ -6,8 +6,9 @@ simulated data plane of batching-model workers, elastic tools and KV transfers.
 """
 
 from heddle.sim.config import SimConfig
+from heddle.sim.planning import choose_workers, plan_workers
 from heddle.sim.results import Breakdown, SimResult
-from heddle.sim.run import lower_bound_s, make_simulation_predictor, plan_workers, simulate
+from heddle.sim.run import lower_bound_s, make_simulation_predictor, simulate
 from heddle.sim.simulator import Run, SimulationError, Simulator, build_trajectories
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "SimulationError",
     "Simulator",
     "build_trajectories",
+    "choose_workers",
     "lower_bound_s",
     "make_simulation_predictor",
     "plan_workers",

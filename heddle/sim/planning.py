@@ -1,6 +1,6 @@
 """Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
 
-The analytic plan (``heddle.sim.run.plan_workers``: annealing over the placement objective for
+The analytic plan (``plan_workers``: annealing over the placement objective for
 Heddle, the best homogeneous degree by that objective otherwise) prices a configuration with a
 closed-form interference factor. With a history (the previous rollout of the same prompts),
 each candidate, the analytic plan and every homogeneous configuration that fits, is also
@@ -13,18 +13,23 @@ A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 
 from heddle.control.placers import PlacementRequest, PresortedPlacer, WorkerInfo
-from heddle.control.resources import DEFAULT_OBSERVATION_RATIO
+from heddle.control.resources import (
+    DEFAULT_OBSERVATION_RATIO,
+    plan_tp_degrees,
+    representative_context,
+)
 from heddle.control.systems import PRESORTED, SystemSpec, engine_config
 from heddle.policy.cost_model import TP_DEGREES
-from heddle.policy.predictors import Predictor
+from heddle.policy.predictors import Predictor, Progress
 from heddle.policy.resources import canonical
 from heddle.sim.config import SimConfig
 from heddle.sim.profile import plan_makespan_s
-from heddle.sim.run import plan_workers
+from heddle.sim.simulator import build_trajectories
 from heddle.traces import TraceTrajectory
 
 Groups = list[list[TraceTrajectory]]
@@ -63,6 +68,38 @@ def choose_workers(
     ]
     best = min(range(len(candidates)), key=lambda index: (scores[index], index))
     return list(candidates[best])
+
+
+def plan_workers(
+    trace: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    predictor: Predictor | None,
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
+    tool_s_per_token: float = 0.0,
+) -> list[int]:
+    """The TP degree of each worker under the bundle's resource mode."""
+    trajectories = build_trajectories(trace)
+    if spec.resources == "annealed":
+        if predictor is None:
+            raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
+        lengths = [
+            predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
+            for t in trajectories.values()
+        ]
+    else:
+        lengths = [float(t.num_output_tokens) for t in trace]
+    context = representative_context([t.prompt_tokens for t in trace], lengths, observation_ratio)
+    return plan_tp_degrees(
+        spec.resources,
+        num_gpus=config.num_gpus,
+        lengths=lengths,
+        context_tokens=context,
+        cost_for_tp=config.cost_for_tp,
+        rng=random.Random(config.seed),
+        tp_degree=spec.tp_degree,
+        tool_s_per_token=tool_s_per_token,
+    )
 
 
 def _presorted_groups(

@@ -9,14 +9,10 @@ simulator, and report against the lower bound of ``heddle.policy.lower_bound``.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from heddle.control.resources import (
-    DEFAULT_OBSERVATION_RATIO,
     observation_ratio,
-    plan_tp_degrees,
-    representative_context,
     tool_s_per_token,
 )
 from heddle.control.systems import (
@@ -30,7 +26,6 @@ from heddle.policy.lower_bound import makespan_lower_bound
 from heddle.policy.predictors import (
     Predictor,
     PredictorOptions,
-    Progress,
     fit,
     make_predictor,
 )
@@ -89,38 +84,6 @@ def make_simulation_predictor(
         prior_total_tokens=prior,
     )
     return fit(make_predictor(config.predictor, options), history)
-
-
-def plan_workers(
-    trace: Sequence[TraceTrajectory],
-    spec: SystemSpec,
-    config: SimConfig,
-    predictor: Predictor | None,
-    observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
-    tool_s_per_token: float = 0.0,
-) -> list[int]:
-    """The TP degree of each worker under the bundle's resource mode."""
-    trajectories = build_trajectories(trace)
-    if spec.resources == "annealed":
-        if predictor is None:
-            raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
-        lengths = [
-            predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
-            for t in trajectories.values()
-        ]
-    else:
-        lengths = [float(t.num_output_tokens) for t in trace]
-    context = representative_context([t.prompt_tokens for t in trace], lengths, observation_ratio)
-    return plan_tp_degrees(
-        spec.resources,
-        num_gpus=config.num_gpus,
-        lengths=lengths,
-        context_tokens=context,
-        cost_for_tp=config.cost_for_tp,
-        rng=random.Random(config.seed),
-        tp_degree=spec.tp_degree,
-        tool_s_per_token=tool_s_per_token,
-    )
 
 
 def _observation_tokens(trajectory: TraceTrajectory) -> int:
