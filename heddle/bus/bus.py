@@ -81,6 +81,8 @@ class ConsumerState:
     """Stream sequence of the last delivered message."""
     ack_floor_sequence: int
     """Stream sequence up to which everything is acknowledged."""
+    num_waiting: int = 0
+    """Pull requests waiting for messages (consumers idle and ready to take work)."""
 
 
 class Bus:
@@ -293,6 +295,7 @@ class Bus:
             num_ack_pending=info.num_ack_pending or 0,
             delivered_sequence=(info.delivered.stream_seq or 0) if info.delivered else 0,
             ack_floor_sequence=(info.ack_floor.stream_seq or 0) if info.ack_floor else 0,
+            num_waiting=info.num_waiting or 0,
         )
 
     async def delete_consumer(self, stream: str, durable: str) -> bool:

@@ -24,7 +24,9 @@ from heddle.consumers import ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
+from heddle.events.subjects import TOOLS_STREAM
 from heddle.rollout.processes import Child, Launcher, signal_name
+from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
 _POLL_S = 0.2
 
@@ -164,10 +166,35 @@ class LocalDeployment:
             if missing:
                 await asyncio.sleep(_POLL_S)
 
-    async def start_tools(self, num_executors: int, pool: str = "default") -> list[Child]:
+    async def start_tools(
+        self, num_executors: int, pool: str = "default", timeout_s: float = 90
+    ) -> list[Child]:
+        """Start the executors and wait until one takes calls (pulls on the pool's durable):
+        a rollout submitted before would see its first tool calls wait for an executor's
+        start-up, seconds of wall time that a time-scaled run multiplies."""
+        started = []
         for _ in range(num_executors):
-            self.tools.append(await self.launcher.start_tool_executor(len(self.tools), pool))
+            started.append(await self.launcher.start_tool_executor(len(self.tools), pool))
+            self.tools.append(started[-1])
+        if started:
+            await self._wait_pulling(pool, started, timeout_s)
         return self.tools
+
+    async def _wait_pulling(self, pool: str, children: Sequence[Child], timeout_s: float) -> None:
+        durable = tool_consumer_spec(ExecutorConfig(pool=pool)).durable
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = await self.bus.consumer_state(TOOLS_STREAM, durable)
+            if state is not None and state.num_waiting > 0:
+                return
+            for child in children:
+                self._check_alive(child, f"tool executor {child.name}")
+            if time.monotonic() > deadline:
+                raise DeploymentError(
+                    f"no tool executor of pool {pool!r} took calls within {timeout_s:g} s; "
+                    f"log {children[0].log_path}:\n{children[0].log_tail()}"
+                )
+            await asyncio.sleep(_POLL_S)
 
     def failed_children(self) -> list[Child]:
         """Children that exited on their own (not stopped by us)."""
