@@ -5,7 +5,8 @@ Heddle, the best homogeneous degree by that objective otherwise) prices a config
 closed-form interference factor. With a history (the previous rollout of the same prompts),
 each candidate, the analytic plan and every homogeneous configuration that fits, is also
 simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
-and its way of spreading trajectories (presorted groups, or an even split for routers); the
+and its way of spreading trajectories (presorted groups, or an even split for routers), jobs
+ordered by length for length-based priorities and by submission otherwise; the
 fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the
 previous rollout, and every homogeneous baseline runs on its best degree for the workload.
 A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
@@ -62,7 +63,7 @@ def choose_workers(
         return _even_groups(history, len(tp_degrees))
 
     engine = replace(engine_config(spec), max_running=config.max_running)
-    priority = _length_first if engine.preemptive else _submission_order
+    priority = {"pps": _length_first, "spf": _length_last}.get(spec.priority, _submission_order)
     scores = [
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
@@ -132,6 +133,10 @@ def _even_groups(history: Sequence[TraceTrajectory], num_workers: int) -> Groups
 
 def _length_first(index: int, trajectory: TraceTrajectory) -> float:
     return float(trajectory.num_output_tokens)
+
+
+def _length_last(index: int, trajectory: TraceTrajectory) -> float:
+    return -float(trajectory.num_output_tokens)
 
 
 def _submission_order(index: int, trajectory: TraceTrajectory) -> float:
