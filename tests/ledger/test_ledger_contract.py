@@ -3,8 +3,11 @@ HEDDLE_TEST_DATABASE_URL): schema, projection of every event kind, idempotence, 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,3 +220,16 @@ def test_tables_without_a_schema_version_are_refused(tmp_path: Path) -> None:
     engine.dispose()
     with pytest.raises(UserError, match="empty database"):
         open_ledger(url, auto_upgrade=False)
+
+
+def test_opening_a_fresh_sqlite_ledger_at_once_succeeds_everywhere(tmp_path: Path) -> None:
+    """Several processes (and threads) migrate the same empty database at the same moment."""
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    script = f"from heddle.ledger import open_ledger; open_ledger({url!r}).close()"
+    processes = [subprocess.Popen([sys.executable, "-c", script]) for _ in range(2)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        ledgers = list(pool.map(lambda _: open_ledger(url), range(2)))
+    assert [process.wait(timeout=60) for process in processes] == [0, 0]
+    assert all(current_revision(ledger.engine) == head_revision() for ledger in ledgers)
+    for ledger in ledgers:
+        ledger.close()
