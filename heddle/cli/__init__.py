@@ -25,6 +25,7 @@ _COMMAND_MODULES = (
     "up",
     "status",
     "bench_fidelity",
+    "bench_control",
 )
 
 for _name in _COMMAND_MODULES:

@@ -75,8 +75,10 @@ class ConsumerFailed(RuntimeError):
 class HostConfig:
     durable_prefix: str = "control"
     """Durable names are ``<prefix>-<slot>``."""
-    batch_size: int = 256
-    """Most events decided (and their outputs published) per acknowledgement."""
+    batch_size: int = 64
+    """Most events decided (and their outputs published) per acknowledgement. Small batches
+    bound how long one consumer holds the event loop that every slot of the process shares, so
+    a step event waits at most for a short burst of other decisions."""
     max_ack_pending: int = 4096
     ack_wait_s: float = 120.0
     """Longer than the bus's publish retry deadline, so a batch whose outputs are still being

@@ -26,11 +26,8 @@ import msgspec
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig
-from heddle.consumers.liveness import LIVENESS_SLOT
-from heddle.consumers.slots import SLOTS
 from heddle.errors import UserError
-from heddle.events.subjects import EVENTS_STREAM
-from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.deployment import WorkerPool, delete_control_durables
 from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan
@@ -148,7 +145,7 @@ async def compare_policies(settings: Settings, options: CompareOptions) -> Compa
             try:
                 live = await run_rollout(settings, run_options)
             finally:
-                await _delete_durables(bus, prefix)
+                await delete_control_durables(bus, prefix)
             runs.append(PolicyRun(policy, tp_degrees, live, simulated))
     return CompareResult(source.label, len(source.specs), runs)
 
@@ -203,8 +200,3 @@ def _write_history(base_dir: Path, source: Source) -> Path | None:
     path = base_dir / "history.jsonl"
     write_trace(path, source.history)
     return path
-
-
-async def _delete_durables(bus: Bus, prefix: str) -> None:
-    for slot in (*SLOTS, LIVENESS_SLOT):
-        await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{slot}")

@@ -16,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.consumers import ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
+from heddle.consumers.liveness import LIVENESS_SLOT
+from heddle.consumers.slots import SLOTS
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
-from heddle.events.subjects import TOOLS_STREAM
+from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
 from heddle.rollout.processes import Child, Launcher, signal_name
 from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
@@ -88,6 +90,12 @@ def control_plane_args(config: ControlPlaneConfig) -> list[str]:
     return args
 
 
+async def delete_control_durables(bus: Bus, prefix: str) -> None:
+    """Remove the durables of an isolated control plane run (``<prefix>-<slot>``)."""
+    for slot in (*SLOTS, LIVENESS_SLOT):
+        await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{slot}")
+
+
 class LocalDeployment:
     """Owns the children it starts; ``stop`` ends them (workers and tools first)."""
 
@@ -95,10 +103,17 @@ class LocalDeployment:
         self.bus = bus
         self.launcher = Launcher(bus.settings, log_dir)
         self.control_plane: Child | None = None
+        self.projector: Child | None = None
         self.workers: dict[str, Child] = {}
         self.tools: list[Child] = []
 
     async def start_control_plane(self, config: ControlPlaneConfig, timeout_s: float = 90) -> Child:
+        """Start ``heddle up`` and wait until it is ready. The ledger projector, if the config
+        asks for one, runs as a process of its own (``heddle db project``): its SQL work then
+        never holds the deciders' event loop."""
+        if config.project_ledger:
+            self.projector = await self.launcher.start("projector", ["db", "project"])
+            config = replace(config, project_ledger=False)
         child = await self.launcher.start_control_plane(control_plane_args(config))
         self.control_plane = child
         await self.wait_control_plane_ready(timeout_s)
@@ -203,9 +218,11 @@ class LocalDeployment:
     async def stop(self, grace_s: float = 10.0) -> None:
         """Workers and executors first (they finish their current work), then the control
         plane (it acknowledges what they published)."""
-        others = [name for name in self.launcher.children if name != "control-plane"]
+        last = ("control-plane", "projector")
+        others = [name for name in self.launcher.children if name not in last]
         await self.launcher.stop_all(others, grace_s)
         await self.launcher.stop_all(["control-plane"], grace_s)
+        await self.launcher.stop_all(["projector"], grace_s)
 
     @staticmethod
     def _check_alive(child: Child, what: str) -> None:
