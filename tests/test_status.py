@@ -15,7 +15,10 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
+from heddle.bus import Bus, ConsumerSpec
+from heddle.bus.streams import provision_consumer
 from heddle.cli.apps import app
+from heddle.config import Settings
 from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
 from heddle.control.systems import ControlOptions, build_control_plane, system_spec
 from heddle.events import (
@@ -27,7 +30,9 @@ from heddle.events import (
     TrajectoryEvent,
     WorkerHeartbeat,
 )
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger import LedgerWriter, open_ledger, queries
+from heddle.observability.probe import probe_stream, running_nats_url
 from heddle.observability.snapshot import collect_status, slowest_trajectories
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor
 from heddle.sim.simulator import ROLLOUT_ID
@@ -165,3 +170,27 @@ def test_no_ledger_and_unknown_rollouts_are_one_line_errors(tmp_path: Path) -> N
     assert unknown.exit_code != 0 and "no rollout 'r-missing'" in str(unknown.exception)
     fresh = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "status", "--json"])
     assert fresh.exit_code == 0 and json.loads(fresh.output)["rollouts"] == []
+
+
+async def test_lag_is_read_from_a_running_nats(data_dir: Path, nats_url: str) -> None:
+    settings = Settings(nats_url=nats_url, data_dir=data_dir)
+    async with Bus(settings) as bus:
+        await provision_consumer(bus.js, ConsumerSpec("ledger", EVENTS_STREAM, (EVENTS_SUBJECTS,)))
+        await bus.publish_many(list(recorded_events())[:5])
+        probe = await probe_stream(settings, ["ledger", "control-prediction"])
+    assert probe is not None and probe.last_sequence == 5
+    assert probe.durables["ledger"].num_unacked == 5 and "control-prediction" not in probe.durables
+    ledger = open_ledger(f"sqlite:///{data_dir / 'ledger.db'}")
+    try:
+        snapshot = collect_status(ledger, control_status(NOW), now=NOW, stream=probe)
+    finally:
+        ledger.close()
+    consumers = {c.consumer: c for c in snapshot.consumers}
+    assert consumers["ledger"].lag == 5 and consumers["control-prediction"].lag == 3
+    assert snapshot.stream_last_sequence == 5
+
+    embedded = Settings(data_dir=data_dir / "embedded")
+    assert running_nats_url(embedded) is None  # nothing runs there: status starts nothing
+    async with Bus(embedded) as bus:
+        assert running_nats_url(embedded) == bus.url
+    assert await probe_stream(embedded, ["ledger"]) is None

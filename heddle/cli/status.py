@@ -10,6 +10,7 @@ ledger it says so in one line.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated
 
@@ -23,7 +24,8 @@ from heddle.config import Settings
 from heddle.consumers.status import read_status
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
-from heddle.observability.snapshot import StatusSnapshot, collect_status
+from heddle.observability.probe import probe_stream
+from heddle.observability.snapshot import StatusSnapshot, collect_status, consumer_names
 
 _SILENT_AFTER_S = 10.0
 """A worker or control plane silent this long is shown as silent."""
@@ -55,6 +57,9 @@ def status_command(
     ] = None,
     slowest: Annotated[int, typer.Option(help="How many slowest trajectories to list")] = 5,
     rollouts: Annotated[int, typer.Option(help="How many recent rollouts to list")] = 10,
+    nats: Annotated[
+        bool, typer.Option(help="Read consumer lag from NATS when a server is running")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Rollouts, workers, the slowest trajectories, consumer positions and dead letters."""
@@ -63,13 +68,17 @@ def status_command(
     settings = settings_of(ctx)
     ledger = open_existing_ledger(settings)
     try:
+        control = read_status(settings.data_dir)
+        durables = consumer_names(ledger, control)
+        stream = asyncio.run(probe_stream(settings, durables)) if nats else None
         snapshot = collect_status(
             ledger,
-            read_status(settings.data_dir),
+            control,
             now=time.time(),
             rollout_id=rollout_id,
             max_rollouts=rollouts,
             num_slowest=slowest,
+            stream=stream,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -82,7 +91,9 @@ def status_command(
 
 
 def print_status(snapshot: StatusSnapshot, console: Console) -> None:
-    console.print(f"ledger: {snapshot.ledger_url}", highlight=False)
+    head = snapshot.stream_last_sequence
+    stream = f"; events stream at #{head}" if head is not None else "; NATS not reached"
+    console.print(f"ledger: {snapshot.ledger_url}{stream}", highlight=False)
     _print_control_plane(snapshot, console)
     console.print(_rollouts_table(snapshot))
     console.print(_workers_table(snapshot))

@@ -15,6 +15,7 @@ import msgspec
 from heddle.consumers.status import ControlPlaneStatus
 from heddle.ledger import Ledger, queries
 from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
+from heddle.observability.probe import StreamProbe
 
 
 class RolloutLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,6 +93,8 @@ class StatusSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     consumers: list[ConsumerLine]
     num_dead_letters: int
     control_plane: ControlPlaneLine | None
+    stream_last_sequence: int | None = None
+    """The events stream's head, when NATS was reachable."""
 
 
 def collect_status(
@@ -102,6 +105,7 @@ def collect_status(
     rollout_id: str | None = None,
     max_rollouts: int = 10,
     num_slowest: int = 5,
+    stream: StreamProbe | None = None,
 ) -> StatusSnapshot:
     """Read everything ``heddle status`` shows. ValueError when ``rollout_id`` is unknown."""
     ids = queries.rollout_ids(ledger, limit=max_rollouts)
@@ -121,9 +125,10 @@ def collect_status(
         workers=[_worker_line(w, now) for w in queries.workers(ledger)],
         focus_rollout_id=focus,
         slowest=slowest,
-        consumers=_consumers(ledger, control),
+        consumers=_consumers(ledger, control, stream),
         num_dead_letters=queries.num_dead_letters(ledger),
         control_plane=_control_plane(control, now),
+        stream_last_sequence=stream.last_sequence if stream is not None else None,
     )
 
 
@@ -212,26 +217,40 @@ def _worker_line(row: WorkerRow, now: float) -> WorkerLine:
     )
 
 
-def _consumers(ledger: Ledger, control: ControlPlaneStatus | None) -> list[ConsumerLine]:
+def consumer_names(ledger: Ledger, control: ControlPlaneStatus | None) -> list[str]:
+    """The consumers a status lists: the control plane's, then those with a ledger position."""
+    names = [c.durable for c in control.consumers] if control is not None else []
+    return names + [p.consumer for p in queries.positions(ledger) if p.consumer not in names]
+
+
+def _consumers(
+    ledger: Ledger, control: ControlPlaneStatus | None, stream: StreamProbe | None
+) -> list[ConsumerLine]:
     """The control plane's consumers (from its status file), then the ledger's own positions
-    (the projector's, always known from the ledger) that the file does not list."""
-    lines = [
-        ConsumerLine(
-            consumer=c.durable,
-            position=c.position,
-            lag=c.num_pending,
-            is_live=c.is_live,
-            batch_ms_p50=c.batch_ms_p50,
-            batch_ms_p99=c.batch_ms_p99,
+    (the projector's) that the file does not list. With a stream probe, lags are read from
+    the durables themselves (exact and current)."""
+    reported = {c.durable: c for c in control.consumers} if control is not None else {}
+    positions = {p.consumer: p.stream_sequence for p in queries.positions(ledger)}
+    lines = []
+    for name in consumer_names(ledger, control):
+        report = reported.get(name)
+        position = report.position if report is not None else positions[name]
+        lag = report.num_pending if report is not None else None
+        probed = stream.durables.get(name) if stream is not None else None
+        if probed is not None:
+            lag = probed.num_unacked
+        elif stream is not None and report is None:
+            lag = max(0, stream.last_sequence - position)
+        lines.append(
+            ConsumerLine(
+                consumer=name,
+                position=position,
+                lag=lag,
+                is_live=report.is_live if report is not None else None,
+                batch_ms_p50=report.batch_ms_p50 if report is not None else None,
+                batch_ms_p99=report.batch_ms_p99 if report is not None else None,
+            )
         )
-        for c in (control.consumers if control is not None else [])
-    ]
-    listed = {line.consumer for line in lines}
-    lines += [
-        ConsumerLine(consumer=p.consumer, position=p.stream_sequence, lag=None, is_live=None)
-        for p in queries.positions(ledger)
-        if p.consumer not in listed
-    ]
     return lines
 
 

@@ -1,0 +1,71 @@
+"""Reading consumer positions from NATS for ``heddle status``, without starting anything.
+
+``heddle status`` must not start a server: with a configured URL it connects there; with the
+embedded default it connects only to a server the data dir's record names (``nats.json``) that
+is alive and answers. Anything else (no server, a refused connection) yields None and the status
+shows what the ledger and the control plane's status file know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from heddle.bus import Bus, BusOptions, BusUnavailable
+from heddle.bus.embedded import RECORD_NAME, answers, is_alive, read_record
+from heddle.config import Settings
+from heddle.events.subjects import EVENTS_STREAM
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableProbe:
+    ack_floor_sequence: int
+    num_unacked: int
+    """Messages of its subjects not yet acknowledged (pending + delivered, unacked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamProbe:
+    last_sequence: int
+    durables: dict[str, DurableProbe]
+
+
+def running_nats_url(settings: Settings) -> str | None:
+    """The configured URL, or the URL of the data dir's embedded server if it is running."""
+    if settings.nats_url is not None:
+        return settings.nats_url
+    record = read_record(settings.data_dir / RECORD_NAME)
+    if record is None or not is_alive(record.pid) or not answers(record.url):
+        return None
+    return record.url
+
+
+async def probe_stream(
+    settings: Settings, durables: Sequence[str], timeout_s: float = 5.0
+) -> StreamProbe | None:
+    """The events stream's head and these durables' positions, or None when NATS is not
+    reachable without starting a server."""
+    url = await asyncio.to_thread(running_nats_url, settings)
+    if url is None:
+        return None
+    options = BusOptions(name="heddle-status", provision=False, connect_timeout_s=2.0)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with Bus(replace(settings, nats_url=url), options) as bus:
+                stream = await bus.stream_state(EVENTS_STREAM)
+                found: dict[str, DurableProbe] = {}
+                for durable in durables:
+                    state = await bus.consumer_state(EVENTS_STREAM, durable)
+                    if state is not None:
+                        unacked = state.num_pending + state.num_ack_pending
+                        found[durable] = DurableProbe(state.ack_floor_sequence, unacked)
+                return StreamProbe(stream.last_sequence, found)
+    except (BusUnavailable, TimeoutError, OSError):
+        return None
+    except Exception as exc:  # best effort: a status must show what it can
+        log.debug("stream probe failed: %r", exc)
+        return None
