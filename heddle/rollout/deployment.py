@@ -182,14 +182,21 @@ class LocalDeployment:
                 await asyncio.sleep(_POLL_S)
 
     async def start_tools(
-        self, num_executors: int, pool: str = "default", timeout_s: float = 90
+        self,
+        num_executors: int,
+        pool: str = "default",
+        timeout_s: float = 90,
+        max_in_flight: int = 64,
     ) -> list[Child]:
         """Start the executors and wait until one takes calls (pulls on the pool's durable):
         a rollout submitted before would see its first tool calls wait for an executor's
-        start-up, seconds of wall time that a time-scaled run multiplies."""
+        start-up, seconds of wall time that a time-scaled run multiplies. Each executor handles
+        ``max_in_flight`` calls at once (trace replays only wait: a rollout's executors should
+        hold every trajectory's call, as the simulator's elastic tool pool does)."""
         started = []
         for _ in range(num_executors):
-            started.append(await self.launcher.start_tool_executor(len(self.tools), pool))
+            index = len(self.tools)
+            started.append(await self.launcher.start_tool_executor(index, pool, max_in_flight))
             self.tools.append(started[-1])
         if started:
             await self._wait_pulling(pool, started, timeout_s)

@@ -125,8 +125,16 @@ class Launcher:
         ]
         return await self.start(f"worker-{worker_id}", args)
 
-    async def start_tool_executor(self, index: int, pool: str = "default") -> Child:
-        args = ["tools", "serve", f"--pool={pool}", f"--executor-id=tools{index:02d}"]
+    async def start_tool_executor(
+        self, index: int, pool: str = "default", max_in_flight: int = 64
+    ) -> Child:
+        args = [
+            "tools",
+            "serve",
+            f"--pool={pool}",
+            f"--executor-id=tools{index:02d}",
+            f"--max-in-flight={max_in_flight}",
+        ]
         return await self.start(f"tools-{index:02d}", args)
 
     async def stop(self, name: str, grace_s: float = 10.0) -> int | None:
