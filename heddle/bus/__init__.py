@@ -67,7 +67,7 @@ from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, ObjectNotFound
 from heddle.bus.publisher import PublishAck, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
-from heddle.bus.runner import RunnerStats
+from heddle.bus.runner import ConsumerLost, RunnerStats
 from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
 from heddle.bus.streams import ConsumerSpec, StreamSpec
 from heddle.bus.telemetry import TelemetrySubscription
@@ -79,6 +79,7 @@ __all__ = [
     "Bus",
     "BusOptions",
     "BusUnavailable",
+    "ConsumerLost",
     "ConsumerSpec",
     "ConsumerState",
     "Decoder",

@@ -7,6 +7,13 @@ is fetched and decoded. Handler calls stay sequential and in order, and batch k 
 when its handler returned. A transient error of an in-order (``ack_all``) consumer rewinds: what
 was fetched after the failed batch is dropped and the durable restarts at the batch's first
 sequence.
+
+An in-order consumer that (re)creates its durable also checks that it receives every delivery
+of it (consumer sequences 1, 2, 3, ... with no gap). A gap means another process took messages
+from the same durable (two projectors started by mistake, a catch-up racing a service): the
+runner then recreates the durable after the last batch it handled, instead of handling a batch
+that does not follow its previous one. Deletion of the durable under the runner is handled the
+same way.
 """
 
 from __future__ import annotations
@@ -51,6 +58,11 @@ class BatchRunner(ConsumerRunner[T]):
         super().__init__(client, js, spec, decode, dead_letter)
         self._handler = handler
         self._in_flight: asyncio.Task[None] | None = None
+        self._next_sequence = spec.start_sequence
+        """Stream sequence after the last batch handled (in-order consumers resume there)."""
+        self._next_delivery: int | None = None
+        """Consumer sequence the next fetched message must have, on a durable this runner
+        (re)created: a gap means another runner takes messages from the same durable."""
 
     async def _loop(self) -> None:
         spec = self.spec
@@ -58,6 +70,9 @@ class BatchRunner(ConsumerRunner[T]):
         try:
             while not self._stopping:
                 raws = await self._fetch(spec.batch_size, prefetch=overlap)
+                if raws and not self._continues_delivery(raws):
+                    await self._consumer_lost()
+                    continue
                 deliveries = await self._decode_all(raws) if raws else []
                 if not await self._settle(unhandled=deliveries):
                     continue
@@ -111,6 +126,7 @@ class BatchRunner(ConsumerRunner[T]):
                 )
         self.stats.num_batches += 1
         await self._ack_batch(raws, deliveries, rejected)
+        self._next_sequence = parse_ack_subject(raws[-1].reply).stream_sequence + 1
 
     async def _ack_batch(
         self, raws: list[RawMessage], deliveries: list[Delivery[T]], rejected: set[int]
@@ -123,11 +139,48 @@ class BatchRunner(ConsumerRunner[T]):
             if delivery.stream_sequence not in rejected:
                 await self._ack(delivery)
 
+    async def _provision(self, spec: ConsumerSpec) -> None:
+        await provision_consumer(self._js, spec)
+        self._next_delivery = 1 if spec.start_sequence is not None and spec.ack_all else None
+
+    def _continues_delivery(self, raws: list[RawMessage]) -> bool:
+        """Whether ``raws`` are exactly the next deliveries of this runner's durable."""
+        if self._next_delivery is None:
+            return True
+        first = parse_ack_subject(raws[0].reply).consumer_sequence
+        last = parse_ack_subject(raws[-1].reply).consumer_sequence
+        if first != self._next_delivery or last - first + 1 != len(raws):
+            log.warning(
+                "%s: deliveries %d..%d, expected from %d: another runner shares the durable",
+                self.spec.durable,
+                first,
+                last,
+                self._next_delivery,
+            )
+            return False
+        self._next_delivery = last + 1
+        return True
+
+    async def _consumer_lost(self) -> None:
+        """An in-order consumer recreates its durable after the last batch it handled; any
+        other consumer stops (``ConsumerLost``): it cannot know what was left unacknowledged."""
+        if not self.spec.ack_all:
+            await super()._consumer_lost()
+            return
+        await self._settle(unhandled=[])
+        log.warning("%s: durable deleted under the runner; recreating it", self.spec.durable)
+        resume = self._next_sequence
+        spec = self.spec if resume is None else replace(self.spec, start_sequence=resume)
+        if self._inbox is not None:
+            await self._inbox.close()
+        await self._provision(spec)
+        await self._open_inbox()
+
     async def _rewind(self, first_sequence: int) -> None:
         """Drop everything fetched, then restart the durable at ``first_sequence``."""
         if self._inbox is not None:
             await self._inbox.close()
             self._inbox = None
         await asyncio.sleep(self.spec.nak_delay_s)
-        await provision_consumer(self._js, replace(self.spec, start_sequence=first_sequence))
+        await self._provision(replace(self.spec, start_sequence=first_sequence))
         await self._open_inbox()

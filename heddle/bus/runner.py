@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from heddle.bus.delivery import (
     Decoder,
@@ -52,7 +53,13 @@ _ACK = b"+ACK"
 _TERM = b"+TERM"
 _IN_PROGRESS = b"+WPI"
 
+_CONSUMER_TROUBLE = (b"409", b"503")
+
 DeadLetterPublisher = Callable[[DeadLettered], Awaitable[object]]
+
+
+class ConsumerLost(RuntimeError):
+    """The runner's durable consumer disappeared and the runner cannot safely recreate it."""
 
 
 @dataclass(slots=True)
@@ -98,7 +105,7 @@ class ConsumerRunner(Generic[T]):
         handled)."""
         self._stopping = False
         self._until_idle = until_idle
-        await provision_consumer(self._js, self.spec)
+        await self._provision(self.spec)
         await self._open_inbox()
         try:
             await self._loop()
@@ -108,6 +115,9 @@ class ConsumerRunner(Generic[T]):
 
     async def _loop(self) -> None:
         raise NotImplementedError
+
+    async def _provision(self, spec: ConsumerSpec) -> None:
+        await provision_consumer(self._js, spec)
 
     async def _open_inbox(self) -> PullInbox:
         self._inbox = await PullInbox(self._client, self.spec.stream, self.spec.durable).open()
@@ -121,16 +131,31 @@ class ConsumerRunner(Generic[T]):
             await self._send(raw.reply, self._nak_body(0.0))
 
     async def _fetch(self, max_messages: int, *, prefetch: bool = False) -> list[RawMessage]:
-        assert self._inbox is not None, "fetch before open"
-        raws = await self._inbox.fetch(max_messages, self.spec.fetch_wait_s, prefetch=prefetch)
+        inbox = self._inbox
+        assert inbox is not None, "fetch before open"
+        raws = await inbox.fetch(max_messages, self.spec.fetch_wait_s, prefetch=prefetch)
         self.stats.num_fetched += len(raws)
-        if not raws and self._until_idle and await self._is_caught_up():
-            self._stopping = True
+        if raws:
+            return raws
+        # Nothing came: idle, or the durable is gone (409 to waiting requests, 503 to new ones).
+        if self._until_idle or inbox.last_status in _CONSUMER_TROUBLE:
+            inbox.last_status = b""
+            try:
+                if await self._is_caught_up() and self._until_idle:
+                    self._stopping = True
+            except NotFoundError:
+                await self._consumer_lost()
         return raws
 
     async def _is_caught_up(self) -> bool:
         info = await self._js.consumer_info(self.spec.stream, self.spec.durable)
         return not info.num_pending and (self._inbox is None or not self._inbox.num_buffered)
+
+    async def _consumer_lost(self) -> None:
+        """The durable was deleted under the runner (an operator, a competing process)."""
+        raise ConsumerLost(
+            f"consumer {self.spec.durable} of {self.spec.stream} was deleted while running"
+        )
 
     async def _decode_all(self, raws: list[RawMessage]) -> list[Delivery[T]]:
         """Decode a fetched batch; undecodable messages are dead-lettered on the way."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from heddle.events.subjects import (
     COMMANDS_STREAM,
@@ -28,6 +28,9 @@ from heddle.events.subjects import (
 
 _STREAM_CONFIG_CHANGED = 10058
 """JetStream error code: a stream of that name exists with another configuration."""
+_START_SEQUENCE_CHANGED = 10012
+"""JetStream error code: a consumer of that name exists with another start sequence."""
+_MAX_RECREATE_ATTEMPTS = 3
 
 Retention = Literal["limits", "work_queue"]
 
@@ -141,11 +144,20 @@ class ConsumerSpec:
 
 async def provision_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
     """Create the durable or apply a changed configuration (``add_consumer`` updates in place);
-    with ``spec.start_sequence``, recreate it so that delivery resumes at that sequence."""
-    if spec.start_sequence is not None:
+    with ``spec.start_sequence``, recreate it so that delivery resumes at that sequence (twice
+    more if another process recreated it at another sequence in between)."""
+    if spec.start_sequence is None:
+        await js.add_consumer(spec.stream, spec.config())
+        return
+    for attempt in range(_MAX_RECREATE_ATTEMPTS):
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(spec.stream, spec.durable)
-    await js.add_consumer(spec.stream, spec.config())
+        try:
+            await js.add_consumer(spec.stream, spec.config())
+            return
+        except APIError as exc:
+            if exc.err_code != _START_SEQUENCE_CHANGED or attempt + 1 == _MAX_RECREATE_ATTEMPTS:
+                raise
 
 
 def ephemeral_config(

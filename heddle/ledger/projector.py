@@ -16,8 +16,9 @@ import asyncio
 import logging
 import signal
 import sys
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
@@ -38,7 +39,11 @@ LEDGER_CONSUMER = "ledger"
 @dataclass(frozen=True, slots=True)
 class ProjectorConfig:
     consumer: str = LEDGER_CONSUMER
-    """Durable consumer name, also the key of the position row."""
+    """Key of the position row (and the durable's name unless ``durable`` is set)."""
+    durable: str | None = None
+    """Durable consumer name when it differs from ``consumer``: a one-off catch-up uses its
+    own durable, so that it does not delete the one of a projector service running meanwhile
+    (both write through the same position, and the compare-and-set keeps them exact)."""
     filter_subjects: tuple[str, ...] = (EVENTS_SUBJECTS,)
     batch_size: int = 1000
     """Events per transaction."""
@@ -84,7 +89,7 @@ class Projector:
             LedgerWriter, self._ledger, config.consumer, EVENTS_STREAM
         )
         spec = ConsumerSpec(
-            durable=config.consumer,
+            durable=config.durable or config.consumer,
             stream=EVENTS_STREAM,
             filter_subjects=config.filter_subjects,
             batch_size=config.batch_size,
@@ -119,8 +124,14 @@ class Projector:
 async def catch_up(
     bus: Bus, ledger: Ledger, config: ProjectorConfig | None = None
 ) -> ProjectorStats:
-    """Project everything the durable projector has not yet, then return."""
-    return await Projector(bus, ledger, config).run(until_idle=True)
+    """Project everything the ledger's projector has not yet, then return. Runs on a temporary
+    durable (deleted afterwards), so a projector service running meanwhile is not disturbed."""
+    base = config or ProjectorConfig()
+    durable = f"{base.consumer}-catchup-{uuid.uuid4().hex[:8]}"
+    try:
+        return await Projector(bus, ledger, replace(base, durable=durable)).run(until_idle=True)
+    finally:
+        await bus.delete_consumer(EVENTS_STREAM, durable)
 
 
 async def serve(settings: Settings, config: ProjectorConfig, *, until_idle: bool) -> ProjectorStats:

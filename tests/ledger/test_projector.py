@@ -20,7 +20,7 @@ from heddle.bus import Bus, EmbeddedNatsServer
 from heddle.config import Settings
 from heddle.events import EventT
 from heddle.events.subjects import trajectory_subject
-from heddle.ledger import Ledger, ProjectorConfig, catch_up, open_ledger, queries
+from heddle.ledger import Ledger, Projector, ProjectorConfig, catch_up, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
 from heddle.replay import rebuild_ledger
 
@@ -62,7 +62,7 @@ async def test_poison_messages_end_in_dead_letters(bus: Bus, ledger: Ledger) -> 
     stats = await catch_up(bus, ledger, ProjectorConfig(batch_size=8, fetch_wait_s=0.2))
     assert stats.num_dead_lettered == 1
     [letter] = queries.dead_letters(ledger)
-    assert letter.consumer == "ledger" and letter.subject == subject
+    assert letter.consumer.startswith("ledger-catchup-") and letter.subject == subject
     assert "missing required field" in letter.reason
     summary = queries.rollout_summary(ledger, "r1")
     assert summary is not None and summary.num_trajectories == 3
@@ -153,3 +153,23 @@ def _position(ledger_url: str) -> int:
         except sqlite3.OperationalError:
             return 0
     return int(row[0]) if row else 0
+
+
+async def test_two_projectors_at_once_still_project_everything_once(
+    bus: Bus, ledger: Ledger, tmp_path: Path
+) -> None:
+    """Both take messages from the same durable and write through the same position: the
+    compare-and-set and the runners' delivery-continuity check keep the ledger exact."""
+    events = big_history(num_trajectories=150, num_steps=3)
+    await bus.publish_many(events)
+    config = ProjectorConfig(batch_size=100, fetch_wait_s=0.2, nak_delay_s=0.05)
+    first, second = Projector(bus, ledger, config), Projector(bus, ledger, config)
+    runs = asyncio.gather(first.run(until_idle=True), second.run(until_idle=True))
+    await asyncio.wait_for(runs, 120)
+    await catch_up(bus, ledger, config)
+    reference = await rebuilt(bus, tmp_path)
+    comparison = compare_ledgers(ledger, reference)
+    reference.close()
+    [position] = queries.positions(ledger)
+    assert comparison.mismatches == []
+    assert (position.stream_sequence, position.num_events) == (len(events), len(events))
