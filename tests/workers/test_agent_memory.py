@@ -600,3 +600,37 @@ async def test_step_and_context_caps_truncate_with_finish_reason_length(harness:
     done = await harness.wait_finished("t2")
     assert isinstance(done, Completed) and done.finish_reason == "length"
     assert done.num_steps == 1
+
+
+async def test_a_call_lost_between_tool_called_and_the_command_is_sent_on_resume() -> None:
+    bus = MemoryBus()
+    harness = Harness(bus, route_tool_results=False)
+    try:
+        first = await harness.add_worker("w0")
+        await harness.submit("t1", "w0", STEPS)
+        await harness.wait_for(
+            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of("t1"))
+        )
+        await first.close()
+        del harness.agents["w0"]
+        # The stream as a worker that died right after storing ToolCalled would leave it.
+        kept = [m for m in bus.messages if not isinstance(m, (ToolCall, ToolReturned))]
+        bus.messages = list(kept)
+        bus._ids = {m.event_id if isinstance(m, Event) else m.command_id for m in kept}
+        await harness.add_worker("w1")
+        await harness.place("t1", "w1")
+        harness.route_tool_results = True
+        harness.deliver(
+            _command(StartTrajectory, "w1", "re", traj_id="t1", spec=trace_spec("t1", STEPS),
+                     resume=True)
+        )  # fmt: skip
+        done = await harness.wait_finished("t1")
+        assert isinstance(done, Completed)
+        assert kinds(bus.events_of("t1")) == EXPECTED_KINDS
+        calls = [m for m in bus.messages if isinstance(m, ToolCall)]
+        assert [c.call_id for c in calls] == [
+            derive_id(R, "t1", 0, "call"),
+            derive_id(R, "t1", 1, "call"),
+        ]
+    finally:
+        await harness.close()

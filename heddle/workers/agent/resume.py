@@ -8,8 +8,9 @@ trajectory stands::
     READY         run a segment (first step, or the step after a known tool result)
     GENERATING    generate the started step again (its input tokens are already stored)
     GENERATED     act on the environment's verdict on the stored generation
-    IN_TOOL       wait for the tool result (the call is re-sent with the same id: a no-op if
-                  the tool stream still holds it)
+    IN_TOOL       wait for the tool result; the call is sent again with the same id (the
+                  worker may have died between ToolCalled and the call; otherwise the tool
+                  stream drops the duplicate, or the executor's result id de-duplicates it)
     FINISHED      nothing
 
 Nothing already stored is published again, so every step appears in the stream exactly once.

@@ -2,7 +2,7 @@
 
 A *segment* runs steps until the trajectory waits for a tool result, ends, or fails. Each step
 publishes, in order: ``GenerationStarted`` (with the tokens appended since the last generation),
-``Generated``, then the environment's verdict: a ``ToolCall`` command followed by ``ToolCalled``,
+``Generated``, then the environment's verdict: ``ToolCalled`` followed by the ``ToolCall`` command,
 or ``Completed``, or (feedback without a tool) the next step's ``GenerationStarted``. Every event
 is folded into the trajectory's log right after it is stored, so the log always equals what the
 stream holds, and a segment can start from any point a crash may have left (see ``resume``).
@@ -231,11 +231,13 @@ class StepRunner:
         if log.phase is not StepPhase.GENERATED:
             raise StepError("the environment asked for a second tool call without a generation")
         call = self._tool_call(hosted, outcome.tool_request)
-        # The command first: once ToolCalled is stored, the call is known to be out.
-        await self.publisher.publish(call)
+        # ToolCalled first, so that it precedes the executor's ToolReturned in the stream. A
+        # crash between the two leaves the trajectory IN_TOOL without its call: resuming sends
+        # the call (same id) again, see resume.py.
         await self.emit(
             hosted, records.tool_called(log, call, worker_id=self.worker_id, now=self.clock())
         )
+        await self.publisher.publish(call)
 
     async def resend_tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> None:
         """Publish the pending tool call again (same id: dropped if the stream still has it)."""
