@@ -63,7 +63,7 @@ ENGINES: dict[str, EngineEntry] = {
     for entry in (
         EngineEntry(
             name="sim",
-            options="heddle.workers.engines.sim:SimEngineOptions",
+            options="heddle.workers.engines.sim_options:SimEngineOptions",
             factory="heddle.workers.engines.sim:create_sim_engine",
             summary="calibrated cost model in scaled real time (no GPU)",
         ),

@@ -22,17 +22,15 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 import numpy as np
 
 from heddle.policy.batching import BatchingConfig, BatchingModel, FinishedGeneration, GenerationJob
-from heddle.policy.cost_model import HARDWARE, MODELS, CostModel, ModelShape, preset
+from heddle.policy.cost_model import MODELS, CostModel, ModelShape
 from heddle.policy.preemption import PreemptionConfig
-from heddle.policy.profiles import parse_profile
 from heddle.workers.engines.base import (
     CacheMismatchError,
     CacheSnapshot,
@@ -42,52 +40,12 @@ from heddle.workers.engines.base import (
     GenerationRequest,
     GenerationResult,
 )
+from heddle.workers.engines.sim_options import SimEngineOptions, load_cost_model
 
-# Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
-# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (SPEC.md, "Migration").
-DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
-_PREEMPTION = PreemptionConfig()
+__all__ = ["SimEngine", "SimEngineOptions", "create_sim_engine", "pseudo_tokens"]
+
 _MEAN_NEG_LOGPROB = 0.8
 """Mean of -logprob of a sampled token (assumption: typical of temperature-1 sampling)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimEngineOptions:
-    model: str = field(default="qwen3-8b", metadata={"help": f"one of {sorted(MODELS)}"})
-    hardware: Literal["h100", "h200"] = field(default="h200", metadata={"help": "GPU kind"})
-    tp: int = field(default=1, metadata={"help": "tensor-parallel degree: 1, 2, 4 or 8"})
-    time_scale: float = field(default=1.0, metadata={"help": "model seconds per wall second"})
-    max_running: int = field(default=1024, metadata={"help": "most generations decoding at once"})
-    preemptive: bool = field(default=True, metadata={"help": "higher priority preempts lower"})
-    preemption_gap: float = field(
-        default=_PREEMPTION.min_priority_gap, metadata={"help": "priority margin to preempt"}
-    )
-    preemption_relative_gap: float = field(
-        default=_PREEMPTION.min_relative_gap,
-        metadata={"help": "... and fraction of the victim's |priority| to preempt"},
-    )
-    profile: Path | None = field(
-        default=None,
-        metadata={"help": "measured ITL profile (.csv or .json) instead of the preset"},
-    )
-    link_bandwidth_bytes_s: float = field(
-        default=DEFAULT_LINK_BANDWIDTH_BYTES_S, metadata={"help": "KV transfer link (bytes/s)"}
-    )
-    vocab_size: int = field(default=256, metadata={"help": "pseudo-token ids are below this"})
-    seed: int = field(default=0, metadata={"help": "seed when a request carries none"})
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
-        if self.hardware not in HARDWARE:
-            raise ValueError(f"hardware must be one of {sorted(HARDWARE)}")
-        if self.profile is not None and self.profile.suffix not in (".csv", ".json"):
-            raise ValueError(f"profile {self.profile} must be a .csv or .json file")
-        for name in ("time_scale", "link_bandwidth_bytes_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
-        if self.vocab_size < 1:
-            raise ValueError("vocab_size must be >= 1")
 
 
 class _CacheRecord(msgspec.Struct, frozen=True):
@@ -109,21 +67,6 @@ def pseudo_tokens(
     ids = rng.integers(0, vocab_size, size=count)
     logprobs = -np.minimum(rng.exponential(_MEAN_NEG_LOGPROB, size=count), 30.0)
     return ids.tolist(), logprobs.tolist()
-
-
-def load_cost_model(options: SimEngineOptions) -> CostModel:
-    """The calibrated preset, or the measured profile's model for ``options.tp``."""
-    if options.profile is None:
-        return preset(options.model, options.hardware, options.tp)
-    try:
-        text = options.profile.read_text()
-    except OSError as exc:
-        raise ValueError(f"cannot read profile {options.profile}: {exc.strerror}") from None
-    fmt: Literal["csv", "json"] = "csv" if options.profile.suffix == ".csv" else "json"
-    profile = parse_profile(
-        text, fmt, source=str(options.profile), model=options.model, hardware=options.hardware
-    )
-    return profile.cost_model(options.tp)
 
 
 @dataclass(slots=True)

@@ -60,6 +60,8 @@ async def test_is_an_engine_built_by_the_registry() -> None:
         create_engine("sim", {"bogus": "1"})
     with pytest.raises(EngineOptionError, match="model must be one of"):
         create_engine("sim", {"model": "gpt-5"})
+    with pytest.raises(EngineOptionError, match=r"tp must be one of \(1, 2, 4, 8\)"):
+        create_engine("sim", {"tp": "3"})
     with pytest.raises(EngineOptionError, match="time_scale must be > 0"):
         create_engine("sim", {"time_scale": "0"})
 

@@ -1,0 +1,72 @@
+"""Options of the ``sim`` engine (a cheap import: the registry and the CLI read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, CostModel, preset
+from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.profiles import parse_profile
+
+# Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
+# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (SPEC.md, "Migration").
+DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
+_PREEMPTION = PreemptionConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class SimEngineOptions:
+    model: str = field(default="qwen3-8b", metadata={"help": f"one of {sorted(MODELS)}"})
+    hardware: Literal["h100", "h200"] = field(default="h200", metadata={"help": "GPU kind"})
+    tp: int = field(default=1, metadata={"help": "tensor-parallel degree: 1, 2, 4 or 8"})
+    time_scale: float = field(default=1.0, metadata={"help": "model seconds per wall second"})
+    max_running: int = field(default=1024, metadata={"help": "most generations decoding at once"})
+    preemptive: bool = field(default=True, metadata={"help": "higher priority preempts lower"})
+    preemption_gap: float = field(
+        default=_PREEMPTION.min_priority_gap, metadata={"help": "priority margin to preempt"}
+    )
+    preemption_relative_gap: float = field(
+        default=_PREEMPTION.min_relative_gap,
+        metadata={"help": "... and fraction of the victim's |priority| to preempt"},
+    )
+    profile: Path | None = field(
+        default=None,
+        metadata={"help": "measured ITL profile (.csv or .json) instead of the preset"},
+    )
+    link_bandwidth_bytes_s: float = field(
+        default=DEFAULT_LINK_BANDWIDTH_BYTES_S, metadata={"help": "KV transfer link (bytes/s)"}
+    )
+    vocab_size: int = field(default=256, metadata={"help": "pseudo-token ids are below this"})
+    seed: int = field(default=0, metadata={"help": "seed when a request carries none"})
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {self.model!r}")
+        if self.hardware not in HARDWARE:
+            raise ValueError(f"hardware must be one of {sorted(HARDWARE)}")
+        if self.profile is None and self.tp not in TP_DEGREES:
+            raise ValueError(f"tp must be one of {TP_DEGREES} (or measured in --profile)")
+        if self.profile is not None and self.profile.suffix not in (".csv", ".json"):
+            raise ValueError(f"profile {self.profile} must be a .csv or .json file")
+        for name in ("time_scale", "link_bandwidth_bytes_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.vocab_size < 1:
+            raise ValueError("vocab_size must be >= 1")
+
+
+def load_cost_model(options: SimEngineOptions) -> CostModel:
+    """The calibrated preset, or the measured profile's model for ``options.tp``."""
+    if options.profile is None:
+        return preset(options.model, options.hardware, options.tp)
+    try:
+        text = options.profile.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read profile {options.profile}: {exc.strerror}") from None
+    fmt: Literal["csv", "json"] = "csv" if options.profile.suffix == ".csv" else "json"
+    profile = parse_profile(
+        text, fmt, source=str(options.profile), model=options.model, hardware=options.hardware
+    )
+    return profile.cost_model(options.tp)
