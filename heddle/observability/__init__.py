@@ -9,10 +9,12 @@ serves its registry on ``http://<host>:<port>/metrics``::
     server.close()
 
 Workers: wrap the agent's message sink in ``MetricsSink`` (gauges from every telemetry report,
-counters and step-time histograms from every published event). The control plane: call
-``Metrics.observe_input`` for the events a decider consumer takes in, ``observe_decision`` with
-the outputs and wall time of each decision, and run a ``ConsumerLagTracker`` for its durable
-consumers. Metric names and labels are listed in ``heddle.observability.metrics``.
+counters and step-time histograms from every published event; ``heddle worker --metrics-port``).
+The control plane (``heddle up --metrics-port``): each decider consumer reports its batches to
+``Metrics.batch_observer`` (outputs, wall time; the prediction slot also its inputs, for the
+prediction error), and a ``ConsumerLagTracker`` polls its durables. Metric names and labels are
+listed in ``heddle.observability.metrics``. ``heddle status`` reads from here too
+(``snapshot``: what it shows; ``probe``: consumer lag from a running NATS).
 """
 
 from heddle.observability.lag import ConsumerLagTracker, ConsumerRef
