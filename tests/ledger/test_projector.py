@@ -133,10 +133,11 @@ async def _start_projector(
 
 
 def _wait_for_position(ledger_url: str, target: float, pid: int) -> None:
-    """Block until the projector has committed past ``target`` (or has exited)."""
+    """Block until the projector has committed past ``target`` (or its process, when ``pid``
+    is not 0, has exited)."""
     deadline = time.monotonic() + 60
     while _position(ledger_url) < target and time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
+        if pid and not Path(f"/proc/{pid}").exists():
             return
         time.sleep(0.01)
 
@@ -173,3 +174,29 @@ async def test_two_projectors_at_once_still_project_everything_once(
     [position] = queries.positions(ledger)
     assert comparison.mismatches == []
     assert (position.stream_sequence, position.num_events) == (len(events), len(events))
+
+
+async def test_projector_carries_on_across_a_nats_restart(tmp_path: Path) -> None:
+    server = EmbeddedNatsServer(tmp_path / "nats").start()
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = open_ledger(ledger_url)
+    try:
+        async with Bus(Settings(nats_url=server.url, data_dir=tmp_path)) as bus:
+            before = rollout_events("before", num_trajectories=20)
+            await bus.publish_many(before)
+            projector = Projector(bus, ledger, ProjectorConfig(batch_size=50, fetch_wait_s=0.2))
+            running = asyncio.create_task(projector.run())
+            await asyncio.to_thread(_wait_for_position, ledger_url, len(before), 0)
+            await asyncio.to_thread(server.stop)
+            server = EmbeddedNatsServer(tmp_path / "nats", port=server.port)
+            await asyncio.to_thread(server.start)
+            after = rollout_events("after", num_trajectories=20)
+            await bus.publish_many(after)
+            total = len(before) + len(after)
+            await asyncio.to_thread(_wait_for_position, ledger_url, total, 0)
+            projector.stop()
+            stats = await asyncio.wait_for(running, 30)
+    finally:
+        ledger.close()
+        server.stop()
+    assert stats.position == total
