@@ -43,9 +43,10 @@ from heddle.bus import (
     ReplayRecord,
 )
 from heddle.consumers.filters import filter_subjects
+from heddle.consumers.lean import decode_for_deciders
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
-from heddle.events import Event, EventT, decode_event
+from heddle.events import Event, EventT
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.observability.metrics import BatchObserver
 
@@ -162,7 +163,7 @@ class DeciderConsumer:
             ack_all=True,
             start_sequence=position + 1,
         )
-        self._runner = self.bus.batch_runner(spec, decode_event, self._handle)
+        self._runner = self.bus.batch_runner(spec, decode_for_deciders, self._handle)
         self.stats.is_live = True
         try:
             await self._runner.run()
@@ -202,7 +203,7 @@ class DeciderConsumer:
             await batches.aclose()
 
     def _replay_batches(self, query: ReplayQuery) -> AsyncIterator[list[ReplayRecord[EventT]]]:
-        return self.bus.replay_events(query).batches()
+        return self.bus.replay(query, decode_for_deciders).batches()
 
     def _fold(self, event: Event, sequence: int) -> list[Output]:
         try:
