@@ -77,8 +77,12 @@ class CommandHandler:
         hosted = self.table.get(command.rollout_id, command.traj_id)
         if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
             await hosted.settled.wait()  # decide on a trajectory at rest (see table.phase)
-        async with self.table.lock_for(command.rollout_id, command.traj_id):
-            settled = await self._decide_and_act(command, is_redelivered)
+        try:
+            async with self.table.lock_for(command.rollout_id, command.traj_id):
+                settled = await self._decide_and_act(command, is_redelivered)
+        except EngineError as exc:
+            await self.on_engine_failure(exc)
+            return
         if settled is not None:
             await settled.wait()
         self.table.compact(command.rollout_id, command.traj_id)
@@ -122,7 +126,7 @@ class CommandHandler:
             case Action.PREEMPT, Preempt():
                 await self._preempt(hosted, command)
             case Action.MIGRATE_NOW, MigrateOut():
-                await self.migrator.migrate_out(hosted, command)
+                await self._migrate(hosted, command)
             case Action.MIGRATE_AT_GAP, MigrateOut():
                 hosted.pending_migration = command
                 return hosted.settled
@@ -155,12 +159,15 @@ class CommandHandler:
                 await self._discard(command)  # stale: the trajectory was placed elsewhere since
                 return None
             case ResumeKind.FOREIGN:
+                self.table.bury(command.rollout_id, command.traj_id, handed_to=plan.owner)
                 await self._forward(command, plan.owner)
                 return None
             case ResumeKind.UNKNOWN:
                 await self._fail_unhosted(command, "unknown trajectory: no spec in the stream")
                 return None
             case ResumeKind.FINISHED:
+                self.table.bury(command.rollout_id, command.traj_id)
+                await self._discard(command)
                 return None
         hosted = plan.hosted
         assert hosted is not None
@@ -230,17 +237,25 @@ class CommandHandler:
             self._settle(hosted)
             await self.on_engine_failure(exc)
             return
-        async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
-            hosted.is_running = False
-            migration, hosted.pending_migration = hosted.pending_migration, None
-            try:
+        try:
+            async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
+                hosted.is_running = False
+                migration, hosted.pending_migration = hosted.pending_migration, None
                 if migration is not None and hosted.phase is Phase.IN_TOOL:
-                    await self.migrator.migrate_out(hosted, migration)
-            except EngineError as exc:
-                await self.on_engine_failure(exc)
-            finally:
-                self._settle(hosted)
+                    await self._migrate(hosted, migration)
+        finally:
+            self._settle(hosted)  # even when cancelled while waiting for the lock
         self.table.compact(hosted.rollout_id, hosted.traj_id)
+
+    async def _migrate(self, hosted: HostedTrajectory, command: MigrateOut) -> None:
+        """Migrate; a failure other than the engine's leaves the trajectory here (the control
+        plane sees no ``Migrated`` and may ask again)."""
+        try:
+            await self.migrator.migrate_out(hosted, command)
+        except EngineError as exc:
+            await self.on_engine_failure(exc)
+        except Exception:
+            logger.exception("migration %s of %s failed", command.migration_id, hosted.traj_id)
 
     def _settle(self, hosted: HostedTrajectory) -> None:
         hosted.is_running = False

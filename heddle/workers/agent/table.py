@@ -124,6 +124,12 @@ class TrajectoryTable:
     def generating(self) -> list[HostedTrajectory]:
         return [row for row in self._rows.values() if row.request_id is not None]
 
+    def bury(self, rollout_id: str, traj_id: str, handed_to: str = "") -> None:
+        """Record, without a row, that a trajectory finished or lives on ``handed_to``."""
+        key = (rollout_id, traj_id)
+        if key not in self._rows:
+            self._add_tombstone(key, handed_to)
+
     def compact(self, rollout_id: str, traj_id: str) -> None:
         """Turn the trajectory's row into a tombstone once it is at rest and finished or gone
         (a released row is forgotten: a later command rebuilds it from the stream)."""
@@ -136,9 +142,13 @@ class TrajectoryTable:
             del self._rows[key]
         elif row.phase in (Phase.DONE, Phase.HANDED_OVER):
             del self._rows[key]
-            self._tombstones[key] = row.handed_to
-            while len(self._tombstones) > self.max_tombstones:
-                self._tombstones.popitem(last=False)
+            self._add_tombstone(key, row.handed_to)
         else:
             return
         self._locks.pop(key, None)
+
+    def _add_tombstone(self, key: tuple[str, str], handed_to: str) -> None:
+        self._tombstones[key] = handed_to
+        self._tombstones.move_to_end(key)
+        while len(self._tombstones) > self.max_tombstones:
+            self._tombstones.popitem(last=False)
