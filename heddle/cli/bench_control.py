@@ -81,7 +81,8 @@ def _print(document: dict[str, object]) -> None:
         highlight=False,
     )
     table = Table(title="consumers (batch: handler start to outputs stored)")
-    for column in ("durable", "decided", "outputs", "batch p50 ms", "batch p99 ms"):
+    columns = ("durable", "decided", "outputs", "batch p50 ms", "batch p99 ms", "age p50 ms")
+    for column in columns:
         table.add_column(column, justify="left" if column == "durable" else "right")
     for report in document["consumers"]:  # type: ignore[attr-defined]
         table.add_row(
@@ -90,5 +91,6 @@ def _print(document: dict[str, object]) -> None:
             str(report["num_outputs"]),
             f"{report['batch_ms_p50']:.2f}",
             f"{report['batch_ms_p99']:.2f}",
+            f"{report['age_ms_p50']:.2f}",
         )
     console.print(table)

@@ -110,6 +110,9 @@ class ConsumerStats:
     is_live: bool = False
     batch_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     """Recent batches: from the handler's start to its outputs stored (milliseconds)."""
+    age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    """Recent batches: age of their newest event when decided (its publisher's clock to ours:
+    stream, delivery and queueing delay, in milliseconds)."""
 
 
 class DeciderConsumer:
@@ -122,6 +125,7 @@ class DeciderConsumer:
         config: HostConfig | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
         on_batch: BatchObserver | None = None,
     ) -> None:
         self.bus = bus
@@ -131,6 +135,7 @@ class DeciderConsumer:
         self.filter_subjects = filter_subjects(slot.handles)
         self.stats = ConsumerStats(self.durable)
         self._clock = clock
+        self._wall = wall
         self._on_batch = on_batch
         self._runner: BatchRunner[EventT] | None = None
         self._stopping = False
@@ -215,7 +220,7 @@ class DeciderConsumer:
             return []
 
     async def _handle(self, batch: list[Delivery[EventT]]) -> list[Rejection]:
-        started = self._clock()
+        started, received_at = self._clock(), self._wall()
         outputs: list[Output] = []
         rejections: list[Rejection] = []
         stats = self.stats
@@ -235,6 +240,7 @@ class DeciderConsumer:
         stats.num_rejected += len(rejections)
         stats.num_outputs += len(outputs)
         stats.num_pending = batch[-1].num_pending
+        stats.age_ms.append((received_at - batch[-1].message.occurred_at) * 1000.0)
         elapsed_s = self._clock() - started
         stats.batch_ms.append(elapsed_s * 1000.0)
         if self._on_batch is not None:  # metrics (heddle.observability)

@@ -39,6 +39,9 @@ class ConsumerReport(msgspec.Struct, frozen=True, kw_only=True):
     batch_ms_p50: float = 0.0
     batch_ms_p99: float = 0.0
     batch_ms_max: float = 0.0
+    age_ms_p50: float = 0.0
+    """Age of a batch's newest event when decided: how far behind the stream the slot runs."""
+    age_ms_p99: float = 0.0
 
 
 class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +67,7 @@ class DurablePosition(msgspec.Struct, frozen=True, kw_only=True):
 
 def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerReport:
     latencies = sorted(stats.batch_ms)
+    ages = sorted(stats.age_ms)
     return ConsumerReport(
         durable=stats.durable,
         position=stats.position,
@@ -77,6 +81,8 @@ def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerRepo
         batch_ms_p50=_quantile(latencies, 0.5),
         batch_ms_p99=_quantile(latencies, 0.99),
         batch_ms_max=latencies[-1] if latencies else 0.0,
+        age_ms_p50=_quantile(ages, 0.5),
+        age_ms_p99=_quantile(ages, 0.99),
     )
 
 
