@@ -426,10 +426,11 @@ async def test_a_nats_outage_pauses_the_worker_without_losing_a_step(
     assert next(e for e in events if isinstance(e, Completed)).num_output_tokens == 1200
 
 
-@pytest.mark.parametrize("mode", ["in-process", "processes"])
 async def test_workers_run_registers_reports_and_exits_when_drained(
-    settings: Settings, bus: Bus, mode: str
+    settings: Settings, bus: Bus
 ) -> None:
+    """``heddle workers run 2 --processes``: a parent holding the bus, two ``heddle worker``
+    children (the in-process path is the one ``heddle worker`` itself takes)."""
     reports: list[WorkerTelemetry] = []
     reported_by_both = asyncio.Event()
 
@@ -439,10 +440,9 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
             reported_by_both.set()
 
     subscription = await bus.subscribe_telemetry(on_telemetry)
-    extra = ["--processes"] if mode == "processes" else []
     workers = start_process(
         settings, "workers", "run", "2", "--id-prefix=d", "--heartbeat-s=0.3",
-        "--telemetry-s=0.1", *extra,
+        "--telemetry-s=0.1", "--processes",
         "--engine=sim", "--time-scale=1000", "--model=qwen3-14b",
     )  # fmt: skip
     try:
