@@ -1,6 +1,8 @@
 """The events the simulated data plane publishes, built like a live worker would build them.
 
-Token lists are pseudo-tokens (zeros) of the right length: the deciders read their lengths, and
+Ids follow ``heddle.ids.derive_id`` (the parts joined by ':'); the per-step ones are spelled
+out as f-strings, which the simulator builds millions of times. Token lists are pseudo-tokens
+(zeros) of the right length: the deciders read their lengths, and
 a fresh list per event keeps memory flat (nothing retains them unless events are recorded).
 ``Completed`` carries counts and timings but no token lists.
 """
@@ -24,7 +26,7 @@ TOOL_NAME = "trace"
 
 def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Generated:
     return Generated(
-        event_id=derive_id(rollout_id, t.traj_id, t.step, "generated"),
+        event_id=f"{rollout_id}:{t.traj_id}:{t.step}:generated",
         rollout_id=rollout_id,
         occurred_at=done.finished_at,
         traj_id=t.traj_id,
@@ -43,13 +45,13 @@ def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Ge
 
 def tool_called(rollout_id: str, t: SimTrajectory, now: float) -> ToolCalled:
     return ToolCalled(
-        event_id=derive_id(rollout_id, t.traj_id, t.step, "tool_called"),
+        event_id=f"{rollout_id}:{t.traj_id}:{t.step}:tool_called",
         rollout_id=rollout_id,
         occurred_at=now,
         traj_id=t.traj_id,
         step=t.step,
         worker_id=t.worker_id,
-        call_id=derive_id(rollout_id, t.traj_id, t.step, "call"),
+        call_id=f"{rollout_id}:{t.traj_id}:{t.step}:call",
         tool=TOOL_NAME,
         pool=t.spec.tool_pool,
     )
@@ -59,12 +61,12 @@ def tool_returned(
     rollout_id: str, t: SimTrajectory, step: int, duration_s: float, now: float
 ) -> ToolReturned:
     return ToolReturned(
-        event_id=derive_id(rollout_id, t.traj_id, step, "tool_returned"),
+        event_id=f"{rollout_id}:{t.traj_id}:{step}:tool_returned",
         rollout_id=rollout_id,
         occurred_at=now,
         traj_id=t.traj_id,
         step=step,
-        call_id=derive_id(rollout_id, t.traj_id, step, "call"),
+        call_id=f"{rollout_id}:{t.traj_id}:{step}:call",
         tool=TOOL_NAME,
         status="ok",
         output_token_ids=[0] * t.trace.steps[step].tool_output_tokens,

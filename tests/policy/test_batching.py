@@ -20,6 +20,7 @@ from heddle.policy.batching import (
     LruCache,
     PriorityCache,
     decode_span_s,
+    plan_chunk,
     steps_covering,
 )
 from heddle.policy.cost_model import AnalyticCostModel, preset
@@ -108,6 +109,28 @@ def test_steps_covering_is_the_first_boundary_at_or_after(
     assert decode_span_s(COST, batch, ctx, steps) >= duration * (1 - 1e-12)
     if steps > 1:
         assert decode_span_s(COST, batch, ctx, steps - 1) < duration
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batch=st.integers(1, 600),
+    ctx=st.integers(0, 1_000_000),
+    steps=st.integers(1, 300),
+    cut=st.floats(0.0, 1.0),
+)
+def test_a_chunk_prices_its_prefixes_like_the_step_by_step_sum(
+    batch: int, ctx: int, steps: int, cut: float
+) -> None:
+    chunk = plan_chunk(COST, batch, ctx, steps)
+    assert chunk.span_s == pytest.approx(decode_span_s(COST, batch, ctx, steps), rel=1e-9)
+    if not chunk.is_linear:
+        return
+    prefix = max(1, round(cut * steps))
+    brute = sum(COST.decode_step_s(batch, ctx + j * batch) for j in range(prefix))
+    assert chunk.prefix_span_s(prefix) == pytest.approx(brute, rel=1e-9)
+    duration = cut * chunk.span_s
+    covering = chunk.steps_covering(duration)
+    assert covering == steps_covering(COST, batch, ctx, duration, steps)
 
 
 # ---- single jobs -------------------------------------------------------------------------------

@@ -14,13 +14,14 @@ from heddle.policy.batching.jobs import (
     JobState,
 )
 from heddle.policy.batching.model import BatchingModel
-from heddle.policy.batching.span import decode_span_s, steps_covering
+from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
 
 __all__ = [
     "BatchLoad",
     "BatchingConfig",
     "BatchingModel",
     "CapacityError",
+    "Chunk",
     "EvictionPolicy",
     "FinishedGeneration",
     "GenerationJob",
@@ -29,5 +30,6 @@ __all__ = [
     "PriorityCache",
     "decode_span_s",
     "make_cache",
+    "plan_chunk",
     "steps_covering",
 ]

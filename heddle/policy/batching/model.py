@@ -44,7 +44,7 @@ from heddle.policy.batching.jobs import (
     JobState,
 )
 from heddle.policy.batching.queues import RunningBatch, WaitQueue
-from heddle.policy.batching.span import decode_span_s, steps_covering
+from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
 from heddle.policy.cost_model import CostModel
 
 
@@ -66,7 +66,7 @@ class BatchingModel:
         self._outbox: list[FinishedGeneration] = []
         self._num_arrivals = 0
         self._chunk_key = (-1, -1)
-        self._chunk = (0, 0.0)
+        self._chunk = Chunk(0, 0.0)
         self._dirty = False
         """Jobs may be admissible at ``clock_s``: admissions wait until time moves past the
         boundary or someone looks, so jobs submitted at one instant share a prefill batch."""
@@ -160,7 +160,7 @@ class BatchingModel:
             return self._outbox[0].finished_at
         if not self._running:
             return None
-        return self.clock_s + self._next_chunk()[1]
+        return self.clock_s + self._next_chunk().span_s
 
     def release(self, traj_id: str) -> int:
         """Drop a trajectory's cached prefix (completed or moved away); returns its tokens."""
@@ -214,17 +214,15 @@ class BatchingModel:
 
     # ---- clock ---------------------------------------------------------------------------------
 
-    def _next_chunk(self) -> tuple[int, float]:
-        """Steps to the next finish and their duration, memoised until the batch changes."""
+    def _next_chunk(self) -> Chunk:
+        """The steps to the next finish, memoised until the batch changes."""
         key = (self.num_steps, self._running.membership)
         if self._chunk_key != key:
             steps = self._running.next_finish_step() - self.num_steps
-            self._chunk = (steps, self._span_s(steps) if steps else 0.0)
+            batch = self._running
+            self._chunk = plan_chunk(self.cost, len(batch), batch.live_tokens, steps)
             self._chunk_key = key
         return self._chunk
-
-    def _span_s(self, num_steps: int) -> float:
-        return decode_span_s(self.cost, len(self._running), self._running.live_tokens, num_steps)
 
     def _sync(self, now: float) -> None:
         """Bring the state to the first step boundary at or after ``now``. Finishes due at a
@@ -234,23 +232,28 @@ class BatchingModel:
                 self._flush()
             if not self._running:
                 break
-            steps, span_s = self._next_chunk()
+            chunk = self._next_chunk()
+            steps, span_s = chunk.num_steps, chunk.span_s
             if steps:
                 if self.clock_s + span_s > now:
                     if self.clock_s >= now:
                         return
-                    steps = steps_covering(
-                        self.cost,
-                        len(self._running),
-                        self._running.live_tokens,
-                        now - self.clock_s,
-                        steps,
-                    )
-                    span_s = self._span_s(steps)
+                    steps, span_s = self._partial(chunk, now - self.clock_s)
                 self._decode(steps, span_s)
             if self._finish_due():
                 self._dirty = True
         self.clock_s = max(self.clock_s, now)
+
+    def _partial(self, chunk: Chunk, duration_s: float) -> tuple[int, float]:
+        """The part of ``chunk`` up to the step boundary at or after ``duration_s``."""
+        if chunk.is_linear:
+            steps = chunk.steps_covering(duration_s)
+            return steps, chunk.prefix_span_s(steps)
+        batch = self._running
+        steps = steps_covering(
+            self.cost, len(batch), batch.live_tokens, duration_s, chunk.num_steps
+        )
+        return steps, decode_span_s(self.cost, len(batch), batch.live_tokens, steps)
 
     def _flush(self) -> None:
         if self._dirty:

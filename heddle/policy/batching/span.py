@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from heddle.policy.cost_model import CostModel
 
@@ -46,6 +47,56 @@ def _span_s(
     return left + right
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """``num_steps`` decode steps at a fixed batch: their duration and, when the step time is
+    linear in the context over them (almost always), the first step's time and the growth per
+    step, so that any prefix of the chunk is priced without asking the cost model again."""
+
+    num_steps: int
+    span_s: float
+    first_s: float = 0.0
+    slope_s: float = 0.0
+    is_linear: bool = False
+
+    def prefix_span_s(self, num_steps: int) -> float:
+        """The first ``num_steps`` steps' duration (linear chunks)."""
+        return num_steps * self.first_s + self.slope_s * num_steps * (num_steps - 1) / 2
+
+    def steps_covering(self, duration_s: float) -> int:
+        """The fewest steps (1..``num_steps``) whose span reaches ``duration_s`` (linear)."""
+        slope, first, limit = self.slope_s, self.first_s, self.num_steps
+        if slope > 0:
+            half = first - slope / 2
+            guess = (-half + math.sqrt(half * half + 2 * slope * duration_s)) / slope
+        else:
+            guess = duration_s / first if first > 0 else 1.0
+        steps = min(max(1, math.ceil(guess)), limit)
+        while steps > 1 and self.prefix_span_s(steps - 1) >= duration_s:
+            steps -= 1
+        while steps < limit and self.prefix_span_s(steps) < duration_s:
+            steps += 1
+        return steps
+
+
+def plan_chunk(cost: CostModel, batch_size: int, context_tokens: int, num_steps: int) -> Chunk:
+    """The chunk of ``num_steps`` steps from ``context_tokens`` (see ``decode_span_s``)."""
+    if num_steps <= 0 or batch_size <= 0:
+        return Chunk(max(num_steps, 0), 0.0, is_linear=True)
+    first = cost.decode_step_s(batch_size, context_tokens)
+    if num_steps == 1:
+        return Chunk(1, first, first, 0.0, is_linear=True)
+    last = cost.decode_step_s(batch_size, context_tokens + (num_steps - 1) * batch_size)
+    slope = (last - first) / (num_steps - 1)
+    if num_steps > 2:
+        mid = (num_steps - 1) // 2
+        mid_value = cost.decode_step_s(batch_size, context_tokens + mid * batch_size)
+        if abs(mid_value - (first + slope * mid)) > 1e-12 + 1e-9 * abs(mid_value):
+            span = _span_s(cost, batch_size, context_tokens, num_steps, first, last)
+            return Chunk(num_steps, span)
+    return Chunk(num_steps, num_steps * (first + last) / 2, first, slope, is_linear=True)
+
+
 def steps_covering(
     cost: CostModel, batch_size: int, context_tokens: int, duration_s: float, max_steps: int
 ) -> int:
@@ -53,28 +104,10 @@ def steps_covering(
     at or after a moment ``duration_s`` into the chunk (``max_steps`` if none reaches it)."""
     if max_steps <= 1:
         return max(max_steps, 0)
-    first = cost.decode_step_s(batch_size, context_tokens)
-    last = cost.decode_step_s(batch_size, context_tokens + (max_steps - 1) * batch_size)
-    slope = (last - first) / (max_steps - 1)
-    mid = (max_steps - 1) // 2
-    mid_value = cost.decode_step_s(batch_size, context_tokens + mid * batch_size)
-    if abs(mid_value - (first + slope * mid)) > 1e-12 + 1e-9 * abs(mid_value):
-        return _bisect_steps(cost, batch_size, context_tokens, duration_s, max_steps)
-
-    def span(steps: int) -> float:
-        return steps * first + slope * steps * (steps - 1) / 2
-
-    if slope > 0:
-        half = first - slope / 2
-        guess = (-half + math.sqrt(half * half + 2 * slope * duration_s)) / slope
-    else:
-        guess = duration_s / first
-    steps = min(max(1, math.ceil(guess)), max_steps)
-    while steps > 1 and span(steps - 1) >= duration_s:
-        steps -= 1
-    while steps < max_steps and span(steps) < duration_s:
-        steps += 1
-    return steps
+    chunk = plan_chunk(cost, batch_size, context_tokens, max_steps)
+    if chunk.is_linear:
+        return chunk.steps_covering(duration_s)
+    return _bisect_steps(cost, batch_size, context_tokens, duration_s, max_steps)
 
 
 def _bisect_steps(
