@@ -106,6 +106,9 @@ class PlacementDecider:
         self._workers: dict[str, WorkerInfo] = {}
         self._in_flight: dict[str, int] = {}
         self._rollouts: dict[str, _Rollout] = {}
+        self._ended: set[str] = set()
+        """Rollouts whose trajectories all ended: their state is dropped, their events ignored
+        (a redelivered submission must not place them again)."""
 
     def worker_of(self, rollout_id: str, traj_id: str) -> str:
         rollout = self._rollouts.get(rollout_id)
@@ -113,6 +116,8 @@ class PlacementDecider:
         return trajectory.worker_id if trajectory else ""
 
     def decide(self, event: Event) -> list[Output]:
+        if event.rollout_id in self._ended:
+            return []
         match event:
             case WorkerRegistered():
                 if event.worker_id not in self._workers:
@@ -328,6 +333,9 @@ class PlacementDecider:
             self._stop_generating(trajectory)
         if rollout.placer is not None:
             rollout.placer.on_finished(traj_id)
+            if not rollout.trajectories:
+                del self._rollouts[rollout_id]
+                self._ended.add(rollout_id)
 
     def _replace_worker(self, event: WorkerFailed) -> list[Output]:
         if self._workers.pop(event.worker_id, None) is None:
@@ -363,7 +371,7 @@ class PlacementDecider:
             )
             for rollout_id, rollout in self._rollouts.items()
         }
-        return dict(self._workers), dict(self._in_flight), rollouts
+        return dict(self._workers), dict(self._in_flight), rollouts, frozenset(self._ended)
 
     # ---- helpers -----------------------------------------------------------------------------
 

@@ -168,3 +168,14 @@ def test_a_failed_worker_s_trajectories_are_replaced_with_resume() -> None:
     reasons = {o.reason for o in replaced if isinstance(o, TrajectoryPlaced)}
     assert reasons == {"replacement"}
     assert decider.decide(b.worker_failed("w1")) == []
+
+
+def test_an_ended_rollout_is_forgotten_and_not_placed_again() -> None:
+    decider = routed("cache_affinity")
+    outputs = feed(decider, opening(2, [("w0", 1)]))
+    assert len(starts(outputs)) == 2
+    decider.decide(b.completed("t0", 1, 5))
+    decider.decide(b.completed("t1", 1, 5))
+    workers, _, rollouts, ended = decider.snapshot()
+    assert rollouts == {} and ended == frozenset({b.ROLLOUT}) and "w0" in workers
+    assert feed(decider, opening(2, [("w0", 1)])) == []  # a redelivered submission
