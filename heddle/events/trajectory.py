@@ -115,6 +115,8 @@ class ToolReturned(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_re
     output_token_ids: list[int] = []
     """Token ids of the observation, when the tool produces tokens itself (trace replay)."""
     duration_s: float = 0.0
+    """Model seconds the call ran (the executor's wall time x the call's ``time_scale``), like
+    every duration in an event: ledgers, traces and predictors read it as model time."""
     executor_id: str = ""
 
 

@@ -170,7 +170,7 @@ class Harness:
             tool="trace",
             status="ok",
             output_token_ids=pseudo_token_ids(call.request.seed, call.request.num_output_tokens),
-            duration_s=call.request.duration_s / call.time_scale,  # wall time, as executors do
+            duration_s=call.request.duration_s,  # model time, as executors report it
         )
         await self.bus.store(result)
         if self.route_tool_results:

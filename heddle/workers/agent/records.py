@@ -139,8 +139,7 @@ def completed(
         queue_s=sum(event.queue_s for event in outputs),
         prefill_s=sum(event.prefill_s for event in outputs),
         decode_s=sum(event.decode_s for event in outputs),
-        # Executors time tools on the wall clock; timings are in model time.
-        tool_s=sum(result.duration_s for result in log.tool_results()) * time_scale,
+        tool_s=sum(result.duration_s for result in log.tool_results()),  # model s already
         migration_s=log.migration_s,
         total_s=max(0.0, now - started_at) * time_scale,
     )

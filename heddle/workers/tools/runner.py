@@ -64,7 +64,9 @@ class ToolRunner:
             outcome = await self._dispatch(call)
         except ValueError as exc:
             outcome = ToolOutcome(status="error", error=f"invalid tool call: {exc}")
-        return replace(outcome, duration_s=time.monotonic() - started)
+        # Model seconds, like every duration in an event (a trace tool of a time-scaled run
+        # waits its recorded time divided by the scale: multiplying gives the recorded time).
+        return replace(outcome, duration_s=(time.monotonic() - started) * call.time_scale)
 
     async def _dispatch(self, call: ToolCall) -> ToolOutcome:
         match call.request:
