@@ -11,7 +11,6 @@ step reported twice (a retried publish outside the duplicate window) is not coun
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import assert_never
 
 from heddle.events import (
@@ -39,6 +38,8 @@ from heddle.events import (
     WorkerRegistered,
 )
 from heddle.events.base import TrajectoryTimings
+from heddle.ledger.batch_rows import BatchRows
+from heddle.ledger.fold_steps import apply_step
 from heddle.ledger.lean import num_items
 from heddle.ledger.rows import (
     DeadLetterRow,
@@ -46,56 +47,11 @@ from heddle.ledger.rows import (
     PlacementRow,
     PredictionRow,
     RolloutRow,
-    StepKey,
-    StepRow,
-    TrajectoryKey,
     TrajectoryRow,
     WorkerRow,
 )
 
-STEP_EVENTS = (GenerationStarted, Generated, ToolCalled, ToolReturned)
 _NO_TIMINGS = TrajectoryTimings()
-
-
-@dataclass(slots=True)
-class BatchRows:
-    """Rows touched by one batch, by primary key; missing rows are created with defaults."""
-
-    rollouts: dict[str, RolloutRow] = field(default_factory=dict)
-    trajectories: dict[TrajectoryKey, TrajectoryRow] = field(default_factory=dict)
-    steps: dict[StepKey, StepRow] = field(default_factory=dict)
-    workers: dict[str, WorkerRow] = field(default_factory=dict)
-    migrations: dict[str, MigrationRow] = field(default_factory=dict)
-    """By event id: open migrations of the batch's migrating trajectories, and new ones."""
-    placements: list[PlacementRow] = field(default_factory=list)
-    predictions: list[PredictionRow] = field(default_factory=list)
-    dead_letters: list[DeadLetterRow] = field(default_factory=list)
-
-    def rollout(self, rollout_id: str) -> RolloutRow:
-        row = self.rollouts.get(rollout_id)
-        if row is None:
-            row = self.rollouts[rollout_id] = RolloutRow(rollout_id=rollout_id)
-        return row
-
-    def trajectory(self, rollout_id: str, traj_id: str) -> TrajectoryRow:
-        key = (rollout_id, traj_id)
-        row = self.trajectories.get(key)
-        if row is None:
-            row = self.trajectories[key] = TrajectoryRow(rollout_id=rollout_id, traj_id=traj_id)
-        return row
-
-    def step(self, rollout_id: str, traj_id: str, step: int) -> StepRow:
-        key = (rollout_id, traj_id, step)
-        row = self.steps.get(key)
-        if row is None:
-            row = self.steps[key] = StepRow(rollout_id=rollout_id, traj_id=traj_id, step=step)
-        return row
-
-    def worker(self, worker_id: str) -> WorkerRow:
-        row = self.workers.get(worker_id)
-        if row is None:
-            row = self.workers[worker_id] = WorkerRow(worker_id=worker_id)
-        return row
 
 
 def apply(rows: BatchRows, event: EventT) -> None:
@@ -105,7 +61,7 @@ def apply(rows: BatchRows, event: EventT) -> None:
             _apply_rollout(rows.rollout(event.rollout_id), event)
         case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():
             trajectory = rows.trajectory(event.rollout_id, event.traj_id)
-            _apply_step(trajectory, rows.step(event.rollout_id, event.traj_id, event.step), event)
+            apply_step(trajectory, rows.step(event.rollout_id, event.traj_id, event.step), event)
             trajectory.last_step = max(trajectory.last_step, event.step)
             trajectory.updated_at = event.occurred_at
         case (
@@ -152,74 +108,6 @@ def _apply_rollout(
             row.status = "cancelled"
             row.finished_at = event.occurred_at
             row.cancel_reason = event.reason
-
-
-def _apply_step(
-    trajectory: TrajectoryRow,
-    step: StepRow,
-    event: GenerationStarted | Generated | ToolCalled | ToolReturned,
-) -> None:
-    match event:
-        case GenerationStarted():
-            step.worker_id = event.worker_id
-            step.num_input_tokens = num_items(event.input_token_ids)
-            step.num_context_tokens = event.num_context_tokens
-            step.num_cached_tokens = event.num_cached_tokens
-            step.priority = event.priority
-            step.queued_s = event.queued_s
-            step.started_at = event.occurred_at
-            trajectory.status = "generating"
-            trajectory.worker_id = event.worker_id
-            trajectory.num_context_tokens = event.num_context_tokens
-            if trajectory.started_at is None:
-                trajectory.started_at = event.occurred_at
-        case Generated():
-            _apply_generated(trajectory, step, event)
-        case ToolCalled():
-            if step.tool_called_at is None:
-                trajectory.num_tool_calls += 1
-            step.tool = event.tool
-            step.call_id = event.call_id
-            step.tool_pool = event.pool
-            step.tool_called_at = event.occurred_at
-            trajectory.status = "in_tool"
-        case ToolReturned():
-            trajectory.tool_s += event.duration_s - step.tool_s
-            step.tool = event.tool
-            step.call_id = event.call_id
-            step.tool_status = event.status
-            step.tool_exit_code = event.exit_code
-            step.tool_s = event.duration_s
-            step.num_tool_output_tokens = num_items(event.output_token_ids)
-            step.executor_id = event.executor_id
-            step.tool_returned_at = event.occurred_at
-            if trajectory.status == "in_tool":
-                trajectory.status = "waiting"
-
-
-def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated) -> None:
-    num_output_tokens = num_items(event.output_token_ids)
-    if step.generated_at is None:
-        trajectory.num_steps += 1
-    trajectory.num_output_tokens += num_output_tokens - step.num_output_tokens
-    trajectory.queue_s += event.queue_s - step.queue_s
-    trajectory.prefill_s += event.prefill_s - step.prefill_s
-    trajectory.decode_s += event.decode_s - step.decode_s
-    trajectory.num_recomputed_tokens += event.num_recomputed_tokens - step.num_recomputed_tokens
-    step.worker_id = event.worker_id
-    step.num_output_tokens = num_output_tokens
-    step.finish_reason = event.finish_reason
-    step.queue_s = event.queue_s
-    step.prefill_s = event.prefill_s
-    step.decode_s = event.decode_s
-    step.num_preemptions = event.num_preemptions
-    step.num_recomputed_tokens = event.num_recomputed_tokens
-    step.generated_at = event.occurred_at
-    if event.num_context_tokens:
-        step.num_context_tokens = event.num_context_tokens
-        trajectory.num_context_tokens = event.num_context_tokens
-    trajectory.worker_id = event.worker_id
-    trajectory.status = "generated"
 
 
 def _apply_trajectory(

@@ -25,8 +25,10 @@ from sqlalchemy import Connection, Table, insert, select, tuple_, update
 from heddle.events import DeadLettered, EventT, Migrated, RolloutEvent, WorkerEvent
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.events.trajectory import TrajectoryEvent
+from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.database import Ledger
-from heddle.ledger.fold import STEP_EVENTS, BatchRows, apply
+from heddle.ledger.fold import apply
+from heddle.ledger.fold_steps import STEP_EVENTS
 from heddle.ledger.rows import (
     MigrationRow,
     RolloutRow,
