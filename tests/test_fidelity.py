@@ -3,6 +3,7 @@ of the benchmark end to end (tiny sizes: a real control plane, real NATS, sim-en
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from heddle.bus import Bus
 from heddle.cli.apps import app
+from heddle.config import Settings
 from heddle.events import (
     ContinueTrajectory,
+    Drain,
     Event,
     Generated,
     GenerationStarted,
@@ -139,3 +143,18 @@ def test_bad_flags_are_user_errors(tmp_path: Path) -> None:
                           (["--workers", "0"], "workers >= 1")):  # fmt: skip
         result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "bench", "fidelity", *args])
         assert result.exit_code != 0 and message in str(result.exception), args
+
+
+async def test_command_watch_sees_commands_as_published(nats_url: str, tmp_path: Path) -> None:
+    seen: list[object] = []
+    async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
+        watch = await bus.watch_commands(seen.append)
+        command = Drain(command_id="d1", issued_at=1.0, worker_id="w03")
+        await bus.publish(command)
+        await bus.publish_raw("heddle.cmd.worker.w03.drain", b"not json", "junk")
+        for _ in range(100):
+            if seen and watch.num_dropped:
+                break
+            await asyncio.sleep(0.02)
+        await watch.close()
+    assert seen == [command] and watch.num_dropped == 1

@@ -21,8 +21,6 @@ import numpy as np
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig, read_status
-from heddle.events import decode_worker_command
-from heddle.events.subjects import COMMANDS_SUBJECTS
 from heddle.fidelity.fleet import FleetConfig, SyntheticFleet
 from heddle.policy.cost_model import preset
 from heddle.rollout.deployment import LocalDeployment
@@ -127,11 +125,8 @@ async def measure_overhead(settings: Settings, options: OverheadOptions) -> Over
             ),
         )
 
-        async def on_command(msg: Any) -> None:
-            fleet.on_command(decode_worker_command(msg.data))
-
         stop = asyncio.Event()
-        subscription = await bus.client.subscribe(COMMANDS_SUBJECTS, cb=on_command)
+        watch = await bus.watch_commands(fleet.on_command)
         try:
             await deployment.start_control_plane(control)
             await bus.publish_many(fleet.registrations(time.time()))
@@ -152,7 +147,7 @@ async def measure_overhead(settings: Settings, options: OverheadOptions) -> Over
             await cancel_rollout(bus, rollout_id, "benchmark over")
         finally:
             stop.set()
-            await subscription.unsubscribe()
+            await watch.close()
             await deployment.stop()
     samples = fleet.stats.latencies_s[options.num_warmup_samples : wanted]
     return OverheadResult(
