@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from heddle.cli.apps import rollout_app, settings_of
 from heddle.cli.up import (
@@ -42,22 +40,21 @@ from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
 from heddle.rollout.compare import (
     CompareOptions,
-    CompareResult,
     check_policies,
     compare_policies,
     plan_pool,
 )
 from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
+from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.runner import (
-    RolloutResult,
     RunOptions,
     require_control_plane,
     run_rollout,
     set_timeline_writer,
 )
-from heddle.rollout.sources import Source, SourceChoice, load_source
+from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
-from heddle.traces import write_trace
 from heddle.workers.environments import environment_names
 from heddle.workloads import workload_names
 
@@ -95,45 +92,6 @@ HardwareOpt = Annotated[
 ]
 
 
-def _source(
-    workload: str | None,
-    trace: Path | None,
-    tasks: Path | None,
-    env: str | None,
-    trajectories: int,
-    seed: int,
-    group_size: int,
-    tokenizer: str,
-) -> Source:
-    try:
-        task_options = TaskOptions(group_size=group_size, seed=seed)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    choice = SourceChoice(
-        workload=workload,
-        num_trajectories=trajectories,
-        seed=seed,
-        trace=trace,
-        tasks=tasks,
-        environment=env,
-        tokenizer=tokenizer,
-        task_options=task_options,
-    )
-    return load_source(choice)
-
-
-def _engine_defaults(engine: str, options: dict[str, str]) -> tuple[str | None, str | None, float]:
-    """The sim engine's model, hardware and time scale (the control plane's cost model must
-    match them); None and 1.0 for real engines."""
-    if engine != "sim":
-        return None, None, 1.0
-    from heddle.workers.engines.options import parse_options
-    from heddle.workers.engines.sim import SimEngineOptions
-
-    parsed = parse_options(SimEngineOptions, options, what="engine 'sim'")
-    return parsed.model, parsed.hardware, parsed.time_scale
-
-
 def _control(
     engine: str,
     options: dict[str, str],
@@ -145,7 +103,7 @@ def _control(
     worker_timeout_s: float,
 ) -> tuple[ControlPlaneConfig, float]:
     check_engine_options(engine, options)
-    model, sim_hardware, time_scale = _engine_defaults(engine, options)
+    model, sim_hardware, time_scale = engine_defaults(engine, options)
     config = control_plane_config(
         cost_model=cost_model or model or "qwen3-8b",
         hardware=hardware or sim_hardware or "h200",
@@ -156,16 +114,6 @@ def _control(
         transfer_kv=True,
     )
     return config, time_scale
-
-
-def _with_history(config: ControlPlaneConfig, source: Source, data_dir: Path) -> ControlPlaneConfig:
-    """The control plane learns the workload's previous epoch (as ``heddle sim`` does)."""
-    if not source.history:
-        return config
-    path = data_dir / "history" / f"{source.label.replace(':', '-').replace('/', '_')}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_trace(path, source.history)
-    return replace(config, history=(path,))
 
 
 @rollout_app.command("run", context_settings=_EXTRA_ARGS)
@@ -210,8 +158,10 @@ def run_command(
     )
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus must be >= 1, got {gpus}")
-    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
-    control = _with_history(control, source, settings.data_dir)
+    source = source_from_flags(
+        workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
+    )
+    control = with_history(control, source, settings.data_dir)
     pool = _pool(workers, engine, options, heartbeat_s)
     if gpus is not None:
         pool = _planned_pool(pool, source, policy, control, gpus)
@@ -232,7 +182,7 @@ def run_command(
     if as_json:
         typer.echo(json.dumps(result.to_json()))
     else:
-        _print_summary(result)
+        print_summary(result, Console())
 
 
 def _plan(policy: str, source: Source, time_scale: float) -> RolloutPlan:
@@ -258,41 +208,6 @@ def _planned_pool(
     if gpus < 1:
         raise UserError(f"--gpus must be >= 1, got {gpus}")
     return plan_pool(pool, source, policy, control, gpus)
-
-
-def _print_summary(result: RolloutResult) -> None:
-    summary = result.summary
-    console = Console()
-    table = Table(title=f"rollout {summary.rollout_id} ({summary.policy}, {summary.source})")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    rows: list[tuple[str, Any]] = [
-        ("trajectories", f"{summary.num_completed}/{summary.num_trajectories} completed"),
-        ("failed", summary.num_failed),
-        ("makespan (model s)", f"{summary.makespan_s:,.1f}"),
-        ("wall s", f"{summary.wall_s:,.1f} (time scale {summary.time_scale:g})"),
-        ("throughput (tok / model s)", f"{summary.throughput_tok_s:,.0f}"),
-        ("output tokens", f"{summary.output_tokens:,}"),
-        ("events", f"{summary.events:,}"),
-        ("preemptions / migrations", f"{summary.num_preemptions} / {summary.num_migrations}"),
-        (
-            "re-placements (re-prefilled tokens)",
-            f"{summary.num_replacements} ({summary.replacement_recomputed_tokens:,})",
-        ),
-    ]
-    for name, value in rows:
-        table.add_row(name, str(value))
-    slow = summary.slowest
-    if slow is not None:
-        table.add_row(
-            f"slowest {slow.traj_id} ({slow.num_steps} steps)",
-            f"queue {slow.queue_s:.0f} / prefill {slow.prefill_s:.0f} / decode "
-            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} s",
-        )
-    table.add_row("ledger", result.ledger_url)
-    if result.timeline_path is not None:
-        table.add_row("timeline", str(result.timeline_path))
-    console.print(table)
 
 
 @rollout_app.command("compare", context_settings=_EXTRA_ARGS)
@@ -337,7 +252,9 @@ def compare_command(
     )
     if gpus is not None and workers is not None:
         raise UserError("give --gpus or --workers, not both")
-    source = _source(workload, trace, tasks, env, trajectories, seed, group_size, tokenizer)
+    source = source_from_flags(
+        workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
+    )
     pool = _pool(workers or 0, engine, options, heartbeat_s)
     compare_options = CompareOptions(
         policies=names,
@@ -355,32 +272,7 @@ def compare_command(
     if as_json:
         typer.echo(json.dumps(result.to_json()))
     else:
-        _print_comparison(result)
-
-
-def _print_comparison(result: CompareResult) -> None:
-    console = Console()
-    table = Table(title=f"{result.source}: {result.num_trajectories} trajectories (model seconds)")
-    for column in ("policy", "TP", "makespan s", "tok/s", "sim makespan s", "sim tok/s"):
-        table.add_column(column, justify="left" if column == "policy" else "right")
-    for run in result.runs:
-        live = run.live.summary
-        sim = run.simulated or {}
-        table.add_row(
-            run.policy,
-            ",".join(map(str, run.tp_degrees)),
-            f"{live.makespan_s:,.0f}",
-            f"{live.throughput_tok_s:,.0f}",
-            f"{sim['makespan_s']:,.0f}" if sim else "-",
-            f"{sim['throughput_tok_s']:,.0f}" if sim else "-",
-        )
-    console.print(table)
-    document = result.to_json()
-    simulated = document["simulated_throughput_ratios"]
-    for label, ratio in document["throughput_ratios"].items():
-        sim_ratio = simulated.get(label)
-        tail = f" (simulated {sim_ratio:.2f}x)" if sim_ratio else ""
-        console.print(f"{label}: {ratio:.2f}x throughput{tail}")
+        print_comparison(result, Console())
 
 
 @rollout_app.command("submit")
@@ -402,7 +294,7 @@ def submit_command(
         raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
     trace = file if env is None else None
     tasks = file if env is not None else None
-    source = _source(None, trace, tasks, env, 0, seed, group_size, tokenizer)
+    source = source_from_flags(None, trace, tasks, env, 0, seed, group_size, tokenizer)
     plan = _plan(policy, source, time_scale)
     rollout_id = asyncio.run(_submit(settings_of(ctx), plan))
     if as_json:

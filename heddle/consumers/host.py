@@ -43,7 +43,7 @@ from heddle.bus import (
     ReplayRecord,
 )
 from heddle.consumers.filters import filter_subjects
-from heddle.consumers.lean import decode_for_deciders
+from heddle.consumers.lean import decoder_for
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import Event, EventT
@@ -134,6 +134,7 @@ class DeciderConsumer:
         self.durable = config.durable(slot.slot)
         self.filter_subjects = filter_subjects(slot.handles)
         self.stats = ConsumerStats(self.durable)
+        self._decode = decoder_for(slot.slot)
         self._clock = clock
         self._wall = wall
         self._on_batch = on_batch
@@ -168,7 +169,7 @@ class DeciderConsumer:
             ack_all=True,
             start_sequence=position + 1,
         )
-        self._runner = self.bus.batch_runner(spec, decode_for_deciders, self._handle)
+        self._runner = self.bus.batch_runner(spec, self._decode, self._handle)
         self.stats.is_live = True
         try:
             await self._runner.run()
@@ -208,7 +209,7 @@ class DeciderConsumer:
             await batches.aclose()
 
     def _replay_batches(self, query: ReplayQuery) -> AsyncIterator[list[ReplayRecord[EventT]]]:
-        return self.bus.replay(query, decode_for_deciders).batches()
+        return self.bus.replay(query, self._decode).batches()
 
     def _fold(self, event: Event, sequence: int) -> list[Output]:
         try:

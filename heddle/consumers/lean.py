@@ -1,67 +1,54 @@
-"""The deciders' event decoder: the bulky token lists the deciders only count are not parsed.
+"""The deciders' event decoders: the bulky token lists the deciders only count are not parsed.
 
 A step's ``Generated`` carries its output ids and logprobs (thousands of numbers), a
-``Completed`` the whole trajectory's; every decider slot receives them, and parsing those lists
-costs several times what deciding does (a 1000-token ``Generated``: ~80 us parsed, ~15 us
-skipped). The deciders read only their lengths (``len(output_token_ids)``) or nothing at all, so
-this decoder skips the lists as raw JSON and hands the deciders real ``Generated`` events whose
-``output_token_ids`` is a list of zeros of the right length (no logprobs), and ``Completed``
-events without token lists.
+``Completed`` the whole trajectory's, a ``TrajectorySubmitted`` its prompt's; every decider slot
+receives them, and parsing those lists costs several times what deciding does (a 1000-token
+``Generated``: ~80 us parsed, ~15 us skipped). The deciders read only their lengths
+(``len(output_token_ids)``) or nothing at all, so these decoders skip the lists as raw JSON and
+hand the deciders real events whose id lists are zeros of the right length (logprobs and a
+``Completed``'s lists left empty).
 
-Events whose token ids end up in a command go through whole: ``ToolReturned`` (a
-``ContinueTrajectory`` carries it to the worker) and ``TrajectorySubmitted`` (its spec goes to
-the worker in ``StartTrajectory``). A decider that one day reads the ids of a ``Generated`` or a
-``Completed`` must use ``heddle.events.decode_event`` instead; ``tests/consumers`` checks that
-every decider decides the same on both decoders.
+Where ids end up in a command, the event goes through whole: the placement slot's
+``ToolReturned`` (a ``ContinueTrajectory`` carries it to the worker) and ``TrajectorySubmitted``
+(its spec goes to the worker in ``StartTrajectory``): ``decoder_for("placement")``. A decider
+that one day reads ids of a counted event must declare it here; ``tests/consumers`` checks that
+every decider decides the same on these decoders and on ``heddle.events.decode_event``.
 """
 
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
-from heddle.events import MAX_PAYLOAD_BYTES, Completed, DecodeError, EventT, Generated
+from heddle.events import (
+    MAX_PAYLOAD_BYTES,
+    Completed,
+    DecodeError,
+    EventT,
+    Generated,
+    ToolReturned,
+    TrajectorySpec,
+    TrajectorySubmitted,
+)
 
-_SKIPPED_LISTS: dict[type[msgspec.Struct], tuple[str, ...]] = {
-    Generated: ("output_token_ids", "output_logprobs"),
+_EMPTY = msgspec.Raw(b"[]")
+_COUNTED = {
+    Generated: ("output_token_ids",),
+    ToolReturned: ("output_token_ids",),
+    TrajectorySpec: ("prompt_token_ids",),
+}
+"""Lists a decider may take the length of: given as zeros of the right count."""
+_DROPPED = {
+    Generated: ("output_logprobs",),
     Completed: ("prompt_token_ids", "response_token_ids", "response_logprobs", "loss_mask"),
 }
-_EMPTY = msgspec.Raw(b"[]")
+"""Lists no decider reads: given empty."""
+WHOLE_IN_PLACEMENT: frozenset[type[msgspec.Struct]] = frozenset({ToolReturned, TrajectorySubmitted})
 
-
-def _view(cls: type[msgspec.Struct], names: tuple[str, ...]) -> type[msgspec.Struct]:
-    """A subclass of ``cls`` with the named list fields left as raw JSON."""
-    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
-    for field in msgspec.structs.fields(cls):
-        if field.name not in names:
-            continue
-        has_default = field.default is not msgspec.NODEFAULT or (
-            field.default_factory is not msgspec.NODEFAULT
-        )
-        fields.append(
-            (field.name, msgspec.Raw, _EMPTY) if has_default else (field.name, msgspec.Raw)
-        )
-    config = cls.__struct_config__
-    return msgspec.defstruct(
-        f"{cls.__name__}Counted",
-        fields,
-        bases=(cls,),
-        tag=config.tag,
-        kw_only=True,
-        frozen=config.frozen,
-        module=__name__,
-    )
-
-
-_VIEWS = {cls: _view(cls, names) for cls, names in _SKIPPED_LISTS.items()}
-_TYPES = tuple(_VIEWS.get(cls, cls) for cls in typing.get_args(EventT))
-_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(typing.Union[_TYPES])  # noqa: UP007
-_GENERATED_FIELDS = Generated.__struct_fields__
-_COMPLETED_FIELDS = tuple(
-    name for name in Completed.__struct_fields__ if name not in _SKIPPED_LISTS[Completed]
-)
+EventDecoder = Callable[[bytes], EventT]
 
 
 def count_items(raw: msgspec.Raw) -> int:
@@ -70,23 +57,88 @@ def count_items(raw: msgspec.Raw) -> int:
     return text.count(b",") + 1 if text.strip(b"[] \t\r\n") else 0
 
 
-def decode_for_deciders(data: bytes) -> EventT:
-    """Like ``heddle.events.decode_event``; ``Generated`` ids become zeros of the same count and
-    ``Completed`` token lists are left out (see the module docstring)."""
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise DecodeError(f"event: payload of {len(data)} bytes exceeds {MAX_PAYLOAD_BYTES}")
-    try:
-        event = _decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise DecodeError(f"event: invalid message: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"event: malformed JSON: {exc}") from None
-    kind = type(event)
-    if kind is _VIEWS[Generated]:
-        values = {name: getattr(event, name) for name in _GENERATED_FIELDS}
-        values["output_token_ids"] = [0] * count_items(event.output_token_ids)
-        values["output_logprobs"] = []
-        return Generated(**values)
-    if kind is _VIEWS[Completed]:
-        return Completed(**{name: getattr(event, name) for name in _COMPLETED_FIELDS})
-    return typing.cast(EventT, event)
+class _View:
+    """A struct class whose counted and dropped lists are raw JSON, and the way back."""
+
+    def __init__(self, cls: type[msgspec.Struct], nested: Mapping[str, _View]) -> None:
+        self.cls = cls
+        self.counted = _COUNTED.get(cls, ())
+        self.dropped = _DROPPED.get(cls, ())
+        self.nested = dict(nested)
+        raw_names = set(self.counted) | set(self.dropped)
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+        for field in msgspec.structs.fields(cls):
+            if field.name in self.nested:
+                kind: Any = self.nested[field.name].view_type
+            elif field.name in raw_names:
+                kind = msgspec.Raw
+            else:
+                continue
+            has_default = field.default is not msgspec.NODEFAULT or (
+                field.default_factory is not msgspec.NODEFAULT
+            )
+            default = _EMPTY if kind is msgspec.Raw else field.default
+            fields.append((field.name, kind, default) if has_default else (field.name, kind))
+        config = cls.__struct_config__
+        self.view_type: type[msgspec.Struct] = msgspec.defstruct(
+            f"{cls.__name__}Counted",
+            fields,
+            bases=(cls,),
+            tag=config.tag,
+            kw_only=True,
+            frozen=config.frozen,
+            module=__name__,
+        )
+        self._names = tuple(n for n in cls.__struct_fields__ if n not in self.dropped)
+
+    def restore(self, value: Any) -> Any:
+        """The real struct: counted lists as zeros, dropped lists left to their defaults."""
+        values = {name: getattr(value, name) for name in self._names}
+        for name in self.counted:
+            values[name] = [0] * count_items(values[name])
+        for name, nested in self.nested.items():
+            values[name] = nested.restore(values[name])
+        return self.cls(**values)
+
+
+def _views(whole: frozenset[type[msgspec.Struct]]) -> dict[type[msgspec.Struct], _View]:
+    spec = _View(TrajectorySpec, {})
+    candidates: dict[type[msgspec.Struct], _View] = {
+        Generated: _View(Generated, {}),
+        ToolReturned: _View(ToolReturned, {}),
+        Completed: _View(Completed, {}),
+        TrajectorySubmitted: _View(TrajectorySubmitted, {"spec": spec}),
+    }
+    return {cls: view for cls, view in candidates.items() if cls not in whole}
+
+
+def make_decoder(whole: frozenset[type[msgspec.Struct]] = frozenset()) -> EventDecoder:
+    """An event decoder that counts or drops token lists, except in the ``whole`` classes."""
+    views = _views(whole)
+    by_view: dict[type, _View] = {view.view_type: view for view in views.values()}
+    types = tuple(views[cls].view_type if cls in views else cls for cls in typing.get_args(EventT))
+    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(typing.Union[types])  # noqa: UP007
+
+    def decode(data: bytes) -> EventT:
+        if len(data) > MAX_PAYLOAD_BYTES:
+            raise DecodeError(f"event: payload of {len(data)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+        try:
+            event = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(f"event: invalid message: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"event: malformed JSON: {exc}") from None
+        view = by_view.get(type(event))
+        return typing.cast(EventT, event if view is None else view.restore(event))
+
+    return decode
+
+
+decode_for_deciders = make_decoder()
+"""Counts or drops every token list (the slots whose outputs embed no event)."""
+decode_for_placement = make_decoder(WHOLE_IN_PLACEMENT)
+"""Keeps what ``StartTrajectory`` and ``ContinueTrajectory`` pass on to workers."""
+
+
+def decoder_for(slot: str) -> EventDecoder:
+    return decode_for_placement if slot == "placement" else decode_for_deciders

@@ -28,7 +28,7 @@ from heddle.events import Completed, Event, Failed, TrajectorySubmitted
 from heddle.policy.online_predictor import OnlineModelConfig, OnlinePredictor
 from heddle.policy.predictors import Predictor, PredictorOptions, fit, make_predictor
 from heddle.policy.trace_oracle import LiveOracle
-from heddle.traces import TraceError, TraceStep, TraceTrajectory, parse_trace_line
+from heddle.traces import TraceStep, TraceTrajectory
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,11 @@ class PredictionHooks:
 
 
 def trace_of_task(task: dict[str, object]) -> TraceTrajectory | None:
-    """The trace line a ``trace`` trajectory's task holds (None, logged, when it is not one)."""
+    """The trace line a ``trace`` trajectory's task holds (None, logged, when it is not one).
+    Converted, not re-parsed: the worker's environment validates the task itself."""
     try:
-        return parse_trace_line(msgspec.json.encode(task), source="trace task")
-    except (TraceError, TypeError) as exc:
+        return msgspec.convert(task, TraceTrajectory)
+    except msgspec.ValidationError as exc:
         log.warning("a trace task without a valid trace: %s", exc)
         return None
 

@@ -31,20 +31,18 @@ from pathlib import Path
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
+from heddle.consumers.bundles import bundle_factory, control_options
 from heddle.consumers.history import ledger_history
 from heddle.consumers.host import DeciderConsumer, HostConfig
 from heddle.consumers.liveness import LIVENESS_SLOT, WorkerLiveness
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
 from heddle.consumers.status import ControlPlaneStatus, consumer_report, write_status
-from heddle.control import ControlOptions, build_control_plane, system_spec
-from heddle.control import ControlPlane as Bundle
-from heddle.control.resources import observation_ratio, tool_s_per_token
+from heddle.control import ControlOptions
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, Projector, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
-from heddle.policy.cost_model import CostModel, preset
-from heddle.policy.online_predictor import OnlinePredictor
+from heddle.policy.cost_model import preset
 from heddle.traces import TraceTrajectory, read_trace
 
 log = logging.getLogger(__name__)
@@ -244,41 +242,16 @@ class ControlPlaneService:
         log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
 
     def _bundle_factory(self, hooks: PredictionHooks | None) -> BundleFactory:
-        options = self._control_options()
-        if hooks is not None:
-            options = ControlOptions(
-                cost_for_tp=options.cost_for_tp,
-                predictor=hooks.predictor,
-                seed=options.seed,
-                transfer_kv=options.transfer_kv,
-                observation_ratio=options.observation_ratio,
-                tool_s_per_token=options.tool_s_per_token,
-            )
-        final = options
-
-        def make_bundle(policy: str) -> Bundle:
-            return build_control_plane(system_spec(policy), final)
-
-        return make_bundle
-
-    def _control_options(self) -> ControlOptions:
         if self._options is None:
-            history = self._history
-            ratio = observation_ratio(
-                [(t.num_output_tokens, _observation_tokens(t)) for t in history]
+            config = self.config
+            self._options = control_options(
+                config.cost_model,
+                config.hardware,
+                seed=config.seed,
+                transfer_kv=config.transfer_kv,
+                history=self._history,
             )
-            tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
-            self._options = ControlOptions(
-                cost_for_tp=_cost_for_tp(self.config.cost_model, self.config.hardware),
-                # Only the prediction slot predicts (with the shared predictor); the deciders
-                # other slots build from the same bundle never call this one.
-                predictor=OnlinePredictor(),
-                seed=self.config.seed,
-                transfer_kv=self.config.transfer_kv,
-                observation_ratio=ratio,
-                tool_s_per_token=tool_rate,
-            )
-        return self._options
+        return bundle_factory(self._options, hooks.predictor if hooks is not None else None)
 
     # ---- status -------------------------------------------------------------------------------
 
@@ -328,17 +301,3 @@ class ControlPlaneService:
         if self._bus is None:
             raise RuntimeError("the control plane is not running")
         return self._bus
-
-
-@functools.lru_cache(maxsize=8)
-def _cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:
-    @functools.lru_cache(maxsize=8)
-    def cost_for_tp(tp_degree: int) -> CostModel:
-        return preset(model, hardware, tp_degree)
-
-    return cost_for_tp
-
-
-def _observation_tokens(trajectory: TraceTrajectory) -> int:
-    """Observations the trajectory read (the last step's tool output is never read)."""
-    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any
 import msgspec
 
 from heddle.bus import Bus, BusOptions
+from heddle.bus.embedded import is_alive
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, read_status
 from heddle.consumers.liveness import LIVENESS_SLOT
@@ -149,7 +149,7 @@ def _refuse_second_control_plane(data_dir: Path, config: ControlPlaneConfig) -> 
     status = read_status(data_dir)
     if status is None or config.host.durable_prefix != "control":
         return  # isolated runs (compare) use durables of their own
-    if time.time() - status.updated_at < _STALE_STATUS_S and _is_alive(status.pid):
+    if time.time() - status.updated_at < _STALE_STATUS_S and is_alive(status.pid):
         raise UserError(
             f"a control plane is already running on {data_dir} (pid {status.pid}): "
             "attach to it with --attach, or stop it first"
@@ -165,16 +165,6 @@ async def require_control_plane(bus: Bus) -> None:
                 f"no control plane has run on this NATS (durable {durable} missing): "
                 "start `heddle up` first, or drop --attach"
             )
-
-
-def _is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _follow(

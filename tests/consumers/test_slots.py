@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from heddle.consumers.filters import filter_subjects, subject_of_kind
-from heddle.consumers.lean import decode_for_deciders
+from heddle.consumers.lean import decoder_for
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
 from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
 from heddle.events import (
@@ -167,7 +167,7 @@ def test_filter_subjects_cover_each_family() -> None:
 
 @pytest.mark.parametrize("system", ["heddle", "autellix"])
 def test_the_lean_decoder_changes_no_decision(system: str) -> None:
-    """Deciders fed events through ``decode_for_deciders`` (token lists counted, not parsed)
+    """Deciders fed events through their slot's lean decoder (token lists counted, not parsed)
     emit exactly what they emit on fully decoded events."""
     trace = generate("coding", 16, seed=5)
     config = SimConfig(model="qwen3-8b", num_gpus=4, seed=1, record_events=True)
@@ -175,8 +175,9 @@ def test_the_lean_decoder_changes_no_decision(system: str) -> None:
     spec = system_spec(system)
     predictor = control.deciders[0].predictor if spec.uses_predictions else None  # type: ignore[attr-defined]
     run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
-    lean_events = [decode_for_deciders(encode(event)) for event in run.events]
+    encoded = [encode(event) for event in run.events]
     for slot in SLOTS:
+        lean_events = [decoder_for(slot)(data) for data in encoded]
         full = SlotDeciders(slot, lambda policy: bundle(policy, trace, config))
         lean = SlotDeciders(slot, lambda policy: bundle(policy, trace, config))
         for event, counted in zip(run.events, lean_events, strict=True):

@@ -1,0 +1,67 @@
+"""The system bundles a control plane builds: the same ``build_control_plane`` as the simulator,
+with the options a live deployment knows (the workers' cost model, the shared predictor, the
+planners' ratios learnt from the history traces)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from heddle.consumers.slots import BundleFactory
+from heddle.control import ControlOptions, build_control_plane, system_spec
+from heddle.control import ControlPlane as Bundle
+from heddle.control.resources import observation_ratio, tool_s_per_token
+from heddle.policy.cost_model import CostModel, preset
+from heddle.policy.online_predictor import OnlinePredictor
+from heddle.policy.predictors import Predictor
+from heddle.traces import TraceTrajectory
+
+
+def control_options(
+    cost_model: str,
+    hardware: str,
+    *,
+    seed: int,
+    transfer_kv: bool,
+    history: Sequence[TraceTrajectory] = (),
+) -> ControlOptions:
+    """Options of every bundle; the planners' observation ratio and tool seconds per token come
+    from ``history`` as in ``heddle.sim.simulate``. The predictor is a placeholder: only the
+    prediction slot predicts, with the shared predictor (``bundle_factory``)."""
+    return ControlOptions(
+        cost_for_tp=cost_for_tp(cost_model, hardware),
+        predictor=OnlinePredictor(),
+        seed=seed,
+        transfer_kv=transfer_kv,
+        observation_ratio=observation_ratio(
+            [(t.num_output_tokens, _observation_tokens(t)) for t in history]
+        ),
+        tool_s_per_token=tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history]),
+    )
+
+
+def bundle_factory(options: ControlOptions, predictor: Predictor | None = None) -> BundleFactory:
+    """Builds a bundle by policy name; ``predictor`` replaces the options' placeholder."""
+    final = options if predictor is None else replace(options, predictor=predictor)
+
+    def make_bundle(policy: str) -> Bundle:
+        return build_control_plane(system_spec(policy), final)
+
+    return make_bundle
+
+
+@functools.lru_cache(maxsize=8)
+def cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:
+    """The preset cost model of each TP degree (cached: placers call it per decision)."""
+
+    @functools.lru_cache(maxsize=8)
+    def by_degree(tp_degree: int) -> CostModel:
+        return preset(model, hardware, tp_degree)
+
+    return by_degree
+
+
+def _observation_tokens(trajectory: TraceTrajectory) -> int:
+    """Observations the trajectory read (the last step's tool output is never read)."""
+    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])
