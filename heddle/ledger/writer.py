@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy import Connection, Table, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
 
 from heddle.events import DeadLettered, EventT, Migrated, RolloutEvent, WorkerEvent
 from heddle.events.subjects import EVENTS_STREAM
@@ -130,22 +131,26 @@ class LedgerWriter:
         return len(fresh)
 
     def _read_position(self) -> int:
+        """The stored position, creating the row (at 0) for a new consumer."""
+        query = select(_positions.c.stream_sequence).where(_positions.c.consumer == self.consumer)
         with self.ledger.engine.begin() as connection:
-            stored = connection.execute(
-                select(_positions.c.stream_sequence).where(_positions.c.consumer == self.consumer)
-            ).scalar()
-            if stored is None:
-                connection.execute(
-                    insert(_positions).values(
-                        consumer=self.consumer,
-                        stream=self.stream,
-                        stream_sequence=0,
-                        num_events=0,
-                        updated_at=time.time(),
-                    )
-                )
-                return 0
+            stored = connection.execute(query).scalar()
+        if stored is not None:
             return int(stored)
+        row = {
+            "consumer": self.consumer,
+            "stream": self.stream,
+            "stream_sequence": 0,
+            "num_events": 0,
+            "updated_at": time.time(),
+        }
+        try:
+            with self.ledger.engine.begin() as connection:
+                connection.execute(insert(_positions).values(**row))
+        except IntegrityError:
+            pass  # another writer of the same consumer created it meanwhile
+        with self.ledger.engine.begin() as connection:
+            return int(connection.execute(query).scalar_one())
 
     def _advance(self, connection: Connection, sequence: int, num_events: int) -> None:
         result = connection.execute(
