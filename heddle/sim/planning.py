@@ -6,7 +6,8 @@ closed-form interference factor. With a history (the previous rollout of the sam
 each candidate, the analytic plan and every homogeneous configuration that fits, is also
 simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
 and its way of spreading trajectories (presorted groups, or an even split for routers), jobs
-ordered by length for length-based priorities and by submission otherwise; the
+ordered by length for length-based priorities, by submission for FCFS, and tied (arrival
+order) otherwise; the
 fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the
 previous rollout, and every homogeneous baseline runs on its best degree for the workload.
 A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
@@ -63,7 +64,7 @@ def choose_workers(
         return _even_groups(history, len(tp_degrees))
 
     engine = replace(engine_config(spec), max_running=config.max_running)
-    priority = {"pps": _length_first, "spf": _length_last}.get(spec.priority, _submission_order)
+    priority = _PROFILE_PRIORITY.get(spec.priority, _equal)
     scores = [
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
@@ -141,3 +142,11 @@ def _length_last(index: int, trajectory: TraceTrajectory) -> float:
 
 def _submission_order(index: int, trajectory: TraceTrajectory) -> float:
     return -float(index)
+
+
+def _equal(index: int, trajectory: TraceTrajectory) -> float:
+    """Ties, ordered by arrival: round robin, and PLAS while nothing has been served yet."""
+    return 0.0
+
+
+_PROFILE_PRIORITY = {"pps": _length_first, "spf": _length_last, "fcfs": _submission_order}
