@@ -28,8 +28,12 @@ from heddle.cli.apps import bench_app, settings_of
 from heddle.config import Settings
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
+from heddle.fidelity.makespan import FidelityOptions
+from heddle.fidelity.overhead import OverheadOptions
 
 Part = Literal["both", "makespan", "overhead"]
+_LIVE = FidelityOptions()
+_LOAD = OverheadOptions()
 
 
 @contextlib.contextmanager
@@ -64,34 +68,47 @@ async def _overhead(base: Path, keep: bool, options: Any) -> dict[str, Any]:
 def bench_fidelity(
     ctx: typer.Context,
     part: Annotated[str, typer.Option(help="both, makespan or overhead")] = "both",
-    workload: Annotated[str, typer.Option(help="Synthetic workload of both parts")] = "coding",
-    trajectories: Annotated[int, typer.Option(help="Makespan part: trajectories")] = 64,
-    workers: Annotated[int, typer.Option(help="Makespan part: sim-engine workers")] = 4,
-    tp: Annotated[int, typer.Option(help="Makespan part: TP degree of each worker")] = 1,
+    workload: Annotated[str, typer.Option(help="Synthetic workload of both parts")] = (
+        _LIVE.workload
+    ),
+    trajectories: Annotated[
+        int, typer.Option(help="Makespan part: trajectories")
+    ] = _LIVE.num_trajectories,
+    workers: Annotated[
+        int, typer.Option(help="Makespan part: sim-engine workers")
+    ] = _LIVE.num_workers,
+    tp: Annotated[int, typer.Option(help="Makespan part: TP degree of each worker")] = (
+        _LIVE.tp_degree
+    ),
     time_scale: Annotated[
         float, typer.Option(help="Makespan part: model seconds per wall second")
-    ] = 50.0,
-    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(SYSTEMS)}")] = "heddle",
-    predictor: Annotated[str, typer.Option(help="Makespan part: live and simulated")] = "oracle",
-    model: Annotated[str, typer.Option(help="Cost-model preset of the workers")] = "qwen3-8b",
-    hardware: Annotated[str, typer.Option(help="h100 or h200")] = "h200",
-    overhead_trajectories: Annotated[int, typer.Option(help="Overhead part: live trajectories")] = (
-        6400
-    ),
-    overhead_workers: Annotated[int, typer.Option(help="Overhead part: synthetic workers")] = 16,
+    ] = _LIVE.time_scale,
+    policy: Annotated[str, typer.Option(help=f"Policy: {', '.join(SYSTEMS)}")] = _LIVE.policy,
+    predictor: Annotated[
+        str, typer.Option(help="Makespan part: live and simulated")
+    ] = _LIVE.predictor,
+    model: Annotated[str, typer.Option(help="Cost-model preset of the workers")] = _LIVE.model,
+    hardware: Annotated[str, typer.Option(help="h100 or h200")] = _LIVE.hardware,
+    overhead_trajectories: Annotated[
+        int, typer.Option(help="Overhead part: live trajectories")
+    ] = _LOAD.num_trajectories,
+    overhead_workers: Annotated[
+        int, typer.Option(help="Overhead part: synthetic workers")
+    ] = _LOAD.num_workers,
     steps_per_s: Annotated[
         float, typer.Option(help="Overhead part: measured steps per wall second")
-    ] = 200.0,
-    samples: Annotated[int, typer.Option(help="Overhead part: latencies measured")] = 3000,
-    seed: Annotated[int, typer.Option(help="Workload seed")] = 0,
-    timeout_s: Annotated[float, typer.Option(help="Wall-clock limit of each part")] = 1800.0,
+    ] = _LOAD.steps_per_s,
+    samples: Annotated[int, typer.Option(help="Overhead part: latencies measured")] = (
+        _LOAD.num_samples
+    ),
+    seed: Annotated[int, typer.Option(help="Workload seed")] = _LIVE.seed,
+    timeout_s: Annotated[float, typer.Option(help="Wall-clock limit of each part")] = (
+        _LIVE.timeout_s
+    ),
     keep: Annotated[bool, typer.Option(help="Keep the benchmark's data dir")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Live vs simulated makespan of one trace and policy; step event -> command latency."""
-    from heddle.fidelity.makespan import FidelityOptions
-    from heddle.fidelity.overhead import OverheadOptions
-
     if part not in ("both", "makespan", "overhead"):
         raise UserError(f"--part must be both, makespan or overhead, got {part!r}")
     if policy not in SYSTEMS:

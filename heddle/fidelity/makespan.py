@@ -38,8 +38,10 @@ class FidelityOptions:
     tp_degree: int = 1
     model: str = "qwen3-8b"
     hardware: str = "h200"
-    time_scale: float = 50.0
-    """Model seconds per wall second of the live sim engines."""
+    time_scale: float = 10.0
+    """Model seconds per wall second of the live sim engines. Every wall millisecond a step
+    loses to messaging costs ``time_scale`` model milliseconds: on the 2-core development VM,
+    10x stays within 10% of the simulator, 50x does not (docs/benchmarks.md)."""
     predictor: str = "oracle"
     """Live and simulated predictor (``oracle``: both know the trace, so both plan alike)."""
     num_tool_executors: int = 2
