@@ -26,7 +26,12 @@ class Settings:
 
     @property
     def ledger_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.data_dir / 'ledger.db'}"
+        return self.database_url or f"sqlite:///{self.embedded_ledger_path}"
+
+    @property
+    def embedded_ledger_path(self) -> Path:
+        """The SQLite ledger file used when no database URL is configured."""
+        return self.data_dir / "ledger.db"
 
     @property
     def nats_store_dir(self) -> Path:

@@ -34,7 +34,7 @@ _SILENT_AFTER_S = 10.0
 def open_existing_ledger(settings: Settings) -> Ledger:
     """The configured ledger; UserError (one line) when there is none to read."""
     if settings.database_url is None:
-        path = settings.data_dir / "ledger.db"
+        path = settings.embedded_ledger_path
         if not path.is_file():
             raise UserError(
                 f"no ledger at {path}: nothing has run with this data dir yet "
