@@ -19,7 +19,6 @@ retry or a re-processing consumer never stores a message twice)::
     await bus.publish_raw(subject, data, msg_id)  # bytes as they are
     await bus.publish_telemetry(telemetry)        # core NATS, best effort
     sub = await bus.subscribe_telemetry(handler, worker_id="*");  await sub.close()
-    watch = await bus.watch_commands(on_command);  await watch.close()   # commands as published
 
 Consume with a durable pull consumer (``ConsumerSpec``: durable, stream, filter subjects, batch
 size, max_ack_pending, ack_wait, nak delay, ack_all, start_sequence)::
@@ -72,7 +71,6 @@ from heddle.bus.runner import ConsumerLost, RunnerStats
 from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
 from heddle.bus.streams import ConsumerSpec, StreamSpec
 from heddle.bus.telemetry import TelemetrySubscription
-from heddle.bus.watch import CommandWatch
 
 __all__ = [
     "KV_BUCKET",
@@ -81,7 +79,6 @@ __all__ = [
     "Bus",
     "BusOptions",
     "BusUnavailable",
-    "CommandWatch",
     "ConsumerLost",
     "ConsumerSpec",
     "ConsumerState",

@@ -22,7 +22,6 @@ from heddle.bus.publisher import PublishAck, Publisher, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.streams import HEDDLE_STREAMS, ConsumerSpec, provision_stream
 from heddle.bus.telemetry import TelemetryHandler, TelemetrySubscription, publish_telemetry
-from heddle.bus.watch import CommandHandler, CommandWatch
 from heddle.bus.wire import LeanClient
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -240,11 +239,6 @@ class Bus:
         """Call ``handler`` for each telemetry report (of one worker, or all); ``close()`` the
         returned subscription to stop."""
         return await TelemetrySubscription(handler).open(self.client, worker_id)
-
-    async def watch_commands(self, handler: CommandHandler, worker_id: str = "*") -> CommandWatch:
-        """Call ``handler`` for each worker command as it is published (of one worker, or all);
-        ``close()`` the returned watch to stop (see ``heddle.bus.watch``)."""
-        return await CommandWatch(handler).open(self.client, worker_id)
 
     # ---- consuming ------------------------------------------------------------------------
 

@@ -3,7 +3,10 @@ overhead.
 
     heddle bench fidelity --json                      # both parts
     heddle bench fidelity --part makespan --trajectories 128 --workers 4 --time-scale 50
-    heddle bench fidelity --part overhead --overhead-trajectories 6400 --overhead-workers 16
+    heddle bench fidelity --part overhead --overhead-trajectories 6400 --steps-per-s 50
+
+The overhead part is ``heddle bench control``'s driver (``heddle.rollout.bench``) given as a
+step rate and framed against the target.
 
 Each run gets its own embedded NATS and SQLite ledger in a temporary data dir (kept with
 ``--keep``), so a benchmark never writes into a deployment's stream. Logic lives in
@@ -98,11 +101,14 @@ def bench_fidelity(
     steps_per_s: Annotated[
         float, typer.Option(help="Overhead part: measured steps per wall second")
     ] = _LOAD.steps_per_s,
-    samples: Annotated[int, typer.Option(help="Overhead part: latencies measured")] = (
-        _LOAD.num_samples
-    ),
+    duration_s: Annotated[
+        float, typer.Option(help="Overhead part: wall seconds of the run (placement included)")
+    ] = _LOAD.duration_s,
+    warmup_s: Annotated[
+        float, typer.Option(help="Overhead part: first seconds left out")
+    ] = _LOAD.warmup_s,
     seed: Annotated[int, typer.Option(help="Workload seed")] = _LIVE.seed,
-    timeout_s: Annotated[float, typer.Option(help="Wall-clock limit of each part")] = (
+    timeout_s: Annotated[float, typer.Option(help="Makespan part: wall-clock limit")] = (
         _LIVE.timeout_s
     ),
     keep: Annotated[bool, typer.Option(help="Keep the benchmark's data dir")] = False,
@@ -122,8 +128,7 @@ def bench_fidelity(
         overhead_options = OverheadOptions(
             num_trajectories=overhead_trajectories, num_workers=overhead_workers,
             policy=policy, workload=workload, seed=seed, steps_per_s=steps_per_s,
-            num_samples=samples, num_warmup_samples=max(1, samples // 10), model=model,
-            hardware=hardware, timeout_s=timeout_s,
+            duration_s=duration_s, warmup_s=warmup_s, model=model, hardware=hardware,
         )  # fmt: skip
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -166,7 +171,6 @@ def _print(document: dict[str, Any]) -> None:
             f"({options['num_trajectories']} live trajectories, {options['num_workers']} "
             f"workers, {o['steps_per_s']:.0f} steps/s): p50 {latency['p50']:.2f} ms, "
             f"p99 {latency['p99']:.2f} ms, max {latency['max']:.1f} ms "
-            f"({'meets' if o['meets_target'] else 'misses'} p99 < 5 ms); "
-            f"initial placement {o['placement_s']:.1f} s",
+            f"({'meets' if o['meets_target'] else 'misses'} p99 < 5 ms)",
             highlight=False,
         )
