@@ -10,8 +10,9 @@
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions).
 """
 
-from heddle.consumers.host import ConsumerFailed, ConsumerStats, DeciderConsumer, HostConfig
+from heddle.consumers.host import ConsumerStats, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.pipeline import ConsumerFailed
 from heddle.consumers.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
 from heddle.consumers.service import ControlPlaneConfig, ControlPlaneService
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy

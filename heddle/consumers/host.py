@@ -10,10 +10,11 @@ Lifecycle of ``DeciderConsumer.run()``:
    the outputs discarded (they were published the first time): the state is rebuilt exactly as
    the simulator would have built it from the same events.
 3. **Live.** The durable is recreated at position + 1 (so the unacknowledged tail is delivered
-   at once, whatever the server's redelivery timers say); each fetched batch is decoded, decided
-   event by event in stream order, its outputs are published in order (``publish_many``, ids
-   derived from the input, so a re-run after a crash stores nothing twice) and only then is the
-   batch acknowledged (one ack for all: the consumer handles strictly in order).
+   at once, whatever the server's redelivery timers say) and driven by
+   ``heddle.consumers.pipeline.PipelinedRunner``: each batch is decided event by event in stream
+   order as soon as it arrives, its outputs go out in order (``publish_many``, ids derived from
+   the input, so a re-run after a crash stores nothing twice) while the next batch is decided,
+   and batches are acknowledged in order, each only once its outputs are stored.
 
 A delivery at or below the position is a redelivery of an event already decided (an ack lost in
 a reconnect): it is acknowledged without deciding it again. An event the deciders refuse (a
@@ -33,17 +34,16 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from heddle.bus import (
-    BatchRunner,
     Bus,
     ConsumerSpec,
     Delivery,
-    PublishError,
     Rejection,
     ReplayQuery,
     ReplayRecord,
 )
 from heddle.consumers.filters import filter_subjects
 from heddle.consumers.lean import decoder_for
+from heddle.consumers.pipeline import PipelinedRunner
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import Event, EventT
@@ -66,10 +66,6 @@ class Hosted(Protocol):
 
 
 _LATENCY_WINDOW = 4096
-
-
-class ConsumerFailed(RuntimeError):
-    """A consumer's state can no longer be trusted (outputs unpublished); rebuild it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +134,7 @@ class DeciderConsumer:
         self._clock = clock
         self._wall = wall
         self._on_batch = on_batch
-        self._runner: BatchRunner[EventT] | None = None
+        self._runner: PipelinedRunner | None = None
         self._stopping = False
 
     def stop(self) -> None:
@@ -169,7 +165,7 @@ class DeciderConsumer:
             ack_all=True,
             start_sequence=position + 1,
         )
-        self._runner = self.bus.batch_runner(spec, self._decode, self._handle)
+        self._runner = PipelinedRunner(self.bus, spec, self._decode, self._decide)
         self.stats.is_live = True
         try:
             await self._runner.run()
@@ -220,7 +216,8 @@ class DeciderConsumer:
             log.exception("%s: replay skips #%d (refused when live)", self.durable, sequence)
             return []
 
-    async def _handle(self, batch: list[Delivery[EventT]]) -> list[Rejection]:
+    def _decide(self, batch: list[Delivery[EventT]]) -> tuple[list[Output], list[Rejection]]:
+        """Decide a batch in stream order; the runner stores the outputs, then acknowledges."""
         started, received_at = self._clock(), self._wall()
         outputs: list[Output] = []
         rejections: list[Rejection] = []
@@ -237,7 +234,6 @@ class DeciderConsumer:
                     log.exception("%s: refused #%d", self.durable, delivery.stream_sequence)
             stats.position = delivery.stream_sequence
             stats.num_decided += 1
-        await self._publish(outputs)
         stats.num_rejected += len(rejections)
         stats.num_outputs += len(outputs)
         stats.num_pending = batch[-1].num_pending
@@ -246,15 +242,7 @@ class DeciderConsumer:
         stats.batch_ms.append(elapsed_s * 1000.0)
         if self._on_batch is not None:  # metrics (heddle.observability)
             self._on_batch([delivery.message for delivery in batch], outputs, elapsed_s)
-        return rejections
-
-    async def _publish(self, outputs: list[Output]) -> None:
-        if not outputs:
-            return
-        try:
-            await self.bus.publish_many(outputs)
-        except (PublishError, TimeoutError, ConnectionError) as exc:
-            raise ConsumerFailed(f"{self.durable}: outputs not stored: {exc}") from exc
+        return outputs, rejections
 
 
 def _reason(exc: Exception) -> str:

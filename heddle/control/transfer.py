@@ -69,29 +69,32 @@ class TransferDecider:
                 )
                 migration_id = derive_id(event.event_id, "migration")
                 self._pending[key] = _Request(transfer, migration_id, event.traj_id)
+                return self._start(event, only=key) if key in self._in_gap else []
             case ToolCalled():
                 self._in_gap.add(key)
+                return self._start(event, only=key) if key in self._pending else []
             case ToolReturned():
                 self._in_gap.discard(key)
-                return []
             case Migrated():
-                self._in_flight.pop(key, None)
+                if self._in_flight.pop(key, None) is not None:
+                    return self._start(event)
             case Completed() | Failed():
                 self._in_gap.discard(key)
                 self._pending.pop(key, None)
-                self._in_flight.pop(key, None)
-            case _:
-                return []
-        return self._start(event)
+                if self._in_flight.pop(key, None) is not None:
+                    return self._start(event)
+        return []
 
-    def _start(self, event: Event) -> list[Output]:
+    def _start(self, event: Event, only: tuple[str, str] | None = None) -> list[Output]:
+        """Start what ``schedule_transfers`` allows. Every pending request in a gap that is not
+        started is blocked by an in-flight endpoint, and stays blocked until a transfer ends;
+        so a full pass is needed only when one ends, and a request that just became ready
+        (``only``) is the only one that can start otherwise (same result, O(1) instead of
+        sorting every waiting request at each tool call)."""
         if not self._pending:
             return []
-        ready = {
-            request.transfer.traj_id: key
-            for key, request in self._pending.items()
-            if key in self._in_gap
-        }
+        keys = [only] if only is not None else [k for k in self._pending if k in self._in_gap]
+        ready = {self._pending[key].transfer.traj_id: key for key in keys}
         if not ready:
             return []
         in_flight = [request.transfer for request in self._in_flight.values()]

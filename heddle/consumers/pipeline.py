@@ -1,0 +1,197 @@
+"""A pull loop for decider consumers that never waits on the network between decisions.
+
+The bus's ``BatchRunner`` handles a batch, waits for its outputs to be stored, acknowledges,
+then asks the server for more: two round trips to the server per batch on the critical path of
+every step event. Deciding is a few microseconds per event, so those round trips are the
+decision latency. This loop keeps the round trips off the critical path:
+
+- pull requests for two batches stay open at the server, so stored events land in the inbox
+  at once;
+- each batch is decided as soon as it is taken, and its outputs start on their way
+  (``publish_many`` in a task) while the next batch is decided;
+- acknowledgements go out strictly in order, each once its batch's outputs are stored (and its
+  refused events dead-lettered): the consumer acknowledges all up to a sequence at once, so an
+  acknowledgement never covers an event whose outputs are not stored.
+
+A batch whose outputs cannot be stored stops the loop with ``ConsumerFailed`` (its decisions are
+in the state already; the host rebuilds the state from the stream). ``stop()`` finishes the
+batches in flight, then returns; events delivered but not taken are given back (nak).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
+from heddle.bus.pull import PullInbox, RawMessage
+from heddle.bus.streams import provision_consumer
+from heddle.bus.wire import parse_ack_subject
+from heddle.control import Output
+from heddle.events import DeadLettered, EventT
+from heddle.events.subjects import parse_subject
+from heddle.ids import derive_id
+
+log = logging.getLogger(__name__)
+
+_ACK = b"+ACK"
+_TERM = b"+TERM"
+_NAK = b"-NAK"
+_WAIT_MARGIN_S = 2.0
+_MAX_PAYLOAD_CHARS = 4096
+
+Decide = Callable[[list[Delivery[EventT]]], tuple[list[Output], list[Rejection]]]
+"""Decides a batch (synchronously): its outputs in order and the deliveries it refused."""
+
+
+class ConsumerFailed(RuntimeError):
+    """A consumer's state can no longer be trusted (outputs unpublished); rebuild it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """An event to dead-letter: undecodable, or refused by the deciders."""
+
+    subject: str
+    reply: str
+    sequence: int
+    data: bytes
+    reason: str
+
+
+@dataclass(slots=True)
+class _InFlight:
+    stored: asyncio.Task[None]
+    """Publishes the batch's outputs and dead letters."""
+    last_reply: bytes
+    """Acknowledging this one acknowledges the whole batch (and everything before it)."""
+
+
+class PipelinedRunner:
+    """Drives one durable (``spec.ack_all`` must be set) with ``decide``; see module doc."""
+
+    def __init__(
+        self, bus: Bus, spec: ConsumerSpec, decode: Callable[[bytes], EventT], decide: Decide
+    ) -> None:
+        if not spec.ack_all:
+            raise ValueError(f"consumer {spec.durable}: the pipeline acknowledges all at once")
+        self.bus = bus
+        self.spec = spec
+        self._decode = decode
+        self._decide = decide
+        self._inbox: PullInbox | None = None
+        self._in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue()
+        self._stopping = False
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._inbox is not None:
+            self._inbox.interrupt()
+
+    async def run(self) -> None:
+        await provision_consumer(self.bus.js, self.spec)
+        spec = self.spec
+        inbox = self._inbox = await PullInbox(self.bus.client, spec.stream, spec.durable).open()
+        acking = asyncio.create_task(self._acknowledge())
+        try:
+            while not self._stopping and not acking.done():
+                raws = await self._take(inbox)
+                if raws:
+                    self._start(raws)
+        finally:
+            self._in_flight.put_nowait(None)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({acking})
+            self._inbox = None
+            for raw in await inbox.close():
+                await self.bus.client.publish(raw.reply.decode(), _NAK)
+        acking.result()  # raises ConsumerFailed when outputs could not be stored
+
+    async def _take(self, inbox: PullInbox) -> list[RawMessage]:
+        """What the inbox holds (at most a batch), else the first event to arrive. Two batches'
+        worth of pull requests stay open, so events arrive as soon as they are stored and no
+        round trip to ask for more is on the critical path; bounded, so that a burst of large
+        events never piles up at the connection (the server cuts slow consumers off)."""
+        wait_s, batch_size = self.spec.fetch_wait_s, self.spec.batch_size
+        while inbox.num_requested + inbox.num_buffered < 2 * batch_size:
+            await inbox.request(batch_size, expires_s=wait_s)
+        if not inbox.num_buffered:
+            await inbox.wait(1, wait_s + _WAIT_MARGIN_S)
+        return inbox.take(batch_size)
+
+    def _start(self, raws: list[RawMessage]) -> None:
+        deliveries, refused = self._decode_all(raws)
+        outputs, rejections = self._decide(deliveries) if deliveries else ([], [])
+        for rejection in rejections:
+            d = rejection.delivery
+            reason = rejection.reason
+            refused.append(_Refused(d.subject, d.ack_subject, d.stream_sequence, d.data, reason))
+        stored = asyncio.create_task(self._store(outputs, refused))
+        self._in_flight.put_nowait(_InFlight(stored, raws[-1].reply))
+
+    def _decode_all(
+        self, raws: Sequence[RawMessage]
+    ) -> tuple[list[Delivery[EventT]], list[_Refused]]:
+        deliveries: list[Delivery[EventT]] = []
+        refused: list[_Refused] = []
+        for raw in raws:
+            info = parse_ack_subject(raw.reply)
+            subject = raw.subject.decode()
+            try:
+                message = self._decode(raw.data)
+            except ValueError as exc:
+                reply = raw.reply.decode()
+                refused.append(_Refused(subject, reply, info.stream_sequence, raw.data, str(exc)))
+                continue
+            deliveries.append(
+                Delivery(
+                    message, subject, info.stream_sequence, info.num_delivered,
+                    info.num_pending, raw.data, raw.reply.decode(),
+                )
+            )  # fmt: skip
+        return deliveries, refused
+
+    async def _store(self, outputs: list[Output], refused: list[_Refused]) -> None:
+        try:
+            if outputs:
+                await self.bus.publish_many(outputs)
+            for event in refused:
+                await self.bus.publish(self._dead_letter(event))
+                await self.bus.client.publish(event.reply, _TERM)
+        except (PublishError, TimeoutError, ConnectionError) as exc:
+            raise ConsumerFailed(f"{self.spec.durable}: outputs not stored: {exc}") from exc
+
+    def _dead_letter(self, event: _Refused) -> DeadLettered:
+        try:
+            rollout_id = parse_subject(event.subject).rollout_id or ""
+        except ValueError:
+            rollout_id = ""
+        durable, sequence = self.spec.durable, event.sequence
+        log.warning("%s dead-letters %s #%d: %s", durable, event.subject, sequence, event.reason)
+        return DeadLettered(
+            event_id=derive_id("deadletter", durable, self.spec.stream, sequence),
+            rollout_id=rollout_id,
+            occurred_at=time.time(),
+            consumer=durable,
+            subject=event.subject,
+            stream_sequence=sequence,
+            reason=event.reason[:2000],
+            payload=event.data[:_MAX_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
+        )
+
+    async def _acknowledge(self) -> None:
+        """Acknowledge batches in order, each once its outputs are stored."""
+        while True:
+            batch = await self._in_flight.get()
+            if batch is None:
+                return
+            try:
+                await batch.stored
+            except ConsumerFailed:
+                self.stop()
+                raise
+            await self.bus.client.publish(batch.last_reply.decode(), _ACK)
