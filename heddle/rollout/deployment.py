@@ -112,7 +112,9 @@ class LocalDeployment:
         asks for one, runs as a process of its own (``heddle db project``): its SQL work then
         never holds the deciders' event loop."""
         if config.project_ledger:
-            self.projector = await self.launcher.start("projector", ["db", "project"])
+            self.projector = await self.launcher.start(
+                "projector", ["db", "project"], nice=self.launcher.data_plane_nice
+            )
             config = replace(config, project_ledger=False)
         child = await self.launcher.start_control_plane(control_plane_args(config))
         self.control_plane = child

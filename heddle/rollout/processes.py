@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,15 +79,22 @@ def child_environment(settings: Settings) -> dict[str, str]:
 
 
 class Launcher:
-    """Starts and stops ``heddle`` children; logs go to ``log_dir/<name>.log``."""
+    """Starts and stops ``heddle`` children; logs go to ``log_dir/<name>.log``.
 
-    def __init__(self, settings: Settings, log_dir: Path) -> None:
+    Workers, tool executors and the projector run ``data_plane_nice`` steps below the control
+    plane's CPU priority: on a shared host (a time-scaled run of simulated GPUs), the data plane's
+    busy processes must not delay the decisions whose latency the run depends on.
+    """
+
+    def __init__(self, settings: Settings, log_dir: Path, *, data_plane_nice: int = 5) -> None:
         self.settings = settings
         self.log_dir = log_dir
+        self.data_plane_nice = data_plane_nice
         self.children: dict[str, Child] = {}
 
-    async def start(self, name: str, args: Sequence[str]) -> Child:
-        """Run ``heddle ARGS`` as child ``name`` (replacing a stopped child of that name)."""
+    async def start(self, name: str, args: Sequence[str], *, nice: int = 0) -> Child:
+        """Run ``heddle ARGS`` as child ``name`` (replacing a stopped child of that name),
+        ``nice`` steps below this process's CPU priority."""
         old = self.children.get(name)
         if old is not None and old.is_running:
             raise RuntimeError(f"child {name} is already running (pid {old.pid})")
@@ -104,6 +111,7 @@ class Launcher:
                 stderr=log,
                 env=child_environment(self.settings),
                 start_new_session=True,
+                preexec_fn=_niceness(nice),
             )
         child = Child(name, process, log_path, list(args))
         self.children[name] = child
@@ -123,7 +131,7 @@ class Launcher:
             f"--heartbeat-s={heartbeat_s}",
             *engine_args,
         ]
-        return await self.start(f"worker-{worker_id}", args)
+        return await self.start(f"worker-{worker_id}", args, nice=self.data_plane_nice)
 
     async def start_tool_executor(
         self, index: int, pool: str = "default", max_in_flight: int = 64
@@ -135,7 +143,7 @@ class Launcher:
             f"--executor-id=tools{index:02d}",
             f"--max-in-flight={max_in_flight}",
         ]
-        return await self.start(f"tools-{index:02d}", args)
+        return await self.start(f"tools-{index:02d}", args, nice=self.data_plane_nice)
 
     async def stop(self, name: str, grace_s: float = 10.0) -> int | None:
         """SIGTERM the child, SIGKILL it after ``grace_s``; its exit code."""
@@ -161,6 +169,16 @@ class Launcher:
 
     def exited(self) -> list[Child]:
         return [child for child in self.children.values() if not child.is_running]
+
+
+def _niceness(steps: int) -> Callable[[], None] | None:
+    if steps <= 0:
+        return None
+
+    def lower_priority() -> None:
+        os.nice(steps)
+
+    return lower_priority
 
 
 def signal_name(returncode: int | None) -> str:
