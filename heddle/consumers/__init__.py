@@ -3,9 +3,11 @@
 - ``slots``: one decider role (prediction, priority, placement, transfer, rollout) with one
   decider per system bundle in use, events routed by their rollout's policy;
 - ``host``: a slot on a durable JetStream pull consumer: replay to its position, then decide
-  live, publish outputs, acknowledge;
+  live (``pipeline``: outputs stored while the next batch is decided, acknowledgements in order
+  after storage; ``lean``: token lists the deciders only count are not parsed);
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
 - ``predictors`` / ``history``: the predictor the control plane runs and what it learns from;
+- ``bundles``: the system bundles built with the live deployment's options;
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised;
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions).
 """

@@ -1,11 +1,17 @@
 """The main job: run a rollout end to end (``heddle rollout run``), compare policies on one trace,
-submit to a running control plane.
+submit to a running control plane; and the pieces a benchmark or a notebook reuses.
 
 - ``submission``: trajectory specs from a trace or tasks, and the events that open a rollout;
-- ``processes``: launching the control plane, workers and tool executors as child processes;
+- ``sources`` / ``flags``: what the CLI's source flags name (workload, trace file, task file);
+- ``processes`` / ``deployment``: the control plane (``heddle up``), the ledger projector,
+  worker agents and tool executors as child processes, each waited for;
+- ``inprocess``: the same services on one event loop (tests, notebooks);
 - ``progress``: following a rollout live (completions, tokens/s, per-worker batches);
-- ``summary``: a finished rollout's figures from the stream (makespan in model seconds,
+- ``summary``: a rollout's figures folded from its events (makespan in model seconds,
   throughput, the slowest trajectory's breakdown, re-placements and their re-prefill);
-- ``runner``: ``run_rollout`` (start what is needed, submit, follow, summarise) and
-  ``compare_policies``.
+- ``runner``: ``run_rollout`` (start what is needed, submit, follow, summarise, cancel on
+  failure) with hooks for crash tests and a timeline writer;
+- ``compare``: the same trajectories under several policies, fresh runs each, next to the
+  simulator's prediction; ``report`` renders both;
+- ``bench``: ``heddle bench control``, the control plane's step event -> command latency.
 """
