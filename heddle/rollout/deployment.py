@@ -27,6 +27,7 @@ from heddle.consumers.slots import SLOTS
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
+from heddle.ledger import open_ledger
 from heddle.rollout.processes import Child, Launcher, signal_name
 from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
@@ -90,6 +91,10 @@ def control_plane_args(config: ControlPlaneConfig) -> list[str]:
     return args
 
 
+def _migrate(ledger_url: str) -> None:
+    open_ledger(ledger_url).close()
+
+
 async def delete_control_durables(bus: Bus, prefix: str) -> None:
     """Remove the durables of an isolated control plane run (``<prefix>-<slot>``)."""
     for slot in (*SLOTS, LIVENESS_SLOT):
@@ -111,6 +116,9 @@ class LocalDeployment:
         """Start ``heddle up`` and wait until it is ready. The ledger projector, if the config
         asks for one, runs as a process of its own (``heddle db project``): its SQL work then
         never holds the deciders' event loop."""
+        # Bring the ledger's schema up to date here, once: the projector and the control plane
+        # would otherwise both migrate a fresh database at the same moment.
+        await asyncio.to_thread(_migrate, self.bus.settings.ledger_url)
         if config.project_ledger:
             self.projector = await self.launcher.start(
                 "projector", ["db", "project"], nice=self.launcher.data_plane_nice
