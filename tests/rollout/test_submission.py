@@ -34,12 +34,15 @@ def test_trace_specs_fit_their_trace() -> None:
     assert specs[0].prompt_token_ids == specs[1].prompt_token_ids  # one prompt per group
     assert len(specs[0].prompt_token_ids) == 50 and len(specs[2].prompt_token_ids) == 7
     assert specs[0].max_new_tokens == 9000 and specs[0].max_steps == 2
-    expected = create_environment("trace").reset(specs[0].task).token_ids
+    expected = create_environment("trace").reset(dict(specs[0].task)).token_ids
     assert tuple(specs[0].prompt_token_ids) == expected
 
 
 def test_task_specs_sample_each_task_and_tokenize_its_prompt() -> None:
-    tasks = [{"question": "What is 2+2?", "answer": "4"}, {"question": "3*3?", "answer": 9}]
+    tasks: list[dict[str, object]] = [
+        {"question": "What is 2+2?", "answer": "4"},
+        {"question": "3*3?", "answer": 9},
+    ]
     tokenizer = load_tokenizer("byte")
     specs = task_specs(tasks, "math", tokenizer, TaskOptions(group_size=3, seed=10))
     assert len(specs) == 6
