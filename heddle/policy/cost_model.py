@@ -147,6 +147,14 @@ class AnalyticCostModel:
         )
         return fixed_s, self.model.kv_bytes_per_token / self._bandwidth
 
+    def decode_linear_terms(self) -> tuple[float, float, float]:
+        """``(shared_s, per_sequence_s, per_context_token_s)``: the floor of
+        ``decode_floor_terms`` is exactly ``shared_s + per_sequence_s * b`` for a batch of ``b``
+        (``heddle.policy.kv_work`` charges ``shared_s`` to the tokens by the KV they hold)."""
+        one, per_context_token_s = self.decode_floor_terms(1)
+        per_sequence_s = self.decode_floor_terms(2)[0] - one
+        return one - per_sequence_s, per_sequence_s, per_context_token_s
+
     def prefill_s(self, num_tokens: int) -> float:
         if num_tokens <= 0:
             return 0.0

@@ -34,9 +34,19 @@ Two options say what the engine may save, both conservative by default:
   prefill), so the work term is ``max(decode, prefill)``; with ``False`` (engines whose prefill
   stalls decoding, like the simulator's batching model and SGLang's default) it is the sum.
 
+* ``kv_aware=True`` adds a third work term, ``heddle.policy.kv_work``: a decode step's fixed
+  cost is shared by a batch no larger than the KV holds, so each token pays its share in
+  proportion to its context: ``sum over decode tokens of min_p p (beta_p + (F_p / cap_p + k_p) c)``
+  GPU-seconds (proved there). ``False`` gives the bound as it was before that term (reported
+  beside the new one).
+
 Cost models without ``decode_floor_terms`` get the weaker per-step bound ``d_s *
 decode_step_s(1, c_s)`` and only the second work term. Batch sizes are enumerated exactly up
 to ``MAX_ENUMERATED_BATCH``; beyond it the per-token minimum is taken as 0 (still a bound).
+
+For the simulator (``heddle.sim.run.lower_bound_s``) the tight options are valid: its engines
+keep one prefix per trajectory (no prompt shared across a group) and stall decoding while they
+prefill.
 """
 
 from __future__ import annotations
@@ -45,11 +55,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol, cast, runtime_checkable
+from typing import Protocol, cast
 
 from heddle.policy.cost_model import CostModel
+from heddle.policy.kv_work import (
+    MAX_ENUMERATED_BATCH,
+    DecodeFloor,
+    Envelope,
+    kv_decode_gpu_s,
+    token_cost_lines,
+)
 
-MAX_ENUMERATED_BATCH = 1 << 16
+__all__ = ["MAX_ENUMERATED_BATCH", "DecodeFloor", "LowerBound", "makespan_lower_bound"]
 
 
 class StepShape(Protocol):
@@ -70,11 +87,6 @@ class TrajectoryShape(Protocol):
     def steps(self) -> Sequence[StepShape]: ...
 
 
-@runtime_checkable
-class DecodeFloor(Protocol):
-    def decode_floor_terms(self, batch_size: int) -> tuple[float, float]: ...
-
-
 @dataclass(frozen=True, slots=True)
 class LowerBound:
     makespan_s: float
@@ -86,6 +98,9 @@ class LowerBound:
     GPU budget."""
     critical_index: int
     """The trajectory whose solo time is ``solo_s``."""
+    kv_work_s: float = 0.0
+    """The KV-aware work term alone (``kv_aware``; 0 without it): decode GPU-seconds by
+    ``heddle.policy.kv_work``, plus prefill as the options say, over the GPU budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +119,7 @@ def makespan_lower_bound(
     *,
     shared_prompts: bool = True,
     overlapped_prefill: bool = True,
+    kv_aware: bool = True,
 ) -> LowerBound:
     """The bound of the module docstring. ``cost_models`` maps each TP degree the system may use
     to its cost model; degrees above ``num_gpus`` are ignored. ``ValueError`` for an empty
@@ -126,14 +142,22 @@ def makespan_lower_bound(
     ]
     critical = max(range(len(solo_times)), key=solo_times.__getitem__)
     min_prompt = min(trajectory.prompt_tokens for trajectory in trajectories)
-    decode_gpu_s = _decode_gpu_s(facts, usable, min_prompt)
     prefill_gpu_s = _prefill_gpu_s(facts, usable)
-    if overlapped_prefill:
-        work_s = max(decode_gpu_s, prefill_gpu_s) / num_gpus
-    else:
-        work_s = (decode_gpu_s + prefill_gpu_s) / num_gpus
+
+    def work(decode_gpu_s: float) -> float:
+        if overlapped_prefill:
+            return max(decode_gpu_s, prefill_gpu_s) / num_gpus
+        return (decode_gpu_s + prefill_gpu_s) / num_gpus
+
+    work_s = work(_decode_gpu_s(facts, usable, min_prompt))
+    kv_work_s = 0.0
+    lines = token_cost_lines(usable, min_prompt) if kv_aware else []
+    if lines:
+        ranges = ((s.context_tokens, s.decode_tokens) for steps in facts for s in steps)
+        kv_work_s = work(kv_decode_gpu_s(ranges, Envelope(lines)))
+    work_s = max(work_s, kv_work_s)
     solo_s = solo_times[critical]
-    return LowerBound(max(solo_s, work_s), solo_s, work_s, critical)
+    return LowerBound(max(solo_s, work_s), solo_s, work_s, critical, kv_work_s)
 
 
 def _step_facts(trajectory: TrajectoryShape, index: int, shared_prompts: bool) -> list[_StepFacts]:

@@ -91,6 +91,17 @@ def _observation_tokens(trajectory: TraceTrajectory) -> int:
     return sum(step.tool_output_tokens for step in trajectory.steps[:-1])
 
 
-def lower_bound_s(trace: Sequence[TraceTrajectory], config: SimConfig) -> float:
+def lower_bound_s(
+    trace: Sequence[TraceTrajectory], config: SimConfig, *, kv_aware: bool = True
+) -> float:
+    """The makespan no policy of this simulator can beat (``heddle.policy.lower_bound``), with
+    the options its engines allow: one prefix per trajectory (prompts are prefilled by each
+    sample) and prefill that stalls decoding. ``kv_aware=False``: the bound as reported before
+    its KV term (and with the engine-agnostic options), for comparison."""
     models = {tp: config.cost_for_tp(tp) for tp in TP_DEGREES if tp <= config.num_gpus}
-    return makespan_lower_bound(trace, config.num_gpus, models).makespan_s
+    if not kv_aware:
+        return makespan_lower_bound(trace, config.num_gpus, models, kv_aware=False).makespan_s
+    bound = makespan_lower_bound(
+        trace, config.num_gpus, models, shared_prompts=False, overlapped_prefill=False
+    )
+    return bound.makespan_s

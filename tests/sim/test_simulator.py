@@ -125,6 +125,26 @@ def test_no_run_beats_the_lower_bound(trace: list[TraceTrajectory], num_gpus: in
         assert result.num_output_tokens == sum(t.num_output_tokens for t in trace)
 
 
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000))
+def test_no_run_beats_the_kv_aware_bound_when_memory_binds(seed: int) -> None:
+    """Qwen3-32B on two H100s: ~300k KV tokens at TP2 for 64 coding trajectories whose contexts
+    reach tens of thousands of tokens, so the cache binds."""
+    trace = generate("coding", 64, seed=seed)
+    config = SimConfig(model="qwen3-32b", hardware="h100", num_gpus=2, seed=seed)
+    bound = lower_bound_s(trace, config)
+    assert bound >= lower_bound_s(trace, config, kv_aware=False)
+    for system in ("heddle", "verl", "autellix"):
+        result = simulate(trace, system, config)
+        assert result.makespan_s >= bound * (1 - 1e-9), system
+
+
+def test_the_kv_term_is_what_binds_on_a_memory_bound_trace() -> None:
+    trace = generate("coding", 64, seed=2)
+    config = SimConfig(model="qwen3-32b", hardware="h100", num_gpus=2, seed=2)
+    assert lower_bound_s(trace, config) > 1.3 * lower_bound_s(trace, config, kv_aware=False)
+
+
 def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
     trace = generate("coding", 96, seed=5)
     config = SimConfig(model=MODEL, num_gpus=8, record_events=True, predictor_sigma=1.0)
