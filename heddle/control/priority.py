@@ -11,6 +11,13 @@ When a trajectory's priority changes by more than the hysteresis (``min_relative
 old value, at least ``min_absolute_change``), it emits ``Prioritized`` (the router reads it to
 stamp the next step's request) and, only while the trajectory has a request on a worker, a
 ``Reprioritize`` command: in a tool gap the next request carries the new priority anyway.
+
+A ``TrajectoryPlaced`` of a generating trajectory also gets a ``Reprioritize`` with the current
+priority: the router stamps the request with the last ``Prioritized`` it had read, and the
+priorities of a rollout's first predictions are emitted while the router places the whole
+rollout, so every first request would otherwise run at the submission priority (0 under PPS:
+the first step would be served in submission order and the requests it holds up would be
+preempted by the first later step).
 """
 
 from __future__ import annotations
@@ -134,6 +141,8 @@ class PriorityDecider:
                 return self._update(event, tracked)
             case TrajectoryPlaced():
                 tracked.worker_id = event.worker_id
+                if tracked.is_generating:
+                    return [self._reprioritize(event, tracked, event.event_id)]
             case Migrated():
                 tracked.worker_id = event.target_worker_id
             case Completed() | Failed():
@@ -148,15 +157,20 @@ class PriorityDecider:
         prioritized = self._prioritized(event, tracked, type(event).kind_name())
         if not (tracked.is_generating and tracked.worker_id):
             return [prioritized]
-        reprioritize = Reprioritize(
-            command_id=derive_id(prioritized.event_id, "reprioritize"),
+        return [prioritized, self._reprioritize(event, tracked, prioritized.event_id)]
+
+    def _reprioritize(
+        self, event: TrajectoryEvent, tracked: _Tracked, cause_id: str
+    ) -> Reprioritize:
+        """Tell the trajectory's worker its current priority."""
+        return Reprioritize(
+            command_id=derive_id(cause_id, "reprioritize"),
             rollout_id=event.rollout_id,
             issued_at=event.occurred_at,
             worker_id=tracked.worker_id,
             traj_id=event.traj_id,
-            priority=priority,
+            priority=tracked.priority,
         )
-        return [prioritized, reprioritize]
 
     def _is_meaningful(self, old: float, new: float) -> bool:
         gap = max(self.config.min_absolute_change, self.config.min_relative_change * abs(old))

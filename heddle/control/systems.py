@@ -177,8 +177,11 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
         if options.predictor is None:
             raise ValueError(f"system {spec.name!r} needs a predictor")
         deciders.append(PredictionDecider(options.predictor))
-    deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
+    # Placement before priority: when one event moves both (a tool result under round robin),
+    # the router's request goes out first and the priority decider's Reprioritize, carrying the
+    # priority that event set, lands after it rather than being overwritten by it.
     deciders.append(PlacementDecider(_placer_factory(spec, options)))
+    deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())

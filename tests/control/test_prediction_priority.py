@@ -116,3 +116,17 @@ def test_plas_lowers_priority_with_attained_service() -> None:
     assert isinstance(event, Prioritized) and event.priority == pytest.approx(-2.5)
     decider.decide(b.completed("t0", 1, 30))
     assert decider.priority_of(b.ROLLOUT, "t0") is None
+
+
+def test_a_placed_generating_trajectory_is_told_its_current_priority() -> None:
+    """The router stamps a request with the priority it last read; the rollout's first
+    predictions are prioritised while it places the rollout, so the worker is told."""
+    decider = PriorityDecider(priority_policy("pps"))
+    decider.decide(b.submitted("t0", 0))
+    decider.decide(b.predicted("t0", -1, 1000.0))  # not placed yet: no command
+    (command,) = decider.decide(placed("t0", "w3"))
+    assert isinstance(command, Reprioritize)
+    assert (command.worker_id, command.traj_id, command.priority) == ("w3", "t0", 1000.0)
+    assert command.command_id == decider.decide(placed("t0", "w3"))[0].command_id  # replayable
+    decider.decide(b.tool_called("t0", 0))
+    assert decider.decide(placed("t0", "w4")) == []  # in a tool gap: the next request will carry it
