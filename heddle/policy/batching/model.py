@@ -283,6 +283,7 @@ class BatchingModel:
             self._admit(job)
             admitted.append(job)
         if admitted:
+            self._evict()  # the admitted contexts take their KV before they prefill
             self._prefill(admitted)
         if self.config.record_timeline:
             self.timeline.append((self.clock_s, len(self._running), len(self._waiting)))
