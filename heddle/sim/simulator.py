@@ -66,12 +66,14 @@ class Run:
 
 def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTrajectory]:
     """Simulated trajectories with ids ``t000000...`` in trace order; trajectories of one group
-    share one prompt token list (GRPO samples share their prompt)."""
+    share one prompt token list (GRPO samples share their prompt). A trajectory's group id is
+    its trace group (the prompt: earlier rollouts of the same prompts, the predictors' history,
+    name it alike), or a fresh ``g00000...`` for one without a group."""
     prompts: dict[tuple[str, int], list[int]] = {}
     groups: dict[str, str] = {}
     trajectories: dict[str, SimTrajectory] = {}
     for index, trajectory in enumerate(trace):
-        group = groups.setdefault(trajectory.group or trajectory.id, group_id(len(groups)))
+        group = trajectory.group or groups.setdefault(trajectory.id, group_id(len(groups)))
         prompt = prompts.setdefault(
             (group, trajectory.prompt_tokens), [0] * trajectory.prompt_tokens
         )
