@@ -3,7 +3,9 @@
 Consumes ``TrajectorySubmitted`` (predicts before the first generation: ``Predicted.step = -1``),
 ``Generated`` (adds the step's output), ``ToolCalled`` (predicts: the paper runs the predictor
 while the tool executes, so the prediction is off the critical path), ``ToolReturned`` (adds the
-observation) and ``Completed`` (the predictor learns from the finished trajectory) or ``Failed``.
+observation and its duration) and ``Completed`` (the predictor learns from the finished
+trajectory, with each step's tool figures) or ``Failed``. ``Predicted`` carries the remaining
+output tokens and, from predictors that have it, the remaining tool seconds.
 
 Tool observations count by ``len(ToolReturned.output_token_ids)``: trace tools and the simulator
 fill it; for tools that return only text it is 0 (no current predictor reads it).
@@ -25,7 +27,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.policy.predictors import Outcome, Predictor, Progress
+from heddle.policy.predictors import Outcome, Predictor, Progress, predict_tool_s
 
 
 @dataclass(slots=True)
@@ -36,9 +38,18 @@ class _Tracked:
     group_id: str
     prompt_tokens: int
     step_outputs: list[int] = field(default_factory=list)
+    step_tool_outputs: list[int] = field(default_factory=list)
+    step_tool_s: list[float] = field(default_factory=list)
     output_tokens: int = 0
     tool_output_tokens: int = 0
     tool_s: float = 0.0
+
+    def tool_figures(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Per-step observation tokens and tool seconds, the last step's zero (it calls no
+        tool); empty when a result was missed (the outcome then carries none)."""
+        if len(self.step_tool_s) != len(self.step_outputs) - 1:
+            return (), ()
+        return (*self.step_tool_outputs, 0), (*self.step_tool_s, 0.0)
 
     def progress(self) -> Progress:
         steps = self.step_outputs
@@ -95,6 +106,9 @@ class PredictionDecider:
             case ToolReturned():
                 tracked = self._tracked.get(key)
                 if tracked is not None and len(tracked.step_outputs) == event.step + 1:
+                    if len(tracked.step_tool_s) == event.step:
+                        tracked.step_tool_outputs.append(len(event.output_token_ids))
+                        tracked.step_tool_s.append(event.duration_s)
                     tracked.tool_output_tokens += len(event.output_token_ids)
                     tracked.tool_s += event.duration_s
                 return []
@@ -106,6 +120,7 @@ class PredictionDecider:
                         tracked.group_id,
                         tracked.prompt_tokens,
                         tuple(tracked.step_outputs),
+                        *tracked.tool_figures(),
                     )
                     self.predictor.observe(outcome)
                 return []
@@ -127,6 +142,7 @@ class PredictionDecider:
             num_context_tokens=progress.prompt_tokens
             + progress.output_tokens
             + progress.tool_output_tokens,
+            predicted_remaining_tool_s=predict_tool_s(self.predictor, progress),
         )
 
     def snapshot(self) -> dict[tuple[str, str], tuple[Progress, tuple[int, ...]]]:

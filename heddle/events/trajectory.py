@@ -126,6 +126,8 @@ class Predicted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.predicted"
     predicted_remaining_tokens: float
     predictor: str
     num_context_tokens: int = 0
+    predicted_remaining_tool_s: float = 0.0
+    """Tool seconds still to come, counting the call in flight (0: the predictor has none)."""
 
 
 class Prioritized(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.prioritized"):

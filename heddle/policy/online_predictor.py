@@ -1,25 +1,25 @@
-"""An online regression predictor of a trajectory's remaining output, learnt while rollouts run.
+"""An online regression predictor of a trajectory's remaining output and tool time, learnt while
+rollouts run.
 
 The paper (s.4.1) fine-tunes a small LM on (context so far, remaining length) tuples decomposed
 from historical trajectories and re-predicts after every step. This is the cheap stand-in a live
-control plane can refit at every completion: ridge regression of ``log1p(remaining tokens)`` on
-features of the context so far:
-
-- prompt tokens, steps completed, tokens generated so far (total, first step, last step, mean);
-- tool observation tokens and tool seconds so far;
-- the completed lengths of the trajectory's group siblings (same prompt: GRPO samples, and the
-  same prompt in earlier rollouts), which the paper's Fig. 5 shows to be informative but noisy.
+control plane can refit at every completion: two ridge regressions, of ``log1p(remaining
+tokens)`` and of ``log1p(remaining tool seconds)``, on the features of
+``heddle.policy.online_features`` (the context so far, survival in the step-count distribution,
+group siblings).
 
 Learning keeps only sufficient statistics (``X^T X``, ``X^T y``, ``y^T y``, n), so a refit is one
 small linear solve and memory does not grow with the history. Each prediction remembers the
 features it used; when the trajectory completes, those snapshots become training samples with the
-true remaining length, so training sees exactly the features that prediction saw (including the
-siblings known at that time). Trajectories observed without snapshots (histories, earlier
-rollouts) are decomposed step by step (``observe_trace`` uses the per-step tool figures).
+true remaining amounts, so training sees exactly the features that prediction saw (including the
+siblings and survival known at that time). Trajectories observed without snapshots (histories,
+earlier rollouts) are decomposed step by step as live predictions would have seen them (at each
+tool call, with the results returned before it).
 
 The log-space fit predicts a median; ``exp(sigma^2 / 2)`` (the lognormal mean correction, with
 sigma^2 the residual variance) turns it into a mean. Before ``min_samples`` samples the model
-answers like the prompt-only baseline (sibling mean, else a prior). Pure and deterministic.
+answers like the prompt-only baseline (sibling mean, else a prior; no tool time). Tool time is
+learnt only from outcomes that carry per-step tool figures. Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -30,25 +30,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heddle.policy.predictors import Outcome, Progress
+from heddle.policy.online_features import (
+    FEATURE_NAMES,
+    NUM_FEATURES,
+    GroupStats,
+    Survival,
+    features_of,
+)
+from heddle.policy.predictors import Outcome, Progress, returned_tool_calls
 from heddle.traces import TraceTrajectory
 
-FEATURE_NAMES = (
-    "bias",
-    "log_prompt_tokens",
-    "num_steps",
-    "log_num_steps",
-    "log_output_tokens",
-    "log_first_output_tokens",
-    "log_last_output_tokens",
-    "log_mean_step_tokens",
-    "log_tool_output_tokens",
-    "log_tool_s",
-    "has_siblings",
-    "log_sibling_mean_tokens",
-    "log_sibling_max_tokens",
-)
-NUM_FEATURES = len(FEATURE_NAMES)
+__all__ = [
+    "FEATURE_NAMES",
+    "NUM_FEATURES",
+    "OnlineModelConfig",
+    "OnlinePredictor",
+    "SufficientStats",
+    "features_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,22 +68,6 @@ class OnlineModelConfig:
             raise ValueError("min_samples and max_tracked must be >= 1")
         if not self.prior_total_tokens >= 0:
             raise ValueError("prior_total_tokens must be >= 0")
-
-
-@dataclass(slots=True)
-class _Group:
-    count: int = 0
-    total_tokens: float = 0.0
-    max_tokens: float = 0.0
-
-    def add(self, total_tokens: float) -> None:
-        self.count += 1
-        self.total_tokens += total_tokens
-        self.max_tokens = max(self.max_tokens, total_tokens)
-
-    @property
-    def mean_tokens(self) -> float:
-        return self.total_tokens / self.count if self.count else 0.0
 
 
 @dataclass(slots=True)
@@ -123,76 +106,75 @@ class SufficientStats:
         return weights, variance
 
 
-def features_of(progress: Progress, siblings: _Group | None) -> np.ndarray:
-    """The regression input for a trajectory in flight (see ``FEATURE_NAMES``)."""
-    steps = progress.num_steps
-    mean_step = progress.output_tokens / steps if steps else 0.0
-    has_siblings = siblings is not None and siblings.count > 0
-    return np.array(
-        (
-            1.0,
-            math.log1p(progress.prompt_tokens),
-            float(steps),
-            math.log1p(steps),
-            math.log1p(progress.output_tokens),
-            math.log1p(progress.first_output_tokens),
-            math.log1p(progress.last_output_tokens),
-            math.log1p(mean_step),
-            math.log1p(progress.tool_output_tokens),
-            math.log1p(max(0.0, progress.tool_s)),
-            1.0 if has_siblings else 0.0,
-            math.log1p(siblings.mean_tokens) if has_siblings and siblings else 0.0,
-            math.log1p(siblings.max_tokens) if has_siblings and siblings else 0.0,
-        )
-    )
+class _Regression:
+    """One log-space ridge model with its lazily refit weights."""
+
+    def __init__(self, ridge: float) -> None:
+        self.ridge = ridge
+        self.stats = SufficientStats()
+        self._weights: np.ndarray | None = None
+        self._log_correction = 0.0
+
+    def add(self, features: np.ndarray, amount: float) -> None:
+        self.stats.add(features, math.log1p(max(0.0, amount)))
+        self._weights = None
+
+    def predict(self, features: np.ndarray) -> float:
+        if self._weights is None:
+            self._weights, variance = self.stats.solve(self.ridge)
+            self._log_correction = variance / 2.0
+        log_amount = float(self._weights @ features) + self._log_correction
+        return max(0.0, math.expm1(min(log_amount, 30.0)))
 
 
 class OnlinePredictor:
-    """Implements ``heddle.policy.predictors.Predictor``; learns from every completion."""
+    """Implements ``heddle.policy.predictors.Predictor`` and ``ToolTimePredictor``; learns from
+    every completion."""
 
     name = "online"
 
     def __init__(self, config: OnlineModelConfig | None = None) -> None:
         self.config = config or OnlineModelConfig()
-        self.stats = SufficientStats()
-        self._groups: dict[str, _Group] = {}
+        self._tokens = _Regression(self.config.ridge)
+        self._tools = _Regression(self.config.ridge)
+        self._survival = Survival()
+        self._groups: dict[str, GroupStats] = {}
         self._snapshots: dict[str, list[_Snapshot]] = {}
-        self._weights: np.ndarray | None = None
-        self._log_correction = 0.0
-        self._is_stale = True
+
+    @property
+    def stats(self) -> SufficientStats:
+        """The token model's training state."""
+        return self._tokens.stats
 
     @property
     def num_samples(self) -> int:
-        return self.stats.num_samples
+        return self._tokens.stats.num_samples
 
     @property
     def is_fitted(self) -> bool:
-        return self.stats.num_samples >= self.config.min_samples
+        return self.num_samples >= self.config.min_samples
 
     # ---- predicting ------------------------------------------------------------------------
 
     def predict(self, progress: Progress) -> float:
-        siblings = self._groups.get(progress.group_id) if progress.group_id else None
-        features = features_of(progress, siblings)
+        siblings = self._siblings(progress.group_id)
+        features = features_of(progress, siblings, self._survival)
         self._remember(progress, features)
         if not self.is_fitted:
-            return self._fallback(progress, siblings)
-        weights = self._current_weights()
-        log_remaining = float(weights @ features) + self._log_correction
-        return max(0.0, math.expm1(min(log_remaining, 30.0)))
+            total = self.config.prior_total_tokens
+            if siblings is not None and siblings.count > 0:
+                total = siblings.mean_tokens
+            return max(0.0, total - progress.output_tokens)
+        return self._tokens.predict(features)
 
-    def _fallback(self, progress: Progress, siblings: _Group | None) -> float:
-        total = self.config.prior_total_tokens
-        if siblings is not None and siblings.count > 0:
-            total = siblings.mean_tokens
-        return max(0.0, total - progress.output_tokens)
+    def predict_tool_s(self, progress: Progress) -> float:
+        if self._tools.stats.num_samples < self.config.min_samples:
+            return 0.0
+        features = features_of(progress, self._siblings(progress.group_id), self._survival)
+        return self._tools.predict(features)
 
-    def _current_weights(self) -> np.ndarray:
-        if self._is_stale or self._weights is None:
-            self._weights, variance = self.stats.solve(self.config.ridge)
-            self._log_correction = variance / 2.0
-            self._is_stale = False
-        return self._weights
+    def _siblings(self, group_id: str) -> GroupStats | None:
+        return self._groups.get(group_id) if group_id else None
 
     def _remember(self, progress: Progress, features: np.ndarray) -> None:
         snapshots = self._snapshots.get(progress.traj_id)
@@ -214,44 +196,42 @@ class OnlinePredictor:
         steps = outcome.step_output_tokens
         snapshots = self._snapshots.pop(outcome.traj_id, [])
         prefix = _prefix_sums(steps)
-        samples: list[tuple[np.ndarray, float]] = [
-            (s.features, float(prefix[-1] - prefix[s.num_steps]))
+        samples = [
+            (s.features, s.num_steps)
             for s in snapshots
             if s.num_steps < len(steps) and s.output_tokens == prefix[s.num_steps]
         ]
+        has_tools = len(outcome.step_tool_s) == len(steps)
         if not samples:
-            tools = list(zip(outcome.step_tool_output_tokens, outcome.step_tool_s, strict=False))
-            if len(tools) != len(steps):
-                tools = [(0, 0.0)] * len(steps)
-            progress = Progress(outcome.traj_id, outcome.group_id, outcome.prompt_tokens)
-            samples = self._decompose(progress, steps, tools)
-        self._learn(outcome.group_id, samples, float(prefix[-1]))
+            samples = self._decompose(outcome, has_tools)
+        for features, num_steps in samples:
+            self._tokens.add(features, float(prefix[-1] - prefix[num_steps]))
+            if has_tools:
+                start = returned_tool_calls(num_steps)
+                self._tools.add(features, math.fsum(outcome.step_tool_s[start:-1]))
+        if outcome.group_id:
+            group = self._groups.setdefault(outcome.group_id, GroupStats())
+            group.add(float(prefix[-1]), len(steps))
+        self._survival.add(len(steps))
 
     def observe_trace(self, trajectory: TraceTrajectory) -> None:
         """Learn from a recorded trajectory with its tool figures (ledger or trace history)."""
         self.observe(Outcome.from_trace(trajectory))
 
-    def _decompose(
-        self, start: Progress, steps: Sequence[int], tools: Sequence[tuple[int, float]]
-    ) -> list[tuple[np.ndarray, float]]:
-        siblings = self._groups.get(start.group_id) if start.group_id else None
-        remaining = float(sum(steps))
-        progress = start
-        samples: list[tuple[np.ndarray, float]] = []
-        for output_tokens, (tool_tokens, tool_s) in zip(steps, tools, strict=True):
-            samples.append((features_of(progress, siblings), remaining))
-            remaining -= output_tokens
-            progress = progress.after_generation(output_tokens).after_tool(tool_tokens, tool_s)
+    def _decompose(self, outcome: Outcome, has_tools: bool) -> list[tuple[np.ndarray, int]]:
+        """The features a live prediction would have seen after each step ``k``: ``k``
+        generations and the tool results returned before the ``k``-th call."""
+        siblings = self._siblings(outcome.group_id)
+        progress = Progress(outcome.traj_id, outcome.group_id, outcome.prompt_tokens)
+        samples: list[tuple[np.ndarray, int]] = []
+        for index, output_tokens in enumerate(outcome.step_output_tokens):
+            samples.append((features_of(progress, siblings, self._survival), index))
+            if index and has_tools:
+                progress = progress.after_tool(
+                    outcome.step_tool_output_tokens[index - 1], outcome.step_tool_s[index - 1]
+                )
+            progress = progress.after_generation(output_tokens)
         return samples
-
-    def _learn(
-        self, group_id: str, samples: list[tuple[np.ndarray, float]], total_tokens: float
-    ) -> None:
-        for features, remaining in samples:
-            self.stats.add(features, math.log1p(max(0.0, remaining)))
-        if group_id:
-            self._groups.setdefault(group_id, _Group()).add(total_tokens)
-        self._is_stale = True
 
 
 def _prefix_sums(values: Sequence[int]) -> list[int]:

@@ -21,6 +21,8 @@ from heddle.policy.predictors import (
     Predictor,
     PredictorOptions,
     Progress,
+    predict_tool_s,
+    remaining_tool_s,
 )
 from heddle.traces import TraceTrajectory
 
@@ -33,26 +35,30 @@ class ScopedTraceOracle(OraclePredictor):
         self.fallback = fallback
         self._scope = ""
         self._by_rollout: dict[str, dict[str, list[int]]] = {}
+        self._tools_by_rollout: dict[str, dict[str, list[float]]] = {}
 
     def scope(self, rollout_id: str) -> None:
         """Answer the next predictions for trajectories of ``rollout_id``."""
         self._scope = rollout_id
 
     def add(self, rollout_id: str, traj_id: str, trace: TraceTrajectory) -> None:
-        """Learn a trajectory's trace (its suffix sums of output tokens)."""
+        """Learn a trajectory's trace (its suffix sums of output tokens and tool seconds)."""
         outputs = [step.output_tokens for step in trace.steps]
         suffix = [0] * (len(outputs) + 1)
         for index in range(len(outputs) - 1, -1, -1):
             suffix[index] = suffix[index + 1] + outputs[index]
         self._by_rollout.setdefault(rollout_id, {})[traj_id] = suffix
+        tools = [remaining_tool_s(trace.steps, k) for k in range(len(outputs) + 1)]
+        self._tools_by_rollout.setdefault(rollout_id, {})[traj_id] = tools
 
     def forget(self, rollout_id: str, traj_id: str) -> None:
         """Drop a finished trajectory's trace."""
-        traces = self._by_rollout.get(rollout_id)
-        if traces is not None:
-            traces.pop(traj_id, None)
-            if not traces:
-                del self._by_rollout[rollout_id]
+        for table in (self._by_rollout, self._tools_by_rollout):
+            traces = table.get(rollout_id)
+            if traces is not None:
+                traces.pop(traj_id, None)
+                if not traces:
+                    del table[rollout_id]
 
     def knows(self, rollout_id: str, traj_id: str) -> bool:
         return traj_id in self._by_rollout.get(rollout_id, {})
@@ -65,6 +71,12 @@ class ScopedTraceOracle(OraclePredictor):
         if suffix is None:
             return self.fallback.predict(progress)
         return float(suffix[min(progress.num_steps, len(suffix) - 1)])
+
+    def predict_tool_s(self, progress: Progress) -> float:
+        tools = self._tools_by_rollout.get(self._scope, {}).get(progress.traj_id)
+        if tools is None:
+            return predict_tool_s(self.fallback, progress)
+        return tools[min(progress.num_steps, len(tools) - 1)]
 
     def observe(self, outcome: Outcome) -> None:
         self.fallback.observe(outcome)
@@ -87,6 +99,13 @@ class LiveOracle:
         if self._noisy is None:
             return self.oracle.predict(progress)
         return self._noisy.predict(progress)
+
+    def predict_tool_s(self, progress: Progress) -> float:
+        if not self.oracle.knows_in_scope(progress.traj_id):
+            return predict_tool_s(self.fallback, progress)
+        if self._noisy is None:
+            return self.oracle.predict_tool_s(progress)
+        return self._noisy.predict_tool_s(progress)
 
     def observe(self, outcome: Outcome) -> None:
         self.fallback.observe(outcome)

@@ -7,9 +7,11 @@ import math
 import random
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from heddle.policy.online_features import GroupStats, Survival
 from heddle.policy.online_predictor import (
     FEATURE_NAMES,
     NUM_FEATURES,
@@ -24,9 +26,12 @@ from heddle.policy.predictors import (
     Progress,
     fit,
     make_predictor,
+    predict_tool_s,
     prediction_quality,
     progress_of,
+    remaining_tool_s,
 )
+from heddle.policy.predictors.quality import _pearson
 from heddle.traces import TraceStep, TraceTrajectory
 
 samples = st.lists(
@@ -111,7 +116,8 @@ def test_training_uses_the_snapshots_predictions_saw() -> None:
     for k in range(3):
         progress = progress_of(t, k)
         online.predict(progress)
-        expected.append((features_of(progress, None), float(sum([100, 200, 300][k:]))))
+        remaining = float(sum([100, 200, 300][k:]))
+        expected.append((features_of(progress, None, Survival()), remaining))
     online.observe(Outcome("t1", "g", 200, (100, 200, 300)))
     assert online.num_samples == 3
     xty = sum(f * math.log1p(y) for f, y in expected)
@@ -176,7 +182,63 @@ def test_outcomes_from_traces_carry_their_tool_figures() -> None:
     with_tools = OnlinePredictor()
     with_tools.observe(Outcome.from_trace(trajectory("t", [10, 20, 30], "g", tool_tokens=50)))
     column = FEATURE_NAMES.index("log_tool_output_tokens")
-    # Samples after steps 1 and 2 saw 50 and 100 observation tokens.
-    assert math.isclose(with_tools.stats.xtx[column, 0], math.log1p(50) + math.log1p(100))
+    # Samples at the tool calls of steps 1 and 2 saw 0 and 50 observation tokens (a prediction
+    # runs while its step's call is in flight).
+    assert math.isclose(with_tools.stats.xtx[column, 0], math.log1p(0) + math.log1p(50))
     registered = make_predictor("online")
     assert isinstance(registered, OnlinePredictor)
+
+
+@settings(max_examples=80, deadline=None)
+@given(counts=st.lists(st.integers(1, 40), min_size=0, max_size=30), k=st.integers(0, 45))
+def test_survival_is_the_conditional_mean_of_remaining_steps(counts: list[int], k: int) -> None:
+    survival, group = Survival(), GroupStats()
+    for n in counts:
+        survival.add(n)
+        group.add(10.0 * n, n)
+    longer = [n - k for n in counts if n > k]
+    expected = sum(longer) / len(longer) if longer else None
+    assert survival.remaining_steps(k) == pytest.approx(expected if longer else 1.0)
+    assert group.remaining_steps(k) == pytest.approx(expected if longer else 0.0)
+
+
+def test_it_learns_that_a_long_survivor_has_long_to_go() -> None:
+    """Step counts are heavy-tailed and independent of step sizes: only survival tells a
+    trajectory at step 6 that it is probably long (the history baseline sees it too)."""
+    rng = random.Random(3)
+    trace = [
+        trajectory(f"t{i}", [100] * max(1, int(rng.paretovariate(1.2))), f"g{i}")
+        for i in range(600)
+    ]
+    online = OnlinePredictor(OnlineModelConfig(min_samples=16))
+    for t in trace[:400]:
+        online.observe_trace(t)
+    at_six = [t for t in trace[400:] if len(t.steps) > 6]
+    at_one = [t for t in trace[400:] if len(t.steps) > 1]
+    mean_six = sum(online.predict(progress_of(t, 6)) for t in at_six) / len(at_six)
+    mean_one = sum(online.predict(progress_of(t, 1)) for t in at_one) / len(at_one)
+    assert mean_six > 2 * mean_one
+
+
+def test_tool_time_is_learnt_from_outcomes_with_tool_figures() -> None:
+    """Each call takes 1.5 s (``trajectory``) and a prompt fixes its samples' step count, so
+    the siblings of earlier rollouts tell how much tool time is left."""
+    rng = random.Random(4)
+    steps_of = {f"g{g}": rng.randint(2, 12) for g in range(40)}
+
+    def rollout(tag: str) -> list[TraceTrajectory]:
+        return [
+            trajectory(f"{tag}-{group}-{s}", [rng.randint(50, 150)] * n, group)
+            for group, n in steps_of.items()
+            for s in range(4)
+        ]
+
+    history, current = rollout("old"), rollout("new")
+    online = OnlinePredictor(OnlineModelConfig(min_samples=16))
+    assert predict_tool_s(online, progress_of(current[0], 0)) == 0.0  # not fitted yet
+    for t in history:
+        online.observe_trace(t)
+    truth = [remaining_tool_s(t.steps, 1) for t in current]
+    guess = [predict_tool_s(online, progress_of(t, 1)) for t in current]
+    assert _pearson(truth, guess) > 0.8
+    assert all(math.isfinite(g) and g >= 0 for g in guess)

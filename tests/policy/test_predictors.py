@@ -20,8 +20,10 @@ from heddle.policy.predictors import (
     PromptOnlyPredictor,
     fit,
     make_predictor,
+    predict_tool_s,
     prediction_quality,
     progress_of,
+    remaining_tool_s,
 )
 from heddle.traces import TraceStep, TraceTrajectory
 
@@ -57,6 +59,36 @@ def test_oracle_predicts_the_true_remaining_output(trace: list[TraceTrajectory])
         for k in range(len(t.steps) + 1):
             truth = sum(step.output_tokens for step in t.steps[k:])
             assert oracle.predict(progress_of(t, k)) == truth
+
+
+@settings(max_examples=60, deadline=None)
+@given(trace=trajectories)
+def test_every_predictor_predicts_tool_time_and_the_oracle_knows_it(
+    trace: list[TraceTrajectory],
+) -> None:
+    """The truth: the calls not yet returned, the one in flight included (``num_steps - 1``
+    returned after ``num_steps`` generations), never the last step's."""
+    options = PredictorOptions(trace={t.id: t for t in trace})
+    oracle = make_predictor("oracle", options)
+    for t in trace:
+        for k in range(len(t.steps) + 1):
+            expected = 0.5 * max(0, len(t.steps) - 1 - max(0, k - 1))
+            assert remaining_tool_s(t.steps, k) == pytest.approx(expected)
+            assert predict_tool_s(oracle, progress_of(t, k)) == pytest.approx(expected)
+    for name in PREDICTORS:
+        predictor = fit(make_predictor(name, options), trace)
+        assert all(predict_tool_s(predictor, progress_of(t, 1)) >= 0.0 for t in trace)
+        assert hasattr(predictor, "predict_tool_s"), name
+
+
+def test_noisy_oracle_draws_tool_errors_apart_from_token_errors() -> None:
+    trace = [trajectory(f"t{i}", [1000, 2000, 10]) for i in range(2000)]
+    options = PredictorOptions(seed=3, sigma=0.4, trace={t.id: t for t in trace})
+    noisy = make_predictor("noisy_oracle", options)
+    token_logs = [math.log(noisy.predict(progress_of(t, 0)) / 3010) for t in trace]
+    tool_logs = [math.log(predict_tool_s(noisy, progress_of(t, 0)) / 1.0) for t in trace]
+    assert statistics.stdev(tool_logs) == pytest.approx(0.4, rel=0.1)
+    assert abs(np.corrcoef(token_logs, tool_logs)[0, 1]) < 0.1
 
 
 def test_oracle_refuses_an_unknown_trajectory() -> None:

@@ -62,4 +62,6 @@ def test_noise_matches_the_simulators_noisy_oracle(
     live.oracle.add("r", t.id, t)
     live.oracle.scope("r")
     for k in range(len(outputs) + 1):
-        assert live.predict(progress_of(t, k)) == simulated.predict(progress_of(t, k))
+        progress = progress_of(t, k)
+        assert live.predict(progress) == simulated.predict(progress)
+        assert live.predict_tool_s(progress) == simulated.predict_tool_s(progress)

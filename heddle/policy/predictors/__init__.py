@@ -6,6 +6,10 @@ accuracy rises with steps. One protocol serves every predictor:
 * ``predict(progress) -> float``: remaining output tokens (>= 0) of a trajectory in flight.
 * ``observe(outcome)``: a completed trajectory, for predictors that learn online (or offline, by
   observing a history of earlier rollouts through ``fit``).
+* optionally ``predict_tool_s(progress) -> float`` (``ToolTimePredictor``): the tool seconds
+  still to come. The paper's makespan (SPEC.md) is queueing + tokens x per-token time + tool
+  time, and on agentic workloads tools are about half of a trajectory and heavy-tailed, so
+  PPS and placement rank by predicted remaining *time*. Every built-in predictor has it.
 
 Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices):
 
@@ -31,7 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from heddle.policy.predictors.base import Outcome, Predictor, PredictorOptions, Progress
+from heddle.policy.predictors.base import (
+    Outcome,
+    Predictor,
+    PredictorOptions,
+    Progress,
+    ToolTimePredictor,
+    predict_tool_s,
+    remaining_tool_s,
+    returned_tool_calls,
+)
 from heddle.policy.predictors.baselines import HistoryPredictor, PromptOnlyPredictor
 from heddle.policy.predictors.oracles import NoisyOraclePredictor, OraclePredictor
 from heddle.policy.predictors.quality import PredictionQuality, prediction_quality, progress_of
@@ -48,10 +61,14 @@ __all__ = [
     "PredictorOptions",
     "Progress",
     "PromptOnlyPredictor",
+    "ToolTimePredictor",
     "fit",
     "make_predictor",
+    "predict_tool_s",
     "prediction_quality",
     "progress_of",
+    "remaining_tool_s",
+    "returned_tool_calls",
 ]
 
 

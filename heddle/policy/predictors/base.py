@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from heddle.traces import TraceTrajectory
+from heddle.traces import TraceStep, TraceTrajectory
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +85,37 @@ class Predictor(Protocol):
     def observe(self, outcome: Outcome) -> None:
         """Learn from a completed trajectory (a no-op for predictors that do not learn)."""
         ...
+
+
+@runtime_checkable
+class ToolTimePredictor(Protocol):
+    """A predictor that also predicts the tool time still to come (the paper's makespan has
+    ``T_tool`` beside the tokens; on agentic workloads it is about half of a trajectory)."""
+
+    def predict_tool_s(self, progress: Progress) -> float:
+        """Seconds of the tool calls that have not returned (>= 0), counting the call in
+        flight: predictions run at submission (no call yet) and at each tool call, so after
+        ``num_steps`` generations ``returned_tool_calls(num_steps)`` calls have returned."""
+        ...
+
+
+def returned_tool_calls(num_steps: int) -> int:
+    """Tool calls returned when a prediction sees ``num_steps`` generations (the call of the
+    last one is in flight)."""
+    return max(0, num_steps - 1)
+
+
+def predict_tool_s(predictor: Predictor, progress: Progress) -> float:
+    """The predictor's remaining tool seconds, or 0 for predictors of tokens only."""
+    if isinstance(predictor, ToolTimePredictor):
+        return max(0.0, float(predictor.predict_tool_s(progress)))
+    return 0.0
+
+
+def remaining_tool_s(steps: Sequence[TraceStep], num_steps: int) -> float:
+    """The truth ``predict_tool_s`` aims at: tool seconds from the call in flight on (a
+    trajectory ends with a generation, so its last step's tool never runs)."""
+    return math.fsum(step.tool_s for step in steps[returned_tool_calls(num_steps) : -1])
 
 
 @dataclass(frozen=True, slots=True)

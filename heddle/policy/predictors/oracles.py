@@ -5,29 +5,51 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
+from typing import TypeVar
 
-from heddle.policy.predictors.base import Outcome, PredictorOptions, Progress
+from heddle.policy.predictors.base import (
+    Outcome,
+    PredictorOptions,
+    Progress,
+    remaining_tool_s,
+)
 from heddle.traces import TraceTrajectory
+
+_T = TypeVar("_T")
 
 
 class OraclePredictor:
-    """The true remaining output of each trajectory, from the trace."""
+    """The true remaining output and tool time of each trajectory, from the trace."""
 
     name = "oracle"
 
     def __init__(self, trace: Mapping[str, TraceTrajectory]) -> None:
         self._suffix: dict[str, list[int]] = {}
+        self._tool_suffix: dict[str, list[float]] = {}
         for traj_id, trajectory in trace.items():
-            suffix = [0] * (len(trajectory.steps) + 1)
-            for index in range(len(trajectory.steps) - 1, -1, -1):
-                suffix[index] = suffix[index + 1] + trajectory.steps[index].output_tokens
-            self._suffix[traj_id] = suffix
+            self._add(traj_id, trajectory)
+
+    def _add(self, traj_id: str, trajectory: TraceTrajectory) -> None:
+        steps = trajectory.steps
+        suffix = [0] * (len(steps) + 1)
+        for index in range(len(steps) - 1, -1, -1):
+            suffix[index] = suffix[index + 1] + steps[index].output_tokens
+        self._suffix[traj_id] = suffix
+        self._tool_suffix[traj_id] = [remaining_tool_s(steps, k) for k in range(len(steps) + 1)]
 
     def predict(self, progress: Progress) -> float:
-        suffix = self._suffix.get(progress.traj_id)
-        if suffix is None:
-            raise ValueError(f"the oracle has no trace for trajectory {progress.traj_id!r}")
+        suffix = self._known(self._suffix, progress.traj_id)
         return float(suffix[min(progress.num_steps, len(suffix) - 1)])
+
+    def predict_tool_s(self, progress: Progress) -> float:
+        suffix = self._known(self._tool_suffix, progress.traj_id)
+        return suffix[min(progress.num_steps, len(suffix) - 1)]
+
+    def _known(self, table: Mapping[str, list[_T]], traj_id: str) -> list[_T]:
+        values = table.get(traj_id)
+        if values is None:
+            raise ValueError(f"the oracle has no trace for trajectory {traj_id!r}")
+        return values
 
     def observe(self, outcome: Outcome) -> None:
         return None
@@ -47,12 +69,20 @@ class NoisyOraclePredictor:
         self._fresh = math.sqrt(1.0 - options.step_correlation)
 
     def predict(self, progress: Progress) -> float:
-        truth = self._oracle.predict(progress)
+        return self._oracle.predict(progress) * self._error(progress, "")
+
+    def predict_tool_s(self, progress: Progress) -> float:
+        """The true remaining tool time times an error of the same law, drawn independently
+        of the token error (a tool's duration is not what a length model reads)."""
+        return self._oracle.predict_tool_s(progress) * self._error(progress, ":tool")
+
+    def _error(self, progress: Progress, kind: str) -> float:
         sigma = self._sigma * self._decay**progress.num_steps
-        z = self._fresh * _normal(f"{self._seed}:{progress.traj_id}:{progress.num_steps}")
+        key = f"{self._seed}:{progress.traj_id}"
+        z = self._fresh * _normal(f"{key}:{progress.num_steps}{kind}")
         if self._shared:
-            z += self._shared * _normal(f"{self._seed}:{progress.traj_id}")
-        return truth * math.exp(sigma * z)
+            z += self._shared * _normal(f"{key}{kind}")
+        return math.exp(sigma * z)
 
     def observe(self, outcome: Outcome) -> None:
         return None

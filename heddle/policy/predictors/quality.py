@@ -11,11 +11,15 @@ from heddle.traces import TraceTrajectory
 
 
 def progress_of(trajectory: TraceTrajectory, num_steps: int) -> Progress:
-    """The progress of a trace trajectory after ``num_steps`` completed steps (with tools)."""
+    """The progress of a trace trajectory as a live prediction sees it after ``num_steps``
+    generations: at the tool call of the last one, so with ``returned_tool_calls(num_steps)``
+    tool results (the control plane predicts while that call runs, paper s.4.1)."""
     progress = Progress(trajectory.id, trajectory.group, trajectory.prompt_tokens)
-    for step in trajectory.steps[:num_steps]:
+    for index, step in enumerate(trajectory.steps[:num_steps]):
+        if index:
+            previous = trajectory.steps[index - 1]
+            progress = progress.after_tool(previous.tool_output_tokens, previous.tool_s)
         progress = progress.after_generation(step.output_tokens)
-        progress = progress.after_tool(step.tool_output_tokens, step.tool_s)
     return progress
 
 
