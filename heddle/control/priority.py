@@ -1,11 +1,14 @@
 """The priority decider: turns trajectory facts into priorities under one policy.
 
 Facts (``heddle.policy.priority.TrajectoryFacts``) come from events: the submission time
-(``TrajectorySubmitted``), the latest prediction (``Predicted``), attained service (``Generated``:
-output tokens, prefill + decode seconds), and the arrival of the current step's request
-(``ToolReturned``; the submission for step 0). Where the trajectory lives comes from
-``TrajectoryPlaced`` and ``Migrated``; whether it is generating from ``ToolCalled`` /
-``ToolReturned`` / ``TrajectoryPlaced``.
+(``TrajectorySubmitted``), the latest prediction of remaining tokens and tool seconds
+(``Predicted``), attained service (``Generated``: output tokens, prefill + decode seconds), and
+the arrival of the current step's request (``ToolReturned``; the submission for step 0). The
+seconds per output token that turn a token prediction into time are measured per rollout: the
+generation seconds (prefill + decode) of every ``Generated`` so far over its tokens, with
+``PriorityConfig.seconds_per_token`` as the prior until ``min_measured_tokens`` are seen.
+Where the trajectory lives comes from ``TrajectoryPlaced`` and ``Migrated``; whether it is
+generating from ``ToolCalled`` / ``ToolReturned`` / ``TrajectoryPlaced``.
 
 When a trajectory's priority changes by more than the hysteresis (``min_relative_change`` of the
 old value, at least ``min_absolute_change``), it emits ``Prioritized`` (the router reads it to
@@ -41,7 +44,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.policy.priority import PriorityPolicy, TrajectoryFacts
+from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
 
 SUBMISSION_ORDER_S = 1e-6
 
@@ -52,10 +55,29 @@ class PriorityConfig:
     """Emit only when the priority moved by more than this fraction of its old magnitude."""
     min_absolute_change: float = 0.0
     """... and by more than this much."""
+    seconds_per_token: float = DEFAULT_SECONDS_PER_TOKEN
+    """Per-token time assumed until a rollout's own is measured."""
+    min_measured_tokens: int = 1000
+    """Generated tokens of a rollout before its measured per-token time replaces the prior."""
 
     def __post_init__(self) -> None:
         if self.min_relative_change < 0 or self.min_absolute_change < 0:
             raise ValueError("priority hysteresis must be >= 0")
+        if not self.seconds_per_token > 0 or self.min_measured_tokens < 0:
+            raise ValueError("seconds_per_token must be > 0 and min_measured_tokens >= 0")
+
+
+@dataclass(slots=True)
+class _Pace:
+    """A rollout's measured generation seconds and tokens."""
+
+    generation_s: float = 0.0
+    num_tokens: int = 0
+
+    def seconds_per_token(self, config: PriorityConfig) -> float:
+        if self.num_tokens < max(1, config.min_measured_tokens):
+            return config.seconds_per_token
+        return self.generation_s / self.num_tokens
 
 
 @dataclass(slots=True)
@@ -66,15 +88,18 @@ class _Tracked:
     step_arrival_s: float
     priority: float = 0.0
     predicted_remaining_tokens: float = 0.0
+    predicted_remaining_tool_s: float = 0.0
     attained_service_tokens: float = 0.0
     attained_service_s: float = 0.0
     worker_id: str = ""
     is_generating: bool = True
     """Between the step's request and its tool call (or before the first step)."""
 
-    def facts(self) -> TrajectoryFacts:
+    def facts(self, seconds_per_token: float) -> TrajectoryFacts:
         return TrajectoryFacts(
             predicted_remaining_tokens=self.predicted_remaining_tokens,
+            predicted_remaining_tool_s=self.predicted_remaining_tool_s,
+            seconds_per_token=seconds_per_token,
             attained_service_tokens=self.attained_service_tokens,
             attained_service_s=self.attained_service_s,
             arrival_s=self.arrival_s,
@@ -105,6 +130,7 @@ class PriorityDecider:
         self.config = config or PriorityConfig()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
         """(rollout id, trajectory id) -> facts (trajectory ids repeat across rollouts)."""
+        self._paces: dict[str, _Pace] = {}
 
     def priority_of(self, rollout_id: str, traj_id: str) -> float | None:
         tracked = self._tracked.get((rollout_id, traj_id))
@@ -119,7 +145,7 @@ class PriorityDecider:
             # trajectory-level FCFS keeps that order rather than tying.
             at = event.occurred_at + event.spec.index * SUBMISSION_ORDER_S
             fresh = _Tracked(arrival_s=at, step_arrival_s=event.occurred_at)
-            fresh.priority = self.policy.priority(fresh.facts())
+            fresh.priority = self.policy.priority(fresh.facts(self._pace_of(event.rollout_id)))
             self._tracked[key] = fresh
             return [self._prioritized(event, fresh, "submitted")]
         tracked = self._tracked.get(key)
@@ -128,10 +154,15 @@ class PriorityDecider:
         match event:
             case Predicted():
                 tracked.predicted_remaining_tokens = event.predicted_remaining_tokens
+                tracked.predicted_remaining_tool_s = event.predicted_remaining_tool_s
                 return self._update(event, tracked)
             case Generated():
-                tracked.attained_service_tokens += len(event.output_token_ids)
+                num_tokens = len(event.output_token_ids)
+                tracked.attained_service_tokens += num_tokens
                 tracked.attained_service_s += event.prefill_s + event.decode_s
+                pace = self._paces.setdefault(event.rollout_id, _Pace())
+                pace.generation_s += event.prefill_s + event.decode_s
+                pace.num_tokens += num_tokens
                 return self._update(event, tracked)
             case ToolCalled():
                 tracked.is_generating = False
@@ -147,10 +178,16 @@ class PriorityDecider:
                 tracked.worker_id = event.target_worker_id
             case Completed() | Failed():
                 del self._tracked[key]
+                if not any(k[0] == event.rollout_id for k in self._tracked):
+                    self._paces.pop(event.rollout_id, None)
         return []
 
+    def _pace_of(self, rollout_id: str) -> float:
+        pace = self._paces.get(rollout_id)
+        return pace.seconds_per_token(self.config) if pace else self.config.seconds_per_token
+
     def _update(self, event: TrajectoryEvent, tracked: _Tracked) -> list[Output]:
-        priority = self.policy.priority(tracked.facts())
+        priority = self.policy.priority(tracked.facts(self._pace_of(event.rollout_id)))
         if not self._is_meaningful(tracked.priority, priority):
             return []
         tracked.priority = priority
@@ -191,6 +228,6 @@ class PriorityDecider:
     def snapshot(self) -> dict[tuple[str, str], tuple[TrajectoryFacts, float, str, bool]]:
         """The state, as a comparable value (replay tests)."""
         return {
-            k: (v.facts(), v.priority, v.worker_id, v.is_generating)
+            k: (v.facts(self._pace_of(k[0])), v.priority, v.worker_id, v.is_generating)
             for k, v in self._tracked.items()
         }

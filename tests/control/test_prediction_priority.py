@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from msgspec.structs import replace
 
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.events import Predicted, Prioritized, Reprioritize, TrajectoryPlaced
-from heddle.policy.predictors import PredictorOptions, make_predictor
+from heddle.policy.predictors import Outcome, PredictorOptions, Progress, make_predictor
 from heddle.policy.priority import priority_policy
 from heddle.traces import TraceStep, TraceTrajectory
 
@@ -38,6 +39,45 @@ def test_prediction_decider_predicts_at_submission_and_at_each_tool_call() -> No
     (third,) = decider.decide(b.tool_called("t0", 1))
     assert isinstance(third, Predicted)
     assert third.predicted_remaining_tokens == 5 and third.num_context_tokens == 160
+
+
+def test_predictions_carry_the_remaining_tool_time() -> None:
+    decider = oracle_decider()  # three steps, 1 s tool calls after the first two
+    (first,) = decider.decide(b.submitted("t0", 0))
+    assert isinstance(first, Predicted) and first.predicted_remaining_tool_s == 2.0
+    decider.decide(b.generated("t0", 0, 30))
+    (second,) = decider.decide(b.tool_called("t0", 0))
+    assert isinstance(second, Predicted) and second.predicted_remaining_tool_s == 2.0  # in flight
+    decider.decide(b.tool_returned("t0", 0, tokens=10))
+    decider.decide(b.generated("t0", 1, 20))
+    (third,) = decider.decide(b.tool_called("t0", 1))
+    assert isinstance(third, Predicted) and third.predicted_remaining_tool_s == 1.0
+
+
+def test_completions_teach_the_predictor_each_step_s_tool_figures() -> None:
+    seen: list[Outcome] = []
+
+    class Recording:
+        name = "recording"
+
+        def predict(self, progress: Progress) -> float:
+            return 0.0
+
+        def observe(self, outcome: Outcome) -> None:
+            seen.append(outcome)
+
+    decider = PredictionDecider(Recording())
+    decider.decide(b.submitted("t0", 0))
+    for step, tokens in enumerate((30, 20)):
+        decider.decide(b.generated("t0", step, tokens))
+        decider.decide(b.tool_called("t0", step))
+        decider.decide(b.tool_returned("t0", step, tokens=7 + step))
+    decider.decide(b.generated("t0", 2, 5))
+    decider.decide(b.completed("t0", 3, 55))
+    (outcome,) = seen
+    assert outcome.step_output_tokens == (30, 20, 5)
+    assert outcome.step_tool_output_tokens == (7, 8, 0)
+    assert len(outcome.step_tool_s) == 3 and outcome.step_tool_s[-1] == 0.0
 
 
 def test_prediction_decider_ignores_duplicates_and_strangers() -> None:
@@ -76,7 +116,8 @@ def placed(traj_id: str, worker_id: str) -> TrajectoryPlaced:
 
 
 def test_pps_prioritises_by_prediction_with_hysteresis() -> None:
-    decider = PriorityDecider(priority_policy("pps"), PriorityConfig(min_relative_change=0.1))
+    config = PriorityConfig(min_relative_change=0.1, seconds_per_token=1.0)
+    decider = PriorityDecider(priority_policy("pps"), config)
     (first,) = decider.decide(b.submitted("t0", 0))
     assert isinstance(first, Prioritized) and first.priority == 0.0
     decider.decide(placed("t0", "w3"))
@@ -121,7 +162,7 @@ def test_plas_lowers_priority_with_attained_service() -> None:
 def test_a_placed_generating_trajectory_is_told_its_current_priority() -> None:
     """The router stamps a request with the priority it last read; the rollout's first
     predictions are prioritised while it places the rollout, so the worker is told."""
-    decider = PriorityDecider(priority_policy("pps"))
+    decider = PriorityDecider(priority_policy("pps"), PriorityConfig(seconds_per_token=1.0))
     decider.decide(b.submitted("t0", 0))
     decider.decide(b.predicted("t0", -1, 1000.0))  # not placed yet: no command
     (command,) = decider.decide(placed("t0", "w3"))
@@ -130,3 +171,19 @@ def test_a_placed_generating_trajectory_is_told_its_current_priority() -> None:
     assert command.command_id == decider.decide(placed("t0", "w3"))[0].command_id  # replayable
     decider.decide(b.tool_called("t0", 0))
     assert decider.decide(placed("t0", "w4")) == []  # in a tool gap: the next request will carry it
+
+
+def test_pps_ranks_by_remaining_time_at_the_measured_pace() -> None:
+    """Tokens count at the rollout's measured seconds per token (the prior until enough are
+    seen), tool seconds as they are."""
+    config = PriorityConfig(seconds_per_token=0.01, min_measured_tokens=100)
+    decider = PriorityDecider(priority_policy("pps"), config)
+    for traj_id in ("talker", "tester"):
+        decider.decide(b.submitted(traj_id, 0))
+    decider.decide(replace(b.predicted("talker", -1, 5000.0), predicted_remaining_tool_s=10.0))
+    decider.decide(replace(b.predicted("tester", -1, 1000.0), predicted_remaining_tool_s=70.0))
+    assert decider.priority_of(b.ROLLOUT, "talker") == pytest.approx(60.0)
+    assert decider.priority_of(b.ROLLOUT, "tester") == pytest.approx(80.0)  # tools: more to go
+    # 200 tokens in 10 s: 0.05 s per token from now on.
+    decider.decide(replace(b.generated("talker", 0, 200), prefill_s=0.0, decode_s=10.0))
+    assert decider.priority_of(b.ROLLOUT, "talker") == pytest.approx(5000 * 0.05 + 10)
