@@ -72,7 +72,8 @@ class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.ge
     num_context_tokens: int
     """Length of the whole context this generation conditions on."""
     num_cached_tokens: int = 0
-    """Prefix tokens the engine already held (not prefilled again)."""
+    """Prefix tokens the engine already held, when known before generating (usually 0: the
+    engine reports it with the result, see ``Generated.num_cached_tokens``)."""
     priority: float = 0.0
     queued_s: float = 0.0
     """Time the step waited on the worker before the engine started it (model time)."""
@@ -92,6 +93,8 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0
     """Tokens prefilled again because the KV cache had been lost (preemption or migration)."""
+    num_cached_tokens: int = 0
+    """Context tokens the engine served from its cache (not prefilled) for this generation."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):

@@ -71,6 +71,7 @@ def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated)
     step.decode_s = event.decode_s
     step.num_preemptions = event.num_preemptions
     step.num_recomputed_tokens = event.num_recomputed_tokens
+    step.num_cached_tokens = max(step.num_cached_tokens, event.num_cached_tokens)
     step.generated_at = event.occurred_at
     if event.num_context_tokens:
         step.num_context_tokens = event.num_context_tokens

@@ -78,6 +78,7 @@ def generated(
         decode_s=result.decode_s,
         num_preemptions=result.num_preemptions,
         num_recomputed_tokens=num_recomputed_tokens,
+        num_cached_tokens=result.num_cached_tokens,
     )
 
 
