@@ -19,8 +19,14 @@ Consumes:
 - ``WorkerFailed``: every trajectory of that worker goes to the live worker with the fewest
   in-flight requests: ``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume)``.
 
+With a KV admission gate (``heddle.control.admission_gate``; Heddle's bundles), the initial
+placement only *plans* each trajectory's worker: a trajectory starts (``TrajectoryPlaced`` +
+``StartTrajectory``) when a worker has KV room for its predicted peak, held ones in the bundle's
+priority order, and the gate is asked again whenever room may have appeared (a trajectory ended,
+moved or was re-predicted, a worker registered). Migrations go only where the target has room.
+
 State (owned by the decider): workers, per-worker in-flight requests, and per rollout its specs,
-first predictions, placer and per-trajectory worker / priority / context.
+first predictions, placer and per-trajectory worker / priority / context; the gate's state.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from heddle.control.admission_gate import AdmissionGate
 from heddle.control.decider import Output
 from heddle.control.placers import Assignment, PlacementRequest, Placer, WorkerInfo
 from heddle.events import (
@@ -67,6 +74,8 @@ class _Trajectory:
     is_generating: bool = False
     requested_target: str = ""
     """The target of the last MigrationRequested not yet Migrated ("" when none)."""
+    rank: int = 0
+    """Rank in the initial placement (presorted: 0 = predicted longest)."""
 
 
 @dataclass(slots=True)
@@ -75,6 +84,8 @@ class _Rollout:
     """-1 until RolloutSubmitted arrives."""
     trajectories: dict[str, _Trajectory] = field(default_factory=dict)
     first_predictions: dict[str, float] = field(default_factory=dict)
+    first_tool_predictions: dict[str, float] = field(default_factory=dict)
+    submitted_at: float = 0.0
     priorities: dict[str, float] = field(default_factory=dict)
     """Priorities seen before placement (the trajectory record takes over afterwards)."""
     placer: Placer | None = None
@@ -99,9 +110,13 @@ class PlacementDecider:
         }
     )
 
-    def __init__(self, make_placer: Callable[[], Placer]) -> None:
-        """``make_placer`` builds one placer per rollout (fresh state, seeded randomness)."""
+    def __init__(
+        self, make_placer: Callable[[], Placer], *, gate: AdmissionGate | None = None
+    ) -> None:
+        """``make_placer`` builds one placer per rollout (fresh state, seeded randomness);
+        ``gate``: start trajectories only as workers have KV room for them."""
         self._make_placer = make_placer
+        self._gate = gate
         self._needs_predictions = make_placer().needs_predictions
         self._workers: dict[str, WorkerInfo] = {}
         self._in_flight: dict[str, int] = {}
@@ -123,11 +138,15 @@ class PlacementDecider:
                 if event.worker_id not in self._workers:
                     self._workers[event.worker_id] = WorkerInfo(event.worker_id, event.tp_degree)
                     self._in_flight[event.worker_id] = 0
-                return self._place_ready(event)
+                    if self._gate is not None:
+                        self._gate.add_worker(event.worker_id, event.max_kv_tokens)
+                return self._place_ready(event) + self._admit(event)
             case WorkerFailed():
                 return self._replace_worker(event)
             case RolloutSubmitted():
-                self._rollout(event.rollout_id).num_trajectories = event.num_trajectories
+                rollout = self._rollout(event.rollout_id)
+                rollout.num_trajectories = event.num_trajectories
+                rollout.submitted_at = event.occurred_at
                 return self._place_ready(event)
             case TrajectorySubmitted():
                 rollout = self._rollout(event.rollout_id)
@@ -146,6 +165,11 @@ class PlacementDecider:
                 if trajectory is not None:
                     trajectory.context_tokens += len(event.output_token_ids)
                     trajectory.output_tokens += len(event.output_token_ids)
+                    if self._gate is not None:
+                        self._gate.generated(event)
+                        self._gate.grew(
+                            (event.rollout_id, event.traj_id), trajectory.context_tokens
+                        )
             case ToolCalled():
                 trajectory = self._trajectory(event.rollout_id, event.traj_id)
                 if trajectory is not None:
@@ -154,8 +178,10 @@ class PlacementDecider:
                 return self._route_next_step(event)
             case Migrated():
                 self._on_migrated(event)
+                return self._admit(event)
             case Completed() | Failed():
                 self._on_finished(event.rollout_id, event.traj_id)
+                return self._admit(event)
         return []
 
     # ---- initial placement -----------------------------------------------------------------
@@ -188,8 +214,36 @@ class PlacementDecider:
         for assignment in placer.place(requests, list(self._workers.values())):
             trajectory = rollout.trajectories[assignment.traj_id]
             trajectory.priority = rollout.priorities.pop(assignment.traj_id, trajectory.priority)
-            outputs += self._start(event, rollout_id, assignment, trajectory, "initial", True)
+            trajectory.rank = assignment.rank
+            if self._gate is None:
+                outputs += self._start(event, rollout_id, assignment, trajectory, "initial", True)
+                continue
+            key = (rollout_id, assignment.traj_id)
+            remaining = rollout.first_predictions.get(assignment.traj_id, 0.0)
+            self._gate.track(
+                key,
+                rollout.submitted_at,
+                trajectory.spec.index,
+                trajectory.context_tokens,
+                remaining,
+            )
+            tool_s = rollout.first_tool_predictions.get(assignment.traj_id, 0.0)
+            self._gate.hold(key, assignment.worker_id, tool_s)
         rollout.priorities.clear()
+        return outputs + self._admit(event)
+
+    def _admit(self, event: Event) -> list[Output]:
+        """Start every held trajectory the gate lets in now, where it says."""
+        if self._gate is None:
+            return []
+        outputs: list[Output] = []
+        for (rollout_id, traj_id), worker_id in self._gate.admit(self._workers):
+            rollout = self._rollouts[rollout_id]
+            trajectory = rollout.trajectories[traj_id]
+            if rollout.placer is not None:
+                rollout.placer.on_moved(traj_id, worker_id)
+            assignment = Assignment(traj_id, worker_id, trajectory.rank)
+            outputs += self._start(event, rollout_id, assignment, trajectory, "initial", True)
         return outputs
 
     def _start(
@@ -246,6 +300,8 @@ class PlacementDecider:
             return []  # a duplicate: this step was routed already
         trajectory.step = step
         trajectory.context_tokens += len(event.output_token_ids)
+        if self._gate is not None:
+            self._gate.grew((event.rollout_id, event.traj_id), trajectory.context_tokens)
         live_loads = self._in_flight
         target = rollout.placer.route(
             event.traj_id, trajectory.worker_id, trajectory.context_tokens, live_loads
@@ -273,11 +329,23 @@ class PlacementDecider:
         if event.step < 0:
             if rollout.placer is None:
                 rollout.first_predictions[event.traj_id] = event.predicted_remaining_tokens
+                rollout.first_tool_predictions[event.traj_id] = event.predicted_remaining_tool_s
                 return self._place_ready(event)
             return []
         trajectory = rollout.trajectories.get(event.traj_id)
         if trajectory is None or rollout.placer is None:
             return []
+        if self._gate is not None:
+            key = (event.rollout_id, event.traj_id)
+            remaining = event.predicted_remaining_tokens
+            self._gate.predicted(key, remaining, event.predicted_remaining_tool_s)
+            return self._request_migration(event, rollout, trajectory) + self._admit(event)
+        return self._request_migration(event, rollout, trajectory)
+
+    def _request_migration(
+        self, event: Predicted, rollout: _Rollout, trajectory: _Trajectory
+    ) -> list[Output]:
+        assert rollout.placer is not None
         # The presorted order is by trajectory length (paper s.5.3): what it generated plus what
         # it is predicted to generate. Ranking by the remaining length alone would send every
         # nearly finished trajectory to the workers of the short group.
@@ -287,6 +355,9 @@ class PlacementDecider:
             return []
         if request.target_id not in self._workers:
             return []
+        key = (event.rollout_id, event.traj_id)
+        if self._gate is not None and not self._gate.has_room(request.target_id, key):
+            return []  # the target cannot hold it: moving would only make it thrash there
         trajectory.requested_target = request.target_id
         return [
             MigrationRequested(
@@ -323,12 +394,16 @@ class PlacementDecider:
         trajectory.requested_target = ""
         if rollout.placer is not None:
             rollout.placer.on_moved(event.traj_id, event.target_worker_id)
+        if self._gate is not None:
+            self._gate.moved((event.rollout_id, event.traj_id), event.target_worker_id)
 
     def _on_finished(self, rollout_id: str, traj_id: str) -> None:
         rollout = self._rollouts.get(rollout_id)
         trajectory = rollout.trajectories.pop(traj_id, None) if rollout else None
         if rollout is None or trajectory is None:
             return
+        if self._gate is not None:
+            self._gate.finished((rollout_id, traj_id))
         if trajectory.is_generating:
             self._stop_generating(trajectory)
         if rollout.placer is not None:
@@ -341,6 +416,8 @@ class PlacementDecider:
         if self._workers.pop(event.worker_id, None) is None:
             return []
         self._in_flight.pop(event.worker_id, None)
+        if self._gate is not None:
+            self._gate.remove_worker(event.worker_id)
         outputs: list[Output] = []
         for rollout_id, rollout in self._rollouts.items():
             if rollout.placer is None:
@@ -357,7 +434,9 @@ class PlacementDecider:
                     event, rollout_id, assignment, trajectory, "replacement", was_generating
                 )
                 rollout.placer.on_moved(traj_id, target)
-        return outputs
+                if self._gate is not None:
+                    self._gate.moved((rollout_id, traj_id), target)
+        return outputs + self._admit(event)
 
     def snapshot(self) -> tuple[object, ...]:
         """The state, as a comparable value (replay tests): workers, in-flight counts, and per
@@ -371,7 +450,8 @@ class PlacementDecider:
             )
             for rollout_id, rollout in self._rollouts.items()
         }
-        return dict(self._workers), dict(self._in_flight), rollouts, frozenset(self._ended)
+        gate = self._gate.snapshot() if self._gate is not None else None
+        return dict(self._workers), dict(self._in_flight), rollouts, frozenset(self._ended), gate
 
     # ---- helpers -----------------------------------------------------------------------------
 

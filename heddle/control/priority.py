@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heddle.control.decider import Output
+from heddle.control.pace import Pace
 from heddle.events import (
     Completed,
     Event,
@@ -65,19 +66,6 @@ class PriorityConfig:
             raise ValueError("priority hysteresis must be >= 0")
         if not self.seconds_per_token > 0 or self.min_measured_tokens < 0:
             raise ValueError("seconds_per_token must be > 0 and min_measured_tokens >= 0")
-
-
-@dataclass(slots=True)
-class _Pace:
-    """A rollout's measured generation seconds and tokens."""
-
-    generation_s: float = 0.0
-    num_tokens: int = 0
-
-    def seconds_per_token(self, config: PriorityConfig) -> float:
-        if self.num_tokens < max(1, config.min_measured_tokens):
-            return config.seconds_per_token
-        return self.generation_s / self.num_tokens
 
 
 @dataclass(slots=True)
@@ -130,7 +118,7 @@ class PriorityDecider:
         self.config = config or PriorityConfig()
         self._tracked: dict[tuple[str, str], _Tracked] = {}
         """(rollout id, trajectory id) -> facts (trajectory ids repeat across rollouts)."""
-        self._paces: dict[str, _Pace] = {}
+        self._paces: dict[str, Pace] = {}
 
     def priority_of(self, rollout_id: str, traj_id: str) -> float | None:
         tracked = self._tracked.get((rollout_id, traj_id))
@@ -160,9 +148,7 @@ class PriorityDecider:
                 num_tokens = len(event.output_token_ids)
                 tracked.attained_service_tokens += num_tokens
                 tracked.attained_service_s += event.prefill_s + event.decode_s
-                pace = self._paces.setdefault(event.rollout_id, _Pace())
-                pace.generation_s += event.prefill_s + event.decode_s
-                pace.num_tokens += num_tokens
+                self._paces.setdefault(event.rollout_id, Pace()).add(event)
                 return self._update(event, tracked)
             case ToolCalled():
                 tracked.is_generating = False
@@ -183,8 +169,9 @@ class PriorityDecider:
         return []
 
     def _pace_of(self, rollout_id: str) -> float:
-        pace = self._paces.get(rollout_id)
-        return pace.seconds_per_token(self.config) if pace else self.config.seconds_per_token
+        pace = self._paces.get(rollout_id, Pace())
+        config = self.config
+        return pace.seconds_per_token(config.seconds_per_token, config.min_measured_tokens)
 
     def _update(self, event: TrajectoryEvent, tracked: _Tracked) -> list[Output]:
         priority = self.policy.priority(tracked.facts(self._pace_of(event.rollout_id)))

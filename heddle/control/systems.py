@@ -10,7 +10,7 @@ Baselines follow the code of the systems they name; they are never tuned down, a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  migration (s.5), annealed heterogeneous TP (s.6).
+  KV admission and migration (s.5), annealed heterogeneous TP (s.6).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -41,6 +41,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from heddle.control.admission import AdmissionConfig
+from heddle.control.admission_gate import AdmissionGate
 from heddle.control.decider import Decider
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import Placer, PresortedPlacer, RouterPlacer
@@ -74,10 +76,18 @@ class SystemSpec:
     eviction: EvictionPolicy = "priority"
     """Engines' prefix-cache eviction under KV pressure: Heddle's engines keep the prefixes of
     high-priority trajectories (``heddle.policy.batching.cache``); baselines run SGLang's LRU."""
+    admission: bool = True
+    """Presorted placement starts a trajectory only when a worker has KV room for its predicted
+    peak (``heddle.control.admission``); routers start every trajectory at once."""
 
     @property
     def uses_predictions(self) -> bool:
         return self.placement == PRESORTED or self.priority in ("pps", "spf")
+
+    @property
+    def admits(self) -> bool:
+        """Whether this bundle's placement runs KV admission."""
+        return self.admission and self.placement == PRESORTED
 
 
 def _heddle(name: str, summary: str, **changes: object) -> SystemSpec:
@@ -158,6 +168,8 @@ class ControlOptions:
     """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
     pps_relative_change: float = 0.05
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
+    admission: AdmissionConfig = AdmissionConfig()
+    """KV admission of the bundles that run it (``SystemSpec.admits``)."""
 
 
 @dataclass(slots=True)
@@ -180,12 +192,19 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     # Placement before priority: when one event moves both (a tool result under round robin),
     # the router's request goes out first and the priority decider's Reprioritize, carrying the
     # priority that event set, lands after it rather than being overwritten by it.
-    deciders.append(PlacementDecider(_placer_factory(spec, options)))
+    deciders.append(PlacementDecider(_placer_factory(spec, options), gate=_gate(spec, options)))
     deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
     return ControlPlane(spec, deciders, engine_config(spec))
+
+
+def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
+    if not spec.admits:
+        return None
+    policy = priority_policy(spec.priority)
+    return AdmissionGate(options.admission, policy, observation_ratio=options.observation_ratio)
 
 
 def engine_config(spec: SystemSpec) -> BatchingConfig:

@@ -1,0 +1,137 @@
+"""The placement decider's KV admission (``heddle.control.admission``), fed from its events.
+
+For each trajectory of a rollout placed under admission it keeps what the admission needs:
+
+- the *footprint*: context so far plus the predicted remaining output and the observations that
+  come with it (``observation_ratio`` per output token, learned from history), the KV the
+  trajectory will hold at its end;
+- while it is held, its *priority* under the bundle's own policy (``heddle.policy.priority``),
+  evaluated on the facts of a trajectory that has not started: its predictions, its
+  submission order, no service attained. That is what the priority decider computes for it
+  too; evaluating it here keeps the held order independent of when ``Prioritized`` events
+  arrive (the first ones come after the rollout is placed). PPS holds the longest predicted
+  remaining time first (LPT), FCFS the earliest submitted.
+
+The rate that turns tokens into time is measured per rollout from ``Generated`` (``Pace``), as
+the priority decider measures it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from heddle.control.admission import AdmissionConfig, Key, KvAdmission
+from heddle.control.pace import Pace
+from heddle.events import Generated
+from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
+
+SUBMISSION_ORDER_S = 1e-6
+"""Trajectories submitted at one instant arrive in submission order (as the priority decider)."""
+
+
+@dataclass(slots=True)
+class _Trajectory:
+    arrival_s: float
+    submitted_at: float
+    context_tokens: int
+    remaining_tokens: float = 0.0
+    remaining_tool_s: float = 0.0
+
+
+class AdmissionGate:
+    def __init__(
+        self,
+        config: AdmissionConfig,
+        policy: PriorityPolicy,
+        *,
+        observation_ratio: float = 1.0,
+        seconds_per_token: float = DEFAULT_SECONDS_PER_TOKEN,
+        min_measured_tokens: int = 1000,
+    ) -> None:
+        if observation_ratio < 0:
+            raise ValueError(f"observation_ratio must be >= 0, got {observation_ratio}")
+        self.admission = KvAdmission(config)
+        self._policy = policy
+        self._growth = (1.0 + observation_ratio) * config.growth_share
+        self._prior_s = seconds_per_token
+        self._min_tokens = min_measured_tokens
+        self._trajectories: dict[Key, _Trajectory] = {}
+        self._paces: dict[str, Pace] = {}
+
+    def add_worker(self, worker_id: str, max_kv_tokens: int) -> None:
+        self.admission.add_worker(worker_id, max_kv_tokens)
+
+    def remove_worker(self, worker_id: str) -> None:
+        self.admission.remove_worker(worker_id)
+
+    def track(
+        self, key: Key, submitted_at: float, index: int, prompt_tokens: int, remaining: float
+    ) -> None:
+        """A trajectory of a rollout placed under admission, with its first prediction."""
+        arrival = submitted_at + index * SUBMISSION_ORDER_S
+        self._trajectories[key] = _Trajectory(arrival, submitted_at, prompt_tokens, remaining)
+
+    def hold(self, key: Key, planned_worker: str, remaining_tool_s: float = 0.0) -> None:
+        trajectory = self._trajectories[key]
+        trajectory.remaining_tool_s = remaining_tool_s
+        priority = self._held_priority(key[0], trajectory)
+        self.admission.hold(key, priority, self._footprint(trajectory), planned_worker)
+
+    def predicted(self, key: Key, remaining_tokens: float, remaining_tool_s: float) -> None:
+        trajectory = self._trajectories.get(key)
+        if trajectory is None:
+            return
+        trajectory.remaining_tokens = remaining_tokens
+        trajectory.remaining_tool_s = remaining_tool_s
+        self._refresh(key, trajectory)
+
+    def grew(self, key: Key, context_tokens: int) -> None:
+        """The trajectory's context is now ``context_tokens`` (a generation or an observation)."""
+        trajectory = self._trajectories.get(key)
+        if trajectory is not None:
+            trajectory.context_tokens = context_tokens
+            self._refresh(key, trajectory)
+
+    def generated(self, event: Generated) -> None:
+        self._paces.setdefault(event.rollout_id, Pace()).add(event)
+
+    def moved(self, key: Key, worker_id: str) -> None:
+        self.admission.moved(key, worker_id)
+
+    def has_room(self, worker_id: str, key: Key) -> bool:
+        return self.admission.has_room(worker_id, key)
+
+    def is_held(self, key: Key) -> bool:
+        return self.admission.is_held(key)
+
+    def finished(self, key: Key) -> None:
+        self._trajectories.pop(key, None)
+        self.admission.release(key)
+        if not any(k[0] == key[0] for k in self._trajectories):
+            self._paces.pop(key[0], None)
+
+    def admit(self, live_workers: Iterable[str]) -> list[tuple[Key, str]]:
+        return self.admission.admit(live_workers)
+
+    def snapshot(self) -> tuple[object, ...]:
+        return self.admission.snapshot(), dict(self._trajectories)
+
+    def _refresh(self, key: Key, trajectory: _Trajectory) -> None:
+        self.admission.update(key, self._footprint(trajectory))
+        if self.admission.is_held(key):
+            self.admission.reprioritize(key, self._held_priority(key[0], trajectory))
+
+    def _footprint(self, trajectory: _Trajectory) -> float:
+        return trajectory.context_tokens + self._growth * trajectory.remaining_tokens
+
+    def _held_priority(self, rollout_id: str, trajectory: _Trajectory) -> float:
+        pace = self._paces.get(rollout_id, Pace())
+        facts = TrajectoryFacts(
+            predicted_remaining_tokens=trajectory.remaining_tokens,
+            predicted_remaining_tool_s=trajectory.remaining_tool_s,
+            seconds_per_token=pace.seconds_per_token(self._prior_s, self._min_tokens),
+            arrival_s=trajectory.arrival_s,
+            step_arrival_s=trajectory.submitted_at,
+        )
+        return self._policy.priority(facts)

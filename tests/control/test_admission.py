@@ -1,0 +1,132 @@
+"""KV admission: budgets are kept, held trajectories start in priority order and only where they
+fit, nothing starts twice, and the placement decider starts the rest as room appears."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from msgspec.structs import replace
+
+from heddle.control.admission import AdmissionConfig, KvAdmission
+from heddle.control.admission_gate import AdmissionGate
+from heddle.control.placement import PlacementDecider
+from heddle.control.placers import PresortedPlacer
+from heddle.events import StartTrajectory, TrajectoryPlaced
+from heddle.policy.cost_model import AnalyticCostModel, preset
+from heddle.policy.priority import priority_policy
+
+from . import builders as b
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("hold"), st.integers(0, 30), st.floats(0, 100), st.integers(1, 400)),
+        st.tuples(st.just("update"), st.integers(0, 30), st.integers(1, 400)),
+        st.tuples(st.just("release"), st.integers(0, 30)),
+        st.tuples(st.just("reprioritize"), st.integers(0, 30), st.floats(0, 100)),
+        st.tuples(st.just("admit"), st.integers(1, 3)),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ops=operations,
+    capacities=st.lists(st.integers(0, 800), min_size=1, max_size=3),
+    late=st.booleans(),
+)
+def test_admission_keeps_budgets_and_priority_order(
+    ops: list[tuple[object, ...]], capacities: list[int], late: bool
+) -> None:
+    config = AdmissionConfig(overcommit=1.0, late_binding=late)
+    admission = KvAdmission(config)
+    workers = [f"w{i}" for i in range(len(capacities))]
+    for worker, capacity in zip(workers, capacities, strict=True):
+        admission.add_worker(worker, capacity)
+    held: dict[tuple[str, str], tuple[float, int, float]] = {}  # priority, order, footprint
+    placed: dict[tuple[str, str], tuple[str, float]] = {}
+    order = 0
+    for op in ops:
+        match op:
+            case ("hold", int(i), float(priority), int(size)):
+                key = ("r", f"t{i}")
+                if key not in held and key not in placed:
+                    order += 1
+                    held[key] = (priority, order, float(size))
+                admission.hold(key, priority, float(size), workers[i % len(workers)])
+            case ("update", int(i), int(size)):
+                key = ("r", f"t{i}")
+                admission.update(key, float(size))
+                if key in held:
+                    held[key] = (held[key][0], held[key][1], float(size))
+                elif key in placed:
+                    placed[key] = (placed[key][0], float(size))
+            case ("release", int(i)):
+                key = ("r", f"t{i}")
+                admission.release(key)
+                held.pop(key, None)
+                placed.pop(key, None)
+            case ("reprioritize", int(i), float(priority)):
+                key = ("r", f"t{i}")
+                admission.reprioritize(key, priority)
+                if key in held:
+                    held[key] = (priority, held[key][1], held[key][2])
+            case ("admit", int(num_live)):
+                live = workers[:num_live]
+                loads = {w: sum(f for v, f in placed.values() if v == w) for w in workers}
+                residents = {w: sum(1 for v, _ in placed.values() if v == w) for w in workers}
+                started = admission.admit(live)
+                expected_order = sorted(held, key=lambda k: (-held[k][0], held[k][1]))
+                assert [key for key, _ in started] == expected_order[: len(started)]
+                for key, worker in started:
+                    assert worker in live
+                    footprint = held.pop(key)[2]
+                    budget = capacities[workers.index(worker)]
+                    assert (
+                        residents[worker] == 0
+                        or budget == 0
+                        or (loads[worker] + footprint <= budget + 1e-9)
+                    )
+                    loads[worker] += footprint
+                    residents[worker] += 1
+                    placed[key] = (worker, footprint)
+                if held and live:
+                    head = expected_order[len(started)]
+                    planned = workers[int(head[1][1:]) % len(workers)]
+                    may_go = live if late or planned not in live else [planned]
+                    assert not any(
+                        residents[w] == 0
+                        or capacities[workers.index(w)] == 0
+                        or loads[w] + held[head][2] <= capacities[workers.index(w)]
+                        for w in may_go
+                    ), "a held head that fits was left waiting"
+    assert all(admission.is_held(key) for key in held)
+    assert not any(admission.is_held(key) for key in placed)
+
+
+def cost_for_tp(tp: int) -> AnalyticCostModel:
+    return preset("qwen3-32b", "h200", tp)
+
+
+def test_the_decider_starts_held_trajectories_as_room_appears() -> None:
+    """Two workers that each hold about one 500k-token peak: the longest predicted start first,
+    one per worker; each completion lets the next longest in; everyone starts once."""
+    gate = AdmissionGate(AdmissionConfig(overcommit=1.0), priority_policy("pps"))
+    decider = PlacementDecider(lambda: PresortedPlacer(cost_for_tp, hysteresis=0.0), gate=gate)
+    outputs: list[object] = []
+    for worker in ("w0", "w1"):
+        outputs += decider.decide(replace(b.worker(worker, 1), max_kv_tokens=600_000))
+    outputs += decider.decide(b.rollout(5))
+    lengths = [100_000.0, 200_000.0, 300_000.0, 400_000.0, 250_000.0]
+    for i in range(len(lengths)):
+        outputs += decider.decide(b.submitted(f"t{i}", i))
+    for i, n in enumerate(lengths):
+        outputs += decider.decide(b.predicted(f"t{i}", -1, n))
+    started = [o.traj_id for o in outputs if isinstance(o, StartTrajectory)]
+    assert started == ["t3", "t2"]  # peaks of 400k and 300k tokens (growth 2x: 800k, 600k)
+    assert {o.worker_id for o in outputs if isinstance(o, TrajectoryPlaced)} == {"w0", "w1"}
+    order = []
+    for done in ("t3", "t2", "t4", "t1", "t0"):
+        outputs = decider.decide(b.completed(done, 1, 5))
+        order += [o.traj_id for o in outputs if isinstance(o, StartTrajectory)]
+    assert order == ["t4", "t1", "t0"]
