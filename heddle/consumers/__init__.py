@@ -2,9 +2,11 @@
 
 - ``slots``: one decider role (prediction, priority, placement, transfer, rollout) with one
   decider per system bundle in use, events routed by their rollout's policy;
-- ``host``: a slot on a durable JetStream pull consumer: replay to its position, then decide
-  live (``pipeline``: outputs stored while the next batch is decided, acknowledgements in order
-  after storage; ``lean``: token lists the deciders only count are not parsed);
+- ``host``: decider units on one durable JetStream pull consumer (the control plane's:
+  ``control-plane``): replay to its position, then decide live (``fanout``: each event decoded
+  once and handed to every unit that handles it, the router first; ``pipeline``: outputs stored
+  while the next batch is decided, acknowledgements in order after storage; ``lean``: token
+  lists the deciders only count are not parsed);
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
 - ``predictors`` / ``history``: the predictor the control plane runs and what it learns from;
 - ``bundles``: the system bundles built with the live deployment's options;
@@ -12,7 +14,7 @@
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions).
 """
 
-from heddle.consumers.host import ConsumerStats, DeciderConsumer, HostConfig
+from heddle.consumers.host import PLANE, ConsumerStats, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.pipeline import ConsumerFailed
 from heddle.consumers.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
@@ -27,6 +29,7 @@ from heddle.consumers.status import (
 
 __all__ = [
     "LIVE_PREDICTORS",
+    "PLANE",
     "SLOTS",
     "ConsumerFailed",
     "ConsumerStats",

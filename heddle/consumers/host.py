@@ -1,27 +1,39 @@
-"""One control-plane slot as a durable JetStream pull consumer: replay, then decide live.
+"""Decider units on one durable JetStream pull consumer: replay, then decide live.
+
+The control plane hosts all its units (the five decider slots and worker liveness) on ONE
+durable, ``<prefix>-plane``: each event is fetched, decoded and acknowledged once and fanned out
+in stream order to every unit that handles it (``heddle.consumers.fanout``). Measured on the
+acceptance rollout (128 coding trajectories, 4 sim workers, 100x), the six durables it replaced
+(one per unit) cost the control plane ~205 us of CPU per event, most of it decoding the same
+event up to six times and reading and acknowledging six deliveries of it (a ``Completed`` is
+~470 KB); see docs/benchmarks.md for the figures after. A consumer of a single unit (tests, a
+slot run alone) is named after that unit: ``<prefix>-<slot>``.
 
 Lifecycle of ``DeciderConsumer.run()``:
 
-1. **Position.** The durable ``control-<slot>``'s ack floor is the last event whose outputs are
-   stored. A durable that does not exist yet adopts the stream as it is: everything already in
-   it counts as handled (its outputs, if any were due, are not produced again), so a control
-   plane started on an old data dir does not re-place old rollouts.
-2. **Replay.** Every event of the slot's kinds up to that position goes through ``decide`` with
-   the outputs discarded (they were published the first time): the state is rebuilt exactly as
-   the simulator would have built it from the same events.
+1. **Position.** The durable's ack floor is the last event whose outputs are stored. A durable
+   that does not exist yet takes the lowest ack floor of the ``legacy`` durables it replaces
+   (the per-slot durables of earlier versions: their unacknowledged tail is decided again, the
+   outputs' ids de-duplicate), or else adopts the stream as it is: everything already in it
+   counts as handled, so a control plane started on an old data dir does not re-place old
+   rollouts.
+2. **Replay.** Every event of the units' kinds up to that position is decoded once and folded
+   into each unit that handles it, outputs discarded (they were published the first time): the
+   state is rebuilt exactly as the simulator would have built it from the same events.
 3. **Live.** The durable is recreated at position + 1 (so the unacknowledged tail is delivered
    at once, whatever the server's redelivery timers say) and driven by
-   ``heddle.consumers.pipeline.PipelinedRunner``: each batch is decided event by event in stream
-   order as soon as it arrives, its outputs go out in order (``publish_many``, ids derived from
-   the input, so a re-run after a crash stores nothing twice) while the next batch is decided,
-   and batches are acknowledged in order, each only once its outputs are stored.
+   ``heddle.consumers.pipeline.PipelinedRunner``: each batch is decided in stream order as soon
+   as it arrives, the ``first`` units' outputs (the router's) go out before the other units
+   decide, every output is published with ids derived from its input (a re-run after a crash
+   stores nothing twice), and batches are acknowledged in order, each only once its outputs are
+   stored. The legacy durables are then deleted.
 
 A delivery at or below the position is a redelivery of an event already decided (an ack lost in
-a reconnect): it is acknowledged without deciding it again. An event the deciders refuse (a
-submission naming no bundle, or a decider raising) is dead-lettered and the rest of the batch
-goes on; in replay the same event is skipped the same way. Outputs that cannot be published
-within the bus's retry deadline stop the consumer with ``ConsumerFailed``: its state is ahead of
-what is stored, so the host rebuilds it from the stream rather than go on.
+a reconnect): it is acknowledged without deciding it again. An event a unit refuses (a
+submission naming no bundle, or a decider raising) is dead-lettered and the others still decide
+it; in replay the same event is skipped the same way. Outputs that cannot be published within
+the bus's retry deadline stop the consumer with ``ConsumerFailed``: its state is ahead of what
+is stored, so the host rebuilds it from the stream rather than go on.
 """
 
 from __future__ import annotations
@@ -29,53 +41,46 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Protocol, cast
-
-from heddle.bus import (
-    Bus,
-    ConsumerSpec,
-    Delivery,
-    Rejection,
-    ReplayQuery,
-    ReplayRecord,
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Sequence,
 )
+from dataclasses import dataclass, field
+from typing import cast
+
+from heddle.bus import Bus, ConsumerSpec, Delivery, Rejection, ReplayQuery, ReplayRecord
+from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
 from heddle.consumers.lean import decoder_for
 from heddle.consumers.pipeline import PipelinedRunner
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
-from heddle.events import Event, EventT
+from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.observability.metrics import BatchObserver
 
 log = logging.getLogger(__name__)
 
-
-class Hosted(Protocol):
-    """What a consumer hosts: a slot's deciders (``SlotDeciders``) or the liveness fold."""
-
-    @property
-    def slot(self) -> str: ...
-
-    @property
-    def handles(self) -> frozenset[type[Event]]: ...
-
-    def decide(self, event: Event) -> list[Output]: ...
-
-
 _LATENCY_WINDOW = 4096
+PLANE = "plane"
+"""Durable suffix of a consumer hosting several units (``<prefix>-plane``)."""
+
+__all__ = ["PLANE", "ConsumerStats", "DeciderConsumer", "HostConfig", "Hosted", "UnitStats"]
 
 
 @dataclass(frozen=True, slots=True)
 class HostConfig:
     durable_prefix: str = "control"
-    """Durable names are ``<prefix>-<slot>``."""
+    """Durable names are ``<prefix>-plane`` (``<prefix>-<slot>`` for a single unit)."""
     batch_size: int = 64
     """Most events decided (and their outputs published) per acknowledgement. Small batches
-    bound how long one consumer holds the event loop that every slot of the process shares, so
-    a step event waits at most for a short burst of other decisions."""
+    bound how long one batch holds the event loop, so a step event waits at most for a short
+    burst of other decisions."""
     max_ack_pending: int = 4096
     ack_wait_s: float = 120.0
     """Longer than the bus's publish retry deadline, so a batch whose outputs are still being
@@ -85,8 +90,8 @@ class HostConfig:
     """Events before this stream sequence belong to other runs: never replayed nor decided
     (a control plane of one isolated run, e.g. each run of ``heddle rollout compare``)."""
 
-    def durable(self, slot: str) -> str:
-        return f"{self.durable_prefix}-{slot}"
+    def durable(self, name: str) -> str:
+        return f"{self.durable_prefix}-{name}"
 
 
 @dataclass(slots=True)
@@ -102,35 +107,45 @@ class ConsumerStats:
     num_rejected: int = 0
     num_redelivered: int = 0
     num_pending: int = 0
-    """Events of the slot's kinds in the stream after the last delivery (the lag)."""
+    """Events of the units' kinds in the stream after the last delivery (the lag)."""
     is_live: bool = False
     batch_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
-    """Recent batches: from the handler's start to its outputs stored (milliseconds)."""
+    """Recent batches: time spent deciding them, all units and stages (milliseconds)."""
     age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     """Recent batches: age of their newest event when decided (its publisher's clock to ours:
     stream, delivery and queueing delay, in milliseconds)."""
+    units: dict[str, UnitStats] = field(default_factory=dict)
+    """Per hosted unit: events decided, outputs, refusals and time spent."""
 
 
 class DeciderConsumer:
-    """Hosts one slot (its deciders for every bundle in use) on a durable consumer."""
+    """Hosts decider units (one, or the whole control plane) on one durable consumer."""
 
     def __init__(
         self,
         bus: Bus,
-        slot: Hosted,
+        units: Hosted | Sequence[Hosted],
         config: HostConfig | None = None,
         *,
+        first: Collection[str] = (),
+        legacy: Sequence[str] = (),
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
         on_batch: BatchObserver | None = None,
     ) -> None:
+        """``first``: units whose outputs go out before the others decide the same batch;
+        ``legacy``: durables this one replaces (see the module docstring)."""
+        hosted = list(units) if isinstance(units, Sequence) else [units]
+        if not hosted:
+            raise ValueError("a consumer hosts at least one unit")
         self.bus = bus
-        self.slot = slot
         self.config = config = config or HostConfig()
-        self.durable = config.durable(slot.slot)
-        self.filter_subjects = filter_subjects(slot.handles)
-        self.stats = ConsumerStats(self.durable)
-        self._decode = decoder_for(slot.slot)
+        self.durable = config.durable(hosted[0].slot if len(hosted) == 1 else PLANE)
+        self.fanout = FanOut(hosted, first=first, clock=clock)
+        self.filter_subjects = filter_subjects(self.fanout.handles)
+        self.legacy = [name for name in legacy if name != self.durable]
+        self.stats = ConsumerStats(self.durable, units=self.fanout.stats)
+        self._decode = decoder_for(*(unit.slot for unit in hosted))
         self._clock = clock
         self._wall = wall
         self._on_batch = on_batch
@@ -168,7 +183,7 @@ class DeciderConsumer:
         self._runner = PipelinedRunner(self.bus, spec, self._decode, self._decide)
         self.stats.is_live = True
         try:
-            await self._runner.run()
+            await self._runner.run(on_provisioned=self._forget_legacy)
         finally:
             self.stats.is_live = False
             self._runner = None
@@ -176,14 +191,26 @@ class DeciderConsumer:
 
     async def position(self) -> int:
         """The last stream sequence whose outputs are stored (see the module docstring)."""
+        floor = self.config.since_sequence - 1
         state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
-        if state is None:
-            last = (await self.bus.stream_state()).last_sequence
-            return max(last, self.config.since_sequence - 1)
-        return max(state.ack_floor_sequence, self.config.since_sequence - 1)
+        if state is not None:
+            return max(state.ack_floor_sequence, floor)
+        floors = []
+        for name in self.legacy:
+            legacy = await self.bus.consumer_state(EVENTS_STREAM, name)
+            if legacy is not None:
+                floors.append(legacy.ack_floor_sequence)
+        if floors:
+            return max(min(floors), floor)
+        return max((await self.bus.stream_state()).last_sequence, floor)
+
+    async def _forget_legacy(self) -> None:
+        for name in self.legacy:
+            if await self.bus.delete_consumer(EVENTS_STREAM, name):
+                log.info("%s replaces durable %s (deleted)", self.durable, name)
 
     async def replay(self, position: int) -> None:
-        """Fold every event of the slot's kinds up to ``position`` into the state."""
+        """Fold every event of the units' kinds up to ``position`` into the state."""
         self.stats.position = position
         if position <= 0:
             return
@@ -199,7 +226,7 @@ class DeciderConsumer:
                 for record in batch:
                     if record.stream_sequence > position or self._stopping:
                         return
-                    self._fold(record.message, record.stream_sequence)
+                    self._fold(record)
                     self.stats.num_replayed += 1
         finally:
             await batches.aclose()
@@ -207,45 +234,38 @@ class DeciderConsumer:
     def _replay_batches(self, query: ReplayQuery) -> AsyncIterator[list[ReplayRecord[EventT]]]:
         return self.bus.replay(query, self._decode).batches()
 
-    def _fold(self, event: Event, sequence: int) -> list[Output]:
-        try:
-            return self.slot.decide(event)
-        except UnknownPolicy:
-            return []
-        except Exception:
-            log.exception("%s: replay skips #%d (refused when live)", self.durable, sequence)
-            return []
+    def _fold(self, record: ReplayRecord[EventT]) -> None:
+        for unit, exc in self.fanout.fold(record.message):
+            if not isinstance(exc, UnknownPolicy):
+                log.error(
+                    "%s: replay skips #%d in %s (refused when live): %r",
+                    self.durable, record.stream_sequence, unit.slot, exc,
+                )  # fmt: skip
 
-    def _decide(self, batch: list[Delivery[EventT]]) -> tuple[list[Output], list[Rejection]]:
-        """Decide a batch in stream order; the runner stores the outputs, then acknowledges."""
+    def _decide(
+        self, batch: list[Delivery[EventT]]
+    ) -> Iterator[tuple[list[Output], list[Rejection]]]:
+        """Decide a batch in stream order, stage by stage (the runner stores each stage's
+        outputs before asking for the next, and acknowledges once all are stored)."""
         started, received_at = self._clock(), self._wall()
-        outputs: list[Output] = []
-        rejections: list[Rejection] = []
         stats = self.stats
-        for delivery in batch:
-            if delivery.stream_sequence <= stats.position:
-                stats.num_redelivered += 1
-                continue
-            try:
-                outputs += self.slot.decide(delivery.message)
-            except Exception as exc:
-                rejections.append(Rejection(delivery, _reason(exc)))
-                if not isinstance(exc, UnknownPolicy):
-                    log.exception("%s: refused #%d", self.durable, delivery.stream_sequence)
-            stats.position = delivery.stream_sequence
-            stats.num_decided += 1
-        stats.num_rejected += len(rejections)
-        stats.num_outputs += len(outputs)
+        fresh = [delivery for delivery in batch if delivery.stream_sequence > stats.position]
+        stats.num_redelivered += len(batch) - len(fresh)
+        outputs: list[Output] = []
+        elapsed_s = 0.0  # deciding only: not the pauses while a stage's outputs go out
+        if fresh:
+            stats.position = fresh[-1].stream_sequence
+            stats.num_decided += len(fresh)
+            stats.age_ms.append((received_at - fresh[-1].message.occurred_at) * 1000.0)
+            for stage_outputs, rejections in self.fanout.decide(fresh):
+                stats.num_outputs += len(stage_outputs)
+                stats.num_rejected += len({r.delivery.stream_sequence for r in rejections})
+                outputs += stage_outputs
+                elapsed_s += self._clock() - started
+                yield stage_outputs, rejections
+                started = self._clock()
         stats.num_pending = batch[-1].num_pending
-        stats.age_ms.append((received_at - batch[-1].message.occurred_at) * 1000.0)
-        elapsed_s = self._clock() - started
+        elapsed_s += self._clock() - started
         stats.batch_ms.append(elapsed_s * 1000.0)
         if self._on_batch is not None:  # metrics (heddle.observability)
-            self._on_batch([delivery.message for delivery in batch], outputs, elapsed_s)
-        return outputs, rejections
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, UnknownPolicy):
-        return str(exc)
-    return f"decider failed: {type(exc).__name__}: {exc}"
+            self._on_batch([delivery.message for delivery in fresh], outputs, elapsed_s)

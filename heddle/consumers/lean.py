@@ -140,5 +140,6 @@ decode_for_placement = make_decoder(WHOLE_IN_PLACEMENT)
 """Keeps what ``StartTrajectory`` and ``ContinueTrajectory`` pass on to workers."""
 
 
-def decoder_for(slot: str) -> EventDecoder:
-    return decode_for_placement if slot == "placement" else decode_for_deciders
+def decoder_for(*slots: str) -> EventDecoder:
+    """The decoder of a consumer hosting ``slots``: whole where one of them passes ids on."""
+    return decode_for_placement if "placement" in slots else decode_for_deciders

@@ -9,6 +9,9 @@ decision latency. This loop keeps the round trips off the critical path:
   at once;
 - each batch is decided as soon as it is taken, and its outputs start on their way
   (``publish_many`` in a task) while the next batch is decided;
+- a batch is decided in *stages* (``decide`` yields one list of outputs per stage): a stage's
+  outputs are sent before the next stage is decided, so the router's commands (the first stage
+  of the control plane) never wait for the slower deciders of the same batch;
 - acknowledgements go out strictly in order, each once its batch's outputs are stored (and its
   refused events dead-lettered): the consumer acknowledges all up to a sequence at once, so an
   acknowledgement never covers an event whose outputs are not stored.
@@ -24,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
@@ -44,8 +47,10 @@ _NAK = b"-NAK"
 _WAIT_MARGIN_S = 2.0
 _MAX_PAYLOAD_CHARS = 4096
 
-Decide = Callable[[list[Delivery[EventT]]], tuple[list[Output], list[Rejection]]]
-"""Decides a batch (synchronously): its outputs in order and the deliveries it refused."""
+Stage = tuple[list[Output], list[Rejection]]
+"""One stage of a batch's decisions: its outputs in order and the deliveries it refused."""
+Decide = Callable[[list[Delivery[EventT]]], Iterable[Stage]]
+"""Decides a batch, stage by stage (each stage synchronously, when the runner asks for it)."""
 
 
 class ConsumerFailed(RuntimeError):
@@ -65,8 +70,8 @@ class _Refused:
 
 @dataclass(slots=True)
 class _InFlight:
-    stored: asyncio.Task[None]
-    """Publishes the batch's outputs and dead letters."""
+    stored: list[asyncio.Task[None]]
+    """Publish the batch's outputs (one task per stage) and dead letters."""
     last_reply: bytes
     """Acknowledging this one acknowledges the whole batch (and everything before it)."""
 
@@ -92,8 +97,11 @@ class PipelinedRunner:
         if self._inbox is not None:
             self._inbox.interrupt()
 
-    async def run(self) -> None:
+    async def run(self, *, on_provisioned: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Drive the durable until ``stop()``; ``on_provisioned`` runs once it is (re)created."""
         await provision_consumer(self.bus.js, self.spec)
+        if on_provisioned is not None:
+            await on_provisioned()
         spec = self.spec
         inbox = self._inbox = await PullInbox(self.bus.client, spec.stream, spec.durable).open()
         acking = asyncio.create_task(self._acknowledge())
@@ -101,7 +109,7 @@ class PipelinedRunner:
             while not self._stopping and not acking.done():
                 raws = await self._take(inbox)
                 if raws:
-                    self._start(raws)
+                    await self._start(raws)
         finally:
             self._in_flight.put_nowait(None)
             with contextlib.suppress(asyncio.CancelledError):
@@ -123,14 +131,21 @@ class PipelinedRunner:
             await inbox.wait(1, wait_s + _WAIT_MARGIN_S)
         return inbox.take(batch_size)
 
-    def _start(self, raws: list[RawMessage]) -> None:
+    async def _start(self, raws: list[RawMessage]) -> None:
+        """Decide the batch stage by stage, each stage's outputs sent before the next stage is
+        decided; queue its acknowledgement behind their storage."""
         deliveries, refused = self._decode_all(raws)
-        outputs, rejections = self._decide(deliveries) if deliveries else ([], [])
-        for rejection in rejections:
-            d = rejection.delivery
-            reason = rejection.reason
-            refused.append(_Refused(d.subject, d.ack_subject, d.stream_sequence, d.data, reason))
-        stored = asyncio.create_task(self._store(outputs, refused))
+        stored: list[asyncio.Task[None]] = []
+        rejected: dict[int, _Refused] = {}
+        for outputs, rejections in self._decide(deliveries) if deliveries else ():
+            for rejection in rejections:
+                _merge(rejected, rejection)
+            if outputs:
+                stored.append(asyncio.create_task(self._store(outputs, [])))
+                await _let_writes_out()
+        refused += rejected.values()
+        if refused or not stored:
+            stored.append(asyncio.create_task(self._store([], refused)))
         self._in_flight.put_nowait(_InFlight(stored, raws[-1].reply))
 
     def _decode_all(
@@ -190,8 +205,30 @@ class PipelinedRunner:
             if batch is None:
                 return
             try:
-                await batch.stored
+                for stored in batch.stored:
+                    await stored
             except ConsumerFailed:
                 self.stop()
                 raise
             await self.bus.client.publish(batch.last_reply.decode(), _ACK)
+
+
+def _merge(rejected: dict[int, _Refused], rejection: Rejection) -> None:
+    """One dead letter per refused event, whatever number of deciders refused it."""
+    d = rejection.delivery
+    earlier = rejected.get(d.stream_sequence)
+    reason = rejection.reason
+    if earlier is not None:
+        if reason in earlier.reason:
+            return
+        reason = f"{earlier.reason}; {reason}"
+    rejected[d.stream_sequence] = _Refused(
+        d.subject, d.ack_subject, d.stream_sequence, d.data, reason
+    )
+
+
+async def _let_writes_out() -> None:
+    """Yield twice: once for the publishing task to hand its messages to the client, once for
+    the client's flusher to write them to the socket."""
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)

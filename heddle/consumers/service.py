@@ -1,27 +1,30 @@
-"""The control plane process: one consumer per decider slot, worker liveness, the ledger projector.
+"""The control plane process: the decider slots and worker liveness on one durable consumer,
+and the ledger projector.
 
 ``ControlPlaneService(settings, config).run(stop)`` connects to NATS (or the data dir's embedded
 server), then supervises, concurrently:
 
-- a ``DeciderConsumer`` per slot (prediction, priority, placement, transfer, rollout), each with
-  one decider per system bundle in use (``heddle.consumers.slots``); the prediction slot shares
-  one predictor (``heddle.consumers.predictors``), taught at start by the history trace files and,
-  after its replay, by earlier rollouts in the ledger;
-- worker liveness (``heddle.consumers.liveness``): its fold on the ``control-liveness`` durable
-  and a check every ``liveness_check_s`` once that consumer has caught up;
+- the deciders: one ``SlotDeciders`` per slot (prediction, placement, priority, transfer,
+  rollout), each with one decider per system bundle in use (``heddle.consumers.slots``), and the
+  worker liveness fold (``heddle.consumers.liveness``), all hosted by ONE ``DeciderConsumer`` on
+  the durable ``<prefix>-plane``: each event is decoded once and fanned out to the units that
+  handle it, the router (placement) first. The prediction slot shares one predictor
+  (``heddle.consumers.predictors``), taught at start by the history trace files and, after the
+  replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
+  once every event stored before it is folded in;
 - the ledger projector (``heddle.ledger.Projector``), unless disabled;
 - ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``.
 
-A unit that fails (a consumer whose outputs could not be stored, a lost database) is rebuilt from
-the stream after a pause: the same recovery as a process restart, without one. ``ready`` is set
-once every consumer is live and the first liveness check has run (stale workers of earlier runs
-are then declared failed), which is when a launcher may start workers and submit.
+A unit that fails (the deciders' consumer when outputs could not be stored, a lost database) is
+rebuilt from the stream after a pause: the same recovery as a process restart, without one.
+``ready`` is set once the deciders are live and the first liveness check has run (stale workers
+of earlier runs are then declared failed), which is when a launcher may start workers and
+submit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import time
@@ -33,11 +36,16 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers.bundles import bundle_factory, control_options
 from heddle.consumers.history import ledger_history
-from heddle.consumers.host import DeciderConsumer, HostConfig
+from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import LIVENESS_SLOT, WorkerLiveness
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
-from heddle.consumers.status import ControlPlaneStatus, consumer_report, write_status
+from heddle.consumers.status import (
+    ControlPlaneStatus,
+    consumer_report,
+    slot_report,
+    write_status,
+)
 from heddle.control import ControlOptions
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, Projector, open_ledger
@@ -48,6 +56,22 @@ from heddle.traces import TraceTrajectory, read_trace
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 10.0
+_FOLD_POLL_S = 0.01
+DECIDERS = "deciders"
+"""Name of the deciders' unit (supervision, restarts)."""
+ROUTER_SLOT = "placement"
+"""Decides each batch first: its commands go out before the other slots decide."""
+
+
+async def _folded(consumer: DeciderConsumer, sequence: int, timeout_s: float) -> bool:
+    """Wait until the consumer has folded in every event up to ``sequence`` (False: it did
+    not within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while consumer.stats.position < sequence:
+        if time.monotonic() > deadline or not consumer.stats.is_live:
+            return False
+        await asyncio.sleep(_FOLD_POLL_S)
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +112,7 @@ class ControlPlaneService:
         self.ready = asyncio.Event()
         self.started_at = time.time()
         self.consumers: dict[str, DeciderConsumer] = {}
+        """The deciders' consumer under ``DECIDERS`` (one entry: all units share it)."""
         self.slots: dict[str, SlotDeciders] = {}
         self.restarts: dict[str, int] = {}
         self.hooks: PredictionHooks | None = None
@@ -111,9 +136,8 @@ class ControlPlaneService:
             if self.config.project_ledger or self.config.learn_from_ledger:
                 self._ledger = await asyncio.to_thread(open_ledger, self.settings.ledger_url)
             units: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-                (slot, functools.partial(self._run_slot, slot)) for slot in SLOTS
+                (DECIDERS, self._run_deciders)
             ]
-            units.append(("liveness", self._run_liveness))
             if self.config.project_ledger:
                 units.append(("projector", self._run_projector))
             tasks = [asyncio.create_task(self._supervise(name, unit)) for name, unit in units]
@@ -156,32 +180,32 @@ class ControlPlaneService:
 
     # ---- units ------------------------------------------------------------------------------
 
-    async def _run_slot(self, slot: str) -> None:
+    async def _run_deciders(self) -> None:
+        """The slots and liveness on one consumer, with the liveness checks beside it."""
         bus = self._require_bus()
-        hooks = self._new_prediction_hooks() if slot == "prediction" else None
-        deciders = SlotDeciders(slot, self._bundle_factory(hooks), hooks)
-        self.slots[slot] = deciders
+        hooks = self._new_prediction_hooks()
+        self.slots = {slot: self._new_slot(slot, hooks) for slot in SLOTS}
+        liveness = self.liveness = WorkerLiveness(self.config.worker_timeout_s)
         observer = None  # metrics cost ~3% of the control plane's CPU: only when served
+        host = self.config.host
         if self.config.metrics_port:
-            durable = self.config.host.durable(slot)
-            observer = self.metrics.batch_observer(durable, observe_inputs=slot == "prediction")
-        consumer = DeciderConsumer(bus, deciders, self.config.host, on_batch=observer)
-        self.consumers[slot] = consumer
-        on_replayed = None
-        if hooks is not None and self.config.learn_from_ledger:
+            observer = self.metrics.batch_observer(host.durable(PLANE), observe_inputs=True)
+        consumer = DeciderConsumer(
+            bus,
+            [*self.slots.values(), liveness],
+            host,
+            first=(ROUTER_SLOT,),
+            legacy=[host.durable(slot) for slot in (*SLOTS, LIVENESS_SLOT)],
+            on_batch=observer,
+        )
+        self.consumers = {DECIDERS: consumer}
+        prediction = self.slots["prediction"]
 
-            async def on_replayed() -> None:
-                await self._learn_from_ledger(hooks, deciders)
+        async def on_replayed() -> None:
+            if self.config.learn_from_ledger:
+                await self._learn_from_ledger(hooks, prediction)
 
-        await consumer.run(on_replayed=on_replayed)
-
-    async def _run_liveness(self) -> None:
-        bus = self._require_bus()
-        liveness = WorkerLiveness(self.config.worker_timeout_s)
-        consumer = DeciderConsumer(bus, liveness, self.config.host)
-        self.liveness = liveness
-        self.consumers[liveness.slot] = consumer
-        run = asyncio.create_task(consumer.run())
+        run = asyncio.create_task(consumer.run(on_replayed=on_replayed))
         checks = asyncio.create_task(self._check_liveness(consumer, liveness))
         done, _ = await asyncio.wait({run, checks}, return_when=asyncio.FIRST_COMPLETED)
         if checks in done:
@@ -194,15 +218,22 @@ class ControlPlaneService:
         run.result()
 
     async def _check_liveness(self, consumer: DeciderConsumer, liveness: WorkerLiveness) -> None:
+        """Every ``liveness_check_s``: declare silent workers failed, once every event stored
+        before the check (every heartbeat sent before it) is folded in. The consumer being
+        busy (batches awaiting acknowledgement) does not delay the check; the consumer lagging
+        (events stored but not yet delivered) does."""
         bus = self._require_bus()
         while True:
             await asyncio.sleep(self.config.liveness_check_s)
             if not consumer.stats.is_live:
                 continue
+            now_s = time.time()
             state = await bus.consumer_state(EVENTS_STREAM, consumer.durable)
-            if state is None or state.num_pending or state.num_ack_pending:
-                continue  # decide on silence only once every heartbeat sent is folded in
-            failures = liveness.check(time.time())
+            if state is None or state.num_pending:
+                continue
+            if not await _folded(consumer, state.delivered_sequence, self.config.liveness_check_s):
+                continue
+            failures = liveness.check(now_s)
             if failures:
                 for failure in failures:
                     log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
@@ -215,7 +246,7 @@ class ControlPlaneService:
         await self.projector.run()
 
     def _lag_tracker(self, bus: Bus) -> ConsumerLagTracker:
-        durables = [self.config.host.durable(slot) for slot in (*SLOTS, LIVENESS_SLOT)]
+        durables = [self.config.host.durable(PLANE)]
         if self.config.project_ledger:
             durables.append(LEDGER_CONSUMER)
         refs = [ConsumerRef(EVENTS_STREAM, durable) for durable in durables]
@@ -241,6 +272,12 @@ class ControlPlaneService:
         count = hooks.learn_history(history)
         log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
 
+    def _new_slot(self, slot: str, hooks: PredictionHooks) -> SlotDeciders:
+        """A slot's deciders; only the prediction slot predicts (with the shared predictor)."""
+        if slot != "prediction":
+            return SlotDeciders(slot, self._bundle_factory(None))
+        return SlotDeciders(slot, self._bundle_factory(hooks), hooks)
+
     def _bundle_factory(self, hooks: PredictionHooks | None) -> BundleFactory:
         if self._options is None:
             config = self.config
@@ -257,9 +294,8 @@ class ControlPlaneService:
 
     @property
     def is_ready(self) -> bool:
-        units = [*SLOTS, "liveness"]
-        live = all(u in self.consumers and self.consumers[u].stats.is_live for u in units)
-        return live and self._liveness_checked
+        consumer = self.consumers.get(DECIDERS)
+        return consumer is not None and consumer.stats.is_live and self._liveness_checked
 
     async def _report_status(self) -> None:
         while not self._stopping:
@@ -294,6 +330,11 @@ class ControlPlaneService:
             consumers=[
                 consumer_report(consumer.stats, self.restarts.get(name, 0))
                 for name, consumer in self.consumers.items()
+            ],
+            slots=[
+                slot_report(stats)
+                for consumer in self.consumers.values()
+                for stats in consumer.stats.units.values()
             ],
         )
 

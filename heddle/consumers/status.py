@@ -4,11 +4,12 @@ Two sources:
 
 - ``<data_dir>/control-plane.json``, rewritten about once a second by a running control plane:
   its pid, whether it is ready (every consumer replayed and live, stale workers declared), and
-  per consumer its position, lag, counts and recent batch latencies; the live workers; the
-  predictor. ``read_status`` returns it (None when absent or unreadable).
-- JetStream itself: each consumer's durable (``control-<slot>``, ``control-liveness``) holds its
-  acknowledged position and pending count, readable from anywhere with ``consumer_positions``
-  (no access to the control plane's host needed).
+  per consumer its position, lag, counts and recent batch latencies, per decider unit its
+  counts and decision times; the live workers; the predictor. ``read_status`` returns it
+  (None when absent or unreadable).
+- JetStream itself: the control plane's durable (``control-plane``) holds its acknowledged
+  position and pending count, readable from anywhere with ``consumer_positions`` (no access to
+  the control plane's host needed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import msgspec
 
 from heddle.bus import Bus
-from heddle.consumers.host import ConsumerStats
+from heddle.consumers.host import ConsumerStats, UnitStats
 from heddle.events.subjects import EVENTS_STREAM
 
 STATUS_FILE = "control-plane.json"
@@ -44,6 +45,19 @@ class ConsumerReport(msgspec.Struct, frozen=True, kw_only=True):
     age_ms_p99: float = 0.0
 
 
+class SlotReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One decider unit of the control plane's consumer: its share of the work."""
+
+    slot: str
+    num_decided: int
+    num_outputs: int
+    num_rejected: int
+    decide_ms_p50: float = 0.0
+    """Time the unit spent on a batch it had events of (milliseconds)."""
+    decide_ms_p99: float = 0.0
+    decide_ms_max: float = 0.0
+
+
 class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     started_at: float
@@ -56,6 +70,8 @@ class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
     policies: list[str] = []
     live_workers: list[str] = []
     consumers: list[ConsumerReport] = []
+    slots: list[SlotReport] = []
+    """The units the consumers host (slots and liveness), with their decision times."""
 
 
 class DurablePosition(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +99,19 @@ def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerRepo
         batch_ms_max=latencies[-1] if latencies else 0.0,
         age_ms_p50=_quantile(ages, 0.5),
         age_ms_p99=_quantile(ages, 0.99),
+    )
+
+
+def slot_report(stats: UnitStats) -> SlotReport:
+    times = sorted(stats.decide_ms)
+    return SlotReport(
+        slot=stats.slot,
+        num_decided=stats.num_decided,
+        num_outputs=stats.num_outputs,
+        num_rejected=stats.num_rejected,
+        decide_ms_p50=_quantile(times, 0.5),
+        decide_ms_p99=_quantile(times, 0.99),
+        decide_ms_max=times[-1] if times else 0.0,
     )
 
 

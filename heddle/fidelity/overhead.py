@@ -78,6 +78,10 @@ class OverheadResult:
                 c["durable"]: {"p50": c["batch_ms_p50"], "p99": c["batch_ms_p99"]}
                 for c in bench["consumers"]
             },
+            "control_decide_ms": {
+                u["slot"]: {"p50": u["decide_ms_p50"], "p99": u["decide_ms_p99"]}
+                for u in bench["slots"]
+            },
             "target_p99_ms": TARGET_P99_MS,
             "meets_target": bench["num_samples"] > 0 and self.p99_ms < TARGET_P99_MS,
         }

@@ -293,4 +293,5 @@ async def run_control_bench(
     document["consumers"] = (
         [msgspec.to_builtins(c) for c in status.consumers] if status is not None else []
     )
+    document["slots"] = [msgspec.to_builtins(u) for u in status.slots] if status is not None else []
     return document

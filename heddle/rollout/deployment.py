@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from heddle.bus import Bus, ReplayQuery
-from heddle.consumers import ControlPlaneConfig, read_status
+from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
 from heddle.consumers.liveness import LIVENESS_SLOT
 from heddle.consumers.slots import SLOTS
@@ -96,9 +96,10 @@ def _migrate(ledger_url: str) -> None:
 
 
 async def delete_control_durables(bus: Bus, prefix: str) -> None:
-    """Remove the durables of an isolated control plane run (``<prefix>-<slot>``)."""
-    for slot in (*SLOTS, LIVENESS_SLOT):
-        await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{slot}")
+    """Remove the durable of an isolated control plane run (``<prefix>-plane``, and the
+    per-slot ``<prefix>-<slot>`` of earlier versions)."""
+    for name in (PLANE, *SLOTS, LIVENESS_SLOT):
+        await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{name}")
 
 
 class LocalDeployment:

@@ -1,6 +1,8 @@
-"""A slot on a real durable consumer: decides live and publishes, rebuilds its state by replay
-after a restart without deciding anything twice, adopts the past of a stream it first meets,
-dead-letters refused events and keeps going."""
+"""Decider units on a real durable consumer: decides live and publishes, rebuilds its state by
+replay after a restart without deciding anything twice, adopts the past of a stream it first
+meets, dead-letters refused events and keeps going; several units share one durable (each
+event decided by every unit that handles it, refused ones dead-lettered once), which resumes
+from the per-slot durables it replaces."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.consumers.host import DeciderConsumer, HostConfig
+from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.slots import SlotDeciders
 from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
 from heddle.events import (
@@ -17,8 +20,9 @@ from heddle.events import (
     Event,
     RolloutFinished,
     RolloutSubmitted,
+    WorkerRegistered,
 )
-from heddle.events.subjects import DEADLETTER_SUBJECT, rollout_subject
+from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, rollout_subject
 from heddle.policy.online_predictor import OnlinePredictor
 from heddle.sim import SimConfig
 
@@ -49,6 +53,12 @@ def completed(rollout_id: str, index: int) -> Completed:
         traj_id=f"t{index}",
         num_steps=1,
         num_output_tokens=10,
+    )
+
+
+def registered(worker_id: str) -> WorkerRegistered:
+    return WorkerRegistered(
+        event_id=f"{worker_id}:registered", occurred_at=1.0, worker_id=worker_id, engine="sim"
     )
 
 
@@ -163,3 +173,68 @@ async def test_refused_events_are_dead_lettered_and_work_goes_on(bus: Bus) -> No
     assert any("nope" in reason for reason in reasons)
     assert any("malformed JSON" in reason for reason in reasons)
     assert len(await finished(bus, "ok")) == 1
+
+
+class RunningPlane(Running):
+    """The rollout and placement slots and worker liveness on one consumer, as the control
+    plane hosts them (placement deciding first)."""
+
+    def __init__(self, bus: Bus, legacy: tuple[str, ...] = ()) -> None:
+        self.liveness = WorkerLiveness(timeout_s=10.0)
+        units = [SlotDeciders("rollout", make_bundle), SlotDeciders("placement", make_bundle)]
+        self.consumer = DeciderConsumer(
+            bus, [*units, self.liveness], CONFIG, first=("placement",), legacy=legacy
+        )
+        self.task = None
+
+
+async def durables(bus: Bus) -> set[str]:
+    names = {"control-plane", "control-rollout", "control-placement", "control-liveness"}
+    return {name for name in names if await bus.consumer_state(EVENTS_STREAM, name)}
+
+
+async def test_units_share_one_durable_and_each_decides_its_events(bus: Bus) -> None:
+    running = RunningPlane(bus)
+    async with running as consumer:
+        await bus.publish_many([registered("w0"), submitted("r1", 2), completed("r1", 0)])
+        await bus.publish(completed("r1", 1))
+        await until(lambda: _decided(consumer, 4))
+
+        async def is_finished() -> bool:
+            return bool(await finished(bus, "r1"))
+
+        await until(is_finished)
+    assert consumer.durable == "control-plane" and await durables(bus) == {"control-plane"}
+    assert running.liveness.live_workers() == ["w0"]
+    units = consumer.stats.units
+    assert units["rollout"].num_decided == 3 and units["rollout"].num_outputs == 1
+    assert units["liveness"].num_decided == 3  # registration and completions
+    assert units["placement"].num_decided == 4
+
+
+async def test_an_event_refused_by_several_units_is_dead_lettered_once(bus: Bus) -> None:
+    async with RunningPlane(bus) as consumer:
+        await bus.publish_many([submitted("bad", 1, policy="nope"), submitted("ok", 1)])
+        await until(lambda: _decided(consumer, 2))
+
+        async def has_letter() -> bool:
+            return bool(await read(bus, (DEADLETTER_SUBJECT,)))
+
+        await until(has_letter)
+        await asyncio.sleep(0.3)
+    (letter,) = await read(bus, (DEADLETTER_SUBJECT,))
+    assert isinstance(letter, DeadLettered) and "nope" in letter.reason
+    assert letter.consumer == "control-plane"
+    assert consumer.stats.units["rollout"].num_rejected == 1
+
+
+async def test_the_plane_resumes_from_the_durables_it_replaces(bus: Bus) -> None:
+    async with Running(bus) as first:  # an earlier version: one durable per slot
+        await bus.publish_many([submitted("r1", 3), completed("r1", 0)])
+        await until(lambda: _decided(first, 2))
+    await bus.publish_many([completed("r1", 1), completed("r1", 2)])
+    async with RunningPlane(bus, legacy=("control-rollout",)) as plane:
+        await until(lambda: _decided(plane, 2))
+    assert plane.stats.num_replayed == 2  # to the legacy floor, then the rest decided live
+    assert len(await finished(bus, "r1")) == 1
+    assert await durables(bus) == {"control-plane"}
