@@ -148,8 +148,12 @@ class ConsumerRunner(Generic[T]):
         return raws
 
     async def _is_caught_up(self) -> bool:
+        # Handled means acked: a message nak'ed with a delay (or delivered to a crashed
+        # process) is not pending delivery but still waits for its redelivery.
         info = await self._js.consumer_info(self.spec.stream, self.spec.durable)
-        return not info.num_pending and (self._inbox is None or not self._inbox.num_buffered)
+        if info.num_pending or info.num_ack_pending:
+            return False
+        return self._inbox is None or not self._inbox.num_buffered
 
     async def _consumer_lost(self) -> None:
         """The durable was deleted under the runner (an operator, a competing process)."""
