@@ -36,6 +36,8 @@ from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
+_RECANCEL_S = 1.0
+"""How long ``close`` gives a cancelled task before cancelling it again."""
 
 
 class WorkerAgent:
@@ -202,7 +204,20 @@ class WorkerAgent:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await _cancelled(task)
         self._loops = []
         await self.engine.close()
+
+
+async def _cancelled(task: asyncio.Task[object]) -> None:
+    """Wait for a cancelled ``task`` to end, cancelling it again while it runs on.
+
+    Python 3.11's ``asyncio.wait_for`` (which nats-py's request, hence every JetStream publish,
+    awaits) drops a cancellation that arrives as its result does; a heartbeat loop cancelled
+    then went on beating and ``close`` waited for it forever."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=_RECANCEL_S)
+    if not task.cancelled():
+        with contextlib.suppress(Exception):
+            task.result()  # retrieved: a failure while closing is not worth a warning
