@@ -208,3 +208,33 @@ def test_gaps_and_foreign_events_are_refused() -> None:
         log.apply(
             Completed(event_id="c", rollout_id=R, traj_id="other", occurred_at=0.0, num_steps=0)
         )
+
+
+def _brute_force_context(log: TrajectoryLog) -> list[int]:
+    context = list(log.spec.prompt_token_ids) if log.spec else []
+    for step in log.steps:
+        context += step.started.input_token_ids
+        context += step.generated.output_token_ids if step.generated else []
+    return context
+
+
+@given(tokens, step_lists, st.data())
+def test_the_kept_context_equals_a_rebuild_after_every_fold(
+    prompt: list[int], steps: list[tuple[list[int], list[int], bool]], data: st.DataObject
+) -> None:
+    """Context read between folds, outputs folded late (after later steps started), the spec
+    given after the steps: the context kept up to date equals one built from scratch."""
+    events = [e for e in _events(prompt, steps) if not isinstance(e, TrajectorySubmitted)]
+    late = [e for e in events if isinstance(e, Generated) and data.draw(st.booleans())]
+    order = [e for e in events if e not in late] + late
+    log = TrajectoryLog(rollout_id=R, traj_id=T)
+    for event in order:
+        log.apply(event)
+        if data.draw(st.booleans()):
+            assert log.context_token_ids() == _brute_force_context(log)
+            assert log.num_context_tokens == len(_brute_force_context(log))
+    log.spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=prompt)
+    assert log.context_token_ids() == _brute_force_context(log)
+    copy = log.context_token_ids()
+    copy.append(-1)  # a caller's copy is its own
+    assert log.context_token_ids() == _brute_force_context(log)

@@ -1,15 +1,16 @@
 """The worker agent's logic with real sim engines and environments over an in-memory bus.
 
 The in-memory bus (a fake of the transport, allowed in these unit tests) stores messages with
-JetStream's de-duplication by id; the harness plays the tool executor (trace tools) and the
-control plane's router (ContinueTrajectory to the trajectory's worker on each tool result).
-Real-NATS behaviour is covered by test_agent_nats.py.
+JetStream's de-duplication by id, one by one or pipelined (both sink kinds are run); the
+harness plays the tool executor (trace tools) and the control plane's router
+(ContinueTrajectory to the trajectory's worker on each tool result). Real-NATS behaviour is
+covered by test_agent_nats.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import pytest
@@ -103,6 +104,20 @@ class MemoryBus:
 
     def events_of(self, traj_id: str) -> list[TrajectoryEvent]:
         return [m for m in self.messages if isinstance(m, TrajectoryEvent) and m.traj_id == traj_id]
+
+
+class PipeliningMemoryBus(MemoryBus):
+    """A memory bus that also pipelines (``BatchSink``); an injected failure stores the first
+    message of the batch and loses the rest, as a connection dropped mid-write would."""
+
+    async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
+        if self.num_failures_to_inject > 0:
+            self.num_failures_to_inject -= 1
+            if messages:
+                await self.store(messages[0])
+            raise ConnectionError("connection lost mid-batch (injected)")
+        for message in messages:
+            await self.store(message)
 
 
 class Harness:
@@ -267,9 +282,9 @@ STEPS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
-    bus = MemoryBus()
+@pytest.fixture(params=[MemoryBus, PipeliningMemoryBus])
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    bus = request.param()
     h = Harness(bus)
     yield h
     await h.close()

@@ -8,7 +8,8 @@ effects are published.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from heddle.events import Event, EventT, ToolCall, WorkerCommand, WorkerTelemetry
 
@@ -20,6 +21,16 @@ class MessageSink(Protocol):
 
     async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
         """Best effort, not persisted (core NATS)."""
+        ...
+
+
+@runtime_checkable
+class BatchSink(Protocol):
+    """A sink that can pipeline: the agent publishes a step's result and its tool call event
+    in one round trip where the sink offers this."""
+
+    async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
+        """Store every message (in order, de-duplicated by id); return when all are stored."""
         ...
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from heddle.events import Event, ToolCall, WorkerCommand, WorkerTelemetry
-from heddle.workers.agent.ports import MessageSink
+from heddle.workers.agent.ports import BatchSink, MessageSink
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class DurablePublisher:
         transient: Callable[[BaseException], bool] = is_transient,
     ) -> None:
         self._sink = sink
+        self._batch_sink = sink if isinstance(sink, BatchSink) else None
         self._max_retry_s = max_retry_s
         self._transient = transient
         self.num_retries = 0
@@ -45,17 +46,31 @@ class DurablePublisher:
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
         """Return once ``message`` is stored; retries transient failures forever (cancel to
         give up), raises anything else."""
+        await self._retrying(lambda: self._sink.publish(message))
+
+    async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
+        """Return once every message is stored, in one round trip when the sink can pipeline
+        (``BatchSink``: sent in order, acknowledgements awaited together); else one by one.
+        Retries like ``publish`` (the same ids: what was stored is not stored twice)."""
+        batch_sink = self._batch_sink
+        if batch_sink is None:
+            for message in messages:
+                await self.publish(message)
+            return
+        await self._retrying(lambda: batch_sink.publish_many(messages))
+
+    async def _retrying(self, send: Callable[[], Awaitable[None]]) -> None:
         delay_s = _FIRST_RETRY_S
         while True:
             try:
-                await self._sink.publish(message)
+                await send()
                 return
             except Exception as exc:
                 if not self._transient(exc):
                     raise
                 self.num_retries += 1
                 if delay_s == _FIRST_RETRY_S:
-                    logger.warning("publish paused (%s); retrying with the same id", exc)
+                    logger.warning("publish paused (%s); retrying with the same ids", exc)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self._max_retry_s)
 

@@ -222,7 +222,7 @@ def migrate_in(
         source_worker_id=source_worker_id,
         migration_id=migration_id,
         cache_key=cache_key,
-        num_context_tokens=len(log.context_token_ids()),
+        num_context_tokens=log.num_context_tokens,
         priority=priority,
     )
 
@@ -244,7 +244,7 @@ def migrated(
         occurred_at=now,
         source_worker_id=source_worker_id,
         target_worker_id=target_worker_id,
-        num_context_tokens=len(log.context_token_ids()),
+        num_context_tokens=log.num_context_tokens,
         num_bytes=num_bytes,
         kv_transferred=num_bytes > 0,
         transfer_s=transfer_s,

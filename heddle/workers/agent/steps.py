@@ -22,6 +22,7 @@ from collections.abc import Callable
 from heddle.events import (
     EventT,
     FinishReason,
+    Generated,
     SamplingParams,
     ToolCall,
     ToolRequest,
@@ -35,7 +36,12 @@ from heddle.workers.agent import records
 from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import HostedTrajectory
-from heddle.workers.engines.base import Engine, EngineError, GenerationRequest
+from heddle.workers.engines.base import (
+    Engine,
+    EngineError,
+    GenerationRequest,
+    GenerationResult,
+)
 from heddle.workers.environments import StepOutcome
 from heddle.workers.tokenizers import Tokenizer
 
@@ -100,13 +106,14 @@ class StepRunner:
                 hosted.next_observation = hosted.env.reset(hosted.spec.task)
             if tool_result is not None:
                 outcome = hosted.env.observe(tool_result)
+            generated: Generated | None = None
             while True:
-                if outcome is not None and await self.conclude(hosted, outcome):
+                if outcome is not None and await self.conclude(hosted, outcome, generated):
                     return
                 if self._is_context_full(hosted):
                     await self.complete(hosted, reward=0.0, finish_reason="length")
                     return
-                outcome = await self._step(hosted)
+                generated, outcome = await self._step(hosted)
         except (EngineError, asyncio.CancelledError):
             raise
         except StepError as exc:
@@ -115,34 +122,42 @@ class StepRunner:
             logger.exception("trajectory %s failed", hosted.traj_id)
             await self.fail(hosted, f"{type(exc).__name__}: {exc}")
 
-    async def conclude(self, hosted: HostedTrajectory, outcome: StepOutcome) -> bool:
-        """Act on the environment's verdict; True when the segment ends."""
+    async def conclude(
+        self, hosted: HostedTrajectory, outcome: StepOutcome, generated: Generated | None = None
+    ) -> bool:
+        """Act on the environment's verdict; True when the segment ends. ``generated``: the
+        step's result, not yet published (it goes out with the ``ToolCalled`` it led to)."""
         log, spec = hosted.log, hosted.spec
+        is_last = outcome.done or log.num_steps >= spec.max_steps
+        if outcome.tool_request is not None and not is_last:
+            await self._call_tool(hosted, outcome.tool_request, generated)
+            return True
+        if generated is not None:
+            await self.emit(hosted, generated)
         if outcome.done:
             await self.complete(hosted, reward=outcome.reward, finish_reason="stop")
             return True
         if log.num_steps >= spec.max_steps:
             await self.complete(hosted, reward=0.0, finish_reason="length")
             return True
-        if outcome.tool_request is not None:
-            await self._call_tool(hosted, outcome)
-            return True
         hosted.next_observation = outcome.observation
         return False
 
     # ---- one step ---------------------------------------------------------------------------
 
-    async def _step(self, hosted: HostedTrajectory) -> StepOutcome:
+    async def _step(self, hosted: HostedTrajectory) -> tuple[Generated, StepOutcome]:
+        """Generate (announcing the step first unless a crash left it announced), then ask the
+        environment; the result is published by ``conclude``, with what it leads to."""
         log = hosted.log
         if log.phase is StepPhase.READY:
-            await self._start_generation(hosted)
-        if log.phase is StepPhase.GENERATING:
-            await self._generate(hosted)
-        if log.phase is not StepPhase.GENERATED:
+            result, context = await self._announce_and_generate(hosted)
+        elif log.phase is StepPhase.GENERATING:
+            context = log.context_token_ids()
+            result = await self._generate(hosted, context)
+        else:
             raise StepError(f"cannot run a step while the trajectory is {log.phase.value}")
-        last = log.steps[-1].generated
-        assert last is not None
-        return hosted.env.step(self.tokenizer.decode(last.output_token_ids))
+        generated = self._generated(hosted, context, result)
+        return generated, hosted.env.step(self.tokenizer.decode(generated.output_token_ids))
 
     def _next_input(self, hosted: HostedTrajectory) -> list[int]:
         """Tokens the next generation appends: the observation (step 0: the environment's
@@ -155,31 +170,39 @@ class StepRunner:
     def _is_context_full(self, hosted: HostedTrajectory) -> bool:
         if hosted.log.phase is not StepPhase.READY:
             return False
-        num_context = len(hosted.log.context_token_ids()) + len(self._next_input(hosted))
+        num_context = hosted.log.num_context_tokens + len(self._next_input(hosted))
         return num_context >= hosted.spec.max_total_tokens
 
-    async def _start_generation(self, hosted: HostedTrajectory) -> None:
+    async def _announce_and_generate(
+        self, hosted: HostedTrajectory
+    ) -> tuple[GenerationResult, list[int]]:
+        """Publish ``GenerationStarted`` while the engine already generates: the announcement's
+        round trip to the stream is off the step's critical path. It is folded into the log
+        once stored, before the result is used (a failed publish aborts the generation)."""
         log = hosted.log
-        step = log.current_step
         input_ids = self._next_input(hosted)
-        num_context = len(log.context_token_ids()) + len(input_ids)
-        await self.emit(
-            hosted,
-            records.generation_started(
-                log,
-                step=step,
-                worker_id=self.worker_id,
-                input_token_ids=input_ids,
-                num_context_tokens=num_context,
-                priority=hosted.priority,
-                now=self.clock(),
-            ),
+        context = log.context_token_ids() + input_ids
+        started = records.generation_started(
+            log,
+            step=log.current_step,
+            worker_id=self.worker_id,
+            input_token_ids=input_ids,
+            num_context_tokens=len(context),
+            priority=hosted.priority,
+            now=self.clock(),
         )
+        generation = asyncio.ensure_future(self._generate(hosted, context))
+        try:
+            await self.emit(hosted, started)
+        except BaseException:
+            generation.cancel()
+            await asyncio.wait([generation])
+            raise
+        return await generation, context
 
-    async def _generate(self, hosted: HostedTrajectory) -> None:
+    async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationResult:
         log, spec = hosted.log, hosted.spec
-        step = log.current_step
-        context = log.context_token_ids()
+        step = log.current_step  # READY while its announcement is on its way: the next step
         observation = hosted.next_observation
         target = observation.target_output_tokens if observation is not None else None
         seed = spec.sampling.seed
@@ -204,6 +227,12 @@ class StepRunner:
             hosted.request_id = None
         if result.finish_reason == "abort":
             raise StepError("the engine aborted the generation", retryable=True)
+        return result
+
+    def _generated(
+        self, hosted: HostedTrajectory, context: list[int], result: GenerationResult
+    ) -> Generated:
+        log = hosted.log
         recomputed = result.num_recomputed_tokens
         if hosted.is_kv_lost:
             # Resumed without the KV cache: the engine could not know the context was computed
@@ -212,31 +241,31 @@ class StepRunner:
             recomputed += max(0, prior - result.num_cached_tokens - result.num_recomputed_tokens)
             hosted.is_kv_lost = False
         self.num_output_tokens += len(result.output_token_ids)
-        await self.emit(
-            hosted,
-            records.generated(
-                log,
-                step=step,
-                worker_id=self.worker_id,
-                result=result,
-                num_context_tokens=len(context) + len(result.output_token_ids),
-                num_recomputed_tokens=recomputed,
-                now=self.clock(),
-            ),
+        return records.generated(
+            log,
+            step=log.current_step,
+            worker_id=self.worker_id,
+            result=result,
+            num_context_tokens=len(context) + len(result.output_token_ids),
+            num_recomputed_tokens=recomputed,
+            now=self.clock(),
         )
 
-    async def _call_tool(self, hosted: HostedTrajectory, outcome: StepOutcome) -> None:
+    async def _call_tool(
+        self, hosted: HostedTrajectory, request: ToolRequest, generated: Generated | None
+    ) -> None:
+        """Publish the step's result (when pending) and its ``ToolCalled`` together, then the
+        call. ``ToolCalled`` is stored before the call is sent, so that it precedes the
+        executor's ``ToolReturned`` in the stream. A crash between the two leaves the
+        trajectory IN_TOOL without its call: resuming sends the call (same id) again, see
+        resume.py."""
         log = hosted.log
-        assert outcome.tool_request is not None
-        if log.phase is not StepPhase.GENERATED:
+        expected = StepPhase.GENERATING if generated is not None else StepPhase.GENERATED
+        if log.phase is not expected:
             raise StepError("the environment asked for a second tool call without a generation")
-        call = self._tool_call(hosted, outcome.tool_request)
-        # ToolCalled first, so that it precedes the executor's ToolReturned in the stream. A
-        # crash between the two leaves the trajectory IN_TOOL without its call: resuming sends
-        # the call (same id) again, see resume.py.
-        await self.emit(
-            hosted, records.tool_called(log, call, worker_id=self.worker_id, now=self.clock())
-        )
+        call = self._tool_call(hosted, request)
+        called = records.tool_called(log, call, worker_id=self.worker_id, now=self.clock())
+        await self.emit_many(hosted, [called] if generated is None else [generated, called])
         await self.publisher.publish(call)
 
     async def resend_tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> None:
@@ -293,6 +322,12 @@ class StepRunner:
         assert isinstance(event, TrajectoryEvent)
         await self.publisher.publish(event)
         hosted.log.apply(event)
+
+    async def emit_many(self, hosted: HostedTrajectory, events: list[EventT]) -> None:
+        """Publish events of the trajectory in one round trip (in order), then fold them."""
+        await self.publisher.publish_many(events)
+        for event in events:
+            hosted.log.apply(event)
 
 
 def _max_new_tokens(spec: TrajectorySpec, num_context_tokens: int, target: int | None) -> int:

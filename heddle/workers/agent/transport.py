@@ -64,6 +64,9 @@ class BusPorts:
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
         await self.bus.publish(message)
 
+    async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
+        await self.bus.publish_many(messages)
+
     async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
         await self.bus.publish_telemetry(telemetry)
 
@@ -79,6 +82,21 @@ class BusPorts:
 
     async def delete_blob(self, key: str) -> None:
         await self.bus.delete_object(key)
+
+
+class ObservedPorts(MetricsSink):
+    """The metrics sink of ``heddle.observability``, able to pipeline (``BatchSink``) like the
+    ports it wraps: each event is observed once stored."""
+
+    def __init__(self, inner: BusPorts, metrics: Metrics) -> None:
+        super().__init__(inner, metrics)
+        self.ports = inner
+
+    async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
+        await self.ports.publish_many(messages)
+        for message in messages:
+            if isinstance(message, Event):
+                self.metrics.observe_published(message)
 
 
 def command_consumer(config: WorkerConfig) -> ConsumerSpec:
@@ -167,7 +185,7 @@ async def run_agents(
     async with Bus(settings, BusOptions(name=name)) as bus:
         ports = BusPorts(bus)
         # Metrics (heddle.observability): observe what the agents publish, by wrapping the sink.
-        sink = ports if metrics is None else MetricsSink(ports, metrics)
+        sink = ports if metrics is None else ObservedPorts(ports, metrics)
         agents = [
             WorkerAgent(
                 config,
