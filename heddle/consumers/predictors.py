@@ -45,7 +45,7 @@ class PredictorConfig:
     seed: int = 0
     sigma: float = 0.5
     """``noisy_oracle``: log-error standard deviation at the first prediction."""
-    sigma_decay: float = 1.0
+    sigma_decay: float = 0.8
     step_correlation: float = 0.8
     """``noisy_oracle``: correlation of one trajectory's errors across steps."""
     prior_total_tokens: float = 8192.0

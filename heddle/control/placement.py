@@ -69,6 +69,8 @@ class _Trajectory:
     context_tokens: int = 0
     output_tokens: int = 0
     """Tokens generated so far: with the predicted remaining, the predicted total length."""
+    tool_s: float = 0.0
+    """Tool seconds so far (the predicted total length counts tools too)."""
     step: int = 0
     """The step it runs next (or is running)."""
     is_generating: bool = False
@@ -206,7 +208,10 @@ class PlacementDecider:
         ordered = sorted(rollout.trajectories.items(), key=lambda item: item[1].spec.index)
         requests = [
             PlacementRequest(
-                tid, rollout.first_predictions.get(tid, 0.0), len(t.spec.prompt_token_ids)
+                tid,
+                rollout.first_predictions.get(tid, 0.0),
+                len(t.spec.prompt_token_ids),
+                rollout.first_tool_predictions.get(tid, 0.0),
             )
             for tid, t in ordered
         ]
@@ -300,6 +305,7 @@ class PlacementDecider:
             return []  # a duplicate: this step was routed already
         trajectory.step = step
         trajectory.context_tokens += len(event.output_token_ids)
+        trajectory.tool_s += event.duration_s
         if self._gate is not None:
             self._gate.grew((event.rollout_id, event.traj_id), trajectory.context_tokens)
         live_loads = self._in_flight
@@ -347,9 +353,15 @@ class PlacementDecider:
     ) -> list[Output]:
         assert rollout.placer is not None
         # The presorted order is by trajectory length (paper s.5.3): what it generated plus what
-        # it is predicted to generate. Ranking by the remaining length alone would send every
-        # nearly finished trajectory to the workers of the short group.
-        predicted_total = trajectory.output_tokens + event.predicted_remaining_tokens
+        # it is predicted to generate, tools included as the placer counts them. Ranking by the
+        # remaining length alone would send every nearly finished trajectory to the workers of
+        # the short group.
+        tool_s = trajectory.tool_s + event.predicted_remaining_tool_s
+        predicted_total = (
+            trajectory.output_tokens
+            + event.predicted_remaining_tokens
+            + rollout.placer.token_equivalents(tool_s)
+        )
         request = rollout.placer.on_prediction(event.traj_id, predicted_total)
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []

@@ -4,7 +4,14 @@
   the predicted lengths over the workers (``partition_heterogeneous``: each worker its own TP
   degree, so its own per-token time and interference); each later step stays on its worker;
   new predictions go through the migration planner (``heddle.policy.migration``), which names a
-  target when a trajectory's rank leaves its worker's rescaled share.
+  target when a trajectory's rank leaves its worker's rescaled share. A trajectory's length is
+  its predicted output plus its predicted tool seconds in token equivalents (at the fastest
+  worker's per-token time, so tools weigh at least what they take anywhere): the paper sorts by
+  tokens, but a trajectory with few tokens and long test runs is as critical as a long one, and
+  ranking it among the short ones puts it in a crowded group. Two guards of
+  ``heddle.policy.robust_placement``: block sizes are hedged towards equal groups against
+  prediction errors, and a memory-bound rollout is spread by LPT list scheduling instead of
+  contiguous groups (no rank shares then, so no migrations).
 * ``RouterPlacer`` (the baselines): every step's request goes where a
   ``heddle.policy.routing`` router sends it, given the workers' in-flight requests. Sticky
   routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
@@ -37,6 +44,7 @@ from heddle.policy.migration import (
     shares_from_partition,
 )
 from heddle.policy.placement import partition_heterogeneous
+from heddle.policy.robust_placement import hedged, interleaved, is_memory_bound
 from heddle.policy.routing import make_router
 
 
@@ -51,6 +59,7 @@ class PlacementRequest:
     traj_id: str
     predicted_remaining_tokens: float = 0.0
     prompt_tokens: int = 0
+    predicted_remaining_tool_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +88,13 @@ class Placer(Protocol):
         """The worker for the trajectory's next step (``loads``: live workers' in-flight)."""
         ...
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None: ...
+    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+        """A new predicted length (output tokens plus ``token_equivalents`` of tool time)."""
+        ...
+
+    def token_equivalents(self, tool_s: float) -> float:
+        """Tool seconds as the output tokens a length counts them for (0: tokens only)."""
+        ...
 
     def on_moved(self, traj_id: str, worker_id: str) -> None: ...
 
@@ -105,7 +120,13 @@ class PresortedPlacer:
         hysteresis: float = 0.25,
         observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
         tool_s_per_token: float = 0.0,
+        hedge: float = 0.0,
+        interleave_when_memory_bound: bool = True,
     ) -> None:
+        """``hedge``: how far block sizes move towards equal groups (0 for exact predictions);
+        ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead."""
+        self._hedge = hedge
+        self._interleave = interleave_when_memory_bound
         self._cost_for_tp = cost_for_tp
         self._observation_ratio = observation_ratio
         self._tool_s_per_token = tool_s_per_token
@@ -115,20 +136,38 @@ class PresortedPlacer:
         self._shares: list[WorkerShare] = []
         self._worker_of: dict[str, str] = {}
         self._predicted: dict[str, float] = {}
+        self._seconds_per_token = 0.0
+        self._contiguous = False
+        """Whether the last placement was contiguous blocks (migration needs rank shares)."""
+
+    def token_equivalents(self, tool_s: float) -> float:
+        return tool_s / self._seconds_per_token if self._seconds_per_token > 0 else 0.0
 
     def place(
         self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
     ) -> list[Assignment]:
-        lengths = [max(0.0, t.predicted_remaining_tokens) for t in trajectories]
+        tokens = [max(0.0, t.predicted_remaining_tokens) for t in trajectories]
         prompts = [t.prompt_tokens for t in trajectories]
-        context = representative_context(prompts, lengths, self._observation_ratio)
-        models = [
-            worker_model(
-                AgenticCostModel(self._cost_for_tp(w.tp_degree), self._tool_s_per_token), context
-            )
-            for w in workers
+        context = representative_context(prompts, tokens, self._observation_ratio)
+        costs = [self._cost_for_tp(w.tp_degree) for w in workers]
+        self._seconds_per_token = min(cost.solo_token_s(context) for cost in costs)
+        lengths = [
+            n + self.token_equivalents(max(0.0, t.predicted_remaining_tool_s))
+            for n, t in zip(tokens, trajectories, strict=True)
         ]
-        split = partition_heterogeneous(lengths, models)
+        capacities = [cost.max_kv_tokens for cost in costs]
+        if self._interleave and is_memory_bound(
+            prompts, tokens, self._observation_ratio, capacities
+        ):
+            split = interleaved(lengths, [max(1, c) for c in capacities])
+            self._contiguous = False
+        else:
+            models = [
+                worker_model(AgenticCostModel(cost, self._tool_s_per_token), context)
+                for cost in costs
+            ]
+            split = hedged(partition_heterogeneous(lengths, models), lengths, self._hedge)
+            self._contiguous = True
         worker_ids = [worker.worker_id for worker in workers]
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
         rank_of = {index: rank for rank, index in enumerate(ranks)}
@@ -138,8 +177,9 @@ class PresortedPlacer:
             for index in group
         ]
         assignments.sort(key=lambda assignment: assignment.rank)
-        self._shares = shares_from_partition(split, lengths, worker_ids)
-        self._planner = MigrationPlanner(self._shares, self._hysteresis)
+        if self._contiguous:
+            self._shares = shares_from_partition(split, lengths, worker_ids)
+            self._planner = MigrationPlanner(self._shares, self._hysteresis)
         for assignment in assignments:
             predicted = lengths[ranks[assignment.rank]]
             self._track(assignment.traj_id, assignment.worker_id, predicted)
@@ -185,13 +225,14 @@ class PresortedPlacer:
         ranks = None
         if self._planner is not None:
             ranks = {traj_id: self._planner.rank_of(traj_id) for traj_id in self._worker_of}
-        return dict(self._worker_of), dict(self._predicted), list(self._shares), ranks
+        shares = list(self._shares)
+        return dict(self._worker_of), dict(self._predicted), shares, ranks, self._seconds_per_token
 
     def _track(self, traj_id: str, worker_id: str, predicted: float) -> None:
-        assert self._planner is not None
         self._worker_of[traj_id] = worker_id
         self._predicted[traj_id] = predicted
-        self._planner.add(traj_id, worker_id, predicted)
+        if self._planner is not None:
+            self._planner.add(traj_id, worker_id, predicted)
 
 
 class RouterPlacer:
@@ -239,6 +280,9 @@ class RouterPlacer:
 
     def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
         return None
+
+    def token_equivalents(self, tool_s: float) -> float:
+        return 0.0
 
     def on_moved(self, traj_id: str, worker_id: str) -> None:
         return None

@@ -79,6 +79,7 @@ def make_simulation_predictor(
         seed=config.seed,
         sigma=config.predictor_sigma,
         sigma_decay=config.predictor_sigma_decay,
+        sigma_floor=config.predictor_sigma_floor,
         step_correlation=config.predictor_step_correlation,
         trace=dict(zip(ids, trace, strict=True)),
         prior_total_tokens=prior,

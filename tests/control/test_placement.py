@@ -6,6 +6,7 @@ import random
 
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import PresortedPlacer, RouterPlacer
+from heddle.control.systems import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.events import (
     ContinueTrajectory,
     Event,
@@ -15,6 +16,7 @@ from heddle.events import (
     TrajectoryPlaced,
 )
 from heddle.policy.cost_model import AnalyticCostModel, preset
+from heddle.policy.predictors import PredictorOptions, make_predictor
 
 from . import builders as b
 
@@ -179,3 +181,13 @@ def test_an_ended_rollout_is_forgotten_and_not_placed_again() -> None:
     workers, _, rollouts, ended, _ = decider.snapshot()
     assert rollouts == {} and ended == frozenset({b.ROLLOUT}) and "w0" in workers
     assert feed(decider, opening(2, [("w0", 1)])) == []  # a redelivered submission
+
+
+def test_the_placement_hedge_is_zero_only_for_exact_predictions() -> None:
+    def options(name: str, hedge: float | None = None) -> ControlOptions:
+        predictor = make_predictor(name, PredictorOptions())
+        return ControlOptions(cost_for_tp=cost_for_tp, predictor=predictor, placement_hedge=hedge)
+
+    assert options("oracle").effective_placement_hedge == 0.0
+    assert options("noisy_oracle").effective_placement_hedge == DEFAULT_PLACEMENT_HEDGE
+    assert options("noisy_oracle", 0.2).effective_placement_hedge == 0.2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -81,6 +82,15 @@ def test_every_predictor_predicts_tool_time_and_the_oracle_knows_it(
         assert hasattr(predictor, "predict_tool_s"), name
 
 
+def test_noisy_oracle_error_decays_to_its_floor() -> None:
+    trace = [trajectory(f"t{i}", [500] * 12) for i in range(2000)]
+    options = PredictorOptions(sigma=0.5, sigma_decay=0.5, sigma_floor=0.25, trace={})
+    predictor = make_predictor("noisy_oracle", replace(options, trace={t.id: t for t in trace}))
+    for k, expected in ((0, 0.5), (1, 0.375), (10, 0.25)):
+        logs = [math.log(predictor.predict(progress_of(t, k)) / (500 * (12 - k))) for t in trace]
+        assert statistics.stdev(logs) == pytest.approx(expected, rel=0.1)
+
+
 def test_noisy_oracle_draws_tool_errors_apart_from_token_errors() -> None:
     trace = [trajectory(f"t{i}", [1000, 2000, 10]) for i in range(2000)]
     options = PredictorOptions(seed=3, sigma=0.4, trace={t.id: t for t in trace})
@@ -119,7 +129,9 @@ def test_noisy_oracle_is_deterministic_and_has_the_asked_error() -> None:
 
 def test_noisy_oracle_error_shrinks_with_the_step_decay() -> None:
     trace = [trajectory(f"t{i}", [500] * 6) for i in range(2000)]
-    options = PredictorOptions(sigma=0.8, sigma_decay=0.5, trace={t.id: t for t in trace})
+    options = PredictorOptions(
+        sigma=0.8, sigma_decay=0.5, sigma_floor=0.0, trace={t.id: t for t in trace}
+    )
     predictor = make_predictor("noisy_oracle", options)
     spread = []
     for k in (0, 3):

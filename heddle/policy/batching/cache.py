@@ -8,7 +8,11 @@ generating (in a tool gap, or preempted), and which is evicted first under memor
   it fits without evicting the prefix of a trajectory whose priority is at least its own. This
   extends PPS's rule that a preempted request keeps its prefix cache (paper s.4.2) to memory
   pressure: the long trajectories PPS runs first keep their KV through their tool gaps, while
-  short ones use the room that is left.
+  short ones use the room that is left. A job whose trajectory holds no prefix here (new, or
+  evicted) evicts nobody: residents keep their place against newcomers, or every arrival would
+  push out a resident that comes back and pushes out the next (re-prefilling whole contexts).
+  The engine lifts that for a job that has waited too long (``evicts_as_resident``), so an
+  evicted trajectory is not starved until the residents drain.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ class PrefixCache(Protocol):
         """Evict the next victim; its tokens (the cache must not be empty)."""
         ...
 
-    def protected_tokens(self, priority: float, traj_id: str) -> int:
-        """Tokens a job of ``priority`` may not evict (not counting ``traj_id``'s own record)."""
+    def protected_tokens(
+        self, priority: float, traj_id: str, evicts_as_resident: bool = False
+    ) -> int:
+        """Tokens a job of ``priority`` may not evict (not counting ``traj_id``'s own record);
+        ``evicts_as_resident``: a job without a prefix here evicts by priority too."""
         ...
 
     def records(self) -> dict[str, int]: ...
@@ -81,7 +88,9 @@ class LruCache:
         self.total_tokens -= tokens
         return tokens
 
-    def protected_tokens(self, priority: float, traj_id: str) -> int:
+    def protected_tokens(
+        self, priority: float, traj_id: str, evicts_as_resident: bool = False
+    ) -> int:
         return 0
 
     def records(self) -> dict[str, int]:
@@ -141,15 +150,17 @@ class PriorityCache:
         self._prefix = None
         return tokens
 
-    def protected_tokens(self, priority: float, traj_id: str) -> int:
+    def protected_tokens(
+        self, priority: float, traj_id: str, evicts_as_resident: bool = False
+    ) -> int:
         if self._prefix is None:
             self._prefix = list(itertools.accumulate(self._tokens, initial=0))
         own = self._key_of.get(traj_id)
-        if own is None:
+        if own is None and not evicts_as_resident:
             return self.total_tokens  # a trajectory without a resident prefix evicts nobody
         below = bisect.bisect_left(self._keys, (priority, -1, ""))
         protected = self.total_tokens - self._prefix[below]
-        if own[0] >= priority:
+        if own is not None and own[0] >= priority:
             protected -= self.get(traj_id)
         return protected
 

@@ -25,12 +25,17 @@ class BatchingConfig:
     wobbling predictions do not bounce jobs in and out of the batch)."""
     eviction: EvictionPolicy = "lru"
     """Which prefix caches go first under KV pressure (``heddle.policy.batching.cache``)."""
+    evict_after_wait_s: float | None = None
+    """Priority eviction: a job without a resident prefix that has waited this long may evict
+    lower-priority prefixes like a resident (None: never; bounded waiting)."""
     record_timeline: bool = False
     """Keep (time, num_running, num_waiting) after every membership change."""
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        if self.evict_after_wait_s is not None and not self.evict_after_wait_s >= 0:
+            raise ValueError(f"evict_after_wait_s must be >= 0, got {self.evict_after_wait_s}")
 
 
 @dataclass(frozen=True, slots=True)

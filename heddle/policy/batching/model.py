@@ -331,8 +331,14 @@ class BatchingModel:
         if not self._running:
             return True  # an idle worker evicts what it must: idling would help no one
         # Prefixes the job may not evict (under priority eviction) must fit beside it.
-        protected = self._cache.protected_tokens(state.priority, state.job.traj_id)
+        protected = self._cache.protected_tokens(
+            state.priority, state.job.traj_id, self._has_waited_too_long(state)
+        )
         return needed + protected <= self.max_kv_tokens
+
+    def _has_waited_too_long(self, state: JobRecord) -> bool:
+        limit = self.config.evict_after_wait_s
+        return limit is not None and self.clock_s - state.wait_since >= limit
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
         """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None.

@@ -15,7 +15,9 @@ Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices)
 
 * ``oracle``: the truth, from the trace (an upper bound for the predictor).
 * ``noisy_oracle``: the truth times a lognormal error ``exp(sigma_k * z)`` with
-  ``sigma_k = sigma * sigma_decay ** steps`` and ``z = sqrt(rho) * z_traj + sqrt(1 - rho) *
+  ``sigma_k = f + (sigma - f) * sigma_decay ** steps``, ``f = min(sigma, sigma_floor)`` (the
+  error of the remaining amount shrinks as context accrues, never below the floor), and
+  ``z = sqrt(rho) * z_traj + sqrt(1 - rho) *
   z_step`` standard normal: ``rho = step_correlation`` makes a trajectory's error persist over
   its steps (a learned model sees nearly the same context twice). The draws are pure functions
   of (seed, trajectory[, step]), so a re-run or a replay predicts the same.

@@ -124,7 +124,11 @@ class PredictorOptions:
     sigma: float = 0.5
     """Noisy oracle: standard deviation of the log error at step 0."""
     sigma_decay: float = 1.0
-    """Noisy oracle: factor applied to sigma per completed step (1: no progressive gain)."""
+    """Noisy oracle: factor applied per completed step to sigma's excess over the floor (1: no
+    progressive gain)."""
+    sigma_floor: float = 0.25
+    """Noisy oracle: sigma decays towards ``min(sigma, sigma_floor)``, never below (no effect
+    without decay; ``heddle.sim.SimConfig.predictor_sigma_floor`` explains the default)."""
     step_correlation: float = 0.0
     """Noisy oracle: correlation of one trajectory's log errors across steps (0: independent)."""
     trace: Mapping[str, TraceTrajectory] = field(default_factory=dict)
@@ -137,6 +141,8 @@ class PredictorOptions:
             raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma}")
         if not 0 < self.sigma_decay <= 1:
             raise ValueError(f"sigma_decay must be in (0, 1], got {self.sigma_decay}")
+        if not (self.sigma_floor >= 0 and math.isfinite(self.sigma_floor)):
+            raise ValueError(f"sigma_floor must be a finite number >= 0, got {self.sigma_floor}")
         if not 0 <= self.step_correlation <= 1:
             raise ValueError(f"step_correlation must be in [0, 1], got {self.step_correlation}")
         if not self.prior_total_tokens >= 0:

@@ -63,7 +63,8 @@ class NoisyOraclePredictor:
     def __init__(self, oracle: OraclePredictor, options: PredictorOptions) -> None:
         self._oracle = oracle
         self._seed = options.seed
-        self._sigma = options.sigma
+        self._floor = min(options.sigma, options.sigma_floor)
+        self._excess = options.sigma - self._floor
         self._decay = options.sigma_decay
         self._shared = math.sqrt(options.step_correlation)
         self._fresh = math.sqrt(1.0 - options.step_correlation)
@@ -77,7 +78,7 @@ class NoisyOraclePredictor:
         return self._oracle.predict_tool_s(progress) * self._error(progress, ":tool")
 
     def _error(self, progress: Progress, kind: str) -> float:
-        sigma = self._sigma * self._decay**progress.num_steps
+        sigma = self._floor + self._excess * self._decay**progress.num_steps
         key = f"{self._seed}:{progress.traj_id}"
         z = self._fresh * _normal(f"{key}:{progress.num_steps}{kind}")
         if self._shared:

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _PANEL_WIDTH_IN = 4.8
 _PANEL_HEIGHT_IN = 3.4
@@ -60,6 +62,10 @@ def draw_panels(title: str, panels: Sequence[BarPanel | LinePanel]) -> Figure:
     """A figure with ``panels`` side by side under ``title`` (one row of subplots)."""
     if not panels:
         raise ValueError("a figure needs at least one panel")
+    # matplotlib takes ~0.9 s to import: only when a chart is drawn, not with the CLI.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(_PANEL_WIDTH_IN * len(panels), _PANEL_HEIGHT_IN), layout="tight")
     FigureCanvasAgg(figure)
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
