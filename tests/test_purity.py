@@ -1,10 +1,15 @@
-"""heddle/policy stays pure: no network, database, clock, process or OS access."""
+"""heddle/policy and heddle/control stay pure (DESIGN.md's layers): no network, database, clock,
+process or OS access, and nothing of Heddle's impure layers (bus, ledger, workers, consumers)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import ModuleType
 
+import pytest
+
+import heddle.control
 import heddle.policy
 
 FORBIDDEN = {
@@ -26,20 +31,44 @@ FORBIDDEN = {
 }
 
 
-def imported_roots(path: Path) -> set[str]:
-    roots: set[str] = set()
+PURE_HEDDLE = {
+    "heddle.policy": {"heddle.policy", "heddle.events", "heddle.ids", "heddle.traces"},
+    "heddle.control": {
+        "heddle.control",
+        "heddle.policy",
+        "heddle.events",
+        "heddle.ids",
+        "heddle.traces",
+    },
+}
+"""The Heddle modules each pure layer may import (data types and pure code only)."""
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            modules.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+            modules.add(node.module)
+    return modules
 
 
-def test_policy_modules_import_nothing_impure() -> None:
-    package = Path(heddle.policy.__file__).parent
+def offence(module: str, allowed: set[str]) -> bool:
+    root = module.split(".")[0]
+    if root == "heddle":
+        return ".".join(module.split(".")[:2]) not in allowed
+    return root in FORBIDDEN
+
+
+@pytest.mark.parametrize("package", [heddle.policy, heddle.control], ids=lambda p: p.__name__)
+def test_pure_layers_import_nothing_impure(package: ModuleType) -> None:
+    root = Path(str(package.__file__)).parent
+    allowed = PURE_HEDDLE[package.__name__]
     offenders = {
-        str(path.relative_to(package)): sorted(imported_roots(path) & FORBIDDEN)
-        for path in package.rglob("*.py")
+        str(path.relative_to(root)): sorted(
+            m for m in imported_modules(path) if offence(m, allowed)
+        )
+        for path in root.rglob("*.py")
     }
     assert {name: bad for name, bad in offenders.items() if bad} == {}
