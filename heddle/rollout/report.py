@@ -39,7 +39,8 @@ def print_summary(result: RolloutResult, console: Console) -> None:
         table.add_row(
             f"slowest {slow.traj_id} ({slow.num_steps} steps)",
             f"queue {slow.queue_s:.0f} / prefill {slow.prefill_s:.0f} / decode "
-            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} s",
+            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} / "
+            f"other {slow.other_s:.0f} s",
         )
     table.add_row("ledger", result.ledger_url)
     if result.timeline_path is not None:

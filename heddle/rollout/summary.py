@@ -46,6 +46,10 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     decode_s: float
     tool_s: float
     migration_s: float
+    other_s: float
+    """The rest of ``total_s``: time in none of the parts above (routing, the commands' and
+    tool calls' trips over the bus; at a high time scale each wall millisecond of it costs
+    ``time_scale`` model milliseconds)."""
     total_s: float
     """Model seconds from its first step's arrival on a worker to its end."""
     end_s: float
@@ -186,10 +190,18 @@ def _slowest(fold: _Fold, start: float, scale: float) -> SlowestTrajectory | Non
         decode_s=timings.decode_s,
         tool_s=timings.tool_s,
         migration_s=timings.migration_s,
+        other_s=max(0.0, timings.total_s - _parts_s(timings)),
         total_s=timings.total_s,
         end_s=max(0.0, last.occurred_at - start) * scale,
         workers=list(last.worker_history),
     )
+
+
+def _parts_s(timings: TrajectoryTimings) -> float:
+    return (
+        timings.queue_s + timings.prefill_s + timings.decode_s + timings.tool_s
+        + timings.migration_s
+    )  # fmt: skip
 
 
 async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:

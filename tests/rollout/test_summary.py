@@ -94,6 +94,7 @@ def test_figures_of_a_rollout_with_a_failure_and_a_replacement() -> None:
     slowest = summary.slowest
     assert slowest is not None and slowest.traj_id == "t1" and slowest.end_s == 200.0
     assert (slowest.queue_s, slowest.decode_s, slowest.tool_s) == (1, 3, 4)
+    assert slowest.other_s == 10 - (1 + 2 + 3 + 4)  # the rest: routing and messaging
     assert summary.workers == ["w0", "w1"] and summary.events == len(events)
 
 
