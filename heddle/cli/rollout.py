@@ -178,10 +178,6 @@ def run_command(
         from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
 
         set_timeline_writer(write_rollout_timeline)
-    if timeline is not None:
-        from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
-
-        set_timeline_writer(write_rollout_timeline)
     result = asyncio.run(run_rollout(settings, run_options))
     if as_json:
         typer.echo(json.dumps(result.to_json()))

@@ -24,6 +24,7 @@ from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
 from heddle.consumers.liveness import LIVENESS_SLOT
 from heddle.consumers.slots import SLOTS
+from heddle.control.systems import engine_config, system_spec
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
@@ -62,6 +63,18 @@ class WorkerPool:
     @property
     def worker_ids(self) -> list[str]:
         return [f"{self.id_prefix}{index:02d}" for index in range(self.num_workers)]
+
+    def for_policy(self, policy: str) -> WorkerPool:
+        """The pool with ``sim`` engines batching as the simulator does under ``policy``
+        (preemption and prefix-cache eviction of ``heddle.control.systems.engine_config``);
+        options given explicitly win. Real engines batch as they do."""
+        if self.engine != "sim":
+            return self
+        engine = engine_config(system_spec(policy))
+        options = {"preemptive": str(engine.preemptive).lower(), "eviction": engine.eviction}
+        given = {name.replace("-", "_") for name in self.engine_options}
+        merged = {k: v for k, v in options.items() if k not in given}
+        return replace(self, engine_options={**self.engine_options, **merged})
 
     def options_for(self, index: int) -> dict[str, str]:
         options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}

@@ -139,7 +139,7 @@ async def prepare(bus: Bus, deployment: LocalDeployment, options: RunOptions) ->
     else:
         await require_control_plane(bus)
     if options.pool is not None and options.pool.num_workers:
-        await deployment.start_workers(options.pool)
+        await deployment.start_workers(options.pool.for_policy(options.plan.policy))
     executors = max(1, options.num_tool_executors)
     in_flight = max(64, -(-options.plan.num_trajectories // executors))
     await deployment.start_tools(options.num_tool_executors, max_in_flight=in_flight)

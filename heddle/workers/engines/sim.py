@@ -97,6 +97,7 @@ class SimEngine:
                 max_running=options.max_running,
                 preemptive=options.preemptive,
                 preemption=preemption,
+                eviction=options.eviction,
             ),
         )
         self._clock = clock

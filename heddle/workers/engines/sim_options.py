@@ -24,6 +24,10 @@ class SimEngineOptions:
     time_scale: float = field(default=1.0, metadata={"help": "model seconds per wall second"})
     max_running: int = field(default=1024, metadata={"help": "most generations decoding at once"})
     preemptive: bool = field(default=True, metadata={"help": "higher priority preempts lower"})
+    eviction: Literal["lru", "priority"] = field(
+        default="lru",
+        metadata={"help": "prefix caches evicted first: lru (SGLang's) or priority (Heddle's)"},
+    )
     preemption_gap: float = field(
         default=_PREEMPTION.min_priority_gap, metadata={"help": "priority margin to preempt"}
     )
@@ -53,6 +57,8 @@ class SimEngineOptions:
         for name in ("time_scale", "link_bandwidth_bytes_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.eviction not in ("lru", "priority"):
+            raise ValueError(f"eviction must be lru or priority, got {self.eviction!r}")
         if self.vocab_size < 1:
             raise ValueError("vocab_size must be >= 1")
 
