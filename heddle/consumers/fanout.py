@@ -25,6 +25,7 @@ from typing import Protocol, TypeVar
 from heddle.bus import Delivery, Rejection
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
+from heddle.control.decider import dispatch_table
 from heddle.events import Event
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class FanOut:
         late = [unit for unit in units if unit.slot not in first]
         self.stages = [stage for stage in (early, late) if stage]
         self.handles: frozenset[type[Event]] = frozenset().union(*(u.handles for u in units))
-        self._routes = _route_table(units)
+        self._routes = dispatch_table(units)
         self._clock = clock
 
     def fold(self, event: Event) -> list[tuple[Hosted, Exception]]:
@@ -127,14 +128,6 @@ class FanOut:
             if stats.num_decided > num_before:
                 stats.decide_ms.append((clock() - started) * 1000.0)
         return outputs, rejections
-
-
-def _route_table(units: Sequence[Hosted]) -> dict[type[Event], list[Hosted]]:
-    table: dict[type[Event], list[Hosted]] = {}
-    for unit in units:
-        for event_type in unit.handles:
-            table.setdefault(event_type, []).append(unit)
-    return table
 
 
 def _reason(exc: Exception) -> str:

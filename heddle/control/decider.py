@@ -21,7 +21,7 @@ Rules every decider follows:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from heddle.events import Event, WorkerCommand
 
@@ -55,9 +55,18 @@ def replay(decider: Decider, events: Iterable[Event]) -> int:
     return applied
 
 
-def dispatch_table(deciders: Sequence[Decider]) -> dict[type[Event], list[Decider]]:
-    """Event type -> the deciders that handle it, in the given order (callers route by it)."""
-    table: dict[type[Event], list[Decider]] = {}
+class Handler(Protocol):
+    @property
+    def handles(self) -> frozenset[type[Event]]: ...
+
+
+H = TypeVar("H", bound=Handler)
+
+
+def dispatch_table(deciders: Sequence[H]) -> dict[type[Event], list[H]]:
+    """Event type -> the deciders (or anything with ``handles``) that handle it, in the given
+    order (callers route by it)."""
+    table: dict[type[Event], list[H]] = {}
     for decider in deciders:
         for event_type in decider.handles:
             table.setdefault(event_type, []).append(decider)

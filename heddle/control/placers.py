@@ -137,8 +137,6 @@ class PresortedPlacer:
         self._worker_of: dict[str, str] = {}
         self._predicted: dict[str, float] = {}
         self._seconds_per_token = 0.0
-        self._contiguous = False
-        """Whether the last placement was contiguous blocks (migration needs rank shares)."""
 
     def token_equivalents(self, tool_s: float) -> float:
         return tool_s / self._seconds_per_token if self._seconds_per_token > 0 else 0.0
@@ -160,14 +158,14 @@ class PresortedPlacer:
             prompts, tokens, self._observation_ratio, capacities
         ):
             split = interleaved(lengths, [max(1, c) for c in capacities])
-            self._contiguous = False
+            contiguous = False  # no rank shares: nothing for the migration planner
         else:
             models = [
                 worker_model(AgenticCostModel(cost, self._tool_s_per_token), context)
                 for cost in costs
             ]
             split = hedged(partition_heterogeneous(lengths, models), lengths, self._hedge)
-            self._contiguous = True
+            contiguous = True
         worker_ids = [worker.worker_id for worker in workers]
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
         rank_of = {index: rank for rank, index in enumerate(ranks)}
@@ -177,7 +175,7 @@ class PresortedPlacer:
             for index in group
         ]
         assignments.sort(key=lambda assignment: assignment.rank)
-        if self._contiguous:
+        if contiguous:
             self._shares = shares_from_partition(split, lengths, worker_ids)
             self._planner = MigrationPlanner(self._shares, self._hysteresis)
         for assignment in assignments:

@@ -10,7 +10,10 @@ Baselines follow the code of the systems they name; they are never tuned down, a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  KV admission and migration (s.5), annealed heterogeneous TP (s.6).
+  migration (s.5), annealed heterogeneous TP (s.6).
+- ``heddle-kv-admission``: heddle whose placement starts a trajectory only when a worker has KV
+  room for its predicted peak (``heddle.control.admission``); not the default, see
+  ``SystemSpec.admission``.
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -129,6 +132,11 @@ SYSTEMS: dict[str, SystemSpec] = {
             migration=False,
         ),
         _heddle("heddle-no-resource", "heddle on homogeneous TP", resources="homogeneous"),
+        _heddle(
+            "heddle-kv-admission",
+            "heddle starting trajectories only where KV has room for them",
+            admission=True,
+        ),
         _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
         _baseline("slime", "consistent hashing on the session", placement="consistent_hash"),
         _baseline(
