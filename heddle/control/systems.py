@@ -43,6 +43,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from heddle.control.admission import AdmissionConfig
 from heddle.control.admission_gate import AdmissionGate
@@ -60,6 +61,9 @@ from heddle.policy.predictors import Predictor
 from heddle.policy.priority import priority_policy
 
 PRESORTED = "presorted"
+SystemKind = Literal["heddle", "ablation", "variant", "baseline"]
+"""``heddle`` itself; an ``ablation`` (one Heddle mechanism replaced); a ``variant`` (heddle with
+an option changed, or on fixed TP); a ``baseline`` (another system, run at its best)."""
 DEFAULT_PLACEMENT_HEDGE = 0.5
 AUTELLIX_LOCALITY_THRESHOLD_TOKENS = 2048
 
@@ -68,6 +72,7 @@ AUTELLIX_LOCALITY_THRESHOLD_TOKENS = 2048
 class SystemSpec:
     name: str
     summary: str
+    kind: SystemKind = "variant"
     priority: str = "pps"
     """A ``heddle.policy.priority`` policy; its ``is_preemptive`` sets the engines' preemption."""
     placement: str = PRESORTED
@@ -110,6 +115,7 @@ def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
         migration=False,
         resources="homogeneous",
         eviction="lru",
+        kind="baseline",
     )
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -117,21 +123,30 @@ def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
 SYSTEMS: dict[str, SystemSpec] = {
     spec.name: spec
     for spec in (
-        _heddle("heddle", "PPS + presorted placement with migration + annealed TP"),
-        _heddle("heddle-no-sched", "heddle with trajectory-level FCFS", priority="fcfs"),
+        _heddle("heddle", "PPS + presorted placement with migration + annealed TP", kind="heddle"),
+        _heddle(
+            "heddle-no-sched", "heddle with trajectory-level FCFS", priority="fcfs", kind="ablation"
+        ),
         _heddle(
             "heddle-no-place",
             "heddle with verl's cache-affinity router, no migration",
             placement="cache_affinity",
             migration=False,
+            kind="ablation",
         ),
         _heddle(
             "heddle-least-load",
             "heddle with a least-load router re-balancing every step",
             placement="least_load",
             migration=False,
+            kind="ablation",
         ),
-        _heddle("heddle-no-resource", "heddle on homogeneous TP", resources="homogeneous"),
+        _heddle(
+            "heddle-no-resource",
+            "heddle on homogeneous TP",
+            resources="homogeneous",
+            kind="ablation",
+        ),
         _heddle(
             "heddle-kv-admission",
             "heddle starting trajectories only where KV has room for them",
@@ -142,7 +157,12 @@ SYSTEMS: dict[str, SystemSpec] = {
         _baseline(
             "slime-least-inflight", "slime's own router: least in-flight", placement="least_load"
         ),
-        _heddle("rr", "heddle with step-centric round-robin scheduling", priority="round_robin"),
+        _heddle(
+            "rr",
+            "heddle with step-centric round-robin scheduling",
+            priority="round_robin",
+            kind="ablation",
+        ),
         _baseline(
             "autellix",
             "PLAS (preemptive) + locality-aware balancing, homogeneous TP",

@@ -25,6 +25,10 @@ class SimConfig:
     """``h100`` or ``h200``."""
     num_gpus: int = 16
     """GPU budget; the system's resource plan splits it into workers of some TP degrees."""
+    engine_model: str = "sglang"
+    """How every system's engines behave (``heddle.policy.engine_models.ENGINE_MODELS``):
+    prefix eviction, what preemption does to KV, whether KV moves on migration. One engine
+    model per comparison, whatever the bundle."""
     seed: int = 0
     """Seeds the predictor's noise, random routers and the annealer."""
     predictor: str = "noisy_oracle"
