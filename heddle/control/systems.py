@@ -1,11 +1,13 @@
 """System bundles: Heddle, its ablations and the baselines, as one registry shared by the
 simulator and live runs (``RolloutSubmitted.policy`` names one).
 
-A bundle fixes five choices: the engine-side priority policy (``heddle.policy.priority``; it also
-decides whether engines preempt), the placement (``presorted`` or a ``heddle.policy.routing``
-router), whether migrations run, the resource plan (``annealed`` TP degrees or homogeneous) and
-the engines' prefix-cache eviction (``priority`` for Heddle's engines, ``lru`` as SGLang's radix
-cache for the baselines).
+A bundle fixes a system's own choices: the priorities it sends (``heddle.policy.priority``; a
+preemptive policy lets the engines preempt), the placement (``presorted`` or a
+``heddle.policy.routing`` router), whether migrations run, KV admission in the control plane and
+the resource plan (``annealed`` TP degrees or homogeneous). How the engines behave (prefix
+eviction, what preemption does to KV, whether KV moves on migration) is not a system's choice:
+it is the comparison's engine model (``heddle.policy.engine_models``), the same for every
+bundle.
 Baselines follow the code of the systems they name; they are never tuned down, and a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
@@ -55,8 +57,9 @@ from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.control.resources import DEFAULT_OBSERVATION_RATIO, ResourceMode
 from heddle.control.rollout import RolloutDecider
 from heddle.control.transfer import TransferDecider
-from heddle.policy.batching import BatchingConfig, EvictionPolicy
+from heddle.policy.batching import BatchingConfig
 from heddle.policy.cost_model import CostModel
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, EngineModel, engine_model
 from heddle.policy.predictors import Predictor
 from heddle.policy.priority import priority_policy
 
@@ -82,9 +85,6 @@ class SystemSpec:
     tp_degree: int = 0
     """Homogeneous TP degree (0: the best homogeneous degree for the workload)."""
     locality_threshold_tokens: int | None = None
-    eviction: EvictionPolicy = "priority"
-    """Engines' prefix-cache eviction under KV pressure: Heddle's engines keep the prefixes of
-    high-priority trajectories (``heddle.policy.batching.cache``); baselines run SGLang's LRU."""
     admission: bool = False
     """Presorted placement starts a trajectory only when a worker has KV room for its predicted
     peak (``heddle.control.admission``); off by default: with exact predictions it removes the
@@ -114,7 +114,6 @@ def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
         placement="cache_affinity",
         migration=False,
         resources="homogeneous",
-        eviction="lru",
         kind="baseline",
     )
     return replace(base, **changes)  # type: ignore[arg-type]
@@ -191,8 +190,8 @@ class ControlOptions:
     predictor: Predictor | None = None
     """Required by bundles that use predictions."""
     seed: int = 0
-    transfer_kv: bool = True
-    """Migrations move the KV cache (False: the target re-prefills)."""
+    engine_model: str = DEFAULT_ENGINE_MODEL
+    """How the engines behave (``heddle.policy.engine_models``); the same for every bundle."""
     migration_hysteresis: float = 0.25
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO
     """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
@@ -208,6 +207,15 @@ class ControlOptions:
     nothing to hedge against), ``DEFAULT_PLACEMENT_HEDGE`` for every other predictor; the
     simulator and the live control plane decide it here, so a re-simulation of a recorded
     rollout places as the rollout did."""
+
+    @property
+    def engine(self) -> EngineModel:
+        return engine_model(self.engine_model)
+
+    @property
+    def transfer_kv(self) -> bool:
+        """Migrations move the KV cache (the engine model's); else the target re-prefills."""
+        return self.engine.kv_transfer
 
     @property
     def effective_placement_hedge(self) -> float:
@@ -242,7 +250,7 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
-    return ControlPlane(spec, deciders, engine_config(spec))
+    return ControlPlane(spec, deciders, engine_config(spec, options.engine))
 
 
 def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
@@ -252,11 +260,10 @@ def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
     return AdmissionGate(options.admission, policy, observation_ratio=options.observation_ratio)
 
 
-def engine_config(spec: SystemSpec) -> BatchingConfig:
-    """The engines' batching settings under a bundle (preemption follows its priority policy)."""
-    return BatchingConfig(
-        preemptive=priority_policy(spec.priority).is_preemptive, eviction=spec.eviction
-    )
+def engine_config(spec: SystemSpec, engine: EngineModel) -> BatchingConfig:
+    """The engines' batching settings: the engine model's, preempting where the bundle's
+    priority policy is preemptive (engines preempt only when the priorities sent differ)."""
+    return engine.batching_config(preemptive=priority_policy(spec.priority).is_preemptive)
 
 
 def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], Placer]:

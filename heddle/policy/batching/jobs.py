@@ -49,6 +49,10 @@ class GenerationJob:
     num_output_tokens: int
     """Tokens to generate."""
     priority: float = 0.0
+    group_id: str = ""
+    """Trajectories sharing a prompt ("" = none)."""
+    num_prompt_tokens: int = 0
+    """Leading context tokens identical across the group."""
 
     def __post_init__(self) -> None:
         if min(self.num_context_tokens, self.num_new_tokens, self.num_output_tokens) < 0:
