@@ -160,7 +160,9 @@ def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
 
     spec = system_spec("heddle")
     predictor = make_simulation_predictor(trace, config)
-    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor)
+    options = ControlOptions(
+        cost_for_tp=config.cost_for_tp, predictor=predictor, engine_model=config.engine_model
+    )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
     migrations = [e for e in run.events if isinstance(e, Migrated)]
