@@ -19,10 +19,10 @@ Consumes:
 - ``WorkerFailed``: every trajectory of that worker goes to the live worker with the fewest
   in-flight requests: ``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume)``.
 
-With a KV admission gate (``heddle.control.admission_gate``; the ``heddle-kv-admission``
-bundle), the initial placement only *plans* each trajectory's worker: a trajectory starts
-(``TrajectoryPlaced`` + ``StartTrajectory``) when a worker has KV room for its predicted peak,
-held ones in the bundle's priority order, and the gate is asked again whenever room may have
+With a KV admission gate (``heddle.control.admission_gate``; Heddle's bundles but
+``heddle-no-admission``), the initial placement only *plans* each trajectory's worker: a
+trajectory starts (``TrajectoryPlaced`` + ``StartTrajectory``) when a worker's projected KV has
+room for it, held ones in the bundle's priority order, and the gate is asked again whenever room may have
 appeared (a trajectory ended, moved or was re-predicted, a worker registered). Migrations go
 only where the target has room.
 

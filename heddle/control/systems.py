@@ -12,10 +12,12 @@ Baselines follow the code of the systems they name; they are never tuned down, a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  migration (s.5), annealed heterogeneous TP (s.6).
-- ``heddle-kv-admission``: heddle whose placement starts a trajectory only when a worker has KV
-  room for its predicted peak (``heddle.control.admission``); not the default, see
-  ``SystemSpec.admission``.
+  migration (s.5), annealed heterogeneous TP (s.6), and KV admission in the control plane: a
+  trajectory starts only when its worker's projected KV has room for it
+  (``heddle.control.admission``), so engines do not thrash when a rollout's contexts outgrow
+  the cluster's KV.
+- ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
+  the engines (which then evict and re-prefill).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -85,12 +87,10 @@ class SystemSpec:
     tp_degree: int = 0
     """Homogeneous TP degree (0: the best homogeneous degree for the workload)."""
     locality_threshold_tokens: int | None = None
-    admission: bool = False
-    """Presorted placement starts a trajectory only when a worker has KV room for its predicted
-    peak (``heddle.control.admission``); off by default: with exact predictions it removes the
-    engines' re-prefill churn, but a trajectory predicted short is then held without making
-    progress, and with noisy or learned predictions that costs more than the churn (coding
-    1024: noisy 1837 s with it, 1713 s without, on 4 x TP4)."""
+    admission: bool = True
+    """Presorted placement starts a trajectory only when a worker's projected KV has room for
+    it (``heddle.control.admission``); routed placements (the baselines, and the ablations that
+    replace placement) start everything at once."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -147,9 +147,10 @@ SYSTEMS: dict[str, SystemSpec] = {
             kind="ablation",
         ),
         _heddle(
-            "heddle-kv-admission",
-            "heddle starting trajectories only where KV has room for them",
-            admission=True,
+            "heddle-no-admission",
+            "heddle starting every trajectory at once",
+            admission=False,
+            kind="ablation",
         ),
         _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
         _baseline("slime", "consistent hashing on the session", placement="consistent_hash"),
