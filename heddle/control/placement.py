@@ -22,9 +22,9 @@ Consumes:
 With a KV admission gate (``heddle.control.admission_gate``; Heddle's bundles but
 ``heddle-no-admission``), the initial placement only *plans* each trajectory's worker: a
 trajectory starts (``TrajectoryPlaced`` + ``StartTrajectory``) when a worker's projected KV has
-room for it, held ones in the bundle's priority order, and the gate is asked again whenever room may have
-appeared (a trajectory ended, moved or was re-predicted, a worker registered). Migrations go
-only where the target has room.
+room for it, held ones in the bundle's priority order, and the gate is asked again whenever
+room may have appeared (a trajectory ended, moved or was re-predicted, a worker registered).
+Migrations go only where the target has room.
 
 State (owned by the decider): workers, per-worker in-flight requests, and per rollout its specs,
 first predictions, placer and per-trajectory worker / priority / context; the gate's state.

@@ -3,11 +3,11 @@ fit, nothing starts twice, and the placement decider starts the rest as room app
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
-
-import math
 
 from heddle.control.admission import (
     MAX_PROJECTION_POINTS,
