@@ -363,7 +363,12 @@ class PlacementDecider:
             + event.predicted_remaining_tokens
             + rollout.placer.token_equivalents(tool_s)
         )
-        request = rollout.placer.on_prediction(event.traj_id, predicted_total)
+        request = rollout.placer.on_prediction(
+            event.traj_id,
+            predicted_total,
+            remaining_tokens=event.predicted_remaining_tokens,
+            context_tokens=trajectory.context_tokens,
+        )
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []
         if request.target_id not in self._workers:

@@ -26,6 +26,7 @@ placement decider.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,6 +42,7 @@ from heddle.policy.migration import (
     MigrationPlanner,
     MigrationRequest,
     WorkerShare,
+    estimate_move,
     shares_from_partition,
 )
 from heddle.policy.placement import partition_heterogeneous
@@ -88,8 +90,16 @@ class Placer(Protocol):
         """The worker for the trajectory's next step (``loads``: live workers' in-flight)."""
         ...
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
-        """A new predicted length (output tokens plus ``token_equivalents`` of tool time)."""
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
+        """A new predicted length (output tokens plus ``token_equivalents`` of tool time), with
+        the predicted remaining output and the context now (what a move would cost)."""
         ...
 
     def token_equivalents(self, tool_s: float) -> float:
@@ -117,6 +127,7 @@ class PresortedPlacer:
         cost_for_tp: Callable[[int], CostModel],
         *,
         migration: bool = True,
+        kv_transfer: bool = True,
         hysteresis: float = 0.25,
         observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
         tool_s_per_token: float = 0.0,
@@ -124,7 +135,11 @@ class PresortedPlacer:
         interleave_when_memory_bound: bool = True,
     ) -> None:
         """``hedge``: how far block sizes move towards equal groups (0 for exact predictions);
-        ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead."""
+        ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead;
+        ``kv_transfer``: migrations move the KV (else the target re-prefills, a cost a move must
+        earn back)."""
+        self._kv_transfer = kv_transfer
+        self._tp_of: dict[str, int] = {}
         self._hedge = hedge
         self._interleave = interleave_when_memory_bound
         self._cost_for_tp = cost_for_tp
@@ -167,6 +182,7 @@ class PresortedPlacer:
             split = hedged(partition_heterogeneous(lengths, models), lengths, self._hedge)
             contiguous = True
         worker_ids = [worker.worker_id for worker in workers]
+        self._tp_of = {worker.worker_id: worker.tp_degree for worker in workers}
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
         rank_of = {index: rank for rank, index in enumerate(ranks)}
         assignments = [
@@ -188,12 +204,39 @@ class PresortedPlacer:
     ) -> str:
         return current_worker_id
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
         if traj_id not in self._predicted or self._planner is None:
             return None
         self._predicted[traj_id] = predicted
         request = self._planner.update(traj_id, predicted)
-        return request if self._migration else None
+        if request is None or not self._migration:
+            return None
+        return request if self._pays(request, remaining_tokens, context_tokens) else None
+
+    def _pays(self, request: MigrationRequest, remaining_tokens: float, context: int) -> bool:
+        """A move happens only when its predicted gain exceeds its cost (``estimate_move``)."""
+        source_tp = self._tp_of.get(request.source_id)
+        target_tp = self._tp_of.get(request.target_id)
+        if source_tp is None or target_tp is None:
+            return True  # a worker registered after placement: nothing to weigh it by
+        batches = Counter(self._worker_of.values())
+        estimate = estimate_move(
+            self._cost_for_tp(source_tp),
+            self._cost_for_tp(target_tp),
+            source_batch=batches[request.source_id],
+            target_batch=batches[request.target_id],
+            context_tokens=context,
+            remaining_tokens=remaining_tokens,
+            kv_transfer=self._kv_transfer,
+        )
+        return estimate.pays
 
     def on_moved(self, traj_id: str, worker_id: str) -> None:
         if traj_id in self._worker_of and self._planner is not None:
@@ -276,7 +319,14 @@ class RouterPlacer:
         vector = [float(loads.get(worker_id, float("inf"))) for worker_id in self._worker_ids]
         return self._worker_ids[self._router.route(traj_id, vector)]
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
         return None
 
     def token_equivalents(self, tool_s: float) -> float:

@@ -274,6 +274,7 @@ def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], P
             return PresortedPlacer(
                 options.cost_for_tp,
                 migration=spec.migration,
+                kv_transfer=options.transfer_kv,
                 hysteresis=options.migration_hysteresis,
                 observation_ratio=options.observation_ratio,
                 tool_s_per_token=options.tool_s_per_token,
