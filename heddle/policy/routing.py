@@ -19,12 +19,17 @@ and forgets a finished trajectory on ``release``. Routers are built from the wor
   ``verl/experimental/agent_loop/agent_loop.py``, ``AsyncLLMServerManager._choose_server``: an
   LRU map from request id to server, new ids to the head of a least-requests heap over servers
   shuffled at start, so ties fall randomly; rLLM's router does the same with in-flight counts).
-* ``consistent_hash``: the trajectory id hashed onto a ring of worker points, clockwise to the
-  first live worker at or after it (slime's multi-turn advice, ``--router-policy
-  consistent_hashing`` with ``X-SMG-Routing-Key: sample.session_id``; the SGLang gateway's
-  ring, ``smg`` ``src/core/worker_registry.rs`` ``HashRing``: 150 points per worker at
-  ``blake3("{url}#{i}")``, the key at ``blake3(key)``, first 8 bytes little-endian). Loads are
-  ignored: a saturated worker keeps its sessions (calibration.md s.5, prime-rl #3255).
+* ``consistent_hash``: the trajectory id hashed to a worker; loads are ignored, so a saturated
+  worker keeps its sessions (calibration.md s.5, prime-rl #3255). This is slime's multi-turn
+  advice (``docs/en/advanced/sglang-config.md``: ``--router-policy consistent_hashing``, with
+  ``X-SMG-Routing-Key: sample.session_id``, one UUID per sample). The SGLang gateway
+  (``sglang-router`` 0.3.2, ``smg`` ``src/policies/consistent_hashing.rs``) hashes the key with
+  BLAKE3 (first 8 bytes, little-endian); in its regular HTTP mode, which slime runs, the router
+  looks its hash ring up under the model id ``unknown`` and finds none, so the worker is
+  ``live[hash % len(live)]`` over its worker list (checked against the real router:
+  ``tests/policy/test_router_agreement.py``); a worker lost remaps most sessions. ``ring=True``
+  models the ring it uses when a model id is given (``--enable-igw``; from the code only):
+  150 points per worker at ``blake3("{url}#{i}")``, the first live point at or after the key.
 * ``round_robin``: the gateway's ``round_robin`` policy: a request counter modulo the live
   workers (``smg`` ``src/policies/round_robin.rs``).
 * ``random``: a uniformly random worker for every request (the gateway's ``random`` policy).
@@ -106,29 +111,38 @@ def _ring(worker_names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[int, ..
 class ConsistentHashRouter:
     name = "consistent_hash"
 
-    def __init__(self, worker_names: Sequence[str], rng: random.Random) -> None:
-        """``worker_names``: what the ring hashes (the gateway hashes the worker URLs)."""
+    def __init__(
+        self, worker_names: Sequence[str], rng: random.Random, *, ring: bool = False
+    ) -> None:
+        """``worker_names``: what the ring hashes (the gateway hashes the worker URLs);
+        ``ring``: the gateway's hash ring instead of its regular mode's hash modulo."""
         check_worker_names(worker_names)
         self._num_workers = len(worker_names)
-        self._points, self._owners = _ring(tuple(worker_names))
-        self._start_of: dict[str, int] = {}
+        self._ring = _ring(tuple(worker_names)) if ring else None
+        self._hash_of: dict[str, int] = {}
 
     def route(self, request: RouteRequest, loads: Sequence[float]) -> int:
         check_loads(loads, self._num_workers)
-        start = self._start_of.get(request.traj_id)
-        if start is None:
-            # The first point at or after the key (``partition_point(pos < key)``), wrapping.
-            start = bisect_left(self._points, blake3_u64_le(request.traj_id))
-            self._start_of[request.traj_id] = start
-        live = set(live_workers(loads))
-        for step in range(len(self._points)):
-            owner = self._owners[(start + step) % len(self._points)]
-            if owner in live:
-                return owner
-        raise ValueError("no live worker to route to")
+        key_hash = self._hash_of.get(request.traj_id)
+        if key_hash is None:
+            key_hash = self._hash_of[request.traj_id] = blake3_u64_le(request.traj_id)
+        live = live_workers(loads)
+        if not live:
+            raise ValueError("no live worker to route to")
+        if self._ring is None:
+            return live[key_hash % len(live)]
+        points, owners = self._ring
+        # The first point at or after the key (``partition_point(pos < key)``), clockwise.
+        start = bisect_left(points, key_hash)
+        alive = set(live)
+        return next(
+            owner
+            for step in range(len(points))
+            if (owner := owners[(start + step) % len(points)]) in alive
+        )
 
     def release(self, traj_id: str) -> None:
-        self._start_of.pop(traj_id, None)
+        self._hash_of.pop(traj_id, None)
 
 
 class RoundRobinRouter:

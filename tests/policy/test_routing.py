@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.policy.blake3 import blake3_u64_le
-from heddle.policy.routing import NUM_VIRTUAL_NODES, ROUTERS, RouteRequest, make_router
+from heddle.policy.routing import (
+    NUM_VIRTUAL_NODES,
+    ROUTERS,
+    ConsistentHashRouter,
+    RouteRequest,
+    make_router,
+)
 
 INF = float("inf")
 
@@ -68,7 +74,7 @@ def test_consistent_hash_matches_a_brute_force_ring(
     num_workers: int, keys: list[str], down: int
 ) -> None:
     names = [f"http://127.0.0.1:{9000 + i}" for i in range(num_workers)]
-    router = make_router("consistent_hash", num_workers, random.Random(0), worker_names=names)
+    router = ConsistentHashRouter(names, random.Random(0), ring=True)
     loads = [0.0] * num_workers
     if num_workers > 1:
         loads[down % num_workers] = INF
@@ -77,8 +83,16 @@ def test_consistent_hash_matches_a_brute_force_ring(
         assert router.route(req(key), loads) == _ring_reference(names, key, live)
 
 
-def test_consistent_hash_moves_only_a_down_workers_sessions() -> None:
+def test_consistent_hash_is_the_key_hash_modulo_the_live_workers() -> None:
     router = make_router("consistent_hash", 4, random.Random(0))
+    for key in ("a", "session-1", "4b1f0c3e-uuid"):
+        assert router.route(req(key), [5.0, 0.0, 9.0, 1.0]) == blake3_u64_le(key) % 4
+        live = [0, 2, 3]
+        assert router.route(req(key), [0.0, INF, 0.0, 0.0]) == live[blake3_u64_le(key) % 3]
+
+
+def test_the_ring_moves_only_a_down_workers_sessions() -> None:
+    router = ConsistentHashRouter([f"worker-{i}" for i in range(4)], random.Random(0), ring=True)
     before = [router.route(req(f"t{i}"), [0.0] * 4) for i in range(400)]
     after = [router.route(req(f"t{i}"), [0.0, INF, 0.0, 0.0]) for i in range(400)]
     assert all(a == b for a, b in zip(before, after, strict=True) if a != 1)
