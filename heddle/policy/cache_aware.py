@@ -34,6 +34,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from heddle.policy.route_types import (
     RouteRequest,
@@ -122,6 +123,18 @@ class PrefixModel:
         self._own.pop(traj_id, None)
 
 
+CacheAwarePath = Literal["load_balance", "prefix_match", "low_match", "stale_match"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheAwareDecision:
+    """Where a request goes and why (``stale_match``: the matched worker is down)."""
+
+    worker: int
+    path: CacheAwarePath
+    match_rate: float
+
+
 class CacheAwareRouter:
     name = "cache_aware"
 
@@ -145,31 +158,41 @@ class CacheAwareRouter:
         low, high = min(live_loads), max(live_loads)
         return high - low > self._balance_abs_threshold and high > low * self._balance_rel_threshold
 
-    def route(self, request: RouteRequest, loads: Sequence[float]) -> int:
+    def decide(self, request: RouteRequest, loads: Sequence[float]) -> CacheAwareDecision:
+        """The router's pick for ``request`` at ``loads``, changing nothing (see ``record``)."""
         check_loads(loads, self._num_workers)
         live = live_workers(loads)
         if not live:
             raise ValueError("no live worker to route to")
         live_loads = [loads[i] for i in live]
         least = live[first_least_loaded(live_loads)]
+        matched, creator = self._tree.match(request)
+        length = request.num_text_tokens
+        rate = matched / length if length > 0 else 0.0
         if self.is_imbalanced(live_loads):
-            worker = least
-        else:
-            matched, creator = self._tree.match(request)
-            length = request.num_text_tokens
-            rate = matched / length if length > 0 else 0.0
-            if rate <= self._cache_threshold or creator is None:
-                worker = least
-            elif creator in live:
-                worker = creator
-            else:
-                # The matched worker is gone: the router drops it from its tree and answers
-                # its first healthy worker without inserting (an approximation: the real tree
-                # keeps nodes other workers also hold).
+            return CacheAwareDecision(least, "load_balance", rate)
+        if rate <= self._cache_threshold or creator is None:
+            return CacheAwareDecision(least, "low_match", rate)
+        if creator in live:
+            return CacheAwareDecision(creator, "prefix_match", rate)
+        # The matched worker is gone: the router answers its first healthy worker.
+        return CacheAwareDecision(live[0], "stale_match", rate)
+
+    def record(self, request: RouteRequest, decision: CacheAwareDecision) -> None:
+        """What the router's tree does with a routed request: insert its text for the worker;
+        after a stale match, drop the gone worker instead (the router removes it from its tree
+        and inserts nothing; an approximation: the real tree keeps nodes others also hold)."""
+        if decision.path == "stale_match":
+            _, creator = self._tree.match(request)
+            if creator is not None:
                 self._tree.forget_worker(creator)
-                return live[0]
-        self._tree.insert(request, worker)
-        return worker
+            return
+        self._tree.insert(request, decision.worker)
+
+    def route(self, request: RouteRequest, loads: Sequence[float]) -> int:
+        decision = self.decide(request, loads)
+        self.record(request, decision)
+        return decision.worker
 
     def release(self, traj_id: str) -> None:
         self._tree.release(traj_id)

@@ -107,9 +107,15 @@ class RouterClient:
         self._worker_of: dict[str, str] = {}
         self._threads: dict[str, threading.Thread] = {}
 
-    def send(self, rid: str, text: str, routing_key: str | None = None) -> str:
-        """Post the request and wait until a stub holds it: the stub's name."""
-        body = json.dumps({"text": text, "rid": rid, "sampling_params": {"max_new_tokens": 1}})
+    def send(
+        self, rid: str, text: str, routing_key: str | None = None, *, as_ids: bool = False
+    ) -> str:
+        """Post the request and wait until a stub holds it: the stub's name. ``as_ids``: send
+        the text as ``input_ids`` (one id per character, its code point), as slime does."""
+        prompt: dict[str, object] = (
+            {"input_ids": [ord(c) for c in text]} if as_ids else {"text": text}
+        )
+        body = json.dumps({**prompt, "rid": rid, "sampling_params": {"max_new_tokens": 1}})
         headers = {"Content-Type": "application/json"}
         if routing_key is not None:
             headers["X-SMG-Routing-Key"] = routing_key

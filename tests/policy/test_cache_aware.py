@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -171,3 +171,16 @@ def test_down_workers_are_ignored() -> None:
     # Worker 0 is down again: its infinite load is no imbalance (which would send the request
     # to the least-loaded worker, 2); the match names worker 0, so the first live one answers.
     assert router.route(RouteRequest("c", "g", 100, 150), [INF, 1.0, 0.0]) == 1
+
+
+def test_decide_changes_nothing_and_record_applies_it() -> None:
+    router = _router()
+    first = RouteRequest("a", "g", 100, 100)
+    decision = router.decide(first, [0.0, 0.0, 0.0])
+    assert (decision.worker, decision.path, decision.match_rate) == (0, "low_match", 0.0)
+    assert router.decide(first, [0.0, 0.0, 0.0]) == decision  # nothing recorded yet
+    router.record(first, replace(decision, worker=2))  # the request went to worker 2
+    follow = router.decide(RouteRequest("b", "g", 100, 100), [0.0, 0.0, 0.0])
+    assert (follow.worker, follow.path, follow.match_rate) == (2, "prefix_match", 1.0)
+    busy = router.decide(RouteRequest("b", "g", 100, 100), [0.0, 0.0, 65.0])
+    assert (busy.worker, busy.path) == (0, "load_balance")

@@ -16,11 +16,11 @@ import queue
 import random
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
-from heddle.policy.cache_aware import CacheAwareRouter, PrefixModel
+from heddle.policy.cache_aware import CacheAwareRouter
 from heddle.policy.routing import Router, RouteRequest, make_router
 
 pytest.importorskip(
@@ -31,6 +31,7 @@ from .router_harness import RouterClient, StubWorker, running_router
 
 NUM_WORKERS = 4
 MIN_AGREEMENT = 0.95
+CACHE_THRESHOLD = 0.3  # the router's default, which the model shares
 SYSTEM_PROMPT = "<|im_start|>system\nYou are a careful software agent; think, then act.<|im_end|>\n"
 
 
@@ -108,13 +109,17 @@ class Tally:
     total: int = 0
     paths: Counter[str] = field(default_factory=Counter)
     disagreements: list[str] = field(default_factory=list)
+    disagreeing_rates: list[float] = field(default_factory=list)
 
-    def add(self, rid: str, ours: int, theirs: int, path: str) -> None:
+    def add(self, rid: str, ours: int, theirs: int, path: str, rate: float) -> None:
         self.total += 1
         self.agreed += ours == theirs
         self.paths[path] += 1
         if ours != theirs:
-            self.disagreements.append(f"{rid} ({path}): ours w{ours}, router w{theirs}")
+            self.disagreeing_rates.append(rate)
+            self.disagreements.append(
+                f"{rid} ({path}, match {rate:.3f}): ours w{ours}, router w{theirs}"
+            )
 
     @property
     def rate(self) -> float:
@@ -152,13 +157,14 @@ class Replay:
     def __init__(self, client: RouterClient, stubs: Stubs, *, tracks_load: bool) -> None:
         self.client = client
         self.tracks_load = tracks_load  # the router counts in-flight only for cache_aware
+        self.as_ids = False
         self.url_of = {worker.name: worker.url for worker in stubs.workers}
         self.order: list[str] = []  # worker names in model index order
         self.loads: Counter[str] = Counter()
         self.worker_of: dict[str, str] = {}
 
     def send(self, rid: str, text: str, routing_key: str | None = None) -> str:
-        name = self.client.send(rid, text, routing_key)
+        name = self.client.send(rid, text, routing_key, as_ids=self.as_ids)
         self.worker_of[rid] = name
         self.loads[name] += 1
         return name
@@ -185,43 +191,46 @@ class Replay:
         return requests
 
 
-def _path(
-    router: CacheAwareRouter, shadow: PrefixModel, request: RouteRequest, loads: list[float]
-) -> str:
-    if router.is_imbalanced(loads):
-        return "load_balance"
-    matched, _ = shadow.match(request)
-    return "prefix_match" if matched / request.num_text_tokens > 0.3 else "low_match"
-
-
 def _replay(
-    policy: str, model: Router, replay: Replay, actions: list[Action], keyed: bool
+    model: Router, replay: Replay, actions: list[Action], keyed: bool, follow: bool
 ) -> Tally:
+    """Route every request through both. ``follow``: the model's tree records where the
+    router actually sent each request, so one disagreement does not cascade into later ones
+    (without it, the model runs on its own picks: the stricter test)."""
     tally = Tally()
-    shadow = PrefixModel()
     for action in actions:
         if isinstance(action, Release):
             replay.release(action.rids)
             continue
         loads = replay.load_vector()
-        path = "-"
-        if isinstance(model, CacheAwareRouter):
-            path = _path(model, shadow, action.request, loads)
-        ours = model.route(action.request, loads)
-        shadow.insert(action.request, ours)
         key = action.request.traj_id if keyed else None
+        if not isinstance(model, CacheAwareRouter):
+            ours = model.route(action.request, loads)
+            theirs = replay.order.index(replay.send(action.rid, action.text, key))
+            tally.add(action.rid, ours, theirs, "-", 0.0)
+            continue
+        decision = model.decide(action.request, loads)
         theirs = replay.order.index(replay.send(action.rid, action.text, key))
-        tally.add(action.rid, ours, theirs, path)
+        model.record(action.request, replace(decision, worker=theirs) if follow else decision)
+        tally.add(action.rid, decision.worker, theirs, decision.path, decision.match_rate)
     return tally
 
 
 def _run(
-    policy: str, router_policy: str, stubs: Stubs, *, learn: bool, keyed: bool = False
+    policy: str,
+    router_policy: str,
+    stubs: Stubs,
+    *,
+    learn: bool,
+    keyed: bool = False,
+    as_ids: bool = False,
+    follow: bool = False,
 ) -> Tally:
     actions = slime_like_run()
     with running_router(router_policy, stubs.workers) as url:
         client = RouterClient(url, stubs.workers, stubs.arrivals)
         replay = Replay(client, stubs, tracks_load=router_policy == "cache_aware")
+        replay.as_ids = as_ids
         name_of = {worker.url: worker.name for worker in stubs.workers}
         listed = [name_of[u] for u in client.listed_urls()]
         if learn:
@@ -239,7 +248,7 @@ def _run(
             loads = [1.0] * k + [0.0] * (NUM_WORKERS - k)
             assert model.route(request, loads) == k
         replay.release([f"cal{k}" for k in range(len(calibration))])
-        return _replay(policy, model, replay, actions, keyed)
+        return _replay(model, replay, actions, keyed, follow)
 
 
 def test_cache_aware_agrees_with_the_router(stubs: Stubs) -> None:
@@ -262,3 +271,16 @@ def test_round_robin_agrees_with_the_router(stubs: Stubs) -> None:
     tally = _run("round_robin", "round_robin", stubs, learn=True)
     print(tally.report("round_robin"))
     assert tally.rate >= MIN_AGREEMENT, tally.report("round_robin")
+
+
+def test_cache_aware_agrees_when_requests_carry_input_ids(stubs: Stubs) -> None:
+    """slime sends ``input_ids``; the router matches their space-joined decimal text, so its
+    characters per token vary, and texts that diverge at ids sharing leading digits match a few
+    characters further, into another trajectory's node. The model counts tokens and lets texts
+    diverge exactly: this measures what that costs, with the model's tree following the
+    router's actual picks so each disagreement is counted once."""
+    tally = _run("cache_aware", "cache_aware", stubs, learn=True, as_ids=True, follow=True)
+    report = tally.report("cache_aware (input_ids)")
+    print(report)
+    assert tally.paths["load_balance"] >= 10, report
+    assert tally.rate >= 0.85, report
