@@ -213,6 +213,7 @@ class PlacementDecider:
                 rollout.first_predictions.get(tid, 0.0),
                 len(t.spec.prompt_token_ids),
                 rollout.first_tool_predictions.get(tid, 0.0),
+                group_id=t.spec.group_id,
             )
             for tid, t in ordered
         ]

@@ -28,16 +28,22 @@ homogeneous degree of 0 gives each the best homogeneous TP for the workload.
   sessions: every turn of a trajectory goes back for its prefix cache) and sends new sessions to
   the head of a least-requests heap; the SGLang/vLLM server queues each turn's request FCFS
   (step-centric: back of the queue every turn); homogeneous TP; no migration.
-- ``slime``: the SGLang router/gateway with consistent hashing on the session
-  (``sgl-project/sglang`` ``sgl-model-gateway/src/policies/consistent_hashing.rs``; the routing
-  key is the trajectory), engine FCFS, homogeneous TP.
+- ``slime``: the router slime launches (PyPI ``sglang-router`` 0.3.2, the SGLang model gateway,
+  ``smg-project/smg``) with its default policy, ``cache_aware`` (``heddle.policy.cache_aware``:
+  the least-loaded worker when in-flight loads are imbalanced by more than 64 and 1.5x, else the
+  worker holding the longest prefix match over 30% of the request, else the least loaded;
+  checked against the real router, ``tests/policy/test_router_agreement.py``), engine FCFS,
+  homogeneous TP.
+- ``slime-consistent-hash``: the same router with ``consistent_hashing`` on the session, as
+  slime's docs advise for multi-turn (``docs/en/advanced/sglang-config.md``): blake3 of the key
+  modulo the live workers, as the router does outside its IGW mode.
 - ``slime-least-inflight``: slime's own ``SlimeRouter`` (``THUDM/slime``
   ``slime/router/router.py``, ``--use-slime-router``): every request to the worker with the fewest
   in-flight requests, no stickiness, so turns re-prefill wherever they land.
 - ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
-- ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service, preemptive
-  (s.4), and locality-aware load balancing (s.5): a program whose context has grown past
-  ``2048`` tokens stays on the engine holding its KV, shorter ones go to the least-loaded
+- ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service in multi-level
+  queues with promotion of starved programs, preemptive (s.4; ``heddle.policy.priority``), and
+  locality-aware load balancing (s.5): a program whose context has grown past ``2048`` tokens stays on the engine holding its KV, shorter ones go to the least-loaded
   engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
 """
@@ -153,7 +159,12 @@ SYSTEMS: dict[str, SystemSpec] = {
             kind="ablation",
         ),
         _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
-        _baseline("slime", "consistent hashing on the session", placement="consistent_hash"),
+        _baseline("slime", "SGLang router's cache_aware (its default)", placement="cache_aware"),
+        _baseline(
+            "slime-consistent-hash",
+            "SGLang router's consistent hashing on the session (slime's multi-turn advice)",
+            placement="consistent_hash",
+        ),
         _baseline(
             "slime-least-inflight", "slime's own router: least in-flight", placement="least_load"
         ),

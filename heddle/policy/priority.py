@@ -124,8 +124,9 @@ class MultiLevelLeastAttained:
     Assumed: the paper gives the rules, not (to our reading) the constants for this setting;
     ``num_levels`` 8, ``first_level_s`` 1 s of engine time (40 tokens at the default 25 ms a
     token) doubling per level, so the open last level starts at 64 s, and ``starvation_ratio``
-    2 are ours. The caller supplies ``waited_s`` and re-evaluates priorities as time passes
-    (a pure policy reads no clock); with ``waited_s`` left 0 no program is ever promoted.
+    2 are ours. The caller supplies ``waited_s``; Heddle's priority decider counts the engine
+    queueing of a program's finished calls and re-evaluates at each call (a pure policy reads
+    no clock), so a starved program is promoted at its next call, not while it waits.
     """
 
     name: str = "plas"

@@ -42,7 +42,8 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from heddle.policy.blake3 import blake3_u64_le
+from blake3 import blake3
+
 from heddle.policy.cache_aware import CacheAwareRouter
 from heddle.policy.route_types import (
     Router,
@@ -54,6 +55,12 @@ from heddle.policy.route_types import (
 )
 
 __all__ = ["ROUTERS", "RouteRequest", "Router", "make_router", "worker_names_for"]
+
+
+def blake3_u64_le(text: str) -> int:
+    """The first 8 bytes of the BLAKE3 hash of ``text`` (UTF-8), little-endian: the key and
+    ring hash of sglang-router's consistent hashing."""
+    return int.from_bytes(blake3(text.encode()).digest()[:8], "little")
 
 
 class LeastLoadRouter:

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.blake3 import blake3_u64_le
 from heddle.policy.routing import (
     NUM_VIRTUAL_NODES,
     ROUTERS,
     ConsistentHashRouter,
     RouteRequest,
+    blake3_u64_le,
     make_router,
 )
 
