@@ -43,8 +43,9 @@ homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 - ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
 - ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service in multi-level
   queues with promotion of starved programs, preemptive (s.4; ``heddle.policy.priority``), and
-  locality-aware load balancing (s.5): a program whose context has grown past ``2048`` tokens stays on the engine holding its KV, shorter ones go to the least-loaded
-  engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
+  locality-aware load balancing (s.5): a program whose context has grown past ``2048`` tokens
+  stays on the engine holding its KV, shorter ones go to the least-loaded engine (the threshold
+  is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
 """
 
