@@ -69,11 +69,19 @@ class PriorityPolicy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProgressivePriority:
+    """Longest predicted remaining time first, aged by the time the trajectory has already
+    waited in engine queues: a trajectory predicted short that keeps yielding to long ones
+    gains a second of priority for every second it waited, so no one waits without bound and
+    a mispredicted one catches up (exact predictions make waiting trajectories short ones,
+    which aging lets through before they become the stragglers)."""
+
     name: str = "pps"
     is_preemptive: bool = True
+    aging: float = 1.0
+    """Priority seconds per second waited (0: pure LPT)."""
 
     def priority(self, facts: TrajectoryFacts) -> float:
-        return remaining_time_s(facts)
+        return remaining_time_s(facts) + self.aging * facts.waited_s
 
 
 def remaining_time_s(facts: TrajectoryFacts) -> float:

@@ -227,3 +227,23 @@ def test_preemption_bad_input() -> None:
         decide_preemptions([], [], -1.0)
     with pytest.raises(ValueError, match="both running and waiting"):
         decide_preemptions([RankedRequest("x", 1.0)], [RankedRequest("x", 2.0)], 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    remaining=st.floats(0, 1e5),
+    other=st.floats(0, 1e5),
+    waited=st.floats(0, 1e4),
+)
+def test_pps_ages_a_waiting_trajectory_past_longer_ones(
+    remaining: float, other: float, waited: float
+) -> None:
+    """PPS ranks by predicted remaining time plus the time already waited: one that waited
+    longer than the gap in remaining time runs first, and waiting never lowers a priority."""
+    pps = priority_policy("pps")
+    waiting = facts(predicted_remaining_tokens=remaining, waited_s=waited)
+    fresh = facts(predicted_remaining_tokens=other)
+    gap_s = (other - remaining) * waiting.seconds_per_token
+    if waited > gap_s + 1e-6:
+        assert pps.priority(waiting) > pps.priority(fresh)
+    assert pps.priority(waiting) >= pps.priority(facts(predicted_remaining_tokens=remaining))
