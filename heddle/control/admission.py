@@ -66,6 +66,11 @@ class AdmissionConfig:
     growth_share: float = 1.0
     """How much of its predicted remaining growth a trajectory's footprint counts: 1 is its
     peak, 0 its context now."""
+    duty_cycle: bool = True
+    """Count a trajectory's KV for the share of its remaining time it generates (predicted
+    decode seconds over decode plus tool seconds): in a long tool call its KV may be evicted
+    and re-prefilled on return for far less than holding a whole trajectory back costs (a
+    SWE agent whose test runs take minutes), while one with short tool calls counts whole."""
     projection: bool = True
     """Check a worker's KV over time instead of its summed peaks: each trajectory's footprint
     grows towards its peak over its predicted remaining time and frees at its end, and a

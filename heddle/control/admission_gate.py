@@ -26,6 +26,8 @@ from heddle.control.pace import Pace
 from heddle.events import Generated
 from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
 
+MIN_DUTY_CYCLE = 0.05
+"""A trajectory counts at least this share of its KV, however long its tool calls."""
 SUBMISSION_ORDER_S = 1e-6
 """Trajectories submitted at one instant arrive in submission order (as the priority decider)."""
 
@@ -54,6 +56,7 @@ class AdmissionGate:
         self.admission = KvAdmission(config)
         self._policy = policy
         self._growth = (1.0 + observation_ratio) * config.growth_share
+        self._duty_cycle = config.duty_cycle
         self._prior_s = seconds_per_token
         self._min_tokens = min_measured_tokens
         self._trajectories: dict[Key, _Trajectory] = {}
@@ -125,9 +128,15 @@ class AdmissionGate:
     def _footprint(self, key: Key, trajectory: _Trajectory) -> Footprint:
         pace = self._paces.get(key[0], Pace())
         seconds_per_token = pace.seconds_per_token(self._prior_s, self._min_tokens)
-        remaining_s = trajectory.remaining_tokens * seconds_per_token + trajectory.remaining_tool_s
+        decode_s = trajectory.remaining_tokens * seconds_per_token
+        remaining_s = decode_s + trajectory.remaining_tool_s
+        share = 1.0
+        if self._duty_cycle and remaining_s > 0:
+            share = max(MIN_DUTY_CYCLE, decode_s / remaining_s)
         return Footprint(
-            trajectory.context_tokens, self._growth * trajectory.remaining_tokens, remaining_s
+            share * trajectory.context_tokens,
+            share * self._growth * trajectory.remaining_tokens,
+            remaining_s,
         )
 
     def _held_priority(self, rollout_id: str, trajectory: _Trajectory) -> float:

@@ -12,7 +12,9 @@ over the cumulative shares: microseconds per prediction at 6400 trajectories.
 
 Hysteresis: a trajectory stays where it is while its scaled rank lies within ``hysteresis`` of
 its current worker's share beyond either edge of that worker's run, so a prediction wobbling
-around a group boundary does not bounce it between two workers.
+around a group boundary does not bounce it between two workers. It also stays while its rank
+in the original partition (unscaled) is still its worker's: a move must be called for by its
+own prediction, not by others finishing (see ``_unscaled_rank``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ class MigrationPlanner:
         scaled = self._scaled_rank(rank)
         if self._is_within_current(source_id, scaled):
             return None
+        if self._is_within_current(source_id, self._unscaled_rank(rank)):
+            return None  # only the rescaling moved it (see ``_unscaled_rank``)
         target_id = self._worker_ids[self._target_index(scaled)]
         if target_id == source_id:
             return None
@@ -129,6 +133,14 @@ class MigrationPlanner:
     def _scaled_rank(self, rank: int) -> float:
         """The rank's centre in units of the original partition: ``(r + 1/2) * n / n*``."""
         return (rank + 0.5) * self._total / len(self._sorted)
+
+    def _unscaled_rank(self, rank: int) -> float:
+        """The rank's centre in the original partition, as if nobody had finished. A move that
+        only the rescaling calls for is not made: as a rollout drains, ``n / n*`` grows and
+        carries even the longest trajectory out of the first (highest-TP) worker's small share
+        into the middle of the order, onto whatever worker holds the middle ranks, just when
+        it is the straggler that sets the makespan."""
+        return rank + 0.5
 
     def _target_index(self, scaled: float) -> int:
         index = bisect_right(self._ends, scaled)
