@@ -26,8 +26,8 @@ makespans 2-8x and lowered the rank correlation on every workload of the validat
 Per phase one trajectory's time per token is ``R = max(s + r + p, k (s / d + p))``:
 its own critical path (its decode step, its tool time and its prefills ``p`` per token) or the
 worker's busy time per round of one token each (``k / d`` steps plus everyone's prefills).
-``d`` solves the fixed point ``d = k s(d) / R(d)`` (a few rounds from ``d = k``), capped by the
-KV room.
+``d``, the batch while decoding, is the share of the alive trajectories not in tools,
+``d = k s(d) / (s(d) + r)``, capped by the KV room (a few rounds down from the cap).
 
 It is a model, not a simulation: the validation study (``heddle.sim.plan_validation``) prints
 its ratio to simulated makespans. It is pure and cheap (``O(n)`` per plan), so the live control
@@ -82,6 +82,10 @@ def worker_makespan_s(
     prefill_per_token_s = _prefill_per_token_s(cost)
     lengths = [min(length, shape.max_output_tokens) for length in lengths]
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    # The longest prompt still alive at each rank (suffix maxima of the finishing order).
+    longest_prompt = [float(prompts[index]) for index in order]
+    for rank in range(len(order) - 2, -1, -1):
+        longest_prompt[rank] = max(longest_prompt[rank], longest_prompt[rank + 1])
     alive_prompts = float(sum(prompts))
     elapsed = prefill_per_token_s * alive_prompts  # the prompts' prefill batch
     done = 0.0  # tokens every alive trajectory has generated
@@ -89,8 +93,9 @@ def worker_makespan_s(
         alive = len(order) - rank
         span = lengths[index] - done
         if span > 0.0:
-            mean_context = alive_prompts / alive + growth * (done + span / 2)
-            per_token = _per_token_s(cost, shape, alive, mean_context, prefill_per_token_s)
+            grown = growth * (done + span / 2)
+            contexts = (alive_prompts / alive + grown, longest_prompt[rank] + grown)
+            per_token = _per_token_s(cost, shape, alive, contexts, prefill_per_token_s)
             elapsed += span * per_token
             done = lengths[index]
         alive_prompts -= prompts[index]
@@ -98,21 +103,40 @@ def worker_makespan_s(
 
 
 def _per_token_s(
-    cost: CostModel, shape: AgentShape, alive: int, mean_context: float, prefill_s: float
+    cost: CostModel,
+    shape: AgentShape,
+    alive: int,
+    contexts: tuple[float, float],
+    prefill_s: float,
 ) -> float:
-    """One alive trajectory's seconds per output token in a phase (module docstring)."""
+    """One alive trajectory's seconds per output token in a phase (module docstring), given the
+    mean and the largest context of the alive ones: the critical path is the largest one's,
+    whose steps read its own context beside ``d - 1`` average ones."""
+    mean_context, max_context = contexts
     own_prefill = prefill_s * shape.observation_ratio  # its observations, per output token
-    room = max(1.0, cost.max_kv_tokens / max(mean_context, 1.0))
+    room = max(1.0, math.floor(cost.max_kv_tokens / max(mean_context, 1.0)))
     decoding = min(float(alive), room)
-    per_token = 0.0
+    # d = k s(d) / (s(d) + r) grows with d, so iterating from the cap descends monotonically
+    # to its largest fixed point (no oscillation); prefill stalls pause every decoder alike.
     for _ in range(_FIXED_POINT_ROUNDS):
-        batch = max(1, round(decoding))
-        step = cost.decode_step_s(batch, round(batch * mean_context))
-        own = step + shape.tool_s_per_token + own_prefill
-        busy = alive * (step / batch + own_prefill)
-        per_token = max(own, busy)
-        decoding = min(float(alive), room, max(1.0, alive * step / per_token))
-    return per_token
+        step = _step_s(cost, decoding, mean_context)
+        decoding = min(decoding, max(1.0, alive * step / (step + shape.tool_s_per_token)))
+    step = _step_s(cost, decoding, mean_context)
+    own_step = step + _step_s(cost, 1.0, max_context) - _step_s(cost, 1.0, mean_context)
+    own = own_step + shape.tool_s_per_token + own_prefill
+    busy = alive * (step / decoding + own_prefill)
+    return max(own, busy)
+
+
+def _step_s(cost: CostModel, batch: float, mean_context: float) -> float:
+    """A decode step of a fractional (time-averaged) batch: linear between whole batches."""
+    low = max(1, math.floor(batch))
+    weight = batch - low
+    low_s = cost.decode_step_s(low, round(low * mean_context))
+    if weight <= 0.0:
+        return low_s
+    high_s = cost.decode_step_s(low + 1, round((low + 1) * mean_context))
+    return low_s + weight * (high_s - low_s)
 
 
 def _prefill_per_token_s(cost: CostModel) -> float:
