@@ -17,8 +17,9 @@ there are. The optimum is the smallest feasible block price: bisection between a
 lower bound and the best cover found, snapping the upper end to each cover's real makespan,
 until no float lies between (as ``heddle.policy.worker_mix.minimise_over_orders``).
 
-The result equals ``exhaustive_search`` (the tests check it on every small budget) at a cost of
-a few hundred probes of ``O(G log n)`` where the annealer priced hundreds of configurations.
+The result equals ``exhaustive_search`` (the property tests check it on random small instances)
+at a cost of about 60 probes of ``O(G x degrees x log n)``, where the annealer priced hundreds of
+configurations with a placement each (6400 trajectories on 256 GPUs: ~0.1 s against ~60 s).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 A *configuration* is a multiset of TP degrees whose GPUs fit the budget; its objective is the
 heterogeneous placement makespan of the predicted lengths on those workers
 (``heddle.policy.placement_hetero``). This module prices configurations, builds plans, and
-holds the baselines (Fix-1, Fix-8) and the exhaustive search; ``heddle.policy.annealing``
-searches large budgets.
+holds the baselines (Fix-1, Fix-8) and the exhaustive search; ``best_cover`` finds the optimum
+over every configuration at once (``heddle.policy.budget_search``), and
+``heddle.policy.plan_choice`` picks among such optima with a richer estimate.
 
 From lengths to seconds on a TP-``p`` worker: a trajectory of ``L`` remaining output tokens in a
 group of ``b`` costs ``T(p) * F_p(b) * L`` where, at a representative context ``c`` per

@@ -1,8 +1,9 @@
 """Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
 
-The analytic plan (``plan_workers``: annealing over the placement objective for
-Heddle, the best homogeneous degree by that objective otherwise) prices a configuration with a
-closed-form interference factor. With a history (the previous rollout of the same prompts),
+The analytic plan (``plan_workers``: for Heddle the exact optimum of the placement objective per
+subset of TP degrees, chosen among by the plan estimate of ``heddle.policy.plan_estimate``; the
+best homogeneous degree by that estimate otherwise) is pure, so the live control plane plans
+alike. With a history (the previous rollout of the same prompts),
 each candidate, the analytic plan and every homogeneous configuration that fits, is also
 simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
 and its way of spreading trajectories (presorted groups, or an even split for routers), jobs
