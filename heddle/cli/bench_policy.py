@@ -1,5 +1,8 @@
 """`heddle bench placement` and `heddle bench annealing`: the policy core's benchmarks.
 
+``annealing`` keeps its name, but times the resource planner that replaced the paper's
+annealing (``heddle.control.resources``) and compares the two (``heddle.cli.planner_report``).
+
 Both time pure-Python policy code side by side in one process (medians of repetitions) and
 print one JSON object with ``--json``, a table otherwise. Lengths are the output tokens of a
 synthetic workload (``heddle.workloads``), so the figures are reproducible from the flags.
@@ -12,7 +15,6 @@ import math
 import random
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -21,17 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.cli.apps import bench_app
+from heddle.cli.planner_report import PlanningInputs, budget_report, validation_report
 from heddle.errors import UserError
-from heddle.policy.annealing import anneal
 from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, preset
 from heddle.policy.migration import MigrationPlanner, shares_from_partition
 from heddle.policy.placement import Partition, partition, partition_reference
-from heddle.policy.resources import (
-    ResourceProblem,
-    all_configurations,
-    exhaustive_search,
-    fixed_configuration,
-)
 from heddle.workloads import generate, workload_names
 
 T = TypeVar("T")
@@ -147,44 +143,60 @@ def _migration_figures(lengths: list[float], placed: Partition, seed: int) -> di
 
 @bench_app.command("annealing")
 def annealing_command(
-    gpus: Annotated[int, typer.Option(help="GPU budget")] = 64,
+    gpus: Annotated[str, typer.Option(help="Comma-separated GPU budgets")] = "8,16,32,64,128,256",
     n: Annotated[int, typer.Option("--n", help="Trajectories")] = 6400,
     seed: Annotated[int, typer.Option(help="Workload and annealing seed")] = 0,
     workload: Annotated[str, typer.Option(help="Synthetic workload for the lengths")] = "coding",
     model: Annotated[str, typer.Option(help=f"Model preset: {sorted(MODELS)}")] = "qwen3-32b",
     hardware: Annotated[str, typer.Option(help=f"GPU preset: {sorted(HARDWARE)}")] = "h100",
-    small_budgets: Annotated[
-        str, typer.Option(help="Comma-separated small budgets also solved exhaustively")
-    ] = "8,16",
-    exhaustive: Annotated[
-        bool, typer.Option(help="Also search the main budget exhaustively (slow)")
+    annealer_max_gpus: Annotated[
+        int, typer.Option(help="Also run the paper's annealer up to this budget (slow; 0: never)")
+    ] = 64,
+    exhaustive_max_gpus: Annotated[
+        int, typer.Option(help="Also search exhaustively up to this budget")
+    ] = 16,
+    validate: Annotated[
+        bool, typer.Option(help="Simulate every candidate plan on 4 workloads x 8, 16 GPUs")
     ] = False,
+    validate_n: Annotated[int, typer.Option(help="Trajectories per validation run")] = 512,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
-    """Time sort-initialised annealing to a TP plan; compare with Fix-1, Fix-8 and exhaustive."""
-    _positive(gpus, "--gpus")
+    """Time resource planning per GPU budget (exact search + plan estimate over the candidate
+    plans) against the paper's annealer and exhaustive search; ``--validate``: estimate vs
+    simulated makespan per plan."""
     _positive(n, "--n")
-    budgets = _parse_budgets(small_budgets)
-    cost_models = _cost_models(model, hardware)
-    lengths, context = _workload_lengths(workload, n, seed)
-    report: dict[str, Any] = {"gpus": gpus, "n": n, "workload": workload, "seed": seed}
-    report |= {"model": model, "hardware": hardware, "context_tokens": round(context)}
-    report |= _budget_report(lengths, gpus, cost_models, round(context), seed, exhaustive)
-    report["small_budgets"] = [
-        _budget_report(lengths, budget, cost_models, round(context), seed, True)
-        for budget in budgets
-    ]
-    _emit(report, as_json, f"Annealing: {model} on {hardware}, {n} trajectories")
+    _positive(validate_n, "--validate-n")
+    budgets = _parse_budgets(gpus)
+    cost_for_tp = _cost_models(model, hardware).__getitem__
+    if workload not in workload_names():
+        raise UserError(f"unknown workload {workload!r}; choose one of {workload_names()}")
+    inputs = PlanningInputs(
+        generate(workload, n, seed), generate(workload, n, seed, epoch=1), cost_for_tp
+    )
+    report: dict[str, Any] = {"n": n, "workload": workload, "seed": seed}
+    report |= {"model": model, "hardware": hardware, "context_tokens": inputs.context}
+    try:
+        report["budgets"] = [
+            budget_report(
+                inputs, budget, seed, budget <= annealer_max_gpus, budget <= exhaustive_max_gpus
+            )
+            for budget in budgets
+        ]
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if validate:
+        report["validation"] = validation_report(model, hardware, validate_n, seed)
+    _emit(report, as_json, f"Resource planning: {model} on {hardware}, {n} trajectories")
 
 
 def _parse_budgets(text: str) -> list[int]:
     try:
         budgets = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UserError(
-            f"--small-budgets must be integers separated by commas, got {text!r}"
-        ) from None
-    return [_positive(budget, "--small-budgets") for budget in budgets]
+        raise UserError(f"--gpus must be integers separated by commas, got {text!r}") from None
+    if not budgets:
+        raise UserError("--gpus needs at least one budget")
+    return [_positive(budget, "--gpus") for budget in budgets]
 
 
 def _cost_models(model: str, hardware: str) -> dict[int, Any]:
@@ -192,44 +204,6 @@ def _cost_models(model: str, hardware: str) -> dict[int, Any]:
         return {tp: preset(model, hardware, tp) for tp in TP_DEGREES}
     except ValueError as exc:
         raise UserError(str(exc)) from None
-
-
-def _budget_report(
-    lengths: list[float],
-    gpus: int,
-    cost_models: dict[int, Any],
-    context: int,
-    seed: int,
-    with_exhaustive: bool,
-) -> dict[str, Any]:
-    try:
-        problem = ResourceProblem(lengths, gpus, cost_models, context)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    result, plan_ms = _timed(lambda: anneal(problem, random.Random(seed)), 1)
-    fix1 = problem.makespan_s(fixed_configuration(problem, 1), exact=True)
-    fix8 = problem.makespan_s(fixed_configuration(problem, 8), exact=True)
-    report: dict[str, Any] = {
-        "gpus": gpus,
-        "plan_ms": round(plan_ms, 1),
-        "tp_degrees": dict(sorted(Counter(result.plan.tp_degrees).items(), reverse=True)),
-        "makespan_s": round(result.plan.makespan_s, 3),
-        "annealed_makespan_s": round(result.annealed_makespan_s, 3),
-        "fix1_makespan_s": round(fix1, 3),
-        "fix8_makespan_s": round(fix8, 3),
-        "speedup_vs_fix1": round(fix1 / result.plan.makespan_s, 3),
-        "speedup_vs_fix8": round(fix8 / result.plan.makespan_s, 3),
-        "num_proposals": result.num_proposals,
-        "num_configurations": len(all_configurations(problem)),
-    }
-    if with_exhaustive:
-        # A fresh problem: the annealer's memoised prices must not flatter the timing.
-        fresh = ResourceProblem(lengths, gpus, cost_models, context)
-        best, exhaustive_ms = _timed(lambda: exhaustive_search(fresh), 1)
-        report["exhaustive_makespan_s"] = round(best.makespan_s, 3)
-        report["exhaustive_ms"] = round(exhaustive_ms, 1)
-        report["gap_vs_exhaustive"] = round(result.plan.makespan_s / best.makespan_s - 1, 4)
-    return report
 
 
 def _emit(report: dict[str, Any], as_json: bool, title: str) -> None:
@@ -240,11 +214,16 @@ def _emit(report: dict[str, Any], as_json: bool, title: str) -> None:
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in report.items():
-        if key == "small_budgets":
-            for budget in value:
-                table.add_row(f"[bold]{budget['gpus']} GPUs[/bold]", "")
-                for sub_key, sub_value in budget.items():
-                    table.add_row(f"  {sub_key}", str(sub_value))
+        if key in ("budgets", "validation"):
+            for row in value:
+                heading = f"{row.get('workload', '')} {row['gpus']} GPUs".strip()
+                table.add_row(f"[bold]{heading}[/bold]", "")
+                for sub_key, sub_value in row.items():
+                    if sub_key == "plans":
+                        for plan in sub_value:
+                            table.add_row(f"  {plan.pop('tp_degrees')}", str(plan))
+                    elif sub_key not in ("gpus", "workload"):
+                        table.add_row(f"  {sub_key}", str(sub_value))
         else:
             table.add_row(key, str(value))
     Console().print(table)

@@ -1,8 +1,11 @@
 """The resource plan at rollout start: which TP degrees a GPU budget is split into.
 
-* ``annealed`` (Heddle, paper s.6): sort-initialised simulated annealing over TP configurations
-  (``heddle.policy.annealing``), priced by the heterogeneous placement makespan of the first
-  predictions; never worse than Fix-1 or Fix-8.
+* ``annealed`` (Heddle, paper s.6; the name is kept for the bundles): the exact optimum of the
+  placement objective over every configuration of each subset of TP degrees
+  (``heddle.policy.budget_search``; it replaces the paper's simulated annealing, which it never
+  does worse than), the candidates rated by the plan estimate of ``heddle.policy.plan_estimate``
+  (per-group KV pressure, tool time, interference) on the first predictions; the lowest
+  estimate wins, so the plan is never rated worse than any homogeneous plan.
 * ``homogeneous``: every worker the same TP degree (the baselines, Fix-1, Fix-8). Degree 0 means
   "the best homogeneous degree for this workload" by the same objective, so a baseline is never
   handed a degree that hurts it.
@@ -24,9 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from heddle.policy.annealing import anneal
 from heddle.policy.cost_model import TP_DEGREES, CostModel
 from heddle.policy.placement import WorkerModel
+from heddle.policy.plan_choice import candidate_plans, choose_plan
+from heddle.policy.plan_estimate import AgentShape
 from heddle.policy.resources import ResourceProblem, TpInterference, fixed_configuration
 
 ResourceMode = Literal["annealed", "homogeneous"]
@@ -123,22 +127,28 @@ def plan_tp_degrees(
     lengths: Sequence[float],
     context_tokens: int,
     cost_for_tp: Callable[[int], CostModel],
-    rng: random.Random,
+    rng: random.Random | None = None,
     tp_degree: int = 0,
     tool_s_per_token: float = 0.0,
+    prompt_tokens: Sequence[int] | None = None,
+    shape: AgentShape | None = None,
 ) -> list[int]:
     """TP degree per worker, largest first (``ValueError`` when no degree fits the budget).
-    ``tool_s_per_token`` > 0 prices configurations with ``AgenticCostModel``."""
+    ``tool_s_per_token`` > 0 prices the search objective with ``AgenticCostModel``;
+    ``prompt_tokens`` (per trajectory; default ``context_tokens`` each) and ``shape`` (default:
+    the default observation ratio and turns, ``tool_s_per_token``) feed the plan estimate. The
+    search is deterministic: ``rng`` is accepted for callers of the annealer and unused."""
     if num_gpus < 1:
         raise ValueError(f"num_gpus must be >= 1, got {num_gpus}")
+    if tp_degree:  # with fewer GPUs than the degree, the largest degree that fits
+        bare = {tp: cost_for_tp(tp) for tp in TP_DEGREES}
+        return list(fixed_configuration(ResourceProblem(lengths, num_gpus, bare, 0), tp_degree))
     models: Mapping[int, CostModel] = {
         tp: AgenticCostModel(cost_for_tp(tp), tool_s_per_token) for tp in TP_DEGREES
     }
     problem = ResourceProblem(lengths, num_gpus, models, context_tokens)
-    if mode == "annealed":
-        return list(anneal(problem, rng).plan.tp_degrees)
-    if tp_degree:  # with fewer GPUs than the degree, the largest degree that fits
-        return list(fixed_configuration(problem, tp_degree))
-    configurations = {fixed_configuration(problem, tp) for tp in problem.tp_degrees}
-    best = min(configurations, key=lambda key: (problem.makespan_s(key, exact=True), key))
-    return list(best)
+    prompts = [context_tokens] * len(lengths) if prompt_tokens is None else list(prompt_tokens)
+    shape = shape or AgentShape(DEFAULT_OBSERVATION_RATIO, tool_s_per_token)
+    # Homogeneous degree 0: the best homogeneous degree for this workload by the estimate.
+    candidates = candidate_plans(problem, prompts, cost_for_tp, shape, mixes=mode == "annealed")
+    return list(choose_plan(candidates).plan.tp_degrees)

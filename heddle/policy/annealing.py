@@ -1,4 +1,9 @@
-"""Sort-initialised simulated annealing over TP configurations (SPEC.md s.3).
+"""Sort-initialised simulated annealing over TP configurations (SPEC.md s.3): the paper's search,
+kept as the reference the planner is measured against. The planner itself
+(``heddle.control.resources``) uses the exact search of ``heddle.policy.budget_search``, which
+finds the optimum of the same objective for every budget (the tests check it is never worse than
+this annealer) in a fraction of the time: the annealer prices each configuration it visits with
+a heterogeneous placement over all its workers, so its cost grows steeply with the budget.
 
 State: a multiset of TP degrees using the GPU budget (kept sorted descending: the paper's
 "sort-initialised" state, and the order its mapping assigns groups to workers). Objective: the

@@ -3,8 +3,9 @@
 A *configuration* is a multiset of TP degrees whose GPUs fit the budget; its objective is the
 heterogeneous placement makespan of the predicted lengths on those workers
 (``heddle.policy.placement_hetero``). This module prices configurations, builds plans, and
-holds the baselines (Fix-1, Fix-8) and the exhaustive search; ``heddle.policy.annealing``
-searches large budgets.
+holds the baselines (Fix-1, Fix-8) and the exhaustive search; ``best_cover`` finds the optimum
+over every configuration at once (``heddle.policy.budget_search``), and
+``heddle.policy.plan_choice`` picks among such optima with a richer estimate.
 
 From lengths to seconds on a TP-``p`` worker: a trajectory of ``L`` remaining output tokens in a
 group of ``b`` costs ``T(p) * F_p(b) * L`` where, at a representative context ``c`` per
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from heddle.policy.blocks import BlockTable, check_lengths, cost_table, longest_first
+from heddle.policy.budget_search import Cover, best_cover
 from heddle.policy.cost_model import CostModel
 from heddle.policy.placement_hetero import solve_typed
 from heddle.policy.worker_mix import TypedSplit
@@ -91,6 +93,8 @@ class ResourceProblem:
             raise ValueError(f"context_tokens must be >= 0, got {context_tokens}")
         values = check_lengths(lengths)
         self.num_gpus = num_gpus
+        self.lengths: list[float] = values
+        """The predicted lengths in input order (plans' groups index them)."""
         self._order = longest_first(values)
         self._sorted = [values[index] for index in self._order]
         self._interference = {
@@ -152,6 +156,34 @@ class ResourceProblem:
             runs = groups[tp] + [[] for _ in range(key.count(tp) - len(groups[tp]))]
             ordered.extend(runs)
         return ResourcePlan(list(key), ordered, split.makespan)
+
+    def best_cover(self, degrees: Sequence[int] | None = None) -> Cover | None:
+        """The exact optimum over every configuration of the allowed ``degrees`` (default: all)
+        within the budget (``heddle.policy.budget_search``); None if none is finite."""
+        allowed = self.tp_degrees if degrees is None else sorted(set(degrees))
+        unknown = sorted(set(allowed) - set(self._interference))
+        if unknown or not allowed:
+            raise ValueError(f"TP degree(s) {unknown} not allowed; allowed {self.tp_degrees}")
+        tables = {tp: self._table(tp) for tp in allowed}
+        return best_cover(self._sorted, tables, self.num_gpus)
+
+    def plan_from_cover(self, cover: Cover, fill: Sequence[int] | None = None) -> ResourcePlan:
+        """A cover as a plan: its workers by TP descending with their blocks, and the unused
+        GPUs filled with idle workers of the largest degrees of ``fill`` (default: all allowed)
+        that fit (an idle worker never raises the makespan; the live placer may use it)."""
+        runs: dict[int, list[list[int]]] = {}
+        position = 0
+        for degree, size in zip(cover.degrees, cover.sizes, strict=True):
+            runs.setdefault(degree, []).append(self._order[position : position + size])
+            position += size
+        left = cover.unused_gpus
+        for degree in sorted(self._interference if fill is None else fill, reverse=True):
+            while degree <= left:
+                runs.setdefault(degree, []).append([])
+                left -= degree
+        tp_degrees = [tp for tp in sorted(runs, reverse=True) for _ in runs[tp]]
+        groups = [group for tp in sorted(runs, reverse=True) for group in runs[tp]]
+        return ResourcePlan(tp_degrees, groups, cover.makespan)
 
     def _split(self, key: tuple[int, ...], *, exact: bool) -> TypedSplit:
         distinct = sorted(set(key), reverse=True)

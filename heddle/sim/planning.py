@@ -1,8 +1,9 @@
 """Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
 
-The analytic plan (``plan_workers``: annealing over the placement objective for
-Heddle, the best homogeneous degree by that objective otherwise) prices a configuration with a
-closed-form interference factor. With a history (the previous rollout of the same prompts),
+The analytic plan (``plan_workers``: for Heddle the exact optimum of the placement objective per
+subset of TP degrees, chosen among by the plan estimate of ``heddle.policy.plan_estimate``; the
+best homogeneous degree by that estimate otherwise) is pure, so the live control plane plans
+alike. With a history (the previous rollout of the same prompts),
 each candidate, the analytic plan and every homogeneous configuration that fits, is also
 simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
 and its way of spreading trajectories (presorted groups, or an even split for routers), jobs
@@ -15,6 +16,7 @@ A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,6 +30,7 @@ from heddle.control.resources import (
 from heddle.control.systems import PRESORTED, SystemSpec, engine_config
 from heddle.policy.cost_model import TP_DEGREES
 from heddle.policy.engine_models import engine_model
+from heddle.policy.plan_estimate import AgentShape
 from heddle.policy.predictors import Predictor, Progress
 from heddle.policy.resources import canonical
 from heddle.sim.config import SimConfig
@@ -48,7 +51,14 @@ def choose_workers(
     tool_s_per_token: float = 0.0,
 ) -> list[int]:
     """TP degree per worker: the analytic plan, or a faster candidate on the history."""
-    analytic = plan_workers(trace, spec, config, predictor, observation_ratio, tool_s_per_token)
+    shape = AgentShape(
+        observation_ratio,
+        tool_s_per_token,
+        max((float(t.num_output_tokens) for t in history), default=math.inf),
+    )
+    analytic = plan_workers(
+        trace, spec, config, predictor, observation_ratio, tool_s_per_token, shape
+    )
     if not history or (spec.resources == "homogeneous" and spec.tp_degree):
         return analytic
     candidates = [canonical(analytic)]
@@ -82,8 +92,10 @@ def plan_workers(
     predictor: Predictor | None,
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
     tool_s_per_token: float = 0.0,
+    shape: AgentShape | None = None,
 ) -> list[int]:
-    """The TP degree of each worker under the bundle's resource mode."""
+    """The TP degree of each worker under the bundle's resource mode; ``shape`` (learnt from
+    history; default: the two ratios and default turns) feeds the plan estimate."""
     trajectories = build_trajectories(trace)
     if spec.resources == "annealed":
         if predictor is None:
@@ -94,7 +106,8 @@ def plan_workers(
         ]
     else:
         lengths = [float(t.num_output_tokens) for t in trace]
-    context = representative_context([t.prompt_tokens for t in trace], lengths, observation_ratio)
+    prompts = [t.prompt_tokens for t in trace]
+    context = representative_context(prompts, lengths, observation_ratio)
     return plan_tp_degrees(
         spec.resources,
         num_gpus=config.num_gpus,
@@ -104,6 +117,8 @@ def plan_workers(
         rng=random.Random(config.seed),
         tp_degree=spec.tp_degree,
         tool_s_per_token=tool_s_per_token,
+        prompt_tokens=prompts,
+        shape=shape or AgentShape(observation_ratio, tool_s_per_token),
     )
 
 

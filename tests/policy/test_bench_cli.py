@@ -25,14 +25,17 @@ def test_bench_placement_prints_json_with_equal_makespans() -> None:
     assert report["migration_update_us"] > 0 and 0 <= report["migrations_per_update"] <= 1
 
 
-def test_bench_annealing_prints_json_against_baselines_and_exhaustive() -> None:
-    args = ["bench", "annealing", "--gpus", "8", "--n", "200", "--small-budgets", "4", "--json"]
-    result = runner.invoke(app, args)
+def test_bench_annealing_prints_json_against_annealer_and_exhaustive() -> None:
+    args = ["bench", "annealing", "--gpus", "4,8", "--n", "200", "--json"]
+    result = runner.invoke(app, [*args, "--exhaustive-max-gpus", "4", "--annealer-max-gpus", "8"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["makespan_s"] <= min(report["fix1_makespan_s"], report["fix8_makespan_s"])
-    (small,) = report["small_budgets"]
-    assert small["gpus"] == 4 and small["gap_vs_exhaustive"] <= 0.03
+    small, large = json.loads(result.output)["budgets"]
+    assert (small["gpus"], large["gpus"]) == (4, 8)
+    assert small["search_equals_exhaustive"] is True and "exhaustive_objective_s" not in large
+    for budget in (small, large):
+        assert budget["search_over_annealer"] <= 1.0
+        assert budget["estimate_s"] <= budget["best_homogeneous_estimate_s"]
+        assert budget["plan_ms"] > 0 and sum(budget["tp_degrees"].values()) >= 1
 
 
 def test_bench_table_output_is_readable() -> None:
@@ -48,7 +51,8 @@ def test_bench_table_output_is_readable() -> None:
         ["bench", "placement", "--n", "10", "--workload", "chess"],
         ["bench", "annealing", "--gpus", "0"],
         ["bench", "annealing", "--n", "10", "--model", "gpt-9"],
-        ["bench", "annealing", "--n", "10", "--small-budgets", "4,x"],
+        ["bench", "annealing", "--n", "10", "--gpus", "4,x"],
+        ["bench", "annealing", "--n", "10", "--gpus", ""],
     ],
 )
 def test_bad_flags_raise_user_errors(args: list[str]) -> None:
