@@ -223,7 +223,12 @@ class PresortedPlacer:
         request = self._planner.update(traj_id, predicted)
         if request is None or not self._migration:
             return None
+        if request.by_rescaling and self._is_slower(request.target_id, request.source_id):
+            return None  # others finishing must not push a straggler onto a lower TP degree
         return request if self._pays(request, remaining_tokens, context_tokens) else None
+
+    def _is_slower(self, target_id: str, source_id: str) -> bool:
+        return self._tp_of.get(target_id, 0) < self._tp_of.get(source_id, 0)
 
     def _pays(self, request: MigrationRequest, remaining_tokens: float, context: int) -> bool:
         """A move happens only when its predicted gain exceeds its cost (``estimate_move``)."""

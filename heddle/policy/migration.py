@@ -12,9 +12,8 @@ over the cumulative shares: microseconds per prediction at 6400 trajectories.
 
 Hysteresis: a trajectory stays where it is while its scaled rank lies within ``hysteresis`` of
 its current worker's share beyond either edge of that worker's run, so a prediction wobbling
-around a group boundary does not bounce it between two workers. It also stays while its rank
-in the original partition (unscaled) is still its worker's: a move must be called for by its
-own prediction, not by others finishing (see ``_unscaled_rank``).
+around a group boundary does not bounce it between two workers. A move that only the
+rescaling calls for (its rank in the original partition is still its worker's) is flagged.
 """
 
 from __future__ import annotations
@@ -43,6 +42,9 @@ class MigrationRequest:
     rank: int
     """Rank among the active trajectories (0 = longest predicted)."""
     predicted_remaining_tokens: float
+    by_rescaling: bool = False
+    """Only the rescaling of shares calls for it: its rank in the original partition is still
+    its worker's (see ``MigrationPlanner._unscaled_rank``)."""
 
 
 class MigrationPlanner:
@@ -117,12 +119,13 @@ class MigrationPlanner:
         scaled = self._scaled_rank(rank)
         if self._is_within_current(source_id, scaled):
             return None
-        if self._is_within_current(source_id, self._unscaled_rank(rank)):
-            return None  # only the rescaling moved it (see ``_unscaled_rank``)
         target_id = self._worker_ids[self._target_index(scaled)]
         if target_id == source_id:
             return None
-        return MigrationRequest(traj_id, source_id, target_id, rank, self._predicted[traj_id])
+        by_rescaling = self._is_within_current(source_id, self._unscaled_rank(rank))
+        return MigrationRequest(
+            traj_id, source_id, target_id, rank, self._predicted[traj_id], by_rescaling
+        )
 
     def target_of_rank(self, rank: int) -> str:
         """The worker whose rescaled run contains ``rank`` (without hysteresis)."""
@@ -135,11 +138,12 @@ class MigrationPlanner:
         return (rank + 0.5) * self._total / len(self._sorted)
 
     def _unscaled_rank(self, rank: int) -> float:
-        """The rank's centre in the original partition, as if nobody had finished. A move that
-        only the rescaling calls for is not made: as a rollout drains, ``n / n*`` grows and
-        carries even the longest trajectory out of the first (highest-TP) worker's small share
-        into the middle of the order, onto whatever worker holds the middle ranks, just when
-        it is the straggler that sets the makespan."""
+        """The rank's centre in the original partition, as if nobody had finished. As a
+        rollout drains, ``n / n*`` grows and carries even the longest trajectory out of the
+        first (highest-TP) worker's small share into the middle of the order, onto whatever
+        worker holds the middle ranks, just when it is the straggler that sets the makespan;
+        such a move is flagged ``by_rescaling`` so the caller can refuse it where it would
+        slow the trajectory down."""
         return rank + 0.5
 
     def _target_index(self, scaled: float) -> int:

@@ -66,10 +66,11 @@ def test_planner_matches_brute_force_without_hysteresis(
             request = planner.update(traj_id, float(value))
             rank = brute_rank(predicted, traj_id)
             target = brute_target(shares, len(predicted), rank)
-            if target == worker[traj_id] or holds_rank(shares, worker[traj_id], rank + 0.5):
+            if target == worker[traj_id]:
                 assert request is None
             else:
                 assert request is not None and request.target_id == target
+                assert request.by_rescaling == holds_rank(shares, worker[traj_id], rank + 0.5)
                 assert request.source_id == worker[traj_id]
                 planner.moved(traj_id, target)
                 worker[traj_id] = target
