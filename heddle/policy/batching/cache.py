@@ -45,6 +45,10 @@ class PrefixCache(Protocol):
         """Whether the group's shared node is already held by a running job."""
         ...
 
+    def num_locks(self, group_id: str, num_prompt_tokens: int) -> int:
+        """Running jobs holding the group's shared node (0: none, or no such node)."""
+        ...
+
     def get(self, traj_id: str) -> int:
         """Tokens a returning job of this trajectory would find cached (its record and the
         shared prompt above it; 0 without a record)."""
@@ -107,6 +111,9 @@ class LruCache:
 
     def is_locked(self, group_id: str, num_prompt_tokens: int) -> bool:
         return True  # nothing to lock: a job adds no shared tokens
+
+    def num_locks(self, group_id: str, num_prompt_tokens: int) -> int:
+        return 0
 
     def get(self, traj_id: str) -> int:
         return self._records.get(traj_id, 0)

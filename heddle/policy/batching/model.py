@@ -49,6 +49,7 @@ from heddle.policy.batching.jobs import (
 )
 from heddle.policy.batching.queues import RunningBatch, WaitQueue
 from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
+from heddle.policy.batching.victims import choose_victims
 from heddle.policy.cost_model import CostModel
 
 
@@ -331,33 +332,16 @@ class BatchingModel:
         return needed + cache.locked_tokens <= self.max_kv_tokens
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
-        """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None.
-
-        A victim that keeps its KV (paper s.4.2) frees only the room reserved for the tokens it
-        has yet to generate: preempting to take its KV would only evict it. A retracted victim
-        (``preemption_keeps_kv`` False) frees all it reserved: its generated KV is gone and what
-        it was admitted with becomes evictable cache. The shared prompt nodes the victims hold
-        are not counted as freed (conservative)."""
-        beats = self.config.preemption.beats
-        lowest = self._running.lowest()
-        if lowest is None or not beats(head.priority, lowest.priority):
-            return None  # the common case, without a scan of the batch
-        batch, keeps_kv = self._running, self.config.preemption_keeps_kv
-        freed_by_all = batch.reserved_tokens - (batch.live_tokens if keeps_kv else 0)
-        if not self._fits(head, len(batch), freed_by_all):
-            return None  # even preempting every running job would not make room
-        candidates = sorted(
-            (job for job in batch if beats(head.priority, job.priority)),
-            key=lambda job: (job.priority, -job.arrival),
+        config = self.config
+        return choose_victims(
+            head,
+            self._running,
+            self._cache,
+            config.preemption,
+            config.preemption_keeps_kv,
+            self.num_steps,
+            lambda slots, tokens: self._fits(head, slots, tokens),
         )
-        freed_tokens = 0
-        for count, victim in enumerate(candidates, start=1):
-            freed_tokens += victim.final_context - victim.shared
-            if keeps_kv:
-                freed_tokens -= victim.context - victim.shared + self.num_steps - victim.start_step
-            if self._fits(head, count, freed_tokens):
-                return candidates[:count]
-        return None
 
     def _admit(self, state: JobRecord) -> None:
         """Move a waiting job into the batch; its prefill runs with the admission batch."""

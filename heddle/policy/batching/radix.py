@@ -90,12 +90,26 @@ class RadixCache:
         node = None if key is None else self._nodes.get(key)
         return key is None or (node is not None and node.num_locks > 0)
 
+    def num_locks(self, group_id: str, num_prompt_tokens: int) -> int:
+        key = self._key(group_id, num_prompt_tokens)
+        node = None if key is None else self._nodes.get(key)
+        return 0 if node is None else node.num_locks
+
     def get(self, traj_id: str) -> int:
         record = self._records.get(traj_id)
         if record is None:
             return 0
         node = None if record.node is None else self._nodes[record.node]
         return record.num_tokens + (0 if node is None else node.num_tokens)
+
+    def match(self, traj_id: str, group_id: str, num_prompt_tokens: int) -> int:
+        """The hit ``take`` would return now, without touching anything."""
+        key = self._key(group_id, num_prompt_tokens)
+        record = self._records.get(traj_id)
+        own = 0 if record is None or record.node != key else record.num_tokens
+        if key is None or key not in self._nodes or key in self._fresh:
+            return own
+        return own + self._nodes[key].num_tokens
 
     def recount(self) -> int:
         own = sum(sum(record.segments) for record in self._records.values())
