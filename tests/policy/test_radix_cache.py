@@ -11,15 +11,16 @@ from hypothesis import strategies as st
 
 from heddle.policy.batching import (
     BatchingConfig,
-    CacheKind,
     BatchingModel,
+    CacheKind,
     FinishedGeneration,
     GenerationJob,
     RadixCache,
 )
 from heddle.policy.cost_model import preset
-from tests.policy.radix_reference import Node, ReferenceRadixTree, Token
-from tests.policy.test_batching import SmallKv, drain
+
+from .radix_reference import Node, ReferenceRadixTree, Token
+from .test_batching import SmallKv, drain
 
 COST = preset("qwen3-32b", "h200", 1)
 PROMPTS = {0: 7, 1: 12}
@@ -32,7 +33,7 @@ def _group(traj: int) -> tuple[str, int]:
 
 def _tokens(traj: int, num_tokens: int) -> list[Token]:
     """The trajectory's context: its group's prompt (distinct tokens), then its own."""
-    group_id, prompt = _group(traj)
+    _, prompt = _group(traj)
     shared = [("prompt", traj % 2, i) for i in range(min(prompt, num_tokens))]
     return shared + [("own", traj, i) for i in range(num_tokens - len(shared))]
 
