@@ -10,8 +10,8 @@ reads a clock. Contract:
 - Waiting jobs are admitted by (priority desc, arrival, id) while the running set has a free slot
   (``max_running``) and KV room: the final contexts of the running jobs (context + tokens still
   to generate) must fit in ``cost.max_kv_tokens``. This is SGLang's token reservation with a
-  perfect output-length estimate, so a running job is never retracted; every system simulated
-  gets the same (optimistic) engine.
+  perfect output-length estimate, so a running job is never retracted for memory (only by
+  priority preemption); every system simulated gets the same (optimistic) engine.
 - Admission prefills what the trajectory's prefix cache lacks, in one prefill batch that stalls
   decoding (SGLang's default prefill-first iteration); a job whose cache was lost re-prefills
   its whole context and counts those tokens as recomputed.
@@ -176,6 +176,7 @@ class BatchingModel:
         traj_id: str,
         num_tokens: int,
         now: float,
+        *,
         group_id: str = "",
         num_prompt_tokens: int = 0,
     ) -> None:
