@@ -27,6 +27,7 @@ from heddle.cli.apps import sim_app
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
 from heddle.policy.cost_model import HARDWARE, MODELS
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.predictors import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.traces import TraceError, TraceTrajectory, read_trace
@@ -45,6 +46,9 @@ def _model_name(model: str) -> str:
 
 
 def _systems(systems: str) -> list[str]:
+    """Comma-separated registry names; ``all`` is every registered system."""
+    if systems.strip() == "all":
+        return list(SYSTEMS)
     names = [name.strip() for name in systems.split(",") if name.strip()]
     if not names:
         raise UserError("--systems is empty; name at least one system")
@@ -74,8 +78,18 @@ def _traces(
 
 
 def _config(
-    model: str, hardware: str, gpus: int, seed: int, predictor: str, sigma: float
+    model: str,
+    hardware: str,
+    gpus: int,
+    seed: int,
+    predictor: str,
+    sigma: float,
+    engine_model: str = DEFAULT_ENGINE_MODEL,
 ) -> SimConfig:
+    if engine_model not in ENGINE_MODELS:
+        raise UserError(
+            f"unknown --engine-model {engine_model!r}; choose one of {', '.join(ENGINE_MODELS)}"
+        )
     if hardware not in HARDWARE:
         raise UserError(f"unknown --hardware {hardware!r}; choose one of {sorted(HARDWARE)}")
     if predictor not in PREDICTORS:
@@ -88,6 +102,7 @@ def _config(
             seed=seed,
             predictor=predictor,
             predictor_sigma=sigma,
+            engine_model=engine_model,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -186,8 +201,12 @@ def compare(
     trajectories: Annotated[int, typer.Option(help="Trajectories (with --workload)")] = 1024,
     seed: Annotated[int, typer.Option(help="Seed of the workload and the simulator")] = 0,
     systems: Annotated[
-        str, typer.Option(help=f"Comma-separated: {', '.join(SYSTEMS)}")
+        str, typer.Option(help=f"Comma-separated, or all: {', '.join(SYSTEMS)}")
     ] = DEFAULT_SYSTEMS,
+    engine_model: Annotated[
+        str,
+        typer.Option(help=f"How every system's engines behave: {', '.join(ENGINE_MODELS)}"),
+    ] = DEFAULT_ENGINE_MODEL,
     predictor: Annotated[
         str, typer.Option(help=f"Predictor of the systems that predict: {', '.join(PREDICTORS)}")
     ] = _DEFAULTS.predictor,
@@ -200,7 +219,7 @@ def compare(
     if trajectories < 1:
         raise UserError(f"--trajectories must be >= 1, got {trajectories}")
     names = _systems(systems)
-    config = _config(model, hardware, gpus, seed, predictor, sigma)
+    config = _config(model, hardware, gpus, seed, predictor, sigma, engine_model)
     rollout, past, source = _traces(workload, trace, history, trajectories, seed)
     results, wall_s = _run_all(rollout, past, names, config, show_progress=sys.stderr.isatty())
     meta = {

@@ -33,7 +33,8 @@ def control_options(
         cost_for_tp=cost_for_tp(cost_model, hardware),
         predictor=OnlinePredictor(),
         seed=seed,
-        transfer_kv=transfer_kv,
+        # Live engines batch as they do; of the engine model only whether KV moves matters here.
+        engine_model="torch" if transfer_kv else "sglang",
         observation_ratio=observation_ratio(
             [(t.num_output_tokens, _observation_tokens(t)) for t in history]
         ),

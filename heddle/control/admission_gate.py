@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from heddle.control.admission import AdmissionConfig, Key, KvAdmission
+from heddle.control.admission import AdmissionConfig, Footprint, Key, KvAdmission
 from heddle.control.pace import Pace
 from heddle.events import Generated
 from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
@@ -76,7 +76,7 @@ class AdmissionGate:
         trajectory = self._trajectories[key]
         trajectory.remaining_tool_s = remaining_tool_s
         priority = self._held_priority(key[0], trajectory)
-        self.admission.hold(key, priority, self._footprint(trajectory), planned_worker)
+        self.admission.hold(key, priority, self._footprint(key, trajectory), planned_worker)
 
     def predicted(self, key: Key, remaining_tokens: float, remaining_tool_s: float) -> None:
         trajectory = self._trajectories.get(key)
@@ -118,12 +118,17 @@ class AdmissionGate:
         return self.admission.snapshot(), dict(self._trajectories)
 
     def _refresh(self, key: Key, trajectory: _Trajectory) -> None:
-        self.admission.update(key, self._footprint(trajectory))
+        self.admission.update(key, self._footprint(key, trajectory))
         if self.admission.is_held(key):
             self.admission.reprioritize(key, self._held_priority(key[0], trajectory))
 
-    def _footprint(self, trajectory: _Trajectory) -> float:
-        return trajectory.context_tokens + self._growth * trajectory.remaining_tokens
+    def _footprint(self, key: Key, trajectory: _Trajectory) -> Footprint:
+        pace = self._paces.get(key[0], Pace())
+        seconds_per_token = pace.seconds_per_token(self._prior_s, self._min_tokens)
+        remaining_s = trajectory.remaining_tokens * seconds_per_token + trajectory.remaining_tool_s
+        return Footprint(
+            trajectory.context_tokens, self._growth * trajectory.remaining_tokens, remaining_s
+        )
 
     def _held_priority(self, rollout_id: str, trajectory: _Trajectory) -> float:
         pace = self._paces.get(rollout_id, Pace())

@@ -19,12 +19,12 @@ Consumes:
 - ``WorkerFailed``: every trajectory of that worker goes to the live worker with the fewest
   in-flight requests: ``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume)``.
 
-With a KV admission gate (``heddle.control.admission_gate``; the ``heddle-kv-admission``
-bundle), the initial placement only *plans* each trajectory's worker: a trajectory starts
-(``TrajectoryPlaced`` + ``StartTrajectory``) when a worker has KV room for its predicted peak,
-held ones in the bundle's priority order, and the gate is asked again whenever room may have
-appeared (a trajectory ended, moved or was re-predicted, a worker registered). Migrations go
-only where the target has room.
+With a KV admission gate (``heddle.control.admission_gate``; Heddle's bundles but
+``heddle-no-admission``), the initial placement only *plans* each trajectory's worker: a
+trajectory starts (``TrajectoryPlaced`` + ``StartTrajectory``) when a worker's projected KV has
+room for it, held ones in the bundle's priority order, and the gate is asked again whenever
+room may have appeared (a trajectory ended, moved or was re-predicted, a worker registered).
+Migrations go only where the target has room.
 
 State (owned by the decider): workers, per-worker in-flight requests, and per rollout its specs,
 first predictions, placer and per-trajectory worker / priority / context; the gate's state.
@@ -213,6 +213,7 @@ class PlacementDecider:
                 rollout.first_predictions.get(tid, 0.0),
                 len(t.spec.prompt_token_ids),
                 rollout.first_tool_predictions.get(tid, 0.0),
+                group_id=t.spec.group_id,
             )
             for tid, t in ordered
         ]
@@ -363,7 +364,12 @@ class PlacementDecider:
             + event.predicted_remaining_tokens
             + rollout.placer.token_equivalents(tool_s)
         )
-        request = rollout.placer.on_prediction(event.traj_id, predicted_total)
+        request = rollout.placer.on_prediction(
+            event.traj_id,
+            predicted_total,
+            remaining_tokens=event.predicted_remaining_tokens,
+            context_tokens=trajectory.context_tokens,
+        )
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []
         if request.target_id not in self._workers:

@@ -17,7 +17,10 @@
   routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
   (least load, random) may not, and the trajectory then re-prefills on the new worker. With a
   ``locality_threshold_tokens``, a trajectory whose context has reached the threshold stays where
-  its KV is and only shorter ones are balanced (Autellix's locality-aware load balancing).
+  its KV is and only shorter ones are balanced (Autellix's locality-aware load balancing). Each
+  request reaches the router as a ``RouteRequest``: the trajectory, its group (GRPO members share
+  the prompt), its prompt and its context so far, which is what the text-matching ``cache_aware``
+  router needs; the workers' ids name them on hash rings.
 
 A placer is built per rollout, once its trajectories and workers are known, and is owned by the
 placement decider.
@@ -26,6 +29,7 @@ placement decider.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -41,11 +45,12 @@ from heddle.policy.migration import (
     MigrationPlanner,
     MigrationRequest,
     WorkerShare,
+    estimate_move,
     shares_from_partition,
 )
 from heddle.policy.placement import partition_heterogeneous
 from heddle.policy.robust_placement import hedged, interleaved, is_memory_bound
-from heddle.policy.routing import make_router
+from heddle.policy.routing import RouteRequest, make_router
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,8 @@ class PlacementRequest:
     predicted_remaining_tokens: float = 0.0
     prompt_tokens: int = 0
     predicted_remaining_tool_s: float = 0.0
+    group_id: str = ""
+    """The GRPO group (members share the prompt); "": a group of its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +95,16 @@ class Placer(Protocol):
         """The worker for the trajectory's next step (``loads``: live workers' in-flight)."""
         ...
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
-        """A new predicted length (output tokens plus ``token_equivalents`` of tool time)."""
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
+        """A new predicted length (output tokens plus ``token_equivalents`` of tool time), with
+        the predicted remaining output and the context now (what a move would cost)."""
         ...
 
     def token_equivalents(self, tool_s: float) -> float:
@@ -117,6 +132,7 @@ class PresortedPlacer:
         cost_for_tp: Callable[[int], CostModel],
         *,
         migration: bool = True,
+        kv_transfer: bool = True,
         hysteresis: float = 0.25,
         observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
         tool_s_per_token: float = 0.0,
@@ -124,7 +140,11 @@ class PresortedPlacer:
         interleave_when_memory_bound: bool = True,
     ) -> None:
         """``hedge``: how far block sizes move towards equal groups (0 for exact predictions);
-        ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead."""
+        ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead;
+        ``kv_transfer``: migrations move the KV (else the target re-prefills, a cost a move must
+        earn back)."""
+        self._kv_transfer = kv_transfer
+        self._tp_of: dict[str, int] = {}
         self._hedge = hedge
         self._interleave = interleave_when_memory_bound
         self._cost_for_tp = cost_for_tp
@@ -167,6 +187,7 @@ class PresortedPlacer:
             split = hedged(partition_heterogeneous(lengths, models), lengths, self._hedge)
             contiguous = True
         worker_ids = [worker.worker_id for worker in workers]
+        self._tp_of = {worker.worker_id: worker.tp_degree for worker in workers}
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
         rank_of = {index: rank for rank, index in enumerate(ranks)}
         assignments = [
@@ -188,12 +209,39 @@ class PresortedPlacer:
     ) -> str:
         return current_worker_id
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
         if traj_id not in self._predicted or self._planner is None:
             return None
         self._predicted[traj_id] = predicted
         request = self._planner.update(traj_id, predicted)
-        return request if self._migration else None
+        if request is None or not self._migration:
+            return None
+        return request if self._pays(request, remaining_tokens, context_tokens) else None
+
+    def _pays(self, request: MigrationRequest, remaining_tokens: float, context: int) -> bool:
+        """A move happens only when its predicted gain exceeds its cost (``estimate_move``)."""
+        source_tp = self._tp_of.get(request.source_id)
+        target_tp = self._tp_of.get(request.target_id)
+        if source_tp is None or target_tp is None:
+            return True  # a worker registered after placement: nothing to weigh it by
+        batches = Counter(self._worker_of.values())
+        estimate = estimate_move(
+            self._cost_for_tp(source_tp),
+            self._cost_for_tp(target_tp),
+            source_batch=batches[request.source_id],
+            target_batch=batches[request.target_id],
+            context_tokens=context,
+            remaining_tokens=remaining_tokens,
+            kv_transfer=self._kv_transfer,
+        )
+        return estimate.pays
 
     def on_moved(self, traj_id: str, worker_id: str) -> None:
         if traj_id in self._worker_of and self._planner is not None:
@@ -239,23 +287,36 @@ class RouterPlacer:
     needs_predictions = False
 
     def __init__(
-        self, router: str, rng: random.Random, *, locality_threshold_tokens: int | None = None
+        self,
+        router: str,
+        rng: random.Random,
+        *,
+        locality_threshold_tokens: int | None = None,
+        common_prefix_tokens: int = 0,
     ) -> None:
+        """``common_prefix_tokens``: the prefix every prompt of the rollout shares (chat
+        template, system prompt), which text-matching routers match across groups."""
         self._router_name = router
         self._rng = rng
         self._locality_threshold_tokens = locality_threshold_tokens
+        self._common_prefix_tokens = common_prefix_tokens
         self._worker_ids: list[str] = []
+        self._prompt_of: dict[str, tuple[str, int]] = {}
         self._router = make_router(router, 1, rng)
 
     def place(
         self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
     ) -> list[Assignment]:
         self._worker_ids = [worker.worker_id for worker in workers]
-        self._router = make_router(self._router_name, len(workers), self._rng)
+        self._router = make_router(
+            self._router_name, len(workers), self._rng, worker_names=self._worker_ids
+        )
+        self._prompt_of = {t.traj_id: (t.group_id, t.prompt_tokens) for t in trajectories}
         loads = dict.fromkeys(self._worker_ids, 0)
         assignments = []
         for rank, request in enumerate(trajectories):
-            worker_id = self._route(request.traj_id, loads)
+            # The first step's request is the prompt alone.
+            worker_id = self._route(request.traj_id, request.prompt_tokens, loads)
             loads[worker_id] += 1
             assignments.append(Assignment(request.traj_id, worker_id, rank))
         return assignments
@@ -266,17 +327,32 @@ class RouterPlacer:
         threshold = self._locality_threshold_tokens
         if threshold is not None and context_tokens >= threshold and current_worker_id in loads:
             return current_worker_id
-        worker_id = self._route(traj_id, loads)
-        # A router that names a failed worker (consistent hashing ignores loads) keeps the
-        # trajectory where the control plane re-placed it.
+        worker_id = self._route(traj_id, context_tokens, loads)
+        # A router that names a failed worker keeps the trajectory where the control plane
+        # re-placed it.
         return worker_id if worker_id in loads else current_worker_id
 
-    def _route(self, traj_id: str, loads: Mapping[str, int]) -> str:
-        # Failed workers look infinitely loaded, so load-aware routers avoid them.
+    def _route(self, traj_id: str, context_tokens: int, loads: Mapping[str, int]) -> str:
+        # Failed workers look infinitely loaded: routers treat them as down.
         vector = [float(loads.get(worker_id, float("inf"))) for worker_id in self._worker_ids]
-        return self._worker_ids[self._router.route(traj_id, vector)]
+        group_id, prompt_tokens = self._prompt_of.get(traj_id, ("", 0))
+        request = RouteRequest(
+            traj_id,
+            group_id,
+            prompt_tokens,
+            max(context_tokens, prompt_tokens),
+            min(self._common_prefix_tokens, prompt_tokens),
+        )
+        return self._worker_ids[self._router.route(request, vector)]
 
-    def on_prediction(self, traj_id: str, predicted: float) -> MigrationRequest | None:
+    def on_prediction(
+        self,
+        traj_id: str,
+        predicted: float,
+        *,
+        remaining_tokens: float = 0.0,
+        context_tokens: int = 0,
+    ) -> MigrationRequest | None:
         return None
 
     def token_equivalents(self, tool_s: float) -> float:
@@ -287,6 +363,7 @@ class RouterPlacer:
 
     def on_finished(self, traj_id: str) -> None:
         self._router.release(traj_id)
+        self._prompt_of.pop(traj_id, None)
 
     def on_worker_failed(self, worker_id: str) -> None:
         return None

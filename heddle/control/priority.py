@@ -79,6 +79,9 @@ class _Tracked:
     predicted_remaining_tool_s: float = 0.0
     attained_service_tokens: float = 0.0
     attained_service_s: float = 0.0
+    waited_s: float = 0.0
+    """Engine queueing of its finished steps (``Generated.queue_s``), for anti-starvation;
+    a step's own wait counts once it is done, when the next step is prioritised."""
     worker_id: str = ""
     is_generating: bool = True
     """Between the step's request and its tool call (or before the first step)."""
@@ -92,6 +95,7 @@ class _Tracked:
             attained_service_s=self.attained_service_s,
             arrival_s=self.arrival_s,
             step_arrival_s=self.step_arrival_s,
+            waited_s=self.waited_s,
         )
 
 
@@ -148,6 +152,7 @@ class PriorityDecider:
                 num_tokens = len(event.output_token_ids)
                 tracked.attained_service_tokens += num_tokens
                 tracked.attained_service_s += event.prefill_s + event.decode_s
+                tracked.waited_s += event.queue_s
                 self._paces.setdefault(event.rollout_id, Pace()).add(event)
                 return self._update(event, tracked)
             case ToolCalled():

@@ -1,19 +1,23 @@
 """System bundles: Heddle, its ablations and the baselines, as one registry shared by the
 simulator and live runs (``RolloutSubmitted.policy`` names one).
 
-A bundle fixes five choices: the engine-side priority policy (``heddle.policy.priority``; it also
-decides whether engines preempt), the placement (``presorted`` or a ``heddle.policy.routing``
-router), whether migrations run, the resource plan (``annealed`` TP degrees or homogeneous) and
-the engines' prefix-cache eviction (``priority`` for Heddle's engines, ``lru`` as SGLang's radix
-cache for the baselines).
+A bundle fixes a system's own choices: the priorities it sends (``heddle.policy.priority``; a
+preemptive policy lets the engines preempt), the placement (``presorted`` or a
+``heddle.policy.routing`` router), whether migrations run, KV admission in the control plane and
+the resource plan (``annealed`` TP degrees or homogeneous). How the engines behave (prefix
+eviction, what preemption does to KV, whether KV moves on migration) is not a system's choice:
+it is the comparison's engine model (``heddle.policy.engine_models``), the same for every
+bundle.
 Baselines follow the code of the systems they name; they are never tuned down, and a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  migration (s.5), annealed heterogeneous TP (s.6).
-- ``heddle-kv-admission``: heddle whose placement starts a trajectory only when a worker has KV
-  room for its predicted peak (``heddle.control.admission``); not the default, see
-  ``SystemSpec.admission``.
+  migration (s.5), annealed heterogeneous TP (s.6), and KV admission in the control plane: a
+  trajectory starts only when its worker's projected KV has room for it
+  (``heddle.control.admission``), so engines do not thrash when a rollout's contexts outgrow
+  the cluster's KV.
+- ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
+  the engines (which then evict and re-prefill).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -24,17 +28,24 @@ homogeneous degree of 0 gives each the best homogeneous TP for the workload.
   sessions: every turn of a trajectory goes back for its prefix cache) and sends new sessions to
   the head of a least-requests heap; the SGLang/vLLM server queues each turn's request FCFS
   (step-centric: back of the queue every turn); homogeneous TP; no migration.
-- ``slime``: the SGLang router/gateway with consistent hashing on the session
-  (``sgl-project/sglang`` ``sgl-model-gateway/src/policies/consistent_hashing.rs``; the routing
-  key is the trajectory), engine FCFS, homogeneous TP.
+- ``slime``: the router slime launches (PyPI ``sglang-router`` 0.3.2, the SGLang model gateway,
+  ``smg-project/smg``) with its default policy, ``cache_aware`` (``heddle.policy.cache_aware``:
+  the least-loaded worker when in-flight loads are imbalanced by more than 64 and 1.5x, else the
+  worker holding the longest prefix match over 30% of the request, else the least loaded;
+  checked against the real router, ``tests/policy/test_router_agreement.py``), engine FCFS,
+  homogeneous TP.
+- ``slime-consistent-hash``: the same router with ``consistent_hashing`` on the session, as
+  slime's docs advise for multi-turn (``docs/en/advanced/sglang-config.md``): blake3 of the key
+  modulo the live workers, as the router does outside its IGW mode.
 - ``slime-least-inflight``: slime's own ``SlimeRouter`` (``THUDM/slime``
   ``slime/router/router.py``, ``--use-slime-router``): every request to the worker with the fewest
   in-flight requests, no stickiness, so turns re-prefill wherever they land.
 - ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
-- ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service, preemptive
-  (s.4), and locality-aware load balancing (s.5): a program whose context has grown past
-  ``2048`` tokens stays on the engine holding its KV, shorter ones go to the least-loaded
-  engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
+- ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service in multi-level
+  queues with promotion of starved programs, preemptive (s.4; ``heddle.policy.priority``), and
+  locality-aware load balancing (s.5): a program whose context has grown past ``2048`` tokens
+  stays on the engine holding its KV, shorter ones go to the least-loaded engine (the threshold
+  is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
 """
 
@@ -55,8 +66,9 @@ from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.control.resources import DEFAULT_OBSERVATION_RATIO, ResourceMode
 from heddle.control.rollout import RolloutDecider
 from heddle.control.transfer import TransferDecider
-from heddle.policy.batching import BatchingConfig, EvictionPolicy
+from heddle.policy.batching import BatchingConfig
 from heddle.policy.cost_model import CostModel
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, EngineModel, engine_model
 from heddle.policy.predictors import Predictor
 from heddle.policy.priority import priority_policy
 
@@ -82,15 +94,10 @@ class SystemSpec:
     tp_degree: int = 0
     """Homogeneous TP degree (0: the best homogeneous degree for the workload)."""
     locality_threshold_tokens: int | None = None
-    eviction: EvictionPolicy = "priority"
-    """Engines' prefix-cache eviction under KV pressure: Heddle's engines keep the prefixes of
-    high-priority trajectories (``heddle.policy.batching.cache``); baselines run SGLang's LRU."""
-    admission: bool = False
-    """Presorted placement starts a trajectory only when a worker has KV room for its predicted
-    peak (``heddle.control.admission``); off by default: with exact predictions it removes the
-    engines' re-prefill churn, but a trajectory predicted short is then held without making
-    progress, and with noisy or learned predictions that costs more than the churn (coding
-    1024: noisy 1837 s with it, 1713 s without, on 4 x TP4)."""
+    admission: bool = True
+    """Presorted placement starts a trajectory only when a worker's projected KV has room for
+    it (``heddle.control.admission``); routed placements (the baselines, and the ablations that
+    replace placement) start everything at once."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -114,7 +121,6 @@ def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
         placement="cache_affinity",
         migration=False,
         resources="homogeneous",
-        eviction="lru",
         kind="baseline",
     )
     return replace(base, **changes)  # type: ignore[arg-type]
@@ -148,12 +154,18 @@ SYSTEMS: dict[str, SystemSpec] = {
             kind="ablation",
         ),
         _heddle(
-            "heddle-kv-admission",
-            "heddle starting trajectories only where KV has room for them",
-            admission=True,
+            "heddle-no-admission",
+            "heddle starting every trajectory at once",
+            admission=False,
+            kind="ablation",
         ),
         _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
-        _baseline("slime", "consistent hashing on the session", placement="consistent_hash"),
+        _baseline("slime", "SGLang router's cache_aware (its default)", placement="cache_aware"),
+        _baseline(
+            "slime-consistent-hash",
+            "SGLang router's consistent hashing on the session (slime's multi-turn advice)",
+            placement="consistent_hash",
+        ),
         _baseline(
             "slime-least-inflight", "slime's own router: least in-flight", placement="least_load"
         ),
@@ -191,8 +203,8 @@ class ControlOptions:
     predictor: Predictor | None = None
     """Required by bundles that use predictions."""
     seed: int = 0
-    transfer_kv: bool = True
-    """Migrations move the KV cache (False: the target re-prefills)."""
+    engine_model: str = DEFAULT_ENGINE_MODEL
+    """How the engines behave (``heddle.policy.engine_models``); the same for every bundle."""
     migration_hysteresis: float = 0.25
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO
     """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
@@ -208,6 +220,15 @@ class ControlOptions:
     nothing to hedge against), ``DEFAULT_PLACEMENT_HEDGE`` for every other predictor; the
     simulator and the live control plane decide it here, so a re-simulation of a recorded
     rollout places as the rollout did."""
+
+    @property
+    def engine(self) -> EngineModel:
+        return engine_model(self.engine_model)
+
+    @property
+    def transfer_kv(self) -> bool:
+        """Migrations move the KV cache (the engine model's); else the target re-prefills."""
+        return self.engine.kv_transfer
 
     @property
     def effective_placement_hedge(self) -> float:
@@ -242,7 +263,7 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
-    return ControlPlane(spec, deciders, engine_config(spec))
+    return ControlPlane(spec, deciders, engine_config(spec, options.engine))
 
 
 def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
@@ -252,11 +273,10 @@ def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
     return AdmissionGate(options.admission, policy, observation_ratio=options.observation_ratio)
 
 
-def engine_config(spec: SystemSpec) -> BatchingConfig:
-    """The engines' batching settings under a bundle (preemption follows its priority policy)."""
-    return BatchingConfig(
-        preemptive=priority_policy(spec.priority).is_preemptive, eviction=spec.eviction
-    )
+def engine_config(spec: SystemSpec, engine: EngineModel) -> BatchingConfig:
+    """The engines' batching settings: the engine model's, preempting where the bundle's
+    priority policy is preemptive (engines preempt only when the priorities sent differ)."""
+    return engine.batching_config(preemptive=priority_policy(spec.priority).is_preemptive)
 
 
 def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], Placer]:
@@ -266,6 +286,7 @@ def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], P
             return PresortedPlacer(
                 options.cost_for_tp,
                 migration=spec.migration,
+                kv_transfer=options.transfer_kv,
                 hysteresis=options.migration_hysteresis,
                 observation_ratio=options.observation_ratio,
                 tool_s_per_token=options.tool_s_per_token,

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from heddle.policy.blocks import Partition
+from heddle.policy.cost_model import CostModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,3 +188,40 @@ def _cumulative(shares: Sequence[float]) -> list[float]:
 def _check_prediction(traj_id: str, predicted: float) -> None:
     if math.isnan(predicted):
         raise ValueError(f"trajectory {traj_id!r}: predicted remaining tokens is NaN")
+
+
+@dataclass(frozen=True, slots=True)
+class MoveEstimate:
+    """What a migration is predicted to earn and to cost the moved trajectory, in seconds."""
+
+    gain_s: float
+    """Its predicted remaining tokens times how much faster a token is at the target (its
+    batch there, one more, against its batch at the source)."""
+    cost_s: float
+    """Re-prefilling its context at the target when the engines cannot move KV (the prefill
+    stalls the target's batch, the trajectory included); 0 when the KV moves in the tool gap."""
+
+    @property
+    def pays(self) -> bool:
+        return self.gain_s > self.cost_s
+
+
+def estimate_move(
+    source: CostModel,
+    target: CostModel,
+    *,
+    source_batch: int,
+    target_batch: int,
+    context_tokens: int,
+    remaining_tokens: float,
+    kv_transfer: bool,
+) -> MoveEstimate:
+    """Gain and cost of moving one trajectory of ``context_tokens`` from a worker running
+    ``source_batch`` trajectories (itself included) to one running ``target_batch`` (without
+    it); every trajectory's context counts as ``context_tokens`` (a representative size)."""
+    before = source.decode_step_s(max(1, source_batch), max(1, source_batch) * context_tokens)
+    after_batch = target_batch + 1
+    after = target.decode_step_s(after_batch, after_batch * context_tokens)
+    gain_s = max(0.0, remaining_tokens) * (before - after)
+    cost_s = 0.0 if kv_transfer else target.prefill_s(context_tokens)
+    return MoveEstimate(gain_s, cost_s)

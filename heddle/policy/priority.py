@@ -13,8 +13,8 @@ Ties are broken by the queue (earlier arrival, then id), never by the policy.
   so a trajectory coming back from a tool keeps its place.
 * ``round_robin``: step-centric FCFS, what a plain engine queue does: the time this step's
   request arrived, so a returning trajectory goes to the back of the queue at every step.
-* ``plas``: Autellix's program-level least attained service (arXiv 2502.13965, s.4): the least
-  cumulative service (engine seconds, or output tokens) runs first. Preemptive.
+* ``plas``: Autellix's program-level least attained service (arXiv 2502.13965, s.4) with its
+  multi-level queue and anti-starvation (``MultiLevelLeastAttained`` below). Preemptive.
 * ``spf``: shortest predicted remaining time first (the opposite of PPS; an SRPT-style baseline).
 """
 
@@ -48,6 +48,9 @@ class TrajectoryFacts:
     """When the trajectory was submitted."""
     step_arrival_s: float = 0.0
     """When the current step's generation request arrived (after its tool call returned)."""
+    waited_s: float = 0.0
+    """Seconds it has waited in engine queues so far, over all its steps, the current wait
+    included (0: not measured). Autellix's anti-starvation reads it."""
 
 
 class PriorityPolicy(Protocol):
@@ -100,16 +103,64 @@ class RoundRobin:
 
 
 @dataclass(frozen=True, slots=True)
-class LeastAttainedService:
+class MultiLevelLeastAttained:
+    """Autellix's PLAS scheduler (arXiv 2502.13965, s.4): program-level least attained
+    service, discretised into a multi-level queue, with anti-starvation.
+
+    * Program-level service (s.4, PLAS): a program's priority comes from the service all its
+      calls have received so far (here a trajectory's engine seconds, prefill and decode, over
+      all its steps; or its output tokens for shells that do not time the engine).
+    * Discretised levels (s.4, the multi-level queue): ``num_levels`` queues, queue ``k``
+      holding programs whose attained service lies in ``[b_k, b_{k+1})`` with ``b_0 = 0``,
+      ``b_1 = first_level_s`` and each bound ``growth`` times the last; the last is open. A
+      call enters the queue of its program's service (not the top, as plain MLFQ would), and
+      one whose service crosses its queue's bound drops to the next when priorities are next
+      evaluated. Within a queue calls run first come first served: every call of a level gets
+      the same priority and the waiting queue breaks ties by arrival.
+    * Anti-starvation (s.4): a program whose total waiting time has reached
+      ``starvation_ratio`` times its attained service is promoted to the top queue; running
+      brings the ratio back down, and it then falls to its service's queue.
+
+    Assumed: the paper gives the rules, not (to our reading) the constants for this setting;
+    ``num_levels`` 8, ``first_level_s`` 1 s of engine time (40 tokens at the default 25 ms a
+    token) doubling per level, so the open last level starts at 64 s, and ``starvation_ratio``
+    2 are ours. The caller supplies ``waited_s``; Heddle's priority decider counts the engine
+    queueing of a program's finished calls and re-evaluates at each call (a pure policy reads
+    no clock), so a starved program is promoted at its next call, not while it waits.
+    """
+
     name: str = "plas"
     is_preemptive: bool = True
     service: Literal["seconds", "tokens"] = "seconds"
     """Autellix counts engine time; ``tokens`` serves shells that do not measure it."""
+    num_levels: int = 8
+    first_level_s: float = 1.0
+    """The top queue's service bound (seconds; tokens at ``seconds_per_token`` otherwise)."""
+    growth: float = 2.0
+    starvation_ratio: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.num_levels < 1 or self.first_level_s <= 0 or self.growth <= 1:
+            raise ValueError("need num_levels >= 1, first_level_s > 0 and growth > 1")
+
+    def service_s(self, facts: TrajectoryFacts) -> float:
+        """Attained service in seconds (tokens at the measured per-token time)."""
+        if self.service == "seconds":
+            return facts.attained_service_s
+        return facts.attained_service_tokens * facts.seconds_per_token
+
+    def level(self, facts: TrajectoryFacts) -> int:
+        """The queue the trajectory's next call joins: 0 is served first."""
+        service = self.service_s(facts)
+        if service > 0 and facts.waited_s >= self.starvation_ratio * service:
+            return 0
+        level, bound = 0, self.first_level_s
+        while level < self.num_levels - 1 and service >= bound:
+            level, bound = level + 1, bound * self.growth
+        return level
 
     def priority(self, facts: TrajectoryFacts) -> float:
-        if self.service == "seconds":
-            return -facts.attained_service_s
-        return -facts.attained_service_tokens
+        return -float(self.level(facts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +176,7 @@ PRIORITY_POLICIES: dict[str, Callable[[], PriorityPolicy]] = {
     "pps": ProgressivePriority,
     "fcfs": FirstComeFirstServed,
     "round_robin": RoundRobin,
-    "plas": LeastAttainedService,
+    "plas": MultiLevelLeastAttained,
     "spf": ShortestPredictedFirst,
 }
 """Policies by name (the CLI's ``--priority`` choices)."""

@@ -29,6 +29,7 @@ from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
 from heddle.ledger import open_ledger
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, engine_model
 from heddle.rollout.processes import Child, Launcher, signal_name
 from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
@@ -70,8 +71,8 @@ class WorkerPool:
         options given explicitly win. Real engines batch as they do."""
         if self.engine != "sim":
             return self
-        engine = engine_config(system_spec(policy))
-        options = {"preemptive": str(engine.preemptive).lower(), "eviction": engine.eviction}
+        engine = engine_config(system_spec(policy), engine_model(DEFAULT_ENGINE_MODEL))
+        options = {"preemptive": str(engine.preemptive).lower()}
         given = {name.replace("-", "_") for name in self.engine_options}
         merged = {k: v for k, v in options.items() if k not in given}
         return replace(self, engine_options={**self.engine_options, **merged})

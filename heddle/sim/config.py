@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from heddle.policy.cost_model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
+from heddle.policy.engine_models import EngineModel, engine_model
 from heddle.policy.predictors import PREDICTORS
 
 # GPUDirect RDMA between GPUs of different servers: one 400 Gb/s InfiniBand NDR NIC per GPU
@@ -31,8 +32,9 @@ class SimConfig:
     model per comparison, whatever the bundle."""
     seed: int = 0
     """Seeds the predictor's noise, random routers and the annealer."""
-    predictor: str = "noisy_oracle"
-    """Predictor of the bundles that predict (``heddle.policy.predictors.PREDICTORS``)."""
+    predictor: str = "online"
+    """Predictor of the bundles that predict (``heddle.policy.predictors.PREDICTORS``): by
+    default the online model a live rollout uses; the oracles are labelled studies."""
     predictor_sigma: float = 0.5
     """Noisy oracle: log-error standard deviation at the first prediction (assumption: a
     regression model of moderate quality; ``heddle sim figures`` sweeps it)."""
@@ -55,8 +57,6 @@ class SimConfig:
     regressor sees nearly the same context at consecutive steps, so its error persists)."""
     link_bandwidth_bytes_s: float = DEFAULT_LINK_BANDWIDTH_BYTES_S
     transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S
-    transfer_kv: bool = True
-    """Migrations move the KV cache; False: the target re-prefills the whole context."""
     tool_cold_start_s: float = 0.0
     """Extra seconds of a tool call that finds no warm executor."""
     num_warm_executors: int | None = None
@@ -76,6 +76,7 @@ class SimConfig:
             )
         if self.num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {self.num_gpus}")
+        engine_model(self.engine_model)  # a clear error for an unknown name
         if self.predictor not in PREDICTORS:
             raise ValueError(
                 f"unknown predictor {self.predictor!r}; choose one of {sorted(PREDICTORS)}"
@@ -93,6 +94,10 @@ class SimConfig:
 
     def cost_for_tp(self, tp_degree: int) -> CostModel:
         return _preset(self.model, self.hardware, tp_degree)
+
+    @property
+    def engine(self) -> EngineModel:
+        return engine_model(self.engine_model)
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -142,20 +142,10 @@ class SimDataPlane:
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
             t.phase = Phase.READY
-        if t.worker_id and t.worker_id != command.worker_id:
-            self._leave(t)
         t.move_to(command.worker_id)
         if t.phase in (Phase.PENDING, Phase.READY):
             return self._submit(t, now)
         return []  # in a tool call: the step runs here once the result is routed
-
-    def _leave(self, t: SimTrajectory) -> None:
-        """The trajectory moved away without a transfer. Heddle's workers (priority eviction)
-        release its prefix, as a migration would; an LRU engine (SGLang's radix cache) is not
-        told and keeps it until evicted."""
-        old = self._worker_of(t)
-        if old.model.config.eviction == "priority":
-            old.model.release(t.traj_id)
 
     def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
         worker = self._worker_of(t)
@@ -168,6 +158,8 @@ class SimDataPlane:
             num_new_tokens=t.new_tokens,
             num_output_tokens=t.trace.steps[t.step].output_tokens,
             priority=t.priority,
+            group_id=t.trace.group,
+            num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
         )
         try:
             worker.model.submit(job, now)
@@ -198,6 +190,10 @@ class SimDataPlane:
             t = self.trajectories[done.traj_id]
             if t.request_id == done.request_id and t.phase is Phase.GENERATING:
                 events += self._finish_step(t, worker, done)
+            elif t.warmup_request_id == done.request_id:
+                t.warmup_request_id = ""
+                t.num_recomputed_tokens += done.num_recomputed_tokens
+                events += self.transfer_done(t.traj_id, now)
         return events
 
     def _finish_step(
@@ -254,24 +250,55 @@ class SimDataPlane:
         if t.phase in (Phase.PENDING, Phase.GENERATING):
             t.pending_migration = command  # leaves at its next tool gap
             return []
-        source = self._worker_of(t)
-        num_tokens = source.model.release(t.traj_id)
-        if not command.transfer_kv:
-            num_tokens = 0
+        t.migration_target = command.target_worker_id
+        t.migration_started_at = now
+        t.has_tool_returned = t.phase is Phase.READY
+        t.wants_next_step = False
+        t.phase = Phase.MIGRATING
+        if command.transfer_kv and self._config.engine.kv_transfer:
+            self._send_kv(t, now)
+        else:
+            self._warm_up(t, now)
+        return []
+
+    def _send_kv(self, t: SimTrajectory, now: float) -> None:
+        """Export the KV at the source and move it over the link (the torch engine)."""
+        num_tokens = self._worker_of(t).model.release(t.traj_id)
         num_bytes = num_tokens * self._config.kv_bytes_per_token
         duration_s = 0.0
         if num_bytes:
             duration_s = (
                 self._config.transfer_latency_s + num_bytes / self._config.link_bandwidth_bytes_s
             )
-        t.migration_target = command.target_worker_id
         t.migration_tokens = num_tokens
-        t.migration_started_at = now
-        t.has_tool_returned = t.phase is Phase.READY
-        t.wants_next_step = False
-        t.phase = Phase.MIGRATING
         self._timer.at(now + duration_s, TimerKind.TRANSFER, t.traj_id)
-        return []
+
+    def _warm_up(self, t: SimTrajectory, now: float) -> None:
+        """No KV export (SGLang): the target prefills the context so far with a prefill-only
+        request (``max_new_tokens: 0``) during the tool gap, so the next step hits its cache;
+        the source keeps its copy until its cache evicts it. The trajectory moves when the
+        warm-up finishes (``wake``); that prefill is recompute, and counted so."""
+        target = self.workers[t.migration_target]
+        t.num_requests += 1
+        t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
+        t.migration_tokens = 0
+        job = GenerationJob(
+            request_id=t.warmup_request_id,
+            traj_id=t.traj_id,
+            num_context_tokens=t.context_tokens,
+            num_new_tokens=0,
+            num_output_tokens=0,
+            priority=t.priority,
+            group_id=t.trace.group,
+            num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
+        )
+        try:
+            target.model.submit(job, now)
+        except CapacityError:  # it cannot be cached there: move now, the step re-prefills
+            t.warmup_request_id = ""
+            self._timer.at(now, TimerKind.TRANSFER, t.traj_id)
+            return
+        self._dirty.add(target.worker_id)
 
     def transfer_done(self, traj_id: str, now: float) -> list[Event]:
         t = self.trajectories[traj_id]

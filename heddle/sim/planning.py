@@ -27,6 +27,7 @@ from heddle.control.resources import (
 )
 from heddle.control.systems import PRESORTED, SystemSpec, engine_config
 from heddle.policy.cost_model import TP_DEGREES
+from heddle.policy.engine_models import engine_model
 from heddle.policy.predictors import Predictor, Progress
 from heddle.policy.resources import canonical
 from heddle.sim.config import SimConfig
@@ -63,7 +64,9 @@ def choose_workers(
             )
         return _even_groups(history, len(tp_degrees))
 
-    engine = replace(engine_config(spec), max_running=config.max_running)
+    engine = replace(
+        engine_config(spec, engine_model(config.engine_model)), max_running=config.max_running
+    )
     priority = _PROFILE_PRIORITY.get(spec.priority, _equal)
     scores = [
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates

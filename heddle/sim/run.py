@@ -60,7 +60,7 @@ def simulate(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
         seed=config.seed,
-        transfer_kv=config.transfer_kv,
+        engine_model=config.engine_model,
         observation_ratio=ratio,
         tool_s_per_token=tool_rate,
     )

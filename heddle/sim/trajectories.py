@@ -51,6 +51,8 @@ class SimTrajectory:
     """A migration asked while generating; it starts at the next tool gap."""
     migration_target: str = ""
     migration_tokens: int = 0
+    warmup_request_id: str = ""
+    """A migration without KV transfer: the target's prefill-only request, while it runs."""
     migration_started_at: float = 0.0
     worker_history: list[str] = field(default_factory=list)
     finished_at: float = 0.0

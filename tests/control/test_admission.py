@@ -3,11 +3,19 @@ fit, nothing starts twice, and the placement decider starts the rest as room app
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from heddle.control.admission import AdmissionConfig, KvAdmission
+from heddle.control.admission import (
+    MAX_PROJECTION_POINTS,
+    AdmissionConfig,
+    Footprint,
+    KvAdmission,
+    projected_peak,
+)
 from heddle.control.admission_gate import AdmissionGate
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import PresortedPlacer
@@ -53,10 +61,10 @@ def test_admission_keeps_budgets_and_priority_order(
                 if key not in held and key not in placed:
                     order += 1
                     held[key] = (priority, order, float(size))
-                admission.hold(key, priority, float(size), workers[i % len(workers)])
+                admission.hold(key, priority, Footprint.flat(size), workers[i % len(workers)])
             case ("update", int(i), int(size)):
                 key = ("r", f"t{i}")
-                admission.update(key, float(size))
+                admission.update(key, Footprint.flat(size))
                 if key in held:
                     held[key] = (held[key][0], held[key][1], float(size))
                 elif key in placed:
@@ -130,3 +138,53 @@ def test_the_decider_starts_held_trajectories_as_room_appears() -> None:
         outputs = decider.decide(b.completed(done, 1, 5))
         order += [o.traj_id for o in outputs if isinstance(o, StartTrajectory)]
     assert order == ["t4", "t1", "t0"]
+
+
+footprints = st.lists(
+    st.builds(
+        Footprint,
+        st.floats(0, 1000),
+        st.floats(0, 1000),
+        st.one_of(st.just(math.inf), st.floats(0.01, 100)),
+    ),
+    min_size=1,
+    max_size=MAX_PROJECTION_POINTS - 1,
+)
+
+
+def _held_at(footprints: list[Footprint], time_s: float) -> float:
+    """Brute force: the KV the footprints hold at ``time_s`` (each present while before its end)."""
+    total = 0.0
+    for f in footprints:
+        if time_s < f.duration_s:
+            total += f.context_tokens + f.growth_tokens * min(time_s / f.duration_s, 1.0)
+    return total
+
+
+@settings(max_examples=200, deadline=None)
+@given(footprints=footprints)
+def test_the_projected_peak_is_the_most_held_at_any_time(footprints: list[Footprint]) -> None:
+    """Against a dense scan of time (just before each departure, and between): the projection
+    finds the maximum (every footprint grows until it leaves, so the maximum is at a departure)."""
+    ends = sorted({f.duration_s for f in footprints if math.isfinite(f.duration_s)})
+    times = [0.0] + [end * (1 - 1e-9) for end in ends] + [end * 0.5 for end in ends]
+    brute = max(_held_at(footprints, t) for t in times)
+    assert math.isclose(projected_peak(footprints), brute, rel_tol=1e-6, abs_tol=1e-6)
+    assert projected_peak(footprints) <= sum(f.peak_tokens for f in footprints) + 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(footprints=footprints, budget=st.integers(1, 3000))
+def test_projected_admission_keeps_the_projected_budget(
+    footprints: list[Footprint], budget: int
+) -> None:
+    """Under projection a worker admits beyond its summed peaks, but never past its budget at
+    any projected instant (a first resident always starts)."""
+    admission = KvAdmission(AdmissionConfig(overcommit=1.0, projection=True))
+    admission.add_worker("w0", budget)
+    for i, footprint in enumerate(footprints):
+        admission.hold(("r", f"t{i}"), float(-i), footprint, "w0")
+    started = [key for key, _ in admission.admit(["w0"])]
+    admitted = [footprints[int(key[1][1:])] for key in started]
+    assert started == [("r", f"t{i}") for i in range(len(started))]  # priority order
+    assert len(admitted) == 1 or projected_peak(admitted) <= budget + 1e-6

@@ -154,7 +154,8 @@ def test_plas_lowers_priority_with_attained_service() -> None:
     decider = PriorityDecider(priority_policy("plas"))
     decider.decide(b.submitted("t0", 0))
     (event,) = decider.decide(b.generated("t0", 0, 30))
-    assert isinstance(event, Prioritized) and event.priority == pytest.approx(-2.5)
+    # 2.5 engine seconds: Autellix's multi-level queue puts it in the [2, 4) s level.
+    assert isinstance(event, Prioritized) and event.priority == pytest.approx(-2.0)
     decider.decide(b.completed("t0", 1, 30))
     assert decider.priority_of(b.ROLLOUT, "t0") is None
 

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.migration import MigrationPlanner, WorkerShare, shares_from_partition
+from heddle.policy.cost_model import preset
+from heddle.policy.migration import (
+    MigrationPlanner,
+    WorkerShare,
+    estimate_move,
+    shares_from_partition,
+)
 from heddle.policy.placement import partition
 
 
@@ -107,3 +113,33 @@ def test_bad_input() -> None:
         planner.update("u", 1.0)
     with pytest.raises(ValueError, match="NaN"):
         planner.update("t", float("nan"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    source_batch=st.integers(1, 256),
+    target_batch=st.integers(0, 256),
+    context=st.integers(0, 60_000),
+    remaining=st.floats(0, 50_000),
+    more=st.floats(0, 50_000),
+    tp=st.sampled_from([1, 2, 4, 8]),
+)
+def test_a_move_pays_more_the_longer_the_trajectory_still_runs(
+    source_batch: int, target_batch: int, context: int, remaining: float, more: float, tp: int
+) -> None:
+    """Gain grows with the remaining tokens when the target is faster; a KV transfer costs the
+    trajectory nothing, a re-prefill costs the target's prefill of its context."""
+    source, target = preset("qwen3-8b", "h200", 1), preset("qwen3-8b", "h200", tp)
+    kwargs = {"source_batch": source_batch, "target_batch": target_batch, "context_tokens": context}
+    short = estimate_move(source, target, remaining_tokens=remaining, kv_transfer=False, **kwargs)
+    long = estimate_move(
+        source, target, remaining_tokens=remaining + more, kv_transfer=False, **kwargs
+    )
+    assert short.cost_s == long.cost_s == target.prefill_s(context)
+    if short.pays:
+        assert long.pays
+    moved = estimate_move(source, target, remaining_tokens=remaining, kv_transfer=True, **kwargs)
+    assert moved.cost_s == 0.0 and moved.gain_s == short.gain_s
+    assert (
+        estimate_move(source, target, remaining_tokens=0, kv_transfer=True, **kwargs).pays is False
+    )

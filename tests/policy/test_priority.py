@@ -11,7 +11,12 @@ from heddle.policy.preemption import (
     RankedRequest,
     decide_preemptions,
 )
-from heddle.policy.priority import PRIORITY_POLICIES, TrajectoryFacts, priority_policy
+from heddle.policy.priority import (
+    PRIORITY_POLICIES,
+    MultiLevelLeastAttained,
+    TrajectoryFacts,
+    priority_policy,
+)
 from heddle.policy.waiting_queue import WaitingQueue
 
 
@@ -44,6 +49,53 @@ def test_plas_prefers_least_attained_service() -> None:
     assert spf.priority(facts(predicted_remaining_tokens=5)) > spf.priority(
         facts(predicted_remaining_tokens=50)
     )
+
+
+def _brute_force_level(service: float, num_levels: int, first: float, growth: float) -> int:
+    bounds = [first * growth**k for k in range(num_levels - 1)]
+    return sum(1 for bound in bounds if service >= bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    service=st.floats(0, 1e4, allow_nan=False),
+    num_levels=st.integers(1, 10),
+    first=st.floats(0.1, 10),
+    growth=st.floats(1.1, 4),
+)
+def test_plas_levels_are_the_service_ranges(
+    service: float, num_levels: int, first: float, growth: float
+) -> None:
+    plas = MultiLevelLeastAttained(num_levels=num_levels, first_level_s=first, growth=growth)
+    level = plas.level(facts(attained_service_s=service))
+    assert level == _brute_force_level(service, num_levels, first, growth)
+    assert plas.priority(facts(attained_service_s=service)) == -level
+
+
+def test_plas_is_first_come_first_served_within_a_level() -> None:
+    plas = priority_policy("plas")
+    # 2.5 s and 3.9 s both lie in [2, 4): equal priorities, so the queue's arrival order rules.
+    assert plas.priority(facts(attained_service_s=2.5)) == plas.priority(
+        facts(attained_service_s=3.9)
+    )
+    assert plas.priority(facts(attained_service_s=0.5)) > plas.priority(
+        facts(attained_service_s=1.5)
+    )
+    assert plas.priority(facts(attained_service_s=1e6)) == -7.0  # the open last level
+
+
+def test_plas_promotes_a_starving_program_to_the_top_queue() -> None:
+    plas = priority_policy("plas")
+    assert plas.priority(facts(attained_service_s=10.0, waited_s=19.0)) == -4.0
+    assert plas.priority(facts(attained_service_s=10.0, waited_s=20.0)) == 0.0
+    # Served since: the ratio falls below 2 and it drops back to its service's queue.
+    assert plas.priority(facts(attained_service_s=40.0, waited_s=20.0)) == -6.0
+
+
+def test_plas_counts_tokens_at_the_per_token_time() -> None:
+    plas = MultiLevelLeastAttained(service="tokens")
+    # 100 tokens at 25 ms = 2.5 s: the [2, 4) queue.
+    assert plas.level(facts(attained_service_tokens=100, seconds_per_token=0.025)) == 2
 
 
 def test_registry_names_match_and_unknown_name_is_clear() -> None:

@@ -71,7 +71,7 @@ def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
     if system == "fix-1":
         assert chosen == analytic == [1] * 8  # a fixed degree is kept
         return
-    engine = replace(engine_config(spec), max_running=config.max_running)
+    engine = replace(engine_config(spec, config.engine), max_running=config.max_running)
 
     def score(tps: list[int]) -> float:
         groups = (

@@ -147,13 +147,22 @@ def test_the_kv_term_is_what_binds_on_a_memory_bound_trace() -> None:
 
 def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
     trace = generate("coding", 96, seed=5)
-    config = SimConfig(model=MODEL, num_gpus=8, record_events=True, predictor_sigma=1.0)
+    config = SimConfig(
+        model=MODEL,
+        num_gpus=8,
+        record_events=True,
+        predictor="noisy_oracle",
+        predictor_sigma=1.0,
+        engine_model="torch",  # the engine model whose migrations move KV
+    )
     from heddle.control.systems import ControlOptions, build_control_plane, system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     spec = system_spec("heddle")
     predictor = make_simulation_predictor(trace, config)
-    options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor)
+    options = ControlOptions(
+        cost_for_tp=config.cost_for_tp, predictor=predictor, engine_model=config.engine_model
+    )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
     migrations = [e for e in run.events if isinstance(e, Migrated)]

@@ -127,7 +127,7 @@ def time_heddle_rollout(runner: FigureRunner, workload: str) -> RolloutTiming:
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
         seed=config.seed,
-        transfer_kv=config.transfer_kv,
+        engine_model=config.engine_model,
     )
     control = build_control_plane(spec, options)
     timed = [TimedDecider(decider) for decider in control.deciders]
