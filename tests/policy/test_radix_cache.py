@@ -304,3 +304,14 @@ def test_a_retracted_victim_s_prompt_node_counts_as_freed_when_it_held_it_alone(
         done = {d.request_id: d for d in drain(model)}
         assert set(done) == {"low", "high"}
         assert (done["high"].finished_at < done["low"].finished_at) == (not keeps_kv)
+
+
+def test_a_grouped_job_decodes_over_its_whole_context() -> None:
+    """The shared prompt's KV is the cache's, but attention still reads it: the decode steps
+    cost what they cost for the whole context."""
+    model = BatchingModel(COST, BatchingConfig(cache="radix"))
+    model.submit(grpo_job("a", "ta", 1200, 700), 10.0)
+    (done,) = drain(model)
+    solo = COST.prefill_s(1200) + sum(COST.decode_step_s(1, 1200 + j) for j in range(700))
+    assert done.finished_at - 10.0 == pytest.approx(solo, rel=1e-9)
+    assert model.load().num_kv_tokens == 1900

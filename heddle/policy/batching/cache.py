@@ -11,7 +11,7 @@ Two kinds, one per real engine (``heddle.policy.engine_models``):
   trajectory hits whatever survives of its prefix.
 
 Both count tokens only (no token ids). While a job runs, its own part of the context is counted
-by the running batch (``RunningBatch.live_tokens``), not here: ``take`` hands it over. Only a
+by the running batch (``RunningBatch.kv_tokens``), not here: ``take`` hands it over. Only a
 shared prompt node stays here while running jobs use it (``locked_tokens``), as SGLang's
 ``lock_ref`` keeps a running request's matched path from being evicted.
 """

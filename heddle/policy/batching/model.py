@@ -199,7 +199,7 @@ class BatchingModel:
         return BatchLoad(
             num_running=len(self._running),
             num_waiting=len(self._waiting),
-            num_kv_tokens=self._running.live_tokens + self._cache.total_tokens,
+            num_kv_tokens=self._running.kv_tokens + self._cache.total_tokens,
             max_kv_tokens=self.max_kv_tokens,
             num_cached_trajectories=len(self._cache),
         )
@@ -208,17 +208,18 @@ class BatchingModel:
         """Broken invariants (empty when the model is consistent); tests call it every step."""
         running = list(self._running)
         batch, cache = self._running, self._cache
-        live = sum(job.context - job.shared + self.num_steps - job.start_step for job in running)
+        live = sum(job.context + self.num_steps - job.start_step for job in running)
         reserved = sum(job.final_context - job.shared for job in running)
         num_waiting = sum(job.state is JobState.WAITING for job in self._jobs.values())
         checks = {
             "too many running": len(running) <= self.config.max_running,
             "running context drifted": live == batch.live_tokens,
+            "shared tokens drifted": batch.shared_tokens == sum(job.shared for job in running),
             "reservation drifted": batch.reserved_tokens == reserved,
             "reservation over capacity": (
                 batch.reserved_tokens + cache.locked_tokens <= self.max_kv_tokens
             ),
-            "KV over capacity": batch.live_tokens + cache.total_tokens <= self.max_kv_tokens,
+            "KV over capacity": batch.kv_tokens + cache.total_tokens <= self.max_kv_tokens,
             "cache total drifted": cache.total_tokens == cache.recount(),
             "locked over cache": 0 <= cache.locked_tokens <= cache.total_tokens,
             "waiting count drifted": len(self._waiting) == num_waiting,
@@ -444,7 +445,7 @@ class BatchingModel:
         """Evict (in the cache's order) until running contexts and cache fit; locked prompt
         nodes cannot go, but always fit beside the reservations (``_fits``)."""
         cache, batch = self._cache, self._running
-        while batch.live_tokens + cache.total_tokens > self.max_kv_tokens:
+        while batch.kv_tokens + cache.total_tokens > self.max_kv_tokens:
             freed = cache.evict_one()
             if not freed:
                 break

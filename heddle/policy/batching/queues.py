@@ -43,8 +43,9 @@ class WaitQueue:
 
 class RunningBatch:
     """Running jobs with their finish order (in decode steps), their preemption order (lowest
-    priority, latest arrival first), the KV they reserve (final contexts) and hold (live); a
-    job's tokens in a shared prompt node (``JobRecord.shared``) are the cache's, not counted."""
+    priority, latest arrival first), their contexts (``live_tokens``, what decoding attends to)
+    and the KV they reserve (final contexts) and hold (``kv_tokens``); a job's tokens in a shared
+    prompt node (``JobRecord.shared``) are the cache's KV, not the batch's."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, JobRecord] = {}
@@ -52,6 +53,8 @@ class RunningBatch:
         self._by_priority: list[Entry] = []
         self.reserved_tokens = 0
         self.live_tokens = 0
+        self.shared_tokens = 0
+        """Tokens of ``live_tokens`` held in shared prompt nodes (the cache counts their KV)."""
         self.membership = 0
         """Bumped whenever the set changes (memoised chunks depend on it)."""
 
@@ -70,7 +73,8 @@ class RunningBatch:
         job.start_step = num_steps
         job.finish_step = num_steps + job.remaining
         self._jobs[job.job.request_id] = job
-        self.live_tokens += job.context - job.shared
+        self.live_tokens += job.context
+        self.shared_tokens += job.shared
         self.reserved_tokens += job.final_context - job.shared
         self.membership += 1
         heapq.heappush(self._finish, (job.finish_step, job.arrival, job.epoch, job))
@@ -83,9 +87,15 @@ class RunningBatch:
         job.generated += generated
         job.context += generated
         job.epoch += 1
-        self.live_tokens -= job.context - job.shared
+        self.live_tokens -= job.context
+        self.shared_tokens -= job.shared
         self.reserved_tokens -= job.final_context - job.shared
         self.membership += 1
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV the running jobs hold themselves (their contexts less the shared prompts)."""
+        return self.live_tokens - self.shared_tokens
 
     def reprioritize(self, job: JobRecord) -> None:
         heapq.heappush(self._by_priority, (job.priority, -job.arrival, job.epoch, job))

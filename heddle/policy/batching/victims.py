@@ -34,7 +34,7 @@ def choose_victims(
         return None  # the common case, without a scan of the batch
     own = (head.job.group_id, head.job.num_prompt_tokens)
     if keeps_kv:
-        freed_by_all = batch.reserved_tokens - batch.live_tokens
+        freed_by_all = batch.reserved_tokens - batch.kv_tokens
     else:
         head_lock = head.shared if cache.num_locks(*own) else 0
         freed_by_all = batch.reserved_tokens + cache.locked_tokens - head_lock
