@@ -101,7 +101,7 @@ class BatchLoad:
     num_running: int
     num_waiting: int
     num_kv_tokens: int
-    """Live context tokens of running jobs plus cached prefixes."""
+    """KV in use: running jobs' contexts plus cached prefixes, a shared prompt counted once."""
     max_kv_tokens: int
     num_cached_trajectories: int
 
