@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.policy.batching import (
+    CACHE_KINDS,
     BatchingConfig,
     BatchingModel,
+    CacheKind,
     CapacityError,
-    EvictionPolicy,
     FinishedGeneration,
     GenerationJob,
     LruCache,
-    PriorityCache,
     decode_span_s,
     plan_chunk,
     steps_covering,
@@ -370,6 +370,9 @@ def test_chunked_model_matches_the_token_by_token_reference(
 
 # ---- invariants under random operations --------------------------------------------------------
 
+PROMPT_TOKENS = 100
+"""The group prompt of t0..t3 (t0, t2 in g0; t1, t3 in g1)."""
+
 operations = st.lists(
     st.one_of(
         st.tuples(
@@ -395,12 +398,26 @@ operations = st.lists(
     capacity=st.integers(1500, 6000),
     max_running=st.integers(1, 4),
     preemptive=st.booleans(),
-    eviction=st.sampled_from(["lru", "priority"]),
+    cache=st.sampled_from(CACHE_KINDS),
+    keeps_kv=st.booleans(),
+    page_tokens=st.sampled_from([1, 1, 16]),
 )
 def test_invariants_and_conservation_under_random_operations(
-    ops: list[tuple], capacity: int, max_running: int, preemptive: bool, eviction: EvictionPolicy
+    ops: list[tuple],
+    capacity: int,
+    max_running: int,
+    preemptive: bool,
+    cache: CacheKind,
+    keeps_kv: bool,
+    page_tokens: int,
 ) -> None:
-    config = BatchingConfig(max_running=max_running, preemptive=preemptive, eviction=eviction)
+    config = BatchingConfig(
+        max_running=max_running,
+        preemptive=preemptive,
+        cache=cache,
+        preemption_keeps_kv=keeps_kv,
+        page_tokens=page_tokens,
+    )
     model = BatchingModel(SmallKv(COST, capacity), config)
     now = 0.0
     targets: dict[str, int] = {}
@@ -412,7 +429,7 @@ def test_invariants_and_conservation_under_random_operations(
             case ("submit", traj, ctx, out, prio):
                 rid = f"r{len(targets)}"
                 tid = f"t{traj}"
-                total = max(ctx, contexts.get(tid, 0))
+                total = max(ctx, contexts.get(tid, 0), PROMPT_TOKENS)
                 item = GenerationJob(
                     request_id=rid,
                     traj_id=tid,
@@ -420,6 +437,8 @@ def test_invariants_and_conservation_under_random_operations(
                     num_new_tokens=total - contexts.get(tid, 0),
                     num_output_tokens=out,
                     priority=float(prio),
+                    group_id=f"g{traj % 2}" if traj < 4 else "",  # t4, t5: no group
+                    num_prompt_tokens=PROMPT_TOKENS if traj < 4 else 0,
                 )
                 try:
                     model.submit(item, now)
@@ -456,54 +475,14 @@ def test_invariants_and_conservation_under_random_operations(
     assert model.load().num_running == 0 and model.load().num_waiting == 0
 
 
-# ---- prefix-cache policies ---------------------------------------------------------------------
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 500), st.integers(0, 3)), max_size=30),
-    st.integers(0, 3),
-)
-def test_priority_cache_matches_a_brute_force_view(
-    puts: list[tuple[int, int, int]], probe: int
-) -> None:
-    cache = PriorityCache()
-    truth: dict[str, tuple[int, float]] = {}
-    for traj, tokens, priority in puts:
-        cache.put(f"t{traj}", tokens, float(priority))
-        truth[f"t{traj}"] = (tokens, float(priority))
-        assert cache.total_tokens == sum(t for t, _ in truth.values())
-    for traj_id in truth:
-        protected = sum(t for k, (t, p) in truth.items() if p >= probe and k != traj_id)
-        assert cache.protected_tokens(float(probe), traj_id) == protected
-    assert cache.protected_tokens(float(probe), "stranger") == cache.total_tokens
-    order = []
-    while len(cache):
-        before = cache.records()
-        tokens = cache.evict_one()
-        (gone,) = set(before) - set(cache.records())
-        order.append(truth[gone][1])
-        assert tokens == truth[gone][0]
-    assert order == sorted(order)  # lowest priority first
+# ---- prefix caches -----------------------------------------------------------------------------
 
 
 def test_lru_cache_evicts_the_least_recently_used() -> None:
     cache = LruCache()
-    cache.put("a", 10, 9.0)
-    cache.put("b", 20, 0.0)
-    cache.put("a", 11, 9.0)  # touched again
+    cache.put("a", "", 0, 10)
+    cache.put("b", "", 0, 20)
+    cache.put("a", "", 0, 11)  # touched again
     assert cache.evict_one() == 20 and cache.records() == {"a": 11}
-    assert cache.protected_tokens(0.0, "x") == 0
-
-
-def test_priority_eviction_keeps_the_long_trajectory_s_prefix() -> None:
-    model = BatchingModel(SmallKv(COST, 2600), BatchingConfig(eviction="priority"))
-    model.submit(job("long", 1000, 100, prio=9.0), 0.0)
-    model.submit(job("short", 800, 100, prio=1.0), 0.0)
-    drain(model)  # both in a tool gap now: 1100 + 900 tokens cached
-    # A newcomer may not evict residents, but an idle worker lets it rather than idle; the
-    # lowest-priority prefix goes first.
-    model.submit(job("third", 900, 50, prio=5.0), 10.0)
-    (done,) = drain(model)
-    assert done.request_id == "third"
-    assert model.cached_tokens("t-long") == 1100 and model.cached_tokens("t-short") == 0
+    assert cache.take("a", "g", 5) == 11 and cache.total_tokens == 0
+    assert cache.evict_one() == 0 and cache.locked_tokens == 0

@@ -69,9 +69,14 @@ def test_analytic_lines_are_exact_and_enumeration_agrees() -> None:
 
 def _run_worker(model: AnalyticCostModel, jobs: list[tuple[int, int, int]], seed: int) -> float:
     """Serve ``(prompt, output, arrival_s)`` jobs on one real batching model, random
-    priorities, preemption and eviction; the time the last one finishes."""
+    priorities, preemption, prefix cache and preemption semantics; the time the last one
+    finishes."""
     rng = random.Random(seed)
-    config = BatchingConfig(preemptive=rng.random() < 0.5, eviction=rng.choice(["lru", "priority"]))
+    config = BatchingConfig(
+        preemptive=rng.random() < 0.5,
+        cache=rng.choice(["radix", "trajectory"]),
+        preemption_keeps_kv=rng.random() < 0.5,
+    )
     engine = BatchingModel(model, config)
     pending = sorted(
         (arrival, index, prompt, output) for index, (prompt, output, arrival) in enumerate(jobs)

@@ -138,6 +138,8 @@ class Harness:
     async def add_worker(
         self, worker_id: str, engine: Any = None, *, time_scale: float = FAST, **options: Any
     ) -> WorkerAgent:
+        # The torch engine model by default: these tests are about the agent's KV transfer.
+        options.setdefault("engine_model", "torch")
         engine = engine or SimEngine(SimEngineOptions(time_scale=time_scale, **options))
         agent = WorkerAgent(
             WorkerConfig(worker_id=worker_id, heartbeat_s=0.05, telemetry_s=0.05),
@@ -467,6 +469,34 @@ async def test_migration_in_a_tool_gap_moves_the_kv_and_forwards_commands() -> N
         forwarded = [m for m in bus.messages if isinstance(m, ContinueTrajectory)]
         assert [(m.step, m.worker_id) for m in forwarded] == [(1, "w1"), (2, "w1")]
         assert all(m.command_id.endswith(":fwd:w1") for m in forwarded)
+    finally:
+        await harness.close()
+
+
+async def test_migration_on_the_sglang_model_warms_the_target_instead_of_moving_kv() -> None:
+    bus = MemoryBus()
+    harness = Harness(bus)
+    try:
+        await harness.add_worker("w0", engine_model="sglang")
+        await harness.add_worker("w1", engine_model="sglang")
+        long_gap: list[dict[str, Any]] = [
+            {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
+            *STEPS[1:],
+        ]
+        await harness.submit("t1", "w0", long_gap)
+        await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
+        harness.deliver(
+            _command(
+                MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1"
+            )
+        )
+        done = await harness.wait_finished("t1")
+        migrated = next(e for e in bus.events_of("t1") if isinstance(e, Migrated))
+        assert not migrated.kv_transferred and not bus.blobs
+        assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
+        second = [e for e in bus.events_of("t1") if isinstance(e, Generated)][1]
+        # The warm-up (a prefill-only request in the tool gap) cached prompt + first output.
+        assert (second.worker_id, second.num_cached_tokens) == ("w1", 30 + 40)
     finally:
         await harness.close()
 

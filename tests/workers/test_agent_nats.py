@@ -243,7 +243,11 @@ async def agents(
     configs = [WorkerConfig(worker_id=w, heartbeat_s=0.5, telemetry_s=0.5) for w in worker_ids]
     task = asyncio.create_task(
         run_agents(
-            settings, configs, lambda c: SimEngine(SimEngineOptions(time_scale=time_scale)), stop
+            settings,
+            configs,
+            # The torch engine model: these tests migrate with KV transfer.
+            lambda c: SimEngine(SimEngineOptions(time_scale=time_scale, engine_model="torch")),
+            stop,
         )
     )
     try:
@@ -311,8 +315,8 @@ def start_process(settings: Settings, *args: str) -> subprocess.Popen[bytes]:
 
 def start_worker(settings: Settings, worker_id: str, *extra: str) -> subprocess.Popen[bytes]:
     return start_process(
-        settings, "worker", f"--id={worker_id}", "--engine=sim", "--ack-wait-s=2",
-        "--heartbeat-s=0.5", *extra,
+        settings, "worker", f"--id={worker_id}", "--engine=sim", "--engine-model=torch",
+        "--ack-wait-s=2", "--heartbeat-s=0.5", *extra,
     )  # fmt: skip
 
 
@@ -463,8 +467,8 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
     worker_events = [record.message async for record in bus.replay_events(query)]
     registrations = [e for e in worker_events if isinstance(e, WorkerRegistered)]
     assert {(e.worker_id, e.engine, e.model, e.can_export_kv) for e in registrations} == {
-        ("d00", "sim", "qwen3-14b", True),
-        ("d01", "sim", "qwen3-14b", True),
+        ("d00", "sim", "qwen3-14b", False),  # the default engine model, sglang: no KV export
+        ("d01", "sim", "qwen3-14b", False),
     }
     assert all(e.max_kv_tokens > 0 and e.incarnation for e in registrations)
     drained = {e.worker_id for e in worker_events if isinstance(e, WorkerDrained)}

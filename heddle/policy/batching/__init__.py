@@ -4,7 +4,13 @@ Used by the simulator on a virtual clock and, unchanged, by the live ``sim`` eng
 real time.
 """
 
-from heddle.policy.batching.cache import EvictionPolicy, LruCache, PriorityCache, make_cache
+from heddle.policy.batching.cache import (
+    CACHE_KINDS,
+    CacheKind,
+    LruCache,
+    PrefixCache,
+    make_cache,
+)
 from heddle.policy.batching.jobs import (
     BatchingConfig,
     BatchLoad,
@@ -14,20 +20,23 @@ from heddle.policy.batching.jobs import (
     JobState,
 )
 from heddle.policy.batching.model import BatchingModel
+from heddle.policy.batching.radix import RadixCache
 from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
 
 __all__ = [
+    "CACHE_KINDS",
     "BatchLoad",
     "BatchingConfig",
     "BatchingModel",
+    "CacheKind",
     "CapacityError",
     "Chunk",
-    "EvictionPolicy",
     "FinishedGeneration",
     "GenerationJob",
     "JobState",
     "LruCache",
-    "PriorityCache",
+    "PrefixCache",
+    "RadixCache",
     "decode_span_s",
     "make_cache",
     "plan_chunk",

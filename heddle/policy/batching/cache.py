@@ -1,176 +1,166 @@
-"""Prefix-cache records of one worker: which trajectories' KV stays resident while they are not
-generating (in a tool gap, or preempted), and which is evicted first under memory pressure.
+"""Prefix caches of one worker: whose KV stays resident while its trajectory is not generating
+(in a tool gap, or preempted), and what is evicted first under memory pressure.
 
-* ``lru``: least recently used first, as SGLang's radix cache (and vLLM's prefix cache) do.
-  Under KV pressure this evicts the trajectories that went into a tool call earliest, the very
-  ones about to come back.
-* ``priority``: lowest priority first (then least recently used), and a job is admitted only if
-  it fits without evicting the prefix of a trajectory whose priority is at least its own. This
-  extends PPS's rule that a preempted request keeps its prefix cache (paper s.4.2) to memory
-  pressure: the long trajectories PPS runs first keep their KV through their tool gaps, while
-  short ones use the room that is left. A job whose trajectory holds no prefix here (new, or
-  evicted) evicts nobody: residents keep their place against newcomers, or every arrival would
-  push out a resident that comes back and pushes out the next (re-prefilling whole contexts).
-  The engine lifts that for a job that has waited too long (``evicts_as_resident``), so an
-  evicted trajectory is not starved until the residents drain.
+Two kinds, one per real engine (``heddle.policy.engine_models``):
+
+* ``trajectory`` (``LruCache``): one record per trajectory, evicted whole in least-recently-used
+  order, nothing shared between trajectories; the torch engine's prefix store
+  (``heddle/workers/engines/torch_engine/prefix_store.py``).
+* ``radix`` (``heddle.policy.batching.radix.RadixCache``): SGLang's radix tree; a group's shared
+  prompt is stored once and leaves are evicted least recently used first, so a returning
+  trajectory hits whatever survives of its prefix.
+
+Both count tokens only (no token ids). While a job runs, its own part of the context is counted
+by the running batch (``RunningBatch.kv_tokens``), not here: ``take`` hands it over. Only a
+shared prompt node stays here while running jobs use it (``locked_tokens``), as SGLang's
+``lock_ref`` keeps a running request's matched path from being evicted.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections import OrderedDict
 from typing import Literal, Protocol
 
-EvictionPolicy = Literal["lru", "priority"]
+from heddle.policy.batching.radix import RadixCache
+
+CacheKind = Literal["radix", "trajectory"]
+CACHE_KINDS: tuple[CacheKind, ...] = ("radix", "trajectory")
 
 
 class PrefixCache(Protocol):
-    @property
-    def total_tokens(self) -> int: ...
+    total_tokens: int
+    """All cached KV, locked prompt nodes included."""
+    locked_tokens: int
+    """Tokens of shared nodes used by running jobs: counted in ``total_tokens``, not evictable."""
 
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """Trajectories holding a record of their own."""
+        ...
 
-    def get(self, traj_id: str) -> int: ...
+    def shared_tokens(self, group_id: str, num_prompt_tokens: int) -> int:
+        """Tokens of a job's context that live in a shared node while it runs (0: none)."""
+        ...
 
-    def put(self, traj_id: str, num_tokens: int, priority: float) -> None:
-        """Record (or replace) a trajectory's resident prefix; it becomes the most recent."""
+    def is_locked(self, group_id: str, num_prompt_tokens: int) -> bool:
+        """Whether the group's shared node is already held by a running job."""
+        ...
+
+    def num_locks(self, group_id: str, num_prompt_tokens: int) -> int:
+        """Running jobs holding the group's shared node (0: none, or no such node)."""
+        ...
+
+    def get(self, traj_id: str) -> int:
+        """Tokens a returning job of this trajectory would find cached (its record and the
+        shared prompt above it; 0 without a record)."""
+        ...
+
+    def take(self, traj_id: str, group_id: str, num_prompt_tokens: int) -> int:
+        """Admission: the cached prefix of the trajectory's context (its hit). The trajectory's
+        own record leaves the cache (the running job counts it); a shared prompt node is locked,
+        and created if absent (the job prefills it now)."""
+        ...
+
+    def end_batch(self) -> None:
+        """The prefill batch of the admitted jobs ran (what it computed is matchable now)."""
+        ...
+
+    def put(
+        self,
+        traj_id: str,
+        group_id: str,
+        num_prompt_tokens: int,
+        num_tokens: int,
+        num_split_tokens: int = 0,
+    ) -> None:
+        """Record (or replace) the first ``num_tokens`` of a trajectory's context, as the most
+        recent. ``num_split_tokens``: where the run that produced it began (its prefilled
+        context), a node boundary for the radix tree."""
+        ...
+
+    def unlock(self, group_id: str, num_prompt_tokens: int) -> None:
+        """A job that ``take`` locked a shared node for stopped running."""
         ...
 
     def pop(self, traj_id: str) -> int:
-        """Remove a trajectory's record; its tokens (0 if none)."""
-        ...
-
-    def reprioritize(self, traj_id: str, priority: float) -> None:
-        """The trajectory's priority changed (a record protects by its current priority)."""
+        """Drop the trajectory's own record (a shared prompt stays, as evictable cache); its
+        tokens (0 if none)."""
         ...
 
     def evict_one(self) -> int:
-        """Evict the next victim; its tokens (the cache must not be empty)."""
+        """Evict the next victim; the tokens freed (0: nothing is evictable)."""
         ...
 
-    def protected_tokens(
-        self, priority: float, traj_id: str, evicts_as_resident: bool = False
-    ) -> int:
-        """Tokens a job of ``priority`` may not evict (not counting ``traj_id``'s own record);
-        ``evicts_as_resident``: a job without a prefix here evicts by priority too."""
+    def recount(self) -> int:
+        """``total_tokens`` recomputed from the records (the model's invariant check)."""
         ...
-
-    def records(self) -> dict[str, int]: ...
 
 
 class LruCache:
+    """The ``trajectory`` cache: one record per trajectory, least recently used evicted whole."""
+
     def __init__(self) -> None:
         self._records: OrderedDict[str, int] = OrderedDict()
         self.total_tokens = 0
+        self.locked_tokens = 0
 
     def __len__(self) -> int:
         return len(self._records)
 
+    def shared_tokens(self, group_id: str, num_prompt_tokens: int) -> int:
+        return 0
+
+    def is_locked(self, group_id: str, num_prompt_tokens: int) -> bool:
+        return True  # nothing to lock: a job adds no shared tokens
+
+    def num_locks(self, group_id: str, num_prompt_tokens: int) -> int:
+        return 0
+
     def get(self, traj_id: str) -> int:
         return self._records.get(traj_id, 0)
 
-    def put(self, traj_id: str, num_tokens: int, priority: float) -> None:
+    def take(self, traj_id: str, group_id: str, num_prompt_tokens: int) -> int:
+        return self.pop(traj_id)
+
+    def end_batch(self) -> None:
+        return None
+
+    def put(
+        self,
+        traj_id: str,
+        group_id: str,
+        num_prompt_tokens: int,
+        num_tokens: int,
+        num_split_tokens: int = 0,
+    ) -> None:
         self.pop(traj_id)
         self._records[traj_id] = num_tokens
         self.total_tokens += num_tokens
+
+    def unlock(self, group_id: str, num_prompt_tokens: int) -> None:
+        return None
 
     def pop(self, traj_id: str) -> int:
         tokens = self._records.pop(traj_id, 0)
         self.total_tokens -= tokens
         return tokens
 
-    def reprioritize(self, traj_id: str, priority: float) -> None:
-        return None
-
     def evict_one(self) -> int:
+        if not self._records:
+            return 0
         _, tokens = self._records.popitem(last=False)
         self.total_tokens -= tokens
         return tokens
 
-    def protected_tokens(
-        self, priority: float, traj_id: str, evicts_as_resident: bool = False
-    ) -> int:
-        return 0
+    def recount(self) -> int:
+        return sum(self._records.values())
 
     def records(self) -> dict[str, int]:
         return dict(self._records)
 
 
-class PriorityCache:
-    """Records sorted by (priority, recency); prefix sums are rebuilt lazily (C-speed
-    ``accumulate``) when a query follows a change."""
-
-    def __init__(self) -> None:
-        self._keys: list[tuple[float, int, str]] = []
-        self._tokens: list[int] = []
-        self._key_of: dict[str, tuple[float, int, str]] = {}
-        self._sequence = itertools.count()
-        self._prefix: list[int] | None = None
-        self.total_tokens = 0
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def get(self, traj_id: str) -> int:
-        key = self._key_of.get(traj_id)
-        return 0 if key is None else self._tokens[bisect.bisect_left(self._keys, key)]
-
-    def put(self, traj_id: str, num_tokens: int, priority: float) -> None:
-        self.pop(traj_id)
-        key = (priority, next(self._sequence), traj_id)
-        index = bisect.bisect_left(self._keys, key)
-        self._keys.insert(index, key)
-        self._tokens.insert(index, num_tokens)
-        self._key_of[traj_id] = key
-        self.total_tokens += num_tokens
-        self._prefix = None
-
-    def pop(self, traj_id: str) -> int:
-        key = self._key_of.pop(traj_id, None)
-        if key is None:
-            return 0
-        index = bisect.bisect_left(self._keys, key)
-        del self._keys[index]
-        tokens = self._tokens.pop(index)
-        self.total_tokens -= tokens
-        self._prefix = None
-        return tokens
-
-    def reprioritize(self, traj_id: str, priority: float) -> None:
-        key = self._key_of.get(traj_id)
-        if key is not None and key[0] != priority:
-            self.put(traj_id, self.pop(traj_id), priority)
-
-    def evict_one(self) -> int:
-        key = self._keys.pop(0)
-        del self._key_of[key[2]]
-        tokens = self._tokens.pop(0)
-        self.total_tokens -= tokens
-        self._prefix = None
-        return tokens
-
-    def protected_tokens(
-        self, priority: float, traj_id: str, evicts_as_resident: bool = False
-    ) -> int:
-        if self._prefix is None:
-            self._prefix = list(itertools.accumulate(self._tokens, initial=0))
-        own = self._key_of.get(traj_id)
-        if own is None and not evicts_as_resident:
-            return self.total_tokens  # a trajectory without a resident prefix evicts nobody
-        below = bisect.bisect_left(self._keys, (priority, -1, ""))
-        protected = self.total_tokens - self._prefix[below]
-        if own is not None and own[0] >= priority:
-            protected -= self.get(traj_id)
-        return protected
-
-    def records(self) -> dict[str, int]:
-        return {key[2]: tokens for key, tokens in zip(self._keys, self._tokens, strict=True)}
-
-
-def make_cache(policy: EvictionPolicy) -> PrefixCache:
-    if policy == "lru":
+def make_cache(kind: CacheKind, page_tokens: int = 1) -> PrefixCache:
+    if kind == "trajectory":
         return LruCache()
-    if policy == "priority":
-        return PriorityCache()
-    raise ValueError(f"unknown eviction policy {policy!r}; choose lru or priority")
+    if kind == "radix":
+        return RadixCache(page_tokens)
+    raise ValueError(f"unknown prefix cache {kind!r}; choose one of {CACHE_KINDS}")

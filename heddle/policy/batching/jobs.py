@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from heddle.policy.batching.cache import EvictionPolicy
+from heddle.policy.batching.cache import CACHE_KINDS, CacheKind
 from heddle.policy.preemption import PreemptionConfig
 
 
@@ -23,19 +23,28 @@ class BatchingConfig:
     preemption: PreemptionConfig = PreemptionConfig()
     """When a waiting job beats a running one (``heddle.policy.preemption``: a margin, so that
     wobbling predictions do not bounce jobs in and out of the batch)."""
-    eviction: EvictionPolicy = "lru"
-    """Which prefix caches go first under KV pressure (``heddle.policy.batching.cache``)."""
-    evict_after_wait_s: float | None = None
-    """Priority eviction: a job without a resident prefix that has waited this long may evict
-    lower-priority prefixes like a resident (None: never; bounded waiting)."""
+    cache: CacheKind = "trajectory"
+    """The prefix cache (``heddle.policy.batching.cache``): ``trajectory``, one record per
+    trajectory evicted whole in LRU order (the torch engine), or ``radix``, SGLang's radix tree
+    (shared group prompts, LRU leaves, partial prefix hits)."""
+    page_tokens: int = 1
+    """Radix eviction and match granularity in tokens. 1 is SGLang's default ``--page-size``
+    (``ServerArgs.page_size`` is None and resolves to 1 unless the attention backend needs
+    bigger pages, e.g. FlashMLA's 64); the trajectory cache ignores it."""
+    preemption_keeps_kv: bool = True
+    """A preempted job keeps its KV as a prefix-cache record (the torch engine). False: SGLang's
+    retract: the KV of the tokens generated since the admission is freed and recomputed on
+    resume; the context it was admitted with stays in the tree as evictable cache."""
     record_timeline: bool = False
     """Keep (time, num_running, num_waiting) after every membership change."""
 
     def __post_init__(self) -> None:
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
-        if self.evict_after_wait_s is not None and not self.evict_after_wait_s >= 0:
-            raise ValueError(f"evict_after_wait_s must be >= 0, got {self.evict_after_wait_s}")
+        if self.cache not in CACHE_KINDS:
+            raise ValueError(f"cache must be one of {CACHE_KINDS}, got {self.cache!r}")
+        if self.page_tokens < 1:
+            raise ValueError(f"page_tokens must be >= 1, got {self.page_tokens}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +56,21 @@ class GenerationJob:
     num_new_tokens: int
     """Tokens of the context the trajectory had never sent before (prompt or tool output)."""
     num_output_tokens: int
-    """Tokens to generate."""
+    """Tokens to generate (0: a prefill-only request, SGLang's ``max_new_tokens: 0``)."""
     priority: float = 0.0
     group_id: str = ""
-    """Trajectories sharing a prompt ("" = none)."""
+    """Trajectories that share a prompt (a GRPO group); "" for none."""
     num_prompt_tokens: int = 0
-    """Leading context tokens identical across the group."""
+    """The leading context tokens identical across the group (its shared prompt)."""
 
     def __post_init__(self) -> None:
-        if min(self.num_context_tokens, self.num_new_tokens, self.num_output_tokens) < 0:
+        counts = (self.num_context_tokens, self.num_new_tokens, self.num_output_tokens)
+        if min(*counts, self.num_prompt_tokens) < 0:
             raise ValueError(f"job {self.request_id}: token counts must be >= 0")
         if self.num_new_tokens > self.num_context_tokens:
             raise ValueError(f"job {self.request_id}: more new tokens than context tokens")
+        if self.num_prompt_tokens > self.num_context_tokens:
+            raise ValueError(f"job {self.request_id}: more prompt tokens than context tokens")
         if not math.isfinite(self.priority):
             raise ValueError(f"job {self.request_id}: priority must be finite")
 
@@ -89,7 +101,7 @@ class BatchLoad:
     num_running: int
     num_waiting: int
     num_kv_tokens: int
-    """Live context tokens of running jobs plus cached prefixes."""
+    """KV in use: running jobs' contexts plus cached prefixes, a shared prompt counted once."""
     max_kv_tokens: int
     num_cached_trajectories: int
 
@@ -123,14 +135,17 @@ class JobRecord:
         "queue_s",
         "recomputed",
         "run_since",
+        "shared",
         "start_step",
         "state",
         "submitted_at",
         "wait_since",
     )
 
-    def __init__(self, job: GenerationJob, arrival: int, now: float) -> None:
+    def __init__(self, job: GenerationJob, arrival: int, now: float, shared: int = 0) -> None:
         self.job = job
+        self.shared = shared
+        """Context tokens held in a shared prompt node while running (not by the job)."""
         self.arrival = arrival
         self.priority = job.priority
         self.state = JobState.WAITING

@@ -10,17 +10,21 @@ reads a clock. Contract:
 - Waiting jobs are admitted by (priority desc, arrival, id) while the running set has a free slot
   (``max_running``) and KV room: the final contexts of the running jobs (context + tokens still
   to generate) must fit in ``cost.max_kv_tokens``. This is SGLang's token reservation with a
-  perfect output-length estimate, so a running job is never retracted; every system simulated
-  gets the same (optimistic) engine.
+  perfect output-length estimate, so a running job is never retracted for memory (only by
+  priority preemption); every system simulated gets the same (optimistic) engine.
 - Admission prefills what the trajectory's prefix cache lacks, in one prefill batch that stalls
   decoding (SGLang's default prefill-first iteration); a job whose cache was lost re-prefills
   its whole context and counts those tokens as recomputed.
 - With ``preemptive`` set, a waiting job that beats the lowest running ones by the margin of
-  ``heddle.policy.preemption`` preempts just enough of them to fit (PPS, paper s.4.2). A
-  preempted job keeps its KV as a prefix-cache record and resumes without recompute, unless the
-  record is evicted because running contexts need the memory (``config.eviction`` orders the
-  victims: least recently used, as SGLang, or lowest priority; see ``cache``).
-- Finished trajectories keep their context as a prefix-cache record until ``release``.
+  ``heddle.policy.preemption`` preempts just enough of them to fit (PPS, paper s.4.2). With
+  ``preemption_keeps_kv`` a preempted job keeps its KV as a prefix-cache record and resumes
+  without recompute unless the record is evicted; without it (SGLang's retract) only the context
+  it was admitted with stays cached and the tokens it generated since are recomputed on resume.
+- Finished trajectories keep their context as a prefix-cache record until ``release``; under KV
+  pressure the cache (``config.cache``: per-trajectory LRU, or SGLang's radix tree with shared
+  group prompts and partial hits; see ``cache`` and ``radix``) evicts least recently used first.
+- A job with ``num_output_tokens == 0`` only prefills (SGLang's ``max_new_tokens: 0``): it
+  finishes at the end of its prefill and leaves its context in the cache (a warm-up).
 - Decoding is simulated in chunks between membership changes: a step of ``b`` running jobs costs
   ``cost.decode_step_s(b, total_context)`` and adds one token to each, so a chunk of ``k`` steps
   has a closed-form duration (see ``decode_span_s``). Jobs join or leave only at step boundaries:
@@ -45,6 +49,7 @@ from heddle.policy.batching.jobs import (
 )
 from heddle.policy.batching.queues import RunningBatch, WaitQueue
 from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
+from heddle.policy.batching.victims import choose_victims
 from heddle.policy.cost_model import CostModel
 
 
@@ -62,7 +67,7 @@ class BatchingModel:
         self._active_traj: dict[str, str] = {}
         self._waiting = WaitQueue()
         self._running = RunningBatch()
-        self._cache: PrefixCache = make_cache(self.config.eviction)
+        self._cache: PrefixCache = make_cache(self.config.cache, self.config.page_tokens)
         self._outbox: list[FinishedGeneration] = []
         self._num_arrivals = 0
         self._chunk_key = (-1, -1)
@@ -92,11 +97,11 @@ class BatchingModel:
             )
         self._sync(now)
         self._num_arrivals += 1
-        state = JobRecord(job, self._num_arrivals, now)
+        shared = self._cache.shared_tokens(job.group_id, job.num_prompt_tokens)
+        state = JobRecord(job, self._num_arrivals, now, shared)
         self._jobs[job.request_id] = state
         self._active_traj[job.traj_id] = job.request_id
-        self._cache.reprioritize(job.traj_id, job.priority)
-        self._queue(state)
+        self._waiting.push(state)
         self._dirty = True
 
     def set_priority(self, request_id: str, priority: float, now: float) -> bool:
@@ -108,17 +113,17 @@ class BatchingModel:
         if state is None or state.priority == priority:
             return state is not None
         state.priority = priority
-        self._cache.reprioritize(state.job.traj_id, priority)
         if state.state is JobState.WAITING:
             self._waiting.remove(state)
-            self._queue(state)
+            self._waiting.push(state)
         elif state.state is JobState.RUNNING:
             self._running.reprioritize(state)
         self._dirty = True
         return True
 
     def preempt(self, request_id: str, now: float) -> bool:
-        """Move a running job back to the waiting queue, keeping its KV; False if not running."""
+        """Move a running job back to the waiting queue (its KV as ``preemption_keeps_kv``
+        says); False if not running."""
         self._sync(now)
         state = self._running.get(request_id)
         if state is None:
@@ -134,8 +139,7 @@ class BatchingModel:
         if state is None:
             return -1
         if state.state is JobState.RUNNING:
-            self._stop_running(state)
-            self._cache_put(state.job.traj_id, state.context, state.priority)
+            self._cache_put(state, self._stop_running(state))
         else:
             self._waiting.remove(state)
         state.state = JobState.DONE
@@ -163,17 +167,27 @@ class BatchingModel:
         return self.clock_s + self._next_chunk().span_s
 
     def release(self, traj_id: str) -> int:
-        """Drop a trajectory's cached prefix (completed or moved away); returns its tokens."""
+        """Drop a trajectory's own cached prefix (completed or moved away); returns its tokens.
+        A shared group prompt stays, as evictable cache."""
         return self._cache.pop(traj_id)
 
     def import_cache(
-        self, traj_id: str, num_tokens: int, now: float, priority: float = 0.0
+        self,
+        traj_id: str,
+        num_tokens: int,
+        now: float,
+        priority: float = 0.0,
+        *,
+        group_id: str = "",
+        num_prompt_tokens: int = 0,
     ) -> None:
-        """Install a transferred prefix cache for a trajectory (migration with KV transfer)."""
-        if num_tokens < 0:
-            raise ValueError("num_tokens must be >= 0")
+        """Install a transferred prefix cache for a trajectory (migration with KV transfer).
+        ``priority`` is ignored (no cache orders by priority any more; callers may drop it)."""
+        if not 0 <= num_prompt_tokens <= num_tokens:
+            raise ValueError("need 0 <= num_prompt_tokens <= num_tokens")
         self._sync(now)
-        self._cache_put(traj_id, num_tokens, priority)
+        self._cache.put(traj_id, group_id, num_prompt_tokens, num_tokens)
+        self._evict()
 
     def cached_tokens(self, traj_id: str) -> int:
         return self._cache.get(traj_id)
@@ -185,7 +199,7 @@ class BatchingModel:
         return BatchLoad(
             num_running=len(self._running),
             num_waiting=len(self._waiting),
-            num_kv_tokens=self._running.live_tokens + self._cache.total_tokens,
+            num_kv_tokens=self._running.kv_tokens + self._cache.total_tokens,
             max_kv_tokens=self.max_kv_tokens,
             num_cached_trajectories=len(self._cache),
         )
@@ -195,14 +209,19 @@ class BatchingModel:
         running = list(self._running)
         batch, cache = self._running, self._cache
         live = sum(job.context + self.num_steps - job.start_step for job in running)
+        reserved = sum(job.final_context - job.shared for job in running)
         num_waiting = sum(job.state is JobState.WAITING for job in self._jobs.values())
         checks = {
             "too many running": len(running) <= self.config.max_running,
             "running context drifted": live == batch.live_tokens,
-            "reservation drifted": batch.reserved_tokens == sum(j.final_context for j in running),
-            "reservation over capacity": batch.reserved_tokens <= self.max_kv_tokens,
-            "KV over capacity": batch.live_tokens + cache.total_tokens <= self.max_kv_tokens,
-            "cache total drifted": cache.total_tokens == sum(cache.records().values()),
+            "shared tokens drifted": batch.shared_tokens == sum(job.shared for job in running),
+            "reservation drifted": batch.reserved_tokens == reserved,
+            "reservation over capacity": (
+                batch.reserved_tokens + cache.locked_tokens <= self.max_kv_tokens
+            ),
+            "KV over capacity": batch.kv_tokens + cache.total_tokens <= self.max_kv_tokens,
+            "cache total drifted": cache.total_tokens == cache.recount(),
+            "locked over cache": 0 <= cache.locked_tokens <= cache.total_tokens,
             "waiting count drifted": len(self._waiting) == num_waiting,
             "overshot a target": all(
                 job.generated + self.num_steps - job.start_step <= job.job.num_output_tokens
@@ -269,12 +288,6 @@ class BatchingModel:
 
     # ---- admission -----------------------------------------------------------------------------
 
-    def _queue(self, state: JobRecord) -> None:
-        self._waiting.push(state, is_resident=self._cache.get(state.job.traj_id) > 0)
-
-    def _holds_prefix(self, state: JobRecord) -> bool:
-        return self._cache.get(state.job.traj_id) > 0
-
     def _schedule(self) -> None:
         """Admit waiting jobs (``_pick``) until none can start, then prefill them together."""
         admitted: list[JobRecord] = []
@@ -285,93 +298,67 @@ class BatchingModel:
         if admitted:
             self._evict()  # the admitted contexts take their KV before they prefill
             self._prefill(admitted)
+            self._cache.end_batch()
         if self.config.record_timeline:
             self.timeline.append((self.clock_s, len(self._running), len(self._waiting)))
 
     def _pick(self) -> JobRecord | None:
-        """The next job to admit, preempting for it where the policy allows; None if none can.
-
-        Strict priority order, with one exception: a head whose trajectory holds no prefix here
-        may not evict resident prefixes (under priority eviction), and only residents can free
-        them, so a resident job that fits may pass it.
-        """
+        """The next job to admit in strict priority order, preempting for it where the policy
+        allows; None if it cannot start."""
         head = self._waiting.peek()
         if head is None:
             return None
         if self._fits(head, 0, 0):
             return head
         victims = self._victims_for(head) if self.config.preemptive else None
-        if victims is not None:
-            for victim in victims:
-                self._preempt(victim)
-            return head
-        resident = self._waiting.peek_resident(self._holds_prefix)
-        if resident is not None and resident is not head and self._fits(resident, 0, 0):
-            return resident
-        return None
+        if victims is None:
+            return None
+        for victim in victims:
+            self._preempt(victim)
+        return head
 
     def _is_blocked(self) -> bool:
         """No waiting job can start now (what ``_pick`` would find, without side effects)."""
         head = self._waiting.peek()
-        if head is None:
-            return True
-        if self._fits(head, 0, 0):
-            return False
-        if self.config.preemptive and self._victims_for(head) is not None:
-            return False
-        resident = self._waiting.peek_resident(self._holds_prefix)
-        return resident is None or resident is head or not self._fits(resident, 0, 0)
+        if head is None or self._fits(head, 0, 0):
+            return head is None
+        return not (self.config.preemptive and self._victims_for(head) is not None)
 
     def _fits(self, state: JobRecord, freed_slots: int, freed_tokens: int) -> bool:
+        """Whether the job's final context fits beside the running ones' reservations (less
+        ``freed_tokens``) and the shared prompt nodes they hold (which cannot be evicted)."""
         if len(self._running) - freed_slots >= self.config.max_running:
             return False
+        job, cache = state.job, self._cache
         needed = self._running.reserved_tokens - freed_tokens + state.final_context
-        if needed > self.max_kv_tokens:
-            return False
-        if not self._running:
-            return True  # an idle worker evicts what it must: idling would help no one
-        # Prefixes the job may not evict (under priority eviction) must fit beside it.
-        protected = self._cache.protected_tokens(
-            state.priority, state.job.traj_id, self._has_waited_too_long(state)
-        )
-        return needed + protected <= self.max_kv_tokens
-
-    def _has_waited_too_long(self, state: JobRecord) -> bool:
-        limit = self.config.evict_after_wait_s
-        return limit is not None and self.clock_s - state.wait_since >= limit
+        if cache.is_locked(job.group_id, job.num_prompt_tokens):
+            needed -= state.shared  # its prompt is held already (and counted as locked)
+        return needed + cache.locked_tokens <= self.max_kv_tokens
 
     def _victims_for(self, head: JobRecord) -> list[JobRecord] | None:
-        """The fewest lowest-priority running jobs whose preemption lets ``head`` in, or None.
-
-        A preempted job keeps its KV (paper s.4.2): only the room reserved for the tokens it has
-        yet to generate is freed. Preempting to take its KV would only evict it."""
-        beats = self.config.preemption.beats
-        lowest = self._running.lowest()
-        if lowest is None or not beats(head.priority, lowest.priority):
-            return None  # the common case, without a scan of the batch
-        batch = self._running
-        if not self._fits(head, len(batch), batch.reserved_tokens - batch.live_tokens):
-            return None  # even preempting every running job would not make room
-        candidates = sorted(
-            (job for job in batch if beats(head.priority, job.priority)),
-            key=lambda job: (job.priority, -job.arrival),
+        config = self.config
+        return choose_victims(
+            head,
+            self._running,
+            self._cache,
+            config.preemption,
+            config.preemption_keeps_kv,
+            self.num_steps,
+            lambda slots, tokens: self._fits(head, slots, tokens),
         )
-        freed_tokens = 0
-        for count, victim in enumerate(candidates, start=1):
-            live_context = victim.context + self.num_steps - victim.start_step
-            freed_tokens += victim.final_context - live_context
-            if self._fits(head, count, freed_tokens):
-                return candidates[:count]
-        return None
 
     def _admit(self, state: JobRecord) -> None:
         """Move a waiting job into the batch; its prefill runs with the admission batch."""
-        cached = min(self.release(state.job.traj_id), state.context)
-        if state.cached < 0:
-            state.cached = cached
+        job = state.job
+        cached = min(
+            self._cache.take(job.traj_id, job.group_id, job.num_prompt_tokens), state.context
+        )
         # Before the first admission the new tokens were never computed; every other token of
-        # the context was, so prefilling it again is recompute.
-        computed_before = state.context - (state.job.num_new_tokens if state.generated == 0 else 0)
+        # the context was, so prefilling it again is recompute. After it, all of it was.
+        is_first = state.cached < 0
+        if is_first:
+            state.cached = cached
+        computed_before = state.context - (job.num_new_tokens if is_first else 0)
         lost = max(0, computed_before - cached)
         state.recomputed += lost
         self.num_recomputed_tokens += lost
@@ -389,27 +376,33 @@ class BatchingModel:
 
     # ---- leaving the batch ---------------------------------------------------------------------
 
-    def _stop_running(self, state: JobRecord) -> None:
-        """Take a running job out of the batch, accounting its decode time and tokens."""
+    def _stop_running(self, state: JobRecord) -> int:
+        """Take a running job out of the batch, accounting its decode time and tokens; returns
+        the context it was admitted with (this run's start)."""
+        admitted_context = state.context
         self._running.remove(state, self.num_steps)
         state.decode_s += self.clock_s - state.run_since
+        return admitted_context
 
     def _preempt(self, state: JobRecord) -> None:
-        self._stop_running(state)
+        admitted_context = self._stop_running(state)
         state.num_preemptions += 1
         self.num_preemptions += 1
         state.wait_since = self.clock_s
-        self._cache_put(state.job.traj_id, state.context, state.priority)
-        self._queue(state)
+        if self.config.preemption_keeps_kv:
+            self._cache_put(state, admitted_context)
+        else:  # SGLang's retract: only what the tree held since the admission survives
+            self._cache_put(state, admitted_context, admitted_context)
+        self._waiting.push(state)
 
     def _finish_due(self) -> bool:
         """Finish the jobs whose last token is out; True if any did."""
         finished = self._running.pop_finished(self.num_steps)
         for state in finished:
-            self._stop_running(state)
+            admitted_context = self._stop_running(state)
             state.state = JobState.DONE
             self._forget(state)
-            self._cache_put(state.job.traj_id, state.context, state.priority)
+            self._cache_put(state, admitted_context)
             self._outbox.append(self._finished(state))
         return bool(finished)
 
@@ -435,12 +428,25 @@ class BatchingModel:
 
     # ---- prefix cache --------------------------------------------------------------------------
 
-    def _cache_put(self, traj_id: str, num_tokens: int, priority: float) -> None:
-        self._cache.put(traj_id, num_tokens, priority)
+    def _cache_put(
+        self, state: JobRecord, admitted_context: int, num_tokens: int | None = None
+    ) -> None:
+        """A job stopped running: its context (or the first ``num_tokens``) becomes a cache
+        record, and the shared prompt it held is unlocked."""
+        job = state.job
+        kept = state.context if num_tokens is None else num_tokens
+        cache = self._cache
+        cache.put(job.traj_id, job.group_id, job.num_prompt_tokens, kept, admitted_context)
+        if state.shared:
+            cache.unlock(job.group_id, job.num_prompt_tokens)
         self._evict()
 
     def _evict(self) -> None:
-        """Evict prefixes (in the cache policy's order) until running contexts and cache fit."""
-        cache = self._cache
-        while len(cache) and self._running.live_tokens + cache.total_tokens > self.max_kv_tokens:
-            self.num_evicted_tokens += cache.evict_one()
+        """Evict (in the cache's order) until running contexts and cache fit; locked prompt
+        nodes cannot go, but always fit beside the reservations (``_fits``)."""
+        cache, batch = self._cache, self._running
+        while batch.kv_tokens + cache.total_tokens > self.max_kv_tokens:
+            freed = cache.evict_one()
+            if not freed:
+                break
+            self.num_evicted_tokens += freed

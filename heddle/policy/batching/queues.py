@@ -16,25 +16,21 @@ Entry = tuple[float, int, int, JobRecord]
 
 
 class WaitQueue:
-    """Waiting jobs by (priority desc, arrival), plus an index of the *resident* ones: those
-    whose trajectory held a prefix on the worker when they queued."""
+    """Waiting jobs by (priority desc, arrival)."""
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._residents: list[Entry] = []
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
-    def push(self, job: JobRecord, is_resident: bool) -> None:
+    def push(self, job: JobRecord) -> None:
         job.epoch += 1
         job.state = JobState.WAITING
         self._size += 1
         entry = (-job.priority, job.arrival, job.epoch, job)
         heapq.heappush(self._heap, entry)
-        if is_resident:
-            heapq.heappush(self._residents, entry)
 
     def remove(self, job: JobRecord) -> None:
         """The job leaves the queue (admitted, aborted or about to be re-pushed)."""
@@ -44,14 +40,12 @@ class WaitQueue:
     def peek(self) -> JobRecord | None:
         return _peek(self._heap, lambda job: True)
 
-    def peek_resident(self, holds_prefix: Callable[[JobRecord], bool]) -> JobRecord | None:
-        """The best waiting job whose trajectory still holds its prefix."""
-        return _peek(self._residents, holds_prefix)
-
 
 class RunningBatch:
     """Running jobs with their finish order (in decode steps), their preemption order (lowest
-    priority, latest arrival first), the KV they reserve (final contexts) and hold (live)."""
+    priority, latest arrival first), their contexts (``live_tokens``, what decoding attends to)
+    and the KV they reserve (final contexts) and hold (``kv_tokens``); a job's tokens in a shared
+    prompt node (``JobRecord.shared``) are the cache's KV, not the batch's."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, JobRecord] = {}
@@ -59,6 +53,8 @@ class RunningBatch:
         self._by_priority: list[Entry] = []
         self.reserved_tokens = 0
         self.live_tokens = 0
+        self.shared_tokens = 0
+        """Tokens of ``live_tokens`` held in shared prompt nodes (the cache counts their KV)."""
         self.membership = 0
         """Bumped whenever the set changes (memoised chunks depend on it)."""
 
@@ -78,7 +74,8 @@ class RunningBatch:
         job.finish_step = num_steps + job.remaining
         self._jobs[job.job.request_id] = job
         self.live_tokens += job.context
-        self.reserved_tokens += job.final_context
+        self.shared_tokens += job.shared
+        self.reserved_tokens += job.final_context - job.shared
         self.membership += 1
         heapq.heappush(self._finish, (job.finish_step, job.arrival, job.epoch, job))
         self.reprioritize(job)
@@ -91,8 +88,14 @@ class RunningBatch:
         job.context += generated
         job.epoch += 1
         self.live_tokens -= job.context
-        self.reserved_tokens -= job.final_context
+        self.shared_tokens -= job.shared
+        self.reserved_tokens -= job.final_context - job.shared
         self.membership += 1
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV the running jobs hold themselves (their contexts less the shared prompts)."""
+        return self.live_tokens - self.shared_tokens
 
     def reprioritize(self, job: JobRecord) -> None:
         heapq.heappush(self._by_priority, (job.priority, -job.arrival, job.epoch, job))

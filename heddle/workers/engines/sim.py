@@ -10,9 +10,16 @@ Outputs are deterministic pseudo-tokens: the ids and logprobs of a generation de
 (trajectory id, context length, seed), so a step re-run after a crash produces the same tokens.
 The output length is ``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
 
-KV "export" ships a small record (trajectory, cached tokens, fingerprint); the transfer takes the
-time the real KV bytes (tokens x the model's KV bytes per token) would need on the configured
-link, scaled. The importing engine marks the trajectory's prefix cache warm.
+The engine model (``heddle.policy.engine_models``, option ``engine_model``) sets the prefix cache
+and what preemption does to KV, and whether KV moves on migration. ``torch``: KV "export" ships a
+small record (trajectory, cached tokens, fingerprint); the transfer takes the time the real KV
+bytes (tokens x the model's KV bytes per token) would need on the configured link, scaled, and
+the importing engine marks the trajectory's prefix cache warm. ``sglang``: no export (as the real
+sglang engine); ``warm_up`` prefills a migrated trajectory's context on the target with a
+prefill-only request, as the sglang engine's ``max_new_tokens: 0`` warm-up does.
+
+Live requests carry no GRPO group (``GenerationRequest`` has no group id), so jobs get no
+``group_id``: a group's shared prompt is cached per trajectory here.
 """
 
 from __future__ import annotations
@@ -21,15 +28,16 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
 import numpy as np
 
-from heddle.policy.batching import BatchingConfig, BatchingModel, FinishedGeneration, GenerationJob
+from heddle.policy.batching import BatchingModel, FinishedGeneration, GenerationJob
 from heddle.policy.cost_model import MODELS, CostModel, ModelShape
+from heddle.policy.engine_models import engine_model
 from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheMismatchError,
@@ -39,6 +47,7 @@ from heddle.workers.engines.base import (
     EngineLoad,
     GenerationRequest,
     GenerationResult,
+    WarmUpResult,
 )
 from heddle.workers.engines.sim_options import SimEngineOptions, load_cost_model
 
@@ -91,13 +100,13 @@ class SimEngine:
             min_priority_gap=options.preemption_gap,
             min_relative_gap=options.preemption_relative_gap,
         )
+        self.engine_model = engine_model(options.engine_model)
         self._model = BatchingModel(
             self.cost,
-            BatchingConfig(
-                max_running=options.max_running,
+            self.engine_model.batching_config(
                 preemptive=options.preemptive,
+                max_running=options.max_running,
                 preemption=preemption,
-                eviction=options.eviction,
             ),
         )
         self._clock = clock
@@ -107,6 +116,7 @@ class SimEngine:
         """Context tokens each trajectory has sent to this engine (to tell new from reused)."""
         self._wake = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
+        self._num_warm_ups = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -118,7 +128,7 @@ class SimEngine:
             tp_degree=self.options.tp,
             max_running=self.options.max_running,
             max_kv_tokens=self.cost.max_kv_tokens,
-            can_export_kv=True,
+            can_export_kv=self.engine_model.kv_transfer,
             can_preempt=True,
             native_priority_update=True,
             time_scale=self.options.time_scale,
@@ -216,9 +226,10 @@ class SimEngine:
         return num_tokens * self.shape.kv_bytes_per_token
 
     async def export_cache(self, trajectory_id: str) -> CacheSnapshot | None:
-        """The trajectory's cache record, after the modelled transfer time has passed."""
+        """The trajectory's cache record, after the modelled transfer time has passed (None:
+        nothing cached, or an engine model without KV transfer)."""
         num_tokens = self._model.cached_tokens(trajectory_id)
-        if num_tokens <= 0:
+        if num_tokens <= 0 or not self.engine_model.kv_transfer:
             return None
         num_bytes = self.kv_bytes(num_tokens)
         transfer_s = num_bytes / self.options.link_bandwidth_bytes_s
@@ -233,6 +244,11 @@ class SimEngine:
         )
 
     async def import_cache(self, snapshot: CacheSnapshot) -> None:
+        if not self.engine_model.kv_transfer:
+            raise EngineError(
+                f"the {self.engine_model.name} engine model cannot import a KV cache "
+                "(can_export_kv is False); warm the migration target with warm_up() instead"
+            )
         if snapshot.fingerprint != self.fingerprint:
             raise CacheMismatchError(
                 f"cache of {snapshot.trajectory_id} was made by {snapshot.fingerprint!r}; "
@@ -245,6 +261,26 @@ class SimEngine:
     async def release(self, trajectory_id: str) -> None:
         self._model.release(trajectory_id)
         self._known_tokens.pop(trajectory_id, None)
+
+    async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
+        """Prefill ``input_token_ids`` into the prefix cache without generating (a prefill-only
+        job). An engine model with KV transfer (torch) has no warm-up: nothing is prefilled."""
+        if not input_token_ids:
+            raise ValueError(f"warm_up of {trajectory_id!r} needs a non-empty context")
+        if self.engine_model.kv_transfer:
+            cached = min(self._model.cached_tokens(trajectory_id), len(input_token_ids))
+            return WarmUpResult(num_prompt_tokens=len(input_token_ids), num_cached_tokens=cached)
+        self._num_warm_ups += 1
+        request = GenerationRequest(
+            request_id=f"warm-up:{self._num_warm_ups}:{trajectory_id}",
+            trajectory_id=trajectory_id,
+            input_token_ids=list(input_token_ids),
+            max_new_tokens=0,
+        )
+        result = await self.generate(request)
+        return WarmUpResult(
+            num_prompt_tokens=result.num_prompt_tokens, num_cached_tokens=result.num_cached_tokens
+        )
 
     # ---- driver ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, CostModel, preset
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.preemption import PreemptionConfig
 from heddle.policy.profiles import parse_profile
 
@@ -24,9 +25,11 @@ class SimEngineOptions:
     time_scale: float = field(default=1.0, metadata={"help": "model seconds per wall second"})
     max_running: int = field(default=1024, metadata={"help": "most generations decoding at once"})
     preemptive: bool = field(default=True, metadata={"help": "higher priority preempts lower"})
-    eviction: Literal["lru", "priority"] = field(
-        default="lru",
-        metadata={"help": "prefix caches evicted first: lru (SGLang's) or priority (Heddle's)"},
+    engine_model: str = field(
+        default=DEFAULT_ENGINE_MODEL,
+        metadata={
+            "help": f"engine behaviour (prefix cache, preemption), one of {sorted(ENGINE_MODELS)}"
+        },
     )
     preemption_gap: float = field(
         default=_PREEMPTION.min_priority_gap, metadata={"help": "priority margin to preempt"}
@@ -57,8 +60,10 @@ class SimEngineOptions:
         for name in ("time_scale", "link_bandwidth_bytes_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.eviction not in ("lru", "priority"):
-            raise ValueError(f"eviction must be lru or priority, got {self.eviction!r}")
+        if self.engine_model not in ENGINE_MODELS:
+            raise ValueError(
+                f"engine_model must be one of {sorted(ENGINE_MODELS)}, got {self.engine_model!r}"
+            )
         if self.vocab_size < 1:
             raise ValueError("vocab_size must be >= 1")
 

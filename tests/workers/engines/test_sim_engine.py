@@ -12,7 +12,9 @@ from heddle.events import SamplingParams
 from heddle.workers.engines import EngineOptionError, create_engine
 from heddle.workers.engines.base import (
     CacheMismatchError,
+    CacheSnapshot,
     Engine,
+    EngineError,
     GenerationRequest,
 )
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions, pseudo_tokens
@@ -54,7 +56,12 @@ async def test_is_an_engine_built_by_the_registry() -> None:
     built = create_engine("sim", {"time-scale": "100", "model": "qwen3-32b", "tp": "2"})
     assert isinstance(built, SimEngine) and isinstance(built, Engine)
     caps = built.capabilities
-    assert (caps.name, caps.tp_degree, caps.can_export_kv) == ("sim", 2, True)
+    assert (caps.name, caps.tp_degree, caps.can_export_kv) == ("sim", 2, False)  # sglang
+    torch_model = create_engine("sim", {"engine-model": "torch"})
+    assert isinstance(torch_model, SimEngine) and torch_model.capabilities.can_export_kv
+    assert torch_model._model.config.cache == "trajectory"
+    assert built._model.config.cache == "radix"
+    assert not built._model.config.preemption_keeps_kv
     assert caps.max_kv_tokens == built.cost.max_kv_tokens > 0
     with pytest.raises(EngineOptionError, match="unknown option --bogus"):
         create_engine("sim", {"bogus": "1"})
@@ -64,6 +71,8 @@ async def test_is_an_engine_built_by_the_registry() -> None:
         create_engine("sim", {"tp": "3"})
     with pytest.raises(EngineOptionError, match="time_scale must be > 0"):
         create_engine("sim", {"time_scale": "0"})
+    with pytest.raises(EngineOptionError, match="engine_model must be one of"):
+        create_engine("sim", {"engine-model": "vllm"})
 
 
 async def test_solo_generation_costs_the_analytic_prefill_and_decode(engine: SimEngine) -> None:
@@ -104,8 +113,9 @@ async def test_next_turn_reuses_the_prefix_cache(engine: SimEngine) -> None:
     assert turn.prefill_s == pytest.approx(engine.cost.prefill_s(50))
 
 
-async def test_higher_priority_preempts_and_the_victim_resumes() -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=FAST, max_running=1))
+@pytest.mark.parametrize("engine_model", ["torch", "sglang"])
+async def test_higher_priority_preempts_and_the_victim_resumes(engine_model: str) -> None:
+    sim = SimEngine(SimEngineOptions(time_scale=FAST, max_running=1, engine_model=engine_model))
     await sim.start()
     try:
         low = asyncio.create_task(sim.generate(_request("low", "a", 100, target=3000)))
@@ -117,7 +127,10 @@ async def test_higher_priority_preempts_and_the_victim_resumes() -> None:
         low_result = low.result()
         assert low_result.num_preemptions == 1
         assert len(low_result.output_token_ids) == 3000
-        assert low_result.num_recomputed_tokens == 0  # the preempted job kept its KV
+        if engine_model == "torch":
+            assert low_result.num_recomputed_tokens == 0  # the preempted job kept its KV
+        else:  # retracted: what it had generated is recomputed, its prompt stayed cached
+            assert 0 < low_result.num_recomputed_tokens < 3000
         assert high.result().queue_s < 0.05  # at most the decode step in flight
     finally:
         await sim.close()
@@ -179,10 +192,12 @@ async def test_abort_and_cancel_return_partial_output_and_free_the_slot() -> Non
 
 
 async def test_kv_export_and_import_warm_the_target() -> None:
-    source = SimEngine(SimEngineOptions(time_scale=FAST))
-    target = SimEngine(SimEngineOptions(time_scale=FAST))
-    cold = SimEngine(SimEngineOptions(time_scale=FAST))
-    other_model = SimEngine(SimEngineOptions(time_scale=FAST, model="qwen3-14b"))
+    source = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
+    target = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
+    cold = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
+    other_model = SimEngine(
+        SimEngineOptions(time_scale=FAST, model="qwen3-14b", engine_model="torch")
+    )
     for sim in (source, target, cold, other_model):
         await sim.start()
     try:
@@ -205,6 +220,29 @@ async def test_kv_export_and_import_warm_the_target() -> None:
             await other_model.import_cache(snapshot)
     finally:
         for sim in (source, target, cold, other_model):
+            await sim.close()
+
+
+async def test_the_sglang_model_exports_nothing_and_warms_up_instead() -> None:
+    source = SimEngine(SimEngineOptions(time_scale=FAST))
+    target = SimEngine(SimEngineOptions(time_scale=FAST))
+    for sim in (source, target):
+        await sim.start()
+    try:
+        await source.generate(_request("a", "t", 500, target=100))
+        assert await source.export_cache("t") is None
+        with pytest.raises(EngineError, match="cannot import"):
+            await target.import_cache(CacheSnapshot("t", 600, target.fingerprint, b"{}", 0))
+        warmed = await target.warm_up("t", list(range(600)))
+        assert (warmed.num_prompt_tokens, warmed.num_cached_tokens) == (600, 0)
+        assert (await target.load()).num_cached_trajectories == 1
+        turn = await target.generate(_request("b", "t", 650, target=10))
+        assert (turn.num_cached_tokens, turn.num_recomputed_tokens) == (600, 0)
+        assert turn.prefill_s == pytest.approx(target.cost.prefill_s(50))
+        with pytest.raises(ValueError, match="non-empty"):
+            await target.warm_up("t", [])
+    finally:
+        for sim in (source, target):
             await sim.close()
 
 
