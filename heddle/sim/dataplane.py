@@ -306,7 +306,7 @@ class SimDataPlane:
             return []
         target = self.workers[t.migration_target]
         if t.migration_tokens:
-            target.model.import_cache(t.traj_id, t.migration_tokens, now, t.priority)
+            target.model.import_cache(t.traj_id, t.migration_tokens, now)
             self._dirty.add(target.worker_id)
         source_id = t.worker_id
         num_bytes = t.migration_tokens * self._config.kv_bytes_per_token

@@ -176,13 +176,11 @@ class BatchingModel:
         traj_id: str,
         num_tokens: int,
         now: float,
-        priority: float = 0.0,
         *,
         group_id: str = "",
         num_prompt_tokens: int = 0,
     ) -> None:
-        """Install a transferred prefix cache for a trajectory (migration with KV transfer).
-        ``priority`` is ignored (no cache orders by priority any more; callers may drop it)."""
+        """Install a transferred prefix cache for a trajectory (migration with KV transfer)."""
         if not 0 <= num_prompt_tokens <= num_tokens:
             raise ValueError("need 0 <= num_prompt_tokens <= num_tokens")
         self._sync(now)

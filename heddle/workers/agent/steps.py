@@ -219,6 +219,8 @@ class StepRunner:
             ),
             stop_token_ids=() if target is not None else (self.tokenizer.eos_token_id,),
             target_output_tokens=target,
+            group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
+            num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
         )
         hosted.request_id = request.request_id
         try:

@@ -42,6 +42,11 @@ class GenerationRequest:
     stop_token_ids: tuple[int, ...] = ()
     target_output_tokens: int | None = None
     """For the sim engine: the environment dictates the output length (trace replay)."""
+    group_id: str = ""
+    """Trajectories sharing a prompt (a GRPO group; "" none): the sim engine's radix cache
+    stores a group's prompt once, as SGLang's does."""
+    num_prompt_tokens: int = 0
+    """Leading tokens of ``input_token_ids`` shared by the group (its prompt)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,8 @@ class SimEngine:
             num_new_tokens=num_new,
             num_output_tokens=max(0, count),
             priority=request.priority,
+            group_id=request.group_id,
+            num_prompt_tokens=min(request.num_prompt_tokens, num_context),
         )
         now = self.now_s()
         self._resolve(self._model.advance(now))
