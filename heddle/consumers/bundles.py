@@ -11,7 +11,7 @@ from dataclasses import replace
 from heddle.consumers.slots import BundleFactory
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
-from heddle.control.resources import observation_ratio, tool_s_per_token
+from heddle.control.resources import mean_tool_call_s, observation_ratio, tool_s_per_token
 from heddle.policy.cost_model import CostModel, preset
 from heddle.policy.online_predictor import OnlinePredictor
 from heddle.policy.predictors import Predictor
@@ -39,6 +39,7 @@ def control_options(
             [(t.num_output_tokens, _observation_tokens(t)) for t in history]
         ),
         tool_s_per_token=tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history]),
+        tool_call_s=mean_tool_call_s([(len(t.steps) - 1, t.tool_s) for t in history]),
     )
 
 

@@ -67,10 +67,17 @@ class AdmissionConfig:
     """How much of its predicted remaining growth a trajectory's footprint counts: 1 is its
     peak, 0 its context now."""
     duty_cycle: bool = True
-    """Count a trajectory's KV for the share of its remaining time it generates (predicted
-    decode seconds over decode plus tool seconds): in a long tool call its KV may be evicted
-    and re-prefilled on return for far less than holding a whole trajectory back costs (a
-    SWE agent whose test runs take minutes), while one with short tool calls counts whole."""
+    """A trajectory whose tool calls average over ``retention_s`` counts its KV only for the
+    share of its remaining time it generates (predicted decode seconds over decode plus tool
+    seconds): through a test run of minutes its KV may be evicted and re-prefilled on return
+    for far less than holding a whole trajectory back costs, while one with short tool calls
+    (a search, a shell command) would thrash if it lost its cache, and counts whole."""
+    retention_s: float = 10.0
+    """Tool calls longer than this on average are not worth holding KV through: re-prefilling
+    a 32k-token context on a TP8 Qwen3-32B worker takes about a second (docs/calibration.md
+    s.1 prefill rates), a tenth of the gap. Coding 1024 (calls of ~3 s) on 16 H200: counting
+    every trajectory's duty cycle took 5,015 s, counting them whole 1,899 s; a SWE agent with
+    test runs of minutes: 8,537 s by duty cycle, 13,228 s whole."""
     projection: bool = True
     """Check a worker's KV over time instead of its summed peaks: each trajectory's footprint
     grows towards its peak over its predicted remaining time and frees at its end, and a
@@ -81,6 +88,8 @@ class AdmissionConfig:
     def __post_init__(self) -> None:
         if not self.overcommit > 0:
             raise ValueError(f"overcommit must be > 0, got {self.overcommit}")
+        if not self.retention_s >= 0:
+            raise ValueError(f"retention_s must be >= 0, got {self.retention_s}")
         if not 0.0 <= self.growth_share <= 1.0:
             raise ValueError(f"growth_share must be in [0, 1], got {self.growth_share}")
 

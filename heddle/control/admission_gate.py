@@ -39,6 +39,8 @@ class _Trajectory:
     context_tokens: int
     remaining_tokens: float = 0.0
     remaining_tool_s: float = 0.0
+    num_tool_calls: int = 0
+    tool_call_s: float = 0.0
 
 
 class AdmissionGate:
@@ -50,13 +52,20 @@ class AdmissionGate:
         observation_ratio: float = 1.0,
         seconds_per_token: float = DEFAULT_SECONDS_PER_TOKEN,
         min_measured_tokens: int = 1000,
+        prior_tool_call_s: float = 0.0,
     ) -> None:
+        """``prior_tool_call_s``: mean tool call of earlier rollouts, until a rollout's own
+        calls are seen (0: count trajectories whole until then)."""
         if observation_ratio < 0:
             raise ValueError(f"observation_ratio must be >= 0, got {observation_ratio}")
         self.admission = KvAdmission(config)
         self._policy = policy
         self._growth = (1.0 + observation_ratio) * config.growth_share
         self._duty_cycle = config.duty_cycle
+        self._retention_s = config.retention_s
+        self._prior_tool_call_s = prior_tool_call_s
+        self._tool_calls: dict[str, tuple[int, float]] = {}
+        """Per rollout: tool calls seen and their seconds (the mean of a trajectory with none)."""
         self._prior_s = seconds_per_token
         self._min_tokens = min_measured_tokens
         self._trajectories: dict[Key, _Trajectory] = {}
@@ -96,6 +105,15 @@ class AdmissionGate:
             trajectory.context_tokens = context_tokens
             self._refresh(key, trajectory)
 
+    def tool_returned(self, key: Key, duration_s: float) -> None:
+        """One of its tool calls took ``duration_s`` (before the context it returned grows)."""
+        trajectory = self._trajectories.get(key)
+        if trajectory is not None:
+            trajectory.num_tool_calls += 1
+            trajectory.tool_call_s += duration_s
+        calls, seconds = self._tool_calls.get(key[0], (0, 0.0))
+        self._tool_calls[key[0]] = (calls + 1, seconds + duration_s)
+
     def generated(self, event: Generated) -> None:
         self._paces.setdefault(event.rollout_id, Pace()).add(event)
 
@@ -113,6 +131,7 @@ class AdmissionGate:
         self.admission.release(key)
         if not any(k[0] == key[0] for k in self._trajectories):
             self._paces.pop(key[0], None)
+            self._tool_calls.pop(key[0], None)
 
     def admit(self, live_workers: Iterable[str]) -> list[tuple[Key, str]]:
         return self.admission.admit(live_workers)
@@ -131,13 +150,24 @@ class AdmissionGate:
         decode_s = trajectory.remaining_tokens * seconds_per_token
         remaining_s = decode_s + trajectory.remaining_tool_s
         share = 1.0
-        if self._duty_cycle and remaining_s > 0:
+        if self._has_long_calls(key, trajectory) and remaining_s > 0:
             share = max(MIN_DUTY_CYCLE, decode_s / remaining_s)
         return Footprint(
             share * trajectory.context_tokens,
             share * self._growth * trajectory.remaining_tokens,
             remaining_s,
         )
+
+    def _has_long_calls(self, key: Key, trajectory: _Trajectory) -> bool:
+        """Whether its tool calls average over ``retention_s`` (its own, else its rollout's)."""
+        if not self._duty_cycle:
+            return False
+        calls, seconds = trajectory.num_tool_calls, trajectory.tool_call_s
+        if calls == 0:
+            calls, seconds = self._tool_calls.get(key[0], (0, 0.0))
+        if calls == 0:
+            return self._prior_tool_call_s > self._retention_s
+        return seconds / calls > self._retention_s
 
     def _held_priority(self, rollout_id: str, trajectory: _Trajectory) -> float:
         pace = self._paces.get(rollout_id, Pace())

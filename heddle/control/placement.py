@@ -309,7 +309,9 @@ class PlacementDecider:
         trajectory.context_tokens += len(event.output_token_ids)
         trajectory.tool_s += event.duration_s
         if self._gate is not None:
-            self._gate.grew((event.rollout_id, event.traj_id), trajectory.context_tokens)
+            key = (event.rollout_id, event.traj_id)
+            self._gate.tool_returned(key, event.duration_s)
+            self._gate.grew(key, trajectory.context_tokens)
         live_loads = self._in_flight
         target = rollout.placer.route(
             event.traj_id, trajectory.worker_id, trajectory.context_tokens, live_loads

@@ -120,6 +120,13 @@ def tool_s_per_token(history: Sequence[tuple[int, float]]) -> float:
     return sum(seconds for _, seconds in history) / outputs if outputs else 0.0
 
 
+def mean_tool_call_s(history: Sequence[tuple[int, float]]) -> float:
+    """Mean seconds of one tool call over completed trajectories ``(tool calls, tool
+    seconds)``; 0 without history."""
+    calls = sum(count for count, _ in history)
+    return sum(seconds for _, seconds in history) / calls if calls else 0.0
+
+
 def plan_tp_degrees(
     mode: ResourceMode,
     *,

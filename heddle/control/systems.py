@@ -209,6 +209,9 @@ class ControlOptions:
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO
     """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
     tool_s_per_token: float = 0.0
+    tool_call_s: float = 0.0
+    """Mean seconds of a tool call in earlier rollouts (KV admission's prior, before the
+    rollout's own calls are seen; 0: none known)."""
     """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
     pps_relative_change: float = 0.05
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
@@ -270,7 +273,12 @@ def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
     if not spec.admits:
         return None
     policy = priority_policy(spec.priority)
-    return AdmissionGate(options.admission, policy, observation_ratio=options.observation_ratio)
+    return AdmissionGate(
+        options.admission,
+        policy,
+        observation_ratio=options.observation_ratio,
+        prior_tool_call_s=options.tool_call_s,
+    )
 
 
 def engine_config(spec: SystemSpec, engine: EngineModel) -> BatchingConfig:

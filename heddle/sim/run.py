@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heddle.control.resources import (
+    mean_tool_call_s,
     observation_ratio,
     tool_s_per_token,
 )
@@ -52,6 +53,7 @@ def simulate(
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
     ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
     tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
+    call_s = mean_tool_call_s([(len(t.steps) - 1, t.tool_s) for t in history])
     if tp_degrees is None:
         from heddle.sim.planning import choose_workers  # it builds on plan_workers below
 
@@ -63,6 +65,7 @@ def simulate(
         engine_model=config.engine_model,
         observation_ratio=ratio,
         tool_s_per_token=tool_rate,
+        tool_call_s=call_s,
     )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, tp_degrees, config).run(progress)

@@ -188,3 +188,28 @@ def test_projected_admission_keeps_the_projected_budget(
     admitted = [footprints[int(key[1][1:])] for key in started]
     assert started == [("r", f"t{i}") for i in range(len(started))]  # priority order
     assert len(admitted) == 1 or projected_peak(admitted) <= budget + 1e-6
+
+
+def _footprint_of(gate: AdmissionGate, key: tuple[str, str]) -> Footprint:
+    gate.hold(key, "w0", remaining_tool_s=900.0)
+    return gate.admission._held[key].footprint
+
+
+def test_long_tool_calls_count_a_trajectory_by_its_duty_cycle() -> None:
+    """With calls over ``retention_s`` (known from history, then from the rollout's own calls),
+    a trajectory that spends most of its time in tools counts that share of its KV only; with
+    short calls it counts whole."""
+    config = AdmissionConfig(retention_s=10.0)
+    long_calls = AdmissionGate(config, priority_policy("pps"), prior_tool_call_s=60.0)
+    short_calls = AdmissionGate(config, priority_policy("pps"), prior_tool_call_s=2.0)
+    for gate in (long_calls, short_calls):
+        gate.track(("r", "t0"), 0.0, 0, 1000, 4000.0)
+    duty = _footprint_of(long_calls, ("r", "t0"))
+    whole = _footprint_of(short_calls, ("r", "t0"))
+    assert whole.context_tokens == 1000.0
+    assert duty.context_tokens < 0.2 * whole.context_tokens  # 100 s of decode, 900 s of tools
+    assert duty.duration_s == whole.duration_s
+    short_calls.track(("r", "t1"), 0.0, 1, 1000, 4000.0)
+    for _ in range(3):
+        short_calls.tool_returned(("r", "t1"), 120.0)  # its own calls override the prior
+    assert _footprint_of(short_calls, ("r", "t1")).context_tokens < 0.2 * whole.context_tokens
