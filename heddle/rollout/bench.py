@@ -7,20 +7,32 @@ trajectories: it answers every ``StartTrajectory`` / ``ContinueTrajectory`` with
 the end, ``Completed``), returns the tool (``ToolReturned``) after the step's tool share of
 ``step_s``, moves migrating trajectories at once (``Migrated``) and heartbeats for every worker.
 
-Measured: from a ``ToolReturned`` being stored (its publish acknowledged) to the
-``ContinueTrajectory`` (or re-placing ``StartTrajectory``) for the next step arriving at the
-worker's subject: the step event -> command latency of the control plane, in milliseconds.
-Commands are observed on core NATS (JetStream delivers stored messages to plain subscribers
-too), so no worker-side consumer latency is included. Samples from the first ``warmup_s`` (the
-initial placement burst) are left out.
+Measured, after the first ``warmup_s`` (the initial placement burst):
+
+- by the control plane itself (``control_plane`` in the report, from its status file's
+  cumulative histograms at the end of the warm-up and at the end): the *decision latency*, from
+  an event's arrival at the control plane to its outputs (commands, derived events) stored, and
+  the *consumer age*, from an event being stored in the stream to the control plane deciding it;
+  p50/p99/max of both, and the events it decided per second;
+- by the player, end to end (``p50_ms`` ...): from just before a ``ToolReturned`` is published to
+  the ``ContinueTrajectory`` (or re-placing ``StartTrajectory``) for the next step arriving at
+  the worker's subject, observed on core NATS (JetStream delivers stored messages to plain
+  subscribers too). This adds the player's own publishing and event-loop delays, and nats-server
+  storing and delivering two messages, to the control plane's decision.
+
+The 1-minute load average is recorded at the start, after the warm-up and at the end. The control
+plane decides only this run's events (``since_sequence``): a data dir's earlier runs are
+neither replayed nor decided.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +40,8 @@ import msgspec
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, read_status
+from heddle.consumers import ControlPlaneConfig, ControlPlaneStatus, read_status
+from heddle.consumers.latency import minus, quantile_ms
 from heddle.events import (
     Completed,
     ContinueTrajectory,
@@ -206,6 +219,7 @@ class FakeDataPlane:
             )
         )  # fmt: skip
         await self._publish(events)
+        del events  # not held through the tool call: 6400 live steps' token lists add up
         await asyncio.sleep(period_s * _TOOL_SHARE)
         returned = ToolReturned(
             event_id=derive_id(rollout_id, traj_id, step, "tool_returned"),
@@ -265,33 +279,73 @@ async def run_control_bench(
 ) -> dict[str, Any]:
     """Start the control plane, play the data plane for ``duration_s``, report."""
     rollout_id = new_rollout_id()
+    loads = [os.getloadavg()[0]]
     async with Bus(settings, BusOptions(name="heddle-bench-control")) as bus:
+        # Only this run's events: a data dir's earlier runs are neither replayed nor decided.
+        since = (await bus.stream_state()).last_sequence + 1
+        control = replace(control, host=replace(control.host, since_sequence=since))
         deployment = LocalDeployment(bus, log_dir)
         try:
             await deployment.start_control_plane(control)
             plane = FakeDataPlane(bus, rollout_id, trace, options)
+            gc.freeze()  # the trace and the player live to the end: keep them out of collections
             subscription = await bus.client.subscribe_sink("heddle.cmd.worker.>", plane.on_command)
             await plane.register()
             beating = asyncio.create_task(plane.heartbeats())
             started = time.perf_counter()
             await submit(bus, RolloutPlan(policy, trace_specs(trace), "bench"), rollout_id)
-            await asyncio.sleep(options.duration_s)
+            await asyncio.sleep(max(0.0, options.warmup_s - (time.perf_counter() - started)))
+            warm, warm_at = read_status(settings.data_dir), time.perf_counter()
+            loads.append(os.getloadavg()[0])
+            await asyncio.sleep(max(0.0, options.duration_s - (warm_at - started)))
             plane.report.elapsed_s = time.perf_counter() - started
+            status, status_at = read_status(settings.data_dir), time.perf_counter()
+            loads.append(os.getloadavg()[0])
             beating.cancel()
             await subscription.close()
             await plane.close()
             await cancel_rollout(bus, rollout_id, "benchmark over")
-            status = read_status(settings.data_dir)
         finally:
             await deployment.stop()
             await delete_control_durables(bus, control.host.durable_prefix)
     document = plane.report.summary()
+    document["load_avg_1m"] = loads
+    document["control_plane"] = plane_figures(warm, status, status_at - warm_at)
     document["num_trajectories"] = len(trace)
     document["num_workers"] = options.num_workers
     document["step_s"] = options.step_s
     document["duration_s"] = options.duration_s
-    document["consumers"] = (
-        [msgspec.to_builtins(c) for c in status.consumers] if status is not None else []
-    )
+    histograms = ("ages", "decisions")  # summarised in "control_plane"
+    document["consumers"] = [
+        {k: v for k, v in msgspec.to_builtins(c).items() if k not in histograms}
+        for c in (status.consumers if status is not None else [])
+    ]
     document["slots"] = [msgspec.to_builtins(u) for u in status.slots] if status is not None else []
     return document
+
+
+def plane_figures(
+    warm: ControlPlaneStatus | None, final: ControlPlaneStatus | None, elapsed_s: float
+) -> dict[str, float]:
+    """The control plane's own figures between two status snapshots (after the warm-up, at the
+    end): events decided per second, and p50/p99 of the decision latency (an event's arrival at
+    the control plane -> its outputs stored) and of the consumer age (an event stored in the
+    stream -> the control plane deciding it). Snapshots are up to a status interval old."""
+    if final is None or not final.consumers:
+        return {}
+    later = final.consumers[0]
+    earlier = warm.consumers[0] if warm is not None and warm.consumers else None
+    decisions = minus(later.decisions, earlier.decisions if earlier else None)
+    ages = minus(later.ages, earlier.ages if earlier else None)
+    num_decided = later.num_decided - (earlier.num_decided if earlier else 0)
+    return {
+        "events_per_s": num_decided / elapsed_s if elapsed_s > 0 else 0.0,
+        "num_decisions": decisions.num_samples,
+        "decision_ms_p50": quantile_ms(decisions, 0.5),
+        "decision_ms_p99": quantile_ms(decisions, 0.99),
+        "decision_ms_max": quantile_ms(decisions, 1.0),
+        "num_ages": ages.num_samples,
+        "age_ms_p50": quantile_ms(ages, 0.5),
+        "age_ms_p99": quantile_ms(ages, 0.99),
+        "age_ms_max": quantile_ms(ages, 1.0),
+    }
