@@ -35,7 +35,9 @@ def bench_control(
     workers: Annotated[int, typer.Option(help="Workers played by the bench", min=1)] = 16,
     step_s: Annotated[float, typer.Option(help="Mean wall seconds per trajectory step")] = 10.0,
     duration_s: Annotated[float, typer.Option(help="Wall seconds to run")] = 60.0,
-    warmup_s: Annotated[float, typer.Option(help="Seconds left out (initial placement)")] = 15.0,
+    warmup_s: Annotated[
+        float, typer.Option(help="Seconds left out, at least: until every trajectory started")
+    ] = 15.0,
     workload: Annotated[str, typer.Option(help=f"{', '.join(workload_names())}")] = "coding",
     policy: Annotated[str, typer.Option(help="System bundle")] = "heddle",
     ledger: Annotated[bool, typer.Option(help="Project the ledger in the control plane")] = True,
@@ -81,7 +83,9 @@ def _print(document: dict[str, object]) -> None:
             f"control plane: {plane['events_per_s']:.0f} events/s decided; decision (arrival -> "
             f"outputs stored) p50 {plane['decision_ms_p50']:.2f} ms, p99 "
             f"{plane['decision_ms_p99']:.2f} ms; consumer age (stored -> decided) p50 "
-            f"{plane['age_ms_p50']:.2f} ms, p99 {plane['age_ms_p99']:.2f} ms; load {loads}",
+            f"{plane['age_ms_p50']:.2f} ms, p99 {plane['age_ms_p99']:.2f} ms; "
+            f"{plane['cpu_us_per_event']:.0f} us CPU per event; load {loads}; initial placement "
+            f"{document['initial_placement_s'] or float('nan'):.1f} s",
             highlight=False,
         )
     console.print(

@@ -225,18 +225,33 @@ class PipelinedRunner:
         )
 
     async def _acknowledge(self) -> None:
-        """Acknowledge batches in order, each once its outputs are stored."""
+        """Acknowledge batches in order, each once its outputs are stored. Batches queued
+        behind a stored one whose outputs are stored too are acknowledged with it, by one
+        acknowledgement of the last (it covers all before it): a control plane that fell
+        behind sends one message, not one per batch."""
+        queued: list[_InFlight | None] = []
         while True:
-            batch = await self._in_flight.get()
+            batch = queued.pop() if queued else await self._in_flight.get()
             if batch is None:
                 return
-            try:
-                for stored in batch.stored:
-                    await stored
-            except ConsumerFailed:
-                self.stop()
-                raise
+            await self._stored(batch)
+            while not self._in_flight.empty():
+                following = self._in_flight.get_nowait()
+                if following is None or not all(task.done() for task in following.stored):
+                    queued.append(following)
+                    break
+                await self._stored(following)
+                batch = following
             await self.bus.client.publish(batch.last_reply.decode(), _ACK)
+
+    async def _stored(self, batch: _InFlight) -> None:
+        """Wait for the batch's outputs to be stored; ``ConsumerFailed`` stops the loop."""
+        try:
+            for stored in batch.stored:
+                await stored
+        except ConsumerFailed:
+            self.stop()
+            raise
 
 
 def _merge(rejected: dict[int, _Refused], rejection: Rejection) -> None:

@@ -7,7 +7,9 @@ trajectories: it answers every ``StartTrajectory`` / ``ContinueTrajectory`` with
 the end, ``Completed``), returns the tool (``ToolReturned``) after the step's tool share of
 ``step_s``, moves migrating trajectories at once (``Migrated``) and heartbeats for every worker.
 
-Measured, after the first ``warmup_s`` (the initial placement burst):
+Measured after the warm-up: ``warmup_s``, and until every trajectory has received its first
+command (the initial placement burst: its length is reported as ``initial_placement_s``),
+for ``duration_s - warmup_s``:
 
 - by the control plane itself (``control_plane`` in the report, from its status file's
   cumulative histograms at the end of the warm-up and at the end): the *decision latency*, from
@@ -125,7 +127,11 @@ class FakeDataPlane:
         self.report = BenchReport()
         self._rng = random.Random(options.seed)
         self._returned_at: dict[tuple[str, int], float] = {}
-        self._started_at = time.perf_counter()
+        self._num_unstarted = len(self.trajectories)
+        self.all_started_at: float | None = None
+        """When the last trajectory received its first command (``time.perf_counter()``)."""
+        self.is_measuring = False
+        """Whether the warm-up is over (latency samples are kept)."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -174,8 +180,12 @@ class FakeDataPlane:
                 if isinstance(command, ContinueTrajectory):
                     step = command.step
                 returned = self._returned_at.pop((command.traj_id, step), None)
-                if returned is not None and now - self._started_at > self.options.warmup_s:
+                if returned is not None and self.is_measuring:
                     self.report.latencies_ms.append((now - returned) * 1000.0)
+                if not trajectory.worker_id:
+                    self._num_unstarted -= 1
+                    if not self._num_unstarted:
+                        self.all_started_at = now
                 trajectory.worker_id = command.worker_id
                 self._spawn(self._run_step(command.traj_id, trajectory, step))
             case MigrateOut():
@@ -279,7 +289,7 @@ async def run_control_bench(
 ) -> dict[str, Any]:
     """Start the control plane, play the data plane for ``duration_s``, report."""
     rollout_id = new_rollout_id()
-    loads = [os.getloadavg()[0]]
+    load = os.getloadavg()[0]
     async with Bus(settings, BusOptions(name="heddle-bench-control")) as bus:
         # Only this run's events: a data dir's earlier runs are neither replayed nor decided.
         since = (await bus.stream_state()).last_sequence + 1
@@ -294,13 +304,8 @@ async def run_control_bench(
             beating = asyncio.create_task(plane.heartbeats())
             started = time.perf_counter()
             await submit(bus, RolloutPlan(policy, trace_specs(trace), "bench"), rollout_id)
-            await asyncio.sleep(max(0.0, options.warmup_s - (time.perf_counter() - started)))
-            warm, warm_at = read_status(settings.data_dir), time.perf_counter()
-            loads.append(os.getloadavg()[0])
-            await asyncio.sleep(max(0.0, options.duration_s - (warm_at - started)))
+            window = await _measure(plane, settings.data_dir, started)
             plane.report.elapsed_s = time.perf_counter() - started
-            status, status_at = read_status(settings.data_dir), time.perf_counter()
-            loads.append(os.getloadavg()[0])
             beating.cancel()
             await subscription.close()
             await plane.close()
@@ -308,9 +313,12 @@ async def run_control_bench(
         finally:
             await deployment.stop()
             await delete_control_durables(bus, control.host.durable_prefix)
+    status = window.final
     document = plane.report.summary()
-    document["load_avg_1m"] = loads
-    document["control_plane"] = plane_figures(warm, status, status_at - warm_at)
+    document["load_avg_1m"] = [load, *window.loads]
+    document["initial_placement_s"] = window.initial_placement_s
+    document["measured_s"] = window.seconds
+    document["control_plane"] = plane_figures(window)
     document["num_trajectories"] = len(trace)
     document["num_workers"] = options.num_workers
     document["step_s"] = options.step_s
@@ -324,13 +332,55 @@ async def run_control_bench(
     return document
 
 
-def plane_figures(
-    warm: ControlPlaneStatus | None, final: ControlPlaneStatus | None, elapsed_s: float
-) -> dict[str, float]:
-    """The control plane's own figures between two status snapshots (after the warm-up, at the
-    end): events decided per second, and p50/p99 of the decision latency (an event's arrival at
-    the control plane -> its outputs stored) and of the consumer age (an event stored in the
-    stream -> the control plane deciding it). Snapshots are up to a status interval old."""
+@dataclass(frozen=True, slots=True)
+class MeasuredWindow:
+    """The control plane's status at the start and end of the measured window."""
+
+    warm: ControlPlaneStatus | None
+    final: ControlPlaneStatus | None
+    seconds: float
+    cpu_s: float
+    """CPU seconds of the control plane's process in the window (0.0 where unknown)."""
+    loads: tuple[float, float]
+    """1-minute load average at the window's start and end."""
+    initial_placement_s: float | None
+    """Submission -> every trajectory's first command received (None: not within the run)."""
+
+
+async def _measure(plane: FakeDataPlane, data_dir: Path, started: float) -> MeasuredWindow:
+    """Wait out the warm-up: ``warmup_s``, and until every trajectory has received its first
+    command (the initial placement burst is not the steady state the figures describe; its
+    length is reported), but never past ``duration_s``. Then measure for the rest of
+    ``duration_s`` (at least ``duration_s - warmup_s``)."""
+    options = plane.options
+    while time.perf_counter() - started < options.duration_s:
+        elapsed_s = time.perf_counter() - started
+        if elapsed_s >= options.warmup_s and plane.all_started_at is not None:
+            break
+        await asyncio.sleep(0.1)
+    warm, warm_at = read_status(data_dir), time.perf_counter()
+    warm_cpu_s, warm_load = _cpu_s(warm), os.getloadavg()[0]
+    plane.is_measuring = True
+    await asyncio.sleep(options.duration_s - options.warmup_s)
+    final, final_at = read_status(data_dir), time.perf_counter()
+    initial_s = None if plane.all_started_at is None else plane.all_started_at - started
+    return MeasuredWindow(
+        warm=warm,
+        final=final,
+        seconds=final_at - warm_at,
+        cpu_s=max(0.0, _cpu_s(final) - warm_cpu_s),
+        loads=(warm_load, os.getloadavg()[0]),
+        initial_placement_s=initial_s,
+    )
+
+
+def plane_figures(window: MeasuredWindow) -> dict[str, float]:
+    """The control plane's own figures between the window's two status snapshots: events
+    decided per second, p50/p99/max of the decision latency (an event's arrival at the control
+    plane -> its outputs stored) and of the consumer age (an event stored in the stream -> the
+    control plane deciding it), and its CPU per event. Snapshots are up to a status interval
+    old."""
+    warm, final, elapsed_s = window.warm, window.final, window.seconds
     if final is None or not final.consumers:
         return {}
     later = final.consumers[0]
@@ -338,7 +388,9 @@ def plane_figures(
     decisions = minus(later.decisions, earlier.decisions if earlier else None)
     ages = minus(later.ages, earlier.ages if earlier else None)
     num_decided = later.num_decided - (earlier.num_decided if earlier else 0)
+    cpu_us = window.cpu_s / num_decided * 1e6 if num_decided > 0 and window.cpu_s > 0 else 0.0
     return {
+        "cpu_us_per_event": cpu_us,
         "events_per_s": num_decided / elapsed_s if elapsed_s > 0 else 0.0,
         "num_decisions": decisions.num_samples,
         "decision_ms_p50": quantile_ms(decisions, 0.5),
@@ -349,3 +401,14 @@ def plane_figures(
         "age_ms_p99": quantile_ms(ages, 0.99),
         "age_ms_max": quantile_ms(ages, 1.0),
     }
+
+
+def _cpu_s(status: ControlPlaneStatus | None) -> float:
+    """CPU seconds the control plane's process has used (Linux ``/proc``; 0.0 elsewhere)."""
+    if status is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{status.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
