@@ -251,7 +251,9 @@ class DeciderConsumer:
                 )  # fmt: skip
 
     def _on_stored(self, arrivals: Sequence[float]) -> None:
-        now, decisions = self._clock(), self.stats.decisions
+        # The inbox stamps arrivals with ``time.perf_counter`` (heddle.bus.pull), whatever
+        # clock this consumer times its batches with.
+        now, decisions = time.perf_counter(), self.stats.decisions
         for arrival in arrivals:
             if arrival > 0.0:
                 decisions.add((now - arrival) * 1000.0)
