@@ -36,6 +36,10 @@ class Delivery(msgspec.Struct, Generic[T], frozen=True):
     """The raw payload (for logging and dead letters)."""
     ack_subject: str
     """Where acknowledgements go; used by the runner only."""
+    stored_at: float = 0.0
+    """Wall seconds (the server's clock) when the stream stored it; 0.0 when unknown."""
+    received_at: float = 0.0
+    """``time.perf_counter()`` when this process received it; 0.0 when unknown."""
 
 
 class TransientError(Exception):

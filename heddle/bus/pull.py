@@ -11,6 +11,7 @@ several open to overlap the network with the caller's work.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import NamedTuple
 
@@ -28,6 +29,8 @@ class RawMessage(NamedTuple):
     reply: bytes
     """The ``$JS.ACK...`` subject: acks go there, and it carries the delivery metadata."""
     data: bytes
+    received_at: float = 0.0
+    """``time.perf_counter()`` when the inbox received it (decision latency starts there)."""
 
 
 class _PullRequest(msgspec.Struct, omit_defaults=True):
@@ -165,7 +168,7 @@ class PullInbox:
     def _receive(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         status = status_of(headers)
         if status is None:
-            self._buffer.append(RawMessage(subject, reply, data))
+            self._buffer.append(RawMessage(subject, reply, data, time.perf_counter()))
             if self._open:
                 self._open[0] -= 1
                 if self._open[0] <= 0:

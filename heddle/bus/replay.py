@@ -136,7 +136,7 @@ class ReplayReader(Generic[T]):
             decode = self._decode
             num_pending = 1
             end = query.end_sequence
-            for subject, reply, data in raws:
+            for subject, reply, data, _ in raws:
                 info = parse_ack_subject(reply)
                 if end is not None and info.stream_sequence > end:
                     num_pending = 0

@@ -3,8 +3,10 @@
     heddle bench control --trajectories 6400 --workers 16 --step-s 10 --duration-s 60 --json
 
 The control plane runs as a child process (`heddle up`); this process plays the workers (see
-``heddle.rollout.bench``). Prints p50/p90/p99 of ToolReturned stored -> ContinueTrajectory
-received, the event rate, and every consumer's batch latency from the control plane's status.
+``heddle.rollout.bench``). Prints the control plane's decision latency (event arrival -> outputs
+stored) and consumer age (event stored -> decided), p50/p99, and the events/s it decided; the
+player's end-to-end p50/p90/p99 of ToolReturned published -> ContinueTrajectory received; the
+load average; and every consumer's batch latency from the control plane's status.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def bench_control(
     workers: Annotated[int, typer.Option(help="Workers played by the bench", min=1)] = 16,
     step_s: Annotated[float, typer.Option(help="Mean wall seconds per trajectory step")] = 10.0,
     duration_s: Annotated[float, typer.Option(help="Wall seconds to run")] = 60.0,
-    warmup_s: Annotated[float, typer.Option(help="Seconds left out (initial placement)")] = 15.0,
+    warmup_s: Annotated[
+        float, typer.Option(help="Seconds left out, at least: until every trajectory started")
+    ] = 15.0,
     workload: Annotated[str, typer.Option(help=f"{', '.join(workload_names())}")] = "coding",
     policy: Annotated[str, typer.Option(help="System bundle")] = "heddle",
     ledger: Annotated[bool, typer.Option(help="Project the ledger in the control plane")] = True,
@@ -72,6 +76,18 @@ def _prefix() -> str:
 
 def _print(document: dict[str, object]) -> None:
     console = Console()
+    plane: dict[str, float] = document["control_plane"]  # type: ignore[assignment]
+    loads = ", ".join(f"{load:.2f}" for load in document["load_avg_1m"])  # type: ignore[attr-defined]
+    if plane:
+        console.print(
+            f"control plane: {plane['events_per_s']:.0f} events/s decided; decision (arrival -> "
+            f"outputs stored) p50 {plane['decision_ms_p50']:.2f} ms, p99 "
+            f"{plane['decision_ms_p99']:.2f} ms; consumer age (stored -> decided) p50 "
+            f"{plane['age_ms_p50']:.2f} ms, p99 {plane['age_ms_p99']:.2f} ms; "
+            f"{plane['cpu_us_per_event']:.0f} us CPU per event; load {loads}; initial placement "
+            f"{document['initial_placement_s'] or float('nan'):.1f} s",
+            highlight=False,
+        )
     console.print(
         f"{document['num_trajectories']} trajectories on {document['num_workers']} workers, "
         f"a step every {document['step_s']} s: {document['events_per_s']:.0f} events/s; "

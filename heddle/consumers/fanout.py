@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from heddle.bus import Delivery, Rejection
+from heddle.consumers.pipeline import Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.control.decider import dispatch_table
@@ -91,19 +92,18 @@ class FanOut:
                 failures.append((unit, exc))
         return failures
 
-    def decide(
-        self, batch: Sequence[Delivery[E]]
-    ) -> Iterator[tuple[list[Output], list[Rejection]]]:
+    def decide(self, batch: Sequence[Delivery[E]]) -> Iterator[Stage]:
         """The batch's outputs and refusals, one stage at a time (a generator: a stage is
-        decided when the caller asks for it)."""
+        decided when the caller asks for it), with the arrivals of the events that had
+        outputs."""
         for stage in self.stages:
             yield self._decide_stage(stage, batch)
 
-    def _decide_stage(
-        self, units: list[Hosted], batch: Sequence[Delivery[E]]
-    ) -> tuple[list[Output], list[Rejection]]:
+    def _decide_stage(self, units: list[Hosted], batch: Sequence[Delivery[E]]) -> Stage:
         outputs: list[Output] = []
         rejections: list[Rejection] = []
+        arrivals: dict[int, float] = {}
+        """Stream sequence -> arrival of each event with outputs (once, whatever the units)."""
         clock = self._clock
         for unit in units:
             stats = self.stats[unit.slot]
@@ -123,11 +123,13 @@ class FanOut:
                     if not isinstance(exc, UnknownPolicy):
                         log.exception("%s refused #%d", unit.slot, delivery.stream_sequence)
                     continue
-                outputs += produced
-                stats.num_outputs += len(produced)
+                if produced:
+                    outputs += produced
+                    stats.num_outputs += len(produced)
+                    arrivals[delivery.stream_sequence] = delivery.received_at
             if stats.num_decided > num_before:
                 stats.decide_ms.append((clock() - started) * 1000.0)
-        return outputs, rejections
+        return Stage(outputs, rejections, list(arrivals.values()))
 
 
 def _reason(exc: Exception) -> str:

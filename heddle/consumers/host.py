@@ -53,11 +53,12 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import cast
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, Rejection, ReplayQuery, ReplayRecord
+from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery, ReplayRecord
 from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
+from heddle.consumers.latency import LatencyHistogram
 from heddle.consumers.lean import decoder_for
-from heddle.consumers.pipeline import PipelinedRunner
+from heddle.consumers.pipeline import PipelinedRunner, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import EventT
@@ -112,8 +113,13 @@ class ConsumerStats:
     batch_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
     """Recent batches: time spent deciding them, all units and stages (milliseconds)."""
     age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
-    """Recent batches: age of their newest event when decided (its publisher's clock to ours:
-    stream, delivery and queueing delay, in milliseconds)."""
+    """Recent events: their age when decided, from the stream storing them (the server's clock)
+    to the start of their batch's decisions (ours): delivery and queueing delay, milliseconds."""
+    ages: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Every event's age (as ``age_ms``) since the consumer started."""
+    decisions: LatencyHistogram = field(default_factory=LatencyHistogram)
+    """Every event with outputs since the consumer started: its decision latency, from its
+    arrival in this process to its outputs stored (their publish acknowledged), milliseconds."""
     units: dict[str, UnitStats] = field(default_factory=dict)
     """Per hosted unit: events decided, outputs, refusals and time spent."""
 
@@ -180,7 +186,9 @@ class DeciderConsumer:
             ack_all=True,
             start_sequence=position + 1,
         )
-        self._runner = PipelinedRunner(self.bus, spec, self._decode, self._decide)
+        self._runner = PipelinedRunner(
+            self.bus, spec, self._decode, self._decide, on_stored=self._on_stored
+        )
         self.stats.is_live = True
         try:
             await self._runner.run(on_provisioned=self._forget_legacy)
@@ -242,12 +250,28 @@ class DeciderConsumer:
                     self.durable, record.stream_sequence, unit.slot, exc,
                 )  # fmt: skip
 
-    def _decide(
-        self, batch: list[Delivery[EventT]]
-    ) -> Iterator[tuple[list[Output], list[Rejection]]]:
+    def _on_stored(self, arrivals: Sequence[float]) -> None:
+        # The inbox stamps arrivals with ``time.perf_counter`` (heddle.bus.pull), whatever
+        # clock this consumer times its batches with.
+        now, decisions = time.perf_counter(), self.stats.decisions
+        for arrival in arrivals:
+            if arrival > 0.0:
+                decisions.add((now - arrival) * 1000.0)
+
+    def _record_ages(self, fresh: list[Delivery[EventT]]) -> None:
+        now_s, stats = self._wall(), self.stats
+        for delivery in fresh:
+            # The stream's timestamp, not the event's occurred_at: derived events (Predicted,
+            # Prioritized) inherit their cause's occurred_at, which would count earlier hops.
+            stored_at = delivery.stored_at or delivery.message.occurred_at
+            age_ms = (now_s - stored_at) * 1000.0
+            stats.age_ms.append(age_ms)
+            stats.ages.add(age_ms)
+
+    def _decide(self, batch: list[Delivery[EventT]]) -> Iterator[Stage]:
         """Decide a batch in stream order, stage by stage (the runner stores each stage's
         outputs before asking for the next, and acknowledges once all are stored)."""
-        started, received_at = self._clock(), self._wall()
+        started = self._clock()
         stats = self.stats
         fresh = [delivery for delivery in batch if delivery.stream_sequence > stats.position]
         stats.num_redelivered += len(batch) - len(fresh)
@@ -256,13 +280,13 @@ class DeciderConsumer:
         if fresh:
             stats.position = fresh[-1].stream_sequence
             stats.num_decided += len(fresh)
-            stats.age_ms.append((received_at - fresh[-1].message.occurred_at) * 1000.0)
-            for stage_outputs, rejections in self.fanout.decide(fresh):
-                stats.num_outputs += len(stage_outputs)
-                stats.num_rejected += len({r.delivery.stream_sequence for r in rejections})
-                outputs += stage_outputs
+            self._record_ages(fresh)
+            for stage in self.fanout.decide(fresh):
+                stats.num_outputs += len(stage.outputs)
+                stats.num_rejected += len({r.delivery.stream_sequence for r in stage.rejections})
+                outputs += stage.outputs
                 elapsed_s += self._clock() - started
-                yield stage_outputs, rejections
+                yield stage
                 started = self._clock()
         stats.num_pending = batch[-1].num_pending
         elapsed_s += self._clock() - started

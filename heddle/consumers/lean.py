@@ -13,6 +13,13 @@ Where ids end up in a command, the event goes through whole: the placement slot'
 (its spec goes to the worker in ``StartTrajectory``): ``decoder_for("placement")``. A decider
 that one day reads ids of a counted event must declare it here; ``tests/consumers`` checks that
 every decider decides the same on these decoders and on ``heddle.events.decode_event``.
+
+A whole spec's prompt ids are decoded as a tuple (``_FROZEN``): the router keeps every live
+trajectory's spec, and a tuple of numbers is dropped from the cycle collector's lists after the
+first collection it survives, while a list stays in them. Measured on ``heddle bench control``
+at 6400 live coding trajectories (~3,500 prompt ids each, 22M list items), every full collection
+of the control plane paused it for 270-780 ms with lists; with tuples 5 ms. A tuple encodes as
+the same JSON array, so the commands on the wire are byte for byte the same.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ _DROPPED = {
     Completed: ("prompt_token_ids", "response_token_ids", "response_logprobs", "loss_mask"),
 }
 """Lists no decider reads: given empty."""
+_FROZEN: dict[type[msgspec.Struct], tuple[str, ...]] = {TrajectorySpec: ("prompt_token_ids",)}
+"""Lists of whole structs decoded as tuples (see the module docstring)."""
 WHOLE_IN_PLACEMENT: frozenset[type[msgspec.Struct]] = frozenset({ToolReturned, TrajectorySubmitted})
 
 EventDecoder = Callable[[bytes], EventT]
@@ -60,10 +69,14 @@ def count_items(raw: msgspec.Raw) -> int:
 class _View:
     """A struct class whose counted and dropped lists are raw JSON, and the way back."""
 
-    def __init__(self, cls: type[msgspec.Struct], nested: Mapping[str, _View]) -> None:
+    def __init__(
+        self, cls: type[msgspec.Struct], nested: Mapping[str, _View], *, whole: bool = False
+    ) -> None:
+        """``whole``: every list is kept (``_FROZEN`` ones as tuples), none counted or dropped."""
         self.cls = cls
-        self.counted = _COUNTED.get(cls, ())
-        self.dropped = _DROPPED.get(cls, ())
+        self.counted = () if whole else _COUNTED.get(cls, ())
+        self.dropped = () if whole else _DROPPED.get(cls, ())
+        frozen = _FROZEN.get(cls, ()) if whole else ()
         self.nested = dict(nested)
         raw_names = set(self.counted) | set(self.dropped)
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
@@ -72,12 +85,16 @@ class _View:
                 kind: Any = self.nested[field.name].view_type
             elif field.name in raw_names:
                 kind = msgspec.Raw
+            elif field.name in frozen:
+                kind = tuple[int, ...]
             else:
                 continue
             has_default = field.default is not msgspec.NODEFAULT or (
                 field.default_factory is not msgspec.NODEFAULT
             )
             default = _EMPTY if kind is msgspec.Raw else field.default
+            if field.name in frozen and has_default:
+                default = ()
             fields.append((field.name, kind, default) if has_default else (field.name, kind))
         config = cls.__struct_config__
         self.view_type: type[msgspec.Struct] = msgspec.defstruct(
@@ -90,6 +107,8 @@ class _View:
             module=__name__,
         )
         self._names = tuple(n for n in cls.__struct_fields__ if n not in self.dropped)
+        self.has_changes = bool(fields)
+        """Whether the view decodes anything differently from the class itself."""
 
     def restore(self, value: Any) -> Any:
         """The real struct: counted lists as zeros, dropped lists left to their defaults."""
@@ -102,14 +121,19 @@ class _View:
 
 
 def _views(whole: frozenset[type[msgspec.Struct]]) -> dict[type[msgspec.Struct], _View]:
-    spec = _View(TrajectorySpec, {})
+    is_whole = TrajectorySubmitted in whole
+    spec = _View(TrajectorySpec, {}, whole=is_whole)
     candidates: dict[type[msgspec.Struct], _View] = {
         Generated: _View(Generated, {}),
         ToolReturned: _View(ToolReturned, {}),
         Completed: _View(Completed, {}),
-        TrajectorySubmitted: _View(TrajectorySubmitted, {"spec": spec}),
+        TrajectorySubmitted: _View(TrajectorySubmitted, {"spec": spec}, whole=is_whole),
     }
-    return {cls: view for cls, view in candidates.items() if cls not in whole}
+    return {
+        cls: view
+        for cls, view in candidates.items()
+        if cls not in whole or (cls is TrajectorySubmitted and view.nested["spec"].has_changes)
+    }
 
 
 def make_decoder(whole: frozenset[type[msgspec.Struct]] = frozenset()) -> EventDecoder:

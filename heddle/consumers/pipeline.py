@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
 from heddle.bus.pull import PullInbox, RawMessage
@@ -47,10 +48,23 @@ _NAK = b"-NAK"
 _WAIT_MARGIN_S = 2.0
 _MAX_PAYLOAD_CHARS = 4096
 
-Stage = tuple[list[Output], list[Rejection]]
-"""One stage of a batch's decisions: its outputs in order and the deliveries it refused."""
+
+class Stage(NamedTuple):
+    """One stage of a batch's decisions."""
+
+    outputs: list[Output]
+    """In order."""
+    rejections: list[Rejection]
+    """The deliveries it refused."""
+    arrivals: Sequence[float] = ()
+    """``Delivery.received_at`` of the events these outputs answer: once the outputs are stored,
+    ``on_stored`` gets them (decision latency: arrival to outputs stored)."""
+
+
 Decide = Callable[[list[Delivery[EventT]]], Iterable[Stage]]
 """Decides a batch, stage by stage (each stage synchronously, when the runner asks for it)."""
+OnStored = Callable[[Sequence[float]], None]
+"""Told the ``Stage.arrivals`` of each stage once its outputs are stored."""
 
 
 class ConsumerFailed(RuntimeError):
@@ -80,7 +94,13 @@ class PipelinedRunner:
     """Drives one durable (``spec.ack_all`` must be set) with ``decide``; see module doc."""
 
     def __init__(
-        self, bus: Bus, spec: ConsumerSpec, decode: Callable[[bytes], EventT], decide: Decide
+        self,
+        bus: Bus,
+        spec: ConsumerSpec,
+        decode: Callable[[bytes], EventT],
+        decide: Decide,
+        *,
+        on_stored: OnStored | None = None,
     ) -> None:
         if not spec.ack_all:
             raise ValueError(f"consumer {spec.durable}: the pipeline acknowledges all at once")
@@ -88,6 +108,7 @@ class PipelinedRunner:
         self.spec = spec
         self._decode = decode
         self._decide = decide
+        self._on_stored = on_stored
         self._inbox: PullInbox | None = None
         self._in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue()
         self._stopping = False
@@ -137,11 +158,11 @@ class PipelinedRunner:
         deliveries, refused = self._decode_all(raws)
         stored: list[asyncio.Task[None]] = []
         rejected: dict[int, _Refused] = {}
-        for outputs, rejections in self._decide(deliveries) if deliveries else ():
+        for outputs, rejections, arrivals in self._decide(deliveries) if deliveries else ():
             for rejection in rejections:
                 _merge(rejected, rejection)
             if outputs:
-                stored.append(asyncio.create_task(self._store(outputs, [])))
+                stored.append(asyncio.create_task(self._store(outputs, [], arrivals)))
                 await _let_writes_out()
         refused += rejected.values()
         if refused or not stored:
@@ -166,14 +187,19 @@ class PipelinedRunner:
                 Delivery(
                     message, subject, info.stream_sequence, info.num_delivered,
                     info.num_pending, raw.data, raw.reply.decode(),
+                    info.timestamp_ns * 1e-9, raw.received_at,
                 )
             )  # fmt: skip
         return deliveries, refused
 
-    async def _store(self, outputs: list[Output], refused: list[_Refused]) -> None:
+    async def _store(
+        self, outputs: list[Output], refused: list[_Refused], arrivals: Sequence[float] = ()
+    ) -> None:
         try:
             if outputs:
                 await self.bus.publish_many(outputs)
+                if self._on_stored is not None:
+                    self._on_stored(arrivals)
             for event in refused:
                 await self.bus.publish(self._dead_letter(event))
                 await self.bus.client.publish(event.reply, _TERM)
@@ -199,18 +225,33 @@ class PipelinedRunner:
         )
 
     async def _acknowledge(self) -> None:
-        """Acknowledge batches in order, each once its outputs are stored."""
+        """Acknowledge batches in order, each once its outputs are stored. Batches queued
+        behind a stored one whose outputs are stored too are acknowledged with it, by one
+        acknowledgement of the last (it covers all before it): a control plane that fell
+        behind sends one message, not one per batch."""
+        queued: list[_InFlight | None] = []
         while True:
-            batch = await self._in_flight.get()
+            batch = queued.pop() if queued else await self._in_flight.get()
             if batch is None:
                 return
-            try:
-                for stored in batch.stored:
-                    await stored
-            except ConsumerFailed:
-                self.stop()
-                raise
+            await self._stored(batch)
+            while not self._in_flight.empty():
+                following = self._in_flight.get_nowait()
+                if following is None or not all(task.done() for task in following.stored):
+                    queued.append(following)
+                    break
+                await self._stored(following)
+                batch = following
             await self.bus.client.publish(batch.last_reply.decode(), _ACK)
+
+    async def _stored(self, batch: _InFlight) -> None:
+        """Wait for the batch's outputs to be stored; ``ConsumerFailed`` stops the loop."""
+        try:
+            for stored in batch.stored:
+                await stored
+        except ConsumerFailed:
+            self.stop()
+            raise
 
 
 def _merge(rejected: dict[int, _Refused], rejection: Rejection) -> None:

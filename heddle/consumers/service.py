@@ -25,6 +25,7 @@ submit.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -204,6 +205,10 @@ class ControlPlaneService:
         async def on_replayed() -> None:
             if self.config.learn_from_ledger:
                 await self._learn_from_ledger(hooks, prediction)
+            # What exists now (modules, the replayed state, the predictor's history) lives as
+            # long as the deciders: out of the cycle collector's way, whose full collections
+            # otherwise pause the event loop for time proportional to everything tracked.
+            gc.freeze()
 
         run = asyncio.create_task(consumer.run(on_replayed=on_replayed))
         checks = asyncio.create_task(self._check_liveness(consumer, liveness))

@@ -22,6 +22,7 @@ import msgspec
 
 from heddle.bus import Bus
 from heddle.consumers.host import ConsumerStats, UnitStats
+from heddle.consumers.latency import HistogramReport, quantile_ms
 from heddle.events.subjects import EVENTS_STREAM
 
 STATUS_FILE = "control-plane.json"
@@ -41,8 +42,16 @@ class ConsumerReport(msgspec.Struct, frozen=True, kw_only=True):
     batch_ms_p99: float = 0.0
     batch_ms_max: float = 0.0
     age_ms_p50: float = 0.0
-    """Age of a batch's newest event when decided: how far behind the stream the slot runs."""
+    """Age of recent events when decided (stored in the stream -> their batch decided): how far
+    behind the stream the consumer runs."""
     age_ms_p99: float = 0.0
+    decision_ms_p50: float = 0.0
+    """Since the start: an event's arrival -> its outputs stored (events with outputs)."""
+    decision_ms_p99: float = 0.0
+    ages: HistogramReport = HistogramReport()
+    """Every event's age since the start (a benchmark subtracts two snapshots)."""
+    decisions: HistogramReport = HistogramReport()
+    """Every decision latency since the start."""
 
 
 class SlotReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +93,7 @@ class DurablePosition(msgspec.Struct, frozen=True, kw_only=True):
 def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerReport:
     latencies = sorted(stats.batch_ms)
     ages = sorted(stats.age_ms)
+    decisions = stats.decisions.report()
     return ConsumerReport(
         durable=stats.durable,
         position=stats.position,
@@ -99,6 +109,10 @@ def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerRepo
         batch_ms_max=latencies[-1] if latencies else 0.0,
         age_ms_p50=_quantile(ages, 0.5),
         age_ms_p99=_quantile(ages, 0.99),
+        decision_ms_p50=quantile_ms(decisions, 0.5),
+        decision_ms_p99=quantile_ms(decisions, 0.99),
+        ages=stats.ages.report(),
+        decisions=decisions,
     )
 
 

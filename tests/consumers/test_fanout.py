@@ -62,7 +62,10 @@ class Recorder:
 
 
 def deliveries(events: list[Event]) -> list[Delivery[Event]]:
-    return [Delivery(event, "s", index + 1, 1, 0, b"", "ack") for index, event in enumerate(events)]
+    return [
+        Delivery(event, "s", index + 1, 1, 0, b"", "ack", received_at=index + 1.0)
+        for index, event in enumerate(events)
+    ]
 
 
 def ident(output: Output) -> str:
@@ -91,9 +94,16 @@ def test_each_unit_sees_exactly_its_events_in_order(
     early = [u for u in units if u.slot in first]
     late = [u for u in units if u.slot not in first]
     expected_stages = [[f"{u.slot}:{i}" for u in group for i in u.seen] for group in (early, late)]
-    assert [[ident(o) for o in outputs] for outputs, _ in stages] == [
+    assert [[ident(o) for o in stage.outputs] for stage in stages] == [
         ids for ids, group in zip(expected_stages, (early, late), strict=True) if group
     ]
+    # Each stage names the arrivals of the events it had outputs for, once each.
+    groups = [group for group in (early, late) if group]
+    for stage, group in zip(stages, groups, strict=True):
+        answered = {
+            i + 1.0 for i, e in enumerate(events) if any(type(e) in u.handles for u in group)
+        }
+        assert sorted(stage.arrivals) == sorted(answered)
     replayed = [Recorder(unit.slot, set(unit.handles)) for unit in units]
     folding = FanOut(replayed, first=first)
     for event in events:
@@ -107,13 +117,14 @@ def test_the_router_decides_first_and_a_refusal_stops_no_one() -> None:
     others = Recorder("prediction", {ToolCalled, Completed})
     fanout = FanOut([others, router], first={"placement"})
     stages = fanout.decide(deliveries(events))
-    outputs, rejections = next(stages)
+    outputs, rejections, arrivals = next(stages)
     assert others.seen == []  # not decided until the router's outputs are out
+    assert list(arrivals) == [3.0]  # e1 was refused: no outputs, no decision latency
     assert [ident(o) for o in outputs] == ["placement:e2"]
     assert [r.delivery.stream_sequence for r in rejections] == [2]
     assert "placement refuses e1" in rejections[0].reason
-    outputs, rejections = next(stages)
-    assert others.seen == ["e1", "e2"] and rejections == []
+    outputs, rejections, arrivals = next(stages)
+    assert others.seen == ["e1", "e2"] and rejections == [] and list(arrivals) == [2.0, 3.0]
     stats = fanout.stats
     assert stats["placement"].num_rejected == 1 and stats["placement"].num_decided == 2
     assert stats["prediction"].num_outputs == 2 and len(stats["prediction"].decide_ms) == 1

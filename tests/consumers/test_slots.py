@@ -4,6 +4,8 @@ reach bundles built later; bad policies and cancelled rollouts are handled."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from heddle.consumers.filters import filter_subjects, subject_of_kind
@@ -167,8 +169,9 @@ def test_filter_subjects_cover_each_family() -> None:
 
 @pytest.mark.parametrize("system", ["heddle", "autellix"])
 def test_the_lean_decoder_changes_no_decision(system: str) -> None:
-    """Deciders fed events through their slot's lean decoder (token lists counted, not parsed)
-    emit exactly what they emit on fully decoded events."""
+    """Deciders fed events through their slot's lean decoder (token lists counted, not parsed;
+    the router's prompt ids as tuples) publish exactly what they publish on fully decoded
+    events, byte for byte."""
     trace = generate("coding", 16, seed=5)
     config = SimConfig(model="qwen3-8b", num_gpus=4, seed=1, record_events=True)
     control = bundle(system, trace, config)
@@ -182,4 +185,20 @@ def test_the_lean_decoder_changes_no_decision(system: str) -> None:
         lean = SlotDeciders(slot, lambda policy: bundle(policy, trace, config))
         for event, counted in zip(run.events, lean_events, strict=True):
             assert type(counted) is type(event)
-            assert lean.decide(counted) == full.decide(event), (slot, event)
+            published = [encode(output) for output in lean.decide(counted)]
+            assert published == [encode(output) for output in full.decide(event)], (slot, event)
+
+
+def test_the_routers_prompt_ids_leave_the_cycle_collector() -> None:
+    """The router keeps every live spec: its prompt ids come as a tuple, which the collector
+    stops tracking, and encode as the list they were (heddle.consumers.lean)."""
+    spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=[7, 8, 9])
+    submitted = TrajectorySubmitted(
+        event_id="e", rollout_id="r", occurred_at=1.0, traj_id="t", spec=spec
+    )
+    decoded = decoder_for("placement")(encode(submitted))
+    assert isinstance(decoded, TrajectorySubmitted)
+    assert decoded.spec.prompt_token_ids == (7, 8, 9)
+    assert encode(decoded) == encode(submitted)
+    gc.collect()
+    assert not gc.is_tracked(decoded.spec.prompt_token_ids)
