@@ -84,6 +84,11 @@ class AgentShape:
     effort: LogNormal = LogNormal(1.0, 0.35)
     """Per-sample factor."""
 
+    @property
+    def most_turns(self) -> int:
+        """The most turns any sample can take (ordinary or long-horizon)."""
+        return max(self.max_turns, self.tail.max_turns if self.tail else 0)
+
     def __post_init__(self) -> None:
         if self.group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {self.group_size}")
@@ -161,13 +166,15 @@ def _draw_num_turns(
 def _draw_tool_times(
     tools: tuple[ToolModel, ...], rng: np.random.Generator, num_calls: int
 ) -> np.ndarray:
-    """One tool kind per call (by weight), then its lognormal time, cut at its timeout."""
+    """One tool kind per call (by weight), then its lognormal time (to 0.1 ms), cut at its
+    timeout."""
     weights = np.array([tool.weight for tool in tools])
     kinds = rng.choice(len(tools), size=num_calls, p=weights / weights.sum())
     medians = np.array([tool.time_s.median for tool in tools])[kinds]
     sigmas = np.array([tool.time_s.sigma for tool in tools])[kinds]
     timeouts = np.array([tool.max_time_s for tool in tools])[kinds]
-    return np.minimum(medians * np.exp(sigmas * rng.standard_normal(num_calls)), timeouts)
+    times = np.round(medians * np.exp(sigmas * rng.standard_normal(num_calls)), 4)
+    return np.minimum(times, timeouts)
 
 
 def _assemble(
@@ -196,7 +203,7 @@ def _assemble(
         steps.append(
             TraceStep(
                 output_tokens=output,
-                tool_s=round(float(tool_times_s[index]), 4),
+                tool_s=float(tool_times_s[index]),
                 tool_output_tokens=observation,
             )
         )
