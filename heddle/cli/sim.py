@@ -316,7 +316,9 @@ def _run_sweep_with_progress(config: SweepConfig, jobs: int) -> list[CellResult]
             progress.advance(task)
             cell = result.cell
             label = f"cell {cell.index} {cell.family} {cell.model} x{cell.num_gpus}"
-            progress.console.print(f"{label} done in {result.wall_s:.0f} s")
+            progress.console.print(
+                f"{label} done in {result.wall_s:.0f} s ({result.cpu_s:.0f} s of CPU)"
+            )
 
         return run_sweep(config, jobs=jobs, on_done=done)
 
@@ -377,10 +379,10 @@ def sweep(
     results = _run_sweep_with_progress(config, jobs)
     document = sweep_document(config, results, time.perf_counter() - start, jobs)
     if markdown is not None:
-        markdown.write_text(markdown_report(results))
+        markdown.write_text(markdown_report(results, config))
     if figure is not None:
         write_figure(results, figure)
     if as_json:
         typer.echo(json.dumps(document))
     else:
-        typer.echo(markdown_report(results))
+        typer.echo(markdown_report(results, config))

@@ -145,6 +145,8 @@ class CellResult:
     errors: dict[str, str] = field(default_factory=dict)
     """Systems whose simulation raised, with the message (left out of every ratio)."""
     wall_s: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds of the cell's process: its cost on an otherwise idle core."""
 
 
 def cell_traces(
@@ -173,7 +175,7 @@ def _num_trajectories(trace: Sequence[TraceTrajectory], config: SweepConfig) -> 
 
 def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
     """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     trace, history = cell_traces(cell, config)
     kv = kv_pressure([trace, history], cell.model, config.hardware, cell.num_gpus, cell.kv_ratio)
     base = SimConfig(
@@ -217,6 +219,7 @@ def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
         runs=runs,
         errors=errors,
         wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - start_cpu,
     )
 
 

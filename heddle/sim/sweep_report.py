@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from heddle.sim.sweep import CellResult
+from heddle.sim.sweep import CellResult, SweepConfig
 from heddle.sim.sweep_summary import HEDDLE, RatioStats, SplitSummary, cell_ratios, summarise_sweep
 
 
@@ -82,10 +82,22 @@ def _summary_table(summary: dict[str, SplitSummary]) -> list[str]:
     return lines
 
 
-def markdown_report(results: Sequence[CellResult], title: str = "Zoo sweep") -> str:
-    """Summary per split, then one row per cell."""
+def markdown_report(
+    results: Sequence[CellResult], config: SweepConfig | None = None, title: str = "Zoo sweep"
+) -> str:
+    """The settings, the summary per split, then one row per cell."""
     others = sorted({name for r in results for name in cell_ratios(r).heddle_over})
-    lines = [f"# {title}", "", "## Summary", ""]
+    lines = [f"# {title}", ""]
+    if config is not None:
+        lines += [
+            f"Engine model `{config.engine_model}`, predictor `{config.predictor}`, hardware "
+            f"`{config.hardware}`, {config.steps_per_cell} steps per cell, base seed "
+            f"{config.seed}, split `{config.split}`. KV ratio: the trajectories' summed final "
+            "contexts over the cluster's KV (scaled down to reach the target; see "
+            "`heddle.sim.kv_pressure`).",
+            "",
+        ]
+    lines += ["## Summary", ""]
     lines += _summary_table(summarise_sweep(results))
     lines += ["", "Ratios are makespans: below 1, heddle is faster.", "", "## Cells", ""]
     lines += _cells_table(results, others)

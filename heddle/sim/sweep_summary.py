@@ -134,6 +134,7 @@ def sweep_document(
     return {
         "config": {**asdict(config), "jobs": jobs},
         "wall_s": wall_s,
+        "cpu_s": sum(r.cpu_s for r in results),
         "cells": cells,
         "summary": summary,
     }
