@@ -26,7 +26,7 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
         "family",
         "model",
         "GPUs",
-        "traj",
+        "traj (per GPU)",
         "KV ratio (target)",
         "best baseline",
     ]
@@ -40,7 +40,7 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
             cell.family,
             cell.model,
             str(cell.num_gpus),
-            str(result.num_trajectories),
+            f"{result.num_trajectories} ({result.num_trajectories / cell.num_gpus:.1f})",
             f"{result.kv.ratio:.2f} ({cell.kv_ratio:g})",
             ratios.best_baseline or "-",
             _ratio(ratios.heddle_over_best_baseline),
