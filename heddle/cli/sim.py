@@ -285,19 +285,24 @@ def _sweep_config(
     gpu_counts = _sweep_list("--gpus", gpus, int)
     if min(ratios) <= 0 or min(gpu_counts) < 1:
         raise UserError("--kv-ratios must be > 0 and --gpus >= 1")
-    return SweepConfig(
-        families=_sweep_list("--families", families, str, list(ZOO)),
-        models=tuple(dict.fromkeys(_model_name(m) for m in _sweep_list("--models", models, str))),
-        gpu_counts=gpu_counts,
-        kv_ratios=ratios,
-        num_cells=cells,
-        seed=seed,
-        split=split,
-        systems=tuple(_systems(systems)),
-        engine_model=engine_model,
-        predictor=predictor,
-        steps_per_cell=steps_per_cell,
-    )
+    names = _sweep_list("--families", families, str, list(ZOO))
+    model_names = tuple(dict.fromkeys(_model_name(m) for m in _sweep_list("--models", models, str)))
+    try:
+        return SweepConfig(
+            families=names,
+            models=model_names,
+            gpu_counts=gpu_counts,
+            kv_ratios=ratios,
+            num_cells=cells,
+            seed=seed,
+            split=split,
+            systems=tuple(_systems(systems)),
+            engine_model=engine_model,
+            predictor=predictor,
+            steps_per_cell=steps_per_cell,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _run_sweep_with_progress(config: SweepConfig, jobs: int) -> list[CellResult]:

@@ -43,6 +43,7 @@ Split = Literal["tuning", "heldout", "all"]
 SPLITS: tuple[Split, ...] = ("tuning", "heldout", "all")
 _DRAW_SEEDS_PER_BASE_SEED = 100_000
 _SIM_DEFAULTS = SimConfig()
+_MAX_CELLS = 10_000  # either split then fits in one base seed's draw seeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +68,12 @@ class SweepConfig:
     max_trajectories: int = 1024
 
     def __post_init__(self) -> None:
-        if self.num_cells < 1:
-            raise ValueError(f"the number of cells must be >= 1, got {self.num_cells}")
+        if not 1 <= self.num_cells <= _MAX_CELLS:
+            raise ValueError(
+                f"the number of cells must be in [1, {_MAX_CELLS}], got {self.num_cells}"
+            )
+        if self.seed < 0:
+            raise ValueError(f"the base seed must be >= 0, got {self.seed}")
         if not 1 <= self.min_trajectories <= self.max_trajectories:
             raise ValueError("need 1 <= min_trajectories <= max_trajectories")
         if self.steps_per_cell < 1:
