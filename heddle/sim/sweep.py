@@ -109,12 +109,18 @@ def is_heldout(draw_seed: int) -> bool:
 
 def sweep_cells(config: SweepConfig) -> list[Cell]:
     """The first ``num_cells`` cells of the split: the grid (families x models x GPU counts x
-    KV ratios) shuffled by the base seed and repeated, cell ``k`` drawing its parameters from
-    seed ``seed * 100000 + k``; the cells of the other split are skipped."""
-    grid = list(
-        itertools.product(config.families, config.models, config.gpu_counts, config.kv_ratios)
-    )
-    random.Random(config.seed).shuffle(grid)
+    KV ratios) in rounds of one cell per family (each family's settings shuffled by the base
+    seed), repeated; cell ``k`` draws its parameters from seed ``seed * 100000 + k``; the
+    cells of the other split are skipped. So any number of cells spreads evenly over the
+    families."""
+    rng = random.Random(config.seed)
+    settings = list(itertools.product(config.models, config.gpu_counts, config.kv_ratios))
+    orders = {family: rng.sample(settings, len(settings)) for family in config.families}
+    grid = [
+        (family, *orders[family][index])
+        for index in range(len(settings))
+        for family in config.families
+    ]
     cells: list[Cell] = []
     for k in range(_DRAW_SEEDS_PER_BASE_SEED):
         family, model, gpus, ratio = grid[k % len(grid)]
