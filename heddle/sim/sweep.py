@@ -1,0 +1,266 @@
+"""The zoo sweep: every system on many workloads it was never tuned on (``heddle sim sweep``).
+
+A cell is one zoo family x one parameter draw (by seed) x one model x one GPU count x one KV
+pressure. Its rollout is the family's trace of that draw; its history, the previous training
+step (same prompts, another epoch) that the online predictor learns from. Every system of the
+sweep runs the same cell on the same engine model and predictor (``SweepConfig``).
+
+Held-out split: a parameter draw is held out iff its seed hashes to 0 mod 4 (``is_heldout``), a
+quarter of all draw seeds whatever the sweep's base seed. Held-out cells are never to be used
+for tuning the policy: tune on ``--split tuning``, report on ``--split heldout`` (the summary
+reports both).
+
+Size: a cell runs as many trajectories as it takes for ``steps_per_cell`` steps (whole GRPO
+groups, within ``[min, max]_trajectories``), since a simulation's cost grows with its steps; the
+KV pressure comes from scaling the cluster's KV (``heddle.sim.kv_pressure``), not from more
+trajectories. A cell's ratio can end above its target (the unscaled cluster is already past it:
+web's page dumps) or below it (the floor that keeps the longest trajectory on a TP1 worker),
+so each cell reports the ratio it ran at. Measured cost of the default sweep (40 cells, all 13
+bundles, 4000 steps a cell): 848 CPU seconds in all, 11-43 s a cell, so about 7 minutes on two
+idle cores with ``--jobs 2`` (30 minutes of wall time on a 2-core machine shared at load ~7).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from heddle.control.systems import SYSTEMS
+from heddle.sim.config import SimConfig
+from heddle.sim.kv_pressure import KvPressure, kv_pressure, scaled_config
+from heddle.sim.run import simulate
+from heddle.traces import TraceTrajectory
+from heddle.workloads.zoo import BROAD_FAMILIES, zoo_family
+
+Split = Literal["tuning", "heldout", "all"]
+SPLITS: tuple[Split, ...] = ("tuning", "heldout", "all")
+_DRAW_SEEDS_PER_BASE_SEED = 100_000
+_SIM_DEFAULTS = SimConfig()
+_MAX_CELLS = 10_000  # either split then fits in one base seed's draw seeds
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """What a sweep runs; every field is reported with its results."""
+
+    families: tuple[str, ...] = BROAD_FAMILIES
+    models: tuple[str, ...] = ("qwen3-8b", "qwen3-32b")
+    gpu_counts: tuple[int, ...] = (8, 16, 64)
+    kv_ratios: tuple[float, ...] = (0.5, 2.0)
+    """Target footprint / capacity ratios (``heddle.sim.kv_pressure``)."""
+    num_cells: int = 40
+    seed: int = 0
+    """Base seed: shuffles the grid and numbers the parameter draws."""
+    split: Split = "all"
+    systems: tuple[str, ...] = tuple(SYSTEMS)
+    engine_model: str = _SIM_DEFAULTS.engine_model
+    predictor: str = "online"
+    hardware: str = "h200"
+    steps_per_cell: int = 4000
+    min_trajectories: int = 64
+    max_trajectories: int = 1024
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_cells <= _MAX_CELLS:
+            raise ValueError(
+                f"the number of cells must be in [1, {_MAX_CELLS}], got {self.num_cells}"
+            )
+        if self.seed < 0:
+            raise ValueError(f"the base seed must be >= 0, got {self.seed}")
+        if not 1 <= self.min_trajectories <= self.max_trajectories:
+            raise ValueError("need 1 <= min_trajectories <= max_trajectories")
+        if self.steps_per_cell < 1:
+            raise ValueError(f"steps_per_cell must be >= 1, got {self.steps_per_cell}")
+        if self.split not in SPLITS:
+            raise ValueError(f"unknown split {self.split!r}; choose one of {SPLITS}")
+        for name in ("families", "models", "gpu_counts", "kv_ratios", "systems"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty")
+        for family in self.families:
+            zoo_family(family)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    index: int
+    family: str
+    draw_seed: int
+    model: str
+    num_gpus: int
+    kv_ratio: float
+    """The target KV ratio."""
+
+    @property
+    def split(self) -> Split:
+        return "heldout" if is_heldout(self.draw_seed) else "tuning"
+
+
+def is_heldout(draw_seed: int) -> bool:
+    """Whether a parameter draw belongs to the held-out split (never used for tuning)."""
+    return int(np.random.SeedSequence([draw_seed, 0xC0FFEE]).generate_state(1)[0]) % 4 == 0
+
+
+def sweep_cells(config: SweepConfig) -> list[Cell]:
+    """The first ``num_cells`` cells of the split: the grid (families x models x GPU counts x
+    KV ratios) in rounds of one cell per family (each family's settings shuffled by the base
+    seed), repeated; cell ``k`` draws its parameters from seed ``seed * 100000 + k``; the
+    cells of the other split are skipped. So any number of cells spreads evenly over the
+    families."""
+    rng = random.Random(config.seed)
+    settings = list(itertools.product(config.models, config.gpu_counts, config.kv_ratios))
+    orders = {family: rng.sample(settings, len(settings)) for family in config.families}
+    grid = [
+        (family, *orders[family][index])
+        for index in range(len(settings))
+        for family in config.families
+    ]
+    cells: list[Cell] = []
+    for k in range(_DRAW_SEEDS_PER_BASE_SEED):
+        family, model, gpus, ratio = grid[k % len(grid)]
+        cell = Cell(
+            len(cells), family, config.seed * _DRAW_SEEDS_PER_BASE_SEED + k, model, gpus, ratio
+        )
+        if config.split in ("all", cell.split):
+            cells.append(cell)
+        if len(cells) == config.num_cells:
+            break
+    return cells
+
+
+@dataclass(frozen=True, slots=True)
+class SystemRun:
+    makespan_s: float
+    makespan_over_lb: float
+    throughput_tok_s: float
+    tp_degrees: list[int]
+    num_failed: int
+    num_preemptions: int
+    num_recomputed_tokens: int
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CellResult:
+    cell: Cell
+    split: Split
+    num_trajectories: int
+    num_steps: int
+    num_groups: int
+    kv: KvPressure
+    lower_bound_s: float | None
+    """None when no system ran."""
+    runs: dict[str, SystemRun]
+    errors: dict[str, str] = field(default_factory=dict)
+    """Systems whose simulation raised, with the message (left out of every ratio)."""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    """CPU seconds of the cell's process: its cost on an otherwise idle core."""
+
+
+def cell_traces(
+    cell: Cell, config: SweepConfig
+) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
+    """The cell's rollout and its history (the same prompts, the next epoch), cut to whole
+    groups once ``steps_per_cell`` steps are reached."""
+    family = zoo_family(cell.family)
+    params = family.draw(random.Random(cell.draw_seed))
+    full = family.generate(params, config.max_trajectories, cell.draw_seed)
+    count = _num_trajectories(full, config)
+    history = family.generate(params, count, cell.draw_seed, epoch=1)
+    return full[:count], history
+
+
+def _num_trajectories(trace: Sequence[TraceTrajectory], config: SweepConfig) -> int:
+    steps = 0
+    for index, trajectory in enumerate(trace):
+        steps += len(trajectory.steps)
+        count = index + 1
+        is_group_end = count == len(trace) or trace[count].group != trajectory.group
+        if count >= config.min_trajectories and steps >= config.steps_per_cell and is_group_end:
+            return count
+    return len(trace)
+
+
+def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
+    """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    trace, history = cell_traces(cell, config)
+    kv = kv_pressure([trace, history], cell.model, config.hardware, cell.num_gpus, cell.kv_ratio)
+    base = SimConfig(
+        model=cell.model,
+        hardware=config.hardware,
+        num_gpus=cell.num_gpus,
+        engine_model=config.engine_model,
+        seed=cell.draw_seed,
+        predictor=config.predictor,
+    )
+    sim_config = scaled_config(base, kv.kv_scale)
+    runs: dict[str, SystemRun] = {}
+    errors: dict[str, str] = {}
+    lower_bound_s: float | None = None
+    for name in config.systems:
+        began = time.perf_counter()
+        try:
+            result = simulate(trace, name, sim_config, history=history)
+        except (ValueError, RuntimeError) as exc:
+            errors[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        lower_bound_s = result.lower_bound_s
+        runs[name] = SystemRun(
+            makespan_s=result.makespan_s,
+            makespan_over_lb=result.makespan_over_lb,
+            throughput_tok_s=result.throughput_tok_s,
+            tp_degrees=result.tp_degrees,
+            num_failed=result.num_failed,
+            num_preemptions=result.num_preemptions,
+            num_recomputed_tokens=result.num_recomputed_tokens,
+            wall_s=time.perf_counter() - began,
+        )
+    return CellResult(
+        cell=cell,
+        split=cell.split,
+        num_trajectories=len(trace),
+        num_steps=sum(len(t.steps) for t in trace),
+        num_groups=len({t.group for t in trace}),
+        kv=kv,
+        lower_bound_s=lower_bound_s,
+        runs=runs,
+        errors=errors,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - start_cpu,
+    )
+
+
+def run_sweep(
+    config: SweepConfig,
+    jobs: int = 2,
+    on_done: Callable[[CellResult], None] | None = None,
+) -> list[CellResult]:
+    """Every cell of ``config``, ``jobs`` at a time in worker processes (1: in this process);
+    ``on_done`` hears of each cell as it finishes. Results come back in cell order."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    cells = sweep_cells(config)
+    results: list[CellResult] = []
+    for result in _results(cells, config, jobs):
+        results.append(result)
+        if on_done is not None:
+            on_done(result)
+    return sorted(results, key=lambda r: r.cell.index)
+
+
+def _results(cells: list[Cell], config: SweepConfig, jobs: int) -> Iterator[CellResult]:
+    if jobs == 1:
+        yield from (run_cell(cell, config) for cell in cells)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_cell, cell, config) for cell in cells]
+        for future in as_completed(futures):
+            yield future.result()

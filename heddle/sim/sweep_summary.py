@@ -1,0 +1,140 @@
+"""Ratios per sweep cell and their summary over cells (``heddle sim sweep``).
+
+Per cell: heddle over the best baseline (the ``baseline`` bundle of least makespan, named),
+heddle over each ablation and each variant (``SystemSpec.kind``), and each system's makespan
+over the cell's lower bound. Over cells, per split (all, tuning, heldout): the geometric mean
+and the worst (largest) of each ratio, the median makespan / lower bound, and the number of
+cells where heddle is under 0.98x the best baseline (a win) or over 1.02x (a loss).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from heddle.control.systems import SYSTEMS
+from heddle.sim.sweep import CellResult, SweepConfig
+
+HEDDLE = "heddle"
+WIN_BELOW = 0.98
+LOSS_ABOVE = 1.02
+
+
+@dataclass(frozen=True, slots=True)
+class CellRatios:
+    best_baseline: str | None
+    heddle_over_best_baseline: float | None
+    heddle_over: dict[str, float]
+    """heddle's makespan over each ablation's and variant's."""
+    makespan_over_lb: dict[str, float]
+
+
+def cell_ratios(result: CellResult) -> CellRatios:
+    runs = result.runs
+    baselines = [name for name in runs if SYSTEMS[name].kind == "baseline"]
+    best = min(baselines, key=lambda name: (runs[name].makespan_s, name)) if baselines else None
+    heddle = runs.get(HEDDLE)
+    over_best = heddle.makespan_s / runs[best].makespan_s if heddle and best else None
+    over = {
+        name: heddle.makespan_s / run.makespan_s
+        for name, run in runs.items()
+        if heddle and SYSTEMS[name].kind in ("ablation", "variant")
+    }
+    return CellRatios(
+        best_baseline=best,
+        heddle_over_best_baseline=over_best,
+        heddle_over=over,
+        makespan_over_lb={name: run.makespan_over_lb for name, run in runs.items()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RatioStats:
+    num_cells: int
+    geomean: float
+    worst: float
+    """The largest ratio (heddle's worst cell)."""
+    worst_cell: int
+
+
+def ratio_stats(values: Sequence[tuple[int, float]]) -> RatioStats | None:
+    """Geometric mean and largest of ``(cell index, ratio)`` pairs; None when empty."""
+    if not values:
+        return None
+    geomean = math.exp(sum(math.log(v) for _, v in values) / len(values))
+    worst_cell, worst = max(values, key=lambda pair: (pair[1], -pair[0]))
+    return RatioStats(len(values), geomean, worst, worst_cell)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitSummary:
+    num_cells: int
+    heddle_over_best_baseline: RatioStats | None
+    heddle_over: dict[str, RatioStats]
+    median_makespan_over_lb: dict[str, float]
+    num_heddle_wins: int
+    """Cells where heddle < 0.98x the best baseline."""
+    num_heddle_losses: int
+    """Cells where heddle > 1.02x the best baseline."""
+    num_errors: int
+    """System runs that raised (left out of the ratios)."""
+
+
+def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
+    ratios = [(r.cell.index, cell_ratios(r)) for r in results]
+    versus = [(i, c.heddle_over_best_baseline) for i, c in ratios]
+    versus_best = [(i, v) for i, v in versus if v is not None]
+    names = sorted({name for _, c in ratios for name in c.heddle_over})
+    over = {
+        name: stats
+        for name in names
+        if (
+            stats := ratio_stats(
+                [(i, c.heddle_over[name]) for i, c in ratios if name in c.heddle_over]
+            )
+        )
+    }
+    systems = sorted({name for _, c in ratios for name in c.makespan_over_lb})
+    median_lb = {
+        name: statistics.median(
+            c.makespan_over_lb[name] for _, c in ratios if name in c.makespan_over_lb
+        )
+        for name in systems
+    }
+    return SplitSummary(
+        num_cells=len(results),
+        heddle_over_best_baseline=ratio_stats(versus_best),
+        heddle_over=over,
+        median_makespan_over_lb=median_lb,
+        num_heddle_wins=sum(1 for _, v in versus_best if v < WIN_BELOW),
+        num_heddle_losses=sum(1 for _, v in versus_best if v > LOSS_ABOVE),
+        num_errors=sum(len(r.errors) for r in results),
+    )
+
+
+def summarise_sweep(results: Sequence[CellResult]) -> dict[str, SplitSummary]:
+    """The summary of all cells and of each split."""
+    return {
+        "all": summarise_split(results),
+        "tuning": summarise_split([r for r in results if r.split == "tuning"]),
+        "heldout": summarise_split([r for r in results if r.split == "heldout"]),
+    }
+
+
+def sweep_document(
+    config: SweepConfig, results: Sequence[CellResult], wall_s: float, jobs: int
+) -> dict[str, Any]:
+    """The ``--json`` object: the config (engine model and predictor included), the cells with
+    their ratios, and the summary per split."""
+    cells = [{**asdict(r), "ratios": asdict(cell_ratios(r))} for r in results]
+    summary = {split: asdict(s) for split, s in summarise_sweep(results).items()}
+    return {
+        "config": {**asdict(config), "jobs": jobs},
+        "wall_s": wall_s,
+        "cpu_s": sum(r.cpu_s for r in results),
+        "cells": cells,
+        "summary": summary,
+    }

@@ -1,0 +1,189 @@
+"""The zoo sweep: cells and the held-out split, KV pressure, a tiny sweep's summary checked by
+hand, and the ratio arithmetic on hand-made results."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heddle.sim import SimConfig
+from heddle.sim.kv_pressure import (
+    FIT_MARGIN,
+    KvPressure,
+    cluster_kv_tokens,
+    kv_pressure,
+    scaled_config,
+)
+from heddle.sim.sweep import (
+    Cell,
+    CellResult,
+    SweepConfig,
+    SystemRun,
+    is_heldout,
+    run_sweep,
+    sweep_cells,
+)
+from heddle.sim.sweep_report import markdown_report
+from heddle.sim.sweep_summary import cell_ratios, ratio_stats, summarise_sweep, sweep_document
+from heddle.workloads.zoo import ZOO
+
+TINY = SweepConfig(
+    families=("math",),
+    models=("qwen3-8b",),
+    gpu_counts=(4,),
+    kv_ratios=(0.5, 2.0),
+    num_cells=2,
+    systems=("heddle", "verl", "slime", "heddle-no-sched"),
+    steps_per_cell=40,
+    min_trajectories=8,
+    max_trajectories=24,
+)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10_000), num_cells=st.integers(1, 60))
+def test_tuning_and_heldout_draws_are_disjoint_and_partition_all(seed: int, num_cells: int) -> None:
+    config = SweepConfig(seed=seed, num_cells=num_cells)
+    tuning = sweep_cells(replace(config, split="tuning"))
+    heldout = sweep_cells(replace(config, split="heldout"))
+    assert len(tuning) == len(heldout) == num_cells
+    assert all(c.split == "tuning" for c in tuning) and all(c.split == "heldout" for c in heldout)
+    assert not {c.draw_seed for c in tuning} & {c.draw_seed for c in heldout}
+    every = sweep_cells(config)
+    for cell in every:
+        assert cell.split == ("heldout" if is_heldout(cell.draw_seed) else "tuning")
+    for split, cells in (("tuning", tuning), ("heldout", heldout)):
+        mine = [c.draw_seed for c in every if c.split == split]
+        assert mine == [c.draw_seed for c in cells[: len(mine)]]
+
+
+def test_about_a_quarter_of_draw_seeds_are_held_out() -> None:
+    share = sum(is_heldout(seed) for seed in range(4000)) / 4000
+    assert 0.22 <= share <= 0.28
+
+
+def test_default_sweep_has_forty_cells_covering_the_grid() -> None:
+    cells = sweep_cells(SweepConfig())
+    assert len(cells) >= 40 and [c.index for c in cells] == list(range(len(cells)))
+    assert Counter(c.family for c in cells) == dict.fromkeys(
+        ("swe", "search", "math", "web", "mix"), 8
+    )
+    assert {c.model for c in cells} == {"qwen3-8b", "qwen3-32b"}
+    assert {c.num_gpus for c in cells} == {8, 16, 64}
+    assert len({c.draw_seed for c in cells}) == len(cells)
+    assert sweep_cells(SweepConfig()) == cells
+
+
+def test_named_presets_run_only_those() -> None:
+    config = SweepConfig(families=("search-tail", "swe-long", "math-python"), num_cells=12)
+    families = Counter(c.family for c in sweep_cells(config))
+    assert families == dict.fromkeys(("search-tail", "swe-long", "math-python"), 4)
+    assert {"search-tail", "swe-long", "math-python"} <= set(ZOO)
+
+
+def test_kv_pressure_reaches_its_target_unless_the_fit_floor_binds() -> None:
+    trace = ZOO["math"].generate(ZOO["math"].draw(__import__("random").Random(1)), 64, 1)
+    capacity = cluster_kv_tokens("qwen3-8b", "h200", 8)
+    pressure = kv_pressure([trace], "qwen3-8b", "h200", 8, 2.0)
+    assert pressure.capacity_tokens == capacity
+    assert pressure.footprint_tokens == sum(t.num_context_tokens for t in trace)
+    tp1 = SimConfig(model="qwen3-8b").cost_for_tp(1).max_kv_tokens
+    floor = FIT_MARGIN * max(t.num_context_tokens for t in trace) / tp1
+    if pressure.natural_ratio / 2.0 >= floor:
+        assert pressure.ratio == pytest.approx(2.0, rel=1e-3)
+    else:
+        assert pressure.kv_scale >= floor * 0.999 and pressure.ratio < 2.0
+    slack = kv_pressure([trace], "qwen3-8b", "h200", 8, 1e-6)
+    assert slack.kv_scale == 1.0 and slack.ratio == pytest.approx(slack.natural_ratio)
+    config = scaled_config(SimConfig(model="qwen3-8b", num_gpus=8), pressure.kv_scale)
+    assert config.cost_for_tp(2).max_kv_tokens == int(
+        pressure.kv_scale * SimConfig(model="qwen3-8b").cost_for_tp(2).max_kv_tokens
+    )
+    with pytest.raises(ValueError, match="kv_scale"):
+        scaled_config(SimConfig(), 1.5)
+
+
+@pytest.fixture(scope="module")
+def tiny_results() -> list[CellResult]:
+    return run_sweep(TINY, jobs=1)
+
+
+def test_a_tiny_sweep_runs_every_system_on_every_cell(tiny_results: list[CellResult]) -> None:
+    assert [r.cell.index for r in tiny_results] == [0, 1]
+    for result in tiny_results:
+        assert set(result.runs) == set(TINY.systems) and not result.errors
+        assert 8 <= result.num_trajectories <= 24
+        assert result.lower_bound_s is not None
+        for run in result.runs.values():
+            assert run.makespan_s >= result.lower_bound_s > 0
+            assert run.makespan_over_lb == pytest.approx(run.makespan_s / result.lower_bound_s)
+
+
+def test_the_tiny_summary_matches_a_hand_computation(tiny_results: list[CellResult]) -> None:
+    versus_best = []
+    versus_no_sched = []
+    for result in tiny_results:
+        runs = {name: run.makespan_s for name, run in result.runs.items()}
+        best = min(("verl", "slime"), key=lambda name: (runs[name], name))
+        assert cell_ratios(result).best_baseline == best
+        versus_best.append(runs["heddle"] / runs[best])
+        versus_no_sched.append(runs["heddle"] / runs["heddle-no-sched"])
+    summary = summarise_sweep(tiny_results)["all"]
+    stats = summary.heddle_over_best_baseline
+    assert stats is not None and stats.num_cells == 2
+    assert stats.geomean == pytest.approx(math.sqrt(versus_best[0] * versus_best[1]))
+    assert stats.worst == pytest.approx(max(versus_best))
+    assert summary.heddle_over["heddle-no-sched"].geomean == pytest.approx(
+        math.sqrt(versus_no_sched[0] * versus_no_sched[1])
+    )
+    assert set(summary.heddle_over) == {"heddle-no-sched"}  # baselines are not ablations
+    assert summary.num_heddle_wins == sum(v < 0.98 for v in versus_best)
+    lbs = sorted(r.runs["heddle"].makespan_over_lb for r in tiny_results)
+    assert summary.median_makespan_over_lb["heddle"] == pytest.approx(sum(lbs) / 2)
+    document = sweep_document(TINY, tiny_results, wall_s=1.0, jobs=1)
+    parsed = json.loads(json.dumps(document, allow_nan=False))
+    assert parsed["config"]["engine_model"] == "sglang"
+    assert parsed["config"]["predictor"] == "online"
+    assert set(parsed["summary"]) == {"all", "tuning", "heldout"}
+    assert len(parsed["cells"]) == 2 and "ratios" in parsed["cells"][0]
+    report = markdown_report(tiny_results)
+    assert "heddle / best baseline" in report and report.count("| math |") == 2
+
+
+def _run(makespan_s: float) -> SystemRun:
+    return SystemRun(makespan_s, makespan_s / 100, 1.0, [1], 0, 0, 0, 0.0)
+
+
+def _result(index: int, makespans: dict[str, float], split: str = "tuning") -> CellResult:
+    cell = Cell(index, "math", index, "qwen3-8b", 8, 1.0)
+    kv = KvPressure(1, 1, 1.0, 1.0, 1.0, 1.0)
+    runs = {name: _run(m) for name, m in makespans.items()}
+    return CellResult(cell, split, 8, 8, 1, kv, 100.0, runs)  # type: ignore[arg-type]
+
+
+def test_ratios_pick_the_best_baseline_by_kind_and_summarise_per_split() -> None:
+    results = [
+        _result(0, {"heddle": 90, "verl": 100, "slime": 120, "fix-1": 180, "rr": 90}),
+        _result(1, {"heddle": 110, "verl": 100, "autellix": 55, "fix-1": 110}, "heldout"),
+        _result(2, {"heddle": 99, "verl": 100, "fix-1": 33}),
+    ]
+    ratios = cell_ratios(results[1])
+    assert ratios.best_baseline == "autellix" and ratios.heddle_over_best_baseline == 2.0
+    assert ratios.heddle_over == {"fix-1": 1.0}
+    summary = summarise_sweep(results)
+    everything = summary["all"].heddle_over_best_baseline
+    assert everything is not None
+    assert everything.geomean == pytest.approx((0.9 * 2.0 * 0.99) ** (1 / 3))
+    assert (everything.worst, everything.worst_cell) == (2.0, 1)
+    assert summary["all"].num_heddle_wins == 1 and summary["all"].num_heddle_losses == 1
+    assert summary["tuning"].num_cells == 2 and summary["heldout"].num_cells == 1
+    fix1 = summary["tuning"].heddle_over["fix-1"]
+    assert fix1.geomean == pytest.approx(math.sqrt(0.5 * 3.0)) and fix1.worst == 3.0
+    assert summary["all"].median_makespan_over_lb["heddle"] == pytest.approx(0.99)
+    assert ratio_stats([]) is None

@@ -1,0 +1,69 @@
+"""`heddle sim sweep`: one JSON object, a markdown report and a figure; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from heddle.cli import app
+from heddle.errors import UserError
+
+HEDDLE = [sys.executable, "-c", "from heddle.cli import main; main()"]
+TINY = ["--families", "math", "--models", "8b", "--gpus", "4", "--cells", "2"]
+TINY += ["--systems", "heddle,verl", "--steps-per-cell", "20", "--jobs", "1"]
+
+
+def test_sweep_writes_json_markdown_and_figure(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    markdown, figure = tmp_path / "sweep.md", tmp_path / "sweep.png"
+    args = [*TINY, "--json", "--markdown", str(markdown), "--figure", str(figure)]
+    result = CliRunner().invoke(app, ["sim", "sweep", *args])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["config"]["families"] == ["math"]
+    assert document["config"]["predictor"] == "online"
+    assert document["config"]["engine_model"] == "sglang"
+    assert len(document["cells"]) == 2
+    assert set(document["cells"][0]["runs"]) == {"heddle", "verl"}
+    assert document["summary"]["all"]["num_cells"] == 2
+    assert markdown.read_text().startswith("# Zoo sweep")
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--families", "poetry"], "--families: unknown 'poetry'"),
+        (["--families", ""], "--families is empty"),
+        (["--split", "test"], "unknown --split 'test'"),
+        (["--cells", "0"], "--cells and --steps-per-cell must be >= 1"),
+        (["--gpus", "eight"], "--gpus: cannot read 'eight'"),
+        (["--kv-ratios", "-1"], "--kv-ratios must be > 0"),
+        (["--models", "70b"], "unknown --model '70b'"),
+        (["--systems", "heddle,nope"], "unknown system 'nope'"),
+        (["--engine-model", "trt"], "unknown --engine-model 'trt'"),
+        (["--predictor", "psychic"], "unknown --predictor 'psychic'"),
+        (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--seed", "-1"], "the base seed must be >= 0"),
+        (["--cells", "20000"], "the number of cells must be in [1, 10000]"),
+    ],
+)
+def test_bad_flags_are_user_errors(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["sim", "sweep", *args])
+    assert isinstance(result.exception, UserError)
+    assert message in str(result.exception)
+
+
+def test_a_bad_flag_exits_2_with_one_line() -> None:
+    result = subprocess.run(
+        [*HEDDLE, "sim", "sweep", "--split", "test"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip() == "error: unknown --split 'test'; choose one of tuning, heldout, all"
+    )
