@@ -268,15 +268,6 @@ def _sweep_list(
     return tuple(dict.fromkeys(values))
 
 
-def _engine_model_names() -> list[str]:
-    """The engine models the simulator knows (only the default until their registry lands)."""
-    try:
-        from heddle.policy.engine_models import ENGINE_MODELS  # type: ignore[import-not-found]
-    except ImportError:
-        return [_DEFAULTS.engine_model]
-    return sorted(ENGINE_MODELS)
-
-
 def _sweep_config(
     families: str,
     models: str,
@@ -292,9 +283,9 @@ def _sweep_config(
 ) -> SweepConfig:
     if split not in SPLITS:
         raise UserError(f"unknown --split {split!r}; choose one of {', '.join(SPLITS)}")
-    if engine_model not in _engine_model_names():
+    if engine_model not in ENGINE_MODELS:
         raise UserError(
-            f"unknown --engine-model {engine_model!r}; choose one of {_engine_model_names()}"
+            f"unknown --engine-model {engine_model!r}; choose one of {', '.join(ENGINE_MODELS)}"
         )
     if predictor not in PREDICTORS:
         raise UserError(f"unknown --predictor {predictor!r}; choose one of {sorted(PREDICTORS)}")
