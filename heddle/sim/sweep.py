@@ -16,8 +16,9 @@ KV pressure comes from scaling the cluster's KV (``heddle.sim.kv_pressure``), no
 trajectories. A cell's ratio can end above its target (the unscaled cluster is already past it:
 web's page dumps) or below it (the floor that keeps the longest trajectory on a TP1 worker),
 so each cell reports the ratio it ran at. Measured cost of the default sweep (40 cells, all 13
-bundles, 4000 steps a cell): 848 CPU seconds in all, 11-43 s a cell, so about 7 minutes on two
-idle cores with ``--jobs 2`` (30 minutes of wall time on a 2-core machine shared at load ~7).
+bundles, 4000 steps a cell, 90-1024 trajectories): 748 CPU seconds in all, 10-30 s a cell, so
+about 6.5 minutes on two idle cores with ``--jobs 2``; 16 minutes of wall time on a 2-core
+machine shared at load 3-6.
 """
 
 from __future__ import annotations
