@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from heddle.policy.bisection import bisect_makespan
 from heddle.policy.blocks import BlockTable, block_cost, max_block
 
 
@@ -122,17 +123,7 @@ def best_cover(
     if best is None or best.makespan == math.inf:
         return None
     low = math.nextafter(_lower_bound(lengths, tables), -math.inf)
-    probe = math.nextafter(best.makespan, -math.inf)
-    while probe > low:
-        found = cover_within(lengths, tables, num_gpus, probe)
-        if found is None:
-            low = probe
-        else:
-            best = found
-        probe = low / 2 + best.makespan / 2
-        if not low < probe < best.makespan:
-            probe = math.nextafter(best.makespan, -math.inf)
-    return best
+    return bisect_makespan(best, low, lambda probe: cover_within(lengths, tables, num_gpus, probe))
 
 
 def _lower_bound(lengths: Sequence[float], tables: dict[int, BlockTable]) -> float:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from heddle.policy.bisection import bisect_makespan
 from heddle.policy.blocks import BlockTable, block_cost, max_block
 
 
@@ -114,17 +115,7 @@ def minimise_over_orders(
     if best.makespan == math.inf:
         return best
     low = math.nextafter(_lower_bound(lengths, tables), -math.inf)
-    probe = math.nextafter(best.makespan, -math.inf)
-    while probe > low:
-        found = feasible_split(lengths, tables, counts, probe)
-        if found is None:
-            low = probe
-        else:
-            best = found
-        probe = low / 2 + best.makespan / 2
-        if not low < probe < best.makespan:
-            probe = math.nextafter(best.makespan, -math.inf)
-    return best
+    return bisect_makespan(best, low, lambda probe: feasible_split(lengths, tables, counts, probe))
 
 
 def _lower_bound(lengths: Sequence[float], tables: Sequence[BlockTable]) -> float:
