@@ -71,7 +71,10 @@ class WorkerPool:
         options given explicitly win. Real engines batch as they do."""
         if self.engine != "sim":
             return self
-        engine = engine_config(system_spec(policy), engine_model(DEFAULT_ENGINE_MODEL))
+        given_model = {k.replace("-", "_"): v for k, v in self.engine_options.items()}.get(
+            "engine_model", DEFAULT_ENGINE_MODEL
+        )
+        engine = engine_config(system_spec(policy), engine_model(given_model))
         options = {"preemptive": str(engine.preemptive).lower()}
         given = {name.replace("-", "_") for name in self.engine_options}
         merged = {k: v for k, v in options.items() if k not in given}

@@ -12,8 +12,12 @@ from heddle.workers.engines.sim_options import SimEngineOptions
 def test_sim_engines_batch_as_the_simulator_does_under_the_policy() -> None:
     pool = WorkerPool(2, "sim", {"time-scale": "20"}, tp_degrees=(1, 2))
     heddle = pool.for_policy("heddle")
-    assert heddle.options_for(1) == {"time_scale": "20", "preemptive": "true", "tp": "2"}
+    # sglang (the default engine model) retracts a preempted request: Heddle does not preempt
+    assert heddle.options_for(1) == {"time_scale": "20", "preemptive": "false", "tp": "2"}
     assert pool.for_policy("verl").options_for(0)["preemptive"] == "false"
+    assert pool.for_policy("autellix").options_for(0)["preemptive"] == "true"
+    torch = WorkerPool(1, "sim", {"engine-model": "torch"}).for_policy("heddle")
+    assert torch.options_for(0)["preemptive"] == "true"  # preemption keeps KV there
 
 
 def test_options_given_explicitly_win_and_real_engines_are_left_alone() -> None:
