@@ -20,6 +20,7 @@ import numpy as np
 
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.distributions import LogNormal
+from heddle.workloads.generator import seeded_rngs
 from heddle.workloads.spec import ToolModel
 
 
@@ -107,12 +108,7 @@ def sample_shape(
 ) -> list[TraceTrajectory]:
     """``num_trajectories`` trajectories of ``shape`` in groups of ``shape.group_size`` (the last
     group may be cut short). Same arguments, same trace; another ``epoch``, same prompts."""
-    if num_trajectories < 1:
-        raise ValueError(f"num_trajectories must be >= 1, got {num_trajectories}")
-    if seed < 0 or epoch < 0:
-        raise ValueError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
-    prompt_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
-    sample_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
+    prompt_rng, sample_rng = seeded_rngs(num_trajectories, seed, epoch)
     trajectories: list[TraceTrajectory] = []
     prompt_index = 0
     while len(trajectories) < num_trajectories:

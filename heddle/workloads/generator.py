@@ -18,6 +18,21 @@ from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.spec import ToolModel, TurnModel, WorkloadSpec
 
 
+def seeded_rngs(
+    num_trajectories: int, seed: int, epoch: int
+) -> tuple[np.random.Generator, np.random.Generator]:
+    """The prompt and sample generators of a synthetic trace (``ValueError`` for bad sizes):
+    prompts depend on ``seed`` only, samples on ``seed`` and ``epoch``, so another epoch
+    re-samples the same prompts."""
+    if num_trajectories < 1:
+        raise ValueError(f"num_trajectories must be >= 1, got {num_trajectories}")
+    if seed < 0 or epoch < 0:
+        raise ValueError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
+    prompt_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
+    sample_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
+    return prompt_rng, sample_rng
+
+
 def generate_from_spec(
     spec: WorkloadSpec,
     num_trajectories: int,
@@ -28,14 +43,9 @@ def generate_from_spec(
     """``num_trajectories`` trajectories in groups of ``group_size`` (default: the spec's);
     ``epoch`` re-samples the same prompts."""
     size = spec.group_size if group_size is None else group_size
-    if num_trajectories < 1:
-        raise ValueError(f"num_trajectories must be >= 1, got {num_trajectories}")
     if size < 1:
         raise ValueError(f"group_size must be >= 1, got {size}")
-    if seed < 0 or epoch < 0:
-        raise ValueError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
-    prompt_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0,)))
-    sample_rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
+    prompt_rng, sample_rng = seeded_rngs(num_trajectories, seed, epoch)
     trajectories: list[TraceTrajectory] = []
     prompt_index = 0
     while len(trajectories) < num_trajectories:
