@@ -61,8 +61,7 @@ class AdmissionGate:
         self.admission = KvAdmission(config)
         self._policy = policy
         self._growth = (1.0 + observation_ratio) * config.growth_share
-        self._duty_cycle = config.duty_cycle
-        self._retention_s = config.retention_s
+        self._config = config
         self._prior_tool_call_s = prior_tool_call_s
         self._tool_calls: dict[str, tuple[int, float]] = {}
         """Per rollout: tool calls seen and their seconds (the mean of a trajectory with none)."""
@@ -144,10 +143,12 @@ class AdmissionGate:
         if self.admission.is_held(key):
             self.admission.reprioritize(key, self._held_priority(key[0], trajectory))
 
+    def _seconds_per_token(self, rollout_id: str) -> float:
+        pace = self._paces.get(rollout_id, Pace())
+        return pace.seconds_per_token(self._prior_s, self._min_tokens)
+
     def _footprint(self, key: Key, trajectory: _Trajectory) -> Footprint:
-        pace = self._paces.get(key[0], Pace())
-        seconds_per_token = pace.seconds_per_token(self._prior_s, self._min_tokens)
-        decode_s = trajectory.remaining_tokens * seconds_per_token
+        decode_s = trajectory.remaining_tokens * self._seconds_per_token(key[0])
         remaining_s = decode_s + trajectory.remaining_tool_s
         share = 1.0
         if self._has_long_calls(key, trajectory) and remaining_s > 0:
@@ -160,21 +161,20 @@ class AdmissionGate:
 
     def _has_long_calls(self, key: Key, trajectory: _Trajectory) -> bool:
         """Whether its tool calls average over ``retention_s`` (its own, else its rollout's)."""
-        if not self._duty_cycle:
+        if not self._config.duty_cycle:
             return False
         calls, seconds = trajectory.num_tool_calls, trajectory.tool_call_s
         if calls == 0:
             calls, seconds = self._tool_calls.get(key[0], (0, 0.0))
         if calls == 0:
-            return self._prior_tool_call_s > self._retention_s
-        return seconds / calls > self._retention_s
+            return self._prior_tool_call_s > self._config.retention_s
+        return seconds / calls > self._config.retention_s
 
     def _held_priority(self, rollout_id: str, trajectory: _Trajectory) -> float:
-        pace = self._paces.get(rollout_id, Pace())
         facts = TrajectoryFacts(
             predicted_remaining_tokens=trajectory.remaining_tokens,
             predicted_remaining_tool_s=trajectory.remaining_tool_s,
-            seconds_per_token=pace.seconds_per_token(self._prior_s, self._min_tokens),
+            seconds_per_token=self._seconds_per_token(rollout_id),
             arrival_s=trajectory.arrival_s,
             step_arrival_s=trajectory.submitted_at,
         )

@@ -145,6 +145,8 @@ class PresortedPlacer:
         earn back)."""
         self._kv_transfer = kv_transfer
         self._tp_of: dict[str, int] = {}
+        self._num_on: Counter[str] = Counter()
+        """Trajectories per worker (``_worker_of`` counted, kept as it changes)."""
         self._hedge = hedge
         self._interleave = interleave_when_memory_bound
         self._cost_for_tp = cost_for_tp
@@ -236,12 +238,11 @@ class PresortedPlacer:
         target_tp = self._tp_of.get(request.target_id)
         if source_tp is None or target_tp is None:
             return True  # a worker registered after placement: nothing to weigh it by
-        batches = Counter(self._worker_of.values())
         estimate = estimate_move(
             self._cost_for_tp(source_tp),
             self._cost_for_tp(target_tp),
-            source_batch=batches[request.source_id],
-            target_batch=batches[request.target_id],
+            source_batch=self._num_on[request.source_id],
+            target_batch=self._num_on[request.target_id],
             context_tokens=context,
             remaining_tokens=remaining_tokens,
             kv_transfer=self._kv_transfer,
@@ -250,13 +251,15 @@ class PresortedPlacer:
 
     def on_moved(self, traj_id: str, worker_id: str) -> None:
         if traj_id in self._worker_of and self._planner is not None:
+            self._num_on[self._worker_of[traj_id]] -= 1
+            self._num_on[worker_id] += 1
             self._worker_of[traj_id] = worker_id
             self._planner.moved(traj_id, worker_id)
 
     def on_finished(self, traj_id: str) -> None:
         if self._predicted.pop(traj_id, None) is None:
             return
-        del self._worker_of[traj_id]
+        self._num_on[self._worker_of.pop(traj_id)] -= 1
         if self._planner is not None:
             self._planner.remove(traj_id)
 
@@ -281,6 +284,7 @@ class PresortedPlacer:
 
     def _track(self, traj_id: str, worker_id: str, predicted: float) -> None:
         self._worker_of[traj_id] = worker_id
+        self._num_on[worker_id] += 1
         self._predicted[traj_id] = predicted
         if self._planner is not None:
             self._planner.add(traj_id, worker_id, predicted)

@@ -1,4 +1,4 @@
-"""Sort-initialised simulated annealing over TP configurations (SPEC.md s.3): the paper's search,
+"""Sort-initialised simulated annealing over TP configurations (the paper, s.6): its search,
 kept as the reference the planner is measured against. The planner itself
 (``heddle.control.resources``) uses the exact search of ``heddle.policy.budget_search``, which
 finds the optimum of the same objective for every budget (the tests check it is never worse than

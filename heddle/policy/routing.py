@@ -20,7 +20,7 @@ and forgets a finished trajectory on ``release``. Routers are built from the wor
   LRU map from request id to server, new ids to the head of a least-requests heap over servers
   shuffled at start, so ties fall randomly; rLLM's router does the same with in-flight counts).
 * ``consistent_hash``: the trajectory id hashed to a worker; loads are ignored, so a saturated
-  worker keeps its sessions (calibration.md s.5, prime-rl #3255). This is slime's multi-turn
+  worker keeps its sessions (prime-rl #3255). This is slime's multi-turn
   advice (``docs/en/advanced/sglang-config.md``: ``--router-policy consistent_hashing``, with
   ``X-SMG-Routing-Key: sample.session_id``, one UUID per sample). The SGLang gateway
   (``sglang-router`` 0.3.2, ``smg`` ``src/policies/consistent_hashing.rs``) hashes the key with

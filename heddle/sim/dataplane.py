@@ -151,16 +151,7 @@ class SimDataPlane:
         worker = self._worker_of(t)
         t.num_requests += 1
         request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
-        job = GenerationJob(
-            request_id=request_id,
-            traj_id=t.traj_id,
-            num_context_tokens=t.context_tokens,
-            num_new_tokens=t.new_tokens,
-            num_output_tokens=t.trace.steps[t.step].output_tokens,
-            priority=t.priority,
-            group_id=t.trace.group,
-            num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
-        )
+        job = _job(t, request_id, t.new_tokens, t.trace.steps[t.step].output_tokens)
         try:
             worker.model.submit(job, now)
         except CapacityError as exc:
@@ -282,16 +273,7 @@ class SimDataPlane:
         t.num_requests += 1
         t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
         t.migration_tokens = 0
-        job = GenerationJob(
-            request_id=t.warmup_request_id,
-            traj_id=t.traj_id,
-            num_context_tokens=t.context_tokens,
-            num_new_tokens=0,
-            num_output_tokens=0,
-            priority=t.priority,
-            group_id=t.trace.group,
-            num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
-        )
+        job = _job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
         try:
             target.model.submit(job, now)
         except CapacityError:  # it cannot be cached there: move now, the step re-prefills
@@ -343,3 +325,19 @@ class SimDataPlane:
 
     def _worker_of(self, t: SimTrajectory) -> SimWorker:
         return self.workers[t.worker_id]
+
+
+def _job(
+    t: SimTrajectory, request_id: str, num_new_tokens: int, num_output_tokens: int
+) -> GenerationJob:
+    """A generation of ``t``'s whole context so far (its group's prompt shared in the cache)."""
+    return GenerationJob(
+        request_id=request_id,
+        traj_id=t.traj_id,
+        num_context_tokens=t.context_tokens,
+        num_new_tokens=num_new_tokens,
+        num_output_tokens=num_output_tokens,
+        priority=t.priority,
+        group_id=t.trace.group,
+        num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
+    )
