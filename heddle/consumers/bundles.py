@@ -11,7 +11,7 @@ from dataclasses import replace
 from heddle.consumers.slots import BundleFactory
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
-from heddle.control.resources import mean_tool_call_s, observation_ratio, tool_s_per_token
+from heddle.control.resources import HistoryRates
 from heddle.policy.cost_model import CostModel, preset
 from heddle.policy.online_predictor import OnlinePredictor
 from heddle.policy.predictors import Predictor
@@ -29,17 +29,16 @@ def control_options(
     """Options of every bundle; the planners' observation ratio and tool seconds per token come
     from ``history`` as in ``heddle.sim.simulate``. The predictor is a placeholder: only the
     prediction slot predicts, with the shared predictor (``bundle_factory``)."""
+    rates = HistoryRates.of(history)
     return ControlOptions(
         cost_for_tp=cost_for_tp(cost_model, hardware),
         predictor=OnlinePredictor(),
         seed=seed,
         # Live engines batch as they do; of the engine model only whether KV moves matters here.
         engine_model="torch" if transfer_kv else "sglang",
-        observation_ratio=observation_ratio(
-            [(t.num_output_tokens, _observation_tokens(t)) for t in history]
-        ),
-        tool_s_per_token=tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history]),
-        tool_call_s=mean_tool_call_s([(len(t.steps) - 1, t.tool_s) for t in history]),
+        observation_ratio=rates.observation_ratio,
+        tool_s_per_token=rates.tool_s_per_token,
+        tool_call_s=rates.tool_call_s,
     )
 
 
@@ -62,8 +61,3 @@ def cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:
         return preset(model, hardware, tp_degree)
 
     return by_degree
-
-
-def _observation_tokens(trajectory: TraceTrajectory) -> int:
-    """Observations the trajectory read (the last step's tool output is never read)."""
-    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])

@@ -32,6 +32,7 @@ from heddle.policy.placement import WorkerModel
 from heddle.policy.plan_choice import candidate_plans, choose_plan
 from heddle.policy.plan_estimate import AgentShape
 from heddle.policy.resources import ResourceProblem, TpInterference, fixed_configuration
+from heddle.traces import TraceTrajectory
 
 ResourceMode = Literal["annealed", "homogeneous"]
 DEFAULT_OBSERVATION_RATIO = 1.0
@@ -125,6 +126,27 @@ def mean_tool_call_s(history: Sequence[tuple[int, float]]) -> float:
     seconds)``; 0 without history."""
     calls = sum(count for count, _ in history)
     return sum(seconds for _, seconds in history) / calls if calls else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRates:
+    """What the planners and admission learn from earlier rollouts' completed trajectories."""
+
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO
+    tool_s_per_token: float = 0.0
+    tool_call_s: float = 0.0
+
+    @classmethod
+    def of(cls, history: Sequence[TraceTrajectory]) -> HistoryRates:
+        # The last step's tool output is never read: it is no observation.
+        observed = [
+            (t.num_output_tokens, sum(s.tool_output_tokens for s in t.steps[:-1])) for t in history
+        ]
+        return cls(
+            observation_ratio(observed),
+            tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history]),
+            mean_tool_call_s([(len(t.steps) - 1, t.tool_s) for t in history]),
+        )
 
 
 def plan_tp_degrees(

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heddle.control.resources import (
-    mean_tool_call_s,
-    observation_ratio,
-    tool_s_per_token,
-)
+from heddle.control.resources import HistoryRates
 from heddle.control.systems import (
     ControlOptions,
     SystemSpec,
@@ -51,9 +47,8 @@ def simulate(
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
-    ratio = observation_ratio([(t.num_output_tokens, _observation_tokens(t)) for t in history])
-    tool_rate = tool_s_per_token([(t.num_output_tokens, t.tool_s) for t in history])
-    call_s = mean_tool_call_s([(len(t.steps) - 1, t.tool_s) for t in history])
+    rates = HistoryRates.of(history)
+    ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
     if tp_degrees is None:
         from heddle.sim.planning import choose_workers  # it builds on plan_workers below
 
@@ -65,7 +60,7 @@ def simulate(
         engine_model=config.engine_model,
         observation_ratio=ratio,
         tool_s_per_token=tool_rate,
-        tool_call_s=call_s,
+        tool_call_s=rates.tool_call_s,
     )
     control = build_control_plane(spec, options)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
@@ -88,11 +83,6 @@ def make_simulation_predictor(
         prior_total_tokens=prior,
     )
     return fit(make_predictor(config.predictor, options), history)
-
-
-def _observation_tokens(trajectory: TraceTrajectory) -> int:
-    """Observations the trajectory read (the last step's tool output is never read)."""
-    return sum(step.tool_output_tokens for step in trajectory.steps[:-1])
 
 
 def lower_bound_s(
