@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -15,36 +14,14 @@ from heddle.policy.cost_model import AnalyticCostModel, preset
 from heddle.policy.plan_choice import candidate_plans, choose_plan
 from heddle.policy.plan_estimate import AgentShape, plan_makespan_s, worker_makespan_s
 from heddle.policy.resources import ResourceProblem, fixed_configuration
+from heddle.sim.kv_pressure import ScaledKvCostModel
 
 COST = preset("qwen3-32b", "h200", 2)
 
 
-@dataclass(frozen=True)
-class ScaledKv:
-    """A cost model with ``factor`` times the KV capacity of ``inner``."""
-
-    inner: AnalyticCostModel
-    factor: float
-
-    @property
-    def tp_degree(self) -> int:
-        return self.inner.tp_degree
-
-    @property
-    def max_kv_tokens(self) -> int:
-        return int(self.inner.max_kv_tokens * self.factor)
-
-    def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
-        return self.inner.decode_step_s(batch_size, total_context_tokens)
-
-    def prefill_s(self, num_tokens: int) -> float:
-        return self.inner.prefill_s(num_tokens)
-
-    def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
-        return self.inner.interference(batch_size, mean_context_tokens)
-
-    def solo_token_s(self, context_tokens: int = 0) -> float:
-        return self.inner.solo_token_s(context_tokens)
+def ScaledKv(inner: AnalyticCostModel, factor: float) -> ScaledKvCostModel:
+    """``inner`` with ``factor`` times its KV capacity (the sweep's KV-pressure model)."""
+    return ScaledKvCostModel(inner.model, inner.hardware, inner.tp_degree, factor)
 
 
 groups_st = st.lists(
@@ -76,7 +53,7 @@ def test_tool_time_is_overlapped_by_the_other_residents() -> None:
 def test_a_worker_that_holds_one_context_serialises_its_group() -> None:
     shape = AgentShape(observation_ratio=0.0)
     context = 1000 + 2000 // 2
-    tight = ScaledKv(COST, context * 1.5 / COST.max_kv_tokens)  # room for one at a time
+    tight = scaled_kv(COST, context * 1.5 / COST.max_kv_tokens)  # room for one at a time
     alone = worker_makespan_s([2000.0], [1000], tight, shape)
     eight = worker_makespan_s([2000.0] * 8, [1000] * 8, tight, shape)
     roomy = worker_makespan_s([2000.0] * 8, [1000] * 8, COST, shape)
@@ -104,8 +81,8 @@ def test_more_kv_never_estimates_slower(
     group: list[tuple[float, int]], shape: AgentShape, factor: float
 ) -> None:
     lengths, prompts = split(group)
-    small = ScaledKv(COST, 0.05)
-    large = ScaledKv(COST, 0.05 * factor)
+    small = scaled_kv(COST, 0.05)
+    large = scaled_kv(COST, 0.05 * factor)
     # Up to float noise: the fixed point is approached in a few rounds from either cap.
     assert worker_makespan_s(lengths, prompts, large, shape) <= worker_makespan_s(
         lengths, prompts, small, shape
