@@ -19,7 +19,7 @@ from heddle.sim.kv_pressure import ScaledKvCostModel
 COST = preset("qwen3-32b", "h200", 2)
 
 
-def ScaledKv(inner: AnalyticCostModel, factor: float) -> ScaledKvCostModel:
+def scaled_kv(inner: AnalyticCostModel, factor: float) -> ScaledKvCostModel:
     """``inner`` with ``factor`` times its KV capacity (the sweep's KV-pressure model)."""
     return ScaledKvCostModel(inner.model, inner.hardware, inner.tp_degree, factor)
 
