@@ -31,7 +31,13 @@ from heddle.policy.cost_model import HARDWARE, MODELS
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.predictors import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
-from heddle.sim.sweep import SPLITS, CellResult, SweepConfig, run_sweep
+from heddle.sim.sweep import SPLITS, SweepConfig, run_sweep
+from heddle.sim.sweep_plans import (
+    plan_markdown,
+    plan_sweep_document,
+    run_plan_sweep,
+    write_plan_figure,
+)
 from heddle.sim.sweep_report import markdown_report, write_figure
 from heddle.sim.sweep_summary import sweep_document
 from heddle.traces import TraceError, TraceTrajectory, read_trace
@@ -40,6 +46,7 @@ from heddle.workloads.zoo import ZOO
 
 DEFAULT_SYSTEMS = "heddle,verl,slime"
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 _DEFAULTS = SimConfig()
 
 
@@ -315,7 +322,10 @@ def _sweep_config(
         raise UserError(str(exc)) from None
 
 
-def _run_sweep_with_progress(config: SweepConfig, jobs: int) -> list[CellResult]:
+def _run_with_progress(
+    config: SweepConfig, jobs: int, run: Callable[..., list[_C]], what: str
+) -> list[_C]:
+    """``run(config, jobs=, on_done=)`` with a progress bar over its cells on stderr."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -325,17 +335,15 @@ def _run_sweep_with_progress(config: SweepConfig, jobs: int) -> list[CellResult]
     with Progress(
         *columns, console=Console(stderr=True), disable=not sys.stderr.isatty()
     ) as progress:
-        task = progress.add_task("sweep cells", total=config.num_cells)
+        task = progress.add_task(what, total=config.num_cells)
 
-        def done(result: CellResult) -> None:
+        def done(result: Any) -> None:
             progress.advance(task)
             cell = result.cell
             label = f"cell {cell.index} {cell.family} {cell.model} x{cell.num_gpus}"
-            progress.console.print(
-                f"{label} done in {result.wall_s:.0f} s ({result.cpu_s:.0f} s of CPU)"
-            )
+            progress.console.print(f"{label} done in {result.wall_s:.0f} s")
 
-        return run_sweep(config, jobs=jobs, on_done=done)
+        return run(config, jobs=jobs, on_done=done)
 
 
 @sim_app.command("sweep")
@@ -373,6 +381,14 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown report here")] = None,
     figure: Annotated[Path | None, typer.Option(help="Write a PNG figure here")] = None,
+    plans: Annotated[
+        bool,
+        typer.Option(
+            "--plans",
+            help="Instead of the systems: estimate vs simulated makespan of every candidate "
+            "TP plan per cell, and heddle's pick against the best homogeneous plan",
+        ),
+    ] = False,
 ) -> None:
     """Every system on zoo cells (family x draw x model x GPUs x KV pressure); ratios to heddle."""
     if jobs < 1:
@@ -391,7 +407,10 @@ def sweep(
         steps_per_cell,
     )
     start = time.perf_counter()
-    results = _run_sweep_with_progress(config, jobs)
+    if plans:
+        _plan_sweep(config, jobs, as_json, markdown, figure)
+        return
+    results = _run_with_progress(config, jobs, run_sweep, "sweep cells")
     document = sweep_document(config, results, time.perf_counter() - start, jobs)
     if markdown is not None:
         markdown.write_text(markdown_report(results, config))
@@ -401,3 +420,19 @@ def sweep(
         typer.echo(json.dumps(document))
     else:
         typer.echo(markdown_report(results, config))
+
+
+def _plan_sweep(
+    config: SweepConfig, jobs: int, as_json: bool, markdown: Path | None, figure: Path | None
+) -> None:
+    start = time.perf_counter()
+    results = _run_with_progress(config, jobs, run_plan_sweep, "plan cells")
+    report = plan_markdown(config, results)
+    if markdown is not None:
+        markdown.write_text(report)
+    if figure is not None:
+        write_plan_figure(results, figure)
+    if as_json:
+        typer.echo(json.dumps(plan_sweep_document(config, results, time.perf_counter() - start)))
+    else:
+        typer.echo(report)

@@ -124,6 +124,17 @@ def validate(workload: str, num_trajectories: int, config: SimConfig, seed: int 
     spec = SWE_LIKE if workload == SWE_LIKE.name else workload_spec(workload)
     trace = generate_from_spec(spec, num_trajectories, seed)
     history = generate_from_spec(spec, num_trajectories, seed, epoch=1)
+    return validate_trace(workload, trace, history, config)
+
+
+def validate_trace(
+    label: str,
+    trace: Sequence[TraceTrajectory],
+    history: Sequence[TraceTrajectory],
+    config: SimConfig,
+) -> Validation:
+    """Estimate and simulate every candidate plan of a rollout ``trace`` whose previous epoch
+    is ``history``, on ``config`` (its GPUs, engine model, predictor and KV)."""
     shape = learnt_shape(history)
     predictor = make_simulation_predictor(trace, config, history)
     lengths = [
@@ -148,7 +159,7 @@ def validate(workload: str, num_trajectories: int, config: SimConfig, seed: int 
         for c in candidates
     ]
     chosen = choose_plan(candidates).plan.tp_degrees
-    return Validation(workload, config.num_gpus, num_trajectories, rows, chosen)
+    return Validation(label, config.num_gpus, len(trace), rows, chosen)
 
 
 def learnt_shape(history: Sequence[TraceTrajectory]) -> AgentShape:

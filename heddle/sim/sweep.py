@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,7 @@ SPLITS: tuple[Split, ...] = ("tuning", "heldout", "all")
 _DRAW_SEEDS_PER_BASE_SEED = 100_000
 _SIM_DEFAULTS = SimConfig()
 _MAX_CELLS = 10_000  # either split then fits in one base seed's draw seeds
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,10 +190,14 @@ def _num_trajectories(trace: Sequence[TraceTrajectory], config: SweepConfig) -> 
     return len(trace)
 
 
-def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
-    """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
-    start, start_cpu = time.perf_counter(), time.process_time()
-    trace, history = cell_traces(cell, config)
+def cell_sim_config(
+    cell: Cell,
+    config: SweepConfig,
+    trace: Sequence[TraceTrajectory],
+    history: Sequence[TraceTrajectory],
+) -> tuple[SimConfig, KvPressure]:
+    """The simulation settings every system of the cell runs on: the cell's model and GPUs,
+    the sweep's engine model and predictor, and the KV scaled to the cell's target ratio."""
     kv = kv_pressure([trace, history], cell.model, config.hardware, cell.num_gpus, cell.kv_ratio)
     base = SimConfig(
         model=cell.model,
@@ -202,7 +207,14 @@ def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
         seed=cell.draw_seed,
         predictor=config.predictor,
     )
-    sim_config = scaled_config(base, kv.kv_scale)
+    return scaled_config(base, kv.kv_scale), kv
+
+
+def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
+    """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
+    start, start_cpu = time.perf_counter(), time.process_time()
+    trace, history = cell_traces(cell, config)
+    sim_config, kv = cell_sim_config(cell, config, trace, history)
     runs: dict[str, SystemRun] = {}
     errors: dict[str, str] = {}
     lower_bound_s: float | None = None
@@ -246,22 +258,36 @@ def run_sweep(
 ) -> list[CellResult]:
     """Every cell of ``config``, ``jobs`` at a time in worker processes (1: in this process);
     ``on_done`` hears of each cell as it finishes. Results come back in cell order."""
-    if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
-    cells = sweep_cells(config)
-    results: list[CellResult] = []
-    for result in _results(cells, config, jobs):
-        results.append(result)
-        if on_done is not None:
-            on_done(result)
+    results = map_cells(run_cell, config, jobs, on_done)
     return sorted(results, key=lambda r: r.cell.index)
 
 
-def _results(cells: list[Cell], config: SweepConfig, jobs: int) -> Iterator[CellResult]:
+def map_cells(
+    run: Callable[[Cell, SweepConfig], _R],
+    config: SweepConfig,
+    jobs: int,
+    on_done: Callable[[_R], None] | None = None,
+) -> list[_R]:
+    """``run(cell, config)`` for every cell of ``config``, ``jobs`` at a time in worker
+    processes (``run`` must then be a module-level function; 1: in this process), in the
+    order they finish; ``on_done`` hears of each."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    results: list[_R] = []
+    for result in _results(run, sweep_cells(config), config, jobs):
+        results.append(result)
+        if on_done is not None:
+            on_done(result)
+    return results
+
+
+def _results(
+    run: Callable[[Cell, SweepConfig], _R], cells: list[Cell], config: SweepConfig, jobs: int
+) -> Iterator[_R]:
     if jobs == 1:
-        yield from (run_cell(cell, config) for cell in cells)
+        yield from (run(cell, config) for cell in cells)
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run_cell, cell, config) for cell in cells]
+        futures = [pool.submit(run, cell, config) for cell in cells]
         for future in as_completed(futures):
             yield future.result()

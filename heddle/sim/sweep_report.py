@@ -13,7 +13,8 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _stats(stats: RatioStats | None) -> str:
+def format_stats(stats: RatioStats | None) -> str:
+    """``geomean / worst (cell k)``, or ``-``."""
     if stats is None:
         return "-"
     return f"{stats.geomean:.3f} / {stats.worst:.3f} (cell {stats.worst_cell})"
@@ -62,7 +63,11 @@ def _summary_table(summary: dict[str, SplitSummary]) -> list[str]:
     add("cells", [str(summary[s].num_cells) for s in splits])
     add(
         "heddle / best baseline: geomean / worst",
-        [_stats(summary[s].heddle_over_best_baseline) for s in splits],
+        [format_stats(summary[s].heddle_over_best_baseline) for s in splits],
+    )
+    add(
+        "LB / best baseline (headroom: the best any system could reach): geomean / largest",
+        [format_stats(summary[s].lb_over_best_baseline) for s in splits],
     )
     add("cells heddle < 0.98x best baseline", [str(summary[s].num_heddle_wins) for s in splits])
     add("cells heddle > 1.02x best baseline", [str(summary[s].num_heddle_losses) for s in splits])
@@ -70,7 +75,7 @@ def _summary_table(summary: dict[str, SplitSummary]) -> list[str]:
     for name in names:
         add(
             f"heddle / {name}: geomean / worst",
-            [_stats(summary[s].heddle_over.get(name)) for s in splits],
+            [format_stats(summary[s].heddle_over.get(name)) for s in splits],
         )
     systems = sorted({name for s in splits for name in summary[s].median_makespan_over_lb})
     for name in systems:

@@ -1,10 +1,12 @@
 """Ratios per sweep cell and their summary over cells (``heddle sim sweep``).
 
 Per cell: heddle over the best baseline (the ``baseline`` bundle of least makespan, named),
-heddle over each ablation and each variant (``SystemSpec.kind``), and each system's makespan
-over the cell's lower bound. Over cells, per split (all, tuning, heldout): the geometric mean
-and the worst (largest) of each ratio, the median makespan / lower bound, and the number of
-cells where heddle is under 0.98x the best baseline (a win) or over 1.02x (a loss).
+heddle over each ablation and each variant (``SystemSpec.kind``), each system's makespan over
+the cell's lower bound, and the lower bound over the best baseline: the smallest heddle / best
+baseline that any system could reach in that cell (its headroom). Over cells, per split (all,
+tuning, heldout): the geometric mean and the worst (largest) of each ratio, the median
+makespan / lower bound, and the number of cells where heddle is under 0.98x the best baseline
+(a win) or over 1.02x (a loss).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class CellRatios:
     heddle_over: dict[str, float]
     """heddle's makespan over each ablation's and variant's."""
     makespan_over_lb: dict[str, float]
+    lb_over_best_baseline: float | None
+    """The lower bound over the best baseline's makespan: no system's heddle / best baseline
+    can go below it."""
 
 
 def cell_ratios(result: CellResult) -> CellRatios:
@@ -48,6 +53,7 @@ def cell_ratios(result: CellResult) -> CellRatios:
         heddle_over_best_baseline=over_best,
         heddle_over=over,
         makespan_over_lb={name: run.makespan_over_lb for name, run in runs.items()},
+        lb_over_best_baseline=1.0 / runs[best].makespan_over_lb if best else None,
     )
 
 
@@ -81,6 +87,9 @@ class SplitSummary:
     """Cells where heddle > 1.02x the best baseline."""
     num_errors: int
     """System runs that raised (left out of the ratios)."""
+    lb_over_best_baseline: RatioStats | None
+    """Its geometric mean is the least heddle / best baseline geomean that any system could
+    reach on these cells (one that met the lower bound in every cell)."""
 
 
 def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
@@ -112,6 +121,9 @@ def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
         num_heddle_wins=sum(1 for _, v in versus_best if v < WIN_BELOW),
         num_heddle_losses=sum(1 for _, v in versus_best if v > LOSS_ABOVE),
         num_errors=sum(len(r.errors) for r in results),
+        lb_over_best_baseline=ratio_stats(
+            [(i, c.lb_over_best_baseline) for i, c in ratios if c.lb_over_best_baseline]
+        ),
     )
 
 

@@ -186,4 +186,7 @@ def test_ratios_pick_the_best_baseline_by_kind_and_summarise_per_split() -> None
     fix1 = summary["tuning"].heddle_over["fix-1"]
     assert fix1.geomean == pytest.approx(math.sqrt(0.5 * 3.0)) and fix1.worst == 3.0
     assert summary["all"].median_makespan_over_lb["heddle"] == pytest.approx(0.99)
+    assert ratios.lb_over_best_baseline == pytest.approx(100 / 55)
+    headroom = summary["all"].lb_over_best_baseline
+    assert headroom is not None and headroom.geomean == pytest.approx((100 / 55) ** (1 / 3))
     assert ratio_stats([]) is None
