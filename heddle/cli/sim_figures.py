@@ -68,11 +68,14 @@ def figures(
         int | None, typer.Option(help="GPU budget, >= 8 (default: the scale's)")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workloads and the simulator")] = 0,
+    engine_model: Annotated[
+        str, typer.Option(help="Engine model of every system (sglang, torch)")
+    ] = PAPER.engine_model,
 ) -> None:
     """Re-run the paper's experiments in simulation; write PNGs, tables and README.md to --out."""
     names = [name.strip() for name in only.split(",") if name.strip()]
     try:
-        scale = (QUICK if quick else PAPER).resized(trajectories, gpus, seed)
+        scale = (QUICK if quick else PAPER).resized(trajectories, gpus, seed, engine_model)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     unknown = [name for name in names if name not in experiment_names()]

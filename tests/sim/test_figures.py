@@ -165,6 +165,7 @@ def test_the_same_scale_gives_the_same_tables(tmp_path: Path) -> None:
     [
         (["--gpus", "4"], "num_gpus must be >= 8"),
         (["--only", "fig99"], "unknown experiment 'fig99'"),
+        (["--engine-model", "vllm"], "unknown engine model 'vllm'"),
     ],
 )
 def test_bad_flags_are_user_errors(tmp_path: Path, args: list[str], message: str) -> None:
@@ -180,7 +181,10 @@ def test_unknown_experiment_is_a_value_error(tmp_path: Path) -> None:
 
 def test_scale_describes_itself() -> None:
     lines = FigureScale(name="x", num_trajectories=10, num_gpus=8).describe()
-    assert lines[0] == "scale `x`: 10 trajectories per rollout, 8 x H200 GPUs, seed 0"
+    assert lines[0] == (
+        "scale `x`: 10 trajectories per rollout, 8 x H200 GPUs, seed 0, engine model `sglang` "
+        "for every system, online predictor unless a study says"
+    )
 
 
 def test_a_run_the_simulator_cannot_finish_costs_one_cell(

@@ -19,7 +19,13 @@ from heddle.workloads import generate
 
 def sim_config(scale: FigureScale, model: str, **changes: object) -> SimConfig:
     """The simulator's configuration at ``scale`` for ``model``; ``changes`` edit its fields."""
-    base = SimConfig(model=model, hardware=scale.hardware, num_gpus=scale.num_gpus, seed=scale.seed)
+    base = SimConfig(
+        model=model,
+        hardware=scale.hardware,
+        num_gpus=scale.num_gpus,
+        seed=scale.seed,
+        engine_model=scale.engine_model,
+    )
     return replace(base, **changes)  # type: ignore[arg-type]
 
 

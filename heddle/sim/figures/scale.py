@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from heddle.policy.cost_model import HARDWARE, MODELS
+from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.workloads import workload_names
 
 
@@ -23,6 +24,8 @@ class FigureScale:
     num_gpus: int
     """GPU budget of every simulated cluster (>= 8, so that Fix-8 has one worker)."""
     hardware: str = "h200"
+    engine_model: str = "sglang"
+    """How every system's engines behave (``heddle.policy.engine_models``)."""
     workloads: tuple[str, ...] = ("coding", "search", "math")
     """Workloads of the overall comparison (Fig. 12)."""
     models: tuple[str, ...] = ("qwen3-8b", "qwen3-14b", "qwen3-32b")
@@ -50,6 +53,10 @@ class FigureScale:
             raise ValueError(
                 f"unknown hardware {self.hardware!r}; choose one of {sorted(HARDWARE)}"
             )
+        if self.engine_model not in ENGINE_MODELS:
+            raise ValueError(
+                f"unknown engine model {self.engine_model!r}; choose one of {list(ENGINE_MODELS)}"
+            )
         for model in (*self.models, self.ablation_model):
             if model not in MODELS:
                 raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
@@ -63,7 +70,8 @@ class FigureScale:
         """The scale as lines for the README (what ran)."""
         return [
             f"scale `{self.name}`: {self.num_trajectories} trajectories per rollout, "
-            f"{self.num_gpus} x {self.hardware.upper()} GPUs, seed {self.seed}",
+            f"{self.num_gpus} x {self.hardware.upper()} GPUs, seed {self.seed}, engine model "
+            f"`{self.engine_model}` for every system, online predictor unless a study says",
             f"overall comparison: workloads {', '.join(self.workloads)}; "
             f"models {', '.join(self.models)}",
             f"per-mechanism experiments: {self.ablation_model} on "
@@ -78,9 +86,11 @@ class FigureScale:
         num_trajectories: int | None = None,
         num_gpus: int | None = None,
         seed: int | None = None,
+        engine_model: str | None = None,
     ) -> FigureScale:
         return replace(
             self,
+            engine_model=engine_model or self.engine_model,
             num_trajectories=num_trajectories or self.num_trajectories,
             num_gpus=num_gpus or self.num_gpus,
             seed=self.seed if seed is None else seed,
