@@ -67,10 +67,12 @@ def choose_workers(
         if homogeneous and homogeneous not in candidates:
             candidates.append(homogeneous)
 
+    placed_by = _history_placement_lengths(trace, history, spec, predictor)
+
     def split(tp_degrees: Sequence[int]) -> Groups:
         if spec.placement == PRESORTED:
             return _presorted_groups(
-                history, tp_degrees, config, observation_ratio, tool_s_per_token
+                history, placed_by, tp_degrees, config, observation_ratio, tool_s_per_token
             )
         return _even_groups(history, len(tp_degrees))
 
@@ -96,16 +98,7 @@ def plan_workers(
 ) -> list[int]:
     """The TP degree of each worker under the bundle's resource mode; ``shape`` (learnt from
     history; default: the two ratios and default turns) feeds the plan estimate."""
-    trajectories = build_trajectories(trace)
-    if spec.resources == "annealed":
-        if predictor is None:
-            raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
-        lengths = [
-            predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
-            for t in trajectories.values()
-        ]
-    else:
-        lengths = [float(t.num_output_tokens) for t in trace]
+    lengths = planning_lengths(trace, spec, predictor)
     prompts = [t.prompt_tokens for t in trace]
     context = representative_context(prompts, lengths, observation_ratio)
     return plan_tp_degrees(
@@ -122,21 +115,67 @@ def plan_workers(
     )
 
 
+def planning_lengths(
+    trace: Sequence[TraceTrajectory], spec: SystemSpec, predictor: Predictor | None
+) -> list[float]:
+    """The output lengths a bundle plans with, in trace order: the predictor's first
+    predictions for an annealed plan (what the control plane knows at submission), the true
+    lengths otherwise (a homogeneous plan only needs the workload's totals)."""
+    if spec.resources != "annealed":
+        return [float(t.num_output_tokens) for t in trace]
+    if predictor is None:
+        raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
+    return [
+        predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
+        for t in build_trajectories(trace).values()
+    ]
+
+
+def _history_placement_lengths(
+    trace: Sequence[TraceTrajectory],
+    history: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    predictor: Predictor | None,
+) -> list[float]:
+    """What the presorted placer sorts the history by in the profile check: the lengths the
+    live rollout is placed by, carried over to the same prompts. History trajectory ``i`` is
+    the same prompt and sample index as trace trajectory ``i`` in another epoch, so it takes
+    trace ``i``'s planning length (for the predicting bundles, a prediction, not the history's
+    own outcome, which no placer knows in advance); a history of other prompts takes the mean
+    planning length of its group in the trace, or its own length when its group is new."""
+    if predictor is None or spec.resources != "annealed":
+        return [float(t.num_output_tokens) for t in history]
+    lengths = planning_lengths(trace, spec, predictor)
+    if [t.group for t in trace] == [t.group for t in history]:
+        return lengths
+    by_group: dict[str, list[float]] = {}
+    for trajectory, length in zip(trace, lengths, strict=True):
+        by_group.setdefault(trajectory.group, []).append(length)
+    return [
+        sum(by_group[t.group]) / len(by_group[t.group])
+        if t.group in by_group
+        else float(t.num_output_tokens)
+        for t in history
+    ]
+
+
 def _presorted_groups(
     history: Sequence[TraceTrajectory],
+    lengths: Sequence[float],
     tp_degrees: Sequence[int],
     config: SimConfig,
     observation_ratio: float,
     tool_s_per_token: float,
 ) -> Groups:
+    """The history split as the presorted placer splits it, sorted by ``lengths``."""
     placer = PresortedPlacer(
         config.cost_for_tp,
         observation_ratio=observation_ratio,
         tool_s_per_token=tool_s_per_token,
     )
     requests = [
-        PlacementRequest(str(index), float(t.num_output_tokens), t.prompt_tokens)
-        for index, t in enumerate(history)
+        PlacementRequest(str(index), length, t.prompt_tokens)
+        for index, (t, length) in enumerate(zip(history, lengths, strict=True))
     ]
     workers = [WorkerInfo(f"w{index}", tp) for index, tp in enumerate(tp_degrees)]
     groups: dict[str, list[TraceTrajectory]] = {worker.worker_id: [] for worker in workers}

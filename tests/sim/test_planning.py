@@ -10,7 +10,13 @@ import pytest
 from heddle.control.systems import engine_config, system_spec
 from heddle.policy.batching import BatchingConfig
 from heddle.sim import SimConfig, make_simulation_predictor, plan_workers
-from heddle.sim.planning import _even_groups, _presorted_groups, choose_workers
+from heddle.sim.planning import (
+    _even_groups,
+    _history_placement_lengths,
+    _presorted_groups,
+    choose_workers,
+    planning_lengths,
+)
 from heddle.sim.profile import group_makespan_s, plan_makespan_s
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
@@ -73,9 +79,11 @@ def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
         return
     engine = replace(engine_config(spec, config.engine), max_running=config.max_running)
 
+    placed_by = _history_placement_lengths(trace, history, spec, predictor)
+
     def score(tps: list[int]) -> float:
         groups = (
-            _presorted_groups(history, tps, config, 1.0, 0.0)
+            _presorted_groups(history, placed_by, tps, config, 1.0, 0.0)
             if spec.placement == "presorted"
             else _even_groups(history, len(tps))
         )
@@ -87,3 +95,28 @@ def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
         return plan_makespan_s(groups, tps, config.cost_for_tp, engine, priority)
 
     assert score(chosen) <= score(analytic) * (1 + 1e-9)
+
+
+def test_the_profile_check_places_the_history_by_the_rollouts_predictions() -> None:
+    """No placer knows a trajectory's outcome in advance: the history is split by what the
+    live rollout is placed by (the same prompt's prediction), not by its own lengths."""
+    trace = generate("math", 32, seed=2)
+    history = generate("math", 32, seed=2, epoch=1)
+    config = SimConfig(model=MODEL, num_gpus=8)
+    spec = system_spec("heddle")
+    predictor = make_simulation_predictor(trace, config, history)
+    predicted = planning_lengths(trace, spec, predictor)
+    assert _history_placement_lengths(trace, history, spec, predictor) == predicted
+    assert predicted != [float(t.num_output_tokens) for t in history]
+    # Other prompts: each history trajectory takes its group's mean prediction in the trace.
+    shuffled = history[8:] + history[:8]
+    by_group: dict[str, list[float]] = {}
+    for t, length in zip(trace, predicted, strict=True):
+        by_group.setdefault(t.group, []).append(length)
+    expected = [sum(by_group[t.group]) / len(by_group[t.group]) for t in shuffled]
+    assert _history_placement_lengths(trace, shuffled, spec, predictor) == pytest.approx(expected)
+    # Bundles that do not predict are placed by routers: the history's own lengths.
+    verl = system_spec("verl")
+    assert _history_placement_lengths(trace, history, verl, None) == [
+        float(t.num_output_tokens) for t in history
+    ]
