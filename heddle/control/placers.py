@@ -11,7 +11,10 @@
   ranking it among the short ones puts it in a crowded group. Two guards of
   ``heddle.policy.robust_placement``: block sizes are hedged towards equal groups against
   prediction errors, and a memory-bound rollout is spread by LPT list scheduling instead of
-  contiguous groups (no rank shares then, so no migrations).
+  contiguous groups (no rank shares then, so no rank migrations). Where the rank planner leaves
+  a trajectory in place, a re-balancing move (``heddle.policy.rebalance``) may still send it to
+  a worker where it and that worker's longest finish sooner: ranks are only as good as the first
+  predictions, batch sizes are known.
 * ``RouterPlacer`` (the baselines): every step's request goes where a
   ``heddle.policy.routing`` router sends it, given the workers' in-flight requests. Sticky
   routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
@@ -29,6 +32,7 @@ placement decider.
 from __future__ import annotations
 
 import random
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +53,7 @@ from heddle.policy.migration import (
     shares_from_partition,
 )
 from heddle.policy.placement import partition_heterogeneous
+from heddle.policy.rebalance import WorkerQueue, rebalance_target
 from heddle.policy.robust_placement import hedged, interleaved, is_memory_bound
 from heddle.policy.routing import RouteRequest, make_router
 
@@ -138,11 +143,19 @@ class PresortedPlacer:
         tool_s_per_token: float = 0.0,
         hedge: float = 0.0,
         interleave_when_memory_bound: bool = True,
+        rebalance: bool = True,
     ) -> None:
         """``hedge``: how far block sizes move towards equal groups (0 for exact predictions);
         ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead;
         ``kv_transfer``: migrations move the KV (else the target re-prefills, a cost a move must
-        earn back)."""
+        earn back); ``rebalance``: with migration on, a trajectory the rank planner leaves in
+        place may still move to shorten its batch's finish (``heddle.policy.rebalance``)."""
+        self._rebalance = rebalance and migration
+        self._remaining: dict[str, float] = {}
+        """Predicted remaining output tokens of each tracked trajectory (last prediction)."""
+        self._remaining_worker: dict[str, str] = {}
+        self._remaining_on: dict[str, list[float]] = {}
+        """Per worker, its trajectories' remaining tokens, sorted (the longest last)."""
         self._kv_transfer = kv_transfer
         self._tp_of: dict[str, int] = {}
         self._num_on: Counter[str] = Counter()
@@ -219,15 +232,68 @@ class PresortedPlacer:
         remaining_tokens: float = 0.0,
         context_tokens: int = 0,
     ) -> MigrationRequest | None:
-        if traj_id not in self._predicted or self._planner is None:
+        if traj_id not in self._predicted:
             return None
         self._predicted[traj_id] = predicted
-        request = self._planner.update(traj_id, predicted)
-        if request is None or not self._migration:
-            return None
+        self._set_remaining(traj_id, self._worker_of[traj_id], remaining_tokens)
+        if self._planner is not None:
+            request = self._planner.update(traj_id, predicted)
+            if (
+                request is not None
+                and self._migration
+                and self._rank_move_pays(request, remaining_tokens, context_tokens)
+            ):
+                return request
+        return self._rebalancing_move(traj_id, remaining_tokens, predicted, context_tokens)
+
+    def _rank_move_pays(
+        self, request: MigrationRequest, remaining_tokens: float, context_tokens: int
+    ) -> bool:
         if request.by_rescaling and self._is_slower(request.target_id, request.source_id):
-            return None  # others finishing must not push a straggler onto a lower TP degree
-        return request if self._pays(request, remaining_tokens, context_tokens) else None
+            return False  # others finishing must not push a straggler onto a lower TP degree
+        return self._pays(request, remaining_tokens, context_tokens)
+
+    def _rebalancing_move(
+        self, traj_id: str, remaining_tokens: float, predicted: float, context_tokens: int
+    ) -> MigrationRequest | None:
+        if not self._rebalance:
+            return None
+        source_id = self._worker_of[traj_id]
+        queues = {
+            worker_id: WorkerQueue(
+                worker_id,
+                self._cost_for_tp(tp),
+                len(self._remaining_on.get(worker_id, ())),
+                self._remaining_on[worker_id][-1] if self._remaining_on.get(worker_id) else 0.0,
+            )
+            for worker_id, tp in self._tp_of.items()
+        }
+        if source_id not in queues or not queues[source_id].batch:
+            return None
+        target = rebalance_target(
+            remaining_tokens,
+            queues[source_id],
+            [queue for worker_id, queue in queues.items() if worker_id != source_id],
+            context_tokens=context_tokens,
+            kv_transfer=self._kv_transfer,
+        )
+        if target is None:
+            return None
+        rank = self._planner.rank_of(traj_id) if self._planner is not None else 0
+        return MigrationRequest(traj_id, source_id, target, rank, predicted)
+
+    def _set_remaining(self, traj_id: str, worker_id: str | None, remaining: float | None) -> None:
+        """Move ``traj_id``'s entry in the per-worker sorted remaining lists (None: drop it)."""
+        old = self._remaining.pop(traj_id, None)
+        old_worker = self._remaining_worker.pop(traj_id, None)
+        if old is not None and old_worker is not None:
+            values = self._remaining_on[old_worker]
+            del values[bisect_left(values, old)]
+        if worker_id is None or remaining is None:
+            return
+        self._remaining[traj_id] = remaining
+        self._remaining_worker[traj_id] = worker_id
+        insort(self._remaining_on.setdefault(worker_id, []), remaining)
 
     def _is_slower(self, target_id: str, source_id: str) -> bool:
         return self._tp_of.get(target_id, 0) < self._tp_of.get(source_id, 0)
@@ -250,21 +316,27 @@ class PresortedPlacer:
         return estimate.pays
 
     def on_moved(self, traj_id: str, worker_id: str) -> None:
-        if traj_id in self._worker_of and self._planner is not None:
-            self._num_on[self._worker_of[traj_id]] -= 1
-            self._num_on[worker_id] += 1
-            self._worker_of[traj_id] = worker_id
+        if traj_id not in self._worker_of:
+            return
+        source_id = self._worker_of[traj_id]
+        self._num_on[source_id] -= 1
+        self._num_on[worker_id] += 1
+        self._set_remaining(traj_id, worker_id, self._remaining.get(traj_id))
+        self._worker_of[traj_id] = worker_id
+        if self._planner is not None:
             self._planner.moved(traj_id, worker_id)
 
     def on_finished(self, traj_id: str) -> None:
         if self._predicted.pop(traj_id, None) is None:
             return
+        self._set_remaining(traj_id, None, None)
         self._num_on[self._worker_of.pop(traj_id)] -= 1
         if self._planner is not None:
             self._planner.remove(traj_id)
 
     def on_worker_failed(self, worker_id: str) -> None:
         """Drop the worker's share: the planner restarts from the surviving shares."""
+        self._tp_of.pop(worker_id, None)  # no move targets it any more
         if self._planner is None:
             return
         self._shares = [share for share in self._shares if share.worker_id != worker_id]
@@ -285,6 +357,7 @@ class PresortedPlacer:
     def _track(self, traj_id: str, worker_id: str, predicted: float) -> None:
         self._worker_of[traj_id] = worker_id
         self._num_on[worker_id] += 1
+        self._set_remaining(traj_id, worker_id, predicted)
         self._predicted[traj_id] = predicted
         if self._planner is not None:
             self._planner.add(traj_id, worker_id, predicted)

@@ -12,16 +12,17 @@ Baselines follow the code of the systems they name; they are never tuned down, a
 homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  migration (s.5), annealed heterogeneous TP (s.6), and KV admission in the control plane: a
-  trajectory starts only when its worker's projected KV has room for it
-  (``heddle.control.admission``), so engines do not thrash when a rollout's contexts outgrow
-  the cluster's KV.
+  migration (s.5) plus re-balancing moves in tool gaps (``heddle.policy.rebalance``, ours),
+  annealed heterogeneous TP (s.6), and KV admission in the control plane: a trajectory starts
+  only when its worker's projected KV has room for it (``heddle.control.admission``), so
+  engines do not thrash when a rollout's contexts outgrow the cluster's KV.
 - ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
   the engines (which then evict and re-prefill).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
   paper's Fig. 15 least-load baseline).
+- ``heddle-no-rebalance``: migrations by predicted rank only (the paper's s.5.3 rule).
 - ``heddle-no-resource``: homogeneous TP instead of the annealed plan.
 - ``verl``: ``volcengine/verl`` ``verl/experimental/agent_loop/agent_loop.py``:
   ``AsyncLLMServerManager._choose_server`` keeps an LRU map request id -> server (sticky
@@ -101,6 +102,9 @@ class SystemSpec:
     agents under KV pressure: 1,783 s preempting, 735 s not; the best baseline 1,744 s);
     they still admit by priority. Baselines preempt as their own code does."""
     admission: bool = True
+    rebalance: bool = True
+    """Presorted placement with migration also moves a trajectory in its tool gap when that
+    shortens its batch's finish (``heddle.policy.rebalance``)."""
     """Presorted placement starts a trajectory only when a worker's projected KV has room for
     it (``heddle.control.admission``); routed placements (the baselines, and the ablations that
     replace placement) start everything at once."""
@@ -152,6 +156,12 @@ SYSTEMS: dict[str, SystemSpec] = {
             "heddle with a least-load router re-balancing every step",
             placement="least_load",
             migration=False,
+            kind="ablation",
+        ),
+        _heddle(
+            "heddle-no-rebalance",
+            "heddle migrating by predicted rank only (the paper's rule)",
+            rebalance=False,
             kind="ablation",
         ),
         _heddle(
@@ -310,6 +320,7 @@ def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], P
                 observation_ratio=options.observation_ratio,
                 tool_s_per_token=options.tool_s_per_token,
                 hedge=options.effective_placement_hedge,
+                rebalance=spec.rebalance,
             )
 
         return presorted
