@@ -66,17 +66,19 @@ class WorkerPool:
         return [f"{self.id_prefix}{index:02d}" for index in range(self.num_workers)]
 
     def for_policy(self, policy: str) -> WorkerPool:
-        """The pool with ``sim`` engines batching as the simulator does under ``policy``
-        (preemption and prefix-cache eviction of ``heddle.control.systems.engine_config``);
-        options given explicitly win. Real engines batch as they do."""
-        if self.engine != "sim":
+        """The pool with its engines preempting as the simulator's do under ``policy``
+        (``heddle.control.systems.engine_config``): ``sim`` engines on their engine model,
+        ``sglang`` engines on the ``sglang`` model (a bundle that does not preempt where
+        preemption drops KV runs them with ``preemptive false``). Options given explicitly
+        win; other engines batch as they do."""
+        if self.engine not in ("sim", "sglang"):
             return self
-        given_model = {k.replace("-", "_"): v for k, v in self.engine_options.items()}.get(
-            "engine_model", DEFAULT_ENGINE_MODEL
+        given = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
+        model = (
+            given.get("engine_model", DEFAULT_ENGINE_MODEL) if self.engine == "sim" else "sglang"
         )
-        engine = engine_config(system_spec(policy), engine_model(given_model))
+        engine = engine_config(system_spec(policy), engine_model(model))
         options = {"preemptive": str(engine.preemptive).lower()}
-        given = {name.replace("-", "_") for name in self.engine_options}
         merged = {k: v for k, v in options.items() if k not in given}
         return replace(self, engine_options={**self.engine_options, **merged})
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheSnapshot,
     EngineCapabilities,
@@ -80,7 +82,7 @@ class SglangEngine:
             max_running=self._queue.max_running if self._queue else self.settings.max_running,
             max_kv_tokens=self._max_kv_tokens,
             can_export_kv=False,
-            can_preempt=True,
+            can_preempt=self.settings.preemptive,
             native_priority_update=False,
             extras={
                 "url": self.client.base_url,
@@ -106,7 +108,13 @@ class SglangEngine:
                 f"SGLang at {self.client.base_url} reports no max_running_requests; "
                 "set the engine's max_running option"
             )
-        self._queue = AdmissionQueue(max_running=max_running, preemption=self.settings.preemption)
+        self._queue = AdmissionQueue(max_running=max_running, preemption=self._preemption())
+
+    def _preemption(self) -> PreemptionConfig:
+        """The queue's margins; an infinite gap when the engine must not preempt."""
+        if self.settings.preemptive:
+            return self.settings.preemption
+        return PreemptionConfig(min_priority_gap=math.inf)
 
     async def close(self) -> None:
         """Abort our in-flight requests on the server, then close the connection pool."""
@@ -153,8 +161,11 @@ class SglangEngine:
             self._dispatch()
 
     async def preempt(self, request_id: str) -> None:
-        """Abort the running segment, keep its output, and queue the remainder again."""
+        """Abort the running segment, keep its output, and queue the remainder again (nothing
+        when the engine runs without preemption)."""
         job = self._jobs.get(request_id)
+        if not self.settings.preemptive:
+            return
         if job is not None and self._require_queue().preempt(request_id):
             self._start_draining(job)
             self._dispatch()

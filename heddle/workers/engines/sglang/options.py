@@ -21,6 +21,10 @@ class EngineSettings:
     """Most requests submitted at once; 0 takes the server's ``max_running_requests``."""
     preemption: PreemptionConfig = PreemptionConfig()
     """When a waiting request beats the lowest running one (shared PPS policy)."""
+    preemptive: bool = True
+    """Preempt at all. SGLang's preemption drops the victim's KV (the ``sglang`` engine model),
+    so bundles that do not preempt there (``SystemSpec.preempts_losing_kv``) run with False:
+    requests are still admitted by priority."""
     priority_scale: float = 1.0
     """SGLang's integer priority is ``round(priority * priority_scale)``."""
     stream: bool = False
@@ -52,6 +56,10 @@ class SglangEngineOptions:
     log_path: str = field(default="", metadata=_help("file for the launched server's output"))
     max_running: int = field(
         default=0, metadata=_help("most requests submitted at once (0: the server's max)")
+    )
+    preemptive: bool = field(
+        default=True,
+        metadata=_help("preempt for a higher priority (false: admit by priority only)"),
     )
     preemption_threshold: float = field(
         default=0.0, metadata=_help("priority gap by which a waiting request preempts")
