@@ -121,7 +121,10 @@ class SglangDouble:
         line = await reader.readline()
         if not line:
             return False
-        method, target, _ = line.decode("latin-1").split(" ", 2)
+        parts = line.decode("latin-1").split(" ", 2)
+        if len(parts) != 3:
+            return False  # not HTTP/1 (the router probes for HTTP/2 first): hang up
+        method, target, _ = parts
         headers: dict[str, str] = {}
         while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
             name, _, value = header.decode("latin-1").partition(":")

@@ -158,6 +158,12 @@ class SglangClient:
         response = await self._control_get(SERVER_INFO_PATHS)
         return _decode(protocol.decode_server_info, response.content, "/server_info")
 
+    async def router_workers(self) -> list[str]:
+        """The server URLs of the ``sglang-router`` this client talks to (``GET /workers``)."""
+        response = await self._control_get(("/workers",))
+        listing = _decode(protocol.decode_router_workers, response.content, "/workers")
+        return [worker.url for worker in listing.workers]
+
     async def is_ready(self) -> bool:
         """True when the server answers its readiness probe with 200 (never raises)."""
         for path in READY_PATHS:

@@ -48,6 +48,7 @@ from heddle.workers.engines.sglang.protocol import (
     ServerInfo,
     to_priority,
 )
+from heddle.workers.engines.sglang.routed import RouterTarget
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,12 @@ class SglangEngine:
         settings: EngineSettings = EngineSettings(),
         *,
         clock: Callable[[], float] = time.monotonic,
+        router: RouterTarget | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
+        self.router = router
+        """Generation goes through this ``sglang-router`` when set (``routed.py``)."""
         self._clock = clock
         self._rid_prefix = f"hd{secrets.token_hex(4)}"
         self._num_rids = 0
@@ -89,6 +93,7 @@ class SglangEngine:
                 "version": self._info.version or "",
                 "migration": "warm_up",
                 "priority_scheduling": str(self._info.enable_priority_scheduling).lower(),
+                "router": self.router.url if self.router else "",
             },
         )
 
@@ -126,6 +131,8 @@ class SglangEngine:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.client.close()
+        if self.router is not None:
+            await self.router.close()
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         queue = self._require_queue()
@@ -181,9 +188,14 @@ class SglangEngine:
 
     async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
         """Prefill ``input_token_ids`` into this server's radix cache without generating
-        (``max_new_tokens: 0``), so the trajectory's next step, migrated here, hits the cache."""
+        (``max_new_tokens: 0``), so the trajectory's next step, migrated here, hits the cache
+        (nothing behind a router)."""
         if not input_token_ids:
             raise ValueError(f"warm_up of {trajectory_id!r} needs a non-empty context")
+        if self.router is not None:
+            # The router, not this engine, picks the server of the next step (and slime
+            # warms nothing up): a prefill here would only fill a cache it may never use.
+            return WarmUpResult(num_prompt_tokens=len(input_token_ids), num_cached_tokens=0)
         body = GenerateBody(
             input_ids=list(input_token_ids),
             sampling_params=SamplingParamsWire(max_new_tokens=0),
@@ -253,10 +265,11 @@ class SglangEngine:
 
     async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
         latest = GenerateOutput()
+        generator = self.router.router if self.router else self.client
         try:
             if not self.settings.stream:
-                return await self.client.generate(body)
-            async for frame in self.client.generate_stream(body):
+                return await generator.generate(body)
+            async for frame in generator.generate_stream(body):
                 if not latest.output_ids and frame.output_ids:
                     job.prefill_s += self._clock() - started_s  # time to the first token
                 latest = frame
@@ -305,7 +318,7 @@ class SglangEngine:
 
     async def _abort_quietly(self, rid: str) -> None:
         try:
-            await self.client.abort(rid)
+            await (self.router or self.client).abort(rid)
         except EngineError as exc:
             log.warning("abort of %s failed: %s", rid, exc)
 

@@ -25,6 +25,7 @@ from heddle.workers.engines.base import EngineError
 from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine
 from heddle.workers.engines.sglang.options import EngineSettings, SglangEngineOptions
+from heddle.workers.engines.sglang.routed import RouterTarget
 from heddle.workers.engines.sglang.supervisor import (
     ServerSupervisor,
     SupervisorConfig,
@@ -104,9 +105,14 @@ class LaunchedSglangEngine(SglangEngine):
     """An ``SglangEngine`` that starts (and finally stops) its own supervised server."""
 
     def __init__(
-        self, client: SglangClient, settings: EngineSettings, supervisor: ServerSupervisor
+        self,
+        client: SglangClient,
+        settings: EngineSettings,
+        supervisor: ServerSupervisor,
+        *,
+        router: RouterTarget | None = None,
     ) -> None:
-        super().__init__(client, settings)
+        super().__init__(client, settings, router=router)
         self.supervisor = supervisor
 
     async def start(self) -> None:
@@ -151,18 +157,8 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
     """The registry factory: a not-yet-started engine for ``--url``, or one that launches its
     own server for ``--launch``."""
     spec = launch_spec(options) if options.launch else None
-    client = SglangClient(
-        spec.base_url if spec else options.url,
-        timeouts=ClientTimeouts(
-            connect_s=options.connect_timeout_s, request_s=options.request_timeout_s
-        ),
-        retry=RetryPolicy(
-            max_retries=options.max_retries,
-            backoff_initial_s=options.backoff_initial_s,
-            backoff_max_s=options.backoff_max_s,
-        ),
-        incremental_streaming=options.incremental_streaming,
-    )
+    client = _client(spec.base_url if spec else options.url, options)
+    router = RouterTarget(_client(options.router_url, options)) if options.router_url else None
     settings = EngineSettings(
         max_running=options.max_running,
         preemption=PreemptionConfig(
@@ -177,7 +173,22 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
         ready_timeout_s=options.ready_timeout_s,
     )
     if spec is None:
-        return SglangEngine(client, settings)
+        return SglangEngine(client, settings, router=router)
     return LaunchedSglangEngine(
-        client, settings, supervise(spec.command(), client, options=options)
+        client, settings, supervise(spec.command(), client, options=options), router=router
+    )
+
+
+def _client(url: str, options: SglangEngineOptions) -> SglangClient:
+    return SglangClient(
+        url,
+        timeouts=ClientTimeouts(
+            connect_s=options.connect_timeout_s, request_s=options.request_timeout_s
+        ),
+        retry=RetryPolicy(
+            max_retries=options.max_retries,
+            backoff_initial_s=options.backoff_initial_s,
+            backoff_max_s=options.backoff_max_s,
+        ),
+        incremental_streaming=options.incremental_streaming,
     )

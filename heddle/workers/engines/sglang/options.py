@@ -43,6 +43,10 @@ def _help(text: str) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class SglangEngineOptions:
     url: str = field(default="", metadata=_help("URL of a running SGLang server (not with launch)"))
+    router_url: str = field(
+        default="",
+        metadata=_help("post /generate through this sglang-router (slime's routing)"),
+    )
     launch: bool = field(default=False, metadata=_help("start and supervise our own server"))
     model: str = field(default="", metadata=_help("model path or name for --launch"))
     tp: int = field(default=1, metadata=_help("tensor-parallel degree for --launch"))
@@ -97,8 +101,9 @@ class SglangEngineOptions:
             raise ValueError("give exactly one of --url (a running server) or --launch")
         if self.launch and not self.model:
             raise ValueError("--launch needs --model (a model path or name)")
-        if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r} must start with http:// or https://")
+        for name, url in (("url", self.url), ("router-url", self.router_url)):
+            if url and not url.startswith(("http://", "https://")):
+                raise ValueError(f"--{name} {url!r} must start with http:// or https://")
         if self.tp < 1 or self.max_running < 0 or self.max_retries < 0 or self.max_restarts < 0:
             raise ValueError("tp must be >= 1; max-running, max-retries, max-restarts >= 0")
         if not 0 <= self.port < 65536:
