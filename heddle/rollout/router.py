@@ -6,10 +6,12 @@ same instead of routing through Heddle's model of the router (``heddle.policy.ca
 the simulator's). ``routed_policy`` names the router policy of such a bundle:
 
 - ``slime``: ``cache_aware``, the router's default, with its own thresholds.
-- ``slime-consistent-hash`` and ``slime-least-inflight`` keep the model: the router's
-  ``launch_router`` CLI (0.3.2) offers no ``consistent_hashing`` (only its Python bindings take
-  it, and it routes on an ``X-SMG-Routing-Key`` header per session), and least-inflight is
-  slime's own Python router (``slime/router/router.py``), not ``sglang-router``.
+- ``slime-consistent-hash``: ``consistent_hashing`` on the session, as slime advises for
+  multi-turn; the engines send the trajectory id as ``X-SMG-Routing-Key``. The
+  ``launch_router`` CLI (0.3.2) omits the policy from its choices while its Python bindings
+  take it, so this one is launched through ``launch_router(parse_router_args(...))``.
+- ``slime-least-inflight`` keeps the model: it is slime's own Python router
+  (``slime/router/router.py``), not ``sglang-router``.
 
 ``RouterProcess`` runs ``python -m sglang_router.launch_router --worker-urls ... --policy P``
 on a free loopback port, waits until it lists every server healthy (``GET /workers``), reads
@@ -33,9 +35,18 @@ import httpx
 from heddle.bus.server import free_port
 from heddle.errors import UserError
 
-ROUTED_POLICIES: dict[str, str] = {"slime": "cache_aware"}
+ROUTED_POLICIES: dict[str, str] = {
+    "slime": "cache_aware",
+    "slime-consistent-hash": "consistent_hashing",
+}
 """Heddle bundle -> the ``sglang-router`` policy a live run over SGLang routes through."""
 _LOOPBACK = "127.0.0.1"
+_CLI_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+_BINDINGS_LAUNCH = (
+    "import sys; from sglang_router.launch_router import launch_router, parse_router_args; "
+    "args = parse_router_args(sys.argv[2:]); args.policy = sys.argv[1]; launch_router(args)"
+)
+"""``launch_router`` with a policy its CLI's choices omit (the Python bindings take it)."""
 _GENERATE_COUNT = re.compile(r'^smg_router_requests_total\{[^}]*endpoint="generate"[^}]*\} (\S+)$')
 
 
@@ -72,10 +83,13 @@ class RouterSpec:
         return f"http://{_LOOPBACK}:{self.port}"
 
     def command(self) -> tuple[str, ...]:
+        if self.policy in _CLI_POLICIES:
+            launch: tuple[str, ...] = ("-m", "sglang_router.launch_router", "--policy", self.policy)
+        else:
+            launch = ("-c", _BINDINGS_LAUNCH, self.policy)
         return (
-            self.python, "-m", "sglang_router.launch_router",
+            self.python, *launch,
             "--worker-urls", *self.worker_urls,
-            "--policy", self.policy,
             "--host", _LOOPBACK, "--port", str(self.port),
             "--prometheus-host", _LOOPBACK, "--prometheus-port", str(self.metrics_port),
             "--log-level", "warn",

@@ -60,14 +60,18 @@ def options(policy: str, urls: list[str]) -> RunOptions:
     )
 
 
+@pytest.mark.parametrize(
+    ("policy", "router_policy"),
+    [("slime", "cache_aware"), ("slime-consistent-hash", "consistent_hashing")],
+)
 async def test_a_live_slime_rollout_routes_through_the_launched_router(
-    settings: Settings, doubles: list[SglangDouble]
+    settings: Settings, doubles: list[SglangDouble], policy: str, router_policy: str
 ) -> None:
-    result = await run_rollout(settings, options("slime", [d.url for d in doubles]))
+    result = await run_rollout(settings, options(policy, [d.url for d in doubles]))
     summary = result.summary
     assert summary.is_finished and summary.num_completed == NUM_TRAJECTORIES
     router = result.router
-    assert router is not None and router.policy == "cache_aware"
+    assert router is not None and router.policy == router_policy
     bodies = [body for double in doubles for body in double.bodies]
     num_generations = len(bodies)
     # Trajectories move between worker agents (the placement model's picks), but nobody warms
@@ -76,18 +80,29 @@ async def test_a_live_slime_rollout_routes_through_the_launched_router(
     assert num_generations >= sum(len(t.steps) for t in generate("search", NUM_TRAJECTORIES, 1))
     assert router.num_routed_requests == num_generations  # every one went through the router
     assert result.to_json()["router"]["num_routed_requests"] == num_generations
+    keys = [(key, index) for index, d in enumerate(doubles) for key in d.routing_keys]
+    assert all(key for key, _ in keys)  # every request names its trajectory (the session)
+    if router_policy == "consistent_hashing":  # a session always hashes to the same server
+        assert len({key for key, _ in keys}) == NUM_TRAJECTORIES == len(set(keys))
 
 
 def test_only_slime_over_sglang_routes_through_the_real_router() -> None:
     assert routed_policy("slime", "sglang") == "cache_aware"
     assert routed_policy("slime", "sim") is None  # the simulator's model routes
     assert routed_policy("heddle", "sglang") is None
+    assert routed_policy("slime-consistent-hash", "sglang") == "consistent_hashing"
     assert routed_policy("slime-least-inflight", "sglang") is None  # slime's own router
     spec = RouterSpec("cache_aware", ("http://a:1", "http://b:2"), 30000, 30001, "py")
-    assert spec.command()[:7] == (
-        "py", "-m", "sglang_router.launch_router", "--worker-urls", "http://a:1", "http://b:2",
-        "--policy",
+    assert spec.command()[:8] == (
+        "py", "-m", "sglang_router.launch_router", "--policy", "cache_aware",
+        "--worker-urls", "http://a:1", "http://b:2",
     )  # fmt: skip
+    hashing = RouterSpec("consistent_hashing", ("http://a:1",), 30000, 30001, "py").command()
+    assert hashing[1] == "-c" and hashing[3:6] == (
+        "consistent_hashing",
+        "--worker-urls",
+        "http://a:1",
+    )
 
 
 def test_slime_over_sglang_needs_one_server_per_worker() -> None:

@@ -46,10 +46,13 @@ class SglangDouble:
         self.port = port
         self.scheduler = DoubleScheduler(self.config)
         self.bodies: list[dict[str, Any]] = []
+        self.routing_keys: list[str] = []
+        """The ``X-SMG-Routing-Key`` header of each ``/generate`` (empty: none)."""
         self._fail: list[int] = []
         self._started_s = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._routing_key = ""
         self._stop: asyncio.Event | None = None
 
     @property
@@ -137,6 +140,8 @@ class SglangDouble:
             await _send(writer, 422, {"detail": [{"loc": ["body"], "msg": "JSON decode error"}]})
             return True
         try:
+            if path == "/generate":
+                self._routing_key = headers.get("x-smg-routing-key", "")
             return await self._route(method, path, body, writer)
         except BadRequest as exc:
             await _send(writer, exc.status, exc.body)
@@ -183,6 +188,7 @@ class SglangDouble:
         self.scheduler.num_arrivals += 1
         self.scheduler.submit(req)
         self.bodies.append(body)
+        self.routing_keys.append(self._routing_key)
         if not stream:
             while req.finish_reason is None:
                 req.changed.clear()

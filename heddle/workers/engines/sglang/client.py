@@ -121,18 +121,25 @@ class SglangClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def generate(self, body: GenerateBody) -> GenerateOutput:
-        """``POST /generate`` without streaming: the finished (or aborted) output."""
+    async def generate(self, body: GenerateBody, *, routing_key: str = "") -> GenerateOutput:
+        """``POST /generate`` without streaming: the finished (or aborted) output.
+        ``routing_key`` goes out as ``X-SMG-Routing-Key`` (an ``sglang-router`` routes
+        consistent hashing on it)."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=False))
-        response = await self._with_retries(lambda: self._send_once("POST", "/generate", payload))
+        headers = _routing(routing_key)
+        response = await self._with_retries(
+            lambda: self._send_once("POST", "/generate", payload, headers=headers)
+        )
         return _decode(protocol.decode_output, response.content, "/generate")
 
-    async def generate_stream(self, body: GenerateBody) -> AsyncIterator[GenerateOutput]:
+    async def generate_stream(
+        self, body: GenerateBody, *, routing_key: str = ""
+    ) -> AsyncIterator[GenerateOutput]:
         """``POST /generate`` with ``stream``: yields the whole output so far at each frame
         (frames are merged when the server streams deltas); the last one is finished."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=True))
         merger = protocol.StreamMerger(incremental=self.incremental_streaming)
-        async with self._open_stream(payload) as response:
+        async with self._open_stream(payload, _routing(routing_key)) as response:
             async for data in _sse_payloads(response):
                 if data == "[DONE]":
                     return
@@ -195,6 +202,7 @@ class SglangClient:
         timeout_s: float | None = None,
         stream: bool = False,
         missing_ok: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """One attempt. Refused connections and 503 raise ``_Retriable``; other failures raise
         ``SglangError``; a 404 returns as is when ``missing_ok`` (the caller tries another
@@ -203,7 +211,7 @@ class SglangClient:
             method,
             path,
             content=payload,
-            headers=_JSON if payload is not None else None,
+            headers={**_JSON, **(headers or {})} if payload is not None else None,
             timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
         )
         try:
@@ -220,9 +228,11 @@ class SglangClient:
         return _checked(response, path)
 
     @asynccontextmanager
-    async def _open_stream(self, payload: bytes) -> AsyncIterator[httpx.Response]:
+    async def _open_stream(
+        self, payload: bytes, headers: dict[str, str]
+    ) -> AsyncIterator[httpx.Response]:
         response = await self._with_retries(
-            lambda: self._send_once("POST", "/generate", payload, stream=True)
+            lambda: self._send_once("POST", "/generate", payload, stream=True, headers=headers)
         )
         try:
             yield response
@@ -266,6 +276,11 @@ class SglangClient:
 
 
 _JSON = {"content-type": "application/json"}
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+
+
+def _routing(routing_key: str) -> dict[str, str]:
+    return {ROUTING_KEY_HEADER: routing_key} if routing_key else {}
 
 
 def _checked(response: httpx.Response, path: str) -> httpx.Response:

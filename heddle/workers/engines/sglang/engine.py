@@ -266,10 +266,12 @@ class SglangEngine:
     async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
         latest = GenerateOutput()
         generator = self.router.router if self.router else self.client
+        # Behind a router the trajectory is the session a consistent-hash policy keys on.
+        key = job.request.trajectory_id if self.router else ""
         try:
             if not self.settings.stream:
-                return await generator.generate(body)
-            async for frame in generator.generate_stream(body):
+                return await generator.generate(body, routing_key=key)
+            async for frame in generator.generate_stream(body, routing_key=key):
                 if not latest.output_ids and frame.output_ids:
                     job.prefill_s += self._clock() - started_s  # time to the first token
                 latest = frame
