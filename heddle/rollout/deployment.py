@@ -64,6 +64,11 @@ class WorkerPool:
             raise ValueError("give one TP degree per worker")
         if not self.heartbeat_s > 0:
             raise ValueError("heartbeat_s must be > 0")
+        num_urls = len(self._urls())
+        if self.engine == "sglang" and num_urls > 1 and num_urls != self.num_workers:
+            raise ValueError(
+                f"give one sglang --url per worker ({self.num_workers}), not {num_urls}"
+            )
 
     @property
     def worker_ids(self) -> list[str]:

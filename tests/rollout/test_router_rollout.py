@@ -106,9 +106,10 @@ def test_only_slime_over_sglang_routes_through_the_real_router() -> None:
 
 
 def test_slime_over_sglang_needs_one_server_per_worker() -> None:
-    pool = WorkerPool(3, "sglang", {"url": "http://a:1,http://b:2"})
     with pytest.raises(ValueError, match="one sglang --url per worker"):
-        pool.server_urls()
+        WorkerPool(3, "sglang", {"url": "http://a:1,http://b:2"})
+    with pytest.raises(ValueError, match="one sglang --url per worker"):
+        WorkerPool(3, "sglang", {"url": "http://a:1"}).server_urls()
     pool = WorkerPool(2, "sglang", {"url": "http://a:1,http://b:2"})
     assert pool.options_for(1)["url"] == "http://b:2"
     launched = WorkerPool(2, "sglang", {"launch": "true", "model": "m"}).with_server_ports()
