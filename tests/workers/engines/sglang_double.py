@@ -87,6 +87,7 @@ class SglangDouble:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
         self.port = server.sockets[0].getsockname()[1]
+        self._started_s = time.monotonic()  # the start-up delay runs from here
         stepper = asyncio.create_task(self._step_loop())
         if ready is not None:
             ready.set()

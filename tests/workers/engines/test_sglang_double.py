@@ -9,7 +9,7 @@ import pytest
 from double_scheduler import DoubleConfig, DoubleScheduler, Req, next_token
 from sglang_double import SglangDouble, parse_args
 
-from heddle.workers.engines.sglang.client import RetryPolicy, SglangClient, SglangError
+from heddle.workers.engines.sglang.client import SglangClient, SglangError
 from heddle.workers.engines.sglang.protocol import GenerateBody, SamplingParamsWire
 
 _arrivals = iter(range(10**9))
@@ -178,9 +178,11 @@ def body(input_ids: list[int], max_new: int, priority: int | None = None) -> Gen
 async def test_a_priority_without_priority_scheduling_is_refused() -> None:
     config = DoubleConfig(priority_scheduling=False, abort_on_priority_when_disabled=True)
     with SglangDouble(config) as server:
-        async with SglangClient(server.url, retry=RetryPolicy(max_retries=0)) as client:
-            with pytest.raises(SglangError, match="priority is disabled"):
+        async with SglangClient(server.url) as client:
+            with pytest.raises(SglangError, match="priority is disabled") as refused:
                 await client.generate(body([1, 2, 3], 2, priority=5))
+            assert refused.value.status_code == 503  # not retried: a retry cannot change it
+            assert len(server.bodies) == 0
             assert len((await client.generate(body([1, 2, 3], 2))).output_ids) == 2
 
 

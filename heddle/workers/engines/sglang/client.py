@@ -4,6 +4,8 @@
 Failure contract:
 - HTTP 503 and connection failures (the request never reached the server) are retried with
   exponential backoff, up to ``RetryPolicy.max_retries`` times; then ``SglangUnavailable``.
+  A 503 refusing a ``priority`` (a server without priority scheduling that aborts on one) is
+  not retried: it raises ``SglangError`` at once.
 - Any other error status raises ``SglangError`` carrying the server's own message (a 400 names the
   bad field) and the status code. A connection lost mid-response is not retried (the server may
   have run the request): it raises ``SglangError``.
@@ -283,9 +285,15 @@ def _routing(routing_key: str) -> dict[str, str]:
     return {ROUTING_KEY_HEADER: routing_key} if routing_key else {}
 
 
+_PERMANENT_503 = ("priority is disabled",)
+"""503 answers that a retry cannot change (``--abort-on-priority-when-disabled``)."""
+
+
 def _checked(response: httpx.Response, path: str) -> httpx.Response:
     if response.status_code == 503:
-        raise _Retriable(f"HTTP 503: {protocol.error_text(503, response.content)}")
+        message = protocol.error_text(503, response.content)
+        if not any(text in message for text in _PERMANENT_503):
+            raise _Retriable(f"HTTP 503: {message}")
     if response.status_code >= 400:
         message = protocol.error_text(response.status_code, response.content)
         raise SglangError(
