@@ -79,6 +79,7 @@ async def test_a_live_slime_rollout_routes_through_the_launched_router(
     assert all(body["sampling_params"]["max_new_tokens"] > 0 for body in bodies)
     assert num_generations >= sum(len(t.steps) for t in generate("search", NUM_TRAJECTORIES, 1))
     assert router.num_routed_requests == num_generations  # every one went through the router
+    assert summary.warmed_up_tokens == 0
     assert result.to_json()["router"]["num_routed_requests"] == num_generations
     keys = [(key, index) for index, d in enumerate(doubles) for key in d.routing_keys]
     assert all(key for key, _ in keys)  # every request names its trajectory (the session)

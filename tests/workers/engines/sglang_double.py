@@ -319,6 +319,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-total-tokens", type=int, default=200_000)
     # The double's own knobs (SGLang has no such flags).
     parser.add_argument("--tokens-per-s", type=float, default=500.0)
+    parser.add_argument("--vocab-size", type=int, default=1000, help="259: byte-tokenizer ids")
     parser.add_argument("--startup-delay-s", type=float, default=0.0)
     parser.add_argument("--exit-after-s", type=float, default=0.0, help="crash after (0: never)")
     args = parser.parse_args(argv)
@@ -330,6 +331,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def config_of(args: argparse.Namespace) -> DoubleConfig:
     return DoubleConfig(
         tokens_per_s=args.tokens_per_s,
+        vocab_size=args.vocab_size,
         max_running=args.max_running_requests,
         max_total_num_tokens=args.max_total_tokens,
         priority_scheduling=args.enable_priority_scheduling,

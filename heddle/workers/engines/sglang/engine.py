@@ -195,7 +195,9 @@ class SglangEngine:
         if self.router is not None:
             # The router, not this engine, picks the server of the next step (and slime
             # warms nothing up): a prefill here would only fill a cache it may never use.
-            return WarmUpResult(num_prompt_tokens=len(input_token_ids), num_cached_tokens=0)
+            # Nothing is prefilled, which the result says (prefilled = prompt - cached = 0).
+            num_tokens = len(input_token_ids)
+            return WarmUpResult(num_prompt_tokens=num_tokens, num_cached_tokens=num_tokens)
         body = GenerateBody(
             input_ids=list(input_token_ids),
             sampling_params=SamplingParamsWire(max_new_tokens=0),
