@@ -95,6 +95,9 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     """Tokens prefilled again because the KV cache had been lost (preemption or migration)."""
     num_cached_tokens: int = 0
     """Context tokens the engine served from its cache (not prefilled) for this generation."""
+    num_warmed_tokens: int = 0
+    """Context tokens a warm-up prefill computed on this worker during the tool gap before this
+    generation (a migration to an engine without KV transfer): re-prefill the gap hid."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from heddle.bus import Bus, ReplayQuery
+from heddle.bus.server import free_port
 from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
 from heddle.consumers.liveness import LIVENESS_SLOT
@@ -31,6 +32,7 @@ from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
 from heddle.ledger import open_ledger
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, engine_model
 from heddle.rollout.processes import Child, Launcher, signal_name
+from heddle.rollout.router import RouterProcess, RouterSpec
 from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
 _POLL_S = 0.2
@@ -52,6 +54,8 @@ class WorkerPool:
     """Per-worker ``--tp`` (a resource plan); empty: the engine options' for all."""
     heartbeat_s: float = 1.0
     id_prefix: str = "w"
+    server_ports: tuple[int, ...] = ()
+    """Per-worker ``--port`` of ``sglang --launch`` servers (``with_server_ports``)."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -60,31 +64,74 @@ class WorkerPool:
             raise ValueError("give one TP degree per worker")
         if not self.heartbeat_s > 0:
             raise ValueError("heartbeat_s must be > 0")
+        num_urls = len(self._urls())
+        if self.engine == "sglang" and num_urls > 1 and num_urls != self.num_workers:
+            raise ValueError(
+                f"give one sglang --url per worker ({self.num_workers}), not {num_urls}"
+            )
 
     @property
     def worker_ids(self) -> list[str]:
         return [f"{self.id_prefix}{index:02d}" for index in range(self.num_workers)]
 
     def for_policy(self, policy: str) -> WorkerPool:
-        """The pool with ``sim`` engines batching as the simulator does under ``policy``
-        (preemption and prefix-cache eviction of ``heddle.control.systems.engine_config``);
-        options given explicitly win. Real engines batch as they do."""
-        if self.engine != "sim":
+        """The pool with its engines preempting as the simulator's do under ``policy``
+        (``heddle.control.systems.engine_config``): ``sim`` engines on their engine model,
+        ``sglang`` engines on the ``sglang`` model (a bundle that does not preempt where
+        preemption drops KV runs them with ``preemptive false``). Options given explicitly
+        win; other engines batch as they do."""
+        if self.engine not in ("sim", "sglang"):
             return self
-        given_model = {k.replace("-", "_"): v for k, v in self.engine_options.items()}.get(
-            "engine_model", DEFAULT_ENGINE_MODEL
+        given = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
+        model = (
+            given.get("engine_model", DEFAULT_ENGINE_MODEL) if self.engine == "sim" else "sglang"
         )
-        engine = engine_config(system_spec(policy), engine_model(given_model))
+        engine = engine_config(system_spec(policy), engine_model(model))
         options = {"preemptive": str(engine.preemptive).lower()}
-        given = {name.replace("-", "_") for name in self.engine_options}
         merged = {k: v for k, v in options.items() if k not in given}
         return replace(self, engine_options={**self.engine_options, **merged})
 
     def options_for(self, index: int) -> dict[str, str]:
+        """Worker ``index``'s engine options: its TP degree, and for ``sglang`` its own server
+        (the ``index``-th of a comma-separated ``url``, or its launch port)."""
         options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
         if self.tp_degrees:
             options["tp"] = str(self.tp_degrees[index])
+        if self.engine == "sglang" and "," in options.get("url", ""):
+            options["url"] = self._urls()[index]
+        if self.server_ports:
+            options["port"] = str(self.server_ports[index])
         return options
+
+    def server_urls(self) -> tuple[str, ...]:
+        """The ``sglang`` servers of the workers, one each (``--url`` or launched)."""
+        if self.engine != "sglang":
+            raise ValueError(f"{self.engine!r} workers have no SGLang servers")
+        if self.server_ports:
+            host = self.options_for(0).get("host", "127.0.0.1")
+            return tuple(f"http://{host}:{port}" for port in self.server_ports)
+        urls = self._urls()
+        if len(urls) != self.num_workers:
+            raise ValueError(
+                f"give one sglang --url per worker ({self.num_workers}), comma-separated, "
+                f"or --launch; got {len(urls)}"
+            )
+        return urls
+
+    def with_server_ports(self) -> WorkerPool:
+        """Launched ``sglang`` servers on ports chosen now (so a router can name them)."""
+        given = {name.replace("-", "_") for name in self.engine_options}
+        if self.engine != "sglang" or "url" in given or self.server_ports:
+            return self
+        return replace(self, server_ports=tuple(free_port() for _ in range(self.num_workers)))
+
+    def with_router(self, router_url: str) -> WorkerPool:
+        """Workers whose engines post their generations to ``router_url``."""
+        return replace(self, engine_options={**self.engine_options, "router_url": router_url})
+
+    def _urls(self) -> tuple[str, ...]:
+        url = {k.replace("-", "_"): v for k, v in self.engine_options.items()}.get("url", "")
+        return tuple(part.strip() for part in url.split(",") if part.strip())
 
 
 def control_plane_args(config: ControlPlaneConfig) -> list[str]:
@@ -129,6 +176,7 @@ class LocalDeployment:
         self.projector: Child | None = None
         self.workers: dict[str, Child] = {}
         self.tools: list[Child] = []
+        self.router: RouterProcess | None = None
 
     async def start_control_plane(self, config: ControlPlaneConfig, timeout_s: float = 90) -> Child:
         """Start ``heddle up`` and wait until it is ready. The ledger projector, if the config
@@ -246,6 +294,13 @@ class LocalDeployment:
                 )
             await asyncio.sleep(_POLL_S)
 
+    async def start_router(self, spec: RouterSpec, timeout_s: float = 60) -> RouterProcess:
+        """Start the ``sglang-router`` and wait until it lists every server healthy."""
+        router = RouterProcess(spec, self.launcher.log_dir / "sglang-router.log")
+        self.router = router
+        await router.start(timeout_s)
+        return router
+
     def failed_children(self) -> list[Child]:
         """Children that exited on their own (not stopped by us)."""
         return self.launcher.exited()
@@ -256,6 +311,8 @@ class LocalDeployment:
         last = ("control-plane", "projector")
         others = [name for name in self.launcher.children if name not in last]
         await self.launcher.stop_all(others, grace_s)
+        if self.router is not None:
+            await self.router.stop(grace_s)
         await self.launcher.stop_all(["control-plane"], grace_s)
         await self.launcher.stop_all(["projector"], grace_s)
 

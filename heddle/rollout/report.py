@@ -31,6 +31,10 @@ def print_summary(result: RolloutResult, console: Console) -> None:
             "re-placements (re-prefilled tokens)",
             f"{summary.num_replacements} ({summary.replacement_recomputed_tokens:,})",
         ),
+        (
+            "migration re-prefill: warmed up / not hidden",
+            f"{summary.warmed_up_tokens:,} / {summary.migration_recomputed_tokens:,} tokens",
+        ),
     ]
     for name, value in rows:
         table.add_row(name, str(value))

@@ -39,6 +39,7 @@ from heddle.ids import derive_id
 from heddle.rollout.deployment import DeploymentError, LocalDeployment, WorkerPool
 from heddle.rollout.processes import signal_name
 from heddle.rollout.progress import ProgressState, ProgressView, RolloutFollower
+from heddle.rollout.router import RouterSpec, require_router_package, routed_policy
 from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 
@@ -77,6 +78,13 @@ class RunOptions:
     """Draw the rollout's timeline to this PNG at the end (when a writer is registered)."""
 
 
+class RouterReport(msgspec.Struct, frozen=True, kw_only=True):
+    policy: str
+    url: str
+    num_routed_requests: int
+    """Generations the router counted (``smg_router_requests_total``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
     rollout_id: str
@@ -84,10 +92,13 @@ class RolloutResult:
     ledger_url: str
     log_dir: Path
     timeline_path: Path | None = None
+    router: RouterReport | None = None
+    """The ``sglang-router`` the generations went through, when one was launched."""
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON object of ``heddle rollout run --json``."""
         document: dict[str, Any] = msgspec.to_builtins(self.summary)
+        document["router"] = None if self.router is None else msgspec.to_builtins(self.router)
         document["ledger"] = self.ledger_url
         document["logs"] = str(self.log_dir)
         document["timeline"] = str(self.timeline_path) if self.timeline_path else None
@@ -128,7 +139,17 @@ async def run_rollout(
             raise
         finally:
             await deployment.stop()
-    return RolloutResult(rollout_id, summary, settings.ledger_url, log_dir, timeline)
+    return RolloutResult(
+        rollout_id, summary, settings.ledger_url, log_dir, timeline, _router_report(deployment)
+    )
+
+
+def _router_report(deployment: LocalDeployment) -> RouterReport | None:
+    router = deployment.router
+    if router is None:
+        return None
+    spec = router.spec
+    return RouterReport(policy=spec.policy, url=spec.url, num_routed_requests=router.num_routed)
 
 
 async def prepare(bus: Bus, deployment: LocalDeployment, options: RunOptions) -> None:
@@ -139,10 +160,29 @@ async def prepare(bus: Bus, deployment: LocalDeployment, options: RunOptions) ->
     else:
         await require_control_plane(bus)
     if options.pool is not None and options.pool.num_workers:
-        await deployment.start_workers(options.pool.for_policy(options.plan.policy))
+        await _start_workers(deployment, options.pool, options.plan.policy)
     executors = max(1, options.num_tool_executors)
     in_flight = max(64, -(-options.plan.num_trajectories // executors))
     await deployment.start_tools(options.num_tool_executors, max_in_flight=in_flight)
+
+
+async def _start_workers(deployment: LocalDeployment, pool: WorkerPool, policy: str) -> None:
+    """The workers; where the policy routes through the real ``sglang-router`` (slime over
+    SGLang: ``heddle.rollout.router``), their engines post generations to it, started once
+    their servers are up."""
+    router_policy = routed_policy(policy, pool.engine)
+    if router_policy is None:
+        await deployment.start_workers(pool.for_policy(policy))
+        return
+    require_router_package()
+    pool = pool.with_server_ports().for_policy(policy)
+    try:
+        urls = pool.server_urls()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    spec = RouterSpec.on_free_ports(router_policy, urls)
+    await deployment.start_workers(pool.with_router(spec.url))
+    await deployment.start_router(spec)
 
 
 def _refuse_second_control_plane(data_dir: Path, config: ControlPlaneConfig) -> None:

@@ -83,6 +83,12 @@ class RolloutSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Tokens prefilled again (preemption without KV, re-placement, re-routing)."""
     replacement_recomputed_tokens: int
     """... of which by trajectories that were re-placed after a worker failure."""
+    migration_recomputed_tokens: int = 0
+    """... of which by the first step after a migration without KV transfer: the re-prefill
+    that the target's warm-up during the tool gap did not hide (evicted before the step, or
+    no warm-up)."""
+    warmed_up_tokens: int = 0
+    """Tokens migration targets prefilled ahead, during the tool gap (hidden re-prefill)."""
     slowest: SlowestTrajectory | None
     workers: list[str]
 
@@ -94,6 +100,10 @@ class _Fold:
     completed: dict[str, Completed] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)
     replaced: set[str] = field(default_factory=set)
+    migrated: set[str] = field(default_factory=set)
+    """Trajectories migrated whose next generation has not been seen yet."""
+    migration_recomputed_tokens: int = 0
+    warmed_up_tokens: int = 0
     recomputed_by_traj: dict[str, int] = field(default_factory=dict)
     num_events: int = 0
     num_preemptions: int = 0
@@ -113,14 +123,13 @@ class _Fold:
             case Failed() if not event.retryable and event.traj_id not in self.completed:
                 self.failed.add(event.traj_id)
             case Generated():
-                key = event.traj_id
-                self.recomputed_by_traj[key] = (
-                    self.recomputed_by_traj.get(key, 0) + event.num_recomputed_tokens
-                )
+                self._generated(event)
             case Preempted():
                 self.num_preemptions += 1
             case Migrated():
                 self.num_migrations += 1
+                if not event.kv_transferred:
+                    self.migrated.add(event.traj_id)
             case TrajectoryPlaced() if event.reason == "replacement":
                 self.num_replacements += 1
                 self.replaced.add(event.traj_id)
@@ -128,6 +137,16 @@ class _Fold:
                 self.is_finished = True
             case RolloutCancelled():
                 self.is_cancelled = True
+
+    def _generated(self, event: Generated) -> None:
+        key = event.traj_id
+        self.recomputed_by_traj[key] = (
+            self.recomputed_by_traj.get(key, 0) + event.num_recomputed_tokens
+        )
+        self.warmed_up_tokens += event.num_warmed_tokens
+        if key in self.migrated:
+            self.migrated.discard(key)
+            self.migration_recomputed_tokens += event.num_recomputed_tokens
 
 
 def summarize(rollout_id: str, events: Iterable[Event]) -> RolloutSummary:
@@ -171,6 +190,8 @@ def _build(fold: _Fold) -> RolloutSummary:
         replacement_recomputed_tokens=sum(
             fold.recomputed_by_traj.get(traj_id, 0) for traj_id in fold.replaced
         ),
+        migration_recomputed_tokens=fold.migration_recomputed_tokens,
+        warmed_up_tokens=fold.warmed_up_tokens,
         slowest=_slowest(fold, start, scale),
         workers=workers,
     )

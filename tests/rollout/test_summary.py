@@ -11,6 +11,7 @@ from heddle.events import (
     Event,
     Failed,
     Generated,
+    Migrated,
     RolloutFinished,
     RolloutSubmitted,
     TrajectoryPlaced,
@@ -44,7 +45,7 @@ def completed(traj: str, at: float, tokens: int, recomputed: int = 0) -> Complet
     )
 
 
-def generated(traj: str, step: int, recomputed: int) -> Generated:
+def generated(traj: str, step: int, recomputed: int, warmed: int = 0) -> Generated:
     return Generated(
         event_id=f"r:{traj}:{step}:g",
         rollout_id="r",
@@ -54,7 +55,38 @@ def generated(traj: str, step: int, recomputed: int) -> Generated:
         worker_id="w0",
         output_token_ids=[1],
         num_recomputed_tokens=recomputed,
+        num_warmed_tokens=warmed,
     )
+
+
+def migrated(traj: str, *, kv: bool = False) -> Migrated:
+    return Migrated(
+        event_id=f"r:{traj}:m:{kv}",
+        rollout_id="r",
+        occurred_at=101.5,
+        traj_id=traj,
+        source_worker_id="w0",
+        target_worker_id="w1",
+        kv_transferred=kv,
+    )
+
+
+def test_migration_re_prefill_is_split_into_warmed_up_and_not_hidden() -> None:
+    """Without KV transfer the target warms up in the tool gap; what its next step still
+    re-prefilled (the warm-up evicted, or none) is what the warm-up did not hide."""
+    events: list[Event] = [
+        submitted(2),
+        generated("t0", 0, 0),
+        migrated("t0"),
+        generated("t0", 1, 40, warmed=900),  # 40 of the context evicted before the step
+        generated("t0", 2, 7),  # a later preemption's recompute: not the migration's
+        generated("t1", 0, 0),
+        migrated("t1", kv=True),  # KV moved: nothing to warm up
+        generated("t1", 1, 0),
+    ]
+    summary = summarize("r", events)
+    assert (summary.warmed_up_tokens, summary.migration_recomputed_tokens) == (900, 40)
+    assert summary.recomputed_tokens == 47 and summary.num_migrations == 2
 
 
 def test_figures_of_a_rollout_with_a_failure_and_a_replacement() -> None:

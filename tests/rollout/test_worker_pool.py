@@ -20,6 +20,14 @@ def test_sim_engines_batch_as_the_simulator_does_under_the_policy() -> None:
     assert torch.options_for(0)["preemptive"] == "true"  # preemption keeps KV there
 
 
+def test_sglang_engines_preempt_only_for_bundles_that_preempt_losing_kv() -> None:
+    pool = WorkerPool(2, "sglang", {"url": "http://127.0.0.1:30000"})
+    assert pool.for_policy("heddle").options_for(0)["preemptive"] == "false"
+    assert pool.for_policy("autellix").options_for(1)["preemptive"] == "true"
+    given = WorkerPool(1, "sglang", {"url": "http://127.0.0.1:30000", "preemptive": "true"})
+    assert given.for_policy("heddle").options_for(0)["preemptive"] == "true"
+
+
 def test_options_given_explicitly_win_and_real_engines_are_left_alone() -> None:
     pool = WorkerPool(1, "sim", {"preemptive": "false"})
     assert pool.for_policy("heddle").options_for(0)["preemptive"] == "false"

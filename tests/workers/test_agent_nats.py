@@ -47,6 +47,7 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, rollout_filter, trajectory_subject
 from heddle.events.trajectory import PlacementReason
 from heddle.ids import derive_id
+from heddle.rollout.summary import summarize
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
 from heddle.workers.agent import WorkerConfig
 from heddle.workers.agent.transport import run_agents
@@ -236,17 +237,20 @@ async def tool_executor(bus: Bus) -> AsyncIterator[ToolExecutor]:
 
 @contextlib.asynccontextmanager
 async def agents(
-    settings: Settings, worker_ids: Sequence[str], time_scale: float = 2000.0
+    settings: Settings,
+    worker_ids: Sequence[str],
+    time_scale: float = 2000.0,
+    engine_model: str = "torch",
 ) -> AsyncIterator[asyncio.Event]:
-    """Worker agents with sim engines in this process, served over their own bus."""
+    """Worker agents with sim engines in this process, served over their own bus (the torch
+    engine model unless told: most of these tests migrate with KV transfer)."""
     stop = asyncio.Event()
     configs = [WorkerConfig(worker_id=w, heartbeat_s=0.5, telemetry_s=0.5) for w in worker_ids]
     task = asyncio.create_task(
         run_agents(
             settings,
             configs,
-            # The torch engine model: these tests migrate with KV transfer.
-            lambda c: SimEngine(SimEngineOptions(time_scale=time_scale, engine_model="torch")),
+            lambda c: SimEngine(SimEngineOptions(time_scale=time_scale, engine_model=engine_model)),
             stop,
         )
     )
@@ -299,6 +303,35 @@ async def test_migration_in_a_tool_gap_completes_on_the_target(
     assert done.num_recomputed_tokens == 0
     generated = [e for e in events if isinstance(e, Generated)]
     assert [e.worker_id for e in generated] == ["w0", "w1", "w1"]
+
+
+async def test_a_migration_without_kv_transfer_warms_the_target_up_in_the_tool_gap(
+    settings: Settings, bus: Bus
+) -> None:
+    """The sglang engine model: the target prefills the context during the tool call, its next
+    step hits it, and the summary counts the warmed-up tokens and nothing left unhidden."""
+    item = trace("s", [40, 30, 20], tool_s=1000.0)
+    async with (
+        tool_executor(bus),
+        agents(settings, ["w0", "w1"], engine_model="sglang"),
+        Router(bus, "r5") as router,
+    ):
+        await router.submit(item.id, trace_spec(item), "w0")
+        await router.wait(lambda events: "tool_called0" in step_keys(events, "s"))
+        await bus.publish(
+            MigrateOut(command_id="mig-5", rollout_id="r5", issued_at=0.0, worker_id="w0",
+                       traj_id="s", target_worker_id="w1", migration_id="mig-5")
+        )  # fmt: skip
+        events = await router.wait_all_finished(["s"])
+    migrated = next(e for e in events if isinstance(e, Migrated))
+    assert not migrated.kv_transferred
+    generated = [e for e in events if isinstance(e, Generated)]
+    assert [e.worker_id for e in generated] == ["w0", "w1", "w1"]
+    context = generated[0].num_context_tokens  # prompt + step 0's output, warmed on w1
+    assert generated[1].num_warmed_tokens == context
+    assert generated[1].num_recomputed_tokens == 0 and generated[1].num_cached_tokens >= context
+    summary = summarize("r5", events)
+    assert (summary.warmed_up_tokens, summary.migration_recomputed_tokens) == (context, 0)
 
 
 def start_process(settings: Settings, *args: str) -> subprocess.Popen[bytes]:

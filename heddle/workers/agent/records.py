@@ -61,6 +61,7 @@ def generated(
     num_context_tokens: int,
     num_recomputed_tokens: int,
     now: float,
+    num_warmed_tokens: int = 0,
 ) -> Generated:
     return Generated(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
@@ -79,6 +80,7 @@ def generated(
         num_preemptions=result.num_preemptions,
         num_recomputed_tokens=num_recomputed_tokens,
         num_cached_tokens=result.num_cached_tokens,
+        num_warmed_tokens=num_warmed_tokens,
     )
 
 

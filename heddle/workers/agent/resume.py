@@ -31,7 +31,7 @@ from heddle.workers.agent.migration import decode_snapshot
 from heddle.workers.agent.ports import BlobStore, HistorySource
 from heddle.workers.agent.steps import engine_key
 from heddle.workers.agent.table import HostedTrajectory
-from heddle.workers.engines.base import CacheMismatchError, Engine
+from heddle.workers.engines.base import CacheMismatchError, Engine, WarmUpResult
 from heddle.workers.environments import (
     HistoryItem,
     Observation,
@@ -164,7 +164,9 @@ class Resumer:
             context = hosted.log.context_token_ids()
             if context:
                 key = engine_key(hosted.rollout_id, hosted.traj_id)
-                await self.engine.warm_up(key, context)
+                warmed = await self.engine.warm_up(key, context)
+                if isinstance(warmed, WarmUpResult):
+                    hosted.num_warmed_tokens = warmed.num_prompt_tokens - warmed.num_cached_tokens
 
     async def discard_blob(self, cache_key: str) -> None:
         with contextlib.suppress(KeyError):

@@ -242,6 +242,7 @@ class StepRunner:
             prior = len(context) - len(log.steps[-1].started.input_token_ids)
             recomputed += max(0, prior - result.num_cached_tokens - result.num_recomputed_tokens)
             hosted.is_kv_lost = False
+        num_warmed, hosted.num_warmed_tokens = hosted.num_warmed_tokens, 0
         self.num_output_tokens += len(result.output_token_ids)
         return records.generated(
             log,
@@ -250,6 +251,7 @@ class StepRunner:
             result=result,
             num_context_tokens=len(context) + len(result.output_token_ids),
             num_recomputed_tokens=recomputed,
+            num_warmed_tokens=num_warmed,
             now=self.clock(),
         )
 

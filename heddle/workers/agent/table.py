@@ -35,6 +35,8 @@ class HostedTrajectory:
     is_kv_lost: bool = False
     """The context is not cached on this engine (resumed without a KV transfer): the next
     generation re-prefills it and counts those tokens as recomputed."""
+    num_warmed_tokens: int = 0
+    """Tokens a warm-up prefilled for the next generation (reported with it, then reset)."""
     pending_migration: MigrateOut | None = None
     handed_to: str = ""
     is_released: bool = False

@@ -251,6 +251,60 @@ async def test_a_higher_priority_arrival_preempts_and_the_victim_completes(
         await engine.close()
 
 
+async def test_an_engine_that_does_not_preempt_admits_by_priority_only(
+    double: SglangDouble | None,
+) -> None:
+    """Heddle's bundles on the sglang engine model: a higher priority waits for a free slot."""
+    engine = await make_engine(double, max_running=1, preemption=STRICT_PPS, preemptive=False)
+    try:
+        assert not engine.capabilities.can_preempt
+        low = request_of(MEDIUM, priority=1.0)
+        low_task = asyncio.create_task(engine.generate(low))
+        await wait_generating(engine, double)
+        high_task = asyncio.create_task(engine.generate(request_of(5, priority=10.0)))
+        await engine.preempt(low.request_id)  # ignored
+        low_result = await asyncio.wait_for(low_task, 60)
+        assert low_result.num_preemptions == 0 and len(low_result.output_token_ids) == MEDIUM
+        assert not high_task.done() or high_task.result().queue_s > 0.0
+        assert (await asyncio.wait_for(high_task, 60)).finish_reason == "length"
+    finally:
+        await engine.close()
+
+
+@needs_double
+async def test_server_retractions_under_kv_pressure_are_counted() -> None:
+    config = DoubleConfig(
+        tokens_per_s=2000.0, max_running=4, max_total_num_tokens=300, new_token_ratio=0.0
+    )
+    with SglangDouble(config) as server:
+        engine = await make_engine(server, max_running=4)
+        try:
+            requests = [request_of(60, prompt=[10 * i + 1] * 50) for i in range(4)]
+            results = await asyncio.gather(*(engine.generate(r) for r in requests))
+            alone = [
+                await engine.generate(request_of(60, prompt=r.input_token_ids)) for r in requests
+            ]
+        finally:
+            await engine.close()
+    assert sum(result.num_preemptions for result in results) == server.scheduler.num_retractions
+    assert server.scheduler.num_retractions > 0
+    assert [r.output_token_ids for r in results] == [r.output_token_ids for r in alone]
+
+
+@needs_double
+async def test_a_server_without_priority_scheduling_gets_no_priority() -> None:
+    """It would refuse one (``--abort-on-priority-when-disabled``): the engine sends none."""
+    config = DoubleConfig(priority_scheduling=False, abort_on_priority_when_disabled=True)
+    with SglangDouble(config) as server:
+        engine = await make_engine(server, max_running=2)
+        try:
+            result = await engine.generate(request_of(4, priority=7.0))
+        finally:
+            await engine.close()
+    assert len(result.output_token_ids) == 4
+    assert all("priority" not in body or body["priority"] is None for body in server.bodies)
+
+
 async def test_warm_up_prefills_the_context_so_the_next_step_hits_the_cache(
     engine: SglangEngine,
 ) -> None:

@@ -10,14 +10,22 @@ import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sglang_double import poll_until
 
 from heddle.bus.server import free_port
 from heddle.workers.engines import create_engine
 from heddle.workers.engines.base import GenerationRequest
+from heddle.workers.engines.options import parse_options
 from heddle.workers.engines.sglang.client import ClientTimeouts, SglangClient
-from heddle.workers.engines.sglang.launcher import LaunchedSglangEngine, LaunchSpec
+from heddle.workers.engines.sglang.launcher import (
+    NEVER_PREEMPT_THRESHOLD,
+    LaunchedSglangEngine,
+    LaunchSpec,
+    launch_spec,
+)
+from heddle.workers.engines.sglang.options import SglangEngineOptions
 from heddle.workers.engines.sglang.supervisor import (
     ServerSupervisor,
     SupervisorConfig,
@@ -154,12 +162,13 @@ async def test_a_server_that_never_gets_ready_times_out(
     assert supervisor.pid is None
 
 
-def test_the_launch_command_carries_model_tp_port_gpu_and_priority_scheduling() -> None:
+def test_the_launch_command_carries_model_tp_port_gpu_and_the_engine_models_flags() -> None:
     spec = LaunchSpec(
         model_path="/models/qwen3-8b",
         tp_size=2,
         port=30001,
         base_gpu_id=2,
+        preemption_threshold=3,
         extra_args=("--mem-fraction-static", "0.8"),
         python="/usr/bin/python3",
     )
@@ -167,23 +176,30 @@ def test_the_launch_command_carries_model_tp_port_gpu_and_priority_scheduling() 
         "/usr/bin/python3", "-m", "sglang.launch_server",
         "--model-path", "/models/qwen3-8b", "--tp-size", "2", "--host", "127.0.0.1",
         "--port", "30001", "--base-gpu-id", "2", "--enable-priority-scheduling",
+        "--schedule-policy", "fcfs", "--priority-scheduling-preemption-threshold", "3",
+        "--radix-eviction-policy", "lru", "--page-size", "1",
         "--mem-fraction-static", "0.8",
     )  # fmt: skip
     assert spec.base_url == "http://127.0.0.1:30001"
 
 
+@pytest.mark.parametrize(
+    ("options", "threshold"),
+    [
+        ({"preemption-threshold": "2.4", "priority-scale": "10"}, 24),
+        ({"preemptive": "false", "preemption-threshold": "2.4"}, NEVER_PREEMPT_THRESHOLD),
+    ],
+)
+def test_the_servers_preemption_threshold_follows_the_engines(
+    options: dict[str, str], threshold: int
+) -> None:
+    parsed = parse_options(SglangEngineOptions, {"launch": "true", "model": "m", **options})
+    assert launch_spec(parsed).preemption_threshold == threshold
+
+
 FAKE_LAUNCH_SERVER = """
-import argparse, asyncio
-from sglang_double import DoubleConfig, SglangDouble
-parser = argparse.ArgumentParser()
-for flag in ("--model-path", "--host"):
-    parser.add_argument(flag, required=True)
-for flag in ("--tp-size", "--port", "--base-gpu-id"):
-    parser.add_argument(flag, type=int, required=True)
-parser.add_argument("--enable-priority-scheduling", action="store_true", required=True)
-args = parser.parse_args()  # unknown flags fail, like SGLang's own parser
-config = DoubleConfig(model_path=args.model_path, tp_size=args.tp_size)
-asyncio.run(SglangDouble(config, port=args.port).serve())
+from sglang_double import main
+main()  # SGLang's flags for what the double models; any other flag fails, as in SGLang
 """
 
 
@@ -215,6 +231,7 @@ async def test_a_launching_engine_starts_serves_and_stops_its_server(tmp_path: P
             "python": str(fake_sglang_python(tmp_path)),
             "log-path": str(tmp_path / "sglang.log"),
             "ready-timeout-s": "30",
+            "preemptive": "false",
         },
     )
     assert isinstance(engine, LaunchedSglangEngine)
@@ -222,6 +239,10 @@ async def test_a_launching_engine_starts_serves_and_stops_its_server(tmp_path: P
     try:
         assert engine.capabilities.model == "/models/fake-7b"
         assert engine.capabilities.tp_degree == 2
+        async with httpx.AsyncClient(base_url=engine.client.base_url) as http:
+            info = (await http.get("/server_info")).json()
+        assert info["enable_priority_scheduling"] and info["radix_eviction_policy"] == "lru"
+        assert info["priority_scheduling_preemption_threshold"] == NEVER_PREEMPT_THRESHOLD
         request = GenerationRequest(
             request_id="r1", trajectory_id="t1", input_token_ids=[1, 2, 3], max_new_tokens=4
         )

@@ -4,6 +4,8 @@
 Failure contract:
 - HTTP 503 and connection failures (the request never reached the server) are retried with
   exponential backoff, up to ``RetryPolicy.max_retries`` times; then ``SglangUnavailable``.
+  A 503 refusing a ``priority`` (a server without priority scheduling that aborts on one) is
+  not retried: it raises ``SglangError`` at once.
 - Any other error status raises ``SglangError`` carrying the server's own message (a 400 names the
   bad field) and the status code. A connection lost mid-response is not retried (the server may
   have run the request): it raises ``SglangError``.
@@ -121,18 +123,25 @@ class SglangClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def generate(self, body: GenerateBody) -> GenerateOutput:
-        """``POST /generate`` without streaming: the finished (or aborted) output."""
+    async def generate(self, body: GenerateBody, *, routing_key: str = "") -> GenerateOutput:
+        """``POST /generate`` without streaming: the finished (or aborted) output.
+        ``routing_key`` goes out as ``X-SMG-Routing-Key`` (an ``sglang-router`` routes
+        consistent hashing on it)."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=False))
-        response = await self._with_retries(lambda: self._send_once("POST", "/generate", payload))
+        headers = _routing(routing_key)
+        response = await self._with_retries(
+            lambda: self._send_once("POST", "/generate", payload, headers=headers)
+        )
         return _decode(protocol.decode_output, response.content, "/generate")
 
-    async def generate_stream(self, body: GenerateBody) -> AsyncIterator[GenerateOutput]:
+    async def generate_stream(
+        self, body: GenerateBody, *, routing_key: str = ""
+    ) -> AsyncIterator[GenerateOutput]:
         """``POST /generate`` with ``stream``: yields the whole output so far at each frame
         (frames are merged when the server streams deltas); the last one is finished."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=True))
         merger = protocol.StreamMerger(incremental=self.incremental_streaming)
-        async with self._open_stream(payload) as response:
+        async with self._open_stream(payload, _routing(routing_key)) as response:
             async for data in _sse_payloads(response):
                 if data == "[DONE]":
                     return
@@ -157,6 +166,12 @@ class SglangClient:
     async def server_info(self) -> ServerInfo:
         response = await self._control_get(SERVER_INFO_PATHS)
         return _decode(protocol.decode_server_info, response.content, "/server_info")
+
+    async def router_workers(self) -> list[str]:
+        """The server URLs of the ``sglang-router`` this client talks to (``GET /workers``)."""
+        response = await self._control_get(("/workers",))
+        listing = _decode(protocol.decode_router_workers, response.content, "/workers")
+        return [worker.url for worker in listing.workers]
 
     async def is_ready(self) -> bool:
         """True when the server answers its readiness probe with 200 (never raises)."""
@@ -189,6 +204,7 @@ class SglangClient:
         timeout_s: float | None = None,
         stream: bool = False,
         missing_ok: bool = False,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         """One attempt. Refused connections and 503 raise ``_Retriable``; other failures raise
         ``SglangError``; a 404 returns as is when ``missing_ok`` (the caller tries another
@@ -197,7 +213,7 @@ class SglangClient:
             method,
             path,
             content=payload,
-            headers=_JSON if payload is not None else None,
+            headers={**_JSON, **(headers or {})} if payload is not None else None,
             timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
         )
         try:
@@ -214,9 +230,11 @@ class SglangClient:
         return _checked(response, path)
 
     @asynccontextmanager
-    async def _open_stream(self, payload: bytes) -> AsyncIterator[httpx.Response]:
+    async def _open_stream(
+        self, payload: bytes, headers: dict[str, str]
+    ) -> AsyncIterator[httpx.Response]:
         response = await self._with_retries(
-            lambda: self._send_once("POST", "/generate", payload, stream=True)
+            lambda: self._send_once("POST", "/generate", payload, stream=True, headers=headers)
         )
         try:
             yield response
@@ -260,11 +278,22 @@ class SglangClient:
 
 
 _JSON = {"content-type": "application/json"}
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+
+
+def _routing(routing_key: str) -> dict[str, str]:
+    return {ROUTING_KEY_HEADER: routing_key} if routing_key else {}
+
+
+_PERMANENT_503 = ("priority is disabled",)
+"""503 answers that a retry cannot change (``--abort-on-priority-when-disabled``)."""
 
 
 def _checked(response: httpx.Response, path: str) -> httpx.Response:
     if response.status_code == 503:
-        raise _Retriable(f"HTTP 503: {protocol.error_text(503, response.content)}")
+        message = protocol.error_text(503, response.content)
+        if not any(text in message for text in _PERMANENT_503):
+            raise _Retriable(f"HTTP 503: {message}")
     if response.status_code >= 400:
         message = protocol.error_text(response.status_code, response.content)
         raise SglangError(

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheSnapshot,
     EngineCapabilities,
@@ -46,6 +48,7 @@ from heddle.workers.engines.sglang.protocol import (
     ServerInfo,
     to_priority,
 )
+from heddle.workers.engines.sglang.routed import RouterTarget
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +62,12 @@ class SglangEngine:
         settings: EngineSettings = EngineSettings(),
         *,
         clock: Callable[[], float] = time.monotonic,
+        router: RouterTarget | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
+        self.router = router
+        """Generation goes through this ``sglang-router`` when set (``routed.py``)."""
         self._clock = clock
         self._rid_prefix = f"hd{secrets.token_hex(4)}"
         self._num_rids = 0
@@ -80,13 +86,14 @@ class SglangEngine:
             max_running=self._queue.max_running if self._queue else self.settings.max_running,
             max_kv_tokens=self._max_kv_tokens,
             can_export_kv=False,
-            can_preempt=True,
+            can_preempt=self.settings.preemptive,
             native_priority_update=False,
             extras={
                 "url": self.client.base_url,
                 "version": self._info.version or "",
                 "migration": "warm_up",
                 "priority_scheduling": str(self._info.enable_priority_scheduling).lower(),
+                "router": self.router.url if self.router else "",
             },
         )
 
@@ -106,7 +113,13 @@ class SglangEngine:
                 f"SGLang at {self.client.base_url} reports no max_running_requests; "
                 "set the engine's max_running option"
             )
-        self._queue = AdmissionQueue(max_running=max_running, preemption=self.settings.preemption)
+        self._queue = AdmissionQueue(max_running=max_running, preemption=self._preemption())
+
+    def _preemption(self) -> PreemptionConfig:
+        """The queue's margins; an infinite gap when the engine must not preempt."""
+        if self.settings.preemptive:
+            return self.settings.preemption
+        return PreemptionConfig(min_priority_gap=math.inf)
 
     async def close(self) -> None:
         """Abort our in-flight requests on the server, then close the connection pool."""
@@ -118,6 +131,8 @@ class SglangEngine:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.client.close()
+        if self.router is not None:
+            await self.router.close()
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         queue = self._require_queue()
@@ -153,8 +168,11 @@ class SglangEngine:
             self._dispatch()
 
     async def preempt(self, request_id: str) -> None:
-        """Abort the running segment, keep its output, and queue the remainder again."""
+        """Abort the running segment, keep its output, and queue the remainder again (nothing
+        when the engine runs without preemption)."""
         job = self._jobs.get(request_id)
+        if not self.settings.preemptive:
+            return
         if job is not None and self._require_queue().preempt(request_id):
             self._start_draining(job)
             self._dispatch()
@@ -170,9 +188,16 @@ class SglangEngine:
 
     async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
         """Prefill ``input_token_ids`` into this server's radix cache without generating
-        (``max_new_tokens: 0``), so the trajectory's next step, migrated here, hits the cache."""
+        (``max_new_tokens: 0``), so the trajectory's next step, migrated here, hits the cache
+        (nothing behind a router)."""
         if not input_token_ids:
             raise ValueError(f"warm_up of {trajectory_id!r} needs a non-empty context")
+        if self.router is not None:
+            # The router, not this engine, picks the server of the next step (and slime
+            # warms nothing up): a prefill here would only fill a cache it may never use.
+            # Nothing is prefilled, which the result says (prefilled = prompt - cached = 0).
+            num_tokens = len(input_token_ids)
+            return WarmUpResult(num_prompt_tokens=num_tokens, num_cached_tokens=num_tokens)
         body = GenerateBody(
             input_ids=list(input_token_ids),
             sampling_params=SamplingParamsWire(max_new_tokens=0),
@@ -242,10 +267,13 @@ class SglangEngine:
 
     async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
         latest = GenerateOutput()
+        generator = self.router.router if self.router else self.client
+        # Behind a router the trajectory is the session a consistent-hash policy keys on.
+        key = job.request.trajectory_id if self.router else ""
         try:
             if not self.settings.stream:
-                return await self.client.generate(body)
-            async for frame in self.client.generate_stream(body):
+                return await generator.generate(body, routing_key=key)
+            async for frame in generator.generate_stream(body, routing_key=key):
                 if not latest.output_ids and frame.output_ids:
                     job.prefill_s += self._clock() - started_s  # time to the first token
                 latest = frame
@@ -294,7 +322,7 @@ class SglangEngine:
 
     async def _abort_quietly(self, rid: str) -> None:
         try:
-            await self.client.abort(rid)
+            await (self.router or self.client).abort(rid)
         except EngineError as exc:
             log.warning("abort of %s failed: %s", rid, exc)
 

@@ -2,8 +2,14 @@
 engine factory behind ``heddle worker --engine sglang [--url URL | --launch --model PATH --tp N]``.
 
 Flags (sglang 0.5.x, ``python/sglang/srt/server_args.py``): ``--model-path``, ``--tp-size``,
-``--host``, ``--port``, ``--base-gpu-id`` (co-locate servers of different TP on one node),
-``--enable-priority-scheduling`` (the engine sends each request's priority).
+``--host``, ``--port``, ``--base-gpu-id`` (co-locate servers of different TP on one node), and
+exactly the scheduling flags the simulator's ``sglang`` engine model assumes
+(``heddle.policy.engine_models.SGLANG``; docs/sglang.md says what each changes):
+``--enable-priority-scheduling`` with ``--schedule-policy fcfs`` (SGLang accepts priority
+scheduling only with ``fcfs`` or ``lof``), ``--priority-scheduling-preemption-threshold`` (the
+engine's preemption gap in SGLang's integer priority units; the largest int32 when the engine
+must not preempt, which is how Heddle's bundles run on this engine model),
+``--radix-eviction-policy lru`` and ``--page-size 1``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from heddle.workers.engines.base import EngineError
 from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine
 from heddle.workers.engines.sglang.options import EngineSettings, SglangEngineOptions
+from heddle.workers.engines.sglang.routed import RouterTarget
 from heddle.workers.engines.sglang.supervisor import (
     ServerSupervisor,
     SupervisorConfig,
@@ -35,6 +42,9 @@ class LaunchSpec:
     port: int = 30000
     host: str = "127.0.0.1"
     base_gpu_id: int = 0
+    preemption_threshold: int = 0
+    """``--priority-scheduling-preemption-threshold``: SGLang preempts a running request for a
+    waiting one whose priority exceeds it by more than this."""
     extra_args: tuple[str, ...] = ()
     """Further launch_server flags, passed through verbatim."""
     python: str = sys.executable
@@ -59,8 +69,22 @@ class LaunchSpec:
             str(self.port),
             "--base-gpu-id",
             str(self.base_gpu_id),
-            "--enable-priority-scheduling",
+            *self.scheduling_args(),
             *self.extra_args,
+        )
+
+    def scheduling_args(self) -> tuple[str, ...]:
+        """The flags of the ``sglang`` engine model."""
+        return (
+            "--enable-priority-scheduling",
+            "--schedule-policy",
+            "fcfs",
+            "--priority-scheduling-preemption-threshold",
+            str(self.preemption_threshold),
+            "--radix-eviction-policy",
+            "lru",
+            "--page-size",
+            "1",
         )
 
 
@@ -81,9 +105,14 @@ class LaunchedSglangEngine(SglangEngine):
     """An ``SglangEngine`` that starts (and finally stops) its own supervised server."""
 
     def __init__(
-        self, client: SglangClient, settings: EngineSettings, supervisor: ServerSupervisor
+        self,
+        client: SglangClient,
+        settings: EngineSettings,
+        supervisor: ServerSupervisor,
+        *,
+        router: RouterTarget | None = None,
     ) -> None:
-        super().__init__(client, settings)
+        super().__init__(client, settings, router=router)
         self.supervisor = supervisor
 
     async def start(self) -> None:
@@ -100,6 +129,17 @@ class LaunchedSglangEngine(SglangEngine):
             await self.supervisor.stop()
 
 
+NEVER_PREEMPT_THRESHOLD = 2**31 - 1
+"""A priority gap no request reaches: the server never preempts."""
+
+
+def server_preemption_threshold(options: SglangEngineOptions) -> int:
+    """The server's threshold in its integer priority units (``round(priority * scale)``)."""
+    if not options.preemptive:
+        return NEVER_PREEMPT_THRESHOLD
+    return round(options.preemption_threshold * options.priority_scale)
+
+
 def launch_spec(options: SglangEngineOptions) -> LaunchSpec:
     return LaunchSpec(
         model_path=options.model,
@@ -107,6 +147,7 @@ def launch_spec(options: SglangEngineOptions) -> LaunchSpec:
         port=options.port or free_port(),
         host=options.host,
         base_gpu_id=options.base_gpu_id,
+        preemption_threshold=server_preemption_threshold(options),
         extra_args=tuple(shlex.split(options.launch_args)),
         python=options.python or sys.executable,
     )
@@ -116,8 +157,31 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
     """The registry factory: a not-yet-started engine for ``--url``, or one that launches its
     own server for ``--launch``."""
     spec = launch_spec(options) if options.launch else None
-    client = SglangClient(
-        spec.base_url if spec else options.url,
+    client = _client(spec.base_url if spec else options.url, options)
+    router = RouterTarget(_client(options.router_url, options)) if options.router_url else None
+    settings = EngineSettings(
+        max_running=options.max_running,
+        preemption=PreemptionConfig(
+            min_priority_gap=options.preemption_threshold,
+            min_relative_gap=options.preemption_relative_gap,
+        ),
+        preemptive=options.preemptive,
+        priority_scale=options.priority_scale,
+        stream=options.stream,
+        return_logprob=options.return_logprob,
+        extra_key=options.extra_key or None,
+        ready_timeout_s=options.ready_timeout_s,
+    )
+    if spec is None:
+        return SglangEngine(client, settings, router=router)
+    return LaunchedSglangEngine(
+        client, settings, supervise(spec.command(), client, options=options), router=router
+    )
+
+
+def _client(url: str, options: SglangEngineOptions) -> SglangClient:
+    return SglangClient(
+        url,
         timeouts=ClientTimeouts(
             connect_s=options.connect_timeout_s, request_s=options.request_timeout_s
         ),
@@ -127,21 +191,4 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
             backoff_max_s=options.backoff_max_s,
         ),
         incremental_streaming=options.incremental_streaming,
-    )
-    settings = EngineSettings(
-        max_running=options.max_running,
-        preemption=PreemptionConfig(
-            min_priority_gap=options.preemption_threshold,
-            min_relative_gap=options.preemption_relative_gap,
-        ),
-        priority_scale=options.priority_scale,
-        stream=options.stream,
-        return_logprob=options.return_logprob,
-        extra_key=options.extra_key or None,
-        ready_timeout_s=options.ready_timeout_s,
-    )
-    if spec is None:
-        return SglangEngine(client, settings)
-    return LaunchedSglangEngine(
-        client, settings, supervise(spec.command(), client, options=options)
     )

@@ -21,6 +21,10 @@ class EngineSettings:
     """Most requests submitted at once; 0 takes the server's ``max_running_requests``."""
     preemption: PreemptionConfig = PreemptionConfig()
     """When a waiting request beats the lowest running one (shared PPS policy)."""
+    preemptive: bool = True
+    """Preempt at all. SGLang's preemption drops the victim's KV (the ``sglang`` engine model),
+    so bundles that do not preempt there (``SystemSpec.preempts_losing_kv``) run with False:
+    requests are still admitted by priority."""
     priority_scale: float = 1.0
     """SGLang's integer priority is ``round(priority * priority_scale)``."""
     stream: bool = False
@@ -39,6 +43,10 @@ def _help(text: str) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class SglangEngineOptions:
     url: str = field(default="", metadata=_help("URL of a running SGLang server (not with launch)"))
+    router_url: str = field(
+        default="",
+        metadata=_help("post /generate through this sglang-router (slime's routing)"),
+    )
     launch: bool = field(default=False, metadata=_help("start and supervise our own server"))
     model: str = field(default="", metadata=_help("model path or name for --launch"))
     tp: int = field(default=1, metadata=_help("tensor-parallel degree for --launch"))
@@ -52,6 +60,10 @@ class SglangEngineOptions:
     log_path: str = field(default="", metadata=_help("file for the launched server's output"))
     max_running: int = field(
         default=0, metadata=_help("most requests submitted at once (0: the server's max)")
+    )
+    preemptive: bool = field(
+        default=True,
+        metadata=_help("preempt for a higher priority (false: admit by priority only)"),
     )
     preemption_threshold: float = field(
         default=0.0, metadata=_help("priority gap by which a waiting request preempts")
@@ -89,8 +101,9 @@ class SglangEngineOptions:
             raise ValueError("give exactly one of --url (a running server) or --launch")
         if self.launch and not self.model:
             raise ValueError("--launch needs --model (a model path or name)")
-        if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"--url {self.url!r} must start with http:// or https://")
+        for name, url in (("url", self.url), ("router-url", self.router_url)):
+            if url and not url.startswith(("http://", "https://")):
+                raise ValueError(f"--{name} {url!r} must start with http:// or https://")
         if self.tp < 1 or self.max_running < 0 or self.max_retries < 0 or self.max_restarts < 0:
             raise ValueError("tp must be >= 1; max-running, max-retries, max-restarts >= 0")
         if not 0 <= self.port < 65536:

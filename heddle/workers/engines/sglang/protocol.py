@@ -191,6 +191,17 @@ class ServerInfo(msgspec.Struct, frozen=True, kw_only=True):
         return self.served_model_name or self.model_path
 
 
+class RouterWorker(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    is_healthy: bool = True
+
+
+class RouterWorkers(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /workers`` of an ``sglang-router`` (0.3.x): the servers it routes to."""
+
+    workers: list[RouterWorker] = []
+
+
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
     """The error shapes SGLang answers with: ``{"error": {"message"}}``, ``{"detail"}`` (FastAPI:
     a string, or a list of validation errors), or a plain ``{"message"}``."""
@@ -268,4 +279,5 @@ encode = msgspec.json.Encoder().encode
 decode_output = msgspec.json.Decoder(GenerateOutput).decode
 decode_frame = msgspec.json.Decoder(StreamFrame).decode
 decode_loads = msgspec.json.Decoder(LoadsReport).decode
+decode_router_workers = msgspec.json.Decoder(RouterWorkers).decode
 decode_server_info = msgspec.json.Decoder(ServerInfo).decode
