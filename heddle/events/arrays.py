@@ -24,6 +24,13 @@ Policy (what the round trip keeps):
   (the object would be longer than the few small numbers it holds). Logprob lists are always
   compact (a float's decimals are long, and the plain form cannot carry NaN or infinities).
 
+An array that would make its event larger than the bus's limit is kept in the object store and
+the field carries ``{"enc": ..., "n": ..., "ref": {"bucket", "name", "size", "sha256"}}``
+(``heddle.bus.payloads``). Decoding such a field gives an empty *placeholder* list whose
+``unresolved(values)`` is the reference: code that counts reads ``n`` (``num_items``), code that
+needs the values resolves the message first (``heddle.bus.payloads.resolve``), and a
+placeholder re-encodes as the same reference, so a message passed on unresolved stays whole.
+
 Decoding accepts both forms: the plain JSON list of streams written before this encoding and
 the object above. The struct fields are typed with the classes below, list (and tuple)
 subclasses that msgspec hands to ``dec_hook``; for type checkers they are plain ``list[int]``
@@ -47,12 +54,26 @@ MASK_ENCODING: Final = "b64-u8"
 MIN_PACKED_ITEMS: Final = 16
 
 
-class PackedArray(msgspec.Struct, frozen=True, kw_only=True):
-    """The wire form of a number list (field order is the order a person reads it in)."""
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an array too large for its event is kept: an object of the JetStream object store
+    holding the array's raw bytes (the layout its ``enc`` names, without base64)."""
+
+    bucket: str
+    name: str
+    size: int
+    """Bytes of the object (``n`` x the item size)."""
+    sha256: str
+    """Hex SHA-256 of the object's bytes; readers check it."""
+
+
+class PackedArray(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The wire form of a number list (field order is the order a person reads it in): the
+    bytes inline (``data``), or a reference to an object holding them (``ref``)."""
 
     enc: str
     n: int
-    data: str
+    data: str = ""
+    ref: ObjectRef | None = None
 
 
 if TYPE_CHECKING:
@@ -102,6 +123,9 @@ def is_array_type(annotation: Any) -> bool:
 def pack_values(annotation: Any, values: Any) -> PackedArray | None:
     """The wire form of ``values`` for a field of type ``annotation``; None when the plain list
     is the one to write (short lists, values that do not fit the encoding)."""
+    reference = unresolved(values)
+    if reference is not None:
+        return reference
     layout = _LAYOUTS[annotation]
     if len(values) < layout.min_items:
         return None
@@ -116,16 +140,35 @@ def pack_values(annotation: Any, values: Any) -> PackedArray | None:
     )
 
 
-def unpack_bytes(packed: PackedArray) -> array.array[Any]:
-    """The items of a wire-form array; ``ValueError`` for an unknown encoding, bad base64 or a
-    byte count that does not match ``n``."""
+def unresolved(values: Any) -> PackedArray | None:
+    """The reference of a placeholder (an array kept in the object store), else None."""
+    reference: PackedArray | None = getattr(values, "reference", None)
+    return reference
+
+
+def num_items(values: Any) -> int:
+    """Length of a decoded number list, the placeholder of a referenced one included."""
+    reference = unresolved(values)
+    return reference.n if reference is not None else len(values)
+
+
+def raw_bytes(packed: PackedArray) -> bytes:
+    """The inline array's bytes (base64 decoded); ``ValueError`` for bad base64."""
+    try:
+        return base64.b64decode(packed.data, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"invalid base64 in a {packed.enc} array: {exc}") from None
+
+
+def unpack_bytes(packed: PackedArray, raw: bytes | None = None) -> array.array[Any]:
+    """The items of a wire-form array (``raw``: its bytes, when kept apart from the event);
+    ``ValueError`` for an unknown encoding, bad base64 or a byte count that does not match
+    ``n``."""
     layout = _BY_ENCODING.get(packed.enc)
     if layout is None:
         raise ValueError(f"unknown array encoding {packed.enc!r}")
-    try:
-        raw = base64.b64decode(packed.data, validate=True)
-    except binascii.Error as exc:
-        raise ValueError(f"invalid base64 in a {packed.enc} array: {exc}") from None
+    if raw is None:
+        raw = raw_bytes(packed)
     items = array.array(layout.typecode)
     if packed.n < 0 or len(raw) != packed.n * items.itemsize:
         raise ValueError(f"{packed.enc} array of {len(raw)} bytes does not hold n={packed.n}")
@@ -157,18 +200,20 @@ def dec_hook(annotation: type, value: Any) -> Any:
         packed = msgspec.convert(value, PackedArray)
         if packed.enc != layout.encoding:
             raise ValueError(f"expected a {layout.encoding} array, got {packed.enc!r}")
+        if packed.ref is not None:
+            return placeholder(annotation, packed)
         return annotation(unpack_bytes(packed).tolist())
     raise TypeError(f"expected an array or an encoded array object, got {type(value).__name__}")
 
 
 @functools.cache
-def _plan(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+def array_fields(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
     """(field name, array type or nested struct class) of every field that may need packing."""
     entries: list[tuple[str, Any]] = []
     for field in msgspec.structs.fields(cls):
         kind = field.type
         is_struct = isinstance(kind, type) and issubclass(kind, msgspec.Struct)
-        if is_array_type(kind) or (is_struct and _plan(kind)):
+        if is_array_type(kind) or (is_struct and array_fields(kind)):
             entries.append((field.name, kind))
     return tuple(entries)
 
@@ -177,7 +222,7 @@ def pack_message(message: msgspec.Struct) -> msgspec.Struct:
     """``message`` with its number lists (also in nested structs) replaced by their wire form,
     ready for the JSON encoder; ``message`` itself when nothing changes. Only for encoding:
     the copy holds ``PackedArray`` values where its annotations say lists."""
-    plan = _plan(type(message))
+    plan = array_fields(type(message))
     if not plan:
         return message
     changes: dict[str, Any] = {}
@@ -191,3 +236,19 @@ def pack_message(message: msgspec.Struct) -> msgspec.Struct:
         if packed is not None:
             changes[name] = packed
     return msgspec.structs.replace(message, **changes) if changes else message
+
+
+def placeholder(annotation: Any, packed: PackedArray) -> Any:
+    """An empty list (or tuple) of ``annotation`` standing for a referenced array."""
+    if packed.ref is None or packed.n < 0 or packed.ref.size != packed.n * _item_size(packed):
+        raise ValueError(f"a {packed.enc} reference whose size does not hold n={packed.n}")
+    value = annotation()
+    value.reference = packed
+    return value
+
+
+def _item_size(packed: PackedArray) -> int:
+    layout = _BY_ENCODING.get(packed.enc)
+    if layout is None:
+        raise ValueError(f"unknown array encoding {packed.enc!r}")
+    return array.array(layout.typecode).itemsize

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import msgspec
 
-from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT
+from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT, arrays
 from heddle.events.arrays import count_packed, dec_hook, is_array_type
 
 _EMPTY = msgspec.Raw(b"[]")
@@ -28,7 +28,7 @@ def num_items(values: list[Any] | msgspec.Raw) -> int:
     """Length of a list of numbers, given as a list or as its raw JSON text."""
     if isinstance(values, msgspec.Raw):
         return count_packed(bytes(values))
-    return len(values)
+    return arrays.num_items(values)
 
 
 def _view(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:
