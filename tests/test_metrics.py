@@ -34,6 +34,7 @@ from heddle.events import (
     Preempted,
     ToolCall,
     WorkerCommand,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_event,
 )
@@ -114,7 +115,7 @@ class FakeSink:
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
         self.messages.append(message)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         self.telemetry.append(telemetry)
 
 

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TypeVar
 
 import nats.errors
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -22,7 +23,13 @@ from heddle.bus.payloads import offload, payload_prefix, resolve
 from heddle.bus.publisher import PublishAck, Publisher, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.streams import HEDDLE_STREAMS, ConsumerSpec, provision_stream
-from heddle.bus.telemetry import TelemetryHandler, TelemetrySubscription, publish_telemetry
+from heddle.bus.telemetry import (
+    HeartbeatHandler,
+    TelemetryHandler,
+    TelemetrySubscription,
+    publish_telemetry,
+    subscribe_heartbeats,
+)
 from heddle.bus.wire import LeanClient
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -31,6 +38,7 @@ from heddle.events import (
     EventT,
     ToolCall,
     WorkerCommand,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_event,
     encode,
@@ -283,8 +291,13 @@ class Bus:
             raise RuntimeError("the bus is not started")
         return self._publisher
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
+        """Best effort on core NATS, not stored: a load report or a heartbeat."""
         await publish_telemetry(self.client, telemetry)
+
+    async def subscribe_heartbeats(self, handler: HeartbeatHandler) -> Subscription:
+        """Every worker's heartbeats as they arrive (``unsubscribe()`` the result to stop)."""
+        return await subscribe_heartbeats(self.client, handler)
 
     async def subscribe_telemetry(
         self, handler: TelemetryHandler, worker_id: str = "*"

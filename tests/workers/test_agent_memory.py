@@ -42,6 +42,7 @@ from heddle.events import (
     WorkerCommand,
     WorkerDrained,
     WorkerFailed,
+    WorkerHeartbeat,
     WorkerRegistered,
     WorkerTelemetry,
 )
@@ -83,7 +84,7 @@ class MemoryBus:
         for listener in self.listeners:
             listener(message)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         self.telemetry.append(telemetry)
 
     async def trajectory_events(self, rollout_id: str, traj_id: str) -> list[EventT]:

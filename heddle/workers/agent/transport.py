@@ -32,6 +32,7 @@ from heddle.events import (
     ToolCall,
     WorkerCommand,
     WorkerCommandT,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_worker_command,
 )
@@ -67,7 +68,7 @@ class BusPorts:
     async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
         await self.bus.publish_many(messages)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         await self.bus.publish_telemetry(telemetry)
 
     async def trajectory_events(self, rollout_id: str, traj_id: str) -> list[EventT]:
