@@ -274,6 +274,13 @@ class Bus:
         store = payloads if bucket == payloads.bucket else Objects(self.js, bucket)
         return await store.get(name)
 
+    async def payload_bytes(self) -> int:
+        """Bytes stored in bucket ``heddle-payloads`` (its stream; 0 before the first object)."""
+        try:
+            return (await self.stream_state(f"OBJ_{PAYLOADS_BUCKET}")).num_bytes
+        except NotFoundError:
+            return 0
+
     async def delete_payloads(self, rollout_id: str) -> int:
         """Delete the offloaded arrays of a rollout's events; how many objects there were."""
         payloads = self._require_payloads()

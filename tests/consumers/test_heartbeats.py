@@ -31,11 +31,17 @@ def deployment(settings: Settings, num_workers: int) -> InProcessDeployment:
 
 async def test_an_idle_deployment_appends_no_events(settings: Settings) -> None:
     heard: list[WorkerHeartbeat] = []
+    enough = asyncio.Event()
+
+    def hear(heartbeat: WorkerHeartbeat) -> None:
+        heard.append(heartbeat)
+        if len(heard) >= 20:  # ten heartbeats of each worker
+            enough.set()
+
     async with deployment(settings, num_workers=2) as plane, Bus(settings) as bus:
-        subscription = await bus.subscribe_heartbeats(heard.append)
+        subscription = await bus.subscribe_heartbeats(hear)
         before = await bus.stream_state()
-        while len(heard) < 20:  # ten heartbeats of each worker
-            await asyncio.sleep(0.1)
+        await asyncio.wait_for(enough.wait(), 60)
         after = await bus.stream_state()
         await subscription.unsubscribe()
         assert plane.service.liveness is not None
@@ -64,15 +70,20 @@ async def test_a_worker_whose_heartbeats_stop_fails_after_the_timeout(settings: 
             await bus.publish_telemetry(heartbeat)
             await asyncio.sleep(0.1)
             assert not await failures(bus), "failed while its heartbeats still came"
-        while not await failures(bus):
-            await asyncio.sleep(0.1)
-        [failure] = await failures(bus)
+        [failure] = await asyncio.wait_for(first_failures(bus), 60)
     assert failure.worker_id == "wx" and "no heartbeat" in failure.reason
     assert failure.occurred_at - last_beat_s > TIMEOUT_S
 
 
 async def failures(bus: Bus) -> list[WorkerFailed]:
     query = ReplayQuery(filter_subjects=("heddle.evt.worker.*.failed",))
-    return [
-        r.message async for r in bus.replay_events(query) if isinstance(r.message, WorkerFailed)
-    ]
+    records = [record async for record in bus.replay_events(query)]
+    return [r.message for r in records if isinstance(r.message, WorkerFailed)]
+
+
+async def first_failures(bus: Bus) -> list[WorkerFailed]:
+    found = await failures(bus)
+    while not found:  # the stream has no notification to wait on
+        await asyncio.sleep(0.1)
+        found = await failures(bus)
+    return found
