@@ -202,7 +202,7 @@ def dec_hook(annotation: type, value: Any) -> Any:
             raise ValueError(f"expected a {layout.encoding} array, got {packed.enc!r}")
         if packed.ref is not None:
             return placeholder(annotation, packed)
-        return annotation(unpack_bytes(packed).tolist())
+        return annotation(unpack_bytes(packed))  # one pass: no intermediate list
     raise TypeError(f"expected an array or an encoded array object, got {type(value).__name__}")
 
 
