@@ -16,11 +16,11 @@ name derives from the event id, so a publish retried after a crash writes the sa
 The reference is part of the event (its digest is what the event asserts); ``resolve`` checks
 size and SHA-256 of what it reads and refuses a mismatch.
 
-Retention: the bucket keeps an object ``payload_max_age_s`` after it was written (the bucket's
-``max_age``, 7 days by default), and ``delete_payloads(rollout_id)`` removes a finished rollout's
-objects at once (``Bus.delete_payloads``). A consumer that only counts (the ledger, the
-deciders, replay and verify) reads ``n`` and never needs the object, so an expired object costs
-only the token values of that one field, never a replay.
+Retention: the bucket keeps an object ``BusOptions.payload_max_age_s`` after it was written (the
+bucket's ``max_age``, 7 days by default), and ``Bus.delete_payloads(rollout_id)`` (``heddle
+rollout delete-payloads <rid>``) removes a finished rollout's objects at once. A consumer that
+only counts (the ledger, the deciders, replay and verify) reads ``n`` and never needs the object,
+so an expired object costs only the token values of that one field, never a replay.
 """
 
 from __future__ import annotations

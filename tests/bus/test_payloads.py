@@ -4,6 +4,7 @@ and a rollout's objects are deleted with it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -105,3 +106,23 @@ def replace_tokens(event: Completed, num_tokens: int) -> Completed:
         response_logprobs=[-0.25] * num_tokens,
         loss_mask=[1] * num_tokens,
     )
+
+
+def test_the_delete_payloads_command(settings: Settings) -> None:
+    """A synchronous test: the command runs its own event loop."""
+    from typer.testing import CliRunner
+
+    from heddle.cli import app
+
+    async def publish() -> None:
+        async with Bus(settings) as bus:
+            await bus.publish(completed("r6"))
+
+    asyncio.run(publish())
+    assert settings.nats_url is not None
+    root = ["--nats-url", settings.nats_url, "--data-dir", str(settings.data_dir)]
+    result = CliRunner(env={"HEDDLE_MAX_EVENT_BYTES": "8192"}).invoke(
+        app, [*root, "rollout", "delete-payloads", "r6"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 payload objects of r6" in result.stdout
