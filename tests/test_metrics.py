@@ -110,7 +110,7 @@ class FakeSink:
 
     def __init__(self) -> None:
         self.messages: list[Event | WorkerCommand | ToolCall] = []
-        self.telemetry: list[WorkerTelemetry] = []
+        self.telemetry: list[WorkerTelemetry | WorkerHeartbeat] = []
 
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
         self.messages.append(message)

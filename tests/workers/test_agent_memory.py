@@ -62,7 +62,7 @@ class MemoryBus:
 
     def __init__(self) -> None:
         self.messages: list[Event | WorkerCommand | ToolCall] = []
-        self.telemetry: list[WorkerTelemetry] = []
+        self.telemetry: list[WorkerTelemetry | WorkerHeartbeat] = []
         self.blobs: dict[str, bytes] = {}
         self.num_failures_to_inject = 0
         self.listeners: list[Any] = []
