@@ -196,7 +196,9 @@ class _CompletionStream:
                 message = delivery.message
                 if isinstance(message, Completed) and message.traj_id not in seen:
                     seen.add(message.traj_id)
-                    yield message
+                    # Arrays kept in the object store (a long trajectory) are read back here,
+                    # digests checked: the trainer always gets the whole trajectory.
+                    yield await self.bus.resolve(message)
                 pending.set_result(True)
                 pending = None
         finally:

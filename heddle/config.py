@@ -13,6 +13,7 @@ from pathlib import Path
 import platformdirs
 
 DEFAULT_DATA_DIR = Path(platformdirs.user_data_dir("heddle"))
+DEFAULT_MAX_EVENT_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,10 @@ class Settings:
     """Ledger SQLAlchemy URL (``HEDDLE_DATABASE_URL``); None uses ``<data_dir>/ledger.db``."""
     data_dir: Path = DEFAULT_DATA_DIR
     """Root of local state (``HEDDLE_DATA_DIR``): embedded JetStream store, SQLite ledger, plots."""
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    """Largest event or command JSON published inline (``HEDDLE_MAX_EVENT_BYTES``); a larger
+    one moves its biggest number arrays to the object store (``heddle.bus.payloads``). Well
+    under NATS's default 1 MiB ``max_payload``."""
 
     @property
     def ledger_url(self) -> str:
@@ -50,8 +55,12 @@ def load_settings(
 ) -> Settings:
     """Settings from explicit values (CLI flags) over ``HEDDLE_*`` variables over defaults."""
     env_data_dir = os.environ.get("HEDDLE_DATA_DIR")
+    env_max_event_bytes = os.environ.get("HEDDLE_MAX_EVENT_BYTES")
     return Settings(
         nats_url=nats_url or os.environ.get("HEDDLE_NATS_URL") or None,
         database_url=database_url or os.environ.get("HEDDLE_DATABASE_URL") or None,
         data_dir=data_dir or (Path(env_data_dir) if env_data_dir else DEFAULT_DATA_DIR),
+        max_event_bytes=(
+            int(env_max_event_bytes) if env_max_event_bytes else DEFAULT_MAX_EVENT_BYTES
+        ),
     )

@@ -34,6 +34,7 @@ from heddle.events import (
     Preempted,
     ToolCall,
     WorkerCommand,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_event,
 )
@@ -109,12 +110,12 @@ class FakeSink:
 
     def __init__(self) -> None:
         self.messages: list[Event | WorkerCommand | ToolCall] = []
-        self.telemetry: list[WorkerTelemetry] = []
+        self.telemetry: list[WorkerTelemetry | WorkerHeartbeat] = []
 
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None:
         self.messages.append(message)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         self.telemetry.append(telemetry)
 
 

@@ -64,7 +64,8 @@ from heddle.bus.delivery import (
     TransientError,
 )
 from heddle.bus.message_runner import MessageRunner
-from heddle.bus.objects import KV_BUCKET, ObjectNotFound
+from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
+from heddle.bus.payloads import PayloadError
 from heddle.bus.publisher import PublishAck, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
 from heddle.bus.runner import ConsumerLost, RunnerStats
@@ -74,6 +75,7 @@ from heddle.bus.telemetry import TelemetrySubscription
 
 __all__ = [
     "KV_BUCKET",
+    "PAYLOADS_BUCKET",
     "BatchHandler",
     "BatchRunner",
     "Bus",
@@ -90,6 +92,7 @@ __all__ = [
     "MessageRunner",
     "NatsServerNotFound",
     "ObjectNotFound",
+    "PayloadError",
     "PublishAck",
     "PublishError",
     "PublishOptions",

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TypeVar
 
 import nats.errors
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -17,11 +18,18 @@ from heddle.bus.batch_runner import BatchRunner
 from heddle.bus.delivery import BatchHandler, Decoder, MessageHandler
 from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_embedded_server
 from heddle.bus.message_runner import MessageRunner
-from heddle.bus.objects import KV_BUCKET, Objects
+from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, Objects
+from heddle.bus.payloads import offload, payload_prefix, resolve
 from heddle.bus.publisher import PublishAck, Publisher, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.streams import HEDDLE_STREAMS, ConsumerSpec, provision_stream
-from heddle.bus.telemetry import TelemetryHandler, TelemetrySubscription, publish_telemetry
+from heddle.bus.telemetry import (
+    HeartbeatHandler,
+    TelemetryHandler,
+    TelemetrySubscription,
+    publish_telemetry,
+    subscribe_heartbeats,
+)
 from heddle.bus.wire import LeanClient
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -30,6 +38,7 @@ from heddle.events import (
     EventT,
     ToolCall,
     WorkerCommand,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_event,
     encode,
@@ -37,9 +46,12 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, subject_for_command, subject_for_event
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Event | WorkerCommand | ToolCall)
 log = logging.getLogger(__name__)
 
 _INITIAL_CONNECT_ATTEMPTS = 2
+_PUBLISH_CHUNK = 4096
+"""Messages encoded ahead of the publisher's window (offloading an array awaits the store)."""
 
 
 class BusUnavailable(UserError):
@@ -61,6 +73,9 @@ class BusOptions:
     max_reconnect_attempts: int = -1
     """-1: keep reconnecting forever (a restarting server is waited for)."""
     publish: PublishOptions = field(default_factory=PublishOptions)
+    payload_max_age_s: float = 7 * 24 * 3600.0
+    """How long bucket ``heddle-payloads`` keeps an offloaded array (``heddle.bus.payloads``);
+    applies when the bucket is created."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,7 @@ class Bus:
         self._js: JetStreamContext | None = None
         self._publisher: Publisher | None = None
         self._objects: Objects | None = None
+        self._payloads: Objects | None = None
         self._is_closing = False
 
     async def __aenter__(self) -> Bus:
@@ -145,6 +161,9 @@ class Bus:
                 await self.provision()
             self._publisher = await Publisher(self._client, self.options.publish).open()
             self._objects = Objects(self._js, KV_BUCKET, self.options.num_replicas)
+            self._payloads = Objects(
+                self._js, PAYLOADS_BUCKET, self.options.num_replicas, self.options.payload_max_age_s
+            )
         except BaseException:
             await self.close()
             raise
@@ -212,14 +231,63 @@ class Bus:
     # ---- publishing -----------------------------------------------------------------------
 
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> PublishAck:
-        """Publish an event or a command on its subject, de-duplicated by its id."""
-        return await self._require_publisher().publish(*_envelope(message))
+        """Publish an event or a command on its subject, de-duplicated by its id (its largest
+        arrays in the object store if it is too large: ``heddle.bus.payloads``)."""
+        return await self._require_publisher().publish(*await self._envelope(message))
 
     async def publish_many(
         self, messages: Iterable[Event | WorkerCommand | ToolCall]
     ) -> list[PublishAck]:
         """Publish many messages with a bounded window in flight; acks in input order."""
-        return await self._require_publisher().publish_many(_envelope(m) for m in messages)
+        publisher = self._require_publisher()
+        acks: list[PublishAck] = []
+        chunk: list[tuple[str, bytes, str]] = []
+        for message in messages:
+            chunk.append(await self._envelope(message))
+            if len(chunk) >= _PUBLISH_CHUNK:
+                acks += await publisher.publish_many(chunk)
+                chunk = []
+        if chunk:
+            acks += await publisher.publish_many(chunk)
+        return acks
+
+    async def _envelope(self, message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
+        subject, data, message_id = _envelope(message)
+        if len(data) > self.settings.max_event_bytes:
+            data = await offload(
+                message,
+                data,
+                message_id=message_id,
+                max_bytes=self.settings.max_event_bytes,
+                bucket=PAYLOADS_BUCKET,
+                put=self._require_payloads().put,
+            )
+        return subject, data, message_id
+
+    async def resolve(self, message: M) -> M:
+        """``message`` with the arrays it keeps in the object store read back (digests
+        checked, ``heddle.bus.PayloadError`` on a mismatch); itself when it has none."""
+        return await resolve(message, self._get_payload)
+
+    async def _get_payload(self, bucket: str, name: str) -> bytes:
+        payloads = self._require_payloads()
+        store = payloads if bucket == payloads.bucket else Objects(self.js, bucket)
+        return await store.get(name)
+
+    async def payload_bytes(self) -> int:
+        """Bytes stored in bucket ``heddle-payloads`` (its stream; 0 before the first object)."""
+        try:
+            return (await self.stream_state(f"OBJ_{PAYLOADS_BUCKET}")).num_bytes
+        except NotFoundError:
+            return 0
+
+    async def delete_payloads(self, rollout_id: str) -> int:
+        """Delete the offloaded arrays of a rollout's events; how many objects there were."""
+        payloads = self._require_payloads()
+        names = await payloads.names(payload_prefix(rollout_id))
+        for name in names:
+            await payloads.delete(name)
+        return len(names)
 
     async def publish_raw(self, subject: str, data: bytes, msg_id: str | None = None) -> PublishAck:
         """Publish bytes as they are (operators' tools and tests of bad input)."""
@@ -230,8 +298,13 @@ class Bus:
             raise RuntimeError("the bus is not started")
         return self._publisher
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
+        """Best effort on core NATS, not stored: a load report or a heartbeat."""
         await publish_telemetry(self.client, telemetry)
+
+    async def subscribe_heartbeats(self, handler: HeartbeatHandler) -> Subscription:
+        """Every worker's heartbeats as they arrive (``unsubscribe()`` the result to stop)."""
+        return await subscribe_heartbeats(self.client, handler)
 
     async def subscribe_telemetry(
         self, handler: TelemetryHandler, worker_id: str = "*"
@@ -318,6 +391,11 @@ class Bus:
 
     async def delete_object(self, key: str) -> None:
         await self._require_objects().delete(key)
+
+    def _require_payloads(self) -> Objects:
+        if self._payloads is None:
+            raise RuntimeError("the bus is not started")
+        return self._payloads
 
     def _require_objects(self) -> Objects:
         if self._objects is None:

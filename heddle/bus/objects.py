@@ -1,4 +1,5 @@
-"""Blob storage on the JetStream object store (bucket ``heddle-kv``: exported KV caches).
+"""Blob storage on the JetStream object store (buckets ``heddle-kv``: exported KV caches;
+``heddle-payloads``: number arrays too large for their event, see ``heddle.bus.payloads``).
 
 Objects are split into 128 KiB chunks by the object store, so a blob may exceed the server's
 message size limit; the store checks a SHA-256 digest on read.
@@ -13,6 +14,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
 KV_BUCKET = "heddle-kv"
+PAYLOADS_BUCKET = "heddle-payloads"
 
 
 class ObjectNotFound(KeyError):
@@ -22,23 +24,33 @@ class ObjectNotFound(KeyError):
 class Objects:
     """Put, get and delete blobs in one object-store bucket (created on first use)."""
 
-    def __init__(self, js: JetStreamContext, bucket: str = KV_BUCKET, num_replicas: int = 1):
+    def __init__(
+        self,
+        js: JetStreamContext,
+        bucket: str = KV_BUCKET,
+        num_replicas: int = 1,
+        max_age_s: float = 0.0,
+    ):
+        """``max_age_s``: how long the bucket keeps an object after it was written (0: until
+        deleted); applies when this creates the bucket."""
         self._js = js
-        self._bucket = bucket
+        self.bucket = bucket
         self._num_replicas = num_replicas
+        self._max_age_s = max_age_s
         self._store: ObjectStore | None = None
 
     async def _open(self) -> ObjectStore:
         if self._store is None:
             try:
-                self._store = await self._js.object_store(self._bucket)
+                self._store = await self._js.object_store(self.bucket)
             except BucketNotFoundError:
                 config = api.ObjectStoreConfig(
-                    bucket=self._bucket,
+                    bucket=self.bucket,
                     storage=api.StorageType.FILE,
                     replicas=self._num_replicas,
+                    ttl=self._max_age_s or None,
                 )
-                self._store = await self._js.create_object_store(self._bucket, config=config)
+                self._store = await self._js.create_object_store(self.bucket, config=config)
         return self._store
 
     async def put(self, key: str, data: bytes) -> int:
@@ -64,3 +76,12 @@ class Objects:
             await store.delete(key)
         except NotFoundError:
             raise ObjectNotFound(key) from None
+
+    async def names(self, prefix: str = "") -> list[str]:
+        """Names of the bucket's objects that start with ``prefix``."""
+        store = await self._open()
+        try:
+            infos = await store.list(ignore_deletes=True)
+        except NotFoundError:
+            return []  # an empty bucket
+        return [info.name for info in infos if info.name.startswith(prefix)]

@@ -56,7 +56,7 @@ class EmbeddedNatsServer:
         store_dir: Path,
         *,
         port: int = 0,
-        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        max_payload_bytes: int | None = MAX_PAYLOAD_BYTES,
         monitor_port: int | None = None,
     ):
         self.store_dir = Path(store_dir)
@@ -66,6 +66,7 @@ class EmbeddedNatsServer:
         if monitor_port == 0:
             self.monitor_port = free_port()
         self.max_payload_bytes = max_payload_bytes
+        """None: the server's own default (1 MiB), as on a stock deployment."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -89,7 +90,8 @@ class EmbeddedNatsServer:
     def start(self, timeout_s: float = 10.0) -> EmbeddedNatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         config = self.store_dir / "nats-server.conf"
-        config.write_text(f"max_payload: {self.max_payload_bytes}\n")
+        limit = self.max_payload_bytes
+        config.write_text(f"max_payload: {limit}\n" if limit is not None else "")
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 [

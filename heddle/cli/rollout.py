@@ -333,3 +333,26 @@ def cancel_command(
 
     asyncio.run(cancel())
     typer.echo(f"cancelled {rollout_id}")
+
+
+@rollout_app.command("delete-payloads")
+def delete_payloads_command(
+    ctx: typer.Context,
+    rollout_id: Annotated[str, typer.Argument(help="The finished rollout")],
+) -> None:
+    """Delete a rollout's offloaded arrays (bucket heddle-payloads) before their 7-day expiry.
+    Its events stay: the ledger and replay need only the counts they carry; the trainer can no
+    longer read the token values of those fields."""
+    from heddle.bus import Bus
+    from heddle.ids import check_token
+
+    try:
+        check_token(rollout_id, "rollout id")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+    async def delete() -> int:
+        async with Bus(settings_of(ctx)) as bus:
+            return await bus.delete_payloads(rollout_id)
+
+    typer.echo(f"deleted {asyncio.run(delete())} payload objects of {rollout_id}")

@@ -40,6 +40,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
+from heddle.events.arrays import PackedArray, count_packed, dec_hook, unpack_bytes
 
 _EMPTY = msgspec.Raw(b"[]")
 _COUNTED = {
@@ -61,9 +62,8 @@ EventDecoder = Callable[[bytes], EventT]
 
 
 def count_items(raw: msgspec.Raw) -> int:
-    """Items of a JSON list of numbers given as its raw text."""
-    text = bytes(raw)
-    return text.count(b",") + 1 if text.strip(b"[] \t\r\n") else 0
+    """Items of a list of numbers given as its raw JSON text (plain or compact form)."""
+    return count_packed(bytes(raw))
 
 
 class _View:
@@ -86,7 +86,8 @@ class _View:
             elif field.name in raw_names:
                 kind = msgspec.Raw
             elif field.name in frozen:
-                kind = tuple[int, ...]
+                # Either wire form; a compact one becomes a plain tuple in ``restore``.
+                kind = tuple[int, ...] | PackedArray
             else:
                 continue
             has_default = field.default is not msgspec.NODEFAULT or (
@@ -106,6 +107,7 @@ class _View:
             frozen=config.frozen,
             module=__name__,
         )
+        self.frozen = frozen
         self._names = tuple(n for n in cls.__struct_fields__ if n not in self.dropped)
         self.has_changes = bool(fields)
         """Whether the view decodes anything differently from the class itself."""
@@ -115,6 +117,9 @@ class _View:
         values = {name: getattr(value, name) for name in self._names}
         for name in self.counted:
             values[name] = [0] * count_items(values[name])
+        for name in self.frozen:
+            if isinstance(values[name], PackedArray):
+                values[name] = tuple(unpack_bytes(values[name]).tolist())
         for name, nested in self.nested.items():
             values[name] = nested.restore(values[name])
         return self.cls(**values)
@@ -141,7 +146,10 @@ def make_decoder(whole: frozenset[type[msgspec.Struct]] = frozenset()) -> EventD
     views = _views(whole)
     by_view: dict[type, _View] = {view.view_type: view for view in views.values()}
     types = tuple(views[cls].view_type if cls in views else cls for cls in typing.get_args(EventT))
-    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(typing.Union[types])  # noqa: UP007
+    decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
+        typing.Union[types],  # noqa: UP007
+        dec_hook=dec_hook,
+    )
 
     def decode(data: bytes) -> EventT:
         if len(data) > MAX_PAYLOAD_BYTES:
@@ -153,7 +161,12 @@ def make_decoder(whole: frozenset[type[msgspec.Struct]] = frozenset()) -> EventD
         except msgspec.DecodeError as exc:
             raise DecodeError(f"event: malformed JSON: {exc}") from None
         view = by_view.get(type(event))
-        return typing.cast(EventT, event if view is None else view.restore(event))
+        if view is None:
+            return typing.cast(EventT, event)
+        try:
+            return typing.cast(EventT, view.restore(event))
+        except ValueError as exc:  # a compact array whose data does not match its header
+            raise DecodeError(f"event: invalid message: {exc}") from None
 
     return decode
 

@@ -5,9 +5,14 @@
 gets a ``WorkerFailed`` listing the trajectories placed on it, which the placement deciders
 re-place on live workers. "Heard from" is the latest ``occurred_at`` of its registration,
 heartbeats or drain (the worker's clock: workers and control plane must agree on time within a
-fraction of the timeout), so a control plane that restarts and replays the stream fails the
-workers that went silent while it was down at its first check, and a worker restarted under the
-same id comes back with its new registration.
+fraction of the timeout); a worker restarted under the same id comes back with its new
+registration.
+
+Heartbeats arrive on core NATS (``heard``), not from the stream (``heddle.bus.telemetry`` says
+why); ``WorkerHeartbeat`` events of older streams still fold in. A control plane that (re)starts
+has heard none of the heartbeats sent while it was down, so ``start_listening(now)`` counts every
+worker as heard from then: a worker that went silent while the control plane was down is failed
+one timeout after the restart, and a live one never is.
 
 A cancelled rollout (``RolloutCancelled``) has its trajectories aborted where they are placed:
 the fold answers it with one ``Abort`` command per trajectory it knows on a worker.
@@ -73,6 +78,15 @@ class WorkerLiveness:
         self.timeout_s = timeout_s
         self._workers: dict[str, _Worker] = {}
         self._placed_on: dict[tuple[str, str], str] = {}
+        self._listening_since_s = float("-inf")
+
+    def start_listening(self, now_s: float) -> None:
+        """Heartbeats are received from ``now_s`` on: silence counts from then at the earliest."""
+        self._listening_since_s = now_s
+
+    def heard(self, heartbeat: WorkerHeartbeat) -> None:
+        """A heartbeat received live (core NATS): the worker was alive at its ``occurred_at``."""
+        self._seen(heartbeat)
 
     def decide(self, event: Event) -> list[Output]:
         """Fold one event in; only a cancellation calls for outputs (its aborts): failures
@@ -108,7 +122,7 @@ class WorkerLiveness:
         is then considered failed until it registers again)."""
         failures: list[WorkerFailed] = []
         for worker_id, worker in self._workers.items():
-            silent_s = now_s - worker.last_seen_s
+            silent_s = now_s - max(worker.last_seen_s, self._listening_since_s)
             if not worker.is_alive or silent_s <= self.timeout_s:
                 continue
             worker.is_alive = False

@@ -25,6 +25,7 @@ submit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -226,24 +227,36 @@ class ControlPlaneService:
         """Every ``liveness_check_s``: declare silent workers failed, once every event stored
         before the check (every heartbeat sent before it) is folded in. The consumer being
         busy (batches awaiting acknowledgement) does not delay the check; the consumer lagging
-        (events stored but not yet delivered) does."""
+        (events stored but not yet delivered) does. Heartbeats come on core NATS, folded in as
+        they arrive (``WorkerLiveness.heard``); silence counts from this subscription on."""
         bus = self._require_bus()
-        while True:
-            await asyncio.sleep(self.config.liveness_check_s)
-            if not consumer.stats.is_live:
-                continue
-            now_s = time.time()
-            state = await bus.consumer_state(EVENTS_STREAM, consumer.durable)
-            if state is None or state.num_pending:
-                continue
-            if not await _folded(consumer, state.delivered_sequence, self.config.liveness_check_s):
-                continue
-            failures = liveness.check(now_s)
-            if failures:
-                for failure in failures:
-                    log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
-                await bus.publish_many(failures)
-            self._liveness_checked = True
+        heartbeats = await bus.subscribe_heartbeats(liveness.heard)
+        liveness.start_listening(time.time())
+        try:
+            while True:
+                await asyncio.sleep(self.config.liveness_check_s)
+                await self._check_once(bus, consumer, liveness)
+        finally:
+            with contextlib.suppress(Exception):
+                await heartbeats.unsubscribe()
+
+    async def _check_once(
+        self, bus: Bus, consumer: DeciderConsumer, liveness: WorkerLiveness
+    ) -> None:
+        if not consumer.stats.is_live:
+            return
+        now_s = time.time()
+        state = await bus.consumer_state(EVENTS_STREAM, consumer.durable)
+        if state is None or state.num_pending:
+            return
+        if not await _folded(consumer, state.delivered_sequence, self.config.liveness_check_s):
+            return
+        failures = liveness.check(now_s)
+        if failures:
+            for failure in failures:
+                log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
+            await bus.publish_many(failures)
+        self._liveness_checked = True
 
     async def _run_projector(self) -> None:
         assert self._ledger is not None

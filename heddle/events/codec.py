@@ -1,4 +1,8 @@
-"""JSON codec: one encoder, one typed decoder per channel, errors that say what was wrong."""
+"""JSON codec: one encoder, one typed decoder per channel, errors that say what was wrong.
+
+Number lists (token ids, logprobs, loss masks) are written in the compact form of
+``heddle.events.arrays`` and read in either form, so streams written before it still decode.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import TypeVar
 
 import msgspec
 
+from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
 from heddle.events.rollout import RolloutEventT
@@ -27,13 +32,20 @@ class DecodeError(ValueError):
 
 
 _encoder = msgspec.json.Encoder()
-_event_decoder = msgspec.json.Decoder(EventT)
-_worker_command_decoder = msgspec.json.Decoder(WorkerCommandT)
-_tool_call_decoder = msgspec.json.Decoder(ToolCall)
-_telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry)
+_event_decoder = msgspec.json.Decoder(EventT, dec_hook=dec_hook)
+_worker_command_decoder = msgspec.json.Decoder(WorkerCommandT, dec_hook=dec_hook)
+_tool_call_decoder = msgspec.json.Decoder(ToolCall, dec_hook=dec_hook)
+_telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry, dec_hook=dec_hook)
 
 
 def encode(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
+    """The message's JSON, number lists in their compact form."""
+    return _encoder.encode(pack_message(message))
+
+
+def encode_plain(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
+    """The message's JSON with number lists as plain lists (the form written before the
+    compact one; tests use it to stand for old streams)."""
     return _encoder.encode(message)
 
 

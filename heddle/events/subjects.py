@@ -56,6 +56,14 @@ def telemetry_subject(worker_id: str) -> str:
     return f"{TELEMETRY_PREFIX}.worker.{check_token(worker_id, 'worker id')}"
 
 
+HEARTBEATS_SUBJECT = f"{TELEMETRY_PREFIX}.heartbeat.*"
+"""Every worker's heartbeats (core NATS: no stream stores ``heddle.telemetry.>``)."""
+
+
+def heartbeat_subject(worker_id: str) -> str:
+    return f"{TELEMETRY_PREFIX}.heartbeat.{check_token(worker_id, 'worker id')}"
+
+
 def completions_subject(rollout_id: str) -> str:
     """What a trainer subscribes to: every completed trajectory of one rollout."""
     return trajectory_subject(rollout_id, "*", "completed")

@@ -7,6 +7,9 @@ trajectory's context:
 
     context = submitted.prompt_token_ids
               + for each step: generation_started.input_token_ids + generated.output_token_ids
+
+Number lists are written compactly on the wire (``heddle.events.arrays``: base64 of int32 ids,
+float32 logprobs, uint8 masks, the encoding named in the event); decoders read both forms.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from heddle.events.arrays import Logprobs, LossMask, TokenIds
 from heddle.events.base import (
     Event,
     FinishReason,
@@ -42,7 +46,7 @@ class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
     """Registry name of the environment: trace, math, coding, search."""
     task: dict[str, Any] = {}
     """Environment-specific task payload; each environment validates it into its own struct."""
-    prompt_token_ids: list[int] = []
+    prompt_token_ids: TokenIds = []
     max_steps: int = 64
     max_new_tokens: int = 4096
     """Cap on the tokens generated in one step."""
@@ -67,7 +71,7 @@ class TrajectoryPlaced(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.pla
 class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generation_started"):
     step: int
     worker_id: str
-    input_token_ids: list[int] = []
+    input_token_ids: TokenIds = []
     """Tokens appended to the context since the previous generation (an observation)."""
     num_context_tokens: int
     """Length of the whole context this generation conditions on."""
@@ -82,8 +86,8 @@ class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.ge
 class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"):
     step: int
     worker_id: str
-    output_token_ids: list[int]
-    output_logprobs: list[float] = []
+    output_token_ids: TokenIds
+    output_logprobs: Logprobs = []
     finish_reason: FinishReason = "stop"
     num_context_tokens: int = 0
     """Context length after this generation."""
@@ -118,7 +122,7 @@ class ToolReturned(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_re
     error: str = ""
     """stderr or the reason of a failure, capped by the executor."""
     exit_code: int | None = None
-    output_token_ids: list[int] = []
+    output_token_ids: TokenIds = []
     """Token ids of the observation, when the tool produces tokens itself (trace replay)."""
     duration_s: float = 0.0
     """Model seconds the call ran (the executor's wall time x the call's ``time_scale``), like
@@ -172,12 +176,12 @@ class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
 
 class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"):
     num_steps: int
-    prompt_token_ids: list[int] = []
-    response_token_ids: list[int] = []
+    prompt_token_ids: TokenIds = []
+    response_token_ids: TokenIds = []
     """Everything after the prompt: generations and observations, in order."""
-    response_logprobs: list[float] = []
+    response_logprobs: Logprobs = []
     """Aligned with response_token_ids; 0.0 at observation tokens."""
-    loss_mask: list[int] = []
+    loss_mask: LossMask = []
     """Aligned with response_token_ids: 1 for model tokens, 0 for tool tokens."""
     reward: float = 0.0
     finish_reason: FinishReason = "stop"

@@ -5,7 +5,8 @@ Python lists of hundreds of ints and floats costs more than everything else the 
 with a step event. This decoder uses views of the event classes, derived from the contract at
 import time: each view subclasses its event class (so ``isinstance`` checks and ``match``
 statements hold) and declares number-list fields as ``msgspec.Raw`` (the list's JSON text,
-skipped over, not parsed). ``num_items`` counts either form.
+skipped over, not parsed). ``num_items`` counts every form: a decoded list, a raw plain JSON
+list, a raw compact array (``heddle.events.arrays``, whose ``n`` is read, its data not decoded).
 
 Validation is the contract's, except for the types of the list elements.
 """
@@ -17,18 +18,17 @@ from typing import Any, cast
 
 import msgspec
 
-from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT
+from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT, arrays
+from heddle.events.arrays import count_packed, dec_hook, is_array_type
 
-_NUMBER_LISTS: tuple[Any, ...] = (list[int], list[float])
 _EMPTY = msgspec.Raw(b"[]")
 
 
 def num_items(values: list[Any] | msgspec.Raw) -> int:
     """Length of a list of numbers, given as a list or as its raw JSON text."""
     if isinstance(values, msgspec.Raw):
-        text = bytes(values)
-        return text.count(b",") + 1 if text.strip(b"[] \t\r\n") else 0
-    return len(values)
+        return count_packed(bytes(values))
+    return arrays.num_items(values)
 
 
 def _view(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:
@@ -38,7 +38,7 @@ def _view(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:
         has_default = field.default is not msgspec.NODEFAULT or (
             field.default_factory is not msgspec.NODEFAULT
         )
-        if field.type in _NUMBER_LISTS:
+        if is_array_type(field.type):
             kind: Any = msgspec.Raw
         elif isinstance(field.type, type) and issubclass(field.type, msgspec.Struct):
             kind = _view(field.type)
@@ -66,7 +66,10 @@ def _view(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:
 
 
 _LEAN_TYPES = tuple(_view(cls) for cls in typing.get_args(EventT))
-_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(typing.Union[_LEAN_TYPES])  # noqa: UP007
+_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
+    typing.Union[_LEAN_TYPES],  # noqa: UP007
+    dec_hook=dec_hook,
+)
 
 
 def decode_event_lean(data: bytes) -> EventT:

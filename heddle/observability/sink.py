@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from heddle.events import Event, ToolCall, WorkerCommand, WorkerTelemetry
+from heddle.events import Event, ToolCall, WorkerCommand, WorkerHeartbeat, WorkerTelemetry
 from heddle.observability.metrics import Metrics
 
 
 class _Sink(Protocol):
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> None: ...
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None: ...
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None: ...
 
 
 class MetricsSink:
@@ -32,6 +32,7 @@ class MetricsSink:
         if isinstance(message, Event):
             self.metrics.observe_published(message)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
-        self.metrics.observe_telemetry(telemetry)
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
+        if isinstance(telemetry, WorkerTelemetry):
+            self.metrics.observe_telemetry(telemetry)
         await self.inner.publish_telemetry(telemetry)

@@ -155,15 +155,15 @@ class FakeDataPlane:
         sequence = 0
         while True:
             sequence += 1
-            await self.bus.publish_many(
-                WorkerHeartbeat(
-                    event_id=derive_id(worker_id, "bench", "heartbeat", sequence),
-                    occurred_at=time.time(),
-                    worker_id=worker_id,
-                    sequence=sequence,
+            for worker_id in self.worker_ids:  # core NATS, like real workers' heartbeats
+                await self.bus.publish_telemetry(
+                    WorkerHeartbeat(
+                        event_id=derive_id(worker_id, "bench", "heartbeat", sequence),
+                        occurred_at=time.time(),
+                        worker_id=worker_id,
+                        sequence=sequence,
+                    )
                 )
-                for worker_id in self.worker_ids
-            )
             await asyncio.sleep(self.options.heartbeat_s)
 
     def on_command(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:

@@ -45,6 +45,7 @@ from heddle.rollout.summary import RolloutSummary, rollout_summary
 
 log = logging.getLogger(__name__)
 
+
 _STALE_STATUS_S = 10.0
 
 TimelineWriter = Callable[[Bus, str, Path], Awaitable[Path | None]]
@@ -94,11 +95,23 @@ class RolloutResult:
     timeline_path: Path | None = None
     router: RouterReport | None = None
     """The ``sglang-router`` the generations went through, when one was launched."""
+    stream_bytes: int = 0
+    """Bytes ``HEDDLE_EVENTS`` grew by from the submission to the end (JetStream's own count:
+    payloads, subjects and headers; on an attached system also anything else appended then)."""
+    payload_bytes: int = 0
+    """Bytes the object-store bucket of offloaded arrays grew by meanwhile."""
+
+    @property
+    def stream_bytes_per_output_token(self) -> float:
+        return self.stream_bytes / max(self.summary.output_tokens, 1)
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON object of ``heddle rollout run --json``."""
         document: dict[str, Any] = msgspec.to_builtins(self.summary)
         document["router"] = None if self.router is None else msgspec.to_builtins(self.router)
+        document["stream_bytes"] = self.stream_bytes
+        document["stream_bytes_per_output_token"] = round(self.stream_bytes_per_output_token, 2)
+        document["payload_object_bytes"] = self.payload_bytes
         document["ledger"] = self.ledger_url
         document["logs"] = str(self.log_dir)
         document["timeline"] = str(self.timeline_path) if self.timeline_path else None
@@ -125,13 +138,17 @@ async def run_rollout(
         is_submitted = False
         try:
             await prepare(bus, deployment, options)
-            since = (await bus.stream_state()).last_sequence + 1
+            before = await bus.stream_state()
+            payloads_before = await bus.payload_bytes()
+            since = before.last_sequence + 1
             await submit(bus, options.plan, rollout_id)
             is_submitted = True
             if hooks.on_submitted is not None:
                 await hooks.on_submitted(rollout_id, deployment)
             await _follow(bus, deployment, rollout_id, since, options, hooks)
             summary = await rollout_summary(bus, rollout_id)
+            stream_bytes = (await bus.stream_state()).num_bytes - before.num_bytes
+            payload_bytes = await bus.payload_bytes() - payloads_before
             timeline = await _timeline(bus, rollout_id, options.timeline)
         except BaseException as exc:
             if is_submitted:
@@ -140,7 +157,14 @@ async def run_rollout(
         finally:
             await deployment.stop()
     return RolloutResult(
-        rollout_id, summary, settings.ledger_url, log_dir, timeline, _router_report(deployment)
+        rollout_id,
+        summary,
+        settings.ledger_url,
+        log_dir,
+        timeline,
+        _router_report(deployment),
+        stream_bytes,
+        payload_bytes,
     )
 
 

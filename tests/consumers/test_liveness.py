@@ -129,3 +129,17 @@ def test_failures_match_the_definition(
         reported = {failure.worker_id for failure in liveness.check(now)}
         assert reported == expected
         failed |= reported
+
+
+def test_silence_counts_from_the_start_of_listening() -> None:
+    """A restarted control plane heard no heartbeat sent while it was down: a worker registered
+    long ago is failed one timeout after the start of listening, not at the first check, and a
+    heartbeat heard live keeps it alive."""
+    liveness = WorkerLiveness(timeout_s=3.0)
+    liveness.decide(registered("w0", 0.0))
+    liveness.decide(registered("w1", 0.0))
+    liveness.start_listening(100.0)
+    assert liveness.check(102.0) == []
+    liveness.heard(heartbeat("w1", 102.5))
+    assert [f.worker_id for f in liveness.check(103.5)] == ["w0"]
+    assert [f.worker_id for f in liveness.check(106.0)] == ["w1"]

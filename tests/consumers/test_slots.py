@@ -189,16 +189,18 @@ def test_the_lean_decoder_changes_no_decision(system: str) -> None:
             assert published == [encode(output) for output in full.decide(event)], (slot, event)
 
 
-def test_the_routers_prompt_ids_leave_the_cycle_collector() -> None:
+@pytest.mark.parametrize("prompt", [[7, 8, 9], list(range(64))], ids=["plain", "compact"])
+def test_the_routers_prompt_ids_leave_the_cycle_collector(prompt: list[int]) -> None:
     """The router keeps every live spec: its prompt ids come as a tuple, which the collector
-    stops tracking, and encode as the list they were (heddle.consumers.lean)."""
-    spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=[7, 8, 9])
+    stops tracking, and encode as the list they were (heddle.consumers.lean), in either wire
+    form (short lists stay plain)."""
+    spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=prompt)
     submitted = TrajectorySubmitted(
         event_id="e", rollout_id="r", occurred_at=1.0, traj_id="t", spec=spec
     )
     decoded = decoder_for("placement")(encode(submitted))
     assert isinstance(decoded, TrajectorySubmitted)
-    assert decoded.spec.prompt_token_ids == (7, 8, 9)
+    assert decoded.spec.prompt_token_ids == tuple(prompt)
     assert encode(decoded) == encode(submitted)
     gc.collect()
     assert not gc.is_tracked(decoded.spec.prompt_token_ids)

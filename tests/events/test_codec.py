@@ -25,6 +25,7 @@ from heddle.events import (
     decode_worker_command,
     encode,
 )
+from heddle.events.arrays import Logprobs, LossMask, TokenIds, TokenIdTuple
 from heddle.events.subjects import parse_subject, subject_for_command, subject_for_event
 
 EVENT_TYPES = typing.get_args(EventT)
@@ -57,6 +58,12 @@ def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:
         return st.integers(-(2**63), 2**63 - 1)
     if annotation is float:
         return st.floats(allow_nan=False, allow_infinity=False)
+    if annotation in (TokenIds, TokenIdTuple, LossMask):
+        # Full 64-bit range: lists that do not fit the compact form travel as plain lists.
+        return st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(0, 1), max_size=8)
+    if annotation is Logprobs:
+        # Logprobs travel as float32 (heddle.events.arrays states the policy).
+        return st.lists(st.floats(width=32, allow_nan=False), max_size=8)
     origin = typing.get_origin(annotation)
     arguments = typing.get_args(annotation)
     if origin is Literal:

@@ -42,6 +42,7 @@ from heddle.events import (
     WorkerCommand,
     WorkerDrained,
     WorkerFailed,
+    WorkerHeartbeat,
     WorkerRegistered,
     WorkerTelemetry,
 )
@@ -61,7 +62,7 @@ class MemoryBus:
 
     def __init__(self) -> None:
         self.messages: list[Event | WorkerCommand | ToolCall] = []
-        self.telemetry: list[WorkerTelemetry] = []
+        self.telemetry: list[WorkerTelemetry | WorkerHeartbeat] = []
         self.blobs: dict[str, bytes] = {}
         self.num_failures_to_inject = 0
         self.listeners: list[Any] = []
@@ -83,7 +84,7 @@ class MemoryBus:
         for listener in self.listeners:
             listener(message)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         self.telemetry.append(telemetry)
 
     async def trajectory_events(self, rollout_id: str, traj_id: str) -> list[EventT]:

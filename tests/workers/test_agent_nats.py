@@ -476,7 +476,16 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
         if {report.worker_id for report in reports} == {"d00", "d01"}:
             reported_by_both.set()
 
+    heartbeats: list[WorkerHeartbeat] = []
+    beating_both = asyncio.Event()
+
+    def on_heartbeat(heartbeat: WorkerHeartbeat) -> None:
+        heartbeats.append(heartbeat)
+        if {beat.worker_id for beat in heartbeats} == {"d00", "d01"}:
+            beating_both.set()
+
     subscription = await bus.subscribe_telemetry(on_telemetry)
+    heartbeat_subscription = await bus.subscribe_heartbeats(on_heartbeat)
     workers = start_process(
         settings, "workers", "run", "2", "--id-prefix=d", "--heartbeat-s=0.3",
         "--telemetry-s=0.1", "--processes",
@@ -485,7 +494,8 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
     try:
         router = Router(bus, "r-drain")
         for worker_id in ("d00", "d01"):
-            await registered(router, worker_id, kind="heartbeat")
+            await registered(router, worker_id)
+        await asyncio.wait_for(beating_both.wait(), STARTUP_TIMEOUT_S)
         await asyncio.wait_for(reported_by_both.wait(), STARTUP_TIMEOUT_S)
         for worker_id in ("d00", "d01"):
             await bus.publish(
@@ -495,6 +505,7 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
     finally:
         logs = stop_process(workers)
         await subscription.close()
+        await heartbeat_subscription.unsubscribe()
     assert workers.returncode == 0, logs[-3000:]
     query = ReplayQuery(filter_subjects=("heddle.evt.worker.>",))
     worker_events = [record.message async for record in bus.replay_events(query)]
@@ -506,5 +517,6 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
     assert all(e.max_kv_tokens > 0 and e.incarnation for e in registrations)
     drained = {e.worker_id for e in worker_events if isinstance(e, WorkerDrained)}
     assert drained == {"d00", "d01"}
-    assert {e.worker_id for e in worker_events if isinstance(e, WorkerHeartbeat)} == drained
+    assert {beat.worker_id for beat in heartbeats} == drained
+    assert not [e for e in worker_events if isinstance(e, WorkerHeartbeat)]  # core NATS only
     assert {report.worker_id for report in reports} == drained

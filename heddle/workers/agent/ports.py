@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from heddle.events import Event, EventT, ToolCall, WorkerCommand, WorkerTelemetry
+from heddle.events import Event, EventT, ToolCall, WorkerCommand, WorkerHeartbeat, WorkerTelemetry
 
 
 class MessageSink(Protocol):
@@ -19,7 +19,7 @@ class MessageSink(Protocol):
         """Store ``message`` durably (JetStream), de-duplicated by its event or command id."""
         ...
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         """Best effort, not persisted (core NATS)."""
         ...
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from heddle.events import Event, ToolCall, WorkerCommand, WorkerTelemetry
+from heddle.events import Event, ToolCall, WorkerCommand, WorkerHeartbeat, WorkerTelemetry
 from heddle.workers.agent.ports import BatchSink, MessageSink
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class DurablePublisher:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, self._max_retry_s)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         """Best effort: telemetry lost during an outage is simply not sent."""
         try:
             await self._sink.publish_telemetry(telemetry)

@@ -1,7 +1,9 @@
-"""Liveness and load: ``WorkerHeartbeat`` events (persisted) and ``WorkerTelemetry`` (core NATS).
+"""Liveness and load: ``WorkerHeartbeat`` and ``WorkerTelemetry``, both on core NATS (not stored).
 
 The control plane declares a worker dead when its heartbeats stop; telemetry feeds load-aware
-decisions about once a second and is best effort.
+decisions about once a second. Both are best effort: a heartbeat lost in an outage is simply not
+sent (the next one is), and only registration, drain and failure are events of the stream
+(``heddle.bus.telemetry`` says why).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Telemetry:
             num_trajectories=len(self.table.hosted()),
             kv_usage=load.kv_usage,
         )
-        await self.publisher.publish(event)
+        await self.publisher.publish_telemetry(event)
         return event
 
     async def telemetry(self) -> WorkerTelemetry:

@@ -32,6 +32,7 @@ from heddle.events import (
     ToolCall,
     WorkerCommand,
     WorkerCommandT,
+    WorkerHeartbeat,
     WorkerTelemetry,
     decode_worker_command,
 )
@@ -67,12 +68,14 @@ class BusPorts:
     async def publish_many(self, messages: Sequence[Event | WorkerCommand | ToolCall]) -> None:
         await self.bus.publish_many(messages)
 
-    async def publish_telemetry(self, telemetry: WorkerTelemetry) -> None:
+    async def publish_telemetry(self, telemetry: WorkerTelemetry | WorkerHeartbeat) -> None:
         await self.bus.publish_telemetry(telemetry)
 
     async def trajectory_events(self, rollout_id: str, traj_id: str) -> list[EventT]:
         query = ReplayQuery(filter_subjects=(trajectory_subject(rollout_id, traj_id, ">"),))
-        return [record.message async for record in self.bus.replay_events(query)]
+        return [
+            await self.bus.resolve(record.message) async for record in self.bus.replay_events(query)
+        ]
 
     async def put_blob(self, key: str, data: bytes) -> None:
         await self.bus.put_object(key, data)
@@ -113,13 +116,15 @@ def command_consumer(config: WorkerConfig) -> ConsumerSpec:
 
 
 class CommandDispatcher:
-    """The message handler of the worker's command consumer."""
+    """The message handler of the worker's command consumer. A command whose arrays are in the
+    object store (a long prompt or observation) is resolved before the agent sees it."""
 
-    def __init__(self, agent: WorkerAgent) -> None:
+    def __init__(self, agent: WorkerAgent, bus: Bus) -> None:
         self.agent = agent
+        self.bus = bus
 
     async def __call__(self, delivery: Delivery[WorkerCommandT]) -> None:
-        command = delivery.message
+        command = await self.bus.resolve(delivery.message)
         if command.worker_id != self.agent.worker_id:
             raise InvalidMessage(
                 f"command for worker {command.worker_id!r} delivered to {self.agent.worker_id!r}"
@@ -137,7 +142,7 @@ async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None)
     runner = bus.message_runner(
         command_consumer(agent.config),
         decode_worker_command,
-        CommandDispatcher(agent),
+        CommandDispatcher(agent, bus),
         max_concurrent=agent.config.max_commands_in_flight,
     )
     await agent.start()

@@ -75,7 +75,8 @@ def pseudo_tokens(
     rng = np.random.default_rng(int.from_bytes(digest, "big"))
     ids = rng.integers(0, vocab_size, size=count)
     logprobs = -np.minimum(rng.exponential(_MEAN_NEG_LOGPROB, size=count), 30.0)
-    return ids.tolist(), logprobs.tolist()
+    # float32, as real engines return them: the wire carries logprobs as float32.
+    return ids.tolist(), logprobs.astype(np.float32).tolist()
 
 
 @dataclass(slots=True)

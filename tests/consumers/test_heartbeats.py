@@ -1,0 +1,89 @@
+"""Heartbeats travel on core NATS: an idle deployment stores nothing in HEDDLE_EVENTS, and a
+worker whose heartbeats stop is still declared failed after the timeout, not before."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from heddle.bus import Bus, ReplayQuery
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig
+from heddle.events import WorkerFailed, WorkerHeartbeat, WorkerRegistered
+from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+
+TIMEOUT_S = 1.5
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+
+
+def deployment(settings: Settings, num_workers: int) -> InProcessDeployment:
+    control = ControlPlaneConfig(worker_timeout_s=TIMEOUT_S, liveness_check_s=0.1)
+    options = InProcessOptions(num_workers=num_workers, heartbeat_s=0.1, control_plane=control)
+    return InProcessDeployment(settings, options)
+
+
+async def test_an_idle_deployment_appends_no_events(settings: Settings) -> None:
+    heard: list[WorkerHeartbeat] = []
+    enough = asyncio.Event()
+
+    def hear(heartbeat: WorkerHeartbeat) -> None:
+        heard.append(heartbeat)
+        if len(heard) >= 20:  # ten heartbeats of each worker
+            enough.set()
+
+    async with deployment(settings, num_workers=2) as plane, Bus(settings) as bus:
+        subscription = await bus.subscribe_heartbeats(hear)
+        before = await bus.stream_state()
+        await asyncio.wait_for(enough.wait(), 60)
+        after = await bus.stream_state()
+        await subscription.unsubscribe()
+        assert plane.service.liveness is not None
+        assert sorted(plane.service.liveness.live_workers()) == ["w00", "w01"]
+    assert after.num_messages == before.num_messages
+    assert after.last_sequence == before.last_sequence
+    assert {beat.worker_id for beat in heard} == {"w00", "w01"}
+
+
+async def test_a_worker_whose_heartbeats_stop_fails_after_the_timeout(settings: Settings) -> None:
+    async with deployment(settings, num_workers=0), Bus(settings) as bus:
+        await bus.publish(
+            WorkerRegistered(
+                event_id="wx:registered", occurred_at=time.time(), worker_id="wx", engine="sim"
+            )
+        )
+        last_beat_s = 0.0
+        for sequence in range(1, 16):  # 1.5 s of heartbeats: longer than the timeout
+            last_beat_s = time.time()
+            heartbeat = WorkerHeartbeat(
+                event_id=f"wx:hb:{sequence}",
+                occurred_at=last_beat_s,
+                worker_id="wx",
+                sequence=sequence,
+            )
+            await bus.publish_telemetry(heartbeat)
+            await asyncio.sleep(0.1)
+            assert not await failures(bus), "failed while its heartbeats still came"
+        [failure] = await asyncio.wait_for(first_failures(bus), 60)
+    assert failure.worker_id == "wx" and "no heartbeat" in failure.reason
+    assert failure.occurred_at - last_beat_s > TIMEOUT_S
+
+
+async def failures(bus: Bus) -> list[WorkerFailed]:
+    query = ReplayQuery(filter_subjects=("heddle.evt.worker.*.failed",))
+    records = [record async for record in bus.replay_events(query)]
+    return [r.message for r in records if isinstance(r.message, WorkerFailed)]
+
+
+async def first_failures(bus: Bus) -> list[WorkerFailed]:
+    found = await failures(bus)
+    while not found:  # the stream has no notification to wait on
+        await asyncio.sleep(0.1)
+        found = await failures(bus)
+    return found
