@@ -22,20 +22,26 @@ from heddle.events import (
     GenerationStarted,
     Migrated,
     MigrationRequested,
+    OperatorEventT,
     Predicted,
     Preempted,
     Prioritized,
     RolloutCancelled,
+    RolloutCancelRequested,
     RolloutFinished,
     RolloutSubmitted,
     ToolCalled,
     ToolReturned,
+    TrajectoryAbortRequested,
     TrajectoryPlaced,
+    TrajectoryReprioritizeRequested,
     TrajectorySubmitted,
     WorkerDrained,
+    WorkerDrainRequested,
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerUndrainRequested,
 )
 from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
@@ -44,6 +50,7 @@ from heddle.ledger.lean import num_items
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
+    OperatorActionRow,
     PlacementRow,
     PredictionRow,
     RolloutRow,
@@ -57,6 +64,8 @@ _NO_TIMINGS = TrajectoryTimings()
 def apply(rows: BatchRows, event: EventT) -> None:
     """Fold one event into ``rows``."""
     match event:
+        case RolloutFinished() | RolloutCancelled() if event.rollout_id not in rows.rollouts:
+            pass  # the end of a rollout never submitted (a mistyped id): no phantom row
         case RolloutSubmitted() | RolloutFinished() | RolloutCancelled():
             _apply_rollout(rows.rollout(event.rollout_id), event)
         case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():
@@ -82,8 +91,35 @@ def apply(rows: BatchRows, event: EventT) -> None:
             _apply_worker(rows.worker(event.worker_id), event)
         case DeadLettered():
             rows.dead_letters.append(_dead_letter_row(event))
+        case (
+            TrajectoryReprioritizeRequested()
+            | TrajectoryAbortRequested()
+            | RolloutCancelRequested()
+            | WorkerDrainRequested()
+            | WorkerUndrainRequested()
+        ):
+            rows.operator_actions.append(_operator_action_row(event))
         case _:
             assert_never(event)
+
+
+def _operator_action_row(event: OperatorEventT) -> OperatorActionRow:
+    """One row per request; its target's rows are left alone (an unknown id creates none)."""
+    priority, pin = None, False
+    if isinstance(event, TrajectoryReprioritizeRequested):
+        priority, pin = event.priority, event.pin
+    return OperatorActionRow(
+        event_id=event.event_id,
+        kind=str(type(event).__struct_config__.tag),
+        rollout_id=event.rollout_id,
+        traj_id=getattr(event, "traj_id", ""),
+        worker_id=getattr(event, "worker_id", ""),
+        operator=event.operator,
+        reason=event.reason,
+        priority=priority,
+        pin=pin,
+        requested_at=event.occurred_at,
+    )
 
 
 def _apply_rollout(

@@ -33,6 +33,7 @@ from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
+    OperatorActionRow,
     PlacementRow,
     PredictionRow,
     RolloutRow,
@@ -53,6 +54,7 @@ ROW_TYPES = {
     "migrations": MigrationRow,
     "predictions": PredictionRow,
     "dead_letters": DeadLetterRow,
+    "operator_actions": OperatorActionRow,
 }
 
 
@@ -140,7 +142,21 @@ class TestLedgerContract:
             "cancelled",
             "operator",
         )
-        assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}
+        assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}  # no "ghost", "nosuch"
+
+    def test_operator_events_are_actions_and_create_no_rows(self, ledger: Ledger) -> None:
+        LedgerWriter(ledger, "ledger").project(numbered(everything()))
+        actions = queries.operator_actions(ledger)
+        assert [(a.kind, a.operator, a.rollout_id, a.worker_id) for a in actions] == [
+            ("traj.abort_requested", "ana", "r1", ""),  # same time: by event id
+            ("worker.drain_requested", "ana", "", "w00"),
+            ("traj.reprioritize_requested", "", "nosuch", ""),
+        ]
+        assert (actions[2].priority, actions[2].pin) == (1e9, True)
+        assert queries.rollout_summary(ledger, "nosuch") is None
+        assert [a.event_id for a in queries.operator_actions(ledger, rollout_id="r1")] == [
+            "r1:t000000:op:b:abort"
+        ]
 
     def test_redelivered_events_are_skipped(self, ledger: Ledger) -> None:
         events = numbered(everything())
