@@ -178,8 +178,8 @@ class OperationsView:
             case ReprioritizeRequest() | AbortRequest():
                 if isinstance(request, ReprioritizeRequest) and not math.isfinite(request.priority):
                     raise Refusal(400, f"priority must be a finite number, not {request.priority}")
-                self._check_open(request.rollout_id)
                 trajectory = self.trajectory(request.rollout_id, request.traj_id)
+                self._check_open(request.rollout_id)
                 if trajectory.state.is_finished:
                     raise Refusal(409, f"trajectory {request.traj_id} has {trajectory.state.value}")
             case CancelRequest():
