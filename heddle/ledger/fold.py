@@ -134,7 +134,9 @@ def _apply_rollout(
             row.labels = dict(event.labels)
             row.submitted_at = event.occurred_at
         case RolloutFinished():
-            row.status = "finished"
+            # A rollout cancelled first stays cancelled (control planes before operator
+            # events finished a cancelled rollout once its aborted trajectories failed).
+            row.status = "cancelled" if row.status == "cancelled" else "finished"
             row.finished_at = event.occurred_at
             row.num_completed = event.num_completed
             row.num_failed = event.num_failed

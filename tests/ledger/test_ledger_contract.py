@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, inspect, text
 
 from heddle.errors import UserError
-from heddle.events import EventT
+from heddle.events import EventT, RolloutFinished
 from heddle.ledger import (
     Ledger,
     LedgerWriter,
@@ -43,7 +43,14 @@ from heddle.ledger.rows import (
 )
 from heddle.ledger.tables import PROJECTED_TABLES
 
-from .lifecycle import everything, rollout_events, worker_events
+from .lifecycle import (
+    T0,
+    cancelled,
+    everything,
+    rollout_events,
+    submitted_only,
+    worker_events,
+)
 
 ROW_TYPES = {
     "rollouts": RolloutRow,
@@ -143,6 +150,17 @@ class TestLedgerContract:
             "operator",
         )
         assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}  # no "ghost", "nosuch"
+
+    def test_a_cancelled_rollout_stays_cancelled_when_a_finish_follows(
+        self, ledger: Ledger
+    ) -> None:
+        finish = RolloutFinished(event_id="r3:finished", rollout_id="r3", occurred_at=T0 + 9,
+                                 num_completed=0, num_failed=1)  # fmt: skip
+        events = [submitted_only("r3"), cancelled("r3"), finish]
+        LedgerWriter(ledger, "ledger").project(numbered(events))
+        summary = queries.rollout_summary(ledger, "r3")
+        assert summary is not None and summary.rollout is not None
+        assert summary.rollout.status == "cancelled"
 
     def test_operator_events_are_actions_and_create_no_rows(self, ledger: Ledger) -> None:
         LedgerWriter(ledger, "ledger").project(numbered(everything()))
