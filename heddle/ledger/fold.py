@@ -99,6 +99,11 @@ def apply(rows: BatchRows, event: EventT) -> None:
             | WorkerUndrainRequested()
         ):
             rows.operator_actions.append(_operator_action_row(event))
+            # An undrained worker that is known (no row is created) turns active again.
+            undrained = rows.workers.get(getattr(event, "worker_id", ""))
+            is_undrain = isinstance(event, WorkerUndrainRequested)
+            if is_undrain and undrained is not None and undrained.status == "drained":
+                undrained.status = "active"
         case _:
             assert_never(event)
 

@@ -30,6 +30,7 @@ from heddle.events import (
     Migrated,
     RolloutEvent,
     WorkerEvent,
+    WorkerUndrainRequested,
 )
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.events.trajectory import TrajectoryEvent
@@ -233,6 +234,9 @@ class LedgerWriter:
 def _keys_of(events: list[EventT]) -> _Keys:
     keys = _Keys()
     for event in events:
+        if isinstance(event, WorkerUndrainRequested):
+            keys.workers.add(event.worker_id)  # a drained worker's row turns active again
+            continue
         if isinstance(event, OPERATOR_EVENTS):
             continue  # recorded as an action only: no row of its target is read or written
         if isinstance(event, TrajectoryEvent):

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, inspect, text
 
 from heddle.errors import UserError
-from heddle.events import EventT, RolloutFinished
+from heddle.events import EventT, RolloutFinished, WorkerUndrainRequested
 from heddle.ledger import (
     Ledger,
     LedgerWriter,
@@ -172,6 +172,14 @@ class TestLedgerContract:
         ]
         assert (actions[2].priority, actions[2].pin) == (1e9, True)
         assert queries.rollout_summary(ledger, "nosuch") is None
+        undrain = WorkerUndrainRequested(event_id="w00:op:d:undrain", occurred_at=T0 + 60,
+                                         worker_id="w00")  # fmt: skip
+        ghost = WorkerUndrainRequested(event_id="w99:op:e:undrain", occurred_at=T0 + 60,
+                                       worker_id="w99")  # fmt: skip
+        before = {w.worker_id: w.status for w in queries.workers(ledger)}
+        LedgerWriter(ledger, "ledger").project(numbered([undrain, ghost], len(everything()) + 1))
+        after = {w.worker_id: w.status for w in queries.workers(ledger)}
+        assert before["w00"] == "drained" and after == {**before, "w00": "active"}
         assert [a.event_id for a in queries.operator_actions(ledger, rollout_id="r1")] == [
             "r1:t000000:op:b:abort"
         ]
