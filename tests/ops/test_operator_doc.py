@@ -351,7 +351,9 @@ async def _check_the_record(settings: Settings, op: Operator) -> None:
     [cancel_at] = [seq for seq, e in events if isinstance(e, RolloutCancelled)]
     assert not [e for seq, e in events if seq > cancel_at and isinstance(e, Completed)]
     assert any(isinstance(e, WorkerDrained) and e.worker_id == op.wid for _, e in events)
-    assert not [e for _, e in events if isinstance(e, WorkerFailed)]
+    # No false failure while drained (after the run, stopped workers may be declared failed
+    # by a control plane still up: a shutdown order the test does not control).
+    assert not [e for seq, e in events if seq < undrain_at and isinstance(e, WorkerFailed)]
 
     async with open_replay(settings, catch_up_live=True) as session:
         report = session.verify()  # the live ledger caught up first
