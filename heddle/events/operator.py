@@ -2,15 +2,15 @@
 
 The operations service (``heddle.consumers.operations``) validates each steering request and
 publishes one of these events on the subject of what it concerns (a trajectory's, a rollout's or
-a worker's), so ``nats stream view`` of that trajectory, the ledger, ``heddle replay`` and a
-what-if replay all see who asked what and why. The deciders then act on the event: the priority
-decider on ``TrajectoryReprioritizeRequested``, the rollout decider on ``RolloutCancelRequested``,
-the placement decider on the drain pair, and the worker fold
-(``heddle.consumers.liveness``) sends the worker commands to whichever worker holds the
-trajectory when the event arrives.
+a worker's), so ``nats stream view`` of that trajectory, the ledger (``operator_actions``) and
+``heddle replay`` see who asked what and why. The control plane then acts on the event: the
+priority decider on ``TrajectoryReprioritizeRequested``, the placement decider on the drain pair
+(no new trajectories there), and the operators' view (``heddle.control.operations``) answers
+aborts, drains and undrains with the worker command, sent to whichever worker holds the
+trajectory when the event arrives, and a cancel request with ``RolloutCancelled``.
 
 Every operator event carries ``operator`` (who: the NATS user when the server authenticates,
-else what the request named) and ``reason`` (why). Ids are ``<target>:op:<request_id>``: a
+else what the request named) and ``reason`` (why). Ids are ``<target>:op:<request_id>:<action>``: a
 request retried with the same id stores one event.
 """
 
@@ -45,7 +45,7 @@ class TrajectoryAbortRequested(
 class RolloutCancelRequested(
     RolloutEvent, frozen=True, kw_only=True, tag="rollout.cancel_requested"
 ):
-    """Cancel the rollout: the rollout decider answers with ``RolloutCancelled``."""
+    """Cancel the rollout: the operators' view answers with ``RolloutCancelled``."""
 
     operator: str = ""
     reason: str = ""
