@@ -39,6 +39,7 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
+    Undrain,
     WorkerCommand,
     WorkerDrained,
     WorkerFailed,
@@ -578,6 +579,16 @@ async def test_drain_refuses_new_work_finishes_hosted_and_reports(harness: Harne
     assert len(refusals) == 1 and refusals[0].retryable and "draining" in refusals[0].reason
     drained = [m for m in harness.bus.messages if isinstance(m, WorkerDrained)]
     assert len(drained) == 1
+
+
+async def test_an_undrained_worker_takes_trajectories_again(harness: Harness) -> None:
+    agent = await harness.add_worker("w0", time_scale=500.0)
+    harness.deliver(_command(Drain, "w0", "d1"))
+    await harness.wait_for(lambda: agent.drained.is_set())
+    harness.deliver(_command(Undrain, "w0", "u1"))
+    await harness.wait_for(lambda: not agent.handler.is_draining)
+    await harness.submit("t1", "w0", STEPS)
+    assert isinstance(await harness.wait_finished("t1"), Completed)
 
 
 async def test_publishes_lost_to_a_dropped_connection_are_retried_without_duplicates(
