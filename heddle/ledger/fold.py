@@ -22,7 +22,6 @@ from heddle.events import (
     GenerationStarted,
     Migrated,
     MigrationRequested,
-    OperatorEventT,
     Predicted,
     Preempted,
     Prioritized,
@@ -45,12 +44,12 @@ from heddle.events import (
 )
 from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
+from heddle.ledger.fold_operator import apply_operator
 from heddle.ledger.fold_steps import apply_step
 from heddle.ledger.lean import num_items
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
-    OperatorActionRow,
     PlacementRow,
     PredictionRow,
     RolloutRow,
@@ -98,33 +97,9 @@ def apply(rows: BatchRows, event: EventT) -> None:
             | WorkerDrainRequested()
             | WorkerUndrainRequested()
         ):
-            rows.operator_actions.append(_operator_action_row(event))
-            # An undrained worker that is known (no row is created) turns active again.
-            undrained = rows.workers.get(getattr(event, "worker_id", ""))
-            is_undrain = isinstance(event, WorkerUndrainRequested)
-            if is_undrain and undrained is not None and undrained.status == "drained":
-                undrained.status = "active"
+            apply_operator(rows, event)
         case _:
             assert_never(event)
-
-
-def _operator_action_row(event: OperatorEventT) -> OperatorActionRow:
-    """One row per request; its target's rows are left alone (an unknown id creates none)."""
-    priority, pin = None, False
-    if isinstance(event, TrajectoryReprioritizeRequested):
-        priority, pin = event.priority, event.pin
-    return OperatorActionRow(
-        event_id=event.event_id,
-        kind=str(type(event).__struct_config__.tag),
-        rollout_id=event.rollout_id,
-        traj_id=getattr(event, "traj_id", ""),
-        worker_id=getattr(event, "worker_id", ""),
-        operator=event.operator,
-        reason=event.reason,
-        priority=priority,
-        pin=pin,
-        requested_at=event.occurred_at,
-    )
 
 
 def _apply_rollout(
