@@ -52,11 +52,20 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield f"nats://{host}:{container.get_exposed_port(4222)}"
 
 
+REQUIRE_POSTGRES = os.environ.get("HEDDLE_REQUIRE_POSTGRES") == "1"
+"""CI sets it (.ci/run): a missing PostgreSQL then fails the PostgreSQL variants, not skips them."""
+
+
 def _database_params() -> list[str]:
-    params = ["sqlite"]
-    if os.environ.get("HEDDLE_TEST_DATABASE_URL") or USE_DOCKER:
-        params.append("postgresql")
-    return params
+    # The PostgreSQL variant always exists, so a machine without it reports it as skipped
+    # (with the reason) rather than silently running fewer tests.
+    return ["sqlite", "postgresql"]
+
+
+def _no_postgres(reason: str) -> None:
+    if REQUIRE_POSTGRES:
+        pytest.fail(f"HEDDLE_REQUIRE_POSTGRES=1 but {reason}")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -79,4 +88,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'ledger.db'}"
     if os.environ.get("HEDDLE_TEST_DATABASE_URL"):
         return os.environ["HEDDLE_TEST_DATABASE_URL"]
+    if not USE_DOCKER:
+        _no_postgres(
+            "no PostgreSQL: set HEDDLE_TEST_DATABASE_URL (.ci/run starts one) "
+            "or HEDDLE_TEST_DOCKER=1"
+        )
     return str(request.getfixturevalue("_postgres_container_url"))

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "status",
     "bench_fidelity",
     "bench_control",
+    "ops",
 )
 
 for _name in _COMMAND_MODULES:

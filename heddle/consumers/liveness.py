@@ -14,6 +14,10 @@ has heard none of the heartbeats sent while it was down, so ``start_listening(no
 worker as heard from then: a worker that went silent while the control plane was down is failed
 one timeout after the restart, and a live one never is.
 
+A drained worker (``WorkerDrained``) is never declared failed for its silence: it stays
+registered as drained until an operator undrains it (``WorkerUndrainRequested``: it is watched
+again from then on) or it registers again.
+
 A cancelled rollout (``RolloutCancelled``) has its trajectories aborted where they are placed:
 the fold answers it with one ``Abort`` command per trajectory it knows on a worker.
 
@@ -40,6 +44,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerUndrainRequested,
 )
 from heddle.ids import derive_id
 
@@ -51,6 +56,7 @@ class _Worker:
     incarnation: str
     last_seen_s: float
     is_alive: bool = True
+    is_drained: bool = False
     trajectories: set[tuple[str, str]] = field(default_factory=set)
 
 
@@ -69,6 +75,7 @@ class WorkerLiveness:
             Completed,
             Failed,
             RolloutCancelled,
+            WorkerUndrainRequested,
         }
     )
 
@@ -103,8 +110,16 @@ class WorkerLiveness:
                     )
                 else:
                     self._seen(event)
-            case WorkerHeartbeat() | WorkerDrained():
+            case WorkerHeartbeat():
                 self._seen(event)
+            case WorkerDrained():
+                self._seen(event)
+                self._workers[event.worker_id].is_drained = True
+            case WorkerUndrainRequested():
+                undrained = self._workers.get(event.worker_id)
+                if undrained is not None and undrained.is_drained:
+                    undrained.is_drained = False
+                    self._seen(event)  # silence counts from the undrain on
             case WorkerFailed():
                 worker = self._workers.get(event.worker_id)
                 if worker is not None:
@@ -123,7 +138,7 @@ class WorkerLiveness:
         failures: list[WorkerFailed] = []
         for worker_id, worker in self._workers.items():
             silent_s = now_s - max(worker.last_seen_s, self._listening_since_s)
-            if not worker.is_alive or silent_s <= self.timeout_s:
+            if not worker.is_alive or worker.is_drained or silent_s <= self.timeout_s:
                 continue
             worker.is_alive = False
             failures.append(
@@ -156,7 +171,11 @@ class WorkerLiveness:
         return aborts
 
     def live_workers(self) -> list[str]:
+        """Workers not declared failed (drained ones included)."""
         return [worker_id for worker_id, worker in self._workers.items() if worker.is_alive]
+
+    def drained_workers(self) -> list[str]:
+        return [worker_id for worker_id, w in self._workers.items() if w.is_alive and w.is_drained]
 
     def _seen(self, event: WorkerEvent) -> None:
         worker = self._workers.get(event.worker_id)

@@ -13,7 +13,9 @@ server), then supervises, concurrently:
   replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
   once every event stored before it is folded in;
 - the ledger projector (``heddle.ledger.Projector``), unless disabled;
-- ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``.
+- ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``;
+- the operations service (``heddle.consumers.operations``: the ``heddle`` NATS micro service),
+  answering from the ``OperationsView`` unit the deciders' consumer hosts beside the slots.
 
 A unit that fails (the deciders' consumer when outputs could not be stored, a lost database) is
 rebuilt from the stream after a pause: the same recovery as a process restart, without one.
@@ -40,6 +42,7 @@ from heddle.consumers.bundles import bundle_factory, control_options
 from heddle.consumers.history import ledger_history
 from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import LIVENESS_SLOT, WorkerLiveness
+from heddle.consumers.operations import OperationsService
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
 from heddle.consumers.status import (
@@ -49,6 +52,7 @@ from heddle.consumers.status import (
     write_status,
 )
 from heddle.control import ControlOptions
+from heddle.control.operations import OperationsView
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, Projector, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
@@ -100,6 +104,8 @@ class ControlPlaneConfig:
     status_interval_s: float = 1.0
     metrics_port: int = 0
     """Serve Prometheus metrics on this port (0: off; see ``heddle.observability``)."""
+    serve_operations: bool = True
+    """Serve the operations service (``nats micro ls`` lists it as ``heddle``)."""
 
     def __post_init__(self) -> None:
         preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
@@ -119,6 +125,8 @@ class ControlPlaneService:
         self.restarts: dict[str, int] = {}
         self.hooks: PredictionHooks | None = None
         self.liveness: WorkerLiveness | None = None
+        self.operations: OperationsView | None = None
+        """The operators' view (None until the deciders' consumer is live)."""
         self.projector: Projector | None = None
         self._bus: Bus | None = None
         self._ledger: Ledger | None = None
@@ -144,6 +152,11 @@ class ControlPlaneService:
                 units.append(("projector", self._run_projector))
             tasks = [asyncio.create_task(self._supervise(name, unit)) for name, unit in units]
             tasks.append(asyncio.create_task(self._report_status()))
+            service = None
+            if self.config.serve_operations:
+                service = await OperationsService(
+                    bus, self._live_operations, position=self._position
+                ).serve()
             # Metrics (heddle.observability): the endpoint and the consumers' lag.
             metrics_server = start_metrics_server(self.config.metrics_port, self.metrics.registry)
             if metrics_server is not None:
@@ -151,6 +164,8 @@ class ControlPlaneService:
             try:
                 await stop.wait()
             finally:
+                if service is not None:
+                    await service.stop()
                 self._stop_units()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 self._write_status()
@@ -188,13 +203,15 @@ class ControlPlaneService:
         hooks = self._new_prediction_hooks()
         self.slots = {slot: self._new_slot(slot, hooks) for slot in SLOTS}
         liveness = self.liveness = WorkerLiveness(self.config.worker_timeout_s)
+        operations = OperationsView()
+        self.operations = None
         observer = None  # metrics cost ~3% of the control plane's CPU: only when served
         host = self.config.host
         if self.config.metrics_port:
             observer = self.metrics.batch_observer(host.durable(PLANE), observe_inputs=True)
         consumer = DeciderConsumer(
             bus,
-            [*self.slots.values(), liveness],
+            [*self.slots.values(), liveness, operations],
             host,
             first=(ROUTER_SLOT,),
             legacy=[host.durable(slot) for slot in (*SLOTS, LIVENESS_SLOT)],
@@ -210,6 +227,7 @@ class ControlPlaneService:
             # long as the deciders: out of the cycle collector's way, whose full collections
             # otherwise pause the event loop for time proportional to everything tracked.
             gc.freeze()
+            self.operations = operations  # replayed: answer operators from it
 
         run = asyncio.create_task(consumer.run(on_replayed=on_replayed))
         checks = asyncio.create_task(self._check_liveness(consumer, liveness))
@@ -309,6 +327,13 @@ class ControlPlaneService:
         return bundle_factory(self._options, hooks.predictor if hooks is not None else None)
 
     # ---- status -------------------------------------------------------------------------------
+
+    def _live_operations(self) -> OperationsView | None:
+        return self.operations if self.is_ready else None
+
+    def _position(self) -> int:
+        consumer = self.consumers.get(DECIDERS)
+        return consumer.stats.position if consumer is not None else 0
 
     @property
     def is_ready(self) -> bool:

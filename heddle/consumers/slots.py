@@ -15,6 +15,11 @@ A cancelled rollout (``RolloutCancelled``) gets no more commands: its deciders s
 events, but worker commands, placements and migration requests they emit for it are dropped
 (``heddle.consumers.liveness`` aborts its trajectories on their workers), so an abandoned rollout
 never comes back to life on the workers of a later one.
+
+Nothing is emitted about a finished trajectory: once the slot has seen its ``Completed`` (or a
+``Failed`` that is not retried), outputs naming it (events of that trajectory, commands for it)
+are dropped, whatever a decider computes from a late event (a prediction, a priority update);
+once its rollout finished, all outputs naming its trajectories are.
 """
 
 from __future__ import annotations
@@ -34,14 +39,21 @@ from heddle.control import (
 )
 from heddle.control.systems import SYSTEMS
 from heddle.events import (
+    Completed,
     Event,
+    Failed,
     MigrationRequested,
     RolloutCancelled,
+    RolloutFinished,
     RolloutSubmitted,
+    TrajectoryEvent,
     TrajectoryPlaced,
     WorkerCommand,
     WorkerEvent,
 )
+
+_OWN = (RolloutSubmitted, RolloutCancelled, RolloutFinished, Completed, Failed)
+"""What every slot folds for itself (routing, cancellations, finished trajectories)."""
 
 SLOT_HANDLES: dict[str, frozenset[type[Event]]] = {
     PredictionDecider.name: PredictionDecider.handles,
@@ -78,10 +90,7 @@ class SlotDeciders:
         if slot not in SLOT_HANDLES:
             raise ValueError(f"unknown slot {slot!r}; choose one of {', '.join(SLOTS)}")
         self.slot = slot
-        self.handles: frozenset[type[Event]] = SLOT_HANDLES[slot] | {
-            RolloutSubmitted,
-            RolloutCancelled,
-        }
+        self.handles: frozenset[type[Event]] = SLOT_HANDLES[slot] | set(_OWN)
         self._decider_handles = SLOT_HANDLES[slot]
         self._make_bundle = make_bundle
         self._hooks = hooks
@@ -89,6 +98,10 @@ class SlotDeciders:
         self._policy_of: dict[str, str] = {}
         self._worker_events: list[Event] = []
         self._cancelled: set[str] = set()
+        self._finished: dict[str, set[str]] = {}
+        """Per running rollout, its trajectories that ended (completed or failed for good)."""
+        self._ended: set[str] = set()
+        """Rollouts that finished: every output naming one of their trajectories is dropped."""
         self.num_skipped = 0
         """Events of rollouts this slot does not know, or of bundles without this slot."""
 
@@ -126,21 +139,43 @@ class SlotDeciders:
         policy = self._policy_of.get(event.rollout_id)
         decider = self._by_policy.get(policy) if policy is not None else None
         if decider is None or type(event) not in self._decider_handles:
-            if not isinstance(event, (RolloutSubmitted, RolloutCancelled)):
+            if not isinstance(event, _OWN):
                 self.num_skipped += 1
-            return []
-        return self._allowed(decider.decide(event))
+            outputs: list[Output] = []
+        else:
+            outputs = self._allowed(decider.decide(event))
+        self._note_end(event)
+        return outputs
+
+    def _note_end(self, event: Event) -> None:
+        """Remember a trajectory's or rollout's end (after deciding: its own outputs stand)."""
+        match event:
+            case Completed() | Failed() if not getattr(event, "retryable", False):
+                if event.rollout_id not in self._ended:
+                    self._finished.setdefault(event.rollout_id, set()).add(event.traj_id)
+            case RolloutFinished():
+                self._finished.pop(event.rollout_id, None)
+                self._ended.add(event.rollout_id)
 
     def _allowed(self, outputs: list[Output]) -> list[Output]:
-        """The outputs minus what would set a cancelled rollout's trajectories moving."""
-        if not self._cancelled:
+        """The outputs minus what would set a cancelled rollout's trajectories moving, and
+        anything about a finished trajectory."""
+        if not (self._cancelled or self._finished or self._ended):
             return outputs
-        return [
-            output
-            for output in outputs
-            if output.rollout_id not in self._cancelled
-            or not isinstance(output, (WorkerCommand, TrajectoryPlaced, MigrationRequested))
-        ]
+        return [output for output in outputs if self._is_allowed(output)]
+
+    def _is_allowed(self, output: Output) -> bool:
+        rollout_id = output.rollout_id
+        if rollout_id in self._cancelled and isinstance(
+            output, (WorkerCommand, TrajectoryPlaced, MigrationRequested)
+        ):
+            return False
+        if not isinstance(output, (WorkerCommand, TrajectoryEvent)):
+            return True
+        traj_id = getattr(output, "traj_id", "")
+        if not traj_id:
+            return True
+        return rollout_id not in self._ended and traj_id not in self._finished.get(rollout_id, ())
 
     def _adopt(self, event: RolloutSubmitted) -> None:
         if event.policy not in SYSTEMS:

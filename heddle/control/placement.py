@@ -18,6 +18,10 @@ Consumes:
 - ``Migrated``: the trajectory now lives on the target. ``Completed`` / ``Failed``: forget it.
 - ``WorkerFailed``: every trajectory of that worker goes to the live worker with the fewest
   in-flight requests: ``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume)``.
+- ``WorkerDrainRequested`` / ``WorkerUndrainRequested`` (an operator's, ``heddle.events.operator``):
+  a draining worker gets no new trajectory (initial placement, admission, re-placement,
+  migration targets, another worker's next step) but keeps routing the steps of those it holds;
+  undrained, or registered again, it takes trajectories again.
 
 With a KV admission gate (``heddle.control.admission_gate``; Heddle's bundles but
 ``heddle-no-admission``), the initial placement only *plans* each trajectory's worker: a
@@ -55,8 +59,10 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
+    WorkerDrainRequested,
     WorkerFailed,
     WorkerRegistered,
+    WorkerUndrainRequested,
 )
 from heddle.events.trajectory import PlacementReason
 from heddle.ids import derive_id
@@ -100,6 +106,8 @@ class PlacementDecider:
         {
             WorkerRegistered,
             WorkerFailed,
+            WorkerDrainRequested,
+            WorkerUndrainRequested,
             RolloutSubmitted,
             TrajectorySubmitted,
             Predicted,
@@ -124,6 +132,8 @@ class PlacementDecider:
         self._workers: dict[str, WorkerInfo] = {}
         self._in_flight: dict[str, int] = {}
         self._rollouts: dict[str, _Rollout] = {}
+        self._draining: set[str] = set()
+        """Workers an operator drains: they get no new trajectories."""
         self._ended: set[str] = set()
         """Rollouts whose trajectories all ended: their state is dropped, their events ignored
         (a redelivered submission must not place them again)."""
@@ -138,6 +148,7 @@ class PlacementDecider:
             return []
         match event:
             case WorkerRegistered():
+                self._draining.discard(event.worker_id)
                 if event.worker_id not in self._workers:
                     self._workers[event.worker_id] = WorkerInfo(event.worker_id, event.tp_degree)
                     self._in_flight[event.worker_id] = 0
@@ -145,7 +156,15 @@ class PlacementDecider:
                         self._gate.add_worker(event.worker_id, event.max_kv_tokens)
                 return self._place_ready(event) + self._admit(event)
             case WorkerFailed():
+                self._draining.discard(event.worker_id)
                 return self._replace_worker(event)
+            case WorkerDrainRequested():
+                if event.worker_id in self._workers:
+                    self._draining.add(event.worker_id)
+            case WorkerUndrainRequested():
+                if event.worker_id in self._draining:
+                    self._draining.discard(event.worker_id)
+                    return self._place_ready(event) + self._admit(event)
             case RolloutSubmitted():
                 rollout = self._rollout(event.rollout_id)
                 rollout.num_trajectories = event.num_trajectories
@@ -187,6 +206,12 @@ class PlacementDecider:
                 return self._admit(event)
         return []
 
+    def _candidates(self) -> dict[str, WorkerInfo]:
+        """The workers that may take new trajectories (all but the draining)."""
+        if not self._draining:
+            return self._workers
+        return {w: info for w, info in self._workers.items() if w not in self._draining}
+
     # ---- initial placement -----------------------------------------------------------------
 
     def _place_ready(self, event: Event) -> list[Output]:
@@ -197,7 +222,7 @@ class PlacementDecider:
         return outputs
 
     def _is_ready(self, rollout: _Rollout) -> bool:
-        if not self._workers or len(rollout.trajectories) != rollout.num_trajectories:
+        if not self._candidates() or len(rollout.trajectories) != rollout.num_trajectories:
             return False
         if not self._needs_predictions:
             return True
@@ -218,7 +243,7 @@ class PlacementDecider:
             for tid, t in ordered
         ]
         outputs: list[Output] = []
-        for assignment in placer.place(requests, list(self._workers.values())):
+        for assignment in placer.place(requests, list(self._candidates().values())):
             trajectory = rollout.trajectories[assignment.traj_id]
             trajectory.priority = rollout.priorities.pop(assignment.traj_id, trajectory.priority)
             trajectory.rank = assignment.rank
@@ -244,7 +269,7 @@ class PlacementDecider:
         if self._gate is None:
             return []
         outputs: list[Output] = []
-        for (rollout_id, traj_id), worker_id in self._gate.admit(self._workers):
+        for (rollout_id, traj_id), worker_id in self._gate.admit(self._candidates()):
             rollout = self._rollouts[rollout_id]
             trajectory = rollout.trajectories[traj_id]
             if rollout.placer is not None:
@@ -316,6 +341,8 @@ class PlacementDecider:
         target = rollout.placer.route(
             event.traj_id, trajectory.worker_id, trajectory.context_tokens, live_loads
         )
+        if target in self._draining:
+            target = trajectory.worker_id  # a draining worker takes no trajectory of another
         if target != trajectory.worker_id:
             assignment = Assignment(event.traj_id, target, 0)
             return self._start(event, event.rollout_id, assignment, trajectory, "migration", True)
@@ -374,7 +401,7 @@ class PlacementDecider:
         )
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []
-        if request.target_id not in self._workers:
+        if request.target_id not in self._workers or request.target_id in self._draining:
             return []
         key = (event.rollout_id, event.traj_id)
         if self._gate is not None and not self._gate.has_room(request.target_id, key):
@@ -445,9 +472,10 @@ class PlacementDecider:
                 continue
             rollout.placer.on_worker_failed(event.worker_id)
             for traj_id, trajectory in rollout.trajectories.items():
-                if trajectory.worker_id != event.worker_id or not self._workers:
+                candidates = self._candidates() or self._workers
+                if trajectory.worker_id != event.worker_id or not candidates:
                     continue
-                target = min(self._workers, key=lambda worker: self._in_flight[worker])
+                target = min(candidates, key=lambda worker: self._in_flight[worker])
                 was_generating = trajectory.is_generating
                 trajectory.is_generating = False  # its old worker's count is gone
                 assignment = Assignment(traj_id, target, 0)
@@ -472,7 +500,8 @@ class PlacementDecider:
             for rollout_id, rollout in self._rollouts.items()
         }
         gate = self._gate.snapshot() if self._gate is not None else None
-        return dict(self._workers), dict(self._in_flight), rollouts, frozenset(self._ended), gate
+        workers, draining = dict(self._workers), frozenset(self._draining)
+        return workers, dict(self._in_flight), rollouts, frozenset(self._ended), gate, draining
 
     # ---- helpers -----------------------------------------------------------------------------
 

@@ -21,6 +21,11 @@ priorities of a rollout's first predictions are emitted while the router places 
 rollout, so every first request would otherwise run at the submission priority (0 under PPS:
 the first step would be served in submission order and the requests it holds up would be
 preempted by the first later step).
+
+An operator's ``TrajectoryReprioritizeRequested`` (``heddle.events.operator``) sets the priority
+at once (``Prioritized`` and, while it has a request on a worker, ``Reprioritize`` to whichever
+worker holds it now); with ``pin`` the policy no longer changes it, without it the policy's next
+update may.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from heddle.events import (
     ToolReturned,
     TrajectoryEvent,
     TrajectoryPlaced,
+    TrajectoryReprioritizeRequested,
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
@@ -85,6 +91,8 @@ class _Tracked:
     worker_id: str = ""
     is_generating: bool = True
     """Between the step's request and its tool call (or before the first step)."""
+    is_pinned: bool = False
+    """An operator fixed the priority: the policy no longer changes it."""
 
     def facts(self, seconds_per_token: float) -> TrajectoryFacts:
         return TrajectoryFacts(
@@ -114,6 +122,7 @@ class PriorityDecider:
             Migrated,
             Completed,
             Failed,
+            TrajectoryReprioritizeRequested,
         }
     )
 
@@ -167,6 +176,8 @@ class PriorityDecider:
                     return [self._reprioritize(event, tracked, event.event_id)]
             case Migrated():
                 tracked.worker_id = event.target_worker_id
+            case TrajectoryReprioritizeRequested():
+                return self._set_by_operator(event, tracked)
             case Completed() | Failed():
                 del self._tracked[key]
                 if not any(k[0] == event.rollout_id for k in self._tracked):
@@ -178,7 +189,19 @@ class PriorityDecider:
         config = self.config
         return pace.seconds_per_token(config.seconds_per_token, config.min_measured_tokens)
 
+    def _set_by_operator(
+        self, event: TrajectoryReprioritizeRequested, tracked: _Tracked
+    ) -> list[Output]:
+        tracked.priority = event.priority
+        tracked.is_pinned = event.pin
+        prioritized = self._prioritized(event, tracked, event.event_id)
+        if not (tracked.is_generating and tracked.worker_id):
+            return [prioritized]
+        return [prioritized, self._reprioritize(event, tracked, prioritized.event_id)]
+
     def _update(self, event: TrajectoryEvent, tracked: _Tracked) -> list[Output]:
+        if tracked.is_pinned:
+            return []
         priority = self.policy.priority(tracked.facts(self._pace_of(event.rollout_id)))
         if not self._is_meaningful(tracked.priority, priority):
             return []

@@ -3,6 +3,8 @@
 Consumes ``RolloutSubmitted`` (how many trajectories, when), ``Completed`` (counts it and its
 output tokens) and ``Failed`` (counts it unless ``retryable``: the control plane re-places those).
 The makespan is the last trajectory's end minus the rollout's submission, in model seconds.
+A cancelled rollout (``RolloutCancelled``) never finishes: it ended cancelled, and its aborted
+trajectories' failures do not turn it into a finished one.
 """
 
 from __future__ import annotations
@@ -10,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from heddle.control.decider import Output
-from heddle.events import Completed, Event, Failed, RolloutFinished, RolloutSubmitted
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    RolloutCancelled,
+    RolloutFinished,
+    RolloutSubmitted,
+)
 from heddle.ids import derive_id
 
 
@@ -30,7 +39,9 @@ class RolloutDecider:
     """State: per rollout, which trajectories ended and how."""
 
     name = "rollout"
-    handles: frozenset[type[Event]] = frozenset({RolloutSubmitted, Completed, Failed})
+    handles: frozenset[type[Event]] = frozenset(
+        {RolloutSubmitted, Completed, Failed, RolloutCancelled}
+    )
 
     def __init__(self) -> None:
         self._rollouts: dict[str, _Rollout] = {}
@@ -42,6 +53,11 @@ class RolloutDecider:
                     event.rollout_id,
                     _Rollout(event.num_trajectories, event.occurred_at, event.time_scale),
                 )
+                return []
+            case RolloutCancelled():
+                cancelled = self._rollouts.get(event.rollout_id)
+                if cancelled is not None:
+                    cancelled.is_finished = True  # ended: no RolloutFinished follows
                 return []
             case Completed():
                 rollout = self._rollouts.get(event.rollout_id)

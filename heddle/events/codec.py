@@ -13,11 +13,12 @@ import msgspec
 from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
+from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
 from heddle.events.worker import DeadLettered, WorkerEventT, WorkerTelemetry
 
-EventT = TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered
+EventT = TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered | OperatorEventT
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Largest message we accept (completed trajectories carry full token lists)."""

@@ -1,9 +1,8 @@
 """Commands: ``heddle.cmd.worker.<worker_id>.<action>`` and ``heddle.cmd.tool.<pool>``.
 
-Commands are JSON, so an operator can steer with the NATS CLI, e.g.::
-
-    nats pub heddle.cmd.worker.w00.drain \\
-      '{"kind":"cmd.drain","command_id":"op-1","issued_at":0,"worker_id":"w00"}'
+Commands are JSON. Worker commands are internal: the control plane sends them; operators steer
+through the operations service (``nats req heddle.ops.worker.drain '{"worker_id":"w00"}'``,
+docs/trainer.md), which records who asked and routes the action to the right worker.
 """
 
 from __future__ import annotations
@@ -16,8 +15,13 @@ from heddle.events.base import Command
 from heddle.events.trajectory import ToolReturned, TrajectorySpec
 
 
-class WorkerCommand(Command, frozen=True, kw_only=True):
-    """A command addressed to one rollout worker; ``action`` is the last subject token."""
+class WorkerCommand(Command, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A command addressed to one rollout worker; ``action`` is the last subject token.
+
+    Decoded strictly: a field the worker does not know is refused (dead-lettered), not ignored,
+    so a mistyped hand-written command cannot pass for a valid one. Worker commands are
+    internal (the control plane sends them); operators steer through the operations service.
+    """
 
     action: ClassVar[str] = ""
     worker_id: str
@@ -93,9 +97,16 @@ class Abort(WorkerCommand, frozen=True, kw_only=True, tag="cmd.abort"):
 
 
 class Drain(WorkerCommand, frozen=True, kw_only=True, tag="cmd.drain"):
-    """Finish hosted trajectories, accept no new ones, then report ``worker.drained``."""
+    """Finish hosted trajectories, accept no new ones, then report ``worker.drained``; the
+    worker stays up (heartbeating, drained) until undrained or stopped."""
 
     action: ClassVar[str] = "drain"
+
+
+class Undrain(WorkerCommand, frozen=True, kw_only=True, tag="cmd.undrain"):
+    """Accept new trajectories again after a drain."""
+
+    action: ClassVar[str] = "undrain"
 
 
 WorkerCommandT = (
@@ -107,6 +118,7 @@ WorkerCommandT = (
     | MigrateIn
     | Abort
     | Drain
+    | Undrain
 )
 WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     StartTrajectory,
@@ -117,6 +129,7 @@ WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     MigrateIn,
     Abort,
     Drain,
+    Undrain,
 )
 
 

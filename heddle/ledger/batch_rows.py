@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
+    OperatorActionRow,
     PlacementRow,
     PredictionRow,
     RolloutRow,
@@ -31,6 +32,7 @@ class BatchRows:
     placements: list[PlacementRow] = field(default_factory=list)
     predictions: list[PredictionRow] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
+    operator_actions: list[OperatorActionRow] = field(default_factory=list)
 
     def rollout(self, rollout_id: str) -> RolloutRow:
         row = self.rollouts.get(rollout_id)

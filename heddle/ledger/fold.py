@@ -26,19 +26,25 @@ from heddle.events import (
     Preempted,
     Prioritized,
     RolloutCancelled,
+    RolloutCancelRequested,
     RolloutFinished,
     RolloutSubmitted,
     ToolCalled,
     ToolReturned,
+    TrajectoryAbortRequested,
     TrajectoryPlaced,
+    TrajectoryReprioritizeRequested,
     TrajectorySubmitted,
     WorkerDrained,
+    WorkerDrainRequested,
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerUndrainRequested,
 )
 from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
+from heddle.ledger.fold_operator import apply_operator
 from heddle.ledger.fold_steps import apply_step
 from heddle.ledger.lean import num_items
 from heddle.ledger.rows import (
@@ -57,6 +63,8 @@ _NO_TIMINGS = TrajectoryTimings()
 def apply(rows: BatchRows, event: EventT) -> None:
     """Fold one event into ``rows``."""
     match event:
+        case RolloutFinished() | RolloutCancelled() if event.rollout_id not in rows.rollouts:
+            pass  # the end of a rollout never submitted (a mistyped id): no phantom row
         case RolloutSubmitted() | RolloutFinished() | RolloutCancelled():
             _apply_rollout(rows.rollout(event.rollout_id), event)
         case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():
@@ -82,6 +90,14 @@ def apply(rows: BatchRows, event: EventT) -> None:
             _apply_worker(rows.worker(event.worker_id), event)
         case DeadLettered():
             rows.dead_letters.append(_dead_letter_row(event))
+        case (
+            TrajectoryReprioritizeRequested()
+            | TrajectoryAbortRequested()
+            | RolloutCancelRequested()
+            | WorkerDrainRequested()
+            | WorkerUndrainRequested()
+        ):
+            apply_operator(rows, event)
         case _:
             assert_never(event)
 
@@ -98,7 +114,9 @@ def _apply_rollout(
             row.labels = dict(event.labels)
             row.submitted_at = event.occurred_at
         case RolloutFinished():
-            row.status = "finished"
+            # A rollout cancelled first stays cancelled (control planes before operator
+            # events finished a cancelled rollout once its aborted trajectories failed).
+            row.status = "cancelled" if row.status == "cancelled" else "finished"
             row.finished_at = event.occurred_at
             row.num_completed = event.num_completed
             row.num_failed = event.num_failed

@@ -14,6 +14,7 @@ from sqlalchemy import Select, Table, func, select
 from heddle.ledger.database import Ledger
 from heddle.ledger.rows import (
     DeadLetterRow,
+    OperatorActionRow,
     RolloutRow,
     StepRow,
     TrajectoryRow,
@@ -22,6 +23,7 @@ from heddle.ledger.rows import (
 from heddle.ledger.tables import (
     ConsumerPosition,
     DeadLetter,
+    OperatorAction,
     Rollout,
     Step,
     Trajectory,
@@ -36,6 +38,7 @@ _steps: Table = Step.__table__  # type: ignore[assignment]
 _workers: Table = Worker.__table__  # type: ignore[assignment]
 _positions: Table = ConsumerPosition.__table__  # type: ignore[assignment]
 _dead_letters: Table = DeadLetter.__table__  # type: ignore[assignment]
+_operator_actions: Table = OperatorAction.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,17 @@ def dead_letters(ledger: Ledger, *, limit: int = 100) -> list[DeadLetterRow]:
     """The most recent dead letters first."""
     d = _dead_letters
     return _all(ledger, select(d).order_by(d.c.recorded_at.desc()).limit(limit), DeadLetterRow)
+
+
+def operator_actions(
+    ledger: Ledger, *, rollout_id: str | None = None, limit: int = 100
+) -> list[OperatorActionRow]:
+    """Operators' steering requests, oldest first (one rollout's when given)."""
+    o = _operator_actions
+    query = select(o).order_by(o.c.requested_at, o.c.event_id).limit(limit)
+    if rollout_id is not None:
+        query = query.where(o.c.rollout_id == rollout_id)
+    return _all(ledger, query, OperatorActionRow)
 
 
 def num_dead_letters(ledger: Ledger) -> int:

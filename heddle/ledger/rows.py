@@ -166,5 +166,18 @@ class DeadLetterRow(msgspec.Struct, kw_only=True):
     recorded_at: float
 
 
+class OperatorActionRow(msgspec.Struct, kw_only=True):
+    event_id: str
+    kind: str
+    rollout_id: str = ""
+    traj_id: str = ""
+    worker_id: str = ""
+    operator: str = ""
+    reason: str = ""
+    priority: float | None = None
+    pin: bool = False
+    requested_at: float
+
+
 TrajectoryKey = tuple[str, str]
 StepKey = tuple[str, str, int]

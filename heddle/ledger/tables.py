@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 _ID = String(160)
@@ -211,6 +211,25 @@ class DeadLetter(Base):
     recorded_at: Mapped[float] = mapped_column(Float)
 
 
+class OperatorAction(Base):
+    """An operator's steering request, as recorded on the stream (``heddle.events.operator``):
+    one row per request, whatever its effect; no other row is created for its ids."""
+
+    __tablename__ = "operator_actions"
+
+    event_id: Mapped[str] = mapped_column(String(320), primary_key=True)
+    kind: Mapped[str] = mapped_column(_NAME)
+    """The event's tag: ``worker.drain_requested``, ``traj.abort_requested``, ..."""
+    rollout_id: Mapped[str] = mapped_column(_ID, default="")
+    traj_id: Mapped[str] = mapped_column(_ID, default="")
+    worker_id: Mapped[str] = mapped_column(_ID, default="")
+    operator: Mapped[str] = mapped_column(_NAME, default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    priority: Mapped[float | None] = mapped_column(Float, nullable=True)
+    pin: Mapped[bool] = mapped_column(Boolean, default=False)
+    requested_at: Mapped[float] = mapped_column(Float)
+
+
 class ConsumerPosition(Base):
     """Last stream sequence a projection consumer committed (written with its batch)."""
 
@@ -235,5 +254,6 @@ PROJECTED_TABLES = (
     Migration.__table__,
     Prediction.__table__,
     DeadLetter.__table__,
+    OperatorAction.__table__,
 )
 """Tables derived from events (compared by ``heddle replay --verify``)."""

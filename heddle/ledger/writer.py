@@ -23,7 +23,15 @@ import msgspec
 from sqlalchemy import Connection, Table, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from heddle.events import DeadLettered, EventT, Migrated, RolloutEvent, WorkerEvent
+from heddle.events import (
+    OPERATOR_EVENTS,
+    DeadLettered,
+    EventT,
+    Migrated,
+    RolloutEvent,
+    WorkerEvent,
+    WorkerUndrainRequested,
+)
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.events.trajectory import TrajectoryEvent
 from heddle.ledger.batch_rows import BatchRows
@@ -43,6 +51,7 @@ from heddle.ledger.tables import (
     ConsumerPosition,
     DeadLetter,
     Migration,
+    OperatorAction,
     Placement,
     Prediction,
     Rollout,
@@ -64,6 +73,7 @@ _migrations: Table = Migration.__table__  # type: ignore[assignment]
 _placements: Table = Placement.__table__  # type: ignore[assignment]
 _predictions: Table = Prediction.__table__  # type: ignore[assignment]
 _dead_letters: Table = DeadLetter.__table__  # type: ignore[assignment]
+_operator_actions: Table = OperatorAction.__table__  # type: ignore[assignment]
 _positions: Table = ConsumerPosition.__table__  # type: ignore[assignment]
 
 
@@ -218,11 +228,17 @@ class LedgerWriter:
         upserts.keep_first(connection, _placements, rows.placements)
         upserts.keep_first(connection, _predictions, rows.predictions)
         upserts.keep_first(connection, _dead_letters, rows.dead_letters)
+        upserts.keep_first(connection, _operator_actions, rows.operator_actions)
 
 
 def _keys_of(events: list[EventT]) -> _Keys:
     keys = _Keys()
     for event in events:
+        if isinstance(event, WorkerUndrainRequested):
+            keys.workers.add(event.worker_id)  # a drained worker's row turns active again
+            continue
+        if isinstance(event, OPERATOR_EVENTS):
+            continue  # recorded as an action only: no row of its target is read or written
         if isinstance(event, TrajectoryEvent):
             keys.trajectories.add((event.rollout_id, event.traj_id))
             if isinstance(event, STEP_EVENTS):

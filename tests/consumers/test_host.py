@@ -110,7 +110,8 @@ async def test_decides_live_and_publishes_outputs(bus: Bus) -> None:
         await until(is_finished)
     (event,) = await finished(bus, "r1")
     assert isinstance(event, RolloutFinished) and event.num_completed == 2
-    assert consumer.stats.num_decided == 3 and consumer.stats.num_outputs == 1
+    # The slot folds its own RolloutFinished too (4) when it comes back before the stop.
+    assert consumer.stats.num_decided in (3, 4) and consumer.stats.num_outputs == 1
 
 
 async def test_a_restart_replays_to_its_position_and_decides_the_rest_once(bus: Bus) -> None:
@@ -126,7 +127,8 @@ async def test_a_restart_replays_to_its_position_and_decides_the_rest_once(bus: 
     assert isinstance(event, RolloutFinished) and event.num_completed == 3
     async with Running(bus) as third:  # nothing left to decide: no second RolloutFinished
         await asyncio.sleep(0.3)
-    assert third.stats.num_replayed == 4 and third.stats.num_decided == 0
+    # Replayed: the submission, three completions and the slot's own RolloutFinished.
+    assert third.stats.num_replayed == 5 and third.stats.num_decided == 0
     assert len(await finished(bus, "r1")) == 1
 
 
@@ -204,12 +206,14 @@ async def test_units_share_one_durable_and_each_decides_its_events(bus: Bus) -> 
             return bool(await finished(bus, "r1"))
 
         await until(is_finished)
+        await until(lambda: _decided(consumer, 5))  # ... and its own RolloutFinished
     assert consumer.durable == "control-plane" and await durables(bus) == {"control-plane"}
     assert running.liveness.live_workers() == ["w0"]
     units = consumer.stats.units
-    assert units["rollout"].num_decided == 3 and units["rollout"].num_outputs == 1
+    # The rollout slot folds its own RolloutFinished too (every slot notes ended rollouts).
+    assert units["rollout"].num_decided == 4 and units["rollout"].num_outputs == 1
     assert units["liveness"].num_decided == 3  # registration and completions
-    assert units["placement"].num_decided == 4
+    assert units["placement"].num_decided == 5
 
 
 async def test_an_event_refused_by_several_units_is_dead_lettered_once(bus: Bus) -> None:

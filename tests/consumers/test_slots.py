@@ -158,6 +158,47 @@ def test_a_cancelled_rollout_gets_no_more_commands() -> None:
     assert not [o for o in outputs if isinstance(o, (WorkerCommand, TrajectoryPlaced))]
 
 
+class _Echo:
+    """A priority decider that answers every prediction (whatever the trajectory's state)."""
+
+    name = "priority"
+    handles = frozenset({Predicted})
+
+    def decide(self, event: Event) -> list[object]:
+        if not isinstance(event, Predicted):
+            return []
+        return [Prioritized(event_id=f"{event.event_id}:p", rollout_id=event.rollout_id,
+                            occurred_at=event.occurred_at, traj_id=event.traj_id,
+                            worker_id="w0", priority=1.0)]  # fmt: skip
+
+
+class _EchoBundle:
+    deciders = (_Echo(),)
+
+
+def _predicted(traj_id: str, rollout_id: str = "r1") -> Predicted:
+    return Predicted(
+        event_id=f"{rollout_id}:{traj_id}:p", rollout_id=rollout_id, occurred_at=5.0,
+        traj_id=traj_id, step=0, predicted_remaining_tokens=1.0, predictor="x",
+    )  # fmt: skip
+
+
+def test_nothing_is_emitted_about_a_finished_trajectory() -> None:
+    """A decider's output about a trajectory the slot saw end (or of a finished rollout) is
+    dropped: a late event must not move what has ended."""
+    slot = SlotDeciders("priority", lambda policy: _EchoBundle())  # type: ignore[arg-type,return-value]
+    for event in submitted("r1", "heddle", 2):
+        slot.decide(event)
+    assert len(slot.decide(_predicted("t0"))) == 1
+    slot.decide(
+        Completed(event_id="c", rollout_id="r1", occurred_at=5.0, traj_id="t0", num_steps=1)
+    )
+    assert slot.decide(_predicted("t0")) == []
+    assert [o.traj_id for o in slot.decide(_predicted("t1"))] == ["t1"]  # type: ignore[union-attr]
+    slot.decide(RolloutFinished(event_id="f", rollout_id="r1", occurred_at=6.0, num_completed=2))
+    assert slot.decide(_predicted("t1")) == []
+
+
 def test_filter_subjects_cover_each_family() -> None:
     assert subject_of_kind(Predicted) == "heddle.evt.traj.*.*.predicted"
     assert subject_of_kind(RolloutSubmitted) == "heddle.evt.rollout.*.submitted"

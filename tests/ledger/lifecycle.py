@@ -19,11 +19,14 @@ from heddle.events import (
     RolloutSubmitted,
     ToolCalled,
     ToolReturned,
+    TrajectoryAbortRequested,
     TrajectoryPlaced,
+    TrajectoryReprioritizeRequested,
     TrajectorySpec,
     TrajectorySubmitted,
     TrajectoryTimings,
     WorkerDrained,
+    WorkerDrainRequested,
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
@@ -285,10 +288,41 @@ def cancelled(rollout_id: str) -> RolloutCancelled:
 
 
 def everything() -> list[EventT]:
-    """Two rollouts, workers, a dead letter and a cancelled rollout, interleaved."""
+    """Two rollouts, workers, a dead letter, a cancelled rollout and the cancellation of one
+    never submitted ("ghost": it must leave no row), interleaved."""
     first = rollout_events("r1")
     second = rollout_events("r2", num_trajectories=2, num_steps=3)
     mixed: list[EventT] = []
     for index in range(max(len(first), len(second))):
         mixed += first[index : index + 1] + second[index : index + 1]
-    return worker_events()[:2] + mixed + [dead_letter(), cancelled("r3")] + worker_events()[2:]
+    ends = [dead_letter(), submitted_only("r3"), cancelled("r3"), cancelled("ghost")]
+    ends += operator_requests()
+    return worker_events()[:2] + mixed + ends + worker_events()[2:]
+
+
+def submitted_only(rollout_id: str) -> RolloutSubmitted:
+    """A rollout opened and never given its trajectories (then cancelled)."""
+    return RolloutSubmitted(
+        event_id=derive_id(rollout_id, "submitted"),
+        rollout_id=rollout_id,
+        occurred_at=T0 + 2,
+        policy="heddle",
+        num_trajectories=1,
+    )
+
+
+def operator_requests() -> list[EventT]:
+    """Three operator events, one naming a rollout that does not exist."""
+    return [
+        WorkerDrainRequested(
+            event_id="w00:op:a:drain", occurred_at=T0 + 4, worker_id="w00", operator="ana"
+        ),
+        TrajectoryAbortRequested(
+            event_id="r1:t000000:op:b:abort", rollout_id="r1", occurred_at=T0 + 4,
+            traj_id="t000000", operator="ana", reason="stuck",
+        ),
+        TrajectoryReprioritizeRequested(
+            event_id="nosuch:t000000:op:c:prio", rollout_id="nosuch", occurred_at=T0 + 5,
+            traj_id="t000000", priority=1e9, pin=True,
+        ),
+    ]  # fmt: skip

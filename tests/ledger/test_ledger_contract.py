@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, inspect, text
 
 from heddle.errors import UserError
-from heddle.events import EventT
+from heddle.events import EventT, RolloutFinished, WorkerUndrainRequested
 from heddle.ledger import (
     Ledger,
     LedgerWriter,
@@ -33,6 +33,7 @@ from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,
+    OperatorActionRow,
     PlacementRow,
     PredictionRow,
     RolloutRow,
@@ -42,7 +43,14 @@ from heddle.ledger.rows import (
 )
 from heddle.ledger.tables import PROJECTED_TABLES
 
-from .lifecycle import everything, rollout_events, worker_events
+from .lifecycle import (
+    T0,
+    cancelled,
+    everything,
+    rollout_events,
+    submitted_only,
+    worker_events,
+)
 
 ROW_TYPES = {
     "rollouts": RolloutRow,
@@ -53,6 +61,7 @@ ROW_TYPES = {
     "migrations": MigrationRow,
     "predictions": PredictionRow,
     "dead_letters": DeadLetterRow,
+    "operator_actions": OperatorActionRow,
 }
 
 
@@ -140,7 +149,40 @@ class TestLedgerContract:
             "cancelled",
             "operator",
         )
-        assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}
+        assert set(queries.rollout_ids(ledger)) == {"r1", "r2", "r3"}  # no "ghost", "nosuch"
+
+    def test_a_cancelled_rollout_stays_cancelled_when_a_finish_follows(
+        self, ledger: Ledger
+    ) -> None:
+        finish = RolloutFinished(event_id="r3:finished", rollout_id="r3", occurred_at=T0 + 9,
+                                 num_completed=0, num_failed=1)  # fmt: skip
+        events = [submitted_only("r3"), cancelled("r3"), finish]
+        LedgerWriter(ledger, "ledger").project(numbered(events))
+        summary = queries.rollout_summary(ledger, "r3")
+        assert summary is not None and summary.rollout is not None
+        assert summary.rollout.status == "cancelled"
+
+    def test_operator_events_are_actions_and_create_no_rows(self, ledger: Ledger) -> None:
+        LedgerWriter(ledger, "ledger").project(numbered(everything()))
+        actions = queries.operator_actions(ledger)
+        assert [(a.kind, a.operator, a.rollout_id, a.worker_id) for a in actions] == [
+            ("traj.abort_requested", "ana", "r1", ""),  # same time: by event id
+            ("worker.drain_requested", "ana", "", "w00"),
+            ("traj.reprioritize_requested", "", "nosuch", ""),
+        ]
+        assert (actions[2].priority, actions[2].pin) == (1e9, True)
+        assert queries.rollout_summary(ledger, "nosuch") is None
+        undrain = WorkerUndrainRequested(event_id="w00:op:d:undrain", occurred_at=T0 + 60,
+                                         worker_id="w00")  # fmt: skip
+        ghost = WorkerUndrainRequested(event_id="w99:op:e:undrain", occurred_at=T0 + 60,
+                                       worker_id="w99")  # fmt: skip
+        before = {w.worker_id: w.status for w in queries.workers(ledger)}
+        LedgerWriter(ledger, "ledger").project(numbered([undrain, ghost], len(everything()) + 1))
+        after = {w.worker_id: w.status for w in queries.workers(ledger)}
+        assert before["w00"] == "drained" and after == {**before, "w00": "active"}
+        assert [a.event_id for a in queries.operator_actions(ledger, rollout_id="r1")] == [
+            "r1:t000000:op:b:abort"
+        ]
 
     def test_redelivered_events_are_skipped(self, ledger: Ledger) -> None:
         events = numbered(everything())

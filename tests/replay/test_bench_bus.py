@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -37,6 +38,12 @@ def test_bench_then_verify(tmp_path: Path) -> None:
         assert figures["phases"][phase]["events"] == 400 + 20 + 1, phase
         assert figures["phases"][phase]["server_cpu_us_per_event"] is not None
     assert figures["projection_to_raw"] > 0
+    if "nats_bench_pub_msgs_s" in figures:  # natscli installed: the same server's limit
+        assert figures["nats_bench_pub_msgs_s"] > 0 and figures["nats_bench_consume_msgs_s"] > 0
+        assert figures["publish_to_nats_bench"] > 0 and figures["replay_to_nats_bench"] > 0
+    else:
+        assert os.environ.get("HEDDLE_REQUIRE_NATS_CLI") != "1", figures["nats_bench"]
+        assert figures["nats_bench"].startswith("skipped")
     assert not (tmp_path / RECORD_NAME).exists()
     assert list((tmp_path / "bench").iterdir()) == []
 

@@ -39,6 +39,7 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
+    Undrain,
     WorkerCommand,
     WorkerDrained,
     WorkerFailed,
@@ -49,6 +50,7 @@ from heddle.events import (
 from heddle.ids import derive_id
 from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
 from heddle.workers.agent.decisions import Phase
+from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 from heddle.workers.tools.trace import pseudo_token_ids
@@ -580,6 +582,16 @@ async def test_drain_refuses_new_work_finishes_hosted_and_reports(harness: Harne
     assert len(drained) == 1
 
 
+async def test_an_undrained_worker_takes_trajectories_again(harness: Harness) -> None:
+    agent = await harness.add_worker("w0", time_scale=500.0)
+    harness.deliver(_command(Drain, "w0", "d1"))
+    await harness.wait_for(lambda: agent.drained.is_set())
+    harness.deliver(_command(Undrain, "w0", "u1"))
+    await harness.wait_for(lambda: not agent.handler.is_draining)
+    await harness.submit("t1", "w0", STEPS)
+    assert isinstance(await harness.wait_finished("t1"), Completed)
+
+
 async def test_publishes_lost_to_a_dropped_connection_are_retried_without_duplicates(
     harness: Harness,
 ) -> None:
@@ -610,7 +622,7 @@ async def test_an_engine_failure_reports_the_hosted_trajectories(harness: Harnes
     assert not any(isinstance(e, (Completed, Failed)) for e in harness.bus.events_of("t1"))
 
 
-async def test_bad_tasks_and_unknown_trajectories_fail_with_a_reason(harness: Harness) -> None:
+async def test_bad_tasks_fail_and_unknown_trajectories_are_refused(harness: Harness) -> None:
     await harness.add_worker("w0")
     bad = TrajectorySpec(group_id="g", index=0, environment="trace", task={"id": "x"})
     harness.deliver(_command(StartTrajectory, "w0", "s-bad", traj_id="t1", spec=bad))
@@ -630,11 +642,16 @@ async def test_bad_tasks_and_unknown_trajectories_fail_with_a_reason(harness: Ha
         tool="trace",
         status="ok",
     )
-    harness.deliver(
-        _command(ContinueTrajectory, "w0", "c3", traj_id="t3", step=1, tool_result=result)
-    )
-    failed = await harness.wait_finished("t3")
-    assert isinstance(failed, Failed) and "unknown trajectory" in failed.reason
+    # A command naming a trajectory the stream does not know is refused (the transport
+    # dead-letters it): no event about t3 is published, so no phantom row appears anywhere.
+    agent = harness.agents["w0"]
+    for command in (
+        _command(ContinueTrajectory, "w0", "c3", traj_id="t3", step=1, tool_result=result),
+        _command(Abort, "w0", "a3", traj_id="t3", reason="typo"),
+    ):
+        with pytest.raises(CommandRefused, match="unknown trajectory"):
+            await agent.handle(command)
+    assert harness.bus.events_of("t3") == []
 
 
 async def test_step_and_context_caps_truncate_with_finish_reason_length(harness: Harness) -> None:

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -369,16 +370,16 @@ async def registered(
     router: Router, worker_id: str, count: int = 1, kind: str = "registered"
 ) -> None:
     """Wait until ``count`` worker events of ``kind`` from ``worker_id`` are in the stream."""
-
-    async def seen() -> int:
-        query = ReplayQuery(filter_subjects=(f"heddle.evt.worker.{worker_id}.{kind}",))
-        return len([r async for r in router.bus.replay_events(query)])
-
     async with asyncio.timeout(STARTUP_TIMEOUT_S):
         while True:
-            if await seen() >= count:
+            if await num_worker_events(router.bus, worker_id, kind) >= count:
                 return
             await asyncio.sleep(0.1)
+
+
+async def num_worker_events(bus: Bus, worker_id: str, kind: str) -> int:
+    query = ReplayQuery(filter_subjects=(f"heddle.evt.worker.{worker_id}.{kind}",))
+    return len([r async for r in bus.replay_events(query)])
 
 
 @pytest.mark.parametrize("recovery", ["restart", "replace"])
@@ -463,11 +464,12 @@ async def test_a_nats_outage_pauses_the_worker_without_losing_a_step(
     assert next(e for e in events if isinstance(e, Completed)).num_output_tokens == 1200
 
 
-async def test_workers_run_registers_reports_and_exits_when_drained(
+async def test_workers_run_registers_reports_and_stays_up_drained_until_stopped(
     settings: Settings, bus: Bus
 ) -> None:
     """``heddle workers run 2 --processes``: a parent holding the bus, two ``heddle worker``
-    children (the in-process path is the one ``heddle worker`` itself takes)."""
+    children (the in-process path is the one ``heddle worker`` itself takes). Drained, they
+    stay up and heartbeat (registered as drained) until stopped."""
     reports: list[WorkerTelemetry] = []
     reported_by_both = asyncio.Event()
 
@@ -501,12 +503,22 @@ async def test_workers_run_registers_reports_and_exits_when_drained(
             await bus.publish(
                 Drain(command_id=f"drain-{worker_id}", issued_at=0.0, worker_id=worker_id)
             )
-        await asyncio.to_thread(workers.wait, STARTUP_TIMEOUT_S)
+        for worker_id in ("d00", "d01"):
+            await registered(router, worker_id, kind="drained")
+        # still up after the drain: heartbeats keep coming (on core NATS)
+        beats = Counter(beat.worker_id for beat in heartbeats)
+        deadline = asyncio.get_running_loop().time() + STARTUP_TIMEOUT_S
+        while any(
+            Counter(beat.worker_id for beat in heartbeats)[w] < beats[w] + 2 for w in ("d00", "d01")
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "no heartbeat after the drain"
+            await asyncio.sleep(0.1)
+        assert workers.poll() is None, "a drained worker exited"
     finally:
         logs = stop_process(workers)
         await subscription.close()
         await heartbeat_subscription.unsubscribe()
-    assert workers.returncode == 0, logs[-3000:]
+    assert workers.returncode in (0, -signal.SIGTERM), logs[-3000:]
     query = ReplayQuery(filter_subjects=("heddle.evt.worker.>",))
     worker_events = [record.message async for record in bus.replay_events(query)]
     registrations = [e for e in worker_events if isinstance(e, WorkerRegistered)]

@@ -7,7 +7,8 @@ command when ``handle`` returns (its effects are stored). ``WorkerFailing`` from
 "do not acknowledge": the engine failed, ``WorkerFailed`` listing the hosted trajectories is
 published, and the control plane re-places them (a restarted incarnation that receives the
 unacknowledged commands again finds them placed elsewhere and forwards them). ``Drain`` finishes
-the hosted trajectories, refuses new ones and publishes ``WorkerDrained``.
+the hosted trajectories, refuses new ones and publishes ``WorkerDrained``; the agent stays up
+(heartbeating) until an ``Undrain`` makes it take trajectories again, or it is stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import time
 import uuid
 from collections.abc import Callable
 
-from heddle.events import Drain, WorkerCommandT, WorkerDrained, WorkerFailed, WorkerRegistered
+from heddle.events import (
+    Drain,
+    Undrain,
+    WorkerCommandT,
+    WorkerDrained,
+    WorkerFailed,
+    WorkerRegistered,
+)
 from heddle.ids import derive_id
 from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.config import WorkerConfig
@@ -142,8 +150,11 @@ class WorkerAgent:
         before the command's effects were all stored): do not acknowledge then."""
         self._check_alive()
         if isinstance(command, Drain):
-            await self.drain()
+            await self.drain(command)
             return  # WorkerDrained is stored: acknowledge even while shutting down
+        if isinstance(command, Undrain):
+            self.undrain()
+            return
         await self.handler.handle(command, is_redelivered=is_redelivered)
         self._check_alive()
 
@@ -153,23 +164,34 @@ class WorkerAgent:
         if self.handler.is_closing:
             raise WorkerStopping(f"worker {self.worker_id} is shutting down")
 
-    async def drain(self) -> None:
-        """Refuse new trajectories, wait until none is hosted, publish ``WorkerDrained``."""
+    async def drain(self, command: Drain) -> None:
+        """Refuse new trajectories, wait until none is hosted, publish ``WorkerDrained`` (one per
+        drain command: its id derives from the command's). An ``Undrain`` meanwhile ends the
+        wait without a report."""
         self.handler.is_draining = True
+        self.drained.clear()
         changed = self.handler.changed
         while True:
             changed.clear()  # before the check, so that no change between them is missed
+            if not self.handler.is_draining:
+                return
             if not self.table.hosted() or self.failed.is_set():
                 break
             await changed.wait()
         await self.publisher.publish(
             WorkerDrained(
-                event_id=derive_id(self.worker_id, self.incarnation, "drained"),
+                event_id=derive_id(self.worker_id, command.command_id, "drained"),
                 occurred_at=self.clock(),
                 worker_id=self.worker_id,
             )
         )
         self.drained.set()
+
+    def undrain(self) -> None:
+        """Take new trajectories again (a drain still waiting returns without a report)."""
+        self.handler.is_draining = False
+        self.drained.clear()
+        self.handler.changed.set()
 
     async def _on_engine_failure(self, error: EngineError) -> None:
         if self.failed.is_set():

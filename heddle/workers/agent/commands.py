@@ -27,7 +27,7 @@ from heddle.events import (
 from heddle.ids import derive_id
 from heddle.workers.agent import records
 from heddle.workers.agent.decisions import Action, Phase, decide
-from heddle.workers.agent.errors import WorkerStopping
+from heddle.workers.agent.errors import CommandRefused, WorkerStopping
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
@@ -163,8 +163,10 @@ class CommandHandler:
                 await self._forward(command, plan.owner)
                 return None
             case ResumeKind.UNKNOWN:
-                await self._fail_unhosted(command, "unknown trajectory: no spec in the stream")
-                return None
+                raise CommandRefused(
+                    f"unknown trajectory {command.rollout_id}/{command.traj_id}: "
+                    "no spec in the stream"
+                )
             case ResumeKind.FINISHED:
                 self.table.bury(command.rollout_id, command.traj_id)
                 await self._discard(command)

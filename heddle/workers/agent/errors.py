@@ -9,3 +9,9 @@ class WorkerFailing(RuntimeError):
 class WorkerStopping(RuntimeError):
     """The worker is shutting down before the command's effects were all stored: the command
     goes back to the stream (negative acknowledgement) for the next incarnation."""
+
+
+class CommandRefused(ValueError):
+    """The command names something this worker cannot act on (a trajectory the stream does not
+    know): it is dead-lettered with the reason, and no event about it is published (a made-up
+    id must not become a trajectory or a rollout in the ledger)."""

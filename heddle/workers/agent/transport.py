@@ -40,7 +40,7 @@ from heddle.events.subjects import COMMANDS_STREAM, trajectory_subject, worker_c
 from heddle.observability import Metrics, MetricsSink
 from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.config import WorkerConfig
-from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
+from heddle.workers.agent.errors import CommandRefused, WorkerFailing, WorkerStopping
 from heddle.workers.engines.base import Engine
 
 logger = logging.getLogger(__name__)
@@ -133,11 +133,14 @@ class CommandDispatcher:
             await self.agent.handle(command, is_redelivered=delivery.num_delivered > 1)
         except WorkerStopping as exc:
             raise TransientError(str(exc)) from None  # nak: redelivered to the next incarnation
+        except CommandRefused as exc:
+            raise InvalidMessage(str(exc)) from None  # dead-lettered with the reason
 
 
 async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None) -> None:
-    """Start ``agent`` and feed it its commands until it is drained, it fails (``WorkerFailing``
-    is raised) or ``stop`` is set; then close it. The engine is closed too."""
+    """Start ``agent`` and feed it its commands until it fails (``WorkerFailing`` is raised) or
+    ``stop`` is set; then close it. The engine is closed too. A drained agent keeps serving
+    (an ``Undrain`` makes it take trajectories again)."""
     stop = stop or asyncio.Event()
     runner = bus.message_runner(
         command_consumer(agent.config),
@@ -161,8 +164,8 @@ async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None)
 
 
 async def _stop_when_done(agent: WorkerAgent, stop_runner: object, stop: asyncio.Event) -> None:
+    # A drained worker stays up (registered, heartbeating, drained) until undrained or stopped.
     waits = [
-        asyncio.create_task(agent.drained.wait()),
         asyncio.create_task(agent.failed.wait()),
         asyncio.create_task(stop.wait()),
     ]
@@ -183,8 +186,8 @@ async def run_agents(
     stop: asyncio.Event,
     metrics: Metrics | None = None,
 ) -> list[str]:
-    """Run one agent per config on one bus connection until each is drained, failed or
-    ``stop`` is set; returns the ids of the workers whose engine failed. With ``metrics``, what
+    """Run one agent per config on one bus connection until each has failed or ``stop`` is
+    set; returns the ids of the workers whose engine failed. With ``metrics``, what
     the agents publish also updates those metrics."""
     name = f"heddle-worker-{configs[0].worker_id}" if len(configs) == 1 else "heddle-workers"
     async with Bus(settings, BusOptions(name=name)) as bus:

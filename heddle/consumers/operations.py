@@ -1,0 +1,238 @@
+"""The operations service: the ``heddle`` NATS micro service of the control plane.
+
+Served on the control plane's connection (``heddle.bus.micro``), it answers small JSON requests
+on ``heddle.ops.<endpoint>`` (``OPS_ENDPOINTS``), found with ``nats micro ls`` / ``info``:
+
+- queries, answered from the control plane's ``OperationsView`` (as far as it has folded the
+  stream): ``status``, ``rollout.info {rollout_id}``, ``trajectory.info {rollout_id, traj_id}``;
+- steering: ``worker.drain`` / ``worker.undrain {worker_id}``, ``trajectory.reprioritize
+  {rollout_id, traj_id, priority, pin}``, ``trajectory.abort {rollout_id, traj_id}``,
+  ``rollout.cancel {rollout_id}``, each with optional ``reason``, ``operator``, ``request_id``.
+
+A steering request is decoded strictly and checked against the view
+(``heddle.control.ops_requests``, ``heddle.control.operations``); a refused one gets an error reply
+(``Nats-Service-Error`` / ``Nats-Service-Error-Code``). An accepted one is published as an
+operator event (``heddle.events.operator``) and the reply gives its id and stream sequence:
+the deciders act when the event reaches them, so the event is on the stream, for the ledger and
+any replay, before anything happens. Who asked: the authenticated user when the server shares
+it (``Nats-Request-Info``, on a service import with ``share: true``), else the request's
+``operator``, else ``anonymous``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import msgspec
+
+import heddle
+from heddle.bus import Bus
+from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
+from heddle.control.operations import OperationsView, RolloutView, TrajectoryState
+from heddle.control.ops_requests import (
+    AbortRequest,
+    CancelRequest,
+    DrainRequest,
+    Refusal,
+    ReprioritizeRequest,
+    RolloutQuery,
+    StatusQuery,
+    SteeringRequest,
+    TrajectoryQuery,
+    UndrainRequest,
+    decode_request,
+    operator_event,
+)
+from heddle.events.subjects import subject_for_event
+
+SERVICE_NAME = "heddle"
+OPS_PREFIX = "heddle.ops"
+REQUEST_INFO_HEADER = "Nats-Request-Info"
+
+STEERING: dict[str, type[SteeringRequest]] = {
+    "worker.drain": DrainRequest,
+    "worker.undrain": UndrainRequest,
+    "trajectory.reprioritize": ReprioritizeRequest,
+    "trajectory.abort": AbortRequest,
+    "rollout.cancel": CancelRequest,
+}
+QUERIES = ("status", "rollout.info", "trajectory.info")
+OPS_ENDPOINTS: tuple[str, ...] = (*QUERIES, *STEERING)
+"""Endpoint names, as subjects under ``heddle.ops`` (``heddle.ops.worker.drain``)."""
+
+_encode = msgspec.json.Encoder().encode
+
+
+def ops_subject(endpoint: str) -> str:
+    return f"{OPS_PREFIX}.{endpoint}"
+
+
+def rollout_summary(rollout_id: str, rollout: RolloutView) -> dict[str, Any]:
+    return {
+        "rollout_id": rollout_id,
+        "policy": rollout.policy,
+        "state": rollout.state.value,
+        "num_trajectories": rollout.num_trajectories,
+        **{f"num_{state.value}": rollout.count(state) for state in TrajectoryState},
+        "reason": rollout.reason,
+    }
+
+
+class OperationsService:
+    """The endpoints over one view and one bus (see the module docstring)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        view: Callable[[], OperationsView | None],
+        *,
+        position: Callable[[], int] = lambda: 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``view``: the control plane's current view (None until its deciders are live; a
+        rebuilt consumer brings a new one); ``position``: the stream sequence folded so far."""
+        self.bus = bus
+        self._view = view
+        self._position = position
+        self._clock = clock
+
+    @property
+    def view(self) -> OperationsView:
+        view = self._view()
+        if view is None:
+            raise ServiceRefusal("503", "the control plane is starting: try again shortly")
+        return view
+
+    async def serve(self) -> ServiceHandle:
+        handlers: dict[str, Callable[[bytes, Mapping[str, str]], Awaitable[bytes]]] = {
+            "status": self.status,
+            "rollout.info": self.rollout_info,
+            "trajectory.info": self.trajectory_info,
+        }
+        endpoints = [
+            Endpoint(name.replace(".", "_"), ops_subject(name), handlers[name]) for name in QUERIES
+        ]
+        endpoints += [
+            Endpoint(name.replace(".", "_"), ops_subject(name), self._steer_with(kind))
+            for name, kind in STEERING.items()
+        ]
+        description = "Heddle control plane: status, rollouts, trajectories, steering"
+        return await serve_service(
+            self.bus, SERVICE_NAME, heddle.__version__, description, endpoints
+        )
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    async def status(self, data: bytes, headers: Mapping[str, str]) -> bytes:
+        _decode(StatusQuery, data)
+        view = self.view
+        return _encode(
+            {
+                "position": self._position(),
+                "rollouts": [rollout_summary(rid, r) for rid, r in view.rollouts.items()],
+                "workers": [
+                    {
+                        "worker_id": worker_id,
+                        "engine": worker.engine,
+                        "state": worker.state.value,
+                        "num_trajectories": len(worker.trajectories),
+                    }
+                    for worker_id, worker in view.workers.items()
+                ],
+            }
+        )
+
+    async def rollout_info(self, data: bytes, headers: Mapping[str, str]) -> bytes:
+        query = _decode(RolloutQuery, data)
+        rollout = _answer(lambda: self.view.rollout(query.rollout_id))
+        by_worker: dict[str, int] = {}
+        for trajectory in rollout.trajectories.values():
+            if trajectory.state is TrajectoryState.PLACED:
+                by_worker[trajectory.worker_id] = by_worker.get(trajectory.worker_id, 0) + 1
+        summary = rollout_summary(query.rollout_id, rollout)
+        return _encode({**summary, "submitted_at": rollout.submitted_at, "placed_on": by_worker})
+
+    async def trajectory_info(self, data: bytes, headers: Mapping[str, str]) -> bytes:
+        query = _decode(TrajectoryQuery, data)
+        trajectory = _answer(lambda: self.view.trajectory(query.rollout_id, query.traj_id))
+        return _encode(
+            {
+                "rollout_id": query.rollout_id,
+                "traj_id": query.traj_id,
+                "index": trajectory.index,
+                "state": trajectory.state.value,
+                "worker_id": trajectory.worker_id,
+                "worker_history": trajectory.worker_history,
+                "priority": trajectory.priority,
+                "is_pinned": trajectory.is_pinned,
+                "reason": trajectory.reason,
+                "operator_actions": trajectory.operator_actions,
+            }
+        )
+
+    # ---- steering -----------------------------------------------------------------------------
+
+    def _steer_with(
+        self, kind: type[SteeringRequest]
+    ) -> Callable[[bytes, Mapping[str, str]], Awaitable[bytes]]:
+        async def steer(data: bytes, headers: Mapping[str, str]) -> bytes:
+            return await self.steer(kind, data, headers)
+
+        return steer
+
+    async def steer(
+        self, kind: type[SteeringRequest], data: bytes, headers: Mapping[str, str]
+    ) -> bytes:
+        """Validate, publish the operator event, reply with where it is stored."""
+        request = _decode(kind, data)
+        _answer(lambda: self.view.check(request))
+        event = operator_event(
+            request,
+            operator=_authenticated_user(headers),
+            request_id=request.request_id or uuid.uuid4().hex[:16],
+            now_s=self._clock(),
+        )
+        ack = await self.bus.publish(event)
+        return _encode(
+            {
+                "ok": True,
+                "event": type(event).__struct_config__.tag,
+                "event_id": event.event_id,
+                "subject": subject_for_event(event),
+                "stream_sequence": ack.sequence,
+                "operator": event.operator,
+            }
+        )
+
+
+R = TypeVar("R", bound=msgspec.Struct)
+T = TypeVar("T")
+
+
+def _decode(kind: type[R], data: bytes) -> R:
+    return _answer(lambda: decode_request(kind, data))  # type: ignore[type-var]
+
+
+def _answer(compute: Callable[[], T]) -> T:
+    """``compute()``, a ``Refusal`` turned into the service error reply."""
+    try:
+        return compute()
+    except Refusal as refusal:
+        raise ServiceRefusal(str(refusal.code), refusal.message) from None
+
+
+def _authenticated_user(headers: Mapping[str, str]) -> str:
+    """The user the server vouches for (``Nats-Request-Info`` of a shared service import)."""
+    info = headers.get(REQUEST_INFO_HEADER)
+    if not info:
+        return ""
+    try:
+        parsed = json.loads(info)
+    except ValueError:
+        return ""
+    user = parsed.get("user") or parsed.get("acc") if isinstance(parsed, dict) else ""
+    return str(user or "")
