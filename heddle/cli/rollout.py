@@ -196,6 +196,8 @@ def run_command(
     result = asyncio.run(run_rollout(settings, run_options))
     if as_json:
         typer.echo(json.dumps(result.to_json()))
+        if result.summary.lag.warning:  # also in the document (lag.warning): say it on stderr
+            Console(stderr=True).print(f"warning: {result.summary.lag.warning}", highlight=False)
     else:
         print_summary(result, Console())
 
