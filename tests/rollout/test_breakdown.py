@@ -23,7 +23,7 @@ from heddle.events import (
     TrajectorySubmitted,
     TrajectoryTimings,
 )
-from heddle.rollout.summary import LAG_WARNING_FRACTION, summarize
+from heddle.rollout.summary import LAG_WARNING_FRACTION, RolloutSummary, summarize
 
 SCALE = 100.0
 START = 1_000.0
@@ -142,7 +142,7 @@ def rollout_submitted() -> RolloutSubmitted:
     )  # fmt: skip
 
 
-def summary_of(steps: list[StepGaps], tail_s: float = 0.0):  # type: ignore[no-untyped-def]
+def summary_of(steps: list[StepGaps], tail_s: float = 0.0) -> RolloutSummary:
     recorder = Recorder("t0")
     recorder.trajectory(steps, tail_s)
     assert recorder.events is not None and recorder.stored is not None
