@@ -36,6 +36,8 @@ class ReplayRecord(Generic[T]):
     stream_sequence: int
     subject: str
     message: T
+    stored_at: float = 0.0
+    """Unix time (the server's clock) when the stream stored it; 0.0 when unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,11 @@ class ReplayReader(Generic[T]):
                     self.num_skipped += 1
                     log.warning("replay skips #%d (%s): %s", info.stream_sequence, subject, exc)
                     continue
-                records.append(ReplayRecord(info.stream_sequence, subject.decode(), message))
+                records.append(
+                    ReplayRecord(
+                        info.stream_sequence, subject.decode(), message, info.timestamp_ns * 1e-9
+                    )
+                )
             self.num_read += len(records)
             if records:
                 yield records

@@ -182,6 +182,7 @@ class ConsumerRunner(Generic[T]):
                     info.num_pending,
                     raw.data,
                     raw.reply.decode(),
+                    info.timestamp_ns * 1e-9,
                 )
             )
         return deliveries

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -44,7 +45,11 @@ from heddle.rollout.compare import (
     compare_policies,
     plan_pool,
 )
-from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.deployment import (
+    SIM_WORKERS_PER_PROCESS,
+    WorkerPool,
+    default_workers_per_process,
+)
 from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
 from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.runner import (
@@ -133,6 +138,14 @@ def run_command(
         int | None, typer.Option(help="Plan the workers' TP degrees for this GPU budget")
     ] = None,
     engine: EngineOpt = "sim",
+    workers_per_process: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker agents per child process (default: "
+            f"{SIM_WORKERS_PER_PROCESS} for sim engines, 1 otherwise)",
+            min=1,
+        ),
+    ] = None,
     tools: ToolsOpt = 1,
     heartbeat_s: HeartbeatOpt = 1.0,
     attach: Annotated[
@@ -165,6 +178,8 @@ def run_command(
     pool = _pool(workers, engine, options, heartbeat_s)
     if gpus is not None:
         pool = _planned_pool(pool, source, policy, control, gpus)
+    per_process = workers_per_process or default_workers_per_process(engine)
+    pool = replace(pool, workers_per_process=per_process)
     run_options = RunOptions(
         plan=_plan(policy, source, time_scale),
         pool=pool,
@@ -181,6 +196,8 @@ def run_command(
     result = asyncio.run(run_rollout(settings, run_options))
     if as_json:
         typer.echo(json.dumps(result.to_json()))
+        if result.summary.lag.warning:  # also in the document (lag.warning): say it on stderr
+            Console(stderr=True).print(f"warning: {result.summary.lag.warning}", highlight=False)
     else:
         print_summary(result, Console())
 

@@ -148,6 +148,9 @@ def workers_run_command(
     id_prefix: Annotated[str, typer.Option(help="Worker ids are <prefix>00, <prefix>01...")] = (
         "w"
     ),
+    first_index: Annotated[
+        int, typer.Option(help="Number of the first worker (ids <prefix>NN from here)", min=0)
+    ] = 0,
     processes: Annotated[
         bool, typer.Option(help="One child process per worker (default: all in this process)")
     ] = False,
@@ -162,7 +165,9 @@ def workers_run_command(
         int, typer.Option(help=f"{METRICS_PORT_HELP}; with --processes, worker i uses PORT+i")
     ] = 0,
 ) -> None:
-    """Run N local worker agents with the same engine options."""
+    """Run N local worker agents with the same engine options: by default all in this process,
+    on one event loop and one bus connection (each its own worker id, command consumer and
+    engine), so that a laptop holds a large simulated fleet; ``--processes`` for one each."""
     options = parse_engine_args(list(ctx.args))
     _check_engine_options(engine, options)
     base = _config(
@@ -176,7 +181,10 @@ def workers_run_command(
         max_commands_in_flight=max_in_flight,
     )
     try:
-        configs = [replace(base, worker_id=f"{id_prefix}{i:02d}") for i in range(num_workers)]
+        configs = [
+            replace(base, worker_id=f"{id_prefix}{i:02d}")
+            for i in range(first_index, first_index + num_workers)
+        ]
     except ValueError as exc:
         raise UserError(str(exc)) from None
     settings = settings_of(ctx)

@@ -81,6 +81,13 @@ class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.ge
     priority: float = 0.0
     queued_s: float = 0.0
     """Time the step waited on the worker before the engine started it (model time)."""
+    command_stored_at: float = 0.0
+    """Unix time (the stream server's clock) when the command that started this step
+    (``StartTrajectory``, ``ContinueTrajectory``, ``MigrateIn``) was stored; 0.0 for a step that
+    followed the previous one without a command. With ``command_received_at`` it splits the gap
+    before the step into the control plane's reaction and the command's delivery."""
+    command_received_at: float = 0.0
+    """Unix time (the worker's clock) when the worker took that command from its consumer."""
 
 
 class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"):

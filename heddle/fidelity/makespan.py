@@ -21,7 +21,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.fidelity.gaps import GapStats, step_gaps
 from heddle.replay import replay_query
-from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.deployment import WorkerPool, default_workers_per_process
 from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.sim import SimConfig, SimResult, simulate
@@ -80,6 +80,7 @@ class FidelityResult:
                 "num_preemptions": live.num_preemptions,
                 "num_migrations": live.num_migrations,
                 "slowest": msgspec.to_builtins(live.slowest),
+                "lag": msgspec.to_builtins(live.lag),
             },
             "simulated": self.simulated.summary(),
             "live_over_simulated": self.ratio,
@@ -117,6 +118,7 @@ async def measure_fidelity(settings: Settings, options: FidelityOptions) -> Fide
             "tp": str(options.tp_degree),
             "time-scale": str(options.time_scale),
         },
+        workers_per_process=default_workers_per_process("sim"),
     )
     control = ControlPlaneConfig(
         cost_model=options.model,

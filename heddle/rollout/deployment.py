@@ -3,9 +3,11 @@ started in order and each waited for.
 
 - ``start_control_plane`` runs ``heddle up`` (no workers of its own) and waits until its status
   file says ready (replayed, live, stale workers declared failed);
-- ``start_workers`` runs one ``heddle worker`` per worker (so that one can die alone) and waits
-  for each one's ``WorkerRegistered`` in the stream; a pool's workers may have different TP
-  degrees (a resource plan);
+- ``start_workers`` runs one ``heddle worker`` per worker (so that one can die alone), or, with
+  ``WorkerPool.workers_per_process`` above 1, ``heddle workers run N`` children that each hold
+  several agents (a large simulated fleet on a small machine: one interpreter, event loop and
+  bus connection for many sim engines), and waits for each worker's ``WorkerRegistered`` in the
+  stream; a pool's workers may have different TP degrees (a resource plan);
 - ``start_tools`` runs ``heddle tools serve`` executors of the default pool.
 
 A child that exits while being waited for raises ``DeploymentError`` quoting its log.
@@ -36,6 +38,17 @@ from heddle.rollout.router import RouterProcess, RouterSpec
 from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
 _POLL_S = 0.2
+SIM_WORKERS_PER_PROCESS = 16
+"""Default agents per child process for sim engines (``heddle rollout run``): a sim engine is a
+timer and a batching model, so many share an interpreter; one process per worker costs each an
+interpreter's memory and start-up and the host's CPU in context switches. See
+docs/benchmarks.md (rollout at scale) for the measurement behind the number."""
+
+
+def default_workers_per_process(engine: str) -> int:
+    """Agents per child process when the user gives none: many for ``sim``, else one (a real
+    engine holds a GPU and should fail alone)."""
+    return SIM_WORKERS_PER_PROCESS if engine == "sim" else 1
 
 
 class DeploymentError(UserError):
@@ -56,10 +69,15 @@ class WorkerPool:
     id_prefix: str = "w"
     server_ports: tuple[int, ...] = ()
     """Per-worker ``--port`` of ``sglang --launch`` servers (``with_server_ports``)."""
+    workers_per_process: int = 1
+    """Most agents one child process holds (1: a process per worker, so one can die alone);
+    consecutive workers with the same options share a process up to this many."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.workers_per_process < 1:
+            raise ValueError(f"workers_per_process must be >= 1, got {self.workers_per_process}")
         if self.tp_degrees and len(self.tp_degrees) != self.num_workers:
             raise ValueError("give one TP degree per worker")
         if not self.heartbeat_s > 0:
@@ -132,6 +150,22 @@ class WorkerPool:
     def _urls(self) -> tuple[str, ...]:
         url = {k.replace("-", "_"): v for k, v in self.engine_options.items()}.get("url", "")
         return tuple(part.strip() for part in url.split(",") if part.strip())
+
+    def process_groups(self) -> list[range]:
+        """Worker indices per child process: runs of consecutive workers with equal options,
+        cut at ``workers_per_process``."""
+        groups: list[range] = []
+        start = 0
+        for index in range(1, self.num_workers + 1):
+            is_cut = (
+                index == self.num_workers
+                or index - start >= self.workers_per_process
+                or self.options_for(index) != self.options_for(start)
+            )
+            if is_cut:
+                groups.append(range(start, index))
+                start = index
+        return groups
 
 
 def control_plane_args(config: ControlPlaneConfig) -> list[str]:
@@ -222,16 +256,25 @@ class LocalDeployment:
             await asyncio.sleep(_POLL_S)
 
     async def start_workers(self, pool: WorkerPool, timeout_s: float = 90) -> list[Child]:
-        """Start the pool's workers and wait until each has registered."""
+        """Start the pool's workers and wait until each has registered. ``workers`` maps each
+        worker id to its child (workers sharing a process share the child)."""
         since = (await self.bus.stream_state()).last_sequence + 1
         started = []
-        for index, worker_id in enumerate(pool.worker_ids):
-            child = await self.launcher.start_worker(
-                worker_id, pool.engine, pool.options_for(index), pool.heartbeat_s
-            )
-            self.workers[worker_id] = child
+        ids = pool.worker_ids
+        for group in pool.process_groups():
+            options = pool.options_for(group.start)
+            if len(group) == 1:
+                child = await self.launcher.start_worker(
+                    ids[group.start], pool.engine, options, pool.heartbeat_s
+                )
+            else:
+                child = await self.launcher.start_worker_group(
+                    pool.id_prefix, group.start, len(group), pool.engine, options,
+                    pool.heartbeat_s,
+                )  # fmt: skip
+            self.workers.update({ids[index]: child for index in group})
             started.append(child)
-        await self._wait_registered(pool.worker_ids, since, timeout_s)
+        await self._wait_registered(ids, since, timeout_s)
         return started
 
     async def _wait_registered(

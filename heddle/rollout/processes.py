@@ -133,6 +133,32 @@ class Launcher:
         ]
         return await self.start(f"worker-{worker_id}", args, nice=self.data_plane_nice)
 
+    async def start_worker_group(
+        self,
+        id_prefix: str,
+        first_index: int,
+        num_workers: int,
+        engine: str,
+        options: Mapping[str, str],
+        heartbeat_s: float,
+    ) -> Child:
+        """``heddle workers run``: ``num_workers`` agents in one child process (ids
+        ``<id_prefix>NN`` from ``first_index``), sharing its event loop and bus connection."""
+        engine_args = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+        args = [
+            "workers",
+            "run",
+            str(num_workers),
+            f"--id-prefix={id_prefix}",
+            f"--first-index={first_index}",
+            f"--engine={engine}",
+            f"--heartbeat-s={heartbeat_s}",
+            *engine_args,
+        ]
+        last = first_index + num_workers - 1
+        name = f"workers-{id_prefix}{first_index:02d}-{id_prefix}{last:02d}"
+        return await self.start(name, args, nice=self.data_plane_nice)
+
     async def start_tool_executor(
         self, index: int, pool: str = "default", max_in_flight: int = 64
     ) -> Child:

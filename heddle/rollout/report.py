@@ -43,13 +43,27 @@ def print_summary(result: RolloutResult, console: Console) -> None:
         table.add_row(
             f"slowest {slow.traj_id} ({slow.num_steps} steps)",
             f"queue {slow.queue_s:.0f} / prefill {slow.prefill_s:.0f} / decode "
-            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} / "
-            f"other {slow.other_s:.0f} s",
+            f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} s",
         )
+        table.add_row(
+            "... beyond the model",
+            f"control {slow.control_s:.0f} / messaging {slow.messaging_s:.0f} / tool queue "
+            f"{slow.tool_queue_s:.0f} / engine lag {slow.engine_lag_s:.0f} / worker lag "
+            f"{slow.worker_lag_s:.0f} / other {slow.other_s:.0f} s (of {slow.total_s:.0f})",
+        )
+    lag = summary.lag
+    table.add_row(
+        "behind the time scale",
+        f"workers {lag.worker_lag_fraction:.1%} / control {lag.control_lag_fraction:.1%} / "
+        f"messaging {lag.messaging_fraction:.1%} / tool queue {lag.tool_queue_fraction:.1%} "
+        f"(slowest {lag.slowest_behind_fraction:.1%})",
+    )
     table.add_row("ledger", result.ledger_url)
     if result.timeline_path is not None:
         table.add_row("timeline", str(result.timeline_path))
     console.print(table)
+    if lag.warning:
+        console.print(f"[yellow]warning:[/yellow] {lag.warning}", highlight=False)
 
 
 def print_comparison(result: CompareResult, console: Console) -> None:

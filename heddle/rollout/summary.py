@@ -7,7 +7,11 @@ reads them from the stream; a recorded list works the same). Times:
   end times the rollout's ``time_scale`` (sim engines run faster than real time), the unit of
   ``heddle sim``; ``wall_s`` is the same span on the wall clock;
 - the slowest trajectory's breakdown (queue, prefill, decode, tool, migration) is what its worker
-  reported in ``Completed.timings``, also model seconds.
+  reported in ``Completed.timings``, also model seconds; the rest of its time is split into
+  control, messaging, tool queueing and the workers' lag from its events' timestamps
+  (``heddle.rollout.breakdown``), leaving ``other_s`` for what no timestamp explains;
+- ``lag``: how far the run fell behind its time scale (``LagReport``), with a warning above
+  ``LAG_WARNING_FRACTION``: a makespan measured behind the clock is not the policy's.
 
 Re-placements after a worker failure are counted with the tokens the re-placed trajectories had
 to prefill again (their KV stayed on the dead worker): ``replacement_recomputed_tokens``.
@@ -26,15 +30,25 @@ from heddle.events import (
     Event,
     Failed,
     Generated,
+    GenerationStarted,
     Migrated,
     Preempted,
     RolloutCancelled,
     RolloutFinished,
     RolloutSubmitted,
+    ToolCalled,
+    ToolReturned,
     TrajectoryPlaced,
+    TrajectorySubmitted,
     TrajectoryTimings,
 )
 from heddle.events.subjects import rollout_filter
+from heddle.rollout.breakdown import TimeSplit, TrajectoryTimeline, split_time
+
+_TIMED = (TrajectorySubmitted, GenerationStarted, Generated, ToolCalled, ToolReturned, Migrated)
+"""The kinds whose timestamps ``heddle.rollout.breakdown`` reads."""
+LAG_WARNING_FRACTION = 0.05
+"""Above this share of the trajectories' time spent behind the scaled clock, the summary warns."""
 
 
 class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,15 +60,45 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     decode_s: float
     tool_s: float
     migration_s: float
+    control_s: float = 0.0
+    """The control plane's reactions: an event stored -> the command it caused stored."""
+    messaging_s: float = 0.0
+    """Events' trips into the stream and commands' trips to the worker."""
+    tool_queue_s: float = 0.0
+    """Tool calls' trips to an executor and their wait for one."""
+    engine_lag_s: float = 0.0
+    """Engine results later than the scaled clock (``GenerationStarted`` -> ``Generated`` beyond
+    the engine's queue, prefill and decode)."""
+    worker_lag_s: float = 0.0
+    """The worker's own handling between commands, results, tool calls and the end."""
     other_s: float
-    """The rest of ``total_s``: time in none of the parts above (routing, the commands' and
-    tool calls' trips over the bus; at a high time scale each wall millisecond of it costs
-    ``time_scale`` model milliseconds)."""
+    """The rest of ``total_s``: time no part above explains (clock rounding, steps re-run after
+    a failure, KV transfers overlapping a tool call). At a high time scale each wall
+    millisecond of any part but the modelled ones costs ``time_scale`` model milliseconds."""
     total_s: float
     """Model seconds from its first step's arrival on a worker to its end."""
     end_s: float
     """Model seconds from the rollout's submission to its end (the makespan, for the slowest)."""
     workers: list[str]
+
+
+class LagReport(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a live run fell behind its time scale, as shares of the completed trajectories'
+    time (sum of each part over the sum of their totals): what the workers and the control
+    plane add to the simulated time, each wall second counted ``time_scale`` times."""
+
+    worker_lag_fraction: float = 0.0
+    """The workers' lag: engine results later than the scaled clock and the workers' own
+    handling."""
+    control_lag_fraction: float = 0.0
+    """The control plane's reactions (event stored -> command stored)."""
+    messaging_fraction: float = 0.0
+    tool_queue_fraction: float = 0.0
+    slowest_behind_fraction: float = 0.0
+    """The slowest trajectory's time outside its modelled parts over its total: the share of
+    the makespan the run did not keep its time scale."""
+    warning: str = ""
+    """Non-empty when a share above exceeds ``LAG_WARNING_FRACTION``."""
 
 
 class RolloutSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +135,7 @@ class RolloutSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Tokens migration targets prefilled ahead, during the tool gap (hidden re-prefill)."""
     slowest: SlowestTrajectory | None
     workers: list[str]
+    lag: LagReport = LagReport()
 
 
 @dataclass(slots=True)
@@ -111,9 +156,16 @@ class _Fold:
     num_replacements: int = 0
     is_finished: bool = False
     is_cancelled: bool = False
+    timelines: dict[str, TrajectoryTimeline] = field(default_factory=dict)
 
-    def add(self, event: Event) -> None:
+    def add(self, event: Event, stored_at: float = 0.0) -> None:
         self.num_events += 1
+        traj_id = getattr(event, "traj_id", None)
+        if isinstance(event, _TIMED) and isinstance(traj_id, str):
+            timeline = self.timelines.get(traj_id)
+            if timeline is None:
+                timeline = self.timelines[traj_id] = TrajectoryTimeline()
+            timeline.add(event, stored_at)
         match event:
             case RolloutSubmitted():
                 self.submitted = self.submitted or event
@@ -149,11 +201,15 @@ class _Fold:
             self.migration_recomputed_tokens += event.num_recomputed_tokens
 
 
-def summarize(rollout_id: str, events: Iterable[Event]) -> RolloutSummary:
-    """The summary of one rollout from its events in stream order."""
+def summarize(
+    rollout_id: str, events: Iterable[Event], stored_at: Iterable[float] = ()
+) -> RolloutSummary:
+    """The summary of one rollout from its events in stream order; ``stored_at``: when the
+    stream stored each (the same order; missing ones count as unknown)."""
     fold = _Fold(rollout_id)
+    stamps = iter(stored_at)
     for event in events:
-        fold.add(event)
+        fold.add(event, next(stamps, 0.0))
     return _build(fold)
 
 
@@ -168,6 +224,11 @@ def _build(fold: _Fold) -> RolloutSummary:
     num_trajectories = submitted.num_trajectories if submitted is not None else 0
     num_ended = len(fold.completed) + len(fold.failed)
     workers = sorted({w for c in fold.completed.values() for w in c.worker_history})
+    splits = {
+        traj_id: split_time(fold.timelines.get(traj_id, TrajectoryTimeline()), c.occurred_at, scale)
+        for traj_id, c in fold.completed.items()
+    }
+    slowest = _slowest(fold, splits, start, scale)
     return RolloutSummary(
         rollout_id=fold.rollout_id,
         policy=submitted.policy if submitted is not None else "",
@@ -192,16 +253,20 @@ def _build(fold: _Fold) -> RolloutSummary:
         ),
         migration_recomputed_tokens=fold.migration_recomputed_tokens,
         warmed_up_tokens=fold.warmed_up_tokens,
-        slowest=_slowest(fold, start, scale),
+        slowest=slowest,
         workers=workers,
+        lag=_lag(fold, splits, slowest),
     )
 
 
-def _slowest(fold: _Fold, start: float, scale: float) -> SlowestTrajectory | None:
+def _slowest(
+    fold: _Fold, splits: dict[str, TimeSplit], start: float, scale: float
+) -> SlowestTrajectory | None:
     if not fold.completed:
         return None
     last = max(fold.completed.values(), key=lambda c: (c.occurred_at, c.traj_id))
     timings: TrajectoryTimings = last.timings
+    split = splits[last.traj_id]
     return SlowestTrajectory(
         traj_id=last.traj_id,
         num_steps=last.num_steps,
@@ -211,7 +276,12 @@ def _slowest(fold: _Fold, start: float, scale: float) -> SlowestTrajectory | Non
         decode_s=timings.decode_s,
         tool_s=timings.tool_s,
         migration_s=timings.migration_s,
-        other_s=max(0.0, timings.total_s - _parts_s(timings)),
+        control_s=split.control_s,
+        messaging_s=split.messaging_s,
+        tool_queue_s=split.tool_queue_s,
+        engine_lag_s=split.engine_lag_s,
+        worker_lag_s=split.worker_lag_s,
+        other_s=timings.total_s - _parts_s(timings) - split.overhead_s,
         total_s=timings.total_s,
         end_s=max(0.0, last.occurred_at - start) * scale,
         workers=list(last.worker_history),
@@ -225,11 +295,58 @@ def _parts_s(timings: TrajectoryTimings) -> float:
     )  # fmt: skip
 
 
+def _lag(fold: _Fold, splits: dict[str, TimeSplit], slowest: SlowestTrajectory | None) -> LagReport:
+    total_s = sum(c.timings.total_s for c in fold.completed.values())
+    if total_s <= 0 or slowest is None:
+        return LagReport()
+
+    def share(part_s: float) -> float:
+        return part_s / total_s
+
+    behind_s = slowest.total_s - _slowest_modelled_s(slowest)
+    report = LagReport(
+        worker_lag_fraction=share(sum(s.lag_s for s in splits.values())),
+        control_lag_fraction=share(sum(s.control_s for s in splits.values())),
+        messaging_fraction=share(sum(s.messaging_s for s in splits.values())),
+        tool_queue_fraction=share(sum(s.tool_queue_s for s in splits.values())),
+        slowest_behind_fraction=behind_s / slowest.total_s if slowest.total_s > 0 else 0.0,
+    )
+    return msgspec.structs.replace(report, warning=lag_warning(report, fold.submitted))
+
+
+def _slowest_modelled_s(slowest: SlowestTrajectory) -> float:
+    return (
+        slowest.queue_s + slowest.prefill_s + slowest.decode_s + slowest.tool_s
+        + slowest.migration_s
+    )  # fmt: skip
+
+
+def lag_warning(report: LagReport, submitted: RolloutSubmitted | None) -> str:
+    """A line naming the shares above ``LAG_WARNING_FRACTION`` ("" when none is)."""
+    shares = {
+        "workers' lag": report.worker_lag_fraction,
+        "control plane": report.control_lag_fraction,
+        "messaging": report.messaging_fraction,
+        "tool queueing": report.tool_queue_fraction,
+        "slowest trajectory off the model": report.slowest_behind_fraction,
+    }
+    over = {name: value for name, value in shares.items() if value > LAG_WARNING_FRACTION}
+    if not over:
+        return ""
+    scale = submitted.time_scale if submitted is not None else 1.0
+    listed = ", ".join(f"{name} {value:.0%}" for name, value in over.items())
+    return (
+        f"the run fell behind its time scale ({scale:g}x): {listed} of the trajectories' time "
+        f"(over {LAG_WARNING_FRACTION:.0%}); the makespan is not the policy's alone: lower "
+        "--time-scale or spread the processes over more cores"
+    )
+
+
 async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:
     """Read the rollout's events from the stream and summarise them."""
     query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)), start_sequence=1)
     fold = _Fold(rollout_id)
     async for batch in bus.replay_events(query).batches():
         for record in batch:
-            fold.add(record.message)
+            fold.add(record.message, record.stored_at)
     return _build(fold)

@@ -41,3 +41,17 @@ def test_the_sim_engine_takes_the_engine_model() -> None:
     assert engine._model.config.cache == "trajectory" and engine.capabilities.can_export_kv
     with pytest.raises(ValueError, match="engine_model"):
         SimEngineOptions(engine_model="fifo")
+
+
+def test_workers_share_processes_in_runs_of_equal_options_up_to_the_limit() -> None:
+    assert WorkerPool(5, "sim").process_groups() == [range(i, i + 1) for i in range(5)]
+    shared = WorkerPool(5, "sim", workers_per_process=2)
+    assert shared.process_groups() == [range(0, 2), range(2, 4), range(4, 5)]
+    # a resource plan: workers of another TP degree never share a process with these
+    planned = WorkerPool(5, "sim", tp_degrees=(1, 1, 2, 2, 1), workers_per_process=16)
+    assert planned.process_groups() == [range(0, 2), range(2, 4), range(4, 5)]
+    assert [len(g) for g in WorkerPool(33, "sim", workers_per_process=16).process_groups()] == [
+        16, 16, 1,
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="workers_per_process"):
+        WorkerPool(1, "sim", workers_per_process=0)

@@ -38,7 +38,7 @@ from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink
 from heddle.workers.agent.publisher import DurablePublisher, is_transient
 from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import TrajectoryTable
+from heddle.workers.agent.table import CommandArrival, TrajectoryTable
 from heddle.workers.agent.telemetry import Telemetry
 from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.tokenizers import Tokenizer, load_tokenizer
@@ -143,8 +143,15 @@ class WorkerAgent:
             incarnation=self.incarnation,
         )
 
-    async def handle(self, command: WorkerCommandT, *, is_redelivered: bool = False) -> None:
+    async def handle(
+        self,
+        command: WorkerCommandT,
+        *,
+        is_redelivered: bool = False,
+        arrival: CommandArrival | None = None,
+    ) -> None:
         """Carry out one command; returns when it may be acknowledged (see module docstring).
+        ``arrival``: when the command was stored and taken (timing of the step it starts).
 
         Raises ``WorkerFailing`` (the engine failed) or ``WorkerStopping`` (shutting down
         before the command's effects were all stored): do not acknowledge then."""
@@ -155,7 +162,7 @@ class WorkerAgent:
         if isinstance(command, Undrain):
             self.undrain()
             return
-        await self.handler.handle(command, is_redelivered=is_redelivered)
+        await self.handler.handle(command, is_redelivered=is_redelivered, arrival=arrival)
         self._check_alive()
 
     def _check_alive(self) -> None:

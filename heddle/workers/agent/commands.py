@@ -33,7 +33,7 @@ from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import HostedTrajectory, TrajectoryTable
+from heddle.workers.agent.table import CommandArrival, HostedTrajectory, TrajectoryTable
 from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.environments import StepOutcome, create_environment
 
@@ -71,18 +71,32 @@ class CommandHandler:
         """Shutting down: no new step starts (``WorkerStopping``)."""
         self.changed = asyncio.Event()
         """Set whenever a trajectory comes to rest (a drain waits on it)."""
+        self._arrivals: dict[tuple[str, str], CommandArrival] = {}
+        """Arrival of the command being handled, per trajectory, until a segment takes it."""
 
-    async def handle(self, command: TrajectoryCommand, *, is_redelivered: bool = False) -> None:
-        """Carry out ``command``; returns once its effects are stored."""
-        hosted = self.table.get(command.rollout_id, command.traj_id)
+    async def handle(
+        self,
+        command: TrajectoryCommand,
+        *,
+        is_redelivered: bool = False,
+        arrival: CommandArrival | None = None,
+    ) -> None:
+        """Carry out ``command``; returns once its effects are stored. ``arrival``: when it
+        was stored and taken (the segment it starts stamps it on its first step)."""
+        key = (command.rollout_id, command.traj_id)
+        hosted = self.table.get(*key)
         if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
             await hosted.settled.wait()  # decide on a trajectory at rest (see table.phase)
+        if arrival is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
+            self._arrivals[key] = arrival
         try:
             async with self.table.lock_for(command.rollout_id, command.traj_id):
                 settled = await self._decide_and_act(command, is_redelivered)
         except EngineError as exc:
             await self.on_engine_failure(exc)
             return
+        finally:
+            self._arrivals.pop(key, None)
         if settled is not None:
             await settled.wait()
         self.table.compact(command.rollout_id, command.traj_id)
@@ -218,6 +232,7 @@ class CommandHandler:
         if self.is_closing:
             raise WorkerStopping("shutting down: the step is left to the next incarnation")
         hosted.is_running = True
+        hosted.arrival = self._arrivals.pop((hosted.rollout_id, hosted.traj_id), None)
         hosted.settled.clear()
         hosted.segment = asyncio.create_task(
             self._segment(hosted, outcome, tool_result, is_new), name=f"segment-{hosted.traj_id}"

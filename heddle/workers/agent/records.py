@@ -26,6 +26,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.table import CommandArrival
 from heddle.workers.engines.base import GenerationResult
 
 
@@ -38,7 +39,9 @@ def generation_started(
     num_context_tokens: int,
     priority: float,
     now: float,
+    arrival: CommandArrival | None = None,
 ) -> GenerationStarted:
+    """``arrival``: the command that started the step (None: it follows the previous one)."""
     return GenerationStarted(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "generation_started"),
         rollout_id=log.rollout_id,
@@ -49,6 +52,8 @@ def generation_started(
         input_token_ids=input_token_ids,
         num_context_tokens=num_context_tokens,
         priority=priority,
+        command_stored_at=arrival.stored_at if arrival is not None else 0.0,
+        command_received_at=arrival.received_at if arrival is not None else 0.0,
     )
 
 

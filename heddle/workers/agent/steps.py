@@ -35,7 +35,7 @@ from heddle.ids import derive_id
 from heddle.workers.agent import records
 from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
-from heddle.workers.agent.table import HostedTrajectory
+from heddle.workers.agent.table import CommandArrival, HostedTrajectory
 from heddle.workers.engines.base import (
     Engine,
     EngineError,
@@ -107,13 +107,15 @@ class StepRunner:
             if tool_result is not None:
                 outcome = hosted.env.observe(tool_result)
             generated: Generated | None = None
+            arrival, hosted.arrival = hosted.arrival, None  # the first step's command
             while True:
                 if outcome is not None and await self.conclude(hosted, outcome, generated):
                     return
                 if self._is_context_full(hosted):
                     await self.complete(hosted, reward=0.0, finish_reason="length")
                     return
-                generated, outcome = await self._step(hosted)
+                generated, outcome = await self._step(hosted, arrival)
+                arrival = None
         except (EngineError, asyncio.CancelledError):
             raise
         except StepError as exc:
@@ -145,12 +147,14 @@ class StepRunner:
 
     # ---- one step ---------------------------------------------------------------------------
 
-    async def _step(self, hosted: HostedTrajectory) -> tuple[Generated, StepOutcome]:
+    async def _step(
+        self, hosted: HostedTrajectory, arrival: CommandArrival | None = None
+    ) -> tuple[Generated, StepOutcome]:
         """Generate (announcing the step first unless a crash left it announced), then ask the
         environment; the result is published by ``conclude``, with what it leads to."""
         log = hosted.log
         if log.phase is StepPhase.READY:
-            result, context = await self._announce_and_generate(hosted)
+            result, context = await self._announce_and_generate(hosted, arrival)
         elif log.phase is StepPhase.GENERATING:
             context = log.context_token_ids()
             result = await self._generate(hosted, context)
@@ -174,7 +178,7 @@ class StepRunner:
         return num_context >= hosted.spec.max_total_tokens
 
     async def _announce_and_generate(
-        self, hosted: HostedTrajectory
+        self, hosted: HostedTrajectory, arrival: CommandArrival | None = None
     ) -> tuple[GenerationResult, list[int]]:
         """Publish ``GenerationStarted`` while the engine already generates: the announcement's
         round trip to the stream is off the step's critical path. It is folded into the log
@@ -190,6 +194,7 @@ class StepRunner:
             num_context_tokens=len(context),
             priority=hosted.priority,
             now=self.clock(),
+            arrival=arrival,
         )
         generation = asyncio.ensure_future(self._generate(hosted, context))
         try:

@@ -20,6 +20,16 @@ from heddle.workers.agent.history import StepPhase, TrajectoryLog
 from heddle.workers.environments import Environment, Observation
 
 
+@dataclass(frozen=True, slots=True)
+class CommandArrival:
+    """When the command that starts a segment of steps was stored in the stream (the server's
+    clock) and taken by this worker (its clock); stamped on the segment's first
+    ``GenerationStarted`` (the rollout summary splits the time before the step with them)."""
+
+    stored_at: float
+    received_at: float
+
+
 @dataclass(eq=False, slots=True)
 class HostedTrajectory:
     log: TrajectoryLog
@@ -42,6 +52,8 @@ class HostedTrajectory:
     is_released: bool = False
     """Given back to the control plane (a retryable failure): the row counts as absent."""
     segment: asyncio.Task[None] | None = None
+    arrival: CommandArrival | None = None
+    """The command that starts the next segment, until its first step is announced."""
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever no segment runs (the trajectory waits for a tool, ended or left)."""
 

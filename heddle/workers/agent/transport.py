@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 
 from heddle.bus import (
@@ -41,6 +42,7 @@ from heddle.observability import Metrics, MetricsSink
 from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.errors import CommandRefused, WorkerFailing, WorkerStopping
+from heddle.workers.agent.table import CommandArrival
 from heddle.workers.engines.base import Engine
 
 logger = logging.getLogger(__name__)
@@ -125,12 +127,15 @@ class CommandDispatcher:
 
     async def __call__(self, delivery: Delivery[WorkerCommandT]) -> None:
         command = await self.bus.resolve(delivery.message)
+        arrival = CommandArrival(stored_at=delivery.stored_at, received_at=time.time())
         if command.worker_id != self.agent.worker_id:
             raise InvalidMessage(
                 f"command for worker {command.worker_id!r} delivered to {self.agent.worker_id!r}"
             )
         try:
-            await self.agent.handle(command, is_redelivered=delivery.num_delivered > 1)
+            await self.agent.handle(
+                command, is_redelivered=delivery.num_delivered > 1, arrival=arrival
+            )
         except WorkerStopping as exc:
             raise TransientError(str(exc)) from None  # nak: redelivered to the next incarnation
         except CommandRefused as exc:
