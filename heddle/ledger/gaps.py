@@ -2,8 +2,8 @@
 the batch's first event hold nothing to project.
 
 A batch handed to the projector may legitimately begin past ``position + 1``: the messages in
-between were dead-lettered (undecodable: the runner drops them from the batch), expired or were
-deleted from the stream, or lie outside the consumer's filter. Any other gap means another
+between were dead-lettered (undecodable or on a wrong subject: the runner drops them), expired
+or were deleted from the stream, or lie outside the consumer's filter. Any other gap means another
 process took those messages (two projectors on one durable), and the batch must wait for them:
 ``LedgerWriter.project`` refuses it (``PositionGap``) unless the projector vouches for the gap.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heddle.bus import Bus, Decoder
+from heddle.bus.subject_check import subject_mismatch
 from heddle.events.subjects import EVENTS_STREAM
 
 
@@ -56,8 +57,10 @@ async def batch_start(
         if not any(subject_matches(subject, pattern) for pattern in filter_subjects):
             continue
         try:
-            decode(data)
+            message = decode(data)
         except ValueError:
             continue  # dead-lettered by the runner that fetched it
+        if subject_mismatch(subject, message) is not None:
+            continue  # dead-lettered too
         return first_record
     return start
