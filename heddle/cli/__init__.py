@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "status",
     "bench_fidelity",
     "bench_control",
+    "bench_chaos",
 )
 
 for _name in _COMMAND_MODULES:
