@@ -247,8 +247,9 @@ class RecordCounts:
 
 
 def _count_record(record: Path) -> RecordCounts:
-    """Lines ``<trainer pid> <rollout id> <traj id>``, one per trajectory handed out."""
-    lines = record.read_text().split("\n") if record.exists() else []
+    """Lines ``<trainer pid> <rollout id> <traj id>``, one per trajectory handed out (a last
+    line without its newline was cut by a kill before the trajectory was acknowledged)."""
+    lines = record.read_text().split("\n")[:-1] if record.exists() else []
     entries = [tuple(line.split()) for line in lines if line.count(" ") == 2]
     per_process = Counter(entries)
     distinct = {(rollout, traj) for _, rollout, traj in entries}
