@@ -108,7 +108,8 @@ class BatchRunner(ConsumerRunner[T]):
                 log.warning("%s: transient error, retrying: %s", self.spec.durable, exc)
                 if self.spec.ack_all:
                     self.stats.num_retried += len(deliveries)
-                    raise _Rewind(parse_ack_subject(raws[0].reply).stream_sequence) from exc
+                    first = parse_ack_subject(raws[0].reply).stream_sequence
+                    raise _Rewind(exc.resume_sequence or first) from exc
                 await self._nak(deliveries, self.spec.nak_delay_s)
                 return
             except BaseException:
@@ -182,5 +183,6 @@ class BatchRunner(ConsumerRunner[T]):
             await self._inbox.close()
             self._inbox = None
         await asyncio.sleep(self.spec.nak_delay_s)
+        self._next_sequence = first_sequence
         await self._provision(replace(self.spec, start_sequence=first_sequence))
         await self._open_inbox()

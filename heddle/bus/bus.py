@@ -357,6 +357,15 @@ class Bus:
         state = info.state
         return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
 
+    async def stream_message(self, stream: str, sequence: int) -> tuple[str, bytes] | None:
+        """The subject and payload stored at ``sequence``; None when no message is there
+        (deleted, expired, or never written)."""
+        try:
+            message = await self.js.get_msg(stream, sequence)
+        except NotFoundError:
+            return None
+        return message.subject or "", message.data or b""
+
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState | None:
         """The durable's progress, or None when it does not exist."""
         try:

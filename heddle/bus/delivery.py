@@ -44,7 +44,15 @@ class Delivery(msgspec.Struct, Generic[T], frozen=True):
 
 class TransientError(Exception):
     """Raised by a handler for a failure that a later retry can fix; the messages are redelivered
-    after the consumer's ``nak_delay_s``."""
+    after the consumer's ``nak_delay_s``.
+
+    ``resume_sequence``, for in-order (``ack_all``) consumers only: the stream sequence to
+    rewind to instead of the batch's first (a projector whose stored position lies before the
+    batch resumes right after it)."""
+
+    def __init__(self, message: str, *, resume_sequence: int | None = None) -> None:
+        super().__init__(message)
+        self.resume_sequence = resume_sequence
 
 
 class InvalidMessage(Exception):

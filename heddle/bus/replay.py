@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 from heddle.bus.delivery import Decoder
 from heddle.bus.pull import PullInbox
 from heddle.bus.streams import ephemeral_config
+from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import LeanClient, parse_ack_subject
 
 T = TypeVar("T")
@@ -147,9 +148,13 @@ class ReplayReader(Generic[T]):
                 self.last_sequence = info.stream_sequence
                 try:
                     message = decode(data)
+                    reason = subject_mismatch(subject.decode(), message)
                 except ValueError as exc:
+                    reason = str(exc)
+                if reason is not None:
+                    # Live consumers dead-letter these (heddle.bus.runner): skip them alike.
                     self.num_skipped += 1
-                    log.warning("replay skips #%d (%s): %s", info.stream_sequence, subject, exc)
+                    log.warning("replay skips #%d (%s): %s", info.stream_sequence, subject, reason)
                     continue
                 records.append(
                     ReplayRecord(

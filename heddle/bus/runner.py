@@ -5,9 +5,11 @@ channel's decoder, hand the messages to the handler, then acknowledge. Contracts
 
 - Ack after the handler returns (i.e. after its SQL commit or its published events); a crash
   before that leaves the messages unacknowledged, and the server redelivers them.
-- Undecodable messages and messages the handler rejects are dead-lettered (``DeadLettered`` on
-  ``heddle.evt.deadletter`` with consumer, subject, stream sequence, reason and a truncated
-  payload) and terminated; the valid messages of the same batch are processed normally.
+- Undecodable messages, messages on a subject they do not belong on
+  (``heddle.bus.subject_check``) and messages the handler rejects are dead-lettered
+  (``DeadLettered`` on ``heddle.evt.deadletter`` with consumer, subject, stream sequence,
+  reason and a truncated payload) and terminated; the valid messages of the same batch are
+  processed normally.
 - ``TransientError`` from the handler: explicit-ack consumers nak the messages with
   ``nak_delay_s``; in-order (``ack_all``) consumers instead *rewind*: the durable is recreated
   from the first unprocessed sequence after ``nak_delay_s``, since one later ack would
@@ -40,6 +42,7 @@ from heddle.bus.delivery import (
 )
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
+from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import LeanClient, parse_ack_subject
 from heddle.events import DeadLettered
 from heddle.events.subjects import parse_subject
@@ -172,6 +175,10 @@ class ConsumerRunner(Generic[T]):
                 message = decode(raw.data)
             except ValueError as exc:
                 await self._reject(subject, raw.reply, info.stream_sequence, raw.data, str(exc))
+                continue
+            mismatch = subject_mismatch(subject, message)
+            if mismatch is not None:
+                await self._reject(subject, raw.reply, info.stream_sequence, raw.data, mismatch)
                 continue
             deliveries.append(
                 Delivery(

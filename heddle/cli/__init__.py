@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "bench_fidelity",
     "bench_control",
     "ops",
+    "bench_chaos",
 )
 
 for _name in _COMMAND_MODULES:

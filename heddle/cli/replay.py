@@ -1,6 +1,6 @@
 """`heddle replay`: rebuild a ledger from the event stream, verify the live one, export traces.
 
-    heddle replay --verify --json            # whole stream vs the live ledger
+    heddle replay --verify --json            # the live ledger vs the stream, as of its position
     heddle replay ROLLOUT_ID --export-trace trace.jsonl
 
 The command is thin: ``heddle.replay.open_replay`` rebuilds a fresh ledger (a replay session)
@@ -114,10 +114,10 @@ async def _run(
     export_trace: Path | None,
     analyses: Analyses,
 ) -> dict[str, Any]:
-    async with open_replay(settings, rollout_id, catch_up_live=verify) as session:
+    async with open_replay(settings, rollout_id, live=verify) as session:
         result = _replay_summary(session)
         if verify:
-            report = await asyncio.to_thread(session.verify)
+            report = await session.verify()
             result.update(asdict(report))
         if export_trace is not None:
             num_exported = await asyncio.to_thread(session.export_trace, export_trace)
@@ -151,11 +151,14 @@ def _print(result: dict[str, Any]) -> None:
     if "consistent" in result:
         if result["consistent"]:
             console.print(
-                f"[green]consistent[/green]: the live ledger matches the stream "
-                f"({sum(result['rows_compared'].values())} rows compared)"
+                f"[green]consistent[/green]: the live ledger matches the stream as of "
+                f"#{result['sequence']} ({sum(result['rows_compared'].values())} rows compared; "
+                f"{result['unprojected_messages']} later messages not projected yet)"
             )
         else:
-            console.print(f"[red]{result['num_mismatches']} mismatches[/red]:")
+            console.print(
+                f"[red]{result['num_mismatches']} mismatches[/red] as of #{result['sequence']}:"
+            )
             for mismatch in result["mismatches"]:
                 console.print(f"  {mismatch}", highlight=False)
     if "trace" in result:

@@ -34,6 +34,7 @@ from typing import NamedTuple
 from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import provision_consumer
+from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import parse_ack_subject
 from heddle.control import Output
 from heddle.events import DeadLettered, EventT
@@ -182,6 +183,11 @@ class PipelinedRunner:
             except ValueError as exc:
                 reply = raw.reply.decode()
                 refused.append(_Refused(subject, reply, info.stream_sequence, raw.data, str(exc)))
+                continue
+            mismatch = subject_mismatch(subject, message)
+            if mismatch is not None:
+                reply = raw.reply.decode()
+                refused.append(_Refused(subject, reply, info.stream_sequence, raw.data, mismatch))
                 continue
             deliveries.append(
                 Delivery(

@@ -5,7 +5,8 @@ only through the Alembic migrations in ``migrations/``)::
 
     ledger = open_ledger(settings.ledger_url)           # migrates an empty database
     writer = LedgerWriter(ledger, consumer="ledger")     # rows + position in one transaction
-    writer.project([(stream_sequence, event), ...])      # skips what is at/below the position
+    writer.project([(stream_sequence, event), ...])      # skips what is at/below the position,
+                                                         # refuses a batch that skips ahead
     await Projector(bus, ledger).run()                   # the live durable consumer
     await catch_up(bus, ledger)                          # project whatever is pending, return
     queries.rollout_summary(ledger, rollout_id)          # reads for CLI, status, client
@@ -27,7 +28,7 @@ from heddle.ledger.projector import (
     catch_up,
 )
 from heddle.ledger.tables import PROJECTED_TABLES
-from heddle.ledger.writer import LedgerWriter, PositionConflict
+from heddle.ledger.writer import LedgerWriter, PositionConflict, PositionGap
 
 __all__ = [
     "LEDGER_CONSUMER",
@@ -35,6 +36,7 @@ __all__ = [
     "Ledger",
     "LedgerWriter",
     "PositionConflict",
+    "PositionGap",
     "Projector",
     "ProjectorConfig",
     "ProjectorStats",

@@ -1,7 +1,9 @@
 """Table-by-table comparison of two ledgers (the live one and a replay), row by primary key.
 
 Both sides are read in primary-key order and merged, so memory stays flat however large the
-tables. Keys compare bytewise on both backends (PostgreSQL sorts with ``COLLATE "C"``).
+tables. Keys compare bytewise on both backends (PostgreSQL sorts with ``COLLATE "C"``). A side
+may be an open connection instead of a ledger: a live ledger read inside one snapshot
+transaction (``heddle.ledger.snapshot``) is compared as of one stream position.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, Table, select
+from sqlalchemy import Column, Connection, Table, select
 
 from heddle.ledger.database import Ledger
 from heddle.ledger.tables import PROJECTED_TABLES
@@ -33,9 +35,13 @@ class Comparison:
         return self.num_mismatches == 0
 
 
+Source = Ledger | Connection
+"""A ledger, or a connection to one (read in its open transaction)."""
+
+
 def compare_ledgers(
-    live: Ledger,
-    replayed: Ledger,
+    live: Source,
+    replayed: Source,
     *,
     rollout_id: str | None = None,
     tables: Sequence[Table] = PROJECTED_TABLES,  # type: ignore[assignment]
@@ -52,8 +58,8 @@ def compare_ledgers(
 
 
 def _compare_table(
-    live: Ledger,
-    replayed: Ledger,
+    live: Source,
+    replayed: Source,
     table: Table,
     rollout_id: str | None,
     comparison: Comparison,
@@ -86,8 +92,8 @@ def _compare_table(
     comparison.num_rows[table.name] = num_rows
 
 
-def _ordered_rows(ledger: Ledger, table: Table, rollout_id: str | None) -> Iterator[Any]:
-    is_postgres = ledger.engine.dialect.name == "postgresql"
+def _ordered_rows(source: Source, table: Table, rollout_id: str | None) -> Iterator[Any]:
+    is_postgres = source.engine.dialect.name == "postgresql"
     order: list[Any] = [
         column.collate("C") if is_postgres and _is_text(column) else column
         for column in table.primary_key
@@ -95,7 +101,10 @@ def _ordered_rows(ledger: Ledger, table: Table, rollout_id: str | None) -> Itera
     query = select(table).order_by(*order)
     if rollout_id is not None and "rollout_id" in table.c:
         query = query.where(table.c.rollout_id == rollout_id)
-    with ledger.engine.connect() as connection:
+    if isinstance(source, Connection):
+        yield from source.execution_options(yield_per=2000).execute(query).mappings()
+        return
+    with source.engine.connect() as connection:
         result = connection.execution_options(yield_per=2000).execute(query)
         yield from result.mappings()
 

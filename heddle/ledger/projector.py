@@ -1,7 +1,9 @@
 """The live ledger projector: a durable pull consumer of ``heddle.evt.>`` feeding ``LedgerWriter``.
 
 Each fetched batch is written with its stream position in one transaction, then acknowledged
-(one ack per batch: the consumer acks all, since it handles messages strictly in order). On
+(one ack per batch: the consumer acks all, since it handles messages strictly in order). A batch
+that does not continue the stored position (another process took the messages in between) is
+refused and the durable rewound to the position (``heddle.ledger.gaps``). On
 start the durable is recreated at the ledger's position + 1, so the SQL position, not the
 server's ack state, decides where projection resumes; events at or below it are skipped.
 
@@ -28,6 +30,7 @@ from heddle.config import Settings, load_settings
 from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger.database import Ledger, open_ledger
+from heddle.ledger.gaps import batch_start
 from heddle.ledger.lean import decode_event_lean
 from heddle.ledger.writer import LedgerWriter, PositionConflict
 
@@ -113,12 +116,27 @@ class Projector:
         )
 
     async def _project(self, batch: list[Delivery[EventT]]) -> None:
-        assert self._writer is not None
+        writer = self._writer
+        assert writer is not None
         records = [(delivery.stream_sequence, delivery.message) for delivery in batch]
+        first = await batch_start(
+            self._bus,
+            decode_event_lean,
+            position=writer.position,
+            first_record=records[0][0],
+            filter_subjects=self.config.filter_subjects,
+            floor=self.config.first_sequence,
+        )
         try:
-            self._num_projected += await asyncio.to_thread(self._writer.project, records)
-        except (PositionConflict, OperationalError) as exc:
+            num_projected = await asyncio.to_thread(writer.project, records, first_sequence=first)
+        except PositionConflict as exc:
+            # Resume right after the stored position (re-read by the writer): a gap is filled
+            # from there, and what another writer already projected is skipped.
+            resume = max(writer.position + 1, self.config.first_sequence)
+            raise TransientError(str(exc), resume_sequence=resume) from exc
+        except OperationalError as exc:
             raise TransientError(str(exc)) from exc
+        self._num_projected += num_projected
 
 
 async def catch_up(

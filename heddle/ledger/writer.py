@@ -6,6 +6,13 @@ writes each table with one statement and moves the position with a compare-and-s
 writer moved it meanwhile, nothing is written and ``PositionConflict`` is raised. Exactly-once
 projection of an at-least-once stream follows.
 
+A batch must also *continue* the position: the caller names the stream sequence the batch starts
+at (its first record, or earlier when the caller knows the sequences before that record hold
+nothing to project: dead-lettered, expired, outside the consumer's filter). A batch starting
+beyond ``position + 1`` is refused with ``PositionGap``: otherwise, with two projectors on one
+durable, a later batch could be committed first and the batch in between then skipped as
+"already projected".
+
 Rows of trajectories, rollouts and workers stay cached between batches (the writer is the only
 one changing them); the cache is dropped whenever a transaction fails. A step row is read from
 the database only when its trajectory already went past that step: new steps cannot exist yet.
@@ -81,6 +88,19 @@ class PositionConflict(RuntimeError):
     """Another writer moved the consumer's position: this batch was not written."""
 
 
+class PositionGap(PositionConflict):
+    """The batch does not continue the position (sequences in between were never projected):
+    this batch was not written. Retry from ``position + 1``."""
+
+    def __init__(self, consumer: str, position: int, first_sequence: int) -> None:
+        super().__init__(
+            f"consumer {consumer}: batch starts at {first_sequence}, "
+            f"but the position is {position} (sequences in between not projected)"
+        )
+        self.position = position
+        self.first_sequence = first_sequence
+
+
 @dataclass(slots=True)
 class _Keys:
     rollouts: set[str] = field(default_factory=set)
@@ -113,14 +133,19 @@ class LedgerWriter:
         """The last stream sequence projected (0: none)."""
         return self._position
 
-    def project(self, records: Sequence[tuple[int, EventT]]) -> int:
+    def project(
+        self, records: Sequence[tuple[int, EventT]], *, first_sequence: int | None = None
+    ) -> int:
         """Apply the records above the position (in stream order) and store the new position,
-        in one transaction; returns how many were applied."""
-        fresh = [(seq, event) for seq, event in records if seq > self._position]
+        in one transaction; returns how many were applied.
+
+        ``first_sequence`` (default: the first record's) is where the batch starts: the caller
+        vouches that sequences from it up to the first record hold nothing to project. Raises
+        ``PositionGap`` when it lies beyond ``position + 1``, ``PositionConflict`` when another
+        writer moved the position meanwhile; nothing is written then."""
+        fresh = self._continuing(records, first_sequence)
         if not fresh:
             return 0
-        if any(later <= earlier for (earlier, _), (later, _) in itertools.pairwise(fresh)):
-            raise ValueError("records must come in increasing stream order")
         events = [event for _, event in fresh]
         try:
             with self.ledger.engine.begin() as connection:
@@ -139,6 +164,26 @@ class LedgerWriter:
         self._remember(rows)
         self._position = fresh[-1][0]
         return len(fresh)
+
+    def _continuing(
+        self, records: Sequence[tuple[int, EventT]], first_sequence: int | None
+    ) -> list[tuple[int, EventT]]:
+        """The records above the position, or ``PositionGap`` when the batch starts past it."""
+        if any(later <= earlier for (earlier, _), (later, _) in itertools.pairwise(records)):
+            raise ValueError("records must come in increasing stream order")
+        if not records or records[-1][0] <= self._position:
+            return []
+        start = records[0][0] if first_sequence is None else first_sequence
+        if start > records[0][0]:
+            raise ValueError(f"first_sequence {start} lies after the first record")
+        if start > self._position + 1:
+            # Another writer may have moved the position (and the rows): re-read, drop the
+            # cache, and go on only when the batch continues the stored position.
+            self._cache = _Cache()
+            self._position = self._read_position()
+            if start > self._position + 1:
+                raise PositionGap(self.consumer, self._position, start)
+        return [(seq, event) for seq, event in records if seq > self._position]
 
     def _read_position(self) -> int:
         """The stored position, creating the row (at 0) for a new consumer."""

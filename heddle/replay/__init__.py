@@ -1,8 +1,9 @@
 """Replay: rebuild ledgers from the event stream, verify the live ledger, export traces.
 
-``open_replay(settings, rollout_id, catch_up_live=...)`` yields a ``ReplaySession`` whose
-``ledger`` is a fresh SQLite ledger rebuilt from the stream; ``verify()`` compares it with the
-live ledger and ``export_trace(path)`` writes the JSONL trace format. Further analyses (timelines,
+``open_replay(settings, rollout_id, live=...)`` yields a ``ReplaySession`` whose ``ledger`` is a
+fresh SQLite ledger rebuilt from the stream; ``await verify()`` compares it with the live ledger
+as of the live position (never writing the live ledger) and ``export_trace(path)`` writes the
+JSONL trace format. Further analyses (timelines,
 what-if re-simulation) read ``session.ledger`` or ``trace_of(session.ledger)``.
 """
 

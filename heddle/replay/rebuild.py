@@ -7,6 +7,7 @@ batch, so reading (decoding) and SQL overlap.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 from heddle.bus import Bus, ReplayQuery, ReplayRecord
@@ -30,7 +31,11 @@ class RebuildStats:
 
 
 def replay_query(
-    rollout_id: str | None, *, end_sequence: int | None = None, batch_size: int = 1000
+    rollout_id: str | None,
+    *,
+    start_sequence: int | None = None,
+    end_sequence: int | None = None,
+    batch_size: int = 1000,
 ) -> ReplayQuery:
     """The whole event stream, or one rollout's events.
 
@@ -39,9 +44,15 @@ def replay_query(
     consumer with several filter subjects (measured ~90 vs ~15 us). The wildcard also matches
     the events of a worker whose id equals the rollout id; ``rebuild_ledger`` drops those."""
     if rollout_id is None:
-        return ReplayQuery((EVENTS_SUBJECTS,), end_sequence=end_sequence, batch_size=batch_size)
-    subject = f"heddle.evt.*.{check_token(rollout_id, 'rollout id')}.>"
-    return ReplayQuery((subject,), end_sequence=end_sequence, batch_size=batch_size)
+        subjects: tuple[str, ...] = (EVENTS_SUBJECTS,)
+    else:
+        subjects = (f"heddle.evt.*.{check_token(rollout_id, 'rollout id')}.>",)
+    return ReplayQuery(
+        subjects,
+        start_sequence=start_sequence,
+        end_sequence=end_sequence,
+        batch_size=batch_size,
+    )
 
 
 async def rebuild_ledger(
@@ -53,19 +64,31 @@ async def rebuild_ledger(
     batch_size: int = 1000,
 ) -> RebuildStats:
     """Project the stream (or one rollout's events), up to ``end_sequence`` when given, into
-    ``ledger``, a fresh database."""
+    ``ledger``: a fresh database, or one this function filled before with the same
+    ``rollout_id`` (it then continues after the stored position)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     writer = await asyncio.to_thread(LedgerWriter, ledger, REPLAY_CONSUMER)
-    query = replay_query(rollout_id, end_sequence=end_sequence, batch_size=batch_size)
+    query = replay_query(
+        rollout_id,
+        start_sequence=writer.position + 1,
+        end_sequence=end_sequence,
+        batch_size=batch_size,
+    )
     reader = bus.replay(query, decode_event_lean)
     pending: asyncio.Future[int] | None = None
+    start = writer.position + 1
     async for batch in reader.batches():
         records = _records(batch, keep_workers=rollout_id is None)
         if pending is not None:
             await pending
         if records:
-            pending = loop.run_in_executor(None, writer.project, records)
+            # The ordered reader delivers every message of the filter: what lies between two
+            # batches is outside the filter or undecodable, so each batch continues the last.
+            project = functools.partial(writer.project, records, first_sequence=start)
+            pending = loop.run_in_executor(None, project)
+        if batch:
+            start = batch[-1].stream_sequence + 1
     if pending is not None:
         await pending
     return RebuildStats(

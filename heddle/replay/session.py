@@ -1,13 +1,16 @@
 """A replay session: the stream rebuilt into a fresh temporary ledger, ready for analysis.
 
-    async with open_replay(settings, rollout_id, catch_up_live=True) as session:
-        report = session.verify()                 # compare with the live ledger
+    async with open_replay(settings, rollout_id, live=True) as session:
+        report = await session.verify()           # compare with the live ledger
         session.export_trace(Path("trace.jsonl"))  # the DESIGN.md trace format
         ...                                       # timelines, what-if runs read session.ledger
 
-With ``catch_up_live`` the live ledger's durable projector first projects whatever it has not
-yet, and the rebuild stops at the same stream sequence, so events published meanwhile cannot
-make the two differ.
+A replay never writes the live ledger or its position, so it runs beside a live system. To
+verify, it reads the live ledger inside one snapshot transaction (``heddle.ledger.snapshot``):
+the projector commits rows and position together, so the snapshot is the live ledger as of its
+position S. The scratch ledger is rebuilt up to exactly S (most of it before the snapshot is
+taken, the rest while it is held) and the two are compared; the report names S. Events the live
+projector has not reached yet are left out of both (``unprojected_messages``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from pathlib import Path
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.ledger import Ledger, catch_up, open_ledger
+from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.ledger.compare import compare_ledgers
+from heddle.ledger.snapshot import open_read_only, position_in, snapshot
 from heddle.replay.rebuild import RebuildStats, rebuild_ledger
 from heddle.replay.trace_export import export_trace
 
@@ -30,14 +34,16 @@ from heddle.replay.trace_export import export_trace
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     events: int
-    """Events replayed from the stream."""
+    """Events replayed from the stream (up to ``sequence``)."""
     consistent: bool
     mismatches: list[str]
     """Readable differences (the first 50)."""
     num_mismatches: int
     rows_compared: dict[str, int]
-    caught_up_events: int
-    """Events the live projector had not projected yet (projected before comparing)."""
+    sequence: int
+    """S: the stream sequence both ledgers were compared as of (the live position then)."""
+    unprojected_messages: int
+    """Messages stored after S when the comparison ran (the live projector's lag)."""
     skipped_messages: int
     """Undecodable messages in the stream (dead-lettered, so absent from both ledgers)."""
 
@@ -49,25 +55,34 @@ class ReplaySession:
     stats: RebuildStats
     rollout_id: str | None
     live: Ledger | None
-    """The live ledger, caught up (with ``catch_up_live``)."""
-    caught_up_events: int
+    """The live ledger, read-only (with ``live=True``)."""
     bus: Bus | None = None
     """The connection the session read the stream with, open as long as the session is (for
     analyses that read the stream again: timelines, what-if runs)."""
+    live_consumer: str = LEDGER_CONSUMER
 
-    def verify(self) -> VerifyReport:
-        """Compare the live ledger with the rebuilt one, table by table."""
-        if self.live is None:
-            raise ValueError("verify needs a session opened with catch_up_live=True")
-        comparison = compare_ledgers(self.live, self.ledger, rollout_id=self.rollout_id)
+    async def verify(self) -> VerifyReport:
+        """Compare the live ledger, as of its position S, with the rebuild up to S."""
+        if self.live is None or self.bus is None:
+            raise ValueError("verify needs a session opened with live=True")
+        with snapshot(self.live) as live_view:
+            sequence = position_in(live_view, self.live_consumer)
+            more = await rebuild_ledger(
+                self.bus, self.ledger, self.rollout_id, end_sequence=sequence
+            )
+            comparison = await asyncio.to_thread(
+                compare_ledgers, live_view, self.ledger, rollout_id=self.rollout_id
+            )
+        last = (await self.bus.stream_state()).last_sequence
         return VerifyReport(
-            events=self.stats.num_events,
+            events=self.stats.num_events + more.num_events,
             consistent=comparison.is_consistent,
             mismatches=comparison.mismatches,
             num_mismatches=comparison.num_mismatches,
             rows_compared=comparison.num_rows,
-            caught_up_events=self.caught_up_events,
-            skipped_messages=self.stats.num_skipped,
+            sequence=sequence,
+            unprojected_messages=max(0, last - sequence),
+            skipped_messages=self.stats.num_skipped + more.num_skipped,
         )
 
     def export_trace(self, path: Path) -> int:
@@ -77,28 +92,30 @@ class ReplaySession:
 
 @contextlib.asynccontextmanager
 async def open_replay(
-    settings: Settings, rollout_id: str | None = None, *, catch_up_live: bool = False
+    settings: Settings, rollout_id: str | None = None, *, live: bool = False
 ) -> AsyncIterator[ReplaySession]:
-    live = (
-        await asyncio.to_thread(open_ledger, settings.ledger_url, auto_upgrade=True)
-        if catch_up_live
-        else None
-    )
+    """Rebuild the stream (or one rollout) into a scratch ledger. With ``live``, the rebuild
+    stops at the live ledger's current position, ready for ``verify()``."""
+    live_ledger = await asyncio.to_thread(open_read_only, settings.ledger_url) if live else None
     try:
         async with Bus(settings) as bus:
-            num_caught_up, end_sequence = 0, None
-            if live is not None:
-                caught_up = await catch_up(bus, live)
-                num_caught_up, end_sequence = caught_up.num_projected, caught_up.position
+            end_sequence = None
+            if live_ledger is not None:
+                end_sequence = await asyncio.to_thread(_live_position, live_ledger)
             with tempfile.TemporaryDirectory(prefix="heddle-replay-") as folder:
                 fresh = await asyncio.to_thread(
                     open_ledger, f"sqlite:///{Path(folder) / 'replay.db'}"
                 )
                 try:
                     stats = await rebuild_ledger(bus, fresh, rollout_id, end_sequence=end_sequence)
-                    yield ReplaySession(fresh, stats, rollout_id, live, num_caught_up, bus)
+                    yield ReplaySession(fresh, stats, rollout_id, live_ledger, bus)
                 finally:
                     fresh.close()
     finally:
-        if live is not None:
-            live.close()
+        if live_ledger is not None:
+            live_ledger.close()
+
+
+def _live_position(ledger: Ledger) -> int:
+    with snapshot(ledger) as connection:
+        return position_in(connection, LEDGER_CONSUMER)

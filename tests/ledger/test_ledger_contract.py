@@ -24,6 +24,7 @@ from heddle.ledger import (
     Ledger,
     LedgerWriter,
     PositionConflict,
+    PositionGap,
     current_revision,
     head_revision,
     open_ledger,
@@ -204,6 +205,33 @@ class TestLedgerContract:
         assert second.project(events[:20]) == 10
         [position] = queries.positions(ledger)
         assert (position.stream_sequence, position.num_events) == (20, 20)
+
+    def test_a_batch_that_skips_ahead_is_refused(self, ledger: Ledger) -> None:
+        events = numbered(everything())
+        writer = LedgerWriter(ledger, "ledger")
+        writer.project(events[:10])
+        with pytest.raises(PositionGap):
+            writer.project(events[20:30])
+        assert writer.position == 10
+        # A caller that knows 11..20 hold nothing to project (dead-lettered) vouches for them.
+        assert writer.project(events[20:30], first_sequence=11) == 10
+        [position] = queries.positions(ledger)
+        assert (position.stream_sequence, position.num_events) == (30, 20)
+
+    def test_a_later_batch_of_a_second_writer_waits_for_the_one_in_between(
+        self, ledger: Ledger
+    ) -> None:
+        """Two projectors on one durable: the second got 11..20 while the first still holds
+        1..10. The second's batch is refused until the first committed; nothing is skipped."""
+        events = numbered(everything())
+        first = LedgerWriter(ledger, "ledger")
+        second = LedgerWriter(ledger, "ledger")
+        with pytest.raises(PositionGap):
+            second.project(events[10:20])
+        assert first.project(events[:10]) == 10
+        assert second.project(events[10:20]) == 10
+        with reference_ledger(events[:20]) as reference:
+            assert compare_ledgers(ledger, reference).mismatches == []
 
     def test_records_must_be_ordered(self, ledger: Ledger) -> None:
         events = numbered(everything()[:3])

@@ -22,6 +22,8 @@ from heddle.events import EventT
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger import Ledger, Projector, ProjectorConfig, catch_up, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
+from heddle.ledger.gaps import batch_start, subject_matches
+from heddle.ledger.lean import decode_event_lean
 from heddle.replay import rebuild_ledger
 
 from .lifecycle import everything, rollout_events, worker_events
@@ -160,20 +162,55 @@ async def test_two_projectors_at_once_still_project_everything_once(
     bus: Bus, ledger: Ledger, tmp_path: Path
 ) -> None:
     """Both take messages from the same durable and write through the same position: the
-    compare-and-set and the runners' delivery-continuity check keep the ledger exact."""
+    compare-and-set, the writer's refusal of a batch that skips ahead and the runners'
+    delivery-continuity check keep the ledger exact."""
     events = big_history(num_trajectories=150, num_steps=3)
     await bus.publish_many(events)
-    config = ProjectorConfig(batch_size=100, fetch_wait_s=0.2, nak_delay_s=0.05)
+    reference = await rebuilt(bus, tmp_path)
+    misses = await _race_two_projectors(bus, ledger, reference, len(events))
+    reference.close()
+    assert misses == []
+
+
+@pytest.mark.slow
+async def test_two_projectors_race_fifty_times_without_a_miss(bus: Bus, tmp_path: Path) -> None:
+    """The race of issue 2's closing note, repeated: a batch beyond the position committed
+    first, and the batch in between then skipped as "already projected". 50 fresh ledgers
+    (SQLite), each projected by two projectors sharing one durable."""
+    events = big_history(num_trajectories=100, num_steps=2)
+    await bus.publish_many(events)
+    reference = await rebuilt(bus, tmp_path)
+    misses: list[str] = []
+    for attempt in range(50):
+        ledger = open_ledger(f"sqlite:///{tmp_path / f'race-{attempt}.db'}")
+        try:
+            misses += [
+                f"#{attempt}: {miss}"
+                for miss in await _race_two_projectors(
+                    bus, ledger, reference, len(events), batch_size=40
+                )
+            ]
+        finally:
+            ledger.close()
+    reference.close()
+    assert misses == []
+
+
+async def _race_two_projectors(
+    bus: Bus, ledger: Ledger, reference: Ledger, num_events: int, *, batch_size: int = 100
+) -> list[str]:
+    """Run two projectors on one durable until idle; what differs from ``reference``."""
+    config = ProjectorConfig(batch_size=batch_size, fetch_wait_s=0.2, nak_delay_s=0.05)
     first, second = Projector(bus, ledger, config), Projector(bus, ledger, config)
     runs = asyncio.gather(first.run(until_idle=True), second.run(until_idle=True))
     await asyncio.wait_for(runs, 120)
-    await catch_up(bus, ledger, config)
-    reference = await rebuilt(bus, tmp_path)
-    comparison = compare_ledgers(ledger, reference)
-    reference.close()
+    # Both stopped once the durable had nothing pending; a catch-up would hide a miss (it
+    # resumes from the position), so the ledger is compared as the two left it.
+    misses = compare_ledgers(ledger, reference).mismatches
     [position] = queries.positions(ledger)
-    assert comparison.mismatches == []
-    assert (position.stream_sequence, position.num_events) == (len(events), len(events))
+    if (position.stream_sequence, position.num_events) != (num_events, num_events):
+        misses.append(f"position {position.stream_sequence} after {position.num_events} events")
+    return misses
 
 
 async def test_projector_carries_on_across_a_nats_restart(tmp_path: Path) -> None:
@@ -200,3 +237,53 @@ async def test_projector_carries_on_across_a_nats_restart(tmp_path: Path) -> Non
         ledger.close()
         server.stop()
     assert stats.position == total
+
+
+async def test_a_gap_is_vouched_for_only_when_nothing_in_it_is_projectable(bus: Bus) -> None:
+    """Deleted and undecodable messages may be skipped over; a valid event may not."""
+    events = rollout_events("g1", num_trajectories=2)
+    await bus.publish_many(events[:3])
+    await bus.publish_raw(trajectory_subject("g1", "t000000", "generated"), b"{", "poison")
+    await bus.publish_many(events[3:6])
+    await bus.js.delete_msg("HEDDLE_EVENTS", 5)
+
+    async def start(position: int, first_record: int) -> int:
+        return await batch_start(
+            bus,
+            decode_event_lean,
+            position=position,
+            first_record=first_record,
+            filter_subjects=("heddle.evt.>",),
+        )
+
+    assert await start(3, 6) == 4  # 4 undecodable, 5 deleted
+    assert await start(2, 6) == 6  # 3 is a valid event never projected
+    assert await start(3, 3) == 3  # a redelivery overlaps the position
+
+
+async def test_batches_after_a_dead_letter_or_a_deleted_message_continue(
+    bus: Bus, ledger: Ledger, tmp_path: Path
+) -> None:
+    """One-message batches: the poison message's batch never reaches the writer, so the next
+    batch starts past the position and must be vouched for (not refused forever)."""
+    events = rollout_events("g2", num_trajectories=3)
+    await bus.publish_many(events[:4])
+    await bus.publish_raw(trajectory_subject("g2", "t000000", "generated"), b"[1]", "poison")
+    await bus.publish_many(events[4:])
+    await bus.js.delete_msg("HEDDLE_EVENTS", 3)
+    config = ProjectorConfig(batch_size=1, fetch_wait_s=0.2, nak_delay_s=0.05)
+    stats = await asyncio.wait_for(Projector(bus, ledger, config).run(until_idle=True), 60)
+    # The stream: the events, the poison message, then its DeadLettered event; one deleted.
+    assert stats.num_dead_lettered == 1
+    assert stats.position == len(events) + 2
+    assert stats.num_projected == len(events) - 1 + 1
+    [letter] = queries.dead_letters(ledger)
+    assert letter.stream_sequence == 5
+
+
+def test_subject_matching_follows_nats_wildcards() -> None:
+    assert subject_matches("heddle.evt.traj.r.t.generated", "heddle.evt.>")
+    assert subject_matches("heddle.evt.rollout.r.submitted", "heddle.evt.*.r.>")
+    assert not subject_matches("heddle.evt", "heddle.evt.>")
+    assert not subject_matches("heddle.evt.rollout.r", "heddle.evt.*")
+    assert subject_matches("heddle.evt.deadletter", "heddle.evt.*")

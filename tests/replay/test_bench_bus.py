@@ -47,8 +47,12 @@ def test_bench_then_verify(tmp_path: Path) -> None:
     assert not (tmp_path / RECORD_NAME).exists()
     assert list((tmp_path / "bench").iterdir()) == []
 
+    # Replay never writes the live ledger: the projector fills it first.
+    project = runner.invoke(app, ["--data-dir", str(tmp_path), "db", "project", "--until-idle"])
+    assert project.exit_code == 0, project.stdout
     verify = runner.invoke(app, ["--data-dir", str(tmp_path), "replay", "--verify", "--json"])
     report = json.loads(verify.stdout)
     assert verify.exit_code == 0
     assert report["consistent"] is True and report["events"] == 421
+    assert report["sequence"] == 421 and report["unprojected_messages"] == 0
     assert report["rows_compared"]["steps"] == 400

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from ledger.lifecycle import everything
+from ledger.lifecycle import everything, rollout_events
 from sqlalchemy import text
 from typer.testing import CliRunner
 
@@ -16,10 +17,21 @@ from heddle.bus import Bus
 from heddle.cli import app
 from heddle.config import Settings
 from heddle.errors import UserError
-from heddle.events import WorkerHeartbeat
-from heddle.ledger import head_revision, open_ledger, queries
+from heddle.events import Event, WorkerHeartbeat
+from heddle.ledger import catch_up, head_revision, open_ledger, queries
 from heddle.replay import open_replay
 from heddle.traces import read_trace
+
+
+def everything_of(rollout_id: str) -> list[Event]:
+    return list(rollout_events(rollout_id, num_trajectories=2))
+
+
+async def _durables(bus: Bus) -> AsyncIterator[str]:
+    """Durable consumers of the events stream (a replay must leave none behind)."""
+    for info in await bus.js.consumers_info("HEDDLE_EVENTS"):
+        if info.config.durable_name:
+            yield info.config.durable_name
 
 
 @pytest.fixture
@@ -31,29 +43,56 @@ def settings(nats_url: str, tmp_path: Path) -> Settings:
     )
 
 
-async def publish_history(settings: Settings) -> None:
+async def publish_history(settings: Settings, *, project: bool = True) -> None:
+    """Publish the lifecycle history and (unless ``project`` is False) project it into the
+    live ledger, as the live projector would have."""
     async with Bus(settings) as bus:
         await bus.publish_many(everything())
         # A worker named like a rollout: the one-rollout filter must not take its events.
         await bus.publish(
             WorkerHeartbeat(event_id="r1:hb", occurred_at=1.0, worker_id="r1", sequence=1)
         )
+        if project:
+            live = open_ledger(settings.ledger_url)
+            await catch_up(bus, live)
+            live.close()
 
 
 async def test_verify_after_catch_up_is_consistent(settings: Settings) -> None:
     await publish_history(settings)
-    async with open_replay(settings, catch_up_live=True) as session:
-        report = session.verify()
+    async with open_replay(settings, live=True) as session:
+        report = await session.verify()
     assert report.consistent and report.mismatches == []
     assert report.events == len(everything()) + 1
-    assert report.caught_up_events == report.events
+    assert report.sequence == report.events and report.unprojected_messages == 0
     assert report.rows_compared["steps"] == 3 * 2 + 2 * 3
+
+
+async def test_verify_compares_as_of_the_live_position_and_writes_nothing(
+    settings: Settings,
+) -> None:
+    """Events the live projector has not reached are left out of both sides; the live ledger
+    and its position stay untouched (no catch-up, no durable)."""
+    await publish_history(settings)
+    async with Bus(settings) as bus:
+        await bus.publish_many(everything_of("late"))
+        before = open_ledger(settings.ledger_url)
+        [position] = queries.positions(before)
+        async with open_replay(settings, live=True) as session:
+            report = await session.verify()
+        assert queries.positions(before) == [position]
+        assert queries.rollout_summary(before, "late") is None
+        before.close()
+        assert [c async for c in _durables(bus)] == []
+    assert report.consistent, report.mismatches
+    assert report.sequence == position.stream_sequence
+    assert report.unprojected_messages == len(everything_of("late"))
 
 
 async def test_one_rollout_replay(settings: Settings) -> None:
     await publish_history(settings)
-    async with open_replay(settings, "r1", catch_up_live=True) as session:
-        report = session.verify()
+    async with open_replay(settings, "r1", live=True) as session:
+        report = await session.verify()
         summary = queries.rollout_summary(session.ledger, "r1")
         assert queries.rollout_summary(session.ledger, "r2") is None
         assert queries.workers(session.ledger) == []
@@ -64,16 +103,14 @@ async def test_one_rollout_replay(settings: Settings) -> None:
 
 async def test_verify_reports_differences(settings: Settings) -> None:
     await publish_history(settings)
-    async with open_replay(settings, catch_up_live=True):
-        pass
     live = open_ledger(settings.ledger_url)
     with live.engine.begin() as connection:
         connection.execute(text("UPDATE steps SET decode_s = 9.0 WHERE traj_id = 't000000'"))
         connection.execute(text("DELETE FROM trajectories WHERE traj_id = 't000002'"))
         connection.execute(text("DELETE FROM workers WHERE worker_id = 'w02'"))
     live.close()
-    async with open_replay(settings, catch_up_live=True) as session:
-        report = session.verify()
+    async with open_replay(settings, live=True) as session:
+        report = await session.verify()
     assert not report.consistent
     assert report.num_mismatches == 4 + 2 + 1
     text_of_mismatches = "\n".join(report.mismatches)
@@ -84,7 +121,7 @@ async def test_verify_reports_differences(settings: Settings) -> None:
 
 
 async def test_trace_export(settings: Settings, tmp_path: Path) -> None:
-    await publish_history(settings)
+    await publish_history(settings, project=False)
     path = tmp_path / "r1.jsonl"
     async with open_replay(settings, "r1") as session:
         assert session.export_trace(path) == 3

@@ -1,0 +1,30 @@
+"""Whether a decoded message belongs on the subject it came from.
+
+Every Heddle publisher derives the subject from the message (``subject_for_event``,
+``subject_for_command``), so a valid message on another subject (a hand-made publish, a bug,
+a fuzzer) is refused: a consumer that took it would fold it under ids its subject does not
+name (a trajectory event of rollout A delivered to a filter of rollout B). Runners dead-letter
+such messages with the reason this module gives.
+"""
+
+from __future__ import annotations
+
+from heddle.events import Event, ToolCall, WorkerCommand
+from heddle.events.subjects import subject_for_command, subject_for_event
+
+
+def subject_mismatch(subject: str, message: object) -> str | None:
+    """Why ``message`` cannot have been published on ``subject``; None when it agrees (or is
+    not a Heddle event or command)."""
+    try:
+        if isinstance(message, Event):
+            expected = subject_for_event(message)
+        elif isinstance(message, WorkerCommand | ToolCall):
+            expected = subject_for_command(message)
+        else:
+            return None
+    except ValueError as exc:
+        return f"message with invalid ids: {exc}"
+    if expected == subject:
+        return None
+    return f"wrong subject: published on {subject}, but the message belongs on {expected}"

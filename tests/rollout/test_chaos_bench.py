@@ -1,0 +1,56 @@
+"""`heddle bench chaos`: its kill schedule and record counting, and one short run end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from heddle.cli import app
+from heddle.cli.chaos import KINDS, _count_record, kill_schedule, kills_per_rollout
+
+
+@given(st.integers(0, 2**32), st.integers(len(KINDS), 60))
+def test_the_schedule_kills_every_kind(seed: int, num_kills: int) -> None:
+    schedule = kill_schedule(random.Random(seed), num_kills)
+    assert len(schedule) == num_kills and set(schedule) == set(KINDS)
+
+
+@given(st.integers(0, 100), st.integers(1, 10))
+def test_kills_spread_over_the_rollouts(num_kills: int, num_rollouts: int) -> None:
+    spread = kills_per_rollout(num_kills, num_rollouts)
+    assert sum(spread) == num_kills and max(spread) - min(spread) <= 1
+
+
+def test_record_counts_duplicates_per_trainer_process(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.write_text(
+        "1 r0 t000000\n1 r0 t000001\n1 r0 t000001\n"  # one duplicate within process 1
+        "2 r0 t000001\n2 r0 t000002\n"  # t000001 again after a restart
+        "2 r0 t0000"  # a line cut by SIGKILL
+    )
+    counts = _count_record(record)
+    assert (counts.distinct, counts.duplicates, counts.redelivered) == (3, 1, 1)
+
+
+@pytest.mark.benchmark
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
+    """One rollout of 8 trajectories, one kill of each kind."""
+    options = ["--rollouts", "1", "--kills", "5", "--trajectories", "8", "--seed", "3"]
+    result = CliRunner().invoke(
+        app, ["--data-dir", str(tmp_path), "bench", "chaos", *options, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["kills_by_kind"] == {kind: 1 for kind in KINDS}
+    assert report["completions_received"] == report["completions_expected"] == 8
+    assert (report["lost"], report["duplicates"]) == (0, 0)
+    assert report["ledger_consistent"] is True
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("chaos-")] == []
