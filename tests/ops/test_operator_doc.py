@@ -36,7 +36,7 @@ from heddle.events import (
     decode_worker_command,
 )
 from heddle.events.subjects import COMMANDS_STREAM, worker_command_subject
-from heddle.ledger import open_ledger, queries
+from heddle.ledger import catch_up, open_ledger, queries
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
@@ -219,7 +219,7 @@ class Operator:
             assert output.returncode == 0, output.text
             reply = json_reply(output)
             assert reply["ok"] is True, output.text
-            self.sequences[argv[2].removeprefix("heddle.ops.")] = int(reply["stream_sequence"])
+            self.sequences[argv[2].removeprefix("heddle.ops.")] = int(str(reply["stream_sequence"]))
             await effect()
 
         return check
@@ -355,8 +355,14 @@ async def _check_the_record(settings: Settings, op: Operator) -> None:
     # by a control plane still up: a shutdown order the test does not control).
     assert not [e for seq, e in events if seq < undrain_at and isinstance(e, WorkerFailed)]
 
-    async with open_replay(settings, catch_up_live=True) as session:
-        report = session.verify()  # the live ledger caught up first
+    live = open_ledger(settings.ledger_url)
+    try:
+        async with Bus(settings) as bus:
+            await catch_up(bus, live)  # the live ledger projected to the end first
+    finally:
+        live.close()
+    async with open_replay(settings, live=True) as session:
+        report = await session.verify()
     assert report.consistent, report.mismatches
     ledger = open_ledger(settings.ledger_url)
     try:

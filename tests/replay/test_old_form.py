@@ -10,7 +10,7 @@ import pytest
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.ledger import queries
+from heddle.ledger import catch_up, open_ledger, queries
 from heddle.replay import open_replay
 from heddle.traces import read_trace
 
@@ -36,10 +36,20 @@ async def publish_old_form(settings: Settings) -> int:
     return len(lines)
 
 
+async def project_live_ledger(settings: Settings) -> None:
+    ledger = open_ledger(settings.ledger_url)
+    try:
+        async with Bus(settings) as bus:
+            await catch_up(bus, ledger)
+    finally:
+        ledger.close()
+
+
 async def test_an_old_form_stream_replays_and_verifies(settings: Settings, tmp_path: Path) -> None:
     num_events = await publish_old_form(settings)
-    async with open_replay(settings, catch_up_live=True) as session:
-        report = session.verify()
+    await project_live_ledger(settings)
+    async with open_replay(settings, live=True) as session:
+        report = await session.verify()
         steps = queries.steps(session.ledger, "r1", "t000000")
     assert report.consistent, report.mismatches
     assert report.events == num_events and report.skipped_messages == 0
