@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from heddle.events.base import FinishReason
+from heddle.policy.preemption import OrderKey, request_order
 from heddle.workers.engines.base import GenerationRequest, GenerationResult
 
 
@@ -68,6 +69,11 @@ class Sequence:
         return len(self.request.input_token_ids) + max(0, len(self.output_token_ids) - 1)
 
     @property
+    def num_final_tokens(self) -> int:
+        """The context once every output is out: what the engine reserves for it."""
+        return len(self.request.input_token_ids) + self.request.max_new_tokens
+
+    @property
     def num_tokens_to_prefill(self) -> int:
         return self.kv_target - self.num_kv_tokens
 
@@ -80,9 +86,10 @@ class Sequence:
         """Position of the pending token (where the next decode writes KV)."""
         return len(self.request.input_token_ids) + len(self.output_token_ids) - 1
 
-    def order_key(self) -> tuple[float, int]:
-        """Sort key: higher priority first, then earlier arrival."""
-        return (-self.priority, self.arrival)
+    def order_key(self) -> OrderKey:
+        """The serving order every engine shares (``heddle.policy.preemption.request_order``):
+        higher priority first, then earlier arrival; the largest key is the first victim."""
+        return request_order(self.priority, self.arrival, self.request_id)
 
     def append(self, token_id: int, logprob: float) -> None:
         self.output_token_ids.append(token_id)
