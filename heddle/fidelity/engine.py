@@ -4,8 +4,9 @@
 One run, three parts per policy, on this machine:
 
 1. *Profile*: the torch engine is measured by ``heddle bench engine`` in as many processes at
-   once as there are workers (``measure_profile``) and its profile written; its KV capacity is
-   the budget the workers run under.
+   once as there are workers (``measure_profile``), just before and just after the live run;
+   the profile written is the median of those measurements, its KV capacity the budget the
+   workers run under.
 2. *Live*: the same trace (``heddle.fidelity.engine_trace``) runs through
    ``heddle rollout run``'s machinery (control plane, tool executors and ``torch``-engine worker
    agents as child processes over NATS) in real time (time scale 1), every worker under
@@ -166,30 +167,43 @@ async def measure_engine_fidelity(
     for policy in options.policies:
         policy_dir = data_dir / policy
         profile_path = policy_dir / "profiles" / f"torch-{Path(options.model).name}.json"
-        profile = await measure_profile(options, profile_path)
-        cost = parse_profile(json.dumps(profile), "json", source=str(profile_path)).cost_model(1)
+        # Measured before and after the live run, so the profile brackets the load it ran under.
+        measured = await measure_profile(options, profile_path, round_name="before")
         live = await run_live(Settings(data_dir=policy_dir), options, policy, trace)
+        measured += await measure_profile(options, profile_path, round_name="after")
+        profile = _write_combined(measured, profile_path, options.kv_budget_tokens)
+        cost = parse_profile(json.dumps(profile), "json", source=str(profile_path)).cost_model(1)
         simulated = simulate_on_profile(options, policy, cost)
         runs.append(PolicyFidelity(policy, live, simulated, profile))
     return EngineFidelityResult(options, runs, time.perf_counter() - started)
 
 
-async def measure_profile(options: EngineFidelityOptions, path: Path) -> dict[str, Any]:
+async def measure_profile(
+    options: EngineFidelityOptions, path: Path, *, round_name: str = ""
+) -> list[Path]:
     """``heddle bench engine`` run by ``num_workers`` processes at once, on contexts of the
-    trace's size, combined (median per figure) into one profile written to ``path``.
+    trace's size; returns the profiles they wrote next to ``path``.
 
     The live workers share this machine's cores with each other (and with whatever else runs
     on it now), so an engine measured alone would be faster than any of them: measured side by
-    side, just before the live run, the profile prices a decode step as the live workers pay
-    it."""
-    paths = [path.with_name(f"{path.stem}-{index}.json") for index in range(options.num_workers)]
+    side, the profile prices a decode step as the live workers pay it."""
+    stem = f"{path.stem}-{round_name}" if round_name else path.stem
+    paths = [path.with_name(f"{stem}-{index}.json") for index in range(options.num_workers)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    benches = [asyncio.create_subprocess_exec(*_bench_argv(options, out)) for out in paths]
+    benches = [
+        asyncio.create_subprocess_exec(
+            *_bench_argv(options, out),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for out in paths
+    ]
     processes = await asyncio.gather(*benches)
-    codes = await asyncio.gather(*(process.wait() for process in processes))
-    if any(codes):
-        raise ValueError(f"heddle bench engine failed (exit codes {codes})")
-    return _write_combined(paths, path, options.kv_budget_tokens)
+    outputs = await asyncio.gather(*(process.communicate() for process in processes))
+    for process, (_, stderr) in zip(processes, outputs, strict=True):
+        if process.returncode:
+            raise ValueError(f"heddle bench engine failed: {stderr.decode()[-400:]}")
+    return paths
 
 
 def _write_combined(paths: list[Path], path: Path, kv_budget_tokens: int) -> dict[str, Any]:
