@@ -72,7 +72,10 @@ def test_bench_fidelity_end_to_end(tmp_path: Path) -> None:
 
 def test_bad_flags_are_user_errors(tmp_path: Path) -> None:
     for args, message in ((["--part", "all"], "--part"), (["--policy", "x"], "unknown --policy"),
-                          (["--workers", "0"], "workers >= 1")):  # fmt: skip
+                          (["--workers", "0"], "workers >= 1"),
+                          (["--engine", "gpu"], "--engine"),
+                          (["--engine", "torch", "--policies", "heddle,x"], "unknown policy"),
+                          (["--engine", "torch", "--workers", "0"], "workers >= 1")):  # fmt: skip
         result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "bench", "fidelity", *args])
         assert result.exit_code != 0 and message in str(result.exception), args
 

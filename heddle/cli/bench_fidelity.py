@@ -96,14 +96,15 @@ def bench_fidelity(
         _LIVE.workload
     ),
     trajectories: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help=f"Trajectories (0: {_LIVE.num_trajectories}, torch {_ENGINE.num_trajectories})"
+            help=f"Trajectories ({_LIVE.num_trajectories}; torch {_ENGINE.num_trajectories})"
         ),
-    ] = 0,
+    ] = None,
     workers: Annotated[
-        int, typer.Option(help=f"Workers (0: {_LIVE.num_workers}, torch {_ENGINE.num_workers})")
-    ] = 0,
+        int | None,
+        typer.Option(help=f"Workers ({_LIVE.num_workers}; torch {_ENGINE.num_workers})"),
+    ] = None,
     tp: Annotated[int, typer.Option(help="Makespan part: TP degree of each worker")] = (
         _LIVE.tp_degree
     ),
@@ -149,8 +150,8 @@ def bench_fidelity(
     if engine != "sim":
         raise UserError(f"--engine must be sim or torch, got {engine!r}")
     model = model or _LIVE.model
-    trajectories = trajectories or _LIVE.num_trajectories
-    workers = workers or _LIVE.num_workers
+    trajectories = _LIVE.num_trajectories if trajectories is None else trajectories
+    workers = _LIVE.num_workers if workers is None else workers
     if part not in ("both", "makespan", "overhead"):
         raise UserError(f"--part must be both, makespan or overhead, got {part!r}")
     if policy not in SYSTEMS:
@@ -188,8 +189,8 @@ def _torch_fidelity(
     model: str,
     kv_budget_tokens: int,
     policies: str,
-    trajectories: int,
-    workers: int,
+    trajectories: int | None,
+    workers: int | None,
     seed: int,
     keep: bool,
     as_json: bool,
@@ -203,8 +204,8 @@ def _torch_fidelity(
     try:
         options = EngineFidelityOptions(
             model=model, policies=names, kv_budget_tokens=kv_budget_tokens, seed=seed,
-            num_trajectories=trajectories or _ENGINE.num_trajectories,
-            num_workers=workers or _ENGINE.num_workers,
+            num_trajectories=_ENGINE.num_trajectories if trajectories is None else trajectories,
+            num_workers=_ENGINE.num_workers if workers is None else workers,
         )  # fmt: skip
     except ValueError as exc:
         raise UserError(str(exc)) from None

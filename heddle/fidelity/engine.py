@@ -22,11 +22,8 @@ The figures compared are the makespan (seconds; wall time live) and the tokens p
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +33,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.consumers.bundles import control_options
 from heddle.control import build_control_plane, system_spec
+from heddle.fidelity.engine_profile import measure_profile, write_combined
 from heddle.fidelity.engine_trace import engine_trace
 from heddle.policy.cost_model import CostModel
 from heddle.policy.profiles import ProfiledCostModel, parse_profile
@@ -171,81 +169,11 @@ async def measure_engine_fidelity(
         measured = await measure_profile(options, profile_path, round_name="before")
         live = await run_live(Settings(data_dir=policy_dir), options, policy, trace)
         measured += await measure_profile(options, profile_path, round_name="after")
-        profile = _write_combined(measured, profile_path, options.kv_budget_tokens)
+        profile = write_combined(measured, profile_path, options.kv_budget_tokens)
         cost = parse_profile(json.dumps(profile), "json", source=str(profile_path)).cost_model(1)
         simulated = simulate_on_profile(options, policy, cost)
         runs.append(PolicyFidelity(policy, live, simulated, profile))
     return EngineFidelityResult(options, runs, time.perf_counter() - started)
-
-
-async def measure_profile(
-    options: EngineFidelityOptions, path: Path, *, round_name: str = ""
-) -> list[Path]:
-    """``heddle bench engine`` run by ``num_workers`` processes at once, on contexts of the
-    trace's size; returns the profiles they wrote next to ``path``.
-
-    The live workers share this machine's cores with each other (and with whatever else runs
-    on it now), so an engine measured alone would be faster than any of them: measured side by
-    side, the profile prices a decode step as the live workers pay it."""
-    stem = f"{path.stem}-{round_name}" if round_name else path.stem
-    paths = [path.with_name(f"{stem}-{index}.json") for index in range(options.num_workers)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    benches = [
-        asyncio.create_subprocess_exec(
-            *_bench_argv(options, out),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        for out in paths
-    ]
-    processes = await asyncio.gather(*benches)
-    outputs = await asyncio.gather(*(process.communicate() for process in processes))
-    for process, (_, stderr) in zip(processes, outputs, strict=True):
-        if process.returncode:
-            raise ValueError(f"heddle bench engine failed: {stderr.decode()[-400:]}")
-    return paths
-
-
-def _write_combined(paths: list[Path], path: Path, kv_budget_tokens: int) -> dict[str, Any]:
-    document = combine_profiles([json.loads(out.read_text()) for out in paths])
-    document["max_kv_tokens"] = {"1": kv_budget_tokens}
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    return document
-
-
-def _bench_argv(options: EngineFidelityOptions, out: Path) -> list[str]:
-    sizes = [size for size in (1, 2, 4, 8, 16, 32) if size <= options.max_running]
-    context = mean_context_tokens(options.trace())
-    return [
-        sys.executable, "-m", "heddle.cli", "bench", "engine", "--engine", "torch",
-        "--model", options.model, "--num-threads", str(options.num_threads),
-        "--batch-sizes", ",".join(map(str, sizes)), "--context-tokens", str(context),
-        "--decode-tokens", "32", "--prefill-tokens", "128", "--resume-tokens", "128",
-        "--repeats", str(options.profile_repeats), "--profile-out", str(out),
-    ]  # fmt: skip
-
-
-def combine_profiles(documents: list[dict[str, Any]]) -> dict[str, Any]:
-    """One TP-1 profile from several measured side by side: the median of each figure."""
-    first = documents[0]
-    batches = first["itl_ms"]["1"]
-    return {
-        "model": first["model"],
-        "hardware": first["hardware"],
-        "itl_ms": {
-            "1": {b: statistics.median(d["itl_ms"]["1"][b] for d in documents) for b in batches}
-        },
-        "prefill_tokens_per_s": {
-            "1": statistics.median(d["prefill_tokens_per_s"]["1"] for d in documents)
-        },
-        "max_kv_tokens": first["max_kv_tokens"],
-        "context_tokens": first["context_tokens"],
-    }
-
-
-def mean_context_tokens(trace: list[TraceTrajectory]) -> int:
-    """The mean context a decode step attends to: half of each trajectory's final context."""
-    return max(1, sum(t.num_context_tokens for t in trace) // (2 * len(trace)))
 
 
 async def run_live(
