@@ -101,8 +101,10 @@ class Scheduler:
     def reserve(self, seq: Sequence) -> int:
         """KV tokens a sequence reserves while running: its final context, capped at the budget,
         and always room for the next decode step."""
-        final = min(seq.num_final_tokens, self.config.max_kv_tokens)
-        return max(final, seq.kv_target + 1)
+        final = seq.num_final_tokens
+        if final <= self.config.max_kv_tokens:
+            return final  # the common case: the next step's room is inside the final context
+        return max(self.config.max_kv_tokens, seq.kv_target + 1)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

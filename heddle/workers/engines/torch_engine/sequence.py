@@ -50,6 +50,12 @@ class Sequence:
     first_admitted_at_s: float | None = None
     first_token_at_s: float | None = None
     prefill_s: float = 0.0
+    num_final_tokens: int = field(init=False)
+    """The context once every output is out (prompt + ``max_new_tokens``): what the engine
+    reserves for it; fixed at creation (the scheduler reads it every step)."""
+
+    def __post_init__(self) -> None:
+        self.num_final_tokens = len(self.request.input_token_ids) + self.request.max_new_tokens
 
     @property
     def request_id(self) -> str:
@@ -67,11 +73,6 @@ class Sequence:
     def kv_target(self) -> int:
         """Tokens whose KV must exist before the next decode (all but the pending token)."""
         return len(self.request.input_token_ids) + max(0, len(self.output_token_ids) - 1)
-
-    @property
-    def num_final_tokens(self) -> int:
-        """The context once every output is out: what the engine reserves for it."""
-        return len(self.request.input_token_ids) + self.request.max_new_tokens
 
     @property
     def num_tokens_to_prefill(self) -> int:
