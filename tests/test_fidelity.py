@@ -72,6 +72,47 @@ def test_bench_fidelity_end_to_end(tmp_path: Path) -> None:
 
 def test_bad_flags_are_user_errors(tmp_path: Path) -> None:
     for args, message in ((["--part", "all"], "--part"), (["--policy", "x"], "unknown --policy"),
-                          (["--workers", "0"], "workers >= 1")):  # fmt: skip
+                          (["--workers", "0"], "workers >= 1"),
+                          (["--engine", "gpu"], "--engine"),
+                          (["--engine", "torch", "--policies", "heddle,x"], "unknown policy"),
+                          (["--engine", "torch", "--workers", "0"], "workers >= 1")):  # fmt: skip
         result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "bench", "fidelity", *args])
         assert result.exit_code != 0 and message in str(result.exception), args
+
+
+def test_engine_trace_is_seeded_grouped_and_has_a_long_tail() -> None:
+    from heddle.fidelity.engine_trace import EngineTraceShape, engine_trace
+
+    shape = EngineTraceShape()
+    trace = engine_trace(32, seed=3)
+    assert trace == engine_trace(32, seed=3) and trace != engine_trace(32, seed=4)
+    groups: dict[str, set[int]] = {}
+    for trajectory in trace:
+        groups.setdefault(trajectory.group, set()).add(trajectory.prompt_tokens)
+        assert trajectory.steps[-1].tool_s == 0.0  # the last step ends the trajectory
+    assert len(groups) == 8 and all(len(lengths) == 1 for lengths in groups.values())
+    steps = [len(trajectory.steps) for trajectory in trace]
+    assert max(steps) >= shape.long_steps[0] and min(steps) <= shape.short_steps[1]
+
+
+def test_the_simulated_reference_on_a_profile_recomputes_only_under_kv_pressure() -> None:
+    from heddle.fidelity.engine import EngineFidelityOptions, simulate_on_profile
+    from heddle.policy.profiles import parse_profile
+
+    def cost(max_kv_tokens: int) -> object:
+        profile = {
+            "model": "tiny", "hardware": "cpu-2core",
+            "itl_ms": {"1": {"1": 3.0, "8": 5.0, "16": 6.0}},
+            "prefill_tokens_per_s": {"1": 20000.0}, "max_kv_tokens": {"1": max_kv_tokens},
+            "context_tokens": 160,
+        }  # fmt: skip
+        return parse_profile(json.dumps(profile), "json").cost_model(1)
+
+    options = EngineFidelityOptions(num_trajectories=16)
+    roomy = {p: simulate_on_profile(options, p, cost(1 << 20)) for p in options.policies}  # type: ignore[arg-type]
+    tight = {p: simulate_on_profile(options, p, cost(1200)) for p in options.policies}  # type: ignore[arg-type]
+    assert all(result.num_recomputed_tokens == 0 for result in roomy.values())
+    assert any(result.num_recomputed_tokens > 0 for result in tight.values())
+    for policy in options.policies:
+        assert tight[policy].num_failed == roomy[policy].num_failed == 0
+        assert tight[policy].makespan_s >= roomy[policy].makespan_s * 0.99

@@ -4,6 +4,8 @@ overhead.
     heddle bench fidelity --json                      # both parts
     heddle bench fidelity --part makespan --trajectories 128 --workers 4 --time-scale 50
     heddle bench fidelity --part overhead --overhead-trajectories 6400 --steps-per-s 50
+    heddle bench fidelity --engine torch --model tiny --kv-budget-tokens 1536 \
+        --policies heddle,verl --json                   # a real engine under KV pressure
 
 The overhead part is ``heddle bench control``'s driver (``heddle.rollout.bench``) given as a
 step rate and framed against the target.
@@ -31,12 +33,14 @@ from heddle.cli.apps import bench_app, settings_of
 from heddle.config import Settings
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
+from heddle.fidelity.engine import EngineFidelityOptions
 from heddle.fidelity.makespan import FidelityOptions
 from heddle.fidelity.overhead import OverheadOptions
 
 Part = Literal["both", "makespan", "overhead"]
 _LIVE = FidelityOptions()
 _LOAD = OverheadOptions()
+_ENGINE = EngineFidelityOptions()
 
 
 @contextlib.contextmanager
@@ -59,6 +63,14 @@ async def _makespan(base: Path, keep: bool, options: Any) -> dict[str, Any]:
     return result.to_json()
 
 
+async def _engine(base: Path, keep: bool, options: EngineFidelityOptions) -> dict[str, Any]:
+    from heddle.fidelity.engine import measure_engine_fidelity
+
+    with _fresh_data_dir(base, keep) as data_dir:
+        result = await measure_engine_fidelity(data_dir, options)
+    return result.to_json()
+
+
 async def _overhead(base: Path, keep: bool, options: Any) -> dict[str, Any]:
     from heddle.fidelity.overhead import measure_overhead
 
@@ -71,15 +83,28 @@ async def _overhead(base: Path, keep: bool, options: Any) -> dict[str, Any]:
 def bench_fidelity(
     ctx: typer.Context,
     part: Annotated[str, typer.Option(help="both, makespan or overhead")] = "both",
+    engine: Annotated[
+        str, typer.Option(help="sim (time-scaled sim engines) or torch (the real engine)")
+    ] = "sim",
+    kv_budget_tokens: Annotated[
+        int, typer.Option(help="torch: each worker's KV budget in tokens")
+    ] = _ENGINE.kv_budget_tokens,
+    policies: Annotated[
+        str, typer.Option(help="torch: policies to compare, comma-separated")
+    ] = ",".join(_ENGINE.policies),
     workload: Annotated[str, typer.Option(help="Synthetic workload of both parts")] = (
         _LIVE.workload
     ),
     trajectories: Annotated[
-        int, typer.Option(help="Makespan part: trajectories")
-    ] = _LIVE.num_trajectories,
+        int | None,
+        typer.Option(
+            help=f"Trajectories ({_LIVE.num_trajectories}; torch {_ENGINE.num_trajectories})"
+        ),
+    ] = None,
     workers: Annotated[
-        int, typer.Option(help="Makespan part: sim-engine workers")
-    ] = _LIVE.num_workers,
+        int | None,
+        typer.Option(help=f"Workers ({_LIVE.num_workers}; torch {_ENGINE.num_workers})"),
+    ] = None,
     tp: Annotated[int, typer.Option(help="Makespan part: TP degree of each worker")] = (
         _LIVE.tp_degree
     ),
@@ -90,7 +115,10 @@ def bench_fidelity(
     predictor: Annotated[
         str, typer.Option(help="Makespan part: live and simulated")
     ] = _LIVE.predictor,
-    model: Annotated[str, typer.Option(help="Cost-model preset of the workers")] = _LIVE.model,
+    model: Annotated[
+        str,
+        typer.Option(help=f"sim: cost preset ({_LIVE.model}); torch: model ({_ENGINE.model})"),
+    ] = "",
     hardware: Annotated[str, typer.Option(help="h100 or h200")] = _LIVE.hardware,
     overhead_trajectories: Annotated[
         int, typer.Option(help="Overhead part: live trajectories")
@@ -115,6 +143,15 @@ def bench_fidelity(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Live vs simulated makespan of one trace and policy; step event -> command latency."""
+    if engine == "torch":
+        _torch_fidelity(ctx, model or _ENGINE.model, kv_budget_tokens, policies, trajectories,
+                        workers, seed, keep, as_json)  # fmt: skip
+        return
+    if engine != "sim":
+        raise UserError(f"--engine must be sim or torch, got {engine!r}")
+    model = model or _LIVE.model
+    trajectories = _LIVE.num_trajectories if trajectories is None else trajectories
+    workers = _LIVE.num_workers if workers is None else workers
     if part not in ("both", "makespan", "overhead"):
         raise UserError(f"--part must be both, makespan or overhead, got {part!r}")
     if policy not in SYSTEMS:
@@ -145,6 +182,56 @@ def bench_fidelity(
         typer.echo(json.dumps(document))
     else:
         _print(document)
+
+
+def _torch_fidelity(
+    ctx: typer.Context,
+    model: str,
+    kv_budget_tokens: int,
+    policies: str,
+    trajectories: int | None,
+    workers: int | None,
+    seed: int,
+    keep: bool,
+    as_json: bool,
+) -> None:
+    from heddle.control.systems import SYSTEMS
+
+    names = tuple(name.strip() for name in policies.split(",") if name.strip())
+    unknown = [name for name in names if name not in SYSTEMS]
+    if unknown:
+        raise UserError(f"unknown policy {unknown[0]!r}; choose from {', '.join(SYSTEMS)}")
+    try:
+        options = EngineFidelityOptions(
+            model=model, policies=names, kv_budget_tokens=kv_budget_tokens, seed=seed,
+            num_trajectories=_ENGINE.num_trajectories if trajectories is None else trajectories,
+            num_workers=_ENGINE.num_workers if workers is None else workers,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    base = settings_of(ctx).data_dir / "bench"
+    try:
+        document = asyncio.run(_engine(base, keep, options))
+    except (TimeoutError, ValueError) as exc:
+        raise UserError(f"bench fidelity: {exc}") from None
+    if as_json:
+        typer.echo(json.dumps(document))
+    else:
+        _print_engine(document)
+
+
+def _print_engine(document: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(title="torch engine live vs simulated (engine model torch)", title_justify="left")
+    columns = ("policy", "live s", "sim s", "live / sim", "recomputed live", "recomputed sim")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for name, p in document["policies"].items():
+        table.add_row(name, f"{p['live_makespan_s']:.2f}", f"{p['sim_makespan_s']:.2f}",
+                      f"{p['makespan_ratio']:.3f}", f"{p['live_recomputed_tokens']:,}",
+                      f"{p['sim_recomputed_tokens']:,}")  # fmt: skip
+    console.print(table)
+    console.print(f"targets: {document['meets_targets']}", highlight=False)
 
 
 def _print(document: dict[str, Any]) -> None:

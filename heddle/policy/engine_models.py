@@ -18,10 +18,13 @@ what it generated is freed and recomputed on resume, while the context it was ad
 stays in the tree as evictable cache. SGLang has no per-request KV export: a migration cannot
 move KV, the target re-prefills.
 
-``torch`` stands for our own engine (``heddle/workers/engines/torch_engine``): its prefix store
-(``prefix_store.py``) holds one entry per trajectory, evicted whole in LRU order, nothing shared
-between trajectories; a preempted sequence keeps its KV; KV is exported and imported on migration
-(``core.py``).
+``torch`` stands for our own engine (``heddle/workers/engines/torch_engine``), which follows
+this model's rules under its KV budget (``--max-kv-tokens``; ``scheduler.py`` states them): its
+prefix store (``prefix_store.py``) holds one entry per trajectory, evicted whole in LRU order,
+nothing shared between trajectories; admission reserves each running request's final context
+(prompt + ``max_new_tokens``), so nothing is retracted for memory; a preempted sequence keeps its
+KV and frees only its unused reservation; KV is exported and imported on migration
+(``core.py``). Both real engines order and preempt by ``heddle.policy.preemption``.
 """
 
 from __future__ import annotations

@@ -8,12 +8,27 @@ preempted keep their prefix cache (the engine's business); they go back to the w
 
 Capacity is in whatever unit the caller uses (batch slots: size 1 each; or KV tokens: the
 request's context length), the same for ``free_capacity`` and every ``size``.
+
+This module is the one statement of the rule and of the order for every engine: the simulator's
+batching model (``heddle.policy.batching``), the torch engine's scheduler and the SGLang
+engine's admission queue all rank requests with ``request_order``, pick victims with
+the reverse of that order and preempt only when ``PreemptionConfig.beats`` says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+OrderKey = tuple[float, float, str]
+
+
+def request_order(priority: float, arrival: float, request_id: str) -> OrderKey:
+    """Sort key of the serving order, best first: priority descending, then earlier arrival,
+    then the smaller id (vLLM's ``(priority, arrival, id)``, with larger priorities first).
+    Preemption victims are taken in the exact reverse order: the lowest priority first; among
+    equals the latest arrival, which has the least sunk."""
+    return (-priority, arrival, request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +68,8 @@ class SchedulingDecision:
     preemptions: list[Preemption] = field(default_factory=list)
 
 
-def _waiting_order(request: RankedRequest) -> tuple[float, float, str]:
-    return (-request.priority, request.arrival_s, request.request_id)
-
-
-def _victim_order(request: RankedRequest) -> tuple[float, float, str]:
-    # The lowest priority yields first; among equals the latest arrival (it has the least sunk).
-    return (request.priority, -request.arrival_s, request.request_id)
+def _waiting_order(request: RankedRequest) -> OrderKey:
+    return request_order(request.priority, request.arrival_s, request.request_id)
 
 
 def decide_preemptions(
@@ -77,7 +87,7 @@ def decide_preemptions(
     for a negative capacity or size, or an id both running and waiting.
     """
     _check(running, waiting, free_capacity)
-    victims = sorted(running, key=_victim_order)
+    victims = sorted(running, key=_waiting_order, reverse=True)  # victims first
     decision = SchedulingDecision()
     free = free_capacity
     for request in sorted(waiting, key=_waiting_order):

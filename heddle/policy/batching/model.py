@@ -47,7 +47,7 @@ from heddle.policy.batching.jobs import (
     JobRecord,
     JobState,
 )
-from heddle.policy.batching.queues import RunningBatch, WaitQueue
+from heddle.policy.batching.queues import RunningBatch, WaitQueue, job_order
 from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
 from heddle.policy.batching.victims import choose_victims
 from heddle.policy.cost_model import CostModel
@@ -189,6 +189,12 @@ class BatchingModel:
 
     def cached_tokens(self, traj_id: str) -> int:
         return self._cache.get(traj_id)
+
+    def running_ids(self) -> list[str]:
+        """The jobs in the batch now (admissions pending at this boundary made first), in the
+        serving order."""
+        self._flush()
+        return [job.job.request_id for job in sorted(self._running, key=job_order)]
 
     def is_in_flight(self, request_id: str) -> bool:
         return request_id in self._jobs

@@ -11,15 +11,22 @@ import heapq
 from collections.abc import Callable, Iterator
 
 from heddle.policy.batching.jobs import JobRecord, JobState
+from heddle.policy.preemption import OrderKey, request_order
 
 Entry = tuple[float, int, int, JobRecord]
+WaitEntry = tuple[OrderKey, int, JobRecord]
+
+
+def job_order(job: JobRecord) -> OrderKey:
+    """The job's place in the serving order (``heddle.policy.preemption.request_order``)."""
+    return request_order(job.priority, job.arrival, job.job.request_id)
 
 
 class WaitQueue:
-    """Waiting jobs by (priority desc, arrival)."""
+    """Waiting jobs in the serving order (``job_order``)."""
 
     def __init__(self) -> None:
-        self._heap: list[Entry] = []
+        self._heap: list[WaitEntry] = []
         self._size = 0
 
     def __len__(self) -> int:
@@ -29,8 +36,7 @@ class WaitQueue:
         job.epoch += 1
         job.state = JobState.WAITING
         self._size += 1
-        entry = (-job.priority, job.arrival, job.epoch, job)
-        heapq.heappush(self._heap, entry)
+        heapq.heappush(self._heap, (job_order(job), job.epoch, job))
 
     def remove(self, job: JobRecord) -> None:
         """The job leaves the queue (admitted, aborted or about to be re-pushed)."""
@@ -38,7 +44,10 @@ class WaitQueue:
         self._size -= 1
 
     def peek(self) -> JobRecord | None:
-        return _peek(self._heap, lambda job: True)
+        heap = self._heap
+        while heap and heap[0][1] != heap[0][2].epoch:
+            heapq.heappop(heap)
+        return heap[0][2] if heap else None
 
 
 class RunningBatch:
@@ -98,6 +107,8 @@ class RunningBatch:
         return self.live_tokens - self.shared_tokens
 
     def reprioritize(self, job: JobRecord) -> None:
+        # (priority, -arrival) is the reverse of ``job_order``: arrivals are unique in a model,
+        # so the id never decides and a min-heap on this pair pops the first victim.
         heapq.heappush(self._by_priority, (job.priority, -job.arrival, job.epoch, job))
 
     def grow(self, num_steps: int) -> None:
@@ -122,21 +133,14 @@ class RunningBatch:
 
     def lowest(self) -> JobRecord | None:
         """The next preemption victim (lowest priority, latest arrival)."""
-        return _peek(
-            self._by_priority, lambda job: job.state is JobState.RUNNING, check_priority=True
-        )
+        return _peek(self._by_priority, lambda job: job.state is JobState.RUNNING)
 
 
-def _peek(
-    heap: list[Entry],
-    is_valid: Callable[[JobRecord], bool],
-    *,
-    check_priority: bool = False,
-) -> JobRecord | None:
-    """The top valid entry's job, dropping stale entries on the way."""
+def _peek(heap: list[Entry], is_valid: Callable[[JobRecord], bool]) -> JobRecord | None:
+    """The top valid entry's job, dropping stale entries (moved, or re-prioritised) on the way."""
     while heap:
         key, _, epoch, job = heap[0]
-        stale = epoch != job.epoch or (check_priority and key != job.priority)
+        stale = epoch != job.epoch or key != job.priority
         if not stale and is_valid(job):
             return job
         heapq.heappop(heap)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from heddle.policy.batching.cache import PrefixCache
 from heddle.policy.batching.jobs import JobRecord
-from heddle.policy.batching.queues import RunningBatch
+from heddle.policy.batching.queues import RunningBatch, job_order
 from heddle.policy.preemption import PreemptionConfig
 
 Fits = Callable[[int, int], bool]
@@ -42,7 +42,8 @@ def choose_victims(
         return None  # even preempting every running job would not make room
     candidates = sorted(
         (job for job in batch if preemption.beats(head.priority, job.priority)),
-        key=lambda job: (job.priority, -job.arrival),
+        key=job_order,
+        reverse=True,  # the preemption order: the reverse of the serving order
     )
     freed_tokens = 0
     holders: dict[tuple[str, int], int] = {}

@@ -287,3 +287,47 @@ def test_kv_budget_is_never_exceeded_under_mixed_load(tiny: LoadedModel) -> None
     stats = core.stats()
     assert stats.num_preemptions > 0
     assert stats.num_restored_tokens + stats.num_recomputed_tokens > 0
+
+
+def test_returning_trajectory_finds_its_prefix_unless_lru_evicted_it(tiny: LoadedModel) -> None:
+    # Budget 100: three 23-token prefixes fit; d, reserving 44, evicts the least recently used
+    # (a). Returns in the order a, c, b, d: a's (reserving 28) evicts b, the oldest then; c finds
+    # its prefix; b's evicts d (older than a and c now) and d's evicts a. Whoever was evicted
+    # recomputes exactly its prefix, the others recompute nothing.
+    core = _core(tiny, max_kv_tokens=100)
+    turns: dict[str, list[int]] = {}
+    for index, (name, length) in enumerate((("a", 20), ("b", 20), ("c", 20), ("d", 40))):
+        request = _request(index, _prompt(index, length), max_new=4, trajectory=name)
+        core.submit(request)
+        turns[name] = request.input_token_ids + _drain(core)[request.request_id].output_token_ids
+    assert core.kv.store.num_tokens <= 100 and "a" not in core.kv.store
+    found: dict[str, tuple[int, int]] = {}
+    for index, name in enumerate("acbd", start=10):
+        request = _request(index, turns[name] + [1, 2], max_new=2, trajectory=name)
+        core.submit(request)
+        result = _drain(core)[request.request_id]
+        found[name] = (result.num_cached_tokens, result.num_recomputed_tokens)
+    prefix = {name: len(tokens) - 1 for name, tokens in turns.items()}  # the last output: unfed
+    assert found == {
+        "a": (0, prefix["a"]),
+        "c": (prefix["c"], 0),
+        "b": (0, prefix["b"]),
+        "d": (0, prefix["d"]),
+    }
+
+
+def test_preemption_for_kv_keeps_the_victims_kv_and_its_tokens(tiny: LoadedModel) -> None:
+    victim = _request(0, _prompt(0, 24), max_new=20)  # reserves 44 of 60
+    reference = _solo(tiny, victim)
+    core = _core(tiny, max_kv_tokens=60)
+    core.submit(victim)
+    for _ in range(5):
+        core.step()
+    # A free slot, but 24 tokens do not fit beside the victim's reservation: it yields its
+    # unused reservation and keeps its 29 tokens of KV.
+    core.submit(_request(1, _prompt(1, 20), max_new=4, priority=5.0))
+    results = _drain(core)
+    resumed = results[victim.request_id]
+    assert resumed.num_preemptions == 1 and resumed.num_recomputed_tokens == 0
+    assert resumed.output_token_ids == reference.output_token_ids
+    assert resumed.output_logprobs == reference.output_logprobs

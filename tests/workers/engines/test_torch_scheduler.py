@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from heddle.policy.preemption import PreemptionConfig
 from heddle.workers.engines.base import GenerationRequest
 from heddle.workers.engines.torch_engine.prefix_store import CacheEntry, PrefixStore
 from heddle.workers.engines.torch_engine.scheduler import (
@@ -35,7 +36,7 @@ def _seq(index: int, *, prompt: int = 4, max_new: int = 4, priority: float = 0.0
 def _scheduler(
     *, max_running: int = 2, max_kv_tokens: int = 10_000, threshold: float = 0.0, keep: bool = True
 ) -> Scheduler:
-    config = SchedulerConfig(max_running, max_kv_tokens, threshold, keep)
+    config = SchedulerConfig(max_running, max_kv_tokens, PreemptionConfig(threshold), keep)
     return Scheduler(config, PrefixStore[Any]())
 
 
@@ -121,19 +122,40 @@ def test_budget_evicts_idle_prefixes_before_dropping_waiting_kv() -> None:
     assert scheduler.store.num_lost_tokens("idle", list(range(10))) == 10
 
 
-def test_growth_preempts_lowest_without_kv_when_memory_runs_out() -> None:
+def test_admission_reserves_final_contexts_so_nothing_is_retracted_for_memory() -> None:
+    # Budget 12: the first request reserves 4 + 6 = 10 tokens, so the second (4 + 6) waits
+    # instead of being admitted now and retracted when the two outgrow the budget.
     scheduler = _scheduler(max_running=2, max_kv_tokens=12)
-    high, low = _seq(0, prompt=4, max_new=50, priority=5), _seq(1, prompt=4, max_new=50)
-    scheduler.add(high)
-    scheduler.add(low)
+    first, second = _seq(0, prompt=4, max_new=6, priority=5), _seq(1, prompt=4, max_new=6)
+    scheduler.add(first)
+    scheduler.add(second)
     preempted: list[Sequence] = []
-    for _ in range(3):
+    finished: list[Sequence] = []
+    for _ in range(20):
         out = scheduler.schedule()
         preempted += out.preempted
-        _execute(scheduler, out)
+        assert scheduler.num_committed_tokens() <= 12
+        finished += _execute(scheduler, out)
         _check_invariants(scheduler)
-    assert preempted and preempted[0] is low and low.num_kv_tokens == 0
-    assert scheduler.running == [high]
+        if first in finished:
+            assert second.status is not SeqStatus.WAITING or not scheduler.running
+        else:
+            assert scheduler.running == [first]
+    assert preempted == [] and finished == [first, second]
+
+
+def test_beaten_running_sequences_give_up_their_reservations_for_a_high_priority_one() -> None:
+    scheduler = _scheduler(max_running=4, max_kv_tokens=30)
+    low = _seq(0, prompt=4, max_new=20, priority=1)  # reserves 24 of 30
+    scheduler.add(low)
+    _execute(scheduler, scheduler.schedule())
+    high = _seq(1, prompt=4, max_new=10, priority=9)  # needs 14: only a preemption makes room
+    scheduler.add(high)
+    out = scheduler.schedule()
+    assert out.preempted == [low] and out.admitted == [high]
+    assert low.num_kv_tokens == 5  # kept (prompt + one fed output); only its reservation went
+    _execute(scheduler, out)
+    _check_invariants(scheduler)
 
 
 def test_a_sequence_that_cannot_grow_alone_is_truncated() -> None:

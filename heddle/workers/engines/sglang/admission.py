@@ -20,7 +20,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
-from heddle.policy.preemption import PreemptionConfig, RankedRequest, decide_preemptions
+from heddle.policy.preemption import (
+    OrderKey,
+    PreemptionConfig,
+    RankedRequest,
+    decide_preemptions,
+    request_order,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +49,9 @@ class QueueEntry:
     arrival: int
     """Order of first submission; kept across preemptions so a victim keeps its place."""
 
-    def rank(self) -> tuple[float, int, str]:
-        """Sort key, best first."""
-        return (-self.priority, self.arrival, self.job_id)
+    def rank(self) -> OrderKey:
+        """Sort key, best first: the serving order every engine shares (``request_order``)."""
+        return request_order(self.priority, self.arrival, self.job_id)
 
     def ranked(self) -> RankedRequest:
         """The policy's view: one batch slot, ties broken by arrival."""

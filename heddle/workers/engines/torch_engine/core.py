@@ -46,7 +46,7 @@ class EngineCore:
         config = SchedulerConfig(
             max_running=options.max_running,
             max_kv_tokens=options.max_kv_tokens,
-            preemption_threshold=options.preemption_threshold,
+            preemption=options.preemption,
             keep_kv_on_preemption=options.preemption_mode == "keep",
         )
         self.scheduler = Scheduler(config, self.kv.store)
@@ -155,7 +155,7 @@ class EngineCore:
                 f"max_kv_tokens={self.options.max_kv_tokens}"
             )
         self.kv.store.put(trajectory_id, CacheEntry(block.token_ids, block.to(self.kv.park_device)))
-        overflow = self.scheduler.num_used_tokens() - self.options.max_kv_tokens
+        overflow = self.scheduler.num_committed_tokens() - self.options.max_kv_tokens
         self.kv.store.evict_lru(overflow)
 
     # Stepping ------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from heddle.policy.preemption import PreemptionConfig
+
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 ParkLocation = Literal["device", "host"]
 PreemptionMode = Literal["keep", "recompute"]
@@ -43,6 +45,10 @@ class TorchEngineOptions:
     preemption_threshold: float = field(
         default=0.0, metadata=_help("priority gap by which a waiting request preempts")
     )
+    preemption_relative_gap: float = field(
+        default=PreemptionConfig().min_relative_gap,
+        metadata=_help("... and fraction of the running priority it must exceed"),
+    )
     preemption_mode: PreemptionMode = field(
         default="keep",
         metadata=_help("keep: a preempted request keeps its KV; recompute: drops it"),
@@ -58,6 +64,11 @@ class TorchEngineOptions:
     )
     num_threads: int = field(default=0, metadata=_help("torch CPU threads (0: torch's default)"))
 
+    @property
+    def preemption(self) -> PreemptionConfig:
+        """The shared preemption rule with this engine's margins."""
+        return PreemptionConfig(self.preemption_threshold, self.preemption_relative_gap)
+
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("--model must be 'tiny' or a local model folder")
@@ -65,7 +76,9 @@ class TorchEngineOptions:
             raise ValueError("max-running must be >= 1 and max-kv-tokens >= 2")
         if self.max_prefill_chunk_tokens < 1 or self.initial_kv_capacity_tokens < 1:
             raise ValueError("max-prefill-chunk-tokens and initial-kv-capacity-tokens must be >= 1")
-        if self.preemption_threshold < 0 or self.num_threads < 0:
-            raise ValueError("preemption-threshold and num-threads must be >= 0")
+        if min(self.preemption_threshold, self.preemption_relative_gap, self.num_threads) < 0:
+            raise ValueError(
+                "preemption-threshold, preemption-relative-gap and num-threads must be >= 0"
+            )
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"--device {self.device!r}: use cpu, cuda or cuda:N")

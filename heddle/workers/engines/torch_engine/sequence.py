@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from heddle.events.base import FinishReason
+from heddle.policy.preemption import OrderKey, request_order
 from heddle.workers.engines.base import GenerationRequest, GenerationResult
 
 
@@ -49,6 +50,12 @@ class Sequence:
     first_admitted_at_s: float | None = None
     first_token_at_s: float | None = None
     prefill_s: float = 0.0
+    num_final_tokens: int = field(init=False)
+    """The context once every output is out (prompt + ``max_new_tokens``): what the engine
+    reserves for it; fixed at creation (the scheduler reads it every step)."""
+
+    def __post_init__(self) -> None:
+        self.num_final_tokens = len(self.request.input_token_ids) + self.request.max_new_tokens
 
     @property
     def request_id(self) -> str:
@@ -80,9 +87,10 @@ class Sequence:
         """Position of the pending token (where the next decode writes KV)."""
         return len(self.request.input_token_ids) + len(self.output_token_ids) - 1
 
-    def order_key(self) -> tuple[float, int]:
-        """Sort key: higher priority first, then earlier arrival."""
-        return (-self.priority, self.arrival)
+    def order_key(self) -> OrderKey:
+        """The serving order every engine shares (``heddle.policy.preemption.request_order``):
+        higher priority first, then earlier arrival; the largest key is the first victim."""
+        return request_order(self.priority, self.arrival, self.request_id)
 
     def append(self, token_id: int, logprob: float) -> None:
         self.output_token_ids.append(token_id)
