@@ -1,4 +1,4 @@
-"""The JSONL trace format: one trajectory per line (DESIGN.md, "Simulator and trace format").
+"""The JSONL trace format: one trajectory per line (docs/design.md, "Simulator and trace format").
 
     {"id": "t17", "group": "p3", "prompt_tokens": 812,
      "steps": [{"output_tokens": 420, "tool_s": 1.7, "tool_output_tokens": 230}, ...]}

@@ -1,4 +1,5 @@
-"""heddle/policy and heddle/control stay pure (DESIGN.md's layers): no network, database, clock,
+"""heddle/policy and heddle/control stay pure (docs/design.md's layers): no network, database,
+clock,
 process or OS access, and nothing of Heddle's impure layers (bus, ledger, workers, consumers)."""
 
 from __future__ import annotations

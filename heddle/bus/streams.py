@@ -1,6 +1,7 @@
 """The streams Heddle needs and idempotent provisioning of streams and durable consumers.
 
-Deviation from DESIGN.md: DESIGN puts every command on one stream ``HEDDLE_CMDS`` (``heddle.cmd.>``)
+Deviation from the first design (docs/design.md): it put every command on one stream
+``HEDDLE_CMDS`` (``heddle.cmd.>``)
 with tool calls under work-queue retention. A stream has a single retention policy, and worker
 commands must stay readable after they are acknowledged (audit, replay), so tool calls live on
 their own stream ``HEDDLE_TOOLS`` (``heddle.cmd.tool.>``, work-queue retention: a call disappears

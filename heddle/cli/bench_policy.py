@@ -82,7 +82,8 @@ def placement_command(
     seed: Annotated[int, typer.Option(help="Workload seed")] = 0,
     workload: Annotated[str, typer.Option(help="Synthetic workload for the lengths")] = "coding",
     slope: Annotated[
-        float, typer.Option(help="F(b) = 1 + slope (b - 1); 0.0122 is Qwen3-8B (calibration.md)")
+        float,
+        typer.Option(help="F(b) = 1 + slope (b - 1); 0.0122 is Qwen3-8B (docs/calibration.md)"),
     ] = 0.0122,
     max_batch: Annotated[int, typer.Option(help="KV cap: F = inf above it (0: none)")] = 0,
     repeats: Annotated[int, typer.Option(help="Timed runs of the fast solver")] = 20,

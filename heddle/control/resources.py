@@ -37,7 +37,7 @@ from heddle.traces import TraceTrajectory
 ResourceMode = Literal["annealed", "homogeneous"]
 DEFAULT_OBSERVATION_RATIO = 1.0
 """Observation tokens per output token before any history (assumption: agents read about as
-much as they write; calibration.md s.2 has ~500-token observations after ~500-token turns)."""
+much as they write; docs/calibration.md s.2 has ~500-token observations after ~500-token turns)."""
 
 
 def representative_context(

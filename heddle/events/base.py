@@ -2,7 +2,7 @@
 
 Every event and command is a frozen, keyword-only msgspec struct tagged by ``kind``. Tags are
 ``<family>.<kind>`` (``traj.generated``); the part after the dot is the last subject token.
-Rules (style.md): past-tense names for events, imperative for commands; new fields get defaults;
+Rules: past-tense names for events, imperative for commands; new fields get defaults;
 tags are never reordered or reused.
 """
 

@@ -3,8 +3,9 @@
 Trajectories are sorted by length, longest first (``L_0 >= L_1 >= ...``). A *block* is a run
 ``s .. s+z-1`` of that order placed on one worker; it costs ``table[z-1] * L_s`` where
 ``table[z-1] = T * F(z)`` is the worker's per-token time times its interference factor at batch
-``z`` (SPEC.md s.2). An infinite table entry (a KV-capacity cap) makes any block of that size
-infeasible, whatever its length, including zero-length trajectories (``0 * inf`` is never used).
+``z`` (docs/paper.md, the paper's s.5). An infinite table entry (a KV-capacity cap) makes any
+block of that size infeasible, whatever its length, including zero-length trajectories
+(``0 * inf`` is never used).
 
 Every solver (fast, reference DP, heterogeneous, brute force in tests) prices a block with
 ``block_cost`` so their makespans agree to the last bit.

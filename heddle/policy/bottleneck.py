@@ -1,7 +1,7 @@
 """Exact min-makespan split of a presorted length list into contiguous blocks, one per worker in a
 fixed order (workers may differ: each has its own ``BlockTable``).
 
-Two ideas from calibration.md s.3 and the chains-on-chains partitioning literature:
+Two ideas from docs/calibration.md s.3 and the chains-on-chains partitioning literature:
 
 * **Decision by greedy.** For a budget ``C``, give each worker in turn the longest block it can
   afford. Taking more never hurts (the rest is a suffix of shorter trajectories, cheaper to

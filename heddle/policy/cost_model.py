@@ -1,7 +1,7 @@
 """GPU cost model of one inference worker: decode step time, prefill time, KV capacity, and the
 interference factor F(b) = ITL(b) / ITL(1) that the placement solver minimises against.
 
-The analytic form and every constant come from ``shared/calibration.md`` section 1 (derived from
+The analytic form and every constant come from ``docs/calibration.md`` section 1 (derived from
 the ML.ENERGY leaderboard's vLLM measurements on H100, Chung et al., NeurIPS D&B 2025, and from
 Vidur's H100 operator profiles for prefill)::
 
@@ -28,14 +28,15 @@ class Hardware:
     hbm_bytes: float
     """Memory of one GPU."""
     hbm_bandwidth_bytes_s: float
-    """Effective HBM bandwidth (92% of peak; calibration.md section 1)."""
+    """Effective HBM bandwidth (92% of peak; docs/calibration.md section 1)."""
     decode_flops: float
     """Dense bf16 rate reached by decode's linear layers once compute bound."""
     prefill_flops: float
     """Dense bf16 rate reached by prefill (~65% of peak, from Vidur's H100 profiles)."""
 
 
-# calibration.md s.1: BW 3.08 TB/s on H100 (92% of 3.35); H200 assumed the same 92% of 4.8 TB/s.
+# docs/calibration.md s.1: BW 3.08 TB/s on H100 (92% of 3.35); H200 assumed the same 92% of 4.8
+# TB/s.
 # Compute: ~640 TFLOP/s for decode's linear layers on H100; prefill ~65% of 989 TFLOP/s dense.
 H100 = Hardware("h100", 80 * GB, 3.08e12, 640e12, 0.65 * 989e12)
 H200 = Hardware("h200", 141 * GB, 4.4e12, 640e12, 0.65 * 989e12)
@@ -47,11 +48,11 @@ class ModelShape:
     name: str
     num_params: float
     weight_bytes: float
-    """bf16 weights (calibration.md s.1)."""
+    """bf16 weights (docs/calibration.md s.1)."""
     kv_bytes_per_token: int
-    """layers * kv_heads(8) * head_dim(128) * 2 (K and V) * 2 bytes (calibration.md s.1)."""
+    """layers * kv_heads(8) * head_dim(128) * 2 (K and V) * 2 bytes (docs/calibration.md s.1)."""
     beta_tp1_s: float
-    """Per-sequence non-KV cost per decode step at TP1 (calibration.md s.1)."""
+    """Per-sequence non-KV cost per decode step at TP1 (docs/calibration.md s.1)."""
 
 
 QWEN3_8B = ModelShape("qwen3-8b", 8.2e9, 16.4 * GB, 144 * KIB, 0.06e-3)
@@ -59,15 +60,15 @@ QWEN3_14B = ModelShape("qwen3-14b", 14.8e9, 29.6 * GB, 160 * KIB, 0.07e-3)
 QWEN3_32B = ModelShape("qwen3-32b", 32.8e9, 65.6 * GB, 256 * KIB, 0.11e-3)
 MODELS: dict[str, ModelShape] = {m.name: m for m in (QWEN3_8B, QWEN3_14B, QWEN3_32B)}
 
-# Fixed per-step overhead a(p) (calibration.md s.1: 2.44, 3.71, 4.97 ms at TP 1, 2, 4; TP adds
+# Fixed per-step overhead a(p) (docs/calibration.md s.1: 2.44, 3.71, 4.97 ms at TP 1, 2, 4; TP adds
 # ~1.3 ms per doubling, so TP8 is extrapolated to 6.23 ms: an assumption).
 _STEP_OVERHEAD_S = {1: 2.44e-3, 2: 3.71e-3, 4: 4.97e-3, 8: 6.23e-3}
-# beta falls from 0.11 to 0.09 ms from TP1 to TP2 for Qwen3-32B (calibration.md s.1); we assume
+# beta falls from 0.11 to 0.09 ms from TP1 to TP2 for Qwen3-32B (docs/calibration.md s.1); we assume
 # the same 0.82x per doubling for other models and degrees.
 _BETA_PER_DOUBLING = 0.82
 # Prefill parallel efficiency per TP doubling: 32B goes 10k -> 19k tokens/s from TP1 to TP2.
 _PREFILL_EFFICIENCY_PER_DOUBLING = 0.95
-# KV capacity: 90% of HBM across the TP group, minus weights (calibration.md s.1).
+# KV capacity: 90% of HBM across the TP group, minus weights (docs/calibration.md s.1).
 _KV_MEMORY_FRACTION = 0.9
 TP_DEGREES = (1, 2, 4, 8)
 
@@ -98,7 +99,7 @@ class CostModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AnalyticCostModel:
-    """The calibrated physical model of calibration.md section 1."""
+    """The calibrated physical model of docs/calibration.md section 1."""
 
     model: ModelShape
     hardware: Hardware

@@ -1,4 +1,4 @@
-"""A makespan lower bound for any workload, GPU budget and policy (calibration.md s.4):
+"""A makespan lower bound for any workload, GPU budget and policy (docs/calibration.md s.4):
 
     LB = max( max_j solo_j ,  decode work / GPU budget )
 

@@ -1,4 +1,4 @@
-"""Migration planning after a prediction changes (SPEC.md s.2, the paper's s.5.3).
+"""Migration planning after a prediction changes (docs/paper.md, the paper's s.5.3).
 
 The last partition gave worker ``i`` a run of ``c_i`` consecutive ranks of the sorted order
 (longest predicted first). As trajectories finish, the shares are rescaled to the ``n*`` still

@@ -1,4 +1,5 @@
-"""Trajectory-aware placement (SPEC.md s.2): split trajectories over workers to minimise
+"""Trajectory-aware placement (docs/paper.md, the paper's s.5): split trajectories over workers to
+minimise
 
     makespan = max over groups g of  T * F(|g|) * max_{t in g} L(t)
 
@@ -8,7 +9,7 @@ By the paper's lemma an optimal partition exists whose groups are contiguous run
 sorted longest first, so every solver here splits that order into blocks:
 
 * ``partition``: exact, greedy decision + Nicol's search (``heddle.policy.bottleneck``), about a
-  millisecond for ``n = 6400, m = 16`` (calibration.md s.3).
+  millisecond for ``n = 6400, m = 16`` (docs/calibration.md s.3).
 * ``partition_reference``: the paper's ``O(n^2 m)`` DP, vectorised over the split point with
   numpy (``heddle.policy.placement_reference``); kept as the reference the fast solver must match.
 * ``partition_heterogeneous``: workers with their own ``T`` and ``F`` (different TP degrees;

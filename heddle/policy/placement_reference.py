@@ -1,4 +1,5 @@
-"""The paper's presorted placement DP (SPEC.md s.2), the reference for the fast solver.
+"""The paper's presorted placement DP (docs/paper.md, the paper's s.5), the reference for the fast
+solver.
 
     dp[i][1] = T F(i) L_1;   dp[i][j] = min_k max(dp[k][j-1], T F(i-k) L_{k+1})
 

@@ -1,4 +1,5 @@
-"""Which running requests yield their batch slot to which waiting ones (SPEC.md s.1, PPS).
+"""Which running requests yield their batch slot to which waiting ones (docs/paper.md, the paper's
+s.4, PPS).
 
 One decision per scheduling step, for one worker. Waiting requests are considered in priority
 order; each first takes free capacity. When it does not fit, it may evict running requests with

@@ -1,11 +1,11 @@
-"""Trajectory-level priorities (SPEC.md s.1): PPS and its baselines.
+"""Trajectory-level priorities (docs/paper.md, the paper's s.4): PPS and its baselines.
 
 Each policy maps the facts of one pending generation request to a number; LARGER RUNS FIRST.
 Ties are broken by the queue (earlier arrival, then id), never by the policy.
 
 * ``pps``: progressive priority scheduling; the predicted remaining *time* of the trajectory
   (longest first, an adaptive LPT), re-ordered whenever a new prediction arrives. Preemptive.
-  The paper ranks by predicted length; its own makespan formula (SPEC.md) is queueing + tokens
+  The paper ranks by predicted length; its own makespan formula (docs/paper.md) is queueing + tokens
   x per-token time + tool time, and agentic tool time is about half of a trajectory and
   heavy-tailed, so a trajectory with few tokens and long test runs is as critical as one with
   many tokens: remaining time = predicted tokens x seconds per token + predicted tool seconds.
@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 
 DEFAULT_SECONDS_PER_TOKEN = 0.025
 """Per-token time of a loaded worker before any is measured: ML.ENERGY ITLs at batch 128 are
-20.7 ms (Qwen3-8B TP1), 26.2 ms (14B TP1) and 29.7 ms (32B TP2) (calibration.md s.1)."""
+20.7 ms (Qwen3-8B TP1), 26.2 ms (14B TP1) and 29.7 ms (32B TP2) (docs/calibration.md s.1)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,7 +178,7 @@ def _curve(points: Mapping[int, float]) -> ItlCurve:
 
 
 def _kv_read_s_per_token(preset: AnalyticCostModel | None) -> float:
-    """Reading one more context token's KV per decode step (calibration.md s.1's KV term)."""
+    """Reading one more context token's KV per decode step (docs/calibration.md s.1's KV term)."""
     if preset is None:
         return 0.0
     bandwidth = preset.tp_degree * preset.hardware.hbm_bandwidth_bytes_s

@@ -1,4 +1,5 @@
-"""Trajectory-adaptive resource management (SPEC.md s.3): how many workers of which TP degree.
+"""Trajectory-adaptive resource management (docs/paper.md, the paper's s.6): how many workers of
+which TP degree.
 
 A *configuration* is a multiset of TP degrees whose GPUs fit the budget; its objective is the
 heterogeneous placement makespan of the predicted lengths on those workers
@@ -11,12 +12,12 @@ From lengths to seconds on a TP-``p`` worker: a trajectory of ``L`` remaining ou
 group of ``b`` costs ``T(p) * F_p(b) * L`` where, at a representative context ``c`` per
 sequence (the caller's choice, e.g. prompt + half the mean output),
 
-* ``T(p) = solo_token_s(c)``: one decode step alone on the worker (calibration.md s.1);
+* ``T(p) = solo_token_s(c)``: one decode step alone on the worker (docs/calibration.md s.1);
 * ``F_p(b) = interference(b, c)`` while ``b * c`` fits the KV capacity; past that cap the
   engine can only run ``cap`` sequences at once and the rest queue, so the group drains at the
   full batch's throughput: ``F_p(b) = F_p(cap) * b / cap`` (non-decreasing, continuous).
 
-Prefill is left out of the objective: at calibration.md's rates (~40k tokens/s at TP1 for
+Prefill is left out of the objective: at docs/calibration.md's rates (~40k tokens/s at TP1 for
 Qwen3-8B against ~100 tokens/s decode per sequence) re-prefilling a tool observation costs
 under 1% of a trajectory's decode time, and it scales with TP like decode does, so it would not
 change which configuration wins. The simulator charges it in full.

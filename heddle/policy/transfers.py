@@ -1,4 +1,5 @@
-"""Endpoint-exclusive scheduling of KV-cache transfers for migrations (SPEC.md s.2).
+"""Endpoint-exclusive scheduling of KV-cache transfers for migrations (docs/paper.md, the paper's
+s.5).
 
 The paper's transfer scheduler: pending migration requests sorted by trajectory length, longest
 first; each round greedily picks requests whose source and destination are used by no chosen or

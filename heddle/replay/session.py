@@ -2,7 +2,7 @@
 
     async with open_replay(settings, rollout_id, live=True) as session:
         report = await session.verify()           # compare with the live ledger
-        session.export_trace(Path("trace.jsonl"))  # the DESIGN.md trace format
+        session.export_trace(Path("trace.jsonl"))  # the docs/design.md trace format
         ...                                       # timelines, what-if runs read session.ledger
 
 A replay never writes the live ledger or its position, so it runs beside a live system. To

@@ -1,4 +1,4 @@
-"""Recorded rollouts as JSONL traces (DESIGN.md "Simulator and trace format").
+"""Recorded rollouts as JSONL traces (docs/design.md "Simulator and trace format").
 
 Per trajectory: ``prompt_tokens`` from its submission, and per generated step ``output_tokens``,
 ``tool_s`` (the tool call that followed it) and ``tool_output_tokens``: the tokens the next

@@ -4,7 +4,7 @@
     >>> trace = generate("coding", num_trajectories=64, seed=0)
 
 The registry's names feed CLI choices (``workload_names()``); ``catalog`` holds each workload's
-parameters with their sources (``shared/calibration.md`` section 2).
+parameters with their sources (``docs/calibration.md`` section 2).
 """
 
 from __future__ import annotations

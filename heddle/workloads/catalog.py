@@ -1,6 +1,6 @@
 """The built-in workloads: coding (SWE-style), search (Search-R1 / ASearcher) and math (ReTool).
 
-Every value cites its source in ``shared/calibration.md`` section 2 ("cal s.2") or says
+Every value cites its source in ``docs/calibration.md`` section 2 ("cal s.2") or says
 "assumption" where nothing was published. "Qwen3 tail shape" means the generation-length tail
 measured by ML.ENERGY for Qwen3 reasoning (median ~7k, p90 ~13k, p99 ~19-22k tokens): a lognormal
 with p90/median = 13/7 (sigma 0.48) also reproduces that p99 (7k * e^(2.33*0.48) = 21.5k), so

@@ -1,7 +1,7 @@
 """Lognormal distributions named by the quantiles that sources publish.
 
-Published figures come as a median and a p90 (generation lengths, calibration.md s.2) or as a
-plain range "0.1-2 s" (tool times, calibration.md s.2). ``LogNormal`` turns either into
+Published figures come as a median and a p90 (generation lengths, docs/calibration.md s.2) or as a
+plain range "0.1-2 s" (tool times, docs/calibration.md s.2). ``LogNormal`` turns either into
 ``(median, sigma)``: a range is read as the 5th..95th percentile, so 90% of draws fall inside it.
 """
 

@@ -2,7 +2,7 @@
 
 A workload draws GRPO groups: one prompt (with a difficulty factor) sampled ``group_size`` times.
 Each sample has its own effort factor, so the same prompt gives very different trajectories
-(calibration.md s.2, the paper's Fig. 5). Both factors scale the number of turns and the length
+(docs/calibration.md s.2, the paper's Fig. 5). Both factors scale the number of turns and the length
 of each generation; the first generation is the plan, so it carries a signal about the rest (the
 paper, s.4.1: "the initial step's plan is a strong semantic indicator").
 """

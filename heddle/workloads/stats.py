@@ -33,7 +33,7 @@ class WorkloadSummary:
     group_explained_variance: float
     """Share of the variance of total output tokens explained by the group (prompt) alone: the
     R^2 of predicting each trajectory by its group's mean. Low means the prompt predicts length
-    poorly (calibration.md s.2)."""
+    poorly (docs/calibration.md s.2)."""
 
     @property
     def tail_ratio(self) -> float:

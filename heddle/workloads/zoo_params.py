@@ -3,7 +3,8 @@ documented ranges, and how each record becomes an ``AgentShape``.
 
 Every drawn field has a ``Range`` in its class's ``RANGES``; ``draw_params(cls, rng)`` draws all
 of them from a seeded ``random.Random``, so a test can check any record against its ranges.
-Sources: "cal s.2" is calibration.md section 2 (agentic trajectory shapes); "assumption" marks a
+Sources: "cal s.2" is docs/calibration.md section 2 (agentic trajectory shapes); "assumption" marks
+a
 value nothing published pins down.
 """
 

@@ -65,7 +65,7 @@ def test_identical_workers_match_homogeneous_solver() -> None:
 
 
 def test_slow_worker_may_take_the_single_longest() -> None:
-    """calibration.md s.3: fastest-first is not always optimal."""
+    """docs/calibration.md s.3: fastest-first is not always optimal."""
     fast = WorkerModel(1.0, StepInterference(1.0, (1.0,), None), "fast")
     slow = WorkerModel(1.2, StepInterference(1.0, (1.0,), None), "slow")
     lengths = [10.0, 9.0, 9.0, 9.0, 9.0]

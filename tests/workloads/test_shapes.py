@@ -1,4 +1,4 @@
-"""Each workload's summary statistics against its documented ranges (calibration.md s.2)."""
+"""Each workload's summary statistics against its documented ranges (docs/calibration.md s.2)."""
 
 import numpy as np
 import pytest

@@ -7,7 +7,7 @@ accuracy rises with steps. One protocol serves every predictor:
 * ``observe(outcome)``: a completed trajectory, for predictors that learn online (or offline, by
   observing a history of earlier rollouts through ``fit``).
 * optionally ``predict_tool_s(progress) -> float`` (``ToolTimePredictor``): the tool seconds
-  still to come. The paper's makespan (SPEC.md) is queueing + tokens x per-token time + tool
+  still to come. The paper's makespan (docs/paper.md) is queueing + tokens x per-token time + tool
   time, and on agentic workloads tools are about half of a trajectory and heavy-tailed, so
   PPS and placement rank by predicted remaining *time*. Every built-in predictor has it.
 

@@ -19,7 +19,7 @@ class ExperimentReport:
     """File stem, e.g. ``fig12_overall``."""
     title: str
     paper_claim: str
-    """What the paper reports for this experiment (SPEC.md, "Reported results")."""
+    """What the paper reports for this experiment (docs/paper.md, "Reported results")."""
     headline: str
     """Our result in one line, comparable with ``paper_claim``."""
     tables: tuple[tuple[str, Table], ...]
@@ -62,7 +62,7 @@ def write_index(
         "# The paper's experiments in simulation (`heddle sim figures`)",
         "",
         "Every comparison runs all its systems on the same generated trace, with the calibrated",
-        "cost model of `shared/calibration.md`; throughput = output tokens / makespan.",
+        "cost model of `docs/calibration.md`; throughput = output tokens / makespan.",
         "",
         "## Scale",
         "",

@@ -12,7 +12,8 @@ from heddle.policy.preemption import PreemptionConfig
 from heddle.policy.profiles import parse_profile
 
 # Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
-# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (SPEC.md, "Migration").
+# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (docs/paper.md, the paper's
+# s.5.3).
 DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 _PREEMPTION = PreemptionConfig()
 

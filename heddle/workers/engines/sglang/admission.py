@@ -2,7 +2,8 @@
 
 SGLang has no API that changes a queued request's priority, so the engine keeps its own queue and
 submits at most ``max_running`` requests at once: reprioritising a waiting request is then a local
-re-order. The queue implements the Engine protocol's scheduling contract (PPS, SPEC.md section 1):
+re-order. The queue implements the Engine protocol's scheduling contract (PPS, docs/paper.md, the
+paper's s.4):
 
 - waiting requests are ranked by priority (larger first), then arrival, then id;
 - free slots go to the best waiting requests (``Admit``);

@@ -13,7 +13,7 @@ Checked against the sglang source (sgl-project/sglang, 0.5.x):
 - ``python/sglang/srt/entrypoints/v1_loads.py``: ``/v1/loads`` returns
   ``{"timestamp", "version", "accelerator", "num_accelerators", "loads": [...]}``.
 
-Only this package knows these shapes (style.md, habit 5). We never import sglang.
+Only this package knows these shapes. We never import sglang.
 """
 
 from __future__ import annotations
