@@ -6,13 +6,15 @@ Groups are contiguous runs of the lengths sorted longest first (the lemma holds 
 speeds; see ``heddle.policy.worker_mix``), but which worker takes which run is free. The solver:
 
 1. *Type orders* (docs/calibration.md s.3): for each order of the distinct worker types,
-   workers of a type side by side, solve the fixed-order problem exactly (``heddle.policy.bottleneck``), each
-   search pruned by the best makespan so far. Up to ``MAX_TYPE_ORDERS`` orders are tried (all
-   of them for up to 5 types); beyond that, fastest-first and slowest-first.
+   workers of a type side by side, solve the fixed-order problem exactly
+   (``heddle.policy.bottleneck``), each search pruned by the best makespan so far. Up to
+   ``MAX_TYPE_ORDERS`` orders are tried (all of them for up to 5 types); beyond that,
+   fastest-first and slowest-first.
 2. *Certificate* (``exact=True``, the default): the worker-mix dynamic programme checks whether
    any interleaving of workers beats step 1 and, if one does, descends to the exact optimum.
    With ``exact=False`` step 1 alone runs; it was optimal in every random test of
-   docs/calibration.md s.3 but is not guaranteed (the annealer uses it, then certifies its final plan).
+   docs/calibration.md s.3 but is not guaranteed (the annealer uses it, then certifies its
+   final plan).
 
 Ties are broken deterministically: type orders are tried in a fixed sequence, a later one must be
 strictly better to win, and within a type blocks go to that type's workers in input order.
