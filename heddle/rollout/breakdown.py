@@ -160,14 +160,23 @@ class _Tiling:
         )
 
 
-def split_time(timeline: TrajectoryTimeline, completed_at: float, time_scale: float) -> TimeSplit:
-    """Tile ``timeline`` from its submission to ``completed_at`` (see the module docstring)."""
+def split_time(
+    timeline: TrajectoryTimeline,
+    completed_at: float,
+    time_scale: float,
+    started_at: float | None = None,
+) -> TimeSplit:
+    """Tile ``timeline`` from its submission (or from ``started_at``, when later: where the
+    worker's total starts, so the parts and that total cover the same span) to
+    ``completed_at`` (see the module docstring)."""
     scale = time_scale if time_scale > 0 else 1.0
     tiling = _Tiling(scale, timeline.transfers)
     cursor, cursor_stored = timeline.submitted_at, timeline.submitted_stored_at
     if not cursor:  # submission not seen: start at the first step, as the worker's total does
         starts = [step.started_at for step in timeline.steps.values() if step.started_at]
         cursor, cursor_stored = min(starts, default=completed_at), 0.0
+    if started_at is not None and started_at > cursor:
+        cursor, cursor_stored = started_at, 0.0
     for index in sorted(timeline.steps):
         step = timeline.steps[index]
         if not step.started_at or not step.generated_at:

@@ -225,7 +225,12 @@ def _build(fold: _Fold) -> RolloutSummary:
     num_ended = len(fold.completed) + len(fold.failed)
     workers = sorted({w for c in fold.completed.values() for w in c.worker_history})
     splits = {
-        traj_id: split_time(fold.timelines.get(traj_id, TrajectoryTimeline()), c.occurred_at, scale)
+        traj_id: split_time(
+            fold.timelines.get(traj_id, TrajectoryTimeline()),
+            c.occurred_at,
+            scale,
+            started_at=c.occurred_at - c.timings.total_s / (scale if scale > 0 else 1.0),
+        )
         for traj_id, c in fold.completed.items()
     }
     slowest = _slowest(fold, splits, start, scale)

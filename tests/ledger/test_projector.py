@@ -172,6 +172,7 @@ async def test_two_projectors_at_once_still_project_everything_once(
     assert misses == []
 
 
+@pytest.mark.benchmark  # 2-5 minutes: run with `pytest -m benchmark` (issue 14's repeat)
 @pytest.mark.slow
 async def test_two_projectors_race_fifty_times_without_a_miss(bus: Bus, tmp_path: Path) -> None:
     """The race of issue 2's closing note, repeated: a batch beyond the position committed
