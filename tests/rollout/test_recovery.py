@@ -183,9 +183,7 @@ async def test_a_dead_workers_trajectories_are_replaced_and_finish(settings: Set
         held = await holdings(settings, state.rollout_id)
         if not held:
             return
-        worker_id, count = held.most_common(1)[0]  # the worker whose death costs the most
-        if count < 2:
-            return  # the ledger lags: wait until it surely holds something in flight
+        worker_id, _ = held.most_common(1)[0]  # the worker whose death costs the most
         deployment.workers[worker_id].kill()
         killed.append(worker_id)
 
