@@ -155,6 +155,8 @@ class PresortedPlacer:
         """Predicted remaining output tokens of each tracked trajectory (last prediction)."""
         self._remaining_worker: dict[str, str] = {}
         self._remaining_on: dict[str, list[float]] = {}
+        self._cost_of: dict[str, CostModel] = {}
+        """Each placed worker's cost model (looked up once, at placement)."""
         """Per worker, its trajectories' remaining tokens, sorted (the longest last)."""
         self._kv_transfer = kv_transfer
         self._tp_of: dict[str, int] = {}
@@ -203,6 +205,7 @@ class PresortedPlacer:
             contiguous = True
         worker_ids = [worker.worker_id for worker in workers]
         self._tp_of = {worker.worker_id: worker.tp_degree for worker in workers}
+        self._cost_of = {w.worker_id: cost for w, cost in zip(workers, costs, strict=True)}
         ranks = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
         rank_of = {index: rank for rank, index in enumerate(ranks)}
         assignments = [
@@ -262,11 +265,11 @@ class PresortedPlacer:
         queues = {
             worker_id: WorkerQueue(
                 worker_id,
-                self._cost_for_tp(tp),
+                self._cost_of[worker_id],
                 len(self._remaining_on.get(worker_id, ())),
                 self._remaining_on[worker_id][-1] if self._remaining_on.get(worker_id) else 0.0,
             )
-            for worker_id, tp in self._tp_of.items()
+            for worker_id in self._tp_of
         }
         if source_id not in queues or not queues[source_id].batch:
             return None

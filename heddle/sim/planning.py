@@ -56,8 +56,9 @@ def choose_workers(
         tool_s_per_token,
         max((float(t.num_output_tokens) for t in history), default=math.inf),
     )
+    lengths = planning_lengths(trace, spec, predictor)
     analytic = plan_workers(
-        trace, spec, config, predictor, observation_ratio, tool_s_per_token, shape
+        trace, spec, config, predictor, observation_ratio, tool_s_per_token, shape, lengths=lengths
     )
     if not history or (spec.resources == "homogeneous" and spec.tp_degree):
         return analytic
@@ -67,7 +68,7 @@ def choose_workers(
         if homogeneous and homogeneous not in candidates:
             candidates.append(homogeneous)
 
-    placed_by = _history_placement_lengths(trace, history, spec, predictor)
+    placed_by = _history_placement_lengths(trace, history, spec, predictor, lengths)
 
     def split(tp_degrees: Sequence[int]) -> Groups:
         if spec.placement == PRESORTED:
@@ -95,10 +96,14 @@ def plan_workers(
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
     tool_s_per_token: float = 0.0,
     shape: AgentShape | None = None,
+    *,
+    lengths: Sequence[float] | None = None,
 ) -> list[int]:
     """The TP degree of each worker under the bundle's resource mode; ``shape`` (learnt from
-    history; default: the two ratios and default turns) feeds the plan estimate."""
-    lengths = planning_lengths(trace, spec, predictor)
+    history; default: the two ratios and default turns) feeds the plan estimate; ``lengths``:
+    ``planning_lengths`` when the caller has them already."""
+    if lengths is None:
+        lengths = planning_lengths(trace, spec, predictor)
     prompts = [t.prompt_tokens for t in trace]
     context = representative_context(prompts, lengths, observation_ratio)
     return plan_tp_degrees(
@@ -136,6 +141,7 @@ def _history_placement_lengths(
     history: Sequence[TraceTrajectory],
     spec: SystemSpec,
     predictor: Predictor | None,
+    lengths: Sequence[float] | None = None,
 ) -> list[float]:
     """What the presorted placer sorts the history by in the profile check: the lengths the
     live rollout is placed by, carried over to the same prompts. History trajectory ``i`` is
@@ -145,9 +151,10 @@ def _history_placement_lengths(
     planning length of its group in the trace, or its own length when its group is new."""
     if predictor is None or spec.resources != "annealed":
         return [float(t.num_output_tokens) for t in history]
-    lengths = planning_lengths(trace, spec, predictor)
+    if lengths is None:
+        lengths = planning_lengths(trace, spec, predictor)
     if [t.group for t in trace] == [t.group for t in history]:
-        return lengths
+        return list(lengths)
     by_group: dict[str, list[float]] = {}
     for trajectory, length in zip(trace, lengths, strict=True):
         by_group.setdefault(trajectory.group, []).append(length)
