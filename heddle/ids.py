@@ -8,13 +8,6 @@ publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate.
 from __future__ import annotations
 
 import re
-from typing import NewType
-
-RolloutId = NewType("RolloutId", str)
-TrajectoryId = NewType("TrajectoryId", str)
-GroupId = NewType("GroupId", str)
-WorkerId = NewType("WorkerId", str)
-CallId = NewType("CallId", str)
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -29,13 +22,13 @@ def check_token(value: str, what: str) -> str:
     return value
 
 
-def trajectory_id(index: int) -> TrajectoryId:
+def trajectory_id(index: int) -> str:
     """The id of the ``index``-th trajectory of a rollout (fixed width, so ids never prefix)."""
-    return TrajectoryId(f"t{index:06d}")
+    return f"t{index:06d}"
 
 
-def group_id(index: int) -> GroupId:
-    return GroupId(f"g{index:05d}")
+def group_id(index: int) -> str:
+    return f"g{index:05d}"
 
 
 def derive_id(*parts: object) -> str:

@@ -14,8 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from heddle.bus.server import EmbeddedNatsServer
+
+# One hypothesis profile for every property test: no per-example deadline (a loaded 2-core machine
+# makes any deadline flaky; the suite's timeout still bounds a test). CI adds a fixed seed
+# (derandomize) and prints the failing example's reproduction blob.
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HEDDLE_HYPOTHESIS_PROFILE", "dev"))
 
 USE_DOCKER = os.environ.get("HEDDLE_TEST_DOCKER") == "1"
 

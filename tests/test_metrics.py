@@ -193,7 +193,7 @@ def test_metrics_port_zero_serves_nothing_and_bad_ports_are_user_errors() -> Non
 _STEPS = st.lists(st.integers(0, 500), min_size=1, max_size=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     outputs=_STEPS,
     predictions=st.lists(st.tuples(st.integers(-1, 6), st.floats(0, 1e4)), max_size=6),

@@ -12,11 +12,8 @@ slot run alone) is named after that unit: ``<prefix>-<slot>``.
 Lifecycle of ``DeciderConsumer.run()``:
 
 1. **Position.** The durable's ack floor is the last event whose outputs are stored. A durable
-   that does not exist yet takes the lowest ack floor of the ``legacy`` durables it replaces
-   (the per-slot durables of earlier versions: their unacknowledged tail is decided again, the
-   outputs' ids de-duplicate), or else adopts the stream as it is: everything already in it
-   counts as handled, so a control plane started on an old data dir does not re-place old
-   rollouts.
+   that does not exist yet adopts the stream as it is: everything already in it counts as
+   handled, so a control plane started on an old data dir does not re-place old rollouts.
 2. **Replay.** Every event of the units' kinds up to that position is decoded once and folded
    into each unit that handles it, outputs discarded (they were published the first time): the
    state is rebuilt exactly as the simulator would have built it from the same events.
@@ -26,7 +23,7 @@ Lifecycle of ``DeciderConsumer.run()``:
    as it arrives, the ``first`` units' outputs (the router's) go out before the other units
    decide, every output is published with ids derived from its input (a re-run after a crash
    stores nothing twice), and batches are acknowledged in order, each only once its outputs are
-   stored. The legacy durables are then deleted.
+   stored.
 
 A delivery at or below the position is a redelivery of an event already decided (an ack lost in
 a reconnect): it is acknowledged without deciding it again. An event a unit refuses (a
@@ -134,13 +131,11 @@ class DeciderConsumer:
         config: HostConfig | None = None,
         *,
         first: Collection[str] = (),
-        legacy: Sequence[str] = (),
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
         on_batch: BatchObserver | None = None,
     ) -> None:
-        """``first``: units whose outputs go out before the others decide the same batch;
-        ``legacy``: durables this one replaces (see the module docstring)."""
+        """``first``: units whose outputs go out before the others decide the same batch."""
         hosted = list(units) if isinstance(units, Sequence) else [units]
         if not hosted:
             raise ValueError("a consumer hosts at least one unit")
@@ -149,7 +144,6 @@ class DeciderConsumer:
         self.durable = config.durable(hosted[0].slot if len(hosted) == 1 else PLANE)
         self.fanout = FanOut(hosted, first=first, clock=clock)
         self.filter_subjects = filter_subjects(self.fanout.handles)
-        self.legacy = [name for name in legacy if name != self.durable]
         self.stats = ConsumerStats(self.durable, units=self.fanout.stats)
         self._decode = decoder_for(*(unit.slot for unit in hosted))
         self._clock = clock
@@ -191,7 +185,7 @@ class DeciderConsumer:
         )
         self.stats.is_live = True
         try:
-            await self._runner.run(on_provisioned=self._forget_legacy)
+            await self._runner.run()
         finally:
             self.stats.is_live = False
             self._runner = None
@@ -203,19 +197,7 @@ class DeciderConsumer:
         state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
         if state is not None:
             return max(state.ack_floor_sequence, floor)
-        floors = []
-        for name in self.legacy:
-            legacy = await self.bus.consumer_state(EVENTS_STREAM, name)
-            if legacy is not None:
-                floors.append(legacy.ack_floor_sequence)
-        if floors:
-            return max(min(floors), floor)
         return max((await self.bus.stream_state()).last_sequence, floor)
-
-    async def _forget_legacy(self) -> None:
-        for name in self.legacy:
-            if await self.bus.delete_consumer(EVENTS_STREAM, name):
-                log.info("%s replaces durable %s (deleted)", self.durable, name)
 
     async def replay(self, position: int) -> None:
         """Fold every event of the units' kinds up to ``position`` into the state."""

@@ -41,7 +41,7 @@ from heddle.config import Settings
 from heddle.consumers.bundles import bundle_factory, control_options
 from heddle.consumers.history import ledger_history
 from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
-from heddle.consumers.liveness import LIVENESS_SLOT, WorkerLiveness
+from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.operations import OperationsService
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
@@ -214,7 +214,6 @@ class ControlPlaneService:
             [*self.slots.values(), liveness, operations],
             host,
             first=(ROUTER_SLOT,),
-            legacy=[host.durable(slot) for slot in (*SLOTS, LIVENESS_SLOT)],
             on_batch=observer,
         )
         self.consumers = {DECIDERS: consumer}

@@ -7,7 +7,7 @@ No I/O, no clock, no global randomness (callers inject ``now`` and a seeded ``ra
 - ``placement`` (``blocks``, ``bottleneck``, ``placement_reference``, ``placement_hetero``,
   ``worker_mix``): min-makespan grouping of trajectories onto workers.
 - ``migration``, ``transfers``: re-placement after new predictions; KV transfer batches.
-- ``priority``, ``waiting_queue``, ``preemption``: PPS and baselines, queue, preemption choice.
+- ``priority``, ``preemption``: PPS and baselines, preemption choice.
 - ``routing``: the anchors' placement baselines (least-load, cache affinity, hashing, random).
 - ``resources``, ``annealing``: TP configuration of a GPU budget.
 - ``lower_bound``: the makespan lower bound every benchmark reports against.

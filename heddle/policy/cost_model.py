@@ -15,7 +15,7 @@ analytic batch term with interpolation in a user's own ITL table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 GB = 1e9
@@ -172,9 +172,6 @@ class AnalyticCostModel:
 
     def solo_token_s(self, context_tokens: int = 0) -> float:
         return self.decode_step_s(1, context_tokens)
-
-    def with_tp(self, tp_degree: int) -> AnalyticCostModel:
-        return replace(self, tp_degree=tp_degree)
 
 
 def preset(model: str, hardware: str = "h200", tp_degree: int = 1) -> AnalyticCostModel:

@@ -25,8 +25,6 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.bus.server import free_port
 from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
-from heddle.consumers.liveness import LIVENESS_SLOT
-from heddle.consumers.slots import SLOTS
 from heddle.control.systems import engine_config, system_spec
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
@@ -194,10 +192,8 @@ def _migrate(ledger_url: str) -> None:
 
 
 async def delete_control_durables(bus: Bus, prefix: str) -> None:
-    """Remove the durable of an isolated control plane run (``<prefix>-plane``, and the
-    per-slot ``<prefix>-<slot>`` of earlier versions)."""
-    for name in (PLANE, *SLOTS, LIVENESS_SLOT):
-        await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{name}")
+    """Remove the durable of an isolated control plane run (``<prefix>-plane``)."""
+    await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{PLANE}")
 
 
 class LocalDeployment:

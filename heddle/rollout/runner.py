@@ -30,8 +30,6 @@ from heddle.bus import Bus, BusOptions
 from heddle.bus.embedded import is_alive
 from heddle.config import Settings
 from heddle.consumers import PLANE, ControlPlaneConfig, read_status
-from heddle.consumers.liveness import LIVENESS_SLOT
-from heddle.consumers.slots import SLOTS
 from heddle.errors import UserError
 from heddle.events import RolloutCancelled
 from heddle.events.subjects import EVENTS_STREAM
@@ -221,17 +219,13 @@ def _refuse_second_control_plane(data_dir: Path, config: ControlPlaneConfig) -> 
 
 
 async def require_control_plane(bus: Bus) -> None:
-    """``UserError`` unless a control plane has run on this NATS (its durable exists: the
-    shared ``control-plane``, or the per-slot durables of earlier versions)."""
+    """``UserError`` unless a control plane has run on this NATS (its durable exists)."""
     durable = f"control-{PLANE}"
-    if await bus.consumer_state(EVENTS_STREAM, durable) is not None:
-        return
-    for legacy in (f"control-{slot}" for slot in (*SLOTS, LIVENESS_SLOT)):
-        if await bus.consumer_state(EVENTS_STREAM, legacy) is None:
-            raise UserError(
-                f"no control plane has run on this NATS (durable {durable} missing): "
-                "start `heddle up` first, or drop --attach"
-            )
+    if await bus.consumer_state(EVENTS_STREAM, durable) is None:
+        raise UserError(
+            f"no control plane has run on this NATS (durable {durable} missing): "
+            "start `heddle up` first, or drop --attach"
+        )
 
 
 async def _follow(

@@ -40,7 +40,7 @@ def refusal(decode: Callable[[bytes], object], message: Fuzzed) -> str | None:
     return subject_mismatch(message.subject, decoded)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(any_fuzzed)
 def test_every_consumer_decoder_refuses_fuzzed_messages(message: Fuzzed) -> None:
     for decode in decoders_of(message):

@@ -75,7 +75,7 @@ def ident(output: Output) -> str:
 unit_handles = st.sets(st.sampled_from(KINDS), max_size=len(KINDS))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     kinds=st.lists(st.sampled_from(KINDS), max_size=40),
     handles=st.lists(unit_handles, min_size=1, max_size=4),

@@ -183,12 +183,10 @@ class RunningPlane(Running):
     """The rollout and placement slots and worker liveness on one consumer, as the control
     plane hosts them (placement deciding first)."""
 
-    def __init__(self, bus: Bus, legacy: tuple[str, ...] = ()) -> None:
+    def __init__(self, bus: Bus) -> None:
         self.liveness = WorkerLiveness(timeout_s=10.0)
         units = [SlotDeciders("rollout", make_bundle), SlotDeciders("placement", make_bundle)]
-        self.consumer = DeciderConsumer(
-            bus, [*units, self.liveness], CONFIG, first=("placement",), legacy=legacy
-        )
+        self.consumer = DeciderConsumer(bus, [*units, self.liveness], CONFIG, first=("placement",))
         self.task = None
 
 
@@ -232,15 +230,3 @@ async def test_an_event_refused_by_several_units_is_dead_lettered_once(bus: Bus)
     assert isinstance(letter, DeadLettered) and "nope" in letter.reason
     assert letter.consumer == "control-plane"
     assert consumer.stats.units["rollout"].num_rejected == 1
-
-
-async def test_the_plane_resumes_from_the_durables_it_replaces(bus: Bus) -> None:
-    async with Running(bus) as first:  # an earlier version: one durable per slot
-        await bus.publish_many([submitted("r1", 3), completed("r1", 0)])
-        await until(lambda: _decided(first, 2))
-    await bus.publish_many([completed("r1", 1), completed("r1", 2)])
-    async with RunningPlane(bus, legacy=("control-rollout",)) as plane:
-        await until(lambda: _decided(plane, 2))
-    assert plane.stats.num_replayed == 2  # to the legacy floor, then the rest decided live
-    assert len(await finished(bus, "r1")) == 1
-    assert await durables(bus) == {"control-plane"}

@@ -30,7 +30,7 @@ def histogram_of(values: list[float]) -> LatencyHistogram:
     return histogram
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(values=samples, q=quantiles)
 def test_a_quantile_is_the_exact_one_rounded_up_by_at_most_one_bucket(
     values: list[float], q: float
@@ -48,7 +48,7 @@ def test_a_quantile_is_the_exact_one_rounded_up_by_at_most_one_bucket(
         assert truth <= read * (1 + 1e-9) and read <= truth * RATIO * (1 + 1e-9)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(before=samples, after=samples, q=quantiles)
 def test_the_difference_of_two_snapshots_is_the_histogram_of_the_samples_between(
     before: list[float], after: list[float], q: float

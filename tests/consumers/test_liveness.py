@@ -104,7 +104,7 @@ def test_cancelling_a_rollout_aborts_its_trajectories_where_they_are() -> None:
     assert liveness.decide(RolloutCancelled(event_id="rc", rollout_id="r", occurred_at=2.0)) == []
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     beats=st.lists(st.tuples(st.sampled_from(["w0", "w1", "w2"]), st.floats(0, 50)), max_size=30),
     checks=st.lists(st.floats(0, 80), min_size=1, max_size=6),

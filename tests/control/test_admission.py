@@ -37,7 +37,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     ops=operations,
     capacities=st.lists(st.integers(0, 800), min_size=1, max_size=3),
@@ -161,7 +161,7 @@ def _held_at(footprints: list[Footprint], time_s: float) -> float:
     return total
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(footprints=footprints)
 def test_the_projected_peak_is_the_most_held_at_any_time(footprints: list[Footprint]) -> None:
     """Against a dense scan of time (just before each departure, and between): the projection
@@ -173,7 +173,7 @@ def test_the_projected_peak_is_the_most_held_at_any_time(footprints: list[Footpr
     assert projected_peak(footprints) <= sum(f.peak_tokens for f in footprints) + 1e-6
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(footprints=footprints, budget=st.integers(1, 3000))
 def test_projected_admission_keeps_the_projected_budget(
     footprints: list[Footprint], budget: int

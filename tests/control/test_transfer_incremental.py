@@ -130,7 +130,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(steps=steps)
 def test_incremental_starts_equal_a_full_pass_after_every_event(
     steps: list[tuple[int, str, int, int, float]],

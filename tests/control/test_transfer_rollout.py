@@ -67,7 +67,7 @@ def test_a_finished_trajectory_frees_its_endpoints_and_its_request() -> None:
     assert move.traj_id == "b"
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     st.lists(
         st.tuples(st.integers(0, 7), st.integers(0, 4), st.integers(0, 4), st.floats(0, 1e5)),

@@ -240,7 +240,6 @@ class TestLedgerContract:
 
     @settings(
         max_examples=12,
-        deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture],
     )
     @given(

@@ -77,7 +77,7 @@ def drain(model: BatchingModel) -> list[FinishedGeneration]:
 # ---- decode spans ------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     model=st.sampled_from(["qwen3-8b", "qwen3-32b"]),
     tp=st.sampled_from([1, 2, 8]),
@@ -93,7 +93,7 @@ def test_decode_span_equals_step_by_step_sum(
     assert decode_span_s(cost, batch, ctx, steps) == pytest.approx(brute, rel=1e-9, abs=1e-12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     batch=st.integers(1, 600),
     ctx=st.integers(0, 500_000),
@@ -111,7 +111,7 @@ def test_steps_covering_is_the_first_boundary_at_or_after(
         assert decode_span_s(COST, batch, ctx, steps - 1) < duration
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     batch=st.integers(1, 600),
     ctx=st.integers(0, 1_000_000),
@@ -346,7 +346,7 @@ arrival_lists = st.lists(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(arrivals=arrival_lists, max_running=st.integers(1, 4))
 def test_chunked_model_matches_the_token_by_token_reference(
     arrivals: list[tuple[float, int, int, float]], max_running: int
@@ -392,7 +392,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     ops=operations,
     capacity=st.integers(1500, 6000),

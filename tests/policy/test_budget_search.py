@@ -27,7 +27,7 @@ lengths_st = st.lists(st.floats(0.0, 40000.0, allow_nan=False), min_size=1, max_
 contexts_st = st.integers(1, 20000)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     lengths=lengths_st,
     num_gpus=st.integers(1, 12),
@@ -46,7 +46,7 @@ def test_search_equals_exhaustive_on_small_budgets(
     assert sum(cover.sizes) == len(lengths)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     seed=st.integers(0, 10**6),
     num=st.integers(20, 120),
@@ -60,7 +60,7 @@ def test_search_is_never_worse_than_the_annealer(seed: int, num: int, num_gpus: 
     assert cover is not None and cover.makespan <= annealed.plan.makespan_s
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(lengths=lengths_st, num_gpus=st.integers(1, 40), context=contexts_st)
 def test_more_gpus_never_plan_slower(lengths: list[float], num_gpus: int, context: int) -> None:
     smaller = problem(lengths, num_gpus, context=context).best_cover()
@@ -69,7 +69,7 @@ def test_more_gpus_never_plan_slower(lengths: list[float], num_gpus: int, contex
     assert larger.makespan <= smaller.makespan
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(lengths=lengths_st, num_gpus=st.integers(1, 40), degree=st.sampled_from([1, 2, 4, 8]))
 def test_a_single_degree_search_is_fix_k(lengths: list[float], num_gpus: int, degree: int) -> None:
     prob = problem(lengths, num_gpus)

@@ -100,7 +100,7 @@ def request_streams(draw: st.DrawFn) -> list[tuple[RouteRequest, int]]:
     return stream
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(stream=request_streams())
 def test_span_model_matches_the_radix_tree(stream: list[tuple[RouteRequest, int]]) -> None:
     model, tree = PrefixModel(), RadixTree()

@@ -36,7 +36,7 @@ lines = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(lines=lines, first=st.integers(0, 50_000), count=st.integers(0, 3000))
 def test_envelope_sums_the_cheapest_line_of_every_token(
     lines: list[TokenCostLine], first: int, count: int
@@ -45,7 +45,7 @@ def test_envelope_sums_the_cheapest_line_of_every_token(
     assert Envelope(lines).range_gpu_s(first, count) == pytest.approx(brute, rel=1e-9, abs=1e-15)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=40))
 def test_linear_minorant_stays_below_every_point(fixed: list[float]) -> None:
     shared, per_sequence = _linear_minorant(fixed)
@@ -96,7 +96,7 @@ def _run_worker(model: AnalyticCostModel, jobs: list[tuple[int, int, int]], seed
     return last
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     jobs=st.lists(
         st.tuples(st.integers(1, 600), st.integers(1, 300), st.integers(0, 3)),

@@ -85,7 +85,7 @@ trajectories = st.builds(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     workload=st.lists(trajectories, min_size=1, max_size=6),
     worker_tps=st.lists(st.sampled_from([1, 2]), min_size=1, max_size=3),

@@ -47,7 +47,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(ops=OPS, sizes=st.lists(st.integers(0, 5), min_size=1, max_size=5).filter(any))
 def test_planner_matches_brute_force_without_hysteresis(
     ops: list[tuple[str, int, int]], sizes: list[int]
@@ -127,7 +127,7 @@ def test_bad_input() -> None:
         planner.update("t", float("nan"))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     source_batch=st.integers(1, 256),
     target_batch=st.integers(0, 256),

@@ -44,7 +44,7 @@ samples = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(rows=samples, ridge=st.floats(0.01, 10))
 def test_ridge_from_sufficient_statistics_equals_brute_force(
     rows: list[tuple[list[float], float]], ridge: float
@@ -168,7 +168,7 @@ progresses = st.builds(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(progress=progresses)
 def test_predictions_are_finite_and_non_negative(progress: Progress) -> None:
     online = OnlinePredictor(OnlineModelConfig(min_samples=4))
@@ -189,7 +189,7 @@ def test_outcomes_from_traces_carry_their_tool_figures() -> None:
     assert isinstance(registered, OnlinePredictor)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(counts=st.lists(st.integers(1, 40), min_size=0, max_size=30), k=st.integers(0, 45))
 def test_survival_is_the_conditional_mean_of_remaining_steps(counts: list[int], k: int) -> None:
     survival, group = Survival(), GroupStats()

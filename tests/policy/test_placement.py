@@ -36,7 +36,7 @@ def assert_contiguous_longest_first(result: Partition, lengths: list[float]) -> 
     assert walked == sorted(walked, reverse=True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     lengths=lengths_lists(1, 8),
     num_workers=st.integers(min_value=1, max_value=4),
@@ -51,7 +51,7 @@ def test_partition_equals_brute_force(
     assert result.makespan == makespan_of(lengths, result.groups, interference)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     lengths=lengths_lists(1, 300),
     num_workers=st.integers(min_value=1, max_value=12),

@@ -31,7 +31,7 @@ def makespan_of(lengths: list[float], workers: list[WorkerModel], groups: list[l
     )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     lengths=st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0]), min_size=1, max_size=6),
     types=WORKER_TYPES,

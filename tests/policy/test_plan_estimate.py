@@ -61,7 +61,7 @@ def test_a_worker_that_holds_one_context_serialises_its_group() -> None:
     assert roomy < 2 * alone
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(group=groups_st, extra=st.tuples(st.floats(1.0, 30000.0), st.integers(1, 8000)))
 def test_adding_a_trajectory_never_estimates_faster(
     group: list[tuple[float, int]], extra: tuple[float, int]
@@ -75,7 +75,7 @@ def test_adding_a_trajectory_never_estimates_faster(
     assert after >= before * (1 - 1e-3)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(group=groups_st, shape=shapes_st, factor=st.floats(1.0, 8.0))
 def test_more_kv_never_estimates_slower(
     group: list[tuple[float, int]], shape: AgentShape, factor: float
@@ -89,7 +89,7 @@ def test_more_kv_never_estimates_slower(
     ) * (1 + 1e-6)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(group=groups_st, ratio=st.floats(0.0, 4.0), tools=st.floats(0.0, 0.5), more=st.floats(0, 1))
 def test_more_tool_time_never_estimates_faster(
     group: list[tuple[float, int]], ratio: float, tools: float, more: float
@@ -125,7 +125,7 @@ def planning_problem(
     return ResourceProblem(lengths, num_gpus, models, 8000), prompts, shape
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     seed=st.integers(0, 10**6),
     num=st.integers(1, 200),

@@ -52,7 +52,7 @@ trajectories = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(trace=trajectories)
 def test_oracle_predicts_the_true_remaining_output(trace: list[TraceTrajectory]) -> None:
     oracle = make_predictor("oracle", PredictorOptions(trace={t.id: t for t in trace}))
@@ -62,7 +62,7 @@ def test_oracle_predicts_the_true_remaining_output(trace: list[TraceTrajectory])
             assert oracle.predict(progress_of(t, k)) == truth
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(trace=trajectories)
 def test_every_predictor_predicts_tool_time_and_the_oracle_knows_it(
     trace: list[TraceTrajectory],
@@ -76,10 +76,25 @@ def test_every_predictor_predicts_tool_time_and_the_oracle_knows_it(
             expected = 0.5 * max(0, len(t.steps) - 1 - max(0, k - 1))
             assert remaining_tool_s(t.steps, k) == pytest.approx(expected)
             assert predict_tool_s(oracle, progress_of(t, k)) == pytest.approx(expected)
-    for name in PREDICTORS:
+    # Every call takes 0.5 s: the mean-based baselines can predict neither below zero nor
+    # beyond the longest trajectory's remaining calls (the online model is tested below).
+    ceiling = 0.5 * max(len(t.steps) - 1 for t in trace) + 1e-9
+    for name in ("prompt_only", "history"):
         predictor = fit(make_predictor(name, options), trace)
-        assert all(predict_tool_s(predictor, progress_of(t, 1)) >= 0.0 for t in trace)
-        assert hasattr(predictor, "predict_tool_s"), name
+        for t in trace:
+            assert 0.0 <= predict_tool_s(predictor, progress_of(t, 1)) <= ceiling, name
+
+
+@settings(max_examples=20)
+@given(num_steps=st.integers(2, 8), num_trajectories=st.integers(40, 80))
+def test_fitted_predictors_learn_a_fixed_tool_time(num_steps: int, num_trajectories: int) -> None:
+    """Where every trajectory makes the same calls, each learned predictor finds their time."""
+    trace = [trajectory(f"t{i}", [100] * num_steps) for i in range(num_trajectories)]
+    truth = 0.5 * (num_steps - 1)
+    for name in ("prompt_only", "history", "online"):
+        predictor = fit(make_predictor(name, PredictorOptions(trace={})), trace)
+        predicted = predict_tool_s(predictor, progress_of(trace[0], 1))
+        assert predicted == pytest.approx(truth, rel=0.1), name
 
 
 def test_noisy_oracle_error_decays_to_its_floor() -> None:
@@ -141,7 +156,7 @@ def test_noisy_oracle_error_shrinks_with_the_step_decay() -> None:
     assert spread[1] == pytest.approx(0.1, rel=0.15)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(history=trajectories, probe_prompt=st.integers(1, 4000))
 def test_history_baseline_matches_the_brute_force_mean(
     history: list[TraceTrajectory], probe_prompt: int
@@ -160,7 +175,7 @@ def test_history_baseline_matches_the_brute_force_mean(
     assert HistoryPredictor(123.0).predict(Progress("x", output_tokens=23)) == 100.0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(history=trajectories, probe_prompt=st.integers(1, 4000))
 def test_prompt_only_baseline_uses_the_group_mean_then_a_least_squares_line(
     history: list[TraceTrajectory], probe_prompt: int

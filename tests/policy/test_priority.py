@@ -1,4 +1,4 @@
-"""Priority policies, the waiting queue and the preemption decision."""
+"""Priority policies and the preemption decision."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from heddle.policy.priority import (
     TrajectoryFacts,
     priority_policy,
 )
-from heddle.policy.waiting_queue import WaitingQueue
 
 
 def facts(**kwargs: float) -> TrajectoryFacts:
@@ -56,7 +55,7 @@ def _brute_force_level(service: float, num_levels: int, first: float, growth: fl
     return sum(1 for bound in bounds if service >= bound)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     service=st.floats(0, 1e4, allow_nan=False),
     num_levels=st.integers(1, 10),
@@ -105,60 +104,6 @@ def test_registry_names_match_and_unknown_name_is_clear() -> None:
         priority_policy("lifo")
 
 
-QUEUE_OPS = st.lists(
-    st.tuples(
-        st.sampled_from(["push", "reprioritize", "remove", "pop"]),
-        st.integers(0, 12),
-        st.integers(-3, 3).map(float),
-        st.integers(0, 5).map(float),
-    ),
-    max_size=120,
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(ops=QUEUE_OPS)
-def test_waiting_queue_keeps_order_and_loses_nothing(
-    ops: list[tuple[str, int, float, float]],
-) -> None:
-    queue = WaitingQueue()
-    model: dict[str, tuple[float, float]] = {}
-    for op, key, priority, arrival in ops:
-        request_id = f"r{key:02d}"
-        if op == "push" and request_id not in model:
-            queue.push(request_id, priority, arrival)
-            model[request_id] = (priority, arrival)
-        elif op == "reprioritize" and request_id in model:
-            queue.reprioritize(request_id, priority)
-            model[request_id] = (priority, model[request_id][1])
-        elif op == "remove" and request_id in model:
-            assert queue.remove(request_id).request_id == request_id
-            del model[request_id]
-        elif op == "pop" and model:
-            expected = min(model, key=lambda r: (-model[r][0], model[r][1], r))
-            assert queue.pop().request_id == expected
-            del model[expected]
-        expected_order = sorted(model, key=lambda r: (-model[r][0], model[r][1], r))
-        assert [q.request_id for q in queue] == expected_order
-        assert len(queue) == len(model)
-        head = queue.peek()
-        assert (head.request_id if head else None) == (expected_order[0] if model else None)
-
-
-def test_waiting_queue_rejects_bad_operations() -> None:
-    queue = WaitingQueue()
-    queue.push("a", 1.0, 0.0)
-    with pytest.raises(ValueError, match="already queued"):
-        queue.push("a", 2.0, 0.0)
-    with pytest.raises(ValueError, match="not queued"):
-        queue.reprioritize("b", 1.0)
-    with pytest.raises(ValueError, match="NaN"):
-        queue.push("c", float("nan"), 0.0)
-    queue.pop()
-    with pytest.raises(IndexError):
-        queue.pop()
-
-
 def requests(prefix: str, max_size: int) -> st.SearchStrategy[list[RankedRequest]]:
     one = st.tuples(
         st.integers(0, 20).map(float), st.integers(1, 4).map(float), st.integers(0, 9).map(float)
@@ -168,7 +113,7 @@ def requests(prefix: str, max_size: int) -> st.SearchStrategy[list[RankedRequest
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     running=requests("run", 6),
     waiting=requests("wait", 6),
@@ -229,7 +174,7 @@ def test_preemption_bad_input() -> None:
         decide_preemptions([RankedRequest("x", 1.0)], [RankedRequest("x", 2.0)], 1.0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     remaining=st.floats(0, 1e5),
     other=st.floats(0, 1e5),

@@ -59,7 +59,7 @@ def test_json_profile_fields_and_context_term() -> None:
     assert model.solo_token_s(8192) > model.solo_token_s(512)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     points=st.dictionaries(st.integers(1, 512), st.floats(1.0, 100.0), min_size=1, max_size=8),
     context=st.integers(0, 4096),

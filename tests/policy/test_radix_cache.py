@@ -133,7 +133,7 @@ radix_operations = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(ops=radix_operations, page=st.sampled_from([1, 1, 4]))
 def test_the_radix_cache_matches_a_reference_radix_tree(ops: list[tuple], page: int) -> None:
     harness = Harness(page)

@@ -50,7 +50,7 @@ def brute_target(
     return best
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     workers=st.lists(
         st.tuples(

@@ -111,7 +111,7 @@ def test_annealing_is_reproducible_with_a_seed() -> None:
     assert first == again
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(num_gpus=st.integers(1, 40), seed=st.integers(0, 1000))
 def test_moves_keep_the_gpu_budget_and_allowed_degrees(num_gpus: int, seed: int) -> None:
     prob = problem([100.0, 50.0], num_gpus, model="qwen3-8b")

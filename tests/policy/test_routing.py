@@ -64,7 +64,7 @@ def _ring_reference(names: list[str], key: str, live: set[int]) -> int:
     return after[0] if after else next(w for _, w in points if w in live)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     num_workers=st.integers(1, 4),
     keys=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=8),
@@ -115,7 +115,7 @@ def test_random_router_is_reproducible_with_a_seed() -> None:
     ]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     name=st.sampled_from(sorted(ROUTERS)),
     loads=st.lists(st.integers(0, 5).map(float), min_size=1, max_size=6),

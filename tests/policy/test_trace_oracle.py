@@ -46,7 +46,7 @@ def test_trajectories_without_a_trace_ask_the_fallback_which_learns() -> None:
     assert fallback.num_samples == 1  # the one prediction it made, with its true remaining
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     outputs=st.lists(st.integers(0, 4000), min_size=1, max_size=6),
     sigma=st.floats(0, 1.5),

@@ -23,7 +23,7 @@ def endpoints(batch: list[Transfer]) -> list[str]:
     return [e for t in batch for e in (t.source_id, t.target_id)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(pending=st.lists(transfers, max_size=12), in_flight=st.lists(transfers, max_size=2))
 def test_batches_are_endpoint_exclusive_longest_first_and_maximal(
     pending: list[Transfer], in_flight: list[Transfer]
@@ -45,7 +45,7 @@ def test_batches_are_endpoint_exclusive_longest_first_and_maximal(
             assert t.traj_id in moving or {t.source_id, t.target_id} & set(used)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(ops=st.lists(st.one_of(transfers, st.sampled_from(["batch", "finish"])), max_size=40))
 def test_scheduler_never_doubles_an_endpoint_and_loses_nothing(ops: list[Transfer | str]) -> None:
     scheduler = TransferScheduler()

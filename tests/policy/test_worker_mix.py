@@ -18,7 +18,7 @@ TYPES = st.lists(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     lengths=st.lists(st.integers(0, 20).map(float), min_size=1, max_size=6),
     types=TYPES,

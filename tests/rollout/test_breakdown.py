@@ -149,7 +149,7 @@ def summary_of(steps: list[StepGaps], tail_s: float = 0.0) -> RolloutSummary:
     return summarize("r", [rollout_submitted(), *recorder.events], [0.0, *recorder.stored])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(step_gaps, min_size=1, max_size=6), gap)
 def test_the_parts_are_each_measured_and_sum_to_the_total(
     steps: list[StepGaps], tail_s: float

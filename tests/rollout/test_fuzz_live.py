@@ -139,7 +139,6 @@ def fuzz_from_thread(fuzzer: Fuzzer, loop: asyncio.AbstractEventLoop) -> None:
 
     @settings(
         max_examples=10,
-        deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
     )

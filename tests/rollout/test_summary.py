@@ -130,7 +130,7 @@ def test_figures_of_a_rollout_with_a_failure_and_a_replacement() -> None:
     assert summary.workers == ["w0", "w1"] and summary.events == len(events)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     ends=st.lists(st.tuples(st.floats(0, 1000), st.integers(0, 10_000)), min_size=1, max_size=20),
     scale=st.floats(0.5, 500),

@@ -114,7 +114,7 @@ traces = st.lists(st.tuples(st.integers(0, 3000), steps), min_size=1, max_size=1
 )
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces, num_gpus=st.sampled_from([1, 2, 4, 8]))
 def test_no_run_beats_the_lower_bound(trace: list[TraceTrajectory], num_gpus: int) -> None:
     config = SimConfig(model=MODEL, num_gpus=num_gpus, predictor="oracle")
@@ -125,7 +125,7 @@ def test_no_run_beats_the_lower_bound(trace: list[TraceTrajectory], num_gpus: in
         assert result.num_output_tokens == sum(t.num_output_tokens for t in trace)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_no_run_beats_the_kv_aware_bound_when_memory_binds(seed: int) -> None:
     """Qwen3-32B on two H100s: ~300k KV tokens at TP2 for 64 coding trajectories whose contexts

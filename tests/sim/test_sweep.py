@@ -46,7 +46,7 @@ TINY = SweepConfig(
 )
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(seed=st.integers(min_value=0, max_value=10_000), num_cells=st.integers(1, 60))
 def test_tuning_and_heldout_draws_are_disjoint_and_partition_all(seed: int, num_cells: int) -> None:
     config = SweepConfig(seed=seed, num_cells=num_cells)

@@ -22,7 +22,7 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(intervals=_INTERVALS)
 def test_rows_never_overlap_and_are_as_few_as_possible(
     intervals: list[tuple[float, float]],

@@ -26,7 +26,7 @@ from heddle.workloads.zoo import (
 from heddle.workloads.zoo_params import MathParams, SearchParams, SweParams, WebParams
 
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
-SLOW = settings(max_examples=8, deadline=None)
+SLOW = settings(max_examples=8)
 
 
 def _turn_counts(trace: list[TraceTrajectory]) -> np.ndarray:

@@ -196,9 +196,6 @@ class BatchingModel:
         self._flush()
         return [job.job.request_id for job in sorted(self._running, key=job_order)]
 
-    def is_in_flight(self, request_id: str) -> bool:
-        return request_id in self._jobs
-
     def load(self) -> BatchLoad:
         return BatchLoad(
             num_running=len(self._running),

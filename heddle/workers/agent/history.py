@@ -214,9 +214,6 @@ class TrajectoryLog:
     def is_started(self) -> bool:
         return bool(self.steps) or self.outcome is not None
 
-    def last_tool_result(self) -> ToolReturned | None:
-        return self.steps[-1].tool_returned if self.steps else None
-
     def context_token_ids(self) -> list[int]:
         """Every token the next generation conditions on (prompt, outputs, observations); a
         copy the caller may keep."""

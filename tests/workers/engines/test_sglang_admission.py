@@ -128,7 +128,7 @@ def _reference_decisions(
     return admitted, preempted
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     max_running=st.integers(1, 4),
     threshold=st.sampled_from([0.0, 0.5, 3.0]),
@@ -214,4 +214,4 @@ class AdmissionMachine(RuleBasedStateMachine):
 
 
 TestAdmissionMachine = AdmissionMachine.TestCase
-TestAdmissionMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestAdmissionMachine.settings = settings(max_examples=60, stateful_step_count=30)

@@ -40,7 +40,7 @@ def prefixes(tokens: list[int]) -> set[tuple[int, ...]]:
     return {tuple(tokens[: end + 1]) for end in range(len(tokens))}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(OPS)
 def test_the_tree_caches_what_was_inserted_less_whole_lru_leaves(ops: list) -> None:
     tree = RadixTree()

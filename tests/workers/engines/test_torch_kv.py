@@ -177,7 +177,7 @@ def test_local_model_folder_loads_offline_and_computes_the_same(
         load_model(TorchEngineOptions(model=str(tmp_path / "missing")))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     layers=st.integers(1, 3),
     heads=st.integers(1, 3),

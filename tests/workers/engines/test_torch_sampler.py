@@ -48,7 +48,7 @@ def test_frequencies_follow_the_tempered_softmax() -> None:
         assert abs(count / num_draws - prob) < 0.03
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     values=st.lists(st.floats(-5, 5), min_size=2, max_size=40),
     top_p=st.floats(0.05, 1.0),
@@ -75,7 +75,7 @@ def test_sampled_token_is_in_the_top_p_nucleus(
     assert token in nucleus or tied & nucleus
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(seed=st.integers(0, 2**32), others=st.integers(1, 6))
 def test_a_rows_token_does_not_depend_on_the_rest_of_the_batch(seed: int, others: int) -> None:
     generator = torch.Generator().manual_seed(seed)

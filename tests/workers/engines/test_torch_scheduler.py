@@ -185,7 +185,7 @@ _workloads = st.lists(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     workload=_workloads,
     max_running=st.integers(1, 4),
@@ -233,7 +233,7 @@ def _check_no_overtaking(scheduler: Scheduler, out: SchedulerOutput) -> None:
         assert all(admitted.order_key() < seq.order_key() for seq in left)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(
     priorities=st.lists(st.integers(0, 6), min_size=1, max_size=10),
     late_priorities=st.lists(st.integers(0, 6), max_size=6),
@@ -267,7 +267,7 @@ _store_ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(operations=_store_ops)
 def test_prefix_store_matches_a_reference_lru(operations: list[tuple[str, str, int]]) -> None:
     """Brute force: an ordered list of (trajectory, tokens), least recently put first."""

@@ -75,10 +75,6 @@ class KVCacheManager:
             self.stats.park_s += time.perf_counter() - started
         self.pool.release(seq)
 
-    def free_slot(self, seq: Sequence) -> None:
-        """Free a running sequence's slot, dropping its KV (``num_kv_tokens`` must be 0)."""
-        self.pool.release(seq)
-
     def drop_parked(self, seq: Sequence) -> None:
         self.parked.pop(seq.request_id, None)
 

@@ -97,9 +97,6 @@ class PrefixStore(Generic[Payload]):
         num_tokens, tokens_hash = lost
         return num_tokens if hash(tuple(context[:num_tokens])) == tokens_hash else 0
 
-    def forget_lost(self, trajectory_id: str) -> None:
-        self._lost.pop(trajectory_id, None)
-
     def _remember_lost(self, trajectory_id: str, token_ids: tuple[int, ...]) -> None:
         self._lost[trajectory_id] = (len(token_ids), hash(token_ids))
         self._lost.move_to_end(trajectory_id)
