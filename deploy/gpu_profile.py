@@ -17,7 +17,7 @@ For each context length and batch size it fills a KV cache of ``batch x context`
 warms up, then times ``--steps`` decode steps with CUDA events (median). Points whose KV would
 exceed ``--max-kv-gb`` are skipped, and so is the rest once ``--time-budget-s`` is spent; both
 are listed. ``--out`` gets the primary table (engine if available, else native; first context) in
-``heddle.policy.profiles``' JSON format; ``<out>.full.json`` gets every measurement.
+``heddle.policy.cost.profiles``' JSON format; ``<out>.full.json`` gets every measurement.
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ def _guarded(
 def profile(
     phase: Phase, args: argparse.Namespace, shape: Shape, hardware: str
 ) -> dict[str, object]:
-    """``heddle.policy.profiles`` JSON of one phase at its first measured context."""
+    """``heddle.policy.cost.profiles`` JSON of one phase at its first measured context."""
     context = min(phase.itl_ms)
     prefill = phase.prefill_tokens_per_s
     reference = min(prefill, key=lambda tokens: abs(tokens - 2048)) if prefill else None

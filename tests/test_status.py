@@ -19,6 +19,7 @@ from heddle.bus import Bus, ConsumerSpec
 from heddle.bus.streams import provision_consumer
 from heddle.cli.apps import app
 from heddle.config import Settings
+from heddle.consumers.snapshot import collect_status, slowest_trajectories
 from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
 from heddle.control.systems import ControlOptions, build_control_plane, system_spec
 from heddle.events import (
@@ -33,7 +34,6 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger import LedgerWriter, open_ledger, queries
 from heddle.observability.probe import probe_stream, running_nats_url
-from heddle.observability.snapshot import collect_status, slowest_trajectories
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor
 from heddle.sim.simulator import ROLLOUT_ID
 from heddle.workloads import generate

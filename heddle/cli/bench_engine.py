@@ -3,7 +3,7 @@
 Measures the torch engine (``heddle.workers.engines.torch_engine.bench``): decode time per step
 against batch size (the interference curve F(b)), prefill rate, resume cost after preemption
 (kept KV vs recompute) and migration cost (KV transfer vs re-prefill). The ITL table is written
-as a profile JSON that ``heddle.policy.profiles`` loads. torch is imported only when this
+as a profile JSON that ``heddle.policy.cost.profiles`` loads. torch is imported only when this
 command runs.
 """
 
@@ -19,7 +19,7 @@ import typer
 
 from heddle.cli.apps import bench_app, settings_of
 from heddle.errors import UserError
-from heddle.policy.profiles import parse_profile
+from heddle.policy.cost.profiles import parse_profile
 from heddle.workers.engines.torch_engine.options import DTypeName, TorchEngineOptions
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def bench_engine_command(
 
 
 def profile_document(result: EngineBenchResult, hardware: str) -> dict[str, Any]:
-    """The measured ITL table in ``heddle.policy.profiles``' JSON format (TP 1)."""
+    """The measured ITL table in ``heddle.policy.cost.profiles``' JSON format (TP 1)."""
     return {
         "model": Path(result.model).name.lower(),
         "hardware": hardware,

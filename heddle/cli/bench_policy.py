@@ -25,9 +25,9 @@ from rich.table import Table
 from heddle.cli.apps import bench_app
 from heddle.cli.planner_report import PlanningInputs, budget_report, validation_report
 from heddle.errors import UserError
-from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, preset
-from heddle.policy.migration import MigrationPlanner, shares_from_partition
-from heddle.policy.placement import Partition, partition, partition_reference
+from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, preset
+from heddle.policy.migration.planner import MigrationPlanner, shares_from_partition
+from heddle.policy.placement.presorted import Partition, partition, partition_reference
 from heddle.workloads import generate, workload_names
 
 T = TypeVar("T")

@@ -14,15 +14,9 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import db_app, settings_of
-from heddle.ledger import (
-    LEDGER_CONSUMER,
-    ProjectorConfig,
-    create_ledger_engine,
-    current_revision,
-    head_revision,
-)
+from heddle.consumers.projector import ProjectorConfig, serve
+from heddle.ledger import LEDGER_CONSUMER, create_ledger_engine, current_revision, head_revision
 from heddle.ledger.migrate import ensure_schema
-from heddle.ledger.projector import serve
 
 
 @db_app.command("upgrade")

@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from heddle.control.resources import AgenticCostModel, representative_context
-from heddle.policy.annealing import anneal
-from heddle.policy.cost_model import TP_DEGREES, CostModel
-from heddle.policy.plan_choice import candidate_plans, choose_plan
-from heddle.policy.plan_estimate import AgentShape
-from heddle.policy.resources import ResourceProblem, exhaustive_search
+from heddle.policy.cost.model import TP_DEGREES, CostModel
+from heddle.policy.resources.annealing import anneal
+from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
+from heddle.policy.resources.plan_estimate import AgentShape
+from heddle.policy.resources.problem import ResourceProblem, exhaustive_search
 from heddle.sim.config import SimConfig
 from heddle.sim.plan_validation import learnt_shape, validate
 from heddle.traces import TraceTrajectory

@@ -53,10 +53,10 @@ from heddle.rollout.deployment import (
 from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
 from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.runner import (
+    RunHooks,
     RunOptions,
     require_control_plane,
     run_rollout,
-    set_timeline_writer,
 )
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
@@ -189,11 +189,12 @@ def run_command(
         show_progress=not quiet,
         timeline=timeline,
     )
+    hooks = RunHooks()
     if timeline is not None:
         from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
 
-        set_timeline_writer(write_rollout_timeline)
-    result = asyncio.run(run_rollout(settings, run_options))
+        hooks = RunHooks(timeline_writer=write_rollout_timeline)
+    result = asyncio.run(run_rollout(settings, run_options, hooks))
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         if result.summary.lag.warning:  # also in the document (lag.warning): say it on stderr

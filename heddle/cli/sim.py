@@ -27,9 +27,9 @@ from rich.table import Table
 from heddle.cli.apps import sim_app
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
-from heddle.policy.cost_model import HARDWARE, MODELS
+from heddle.policy.cost.model import HARDWARE, MODELS
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
-from heddle.policy.predictors import PREDICTORS
+from heddle.policy.prediction import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.sim.sweep import SPLITS, SweepConfig, run_sweep
 from heddle.sim.sweep_plans import (

@@ -21,11 +21,11 @@ from rich.table import Table
 
 from heddle.cli.apps import app, settings_of
 from heddle.config import Settings
+from heddle.consumers.snapshot import StatusSnapshot, collect_status, consumer_names
 from heddle.consumers.status import read_status
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
 from heddle.observability.probe import probe_stream
-from heddle.observability.snapshot import StatusSnapshot, collect_status, consumer_names
 
 _SILENT_AFTER_S = 10.0
 """A worker or control plane silent this long is shown as silent."""

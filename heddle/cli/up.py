@@ -33,7 +33,7 @@ from heddle.consumers import (
     PredictorConfig,
 )
 from heddle.errors import UserError
-from heddle.policy.cost_model import HARDWARE, MODELS
+from heddle.policy.cost.model import HARDWARE, MODELS
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.workers.engines import EngineOptionError, engine_entry
 from heddle.workers.engines.options import parse_options

@@ -13,7 +13,6 @@ Engine options follow the worker's own options as ``--name value`` (or ``--name=
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from dataclasses import replace
@@ -28,6 +27,7 @@ from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.observability import Metrics, start_metrics_server
 from heddle.observability.server import METRICS_PORT_HELP
+from heddle.rollout.processes import child_environment
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.engines import EngineOptionError, create_engine, engine_entry, engine_names
 from heddle.workers.engines.base import Engine
@@ -247,17 +247,6 @@ def _engine_flags(options: dict[str, str]) -> list[str]:
     return [f"--{name}={value}" for name, value in options.items()]
 
 
-def _child_env(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ, HEDDLE_DATA_DIR=str(settings.data_dir))
-    for name, value in (
-        ("HEDDLE_NATS_URL", settings.nats_url),
-        ("HEDDLE_DATABASE_URL", settings.database_url),
-    ):
-        if value:
-            env[name] = value
-    return env
-
-
 async def _run_children(
     settings: Settings, configs: list[WorkerConfig], worker_args: list[str], metrics_port: int = 0
 ) -> list[str]:
@@ -270,7 +259,7 @@ async def _run_children(
             await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _CHILD_MAIN, "worker", f"--id={config.worker_id}",
                 f"--metrics-port={metrics_port + index if metrics_port else 0}",
-                *worker_args, env=_child_env(settings),
+                *worker_args, env=child_environment(settings),
             )
             for index, config in enumerate(configs)
         ]  # fmt: skip

@@ -10,8 +10,12 @@
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
 - ``predictors`` / ``history``: the predictor the control plane runs and what it learns from;
 - ``bundles``: the system bundles built with the live deployment's options;
+- ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
+  ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
+- ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised;
-- ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions).
+- ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);
+  ``snapshot``: what ``heddle status`` shows, from the ledger, that state and NATS.
 """
 
 from heddle.consumers.host import PLANE, ConsumerStats, DeciderConsumer, HostConfig

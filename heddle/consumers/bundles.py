@@ -12,9 +12,9 @@ from heddle.consumers.slots import BundleFactory
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
 from heddle.control.resources import HistoryRates
-from heddle.policy.cost_model import CostModel, preset
-from heddle.policy.online_predictor import OnlinePredictor
-from heddle.policy.predictors import Predictor
+from heddle.policy.cost.model import CostModel, preset
+from heddle.policy.prediction import Predictor
+from heddle.policy.prediction.online import OnlinePredictor
 from heddle.traces import TraceTrajectory
 
 

@@ -4,12 +4,12 @@ One predictor instance serves every bundle's prediction decider: remaining lengt
 workload, not on the policy, so a model learns from every completed trajectory whatever bundle
 ran it. Choices (``LIVE_PREDICTORS``):
 
-- ``online`` (default): ``heddle.policy.online_predictor.OnlinePredictor``, refit as completions
+- ``online`` (default): ``heddle.policy.prediction.online.OnlinePredictor``, refit as completions
   arrive, bootstrapped at start from earlier rollouts in the ledger (``ledger_history``);
 - ``oracle`` / ``noisy_oracle``: the truth of ``trace`` trajectories, whose task is their trace
   line (simulation-grade live runs; the noisy one draws the simulator's errors), the online model
   for the others;
-- ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.predictors``).
+- ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.prediction``).
 
 ``PredictionHooks`` is the slot's shell work: before each event it scopes the trace oracle to the
 event's rollout and learns the trace of a submitted ``trace`` trajectory; after a trajectory
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import msgspec
 
 from heddle.events import Completed, Event, Failed, TrajectorySubmitted
-from heddle.policy.online_predictor import OnlineModelConfig, OnlinePredictor
-from heddle.policy.predictors import Predictor, PredictorOptions, fit, make_predictor
-from heddle.policy.trace_oracle import LiveOracle
+from heddle.policy.prediction import Predictor, PredictorOptions, fit, make_predictor
+from heddle.policy.prediction.online import OnlineModelConfig, OnlinePredictor
+from heddle.policy.prediction.trace_oracle import LiveOracle
 from heddle.traces import TraceStep, TraceTrajectory
 
 log = logging.getLogger(__name__)

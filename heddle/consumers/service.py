@@ -12,7 +12,7 @@ server), then supervises, concurrently:
   (``heddle.consumers.predictors``), taught at start by the history trace files and, after the
   replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
   once every event stored before it is folded in;
-- the ledger projector (``heddle.ledger.Projector``), unless disabled;
+- the ledger projector (``heddle.consumers.projector.Projector``), unless disabled;
 - ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``;
 - the operations service (``heddle.consumers.operations``: the ``heddle`` NATS micro service),
   answering from the ``OperationsView`` unit the deciders' consumer hosts beside the slots.
@@ -44,6 +44,7 @@ from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.operations import OperationsService
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig
+from heddle.consumers.projector import Projector
 from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
 from heddle.consumers.status import (
     ControlPlaneStatus,
@@ -54,9 +55,9 @@ from heddle.consumers.status import (
 from heddle.control import ControlOptions
 from heddle.control.operations import OperationsView
 from heddle.events.subjects import EVENTS_STREAM
-from heddle.ledger import LEDGER_CONSUMER, Ledger, Projector, open_ledger
+from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
-from heddle.policy.cost_model import preset
+from heddle.policy.cost.model import preset
 from heddle.traces import TraceTrajectory, read_trace
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ async def _folded(consumer: DeciderConsumer, sequence: int, timeout_s: float) ->
 @dataclass(frozen=True, slots=True)
 class ControlPlaneConfig:
     cost_model: str = "qwen3-32b"
-    """Cost-model preset of the workers' model (placement and plans): ``heddle.policy.cost_model``
+    """Cost-model preset of the workers' model (placement and plans): ``heddle.policy.cost.model``
     ``MODELS``; live workers of another model should name the closest preset."""
     hardware: str = "h200"
     predictor: PredictorConfig = field(default_factory=PredictorConfig)

@@ -75,7 +75,7 @@ class AdmissionConfig:
     retention_s: float = 10.0
     """Tool calls longer than this on average are not worth holding KV through: re-prefilling
     a 32k-token context on a TP8 Qwen3-32B worker takes about a second (the prefill rate of
-    ``heddle.policy.cost_model``), a tenth of the gap. Coding 1024 (calls of ~3 s) on 16
+    ``heddle.policy.cost.model``), a tenth of the gap. Coding 1024 (calls of ~3 s) on 16
     H200: counting every trajectory's duty cycle took 5,015 s, counting them whole 1,899 s; a
     SWE agent with test runs of minutes: 8,537 s by duty cycle, 13,228 s whole."""
     projection: bool = True

@@ -5,12 +5,12 @@ For each trajectory of a rollout placed under admission it keeps what the admiss
 - the *footprint*: context so far plus the predicted remaining output and the observations that
   come with it (``observation_ratio`` per output token, learned from history), the KV the
   trajectory will hold at its end;
-- while it is held, its *priority* under the bundle's own policy (``heddle.policy.priority``),
-  evaluated on the facts of a trajectory that has not started: its predictions, its
-  submission order, no service attained. That is what the priority decider computes for it
-  too; evaluating it here keeps the held order independent of when ``Prioritized`` events
-  arrive (the first ones come after the rollout is placed). PPS holds the longest predicted
-  remaining time first (LPT), FCFS the earliest submitted.
+- while it is held, its *priority* under the bundle's own policy
+  (``heddle.policy.scheduling.priority``), evaluated on the facts of a trajectory that has not
+  started: its predictions, its submission order, no service attained. That is what the priority
+  decider computes for it too; evaluating it here keeps the held order independent of when
+  ``Prioritized`` events arrive (the first ones come after the rollout is placed). PPS holds the
+  longest predicted remaining time first (LPT), FCFS the earliest submitted.
 
 The rate that turns tokens into time is measured per rollout from ``Generated`` (``Pace``), as
 the priority decider measures it.
@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from heddle.control.admission import AdmissionConfig, Footprint, Key, KvAdmission
 from heddle.control.pace import Pace
 from heddle.events import Generated
-from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
+from heddle.policy.scheduling.priority import (
+    DEFAULT_SECONDS_PER_TOKEN,
+    PriorityPolicy,
+    TrajectoryFacts,
+)
 
 MIN_DUTY_CYCLE = 0.05
 """A trajectory counts at least this share of its KV, however long its tool calls."""

@@ -3,20 +3,20 @@
 * ``PresortedPlacer`` (Heddle, paper s.5): the initial placement is the presorted partition of
   the predicted lengths over the workers (``partition_heterogeneous``: each worker its own TP
   degree, so its own per-token time and interference); each later step stays on its worker;
-  new predictions go through the migration planner (``heddle.policy.migration``), which names a
-  target when a trajectory's rank leaves its worker's rescaled share. A trajectory's length is
-  its predicted output plus its predicted tool seconds in token equivalents (at the fastest
+  new predictions go through the migration planner (``heddle.policy.migration.planner``), which
+  names a target when a trajectory's rank leaves its worker's rescaled share. A trajectory's length
+  is its predicted output plus its predicted tool seconds in token equivalents (at the fastest
   worker's per-token time, so tools weigh at least what they take anywhere): the paper sorts by
   tokens, but a trajectory with few tokens and long test runs is as critical as a long one, and
   ranking it among the short ones puts it in a crowded group. Two guards of
-  ``heddle.policy.robust_placement``: block sizes are hedged towards equal groups against
-  prediction errors, and a memory-bound rollout is spread by LPT list scheduling instead of
-  contiguous groups (no rank shares then, so no rank migrations). Where the rank planner leaves
-  a trajectory in place, a re-balancing move (``heddle.policy.rebalance``) may still send it to
-  a worker where it and that worker's longest finish sooner: ranks are only as good as the first
-  predictions, batch sizes are known.
+  ``heddle.policy.placement.robust``: block sizes are hedged towards equal groups against prediction
+  errors, and a memory-bound rollout is spread by LPT list scheduling instead of contiguous groups
+  (no rank shares then, so no rank migrations). Where the rank planner leaves a trajectory in place,
+  a re-balancing move (``heddle.policy.placement.rebalance``) may still send it to a worker where it
+  and that worker's longest finish sooner: ranks are only as good as the first predictions, batch
+  sizes are known.
 * ``RouterPlacer`` (the baselines): every step's request goes where a
-  ``heddle.policy.routing`` router sends it, given the workers' in-flight requests. Sticky
+  ``heddle.policy.placement.routing`` router sends it, given the workers' in-flight requests. Sticky
   routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
   (least load, random) may not, and the trajectory then re-prefills on the new worker. With a
   ``locality_threshold_tokens``, a trajectory whose context has reached the threshold stays where
@@ -44,18 +44,18 @@ from heddle.control.resources import (
     representative_context,
     worker_model,
 )
-from heddle.policy.cost_model import CostModel
-from heddle.policy.migration import (
+from heddle.policy.cost.model import CostModel
+from heddle.policy.migration.planner import (
     MigrationPlanner,
     MigrationRequest,
     WorkerShare,
     estimate_move,
     shares_from_partition,
 )
-from heddle.policy.placement import partition_heterogeneous
-from heddle.policy.rebalance import WorkerQueue, rebalance_target
-from heddle.policy.robust_placement import hedged, interleaved, is_memory_bound
-from heddle.policy.routing import RouteRequest, make_router
+from heddle.policy.placement.presorted import partition_heterogeneous
+from heddle.policy.placement.rebalance import WorkerQueue, rebalance_target
+from heddle.policy.placement.robust import hedged, interleaved, is_memory_bound
+from heddle.policy.placement.routing import RouteRequest, make_router
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +149,8 @@ class PresortedPlacer:
         ``interleave_when_memory_bound``: spread a memory-bound rollout by LPT instead;
         ``kv_transfer``: migrations move the KV (else the target re-prefills, a cost a move must
         earn back); ``rebalance``: with migration on, a trajectory the rank planner leaves in
-        place may still move to shorten its batch's finish (``heddle.policy.rebalance``)."""
+        place may still move to shorten its batch's finish
+        (``heddle.policy.placement.rebalance``)."""
         self._rebalance = rebalance and migration
         self._remaining: dict[str, float] = {}
         """Predicted remaining output tokens of each tracked trajectory (last prediction)."""

@@ -27,7 +27,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.policy.predictors import Outcome, Predictor, Progress, predict_tool_s
+from heddle.policy.prediction import Outcome, Predictor, Progress, predict_tool_s
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """The priority decider: turns trajectory facts into priorities under one policy.
 
-Facts (``heddle.policy.priority.TrajectoryFacts``) come from events: the submission time
+Facts (``heddle.policy.scheduling.priority.TrajectoryFacts``) come from events: the submission time
 (``TrajectorySubmitted``), the latest prediction of remaining tokens and tool seconds
 (``Predicted``), attained service (``Generated``: output tokens, prefill + decode seconds), and
 the arrival of the current step's request (``ToolReturned``; the submission for step 0). The
@@ -51,7 +51,11 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.policy.priority import DEFAULT_SECONDS_PER_TOKEN, PriorityPolicy, TrajectoryFacts
+from heddle.policy.scheduling.priority import (
+    DEFAULT_SECONDS_PER_TOKEN,
+    PriorityPolicy,
+    TrajectoryFacts,
+)
 
 SUBMISSION_ORDER_S = 1e-6
 

@@ -2,10 +2,11 @@
 
 * ``annealed`` (Heddle, paper s.6; the name is kept for the bundles): the exact optimum of the
   placement objective over every configuration of each subset of TP degrees
-  (``heddle.policy.budget_search``; it replaces the paper's simulated annealing, which it never
-  does worse than), the candidates rated by the plan estimate of ``heddle.policy.plan_estimate``
-  (per-group KV pressure, tool time, interference) on the first predictions; the lowest
-  estimate wins, so the plan is never rated worse than any homogeneous plan.
+  (``heddle.policy.resources.budget_search``; it replaces the paper's simulated annealing, which it
+  never does worse than), the candidates rated by the plan estimate of
+  ``heddle.policy.resources.plan_estimate`` (per-group KV pressure, tool time, interference) on the
+  first predictions; the lowest estimate wins, so the plan is never rated worse than any homogeneous
+  plan.
 * ``homogeneous``: every worker the same TP degree (the baselines, Fix-1, Fix-8). Degree 0 means
   "the best homogeneous degree for this workload" by the same objective, so a baseline is never
   handed a degree that hurts it.
@@ -13,9 +14,9 @@
 For a fixed live pool there is no choice to make: the placement decider maps the presorted
 groups onto the workers that registered (``partition_heterogeneous`` over their TP degrees).
 
-How lengths become seconds follows ``heddle.policy.resources``: per-token time and interference
-of each degree at one representative context per sequence, here the KV a trajectory holds on
-average over its life: the mean prompt plus half of the mean predicted output and of the
+How lengths become seconds follows ``heddle.policy.resources.problem``: per-token time and
+interference of each degree at one representative context per sequence, here the KV a trajectory
+holds on average over its life: the mean prompt plus half of the mean predicted output and of the
 observations that come with it. Agentic trajectories keep their KV through tool gaps, so this
 footprint, not the context of a decoding step alone, sets how many fit in a worker's KV.
 """
@@ -27,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from heddle.policy.cost_model import TP_DEGREES, CostModel
-from heddle.policy.placement import WorkerModel
-from heddle.policy.plan_choice import candidate_plans, choose_plan
-from heddle.policy.plan_estimate import AgentShape
-from heddle.policy.resources import ResourceProblem, TpInterference, fixed_configuration
+from heddle.policy.cost.model import TP_DEGREES, CostModel
+from heddle.policy.placement.presorted import WorkerModel
+from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
+from heddle.policy.resources.plan_estimate import AgentShape
+from heddle.policy.resources.problem import ResourceProblem, TpInterference, fixed_configuration
 from heddle.traces import TraceTrajectory
 
 ResourceMode = Literal["annealed", "homogeneous"]

@@ -1,21 +1,20 @@
 """System bundles: Heddle, its ablations and the baselines, as one registry shared by the
 simulator and live runs (``RolloutSubmitted.policy`` names one).
 
-A bundle fixes a system's own choices: the priorities it sends (``heddle.policy.priority``; a
-preemptive policy lets the engines preempt), the placement (``presorted`` or a
-``heddle.policy.routing`` router), whether migrations run, KV admission in the control plane and
-the resource plan (``annealed`` TP degrees or homogeneous). How the engines behave (prefix
-eviction, what preemption does to KV, whether KV moves on migration) is not a system's choice:
-it is the comparison's engine model (``heddle.policy.engine_models``), the same for every
-bundle.
-Baselines follow the code of the systems they name; they are never tuned down, and a
-homogeneous degree of 0 gives each the best homogeneous TP for the workload.
+A bundle fixes a system's own choices: the priorities it sends
+(``heddle.policy.scheduling.priority``; a preemptive policy lets the engines preempt), the placement
+(``presorted`` or a ``heddle.policy.placement.routing`` router), whether migrations run, KV
+admission in the control plane and the resource plan (``annealed`` TP degrees or homogeneous). How
+the engines behave (prefix eviction, what preemption does to KV, whether KV moves on migration) is
+not a system's choice: it is the comparison's engine model (``heddle.policy.engine_models``),
+the same for every bundle. Baselines follow the code of the systems they name; they are never tuned
+down, and a homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
-  migration (s.5) plus re-balancing moves in tool gaps (``heddle.policy.rebalance``, ours),
-  annealed heterogeneous TP (s.6), and KV admission in the control plane: a trajectory starts
-  only when its worker's projected KV has room for it (``heddle.control.admission``), so
-  engines do not thrash when a rollout's contexts outgrow the cluster's KV.
+  migration (s.5) plus re-balancing moves in tool gaps (``heddle.policy.placement.rebalance``,
+  ours), annealed heterogeneous TP (s.6), and KV admission in the control plane: a trajectory starts
+  only when its worker's projected KV has room for it (``heddle.control.admission``), so engines do
+  not thrash when a rollout's contexts outgrow the cluster's KV.
 - ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
   the engines (which then evict and re-prefill).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
@@ -30,11 +29,11 @@ homogeneous degree of 0 gives each the best homogeneous TP for the workload.
   the head of a least-requests heap; the SGLang/vLLM server queues each turn's request FCFS
   (step-centric: back of the queue every turn); homogeneous TP; no migration.
 - ``slime``: the router slime launches (PyPI ``sglang-router`` 0.3.2, the SGLang model gateway,
-  ``smg-project/smg``) with its default policy, ``cache_aware`` (``heddle.policy.cache_aware``:
-  the least-loaded worker when in-flight loads are imbalanced by more than 64 and 1.5x, else the
-  worker holding the longest prefix match over 30% of the request, else the least loaded;
-  checked against the real router, ``tests/policy/test_router_agreement.py``), engine FCFS,
-  homogeneous TP.
+  ``smg-project/smg``) with its default policy, ``cache_aware``
+  (``heddle.policy.placement.cache_aware``: the least-loaded worker when in-flight loads are
+  imbalanced by more than 64 and 1.5x, else the worker holding the longest prefix match over 30% of
+  the request, else the least loaded; checked against the real router,
+  ``tests/policy/test_router_agreement.py``), engine FCFS, homogeneous TP.
 - ``slime-consistent-hash``: the same router with ``consistent_hashing`` on the session, as
   slime's docs advise for multi-turn (``docs/en/advanced/sglang-config.md``): blake3 of the key
   modulo the live workers, as the router does outside its IGW mode.
@@ -43,10 +42,10 @@ homogeneous degree of 0 gives each the best homogeneous TP for the workload.
   in-flight requests, no stickiness, so turns re-prefill wherever they land.
 - ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
 - ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service in multi-level
-  queues with promotion of starved programs, preemptive (s.4; ``heddle.policy.priority``), and
-  locality-aware load balancing (s.5): a program whose context has grown past ``2048`` tokens
-  stays on the engine holding its KV, shorter ones go to the least-loaded engine (the threshold
-  is our reading of the paper: an assumption); homogeneous TP.
+  queues with promotion of starved programs, preemptive (s.4;
+  ``heddle.policy.scheduling.priority``), and locality-aware load balancing (s.5): a program whose
+  context has grown past ``2048`` tokens stays on the engine holding its KV, shorter ones go to the
+  least-loaded engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
 """
 
@@ -68,10 +67,10 @@ from heddle.control.resources import DEFAULT_OBSERVATION_RATIO, ResourceMode
 from heddle.control.rollout import RolloutDecider
 from heddle.control.transfer import TransferDecider
 from heddle.policy.batching import BatchingConfig
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, EngineModel, engine_model
-from heddle.policy.predictors import Predictor
-from heddle.policy.priority import priority_policy
+from heddle.policy.prediction import Predictor
+from heddle.policy.scheduling.priority import priority_policy
 
 PRESORTED = "presorted"
 SystemKind = Literal["heddle", "ablation", "variant", "baseline"]
@@ -87,9 +86,10 @@ class SystemSpec:
     summary: str
     kind: SystemKind = "variant"
     priority: str = "pps"
-    """A ``heddle.policy.priority`` policy; its ``is_preemptive`` sets the engines' preemption."""
+    """A ``heddle.policy.scheduling.priority`` policy; its ``is_preemptive`` sets the engines'
+    preemption."""
     placement: str = PRESORTED
-    """``presorted`` or a ``heddle.policy.routing`` router name."""
+    """``presorted`` or a ``heddle.policy.placement.routing`` router name."""
     migration: bool = True
     resources: ResourceMode = "annealed"
     tp_degree: int = 0
@@ -104,7 +104,7 @@ class SystemSpec:
     admission: bool = True
     rebalance: bool = True
     """Presorted placement with migration also moves a trajectory in its tool gap when that
-    shortens its batch's finish (``heddle.policy.rebalance``)."""
+    shortens its batch's finish (``heddle.policy.placement.rebalance``)."""
     """Presorted placement starts a trajectory only when a worker's projected KV has room for
     it (``heddle.control.admission``); routed placements (the baselines, and the ablations that
     replace placement) start everything at once."""
@@ -236,7 +236,7 @@ class ControlOptions:
     """KV admission of the bundles that run it (``SystemSpec.admits``)."""
     placement_hedge: float | None = None
     """How far presorted block sizes move towards equal groups against prediction errors
-    (``heddle.policy.robust_placement.hedged``). None: 0 for the oracle (exact lengths leave
+    (``heddle.policy.placement.robust.hedged``). None: 0 for the oracle (exact lengths leave
     nothing to hedge against), ``DEFAULT_PLACEMENT_HEDGE`` for every other predictor; the
     simulator and the live control plane decide it here, so a re-simulation of a recorded
     rollout places as the rollout did."""

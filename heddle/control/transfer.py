@@ -4,8 +4,8 @@ Consumes ``MigrationRequested`` (queue it; a newer request for the same trajecto
 pending one), ``ToolCalled`` / ``ToolReturned`` (a trajectory can move only in a tool gap, when it
 holds no GPU: paper s.5.3), ``Migrated`` (its endpoints are free again), ``Completed`` / ``Failed``
 (drop its request; free its endpoints if it was moving). After each event it starts every
-pending transfer that ``heddle.policy.transfers.schedule_transfers`` allows among trajectories in
-a gap, emitting one ``MigrateOut`` command to each source worker.
+pending transfer that ``heddle.policy.migration.transfers.schedule_transfers`` allows among
+trajectories in a gap, emitting one ``MigrateOut`` command to each source worker.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from heddle.events import (
     ToolReturned,
 )
 from heddle.ids import derive_id
-from heddle.policy.transfers import Transfer, schedule_transfers
+from heddle.policy.migration.transfers import Transfer, schedule_transfers
 
 
 @dataclass(frozen=True, slots=True)

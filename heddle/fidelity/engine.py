@@ -35,8 +35,8 @@ from heddle.consumers.bundles import control_options
 from heddle.control import build_control_plane, system_spec
 from heddle.fidelity.engine_profile import measure_profile, write_combined
 from heddle.fidelity.engine_trace import engine_trace
-from heddle.policy.cost_model import CostModel
-from heddle.policy.profiles import ProfiledCostModel, parse_profile
+from heddle.policy.cost.model import CostModel
+from heddle.policy.cost.profiles import ProfiledCostModel, parse_profile
 from heddle.rollout.deployment import WorkerPool
 from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs

@@ -7,28 +7,20 @@ only through the Alembic migrations in ``migrations/``)::
     writer = LedgerWriter(ledger, consumer="ledger")     # rows + position in one transaction
     writer.project([(stream_sequence, event), ...])      # skips what is at/below the position,
                                                          # refuses a batch that skips ahead
-    await Projector(bus, ledger).run()                   # the live durable consumer
-    await catch_up(bus, ledger)                          # project whatever is pending, return
     queries.rollout_summary(ledger, rollout_id)          # reads for CLI, status, client
 
 Tables: rollouts, trajectories, steps (counts, not token ids: the stream keeps those), workers,
 placements, migrations, predictions, dead_letters, consumer_positions (``heddle.ledger.tables``).
 The fold from events to rows is pure (``heddle.ledger.fold``), so a replay into a fresh ledger
-rebuilds the same rows.
+rebuilds the same rows. The live consumer that feeds it from the stream is
+``heddle.consumers.projector`` (``Projector``, ``catch_up``): the ledger itself knows no bus.
 """
 
 from heddle.ledger import queries
 from heddle.ledger.database import Ledger, create_ledger_engine, open_ledger
 from heddle.ledger.migrate import current_revision, head_revision, upgrade
-from heddle.ledger.projector import (
-    LEDGER_CONSUMER,
-    Projector,
-    ProjectorConfig,
-    ProjectorStats,
-    catch_up,
-)
 from heddle.ledger.tables import PROJECTED_TABLES
-from heddle.ledger.writer import LedgerWriter, PositionConflict, PositionGap
+from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict, PositionGap
 
 __all__ = [
     "LEDGER_CONSUMER",
@@ -37,10 +29,6 @@ __all__ = [
     "LedgerWriter",
     "PositionConflict",
     "PositionGap",
-    "Projector",
-    "ProjectorConfig",
-    "ProjectorStats",
-    "catch_up",
     "create_ledger_engine",
     "current_revision",
     "head_revision",

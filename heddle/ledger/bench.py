@@ -26,6 +26,7 @@ from typing import Any
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
 from heddle.bus.embedded import RECORD_NAME, read_record
 from heddle.config import Settings
+from heddle.consumers.projector import Projector, ProjectorConfig
 from heddle.events import (
     Event,
     Generated,
@@ -39,7 +40,6 @@ from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ids import derive_id, trajectory_id
 from heddle.ledger.database import open_ledger
 from heddle.ledger.lean import decode_event_lean
-from heddle.ledger.projector import Projector, ProjectorConfig
 
 _NUM_TOKEN_POOLS = 16
 

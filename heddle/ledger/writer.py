@@ -84,6 +84,10 @@ _operator_actions: Table = OperatorAction.__table__  # type: ignore[assignment]
 _positions: Table = ConsumerPosition.__table__  # type: ignore[assignment]
 
 
+LEDGER_CONSUMER = "ledger"
+"""The ledger projector's durable consumer, and the key of its position row."""
+
+
 class PositionConflict(RuntimeError):
     """Another writer moved the consumer's position: this batch was not written."""
 

@@ -13,8 +13,8 @@ counters and step-time histograms from every published event; ``heddle worker --
 The control plane (``heddle up --metrics-port``): each decider consumer reports its batches to
 ``Metrics.batch_observer`` (outputs, wall time; the prediction slot also its inputs, for the
 prediction error), and a ``ConsumerLagTracker`` polls its durables. Metric names and labels are
-listed in ``heddle.observability.metrics``. ``heddle status`` reads from here too
-(``snapshot``: what it shows; ``probe``: consumer lag from a running NATS).
+listed in ``heddle.observability.metrics``. ``heddle status`` reads consumer lag from a running
+NATS here (``probe``); what it shows is ``heddle.consumers.snapshot``.
 """
 
 from heddle.observability.lag import ConsumerLagTracker, ConsumerRef

@@ -7,7 +7,7 @@ the same engine model. We offer exactly what our two real engines do:
 ``sglang`` (the default) stands for stock SGLang 0.5.x launched with
 ``--enable-priority-scheduling --radix-eviction-policy lru
 --priority-scheduling-preemption-threshold <gap> --page-size 1`` (the threshold is
-``heddle.policy.preemption.PreemptionConfig``; page size 1 is SGLang's default for the
+``heddle.policy.scheduling.preemption.PreemptionConfig``; page size 1 is SGLang's default for the
 FlashInfer/FA3 backends, ``ServerArgs.page_size``). Its radix cache
 (``python/sglang/srt/mem_cache/radix_cache.py``: ``match_prefix``, ``insert``,
 ``cache_finished_req``, ``evict``) keeps finished requests' tokens in a tree, shares a group's
@@ -24,7 +24,7 @@ prefix store (``prefix_store.py``) holds one entry per trajectory, evicted whole
 nothing shared between trajectories; admission reserves each running request's final context
 (prompt + ``max_new_tokens``), so nothing is retracted for memory; a preempted sequence keeps its
 KV and frees only its unused reservation; KV is exported and imported on migration
-(``core.py``). Both real engines order and preempt by ``heddle.policy.preemption``.
+(``core.py``). Both real engines order and preempt by ``heddle.policy.scheduling.preemption``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heddle.policy.batching import BatchingConfig, CacheKind
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 
 @dataclass(frozen=True, slots=True)

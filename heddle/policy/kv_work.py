@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 
 MAX_ENUMERATED_BATCH = 1 << 16
 

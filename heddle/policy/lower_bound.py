@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol, cast
 
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 from heddle.policy.kv_work import (
     MAX_ENUMERATED_BATCH,
     DecodeFloor,

@@ -2,8 +2,9 @@
 
 slime sends every generation to the router it launches (PyPI ``sglang-router``, the SGLang
 model gateway), which picks the server; a live ``--policy slime`` over SGLang engines does the
-same instead of routing through Heddle's model of the router (``heddle.policy.cache_aware``,
-the simulator's). ``routed_policy`` names the router policy of such a bundle:
+same instead of routing through Heddle's model of the router
+(``heddle.policy.placement.cache_aware``, the simulator's). ``routed_policy`` names the router
+policy of such a bundle:
 
 - ``slime``: ``cache_aware``, the router's default, with its own thresholds.
 - ``slime-consistent-hash``: ``consistent_hashing`` on the session, as slime advises for

@@ -47,15 +47,8 @@ log = logging.getLogger(__name__)
 _STALE_STATUS_S = 10.0
 
 TimelineWriter = Callable[[Bus, str, Path], Awaitable[Path | None]]
-"""Draws a rollout's timeline to a PNG (``heddle.timeline``); registered with
-``set_timeline_writer`` so that this module does not import matplotlib."""
-_timeline_writer: TimelineWriter | None = None
-
-
-def set_timeline_writer(writer: TimelineWriter | None) -> None:
-    """The hook ``run_rollout`` calls for ``RunOptions.timeline``."""
-    global _timeline_writer
-    _timeline_writer = writer
+"""Draws a rollout's timeline to a PNG (``heddle.timeline.write_rollout_timeline``); passed in
+``RunHooks`` so that this module does not import matplotlib."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +67,7 @@ class RunOptions:
     """Child process logs (default ``<data_dir>/logs/<rollout id>``)."""
     rollout_id: str | None = None
     timeline: Path | None = None
-    """Draw the rollout's timeline to this PNG at the end (when a writer is registered)."""
+    """Draw the rollout's timeline to this PNG at the end (with ``RunHooks.timeline_writer``)."""
 
 
 class RouterReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,6 +114,8 @@ class RolloutResult:
 class RunHooks:
     on_submitted: Callable[[str, LocalDeployment], Awaitable[None]] | None = None
     on_progress: Callable[[ProgressState, LocalDeployment], Awaitable[None]] | None = None
+    timeline_writer: TimelineWriter | None = None
+    """Draws ``RunOptions.timeline`` at the end (None: no timeline is drawn)."""
 
 
 async def run_rollout(
@@ -147,7 +142,7 @@ async def run_rollout(
             summary = await rollout_summary(bus, rollout_id)
             stream_bytes = (await bus.stream_state()).num_bytes - before.num_bytes
             payload_bytes = await bus.payload_bytes() - payloads_before
-            timeline = await _timeline(bus, rollout_id, options.timeline)
+            timeline = await _timeline(bus, rollout_id, options.timeline, hooks.timeline_writer)
         except BaseException as exc:
             if is_submitted:
                 await _cancel(bus, rollout_id, _reason(exc))
@@ -291,11 +286,13 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-async def _timeline(bus: Bus, rollout_id: str, path: Path | None) -> Path | None:
-    if path is None or _timeline_writer is None:
+async def _timeline(
+    bus: Bus, rollout_id: str, path: Path | None, writer: TimelineWriter | None
+) -> Path | None:
+    if path is None or writer is None:
         return None
     try:
-        return await _timeline_writer(bus, rollout_id, path)
+        return await writer(bus, rollout_id, path)
     except Exception as exc:
         log.warning("timeline of %s not drawn: %r", rollout_id, exc)
         return None

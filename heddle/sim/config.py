@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from heddle.policy.cost_model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
+from heddle.policy.cost.model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
 from heddle.policy.engine_models import EngineModel, engine_model
-from heddle.policy.predictors import PREDICTORS
+from heddle.policy.prediction import PREDICTORS
 
 # GPUDirect RDMA between GPUs of different servers: one 400 Gb/s InfiniBand NDR NIC per GPU
 # (NVIDIA ConnectX-7 and DGX H100/H200 reference designs) moves ~50 GB/s per direction.
@@ -21,7 +21,7 @@ DEFAULT_TRANSFER_LATENCY_S = 0.005
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     model: str = "qwen3-32b"
-    """Cost-model preset (``heddle.policy.cost_model.MODELS``)."""
+    """Cost-model preset (``heddle.policy.cost.model.MODELS``)."""
     hardware: str = "h200"
     """``h100`` or ``h200``."""
     num_gpus: int = 16
@@ -33,7 +33,7 @@ class SimConfig:
     seed: int = 0
     """Seeds the predictor's noise, random routers and the annealer."""
     predictor: str = "online"
-    """Predictor of the bundles that predict (``heddle.policy.predictors.PREDICTORS``): by
+    """Predictor of the bundles that predict (``heddle.policy.prediction.PREDICTORS``): by
     default the online model a live rollout uses; the oracles are labelled studies."""
     predictor_sigma: float = 0.5
     """Noisy oracle: log-error standard deviation at the first prediction (assumption: a
@@ -49,7 +49,7 @@ class SimConfig:
     log error persistent over a trajectory's steps. On the coding workload (1024, seed 0) that
     is Pearson 0.78 / 0.89 / 0.93 and long-tail recall 0.61 / 0.73 / 0.79 after 0 / 4 / 8
     steps, against 0.53 / 0.70 / 0.72 and 0.44 / 0.54 / 0.58 for the online ridge model
-    (``heddle.policy.online_predictor``): a better model than ours, as the paper's fine-tuned
+    (``heddle.policy.prediction.online``): a better model than ours, as the paper's fine-tuned
     LM should be, but never exact.
     Assumption: the paper gives no numbers; ``heddle sim figures`` sweeps sigma."""
     predictor_step_correlation: float = 0.8

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, AnalyticCostModel, preset
+from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, AnalyticCostModel, preset
 from heddle.sim.config import SimConfig
 from heddle.traces import TraceTrajectory
 

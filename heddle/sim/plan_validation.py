@@ -1,12 +1,13 @@
 """How well the plan estimate ranks resource plans: estimate vs simulated makespan per plan.
 
-For a workload and a GPU budget, the planner's candidate plans (``heddle.policy.plan_choice``:
-the best cover of every subset of TP degrees, homogeneous ones included) are each simulated under
-the Heddle bundle on fixed workers (``simulate(..., tp_degrees=plan)``). The study reports each
-plan's estimate, simulated makespan and their ratio, the Spearman rank correlation of the two,
-and how the chosen plan (lowest estimate) fares against the best simulated candidate and the
-best homogeneous one. The estimate sees what the planner sees: the predictor's first predictions
-and ratios learnt from a history rollout (another epoch of the same prompts).
+For a workload and a GPU budget, the planner's candidate plans
+(``heddle.policy.resources.plan_choice``: the best cover of every subset of TP degrees, homogeneous
+ones included) are each simulated under the Heddle bundle on fixed workers (``simulate(...,
+tp_degrees=plan)``). The study reports each plan's estimate, simulated makespan and their ratio, the
+Spearman rank correlation of the two, and how the chosen plan (lowest estimate) fares against the
+best simulated candidate and the best homogeneous one. The estimate sees what the planner sees: the
+predictor's first predictions and ratios learnt from a history rollout (another epoch of the same
+prompts).
 
 ``SWE_LIKE`` is the long-tool workload the catalog lacks: SWE agent episodes of up to 150 turns
 whose test runs take minutes (``heddle bench annealing --validate`` runs it with the catalog's).
@@ -25,11 +26,11 @@ from heddle.control.resources import (
     representative_context,
     tool_s_per_token,
 )
-from heddle.policy.cost_model import TP_DEGREES
-from heddle.policy.plan_choice import candidate_plans, choose_plan
-from heddle.policy.plan_estimate import AgentShape
-from heddle.policy.predictors import Progress
-from heddle.policy.resources import ResourceProblem
+from heddle.policy.cost.model import TP_DEGREES
+from heddle.policy.prediction import Progress
+from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
+from heddle.policy.resources.plan_estimate import AgentShape
+from heddle.policy.resources.problem import ResourceProblem
 from heddle.sim.config import SimConfig
 from heddle.sim.run import make_simulation_predictor, simulate
 from heddle.sim.simulator import build_trajectories

@@ -1,17 +1,16 @@
 """Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
 
 The analytic plan (``plan_workers``: for Heddle the exact optimum of the placement objective per
-subset of TP degrees, chosen among by the plan estimate of ``heddle.policy.plan_estimate``; the
-best homogeneous degree by that estimate otherwise) is pure, so the live control plane plans
-alike. With a history (the previous rollout of the same prompts),
-each candidate, the analytic plan and every homogeneous configuration that fits, is also
-simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine
-and its way of spreading trajectories (presorted groups, or an even split for routers), jobs
-ordered by length for length-based priorities, by submission for FCFS, and tied (arrival
-order) otherwise; the
-fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the
-previous rollout, and every homogeneous baseline runs on its best degree for the workload.
-A bundle with a fixed degree (Fix-1, Fix-8) keeps it.
+subset of TP degrees, chosen among by the plan estimate of
+``heddle.policy.resources.plan_estimate``; the best homogeneous degree by that estimate otherwise)
+is pure, so the live control plane plans alike. With a history (the previous rollout of the same
+prompts), each candidate, the analytic plan and every homogeneous configuration that fits, is also
+simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine and its
+way of spreading trajectories (presorted groups, or an even split for routers), jobs ordered by
+length for length-based priorities, by submission for FCFS, and tied (arrival order) otherwise; the
+fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the previous
+rollout, and every homogeneous baseline runs on its best degree for the workload. A bundle with a
+fixed degree (Fix-1, Fix-8) keeps it.
 """
 
 from __future__ import annotations
@@ -28,11 +27,11 @@ from heddle.control.resources import (
     representative_context,
 )
 from heddle.control.systems import PRESORTED, SystemSpec, engine_config
-from heddle.policy.cost_model import TP_DEGREES
+from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.engine_models import engine_model
-from heddle.policy.plan_estimate import AgentShape
-from heddle.policy.predictors import Predictor, Progress
-from heddle.policy.resources import canonical
+from heddle.policy.prediction import Predictor, Progress
+from heddle.policy.resources.plan_estimate import AgentShape
+from heddle.policy.resources.problem import canonical
 from heddle.sim.config import SimConfig
 from heddle.sim.profile import plan_makespan_s
 from heddle.sim.simulator import build_trajectories

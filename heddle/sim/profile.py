@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Callable, Sequence
 
 from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 from heddle.traces import TraceTrajectory
 
 

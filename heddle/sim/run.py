@@ -18,9 +18,9 @@ from heddle.control.systems import (
     build_control_plane,
     system_spec,
 )
-from heddle.policy.cost_model import TP_DEGREES
+from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.lower_bound import makespan_lower_bound
-from heddle.policy.predictors import (
+from heddle.policy.prediction import (
     Predictor,
     PredictorOptions,
     fit,

@@ -2,12 +2,13 @@
 (``heddle sim sweep --plans``).
 
 Per cell of ``heddle.sim.sweep`` (the same traces, engine model, predictor and KV scaling as the
-system sweep): every candidate plan of the resource planner (``heddle.policy.plan_choice``) with
-its estimate and its makespan simulated under the Heddle bundle on those fixed workers
-(``heddle.sim.plan_validation``), and Heddle's own run, which picks its plan end to end (the
-estimate, then the check of candidates on the history in ``heddle.sim.planning``). Over cells:
-the spread of estimate / simulated, the median rank correlation of the two, and Heddle's pick
-against the best simulated candidate and the best homogeneous plan.
+system sweep): every candidate plan of the resource planner
+(``heddle.policy.resources.plan_choice``) with its estimate and its makespan simulated under the
+Heddle bundle on those fixed workers (``heddle.sim.plan_validation``), and Heddle's own run, which
+picks its plan end to end (the estimate, then the check of candidates on the history in
+``heddle.sim.planning``). Over cells: the spread of estimate / simulated, the median rank
+correlation of the two, and Heddle's pick against the best simulated candidate and the best
+homogeneous plan.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The simulated cluster that stands for a recorded one: model, GPU kind and TP degrees.
 
 Workers announce themselves with ``WorkerRegistered`` (engine, model, TP degree, batch cap, KV
-capacity). The simulator needs a cost-model preset (``heddle.policy.cost_model``): the model is
+capacity). The simulator needs a cost-model preset (``heddle.policy.cost.model``): the model is
 taken when it names a preset (the sim engine's models do); the GPU kind is not announced, so it
 is recognised by the KV capacity, which differs between presets of one model. Anything not
 recognised falls back to a default and is reported as assumed, never silently.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from heddle.events import WorkerRegistered
-from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, preset
+from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, preset
 from heddle.sim import SimConfig
 
 _DEFAULTS = SimConfig()

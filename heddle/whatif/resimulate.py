@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from heddle.control.systems import SYSTEMS
-from heddle.policy.predictors import PREDICTORS
+from heddle.policy.prediction import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.traces import TraceTrajectory
 from heddle.whatif.cluster import RecordedCluster

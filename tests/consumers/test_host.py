@@ -23,7 +23,7 @@ from heddle.events import (
     WorkerRegistered,
 )
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, rollout_subject
-from heddle.policy.online_predictor import OnlinePredictor
+from heddle.policy.prediction.online import OnlinePredictor
 from heddle.sim import SimConfig
 
 CONFIG = HostConfig(fetch_wait_s=0.2)

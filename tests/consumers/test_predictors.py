@@ -23,7 +23,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ledger import LedgerWriter, open_ledger
-from heddle.policy.predictors import Progress
+from heddle.policy.prediction import Progress
 from heddle.sim import SimConfig
 from heddle.traces import TraceStep, TraceTrajectory
 

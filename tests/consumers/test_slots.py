@@ -30,7 +30,7 @@ from heddle.events import (
     WorkerRegistered,
     encode,
 )
-from heddle.policy.online_predictor import OnlinePredictor
+from heddle.policy.prediction.online import OnlinePredictor
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor, plan_workers
 from heddle.traces import TraceTrajectory
 from heddle.workloads import generate

@@ -20,8 +20,8 @@ from heddle.control.admission_gate import AdmissionGate
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import PresortedPlacer
 from heddle.events import StartTrajectory, TrajectoryPlaced
-from heddle.policy.cost_model import AnalyticCostModel, preset
-from heddle.policy.priority import priority_policy
+from heddle.policy.cost.model import AnalyticCostModel, preset
+from heddle.policy.scheduling.priority import priority_policy
 
 from . import builders as b
 

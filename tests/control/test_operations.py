@@ -38,7 +38,7 @@ from heddle.events import (
     Undrain,
     WorkerDrained,
 )
-from heddle.policy.priority import priority_policy
+from heddle.policy.scheduling.priority import priority_policy
 
 from . import builders as b
 

@@ -15,8 +15,8 @@ from heddle.events import (
     StartTrajectory,
     TrajectoryPlaced,
 )
-from heddle.policy.cost_model import AnalyticCostModel, preset
-from heddle.policy.predictors import PredictorOptions, make_predictor
+from heddle.policy.cost.model import AnalyticCostModel, preset
+from heddle.policy.prediction import PredictorOptions, make_predictor
 
 from . import builders as b
 

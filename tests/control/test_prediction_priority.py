@@ -8,8 +8,8 @@ from msgspec.structs import replace
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.events import Predicted, Prioritized, Reprioritize, TrajectoryPlaced
-from heddle.policy.predictors import Outcome, PredictorOptions, Progress, make_predictor
-from heddle.policy.priority import priority_policy
+from heddle.policy.prediction import Outcome, PredictorOptions, Progress, make_predictor
+from heddle.policy.scheduling.priority import priority_policy
 from heddle.traces import TraceStep, TraceTrajectory
 
 from . import builders as b

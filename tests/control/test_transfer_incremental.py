@@ -18,7 +18,7 @@ from heddle.events import (
     ToolReturned,
 )
 from heddle.ids import derive_id
-from heddle.policy.transfers import Transfer, schedule_transfers
+from heddle.policy.migration.transfers import Transfer, schedule_transfers
 
 WORKERS = ["w0", "w1", "w2", "w3"]
 TRAJECTORIES = [f"t{i}" for i in range(6)]

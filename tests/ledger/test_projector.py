@@ -18,11 +18,12 @@ import pytest
 
 from heddle.bus import Bus, EmbeddedNatsServer
 from heddle.config import Settings
+from heddle.consumers.projector import Projector, ProjectorConfig, catch_up
+from heddle.consumers.projector_gaps import batch_start, subject_matches
 from heddle.events import EventT
 from heddle.events.subjects import trajectory_subject
-from heddle.ledger import Ledger, Projector, ProjectorConfig, catch_up, open_ledger, queries
+from heddle.ledger import Ledger, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
-from heddle.ledger.gaps import batch_start, subject_matches
 from heddle.ledger.lean import decode_event_lean
 from heddle.replay import rebuild_ledger
 
@@ -116,7 +117,7 @@ async def _start_projector(
     command = [
         sys.executable,
         "-m",
-        "heddle.ledger.projector",
+        "heddle.consumers.projector",
         "--nats-url",
         nats_url,
         "--database-url",

@@ -24,6 +24,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig
 from heddle.consumers.operations import OPS_ENDPOINTS, ops_subject
+from heddle.consumers.projector import catch_up
 from heddle.events import (
     Completed,
     Event,
@@ -36,7 +37,7 @@ from heddle.events import (
     decode_worker_command,
 )
 from heddle.events.subjects import COMMANDS_STREAM, worker_command_subject
-from heddle.ledger import catch_up, open_ledger, queries
+from heddle.ledger import open_ledger, queries
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.runner import RunHooks, RunOptions, run_rollout

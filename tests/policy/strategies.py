@@ -62,7 +62,8 @@ def set_partitions(num_items: int, max_blocks: int) -> Iterator[list[int]]:
 
 
 def group_cost(per_token_s: float, factor: float, longest: float) -> float:
-    """The block price convention of heddle.policy.blocks: inf F is inf whatever the length."""
+    """The block price convention of heddle.policy.placement.blocks: inf F is inf whatever the
+    length."""
     if factor == math.inf:
         return math.inf
     return (per_token_s * factor) * longest if per_token_s != 1.0 else factor * longest

@@ -23,8 +23,8 @@ from heddle.policy.batching import (
     plan_chunk,
     steps_covering,
 )
-from heddle.policy.cost_model import AnalyticCostModel, preset
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.cost.model import AnalyticCostModel, preset
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 COST = preset("qwen3-32b", "h200", 1)
 

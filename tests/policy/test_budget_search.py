@@ -1,4 +1,4 @@
-"""Exact search over every TP configuration (``heddle.policy.budget_search``)."""
+"""Exact search over every TP configuration (``heddle.policy.resources.budget_search``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.annealing import anneal
-from heddle.policy.cost_model import preset
-from heddle.policy.resources import ResourceProblem, exhaustive_search, fixed_configuration
+from heddle.policy.cost.model import preset
+from heddle.policy.resources.annealing import anneal
+from heddle.policy.resources.problem import ResourceProblem, exhaustive_search, fixed_configuration
 
 MODELS = ("qwen3-8b", "qwen3-32b")
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.cache_aware import CacheAwareRouter, PrefixModel
-from heddle.policy.route_types import RouteRequest
+from heddle.policy.placement.cache_aware import CacheAwareRouter, PrefixModel
+from heddle.policy.placement.route_types import RouteRequest
 
 INF = float("inf")
 Symbol = tuple[str, str, int]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
-from heddle.policy.cost_model import preset
+from heddle.policy.cost.model import preset
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS, engine_model
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 
 def test_the_two_engines_and_their_settings() -> None:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
-from heddle.policy.cost_model import QWEN3_8B, AnalyticCostModel, Hardware, preset
+from heddle.policy.cost.model import QWEN3_8B, AnalyticCostModel, Hardware, preset
+from heddle.policy.cost.profiles import Profile
 from heddle.policy.kv_work import (
     Envelope,
     TokenCostLine,
@@ -19,7 +20,6 @@ from heddle.policy.kv_work import (
     token_cost_line,
     token_cost_lines,
 )
-from heddle.policy.profiles import Profile
 
 # Just over the weights: a few thousand KV tokens, so the capacity binds in small tests.
 SMALL = Hardware("small", 18.5e9, 3.08e12, 640e12, 0.65 * 989e12)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.cost_model import CostModel, preset
+from heddle.policy.cost.model import CostModel, preset
 from heddle.policy.lower_bound import makespan_lower_bound
 
 

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.cost_model import preset
-from heddle.policy.migration import (
+from heddle.policy.cost.model import preset
+from heddle.policy.migration.planner import (
     MigrationPlanner,
     WorkerShare,
     estimate_move,
     shares_from_partition,
 )
-from heddle.policy.placement import partition
+from heddle.policy.placement.presorted import partition
 
 
 def brute_rank(predicted: dict[str, float], traj_id: str) -> int:

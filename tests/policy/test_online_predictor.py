@@ -11,16 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.online_features import GroupStats, Survival
-from heddle.policy.online_predictor import (
-    FEATURE_NAMES,
-    NUM_FEATURES,
-    OnlineModelConfig,
-    OnlinePredictor,
-    SufficientStats,
-    features_of,
-)
-from heddle.policy.predictors import (
+from heddle.policy.prediction import (
     HistoryPredictor,
     Outcome,
     Progress,
@@ -31,7 +22,16 @@ from heddle.policy.predictors import (
     progress_of,
     remaining_tool_s,
 )
-from heddle.policy.predictors.quality import _pearson
+from heddle.policy.prediction.online import (
+    FEATURE_NAMES,
+    NUM_FEATURES,
+    OnlineModelConfig,
+    OnlinePredictor,
+    SufficientStats,
+    features_of,
+)
+from heddle.policy.prediction.online_features import GroupStats, Survival
+from heddle.policy.prediction.quality import _pearson
 from heddle.traces import TraceStep, TraceTrajectory
 
 samples = st.lists(

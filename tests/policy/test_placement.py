@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.placement import Partition, partition, partition_reference
+from heddle.policy.placement.presorted import Partition, partition, partition_reference
 
 from .strategies import (
     StepInterference,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.placement import WorkerModel, partition, partition_heterogeneous
+from heddle.policy.placement.presorted import WorkerModel, partition, partition_heterogeneous
 
 from .strategies import StepInterference, brute_force_heterogeneous, group_cost, interferences
 

@@ -1,4 +1,5 @@
-"""The plan estimate (``heddle.policy.plan_estimate``) and the choice among candidate plans."""
+"""The plan estimate (``heddle.policy.resources.plan_estimate``) and the choice among candidate
+plans."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.control.resources import AgenticCostModel, plan_tp_degrees
-from heddle.policy.cost_model import AnalyticCostModel, preset
-from heddle.policy.plan_choice import candidate_plans, choose_plan
-from heddle.policy.plan_estimate import AgentShape, plan_makespan_s, worker_makespan_s
-from heddle.policy.resources import ResourceProblem, fixed_configuration
+from heddle.policy.cost.model import AnalyticCostModel, preset
+from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
+from heddle.policy.resources.plan_estimate import AgentShape, plan_makespan_s, worker_makespan_s
+from heddle.policy.resources.problem import ResourceProblem, fixed_configuration
 from heddle.sim.kv_pressure import ScaledKvCostModel
 
 COST = preset("qwen3-32b", "h200", 2)

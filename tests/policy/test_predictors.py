@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.predictors import (
+from heddle.policy.prediction import (
     PREDICTORS,
     HistoryPredictor,
     Outcome,

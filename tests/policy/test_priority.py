@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.preemption import (
+from heddle.policy.scheduling.preemption import (
     PreemptionConfig,
     RankedRequest,
     decide_preemptions,
 )
-from heddle.policy.priority import (
+from heddle.policy.scheduling.priority import (
     PRIORITY_POLICIES,
     MultiLevelLeastAttained,
     TrajectoryFacts,

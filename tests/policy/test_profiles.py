@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.cost_model import CostModel, preset
-from heddle.policy.profiles import parse_profile
+from heddle.policy.cost.model import CostModel, preset
+from heddle.policy.cost.profiles import parse_profile
 
 CSV = """# Qwen3-8B on one H100, vLLM
 tp,batch,itl_ms

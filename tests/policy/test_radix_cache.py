@@ -17,7 +17,7 @@ from heddle.policy.batching import (
     GenerationJob,
     RadixCache,
 )
-from heddle.policy.cost_model import preset
+from heddle.policy.cost.model import preset
 
 from .radix_reference import Node, ReferenceRadixTree, Token
 from .test_batching import SmallKv, drain

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.control.placers import PlacementRequest, PresortedPlacer, WorkerInfo
-from heddle.policy.cost_model import CostModel, preset
-from heddle.policy.rebalance import WorkerQueue, rebalance_target
+from heddle.policy.cost.model import CostModel, preset
+from heddle.policy.placement.rebalance import WorkerQueue, rebalance_target
 
 COSTS = {tp: preset("qwen3-8b", "h200", tp) for tp in (1, 2, 4)}
 

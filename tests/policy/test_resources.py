@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.annealing import (
+from heddle.policy.cost.model import preset
+from heddle.policy.resources.annealing import (
     AnnealingConfig,
     anneal,
     neighbour,
     plan_resources,
     random_configuration,
 )
-from heddle.policy.cost_model import preset
-from heddle.policy.resources import (
+from heddle.policy.resources.problem import (
     ResourceProblem,
     TpInterference,
     all_configurations,

@@ -1,4 +1,4 @@
-"""Hedged and interleaved splits (heddle.policy.robust_placement) against direct constructions."""
+"""Hedged and interleaved splits (heddle.policy.placement.robust) against direct constructions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.policy.blocks import Partition, groups_from_sizes, longest_first
-from heddle.policy.robust_placement import hedged, interleaved, is_memory_bound
+from heddle.policy.placement.blocks import Partition, groups_from_sizes, longest_first
+from heddle.policy.placement.robust import hedged, interleaved, is_memory_bound
 
 lengths_st = st.lists(st.floats(0, 1e5, allow_nan=False), min_size=1, max_size=60)
 

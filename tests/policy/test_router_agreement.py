@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from heddle.policy.cache_aware import CacheAwareRouter
-from heddle.policy.routing import Router, RouteRequest, make_router
+from heddle.policy.placement.cache_aware import CacheAwareRouter
+from heddle.policy.placement.routing import Router, RouteRequest, make_router
 
 pytest.importorskip(
     "sglang_router.router", reason="sglang-router (the real router, a dev extra) is not installed"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.routing import (
+from heddle.policy.placement.routing import (
     NUM_VIRTUAL_NODES,
     ROUTERS,
     ConsistentHashRouter,

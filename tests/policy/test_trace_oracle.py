@@ -6,8 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.online_predictor import OnlinePredictor
-from heddle.policy.predictors import (
+from heddle.policy.prediction import (
     NoisyOraclePredictor,
     OraclePredictor,
     Outcome,
@@ -15,7 +14,8 @@ from heddle.policy.predictors import (
     Progress,
     progress_of,
 )
-from heddle.policy.trace_oracle import LiveOracle
+from heddle.policy.prediction.online import OnlinePredictor
+from heddle.policy.prediction.trace_oracle import LiveOracle
 from heddle.traces import TraceStep, TraceTrajectory
 
 

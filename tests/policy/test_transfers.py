@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.transfers import Transfer, TransferScheduler, schedule_transfers
+from heddle.policy.migration.transfers import Transfer, TransferScheduler, schedule_transfers
 
 ENDPOINTS = [f"w{i}" for i in range(5)]
 

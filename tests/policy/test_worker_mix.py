@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.blocks import cost_table
-from heddle.policy.bottleneck import solve_fixed_order
-from heddle.policy.worker_mix import TypedSplit, feasible_split, minimise_over_orders
+from heddle.policy.placement.blocks import cost_table
+from heddle.policy.placement.bottleneck import solve_fixed_order
+from heddle.policy.placement.worker_mix import TypedSplit, feasible_split, minimise_over_orders
 
 from .strategies import StepInterference, brute_force_heterogeneous, interferences
 

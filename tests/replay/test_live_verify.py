@@ -12,9 +12,10 @@ import pytest
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.consumers.projector import catch_up
 from heddle.events import RolloutFinished
 from heddle.events.subjects import rollout_subject
-from heddle.ledger import catch_up, open_ledger, queries
+from heddle.ledger import open_ledger, queries
 from heddle.replay import VerifyReport, open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.runner import RunHooks, RunOptions, run_rollout

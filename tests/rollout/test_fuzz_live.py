@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from heddle.bus import Bus, PublishError, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.consumers.projector_gaps import subject_matches
 from heddle.events import DeadLettered
 from heddle.events.subjects import (
     COMMANDS_STREAM,
@@ -29,7 +30,6 @@ from heddle.events.subjects import (
     TOOLS_STREAM,
 )
 from heddle.ledger import open_ledger, queries
-from heddle.ledger.gaps import subject_matches
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.runner import RunOptions, prepare, run_rollout

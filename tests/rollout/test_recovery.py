@@ -15,6 +15,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.consumers.projector import catch_up
 from heddle.events import (
     Completed,
     ContinueTrajectory,
@@ -28,7 +29,7 @@ from heddle.events import (
     decode_worker_command,
 )
 from heddle.events.subjects import COMMANDS_STREAM, rollout_filter
-from heddle.ledger import catch_up, open_ledger
+from heddle.ledger import open_ledger
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.progress import ProgressState

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from heddle.control.systems import SYSTEMS
 from heddle.events import Migrated
-from heddle.policy.cost_model import preset
+from heddle.policy.cost.model import preset
 from heddle.sim import SimConfig, simulate
 from heddle.sim.run import lower_bound_s
 from heddle.traces import TraceStep, TraceTrajectory

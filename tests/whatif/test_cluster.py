@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from heddle.events import WorkerRegistered
-from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, preset
+from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, preset
 from heddle.whatif import recognise_hardware, recorded_cluster
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from heddle.policy.batching.cache import CACHE_KINDS, CacheKind
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 
 class CapacityError(ValueError):
@@ -21,8 +21,8 @@ class BatchingConfig:
     preemptive: bool = False
     """Whether a higher-priority waiting job preempts lower running ones."""
     preemption: PreemptionConfig = PreemptionConfig()
-    """When a waiting job beats a running one (``heddle.policy.preemption``: a margin, so that
-    wobbling predictions do not bounce jobs in and out of the batch)."""
+    """When a waiting job beats a running one (``heddle.policy.scheduling.preemption``: a margin, so
+    that wobbling predictions do not bounce jobs in and out of the batch)."""
     cache: CacheKind = "trajectory"
     """The prefix cache (``heddle.policy.batching.cache``): ``trajectory``, one record per
     trajectory evicted whole in LRU order (the torch engine), or ``radix``, SGLang's radix tree

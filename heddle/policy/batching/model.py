@@ -16,10 +16,10 @@ reads a clock. Contract:
   decoding (SGLang's default prefill-first iteration); a job whose cache was lost re-prefills
   its whole context and counts those tokens as recomputed.
 - With ``preemptive`` set, a waiting job that beats the lowest running ones by the margin of
-  ``heddle.policy.preemption`` preempts just enough of them to fit (PPS, paper s.4.2). With
-  ``preemption_keeps_kv`` a preempted job keeps its KV as a prefix-cache record and resumes
-  without recompute unless the record is evicted; without it (SGLang's retract) only the context
-  it was admitted with stays cached and the tokens it generated since are recomputed on resume.
+  ``heddle.policy.scheduling.preemption`` preempts just enough of them to fit (PPS, paper s.4.2).
+  With ``preemption_keeps_kv`` a preempted job keeps its KV as a prefix-cache record and resumes
+  without recompute unless the record is evicted; without it (SGLang's retract) only the context it
+  was admitted with stays cached and the tokens it generated since are recomputed on resume.
 - Finished trajectories keep their context as a prefix-cache record until ``release``; under KV
   pressure the cache (``config.cache``: per-trajectory LRU, or SGLang's radix tree with shared
   group prompts and partial hits; see ``cache`` and ``radix``) evicts least recently used first.
@@ -50,7 +50,7 @@ from heddle.policy.batching.jobs import (
 from heddle.policy.batching.queues import RunningBatch, WaitQueue, job_order
 from heddle.policy.batching.span import Chunk, decode_span_s, plan_chunk, steps_covering
 from heddle.policy.batching.victims import choose_victims
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 
 
 class BatchingModel:

@@ -11,14 +11,15 @@ import heapq
 from collections.abc import Callable, Iterator
 
 from heddle.policy.batching.jobs import JobRecord, JobState
-from heddle.policy.preemption import OrderKey, request_order
+from heddle.policy.scheduling.preemption import OrderKey, request_order
 
 Entry = tuple[float, int, int, JobRecord]
 WaitEntry = tuple[OrderKey, int, JobRecord]
 
 
 def job_order(job: JobRecord) -> OrderKey:
-    """The job's place in the serving order (``heddle.policy.preemption.request_order``)."""
+    """The job's place in the serving order
+    (``heddle.policy.scheduling.preemption.request_order``)."""
     return request_order(job.priority, job.arrival, job.job.request_id)
 
 

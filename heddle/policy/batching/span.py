@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from heddle.policy.cost_model import CostModel
+from heddle.policy.cost.model import CostModel
 
 
 def decode_span_s(cost: CostModel, batch_size: int, context_tokens: int, num_steps: int) -> float:

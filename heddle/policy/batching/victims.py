@@ -7,7 +7,7 @@ from collections.abc import Callable
 from heddle.policy.batching.cache import PrefixCache
 from heddle.policy.batching.jobs import JobRecord
 from heddle.policy.batching.queues import RunningBatch, job_order
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 Fits = Callable[[int, int], bool]
 """Whether the head fits once (this many slots, this many tokens) are freed."""

@@ -17,8 +17,8 @@ from heddle.control.decider import Decider, Output
 from heddle.control.resources import plan_tp_degrees, representative_context
 from heddle.control.systems import ControlOptions, build_control_plane, system_spec
 from heddle.events import Event
-from heddle.policy.placement import partition
-from heddle.policy.resources import TpInterference
+from heddle.policy.placement.presorted import partition
+from heddle.policy.resources.problem import TpInterference
 from heddle.sim import SimulationError, Simulator, make_simulation_predictor, plan_workers
 from heddle.sim.figures.context import FigureRunner, sim_config
 from heddle.sim.figures.report import ExperimentReport

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heddle.policy.predictors import (
+from heddle.policy.prediction import (
     PREDICTORS,
     Predictor,
     PredictorOptions,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from heddle.policy.cost_model import HARDWARE, MODELS
+from heddle.policy.cost.model import HARDWARE, MODELS
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.workloads import workload_names
 

@@ -10,10 +10,10 @@ Outputs are deterministic pseudo-tokens: the ids and logprobs of a generation de
 (trajectory id, context length, seed), so a step re-run after a crash produces the same tokens.
 The output length is ``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
 
-The engine model (``heddle.policy.engine_models``, option ``engine_model``) sets the prefix cache
-and what preemption does to KV, and whether KV moves on migration. ``torch``: KV "export" ships a
-small record (trajectory, cached tokens, fingerprint); the transfer takes the time the real KV
-bytes (tokens x the model's KV bytes per token) would need on the configured link, scaled, and
+The engine model (``heddle.policy.engine_models``, option ``engine_model``) sets the prefix
+cache and what preemption does to KV, and whether KV moves on migration. ``torch``: KV "export"
+ships a small record (trajectory, cached tokens, fingerprint); the transfer takes the time the real
+KV bytes (tokens x the model's KV bytes per token) would need on the configured link, scaled, and
 the importing engine marks the trajectory's prefix cache warm. ``sglang``: no export (as the real
 sglang engine); ``warm_up`` prefills a migrated trajectory's context on the target with a
 prefill-only request, as the sglang engine's ``max_new_tokens: 0`` warm-up does.
@@ -36,9 +36,9 @@ import msgspec
 import numpy as np
 
 from heddle.policy.batching import BatchingModel, FinishedGeneration, GenerationJob
-from heddle.policy.cost_model import MODELS, CostModel, ModelShape
+from heddle.policy.cost.model import MODELS, CostModel, ModelShape
 from heddle.policy.engine_models import engine_model
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheMismatchError,
     CacheSnapshot,

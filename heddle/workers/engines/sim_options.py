@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from heddle.policy.cost_model import HARDWARE, MODELS, TP_DEGREES, CostModel, preset
+from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, CostModel, preset
+from heddle.policy.cost.profiles import parse_profile
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
-from heddle.policy.preemption import PreemptionConfig
-from heddle.policy.profiles import parse_profile
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 # Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
 # GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (docs/paper.md, the paper's

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
 
 

@@ -15,7 +15,7 @@ import pytest
 from sglang_double import DoubleConfig, SglangDouble, poll_until, real_server_url
 
 from heddle.events.base import SamplingParams
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines import create_engine
 from heddle.workers.engines.base import (
     CacheWarmer,

@@ -1,4 +1,5 @@
-"""One serving order and one preemption rule for every engine (``heddle.policy.preemption``).
+"""One serving order and one preemption rule for every engine
+(``heddle.policy.scheduling.preemption``).
 
 The same arrivals and priority changes go to the simulator's batching model, the torch engine's
 scheduler and the SGLang engine's admission queue, on two batch slots with KV to spare; after
@@ -14,8 +15,8 @@ from typing import Any
 import pytest
 
 from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
-from heddle.policy.cost_model import preset
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.cost.model import preset
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import GenerationRequest
 from heddle.workers.engines.sglang.admission import AdmissionQueue, Preempt
 from heddle.workers.engines.torch_engine.prefix_store import PrefixStore

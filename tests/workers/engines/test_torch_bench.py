@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import heddle.cli.bench_engine  # noqa: F401  (registers the command)
 from heddle.cli.apps import app
 from heddle.errors import UserError
-from heddle.policy.profiles import parse_profile
+from heddle.policy.cost.profiles import parse_profile
 
 _SMALL = [
     "--batch-sizes",

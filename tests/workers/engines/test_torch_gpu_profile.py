@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from heddle.policy.profiles import parse_profile
+from heddle.policy.cost.profiles import parse_profile
 
 SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "gpu_profile.py"
 

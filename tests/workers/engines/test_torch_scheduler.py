@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import GenerationRequest
 from heddle.workers.engines.torch_engine.prefix_store import CacheEntry, PrefixStore
 from heddle.workers.engines.torch_engine.scheduler import (

@@ -9,10 +9,10 @@ paper's s.4):
 - free slots go to the best waiting requests (``Admit``);
 - a waiting request that beats the lowest running one (``PreemptionConfig.beats``: by more than
   an absolute and a relative margin) preempts it (``Preempt``). The decision itself is the shared
-  policy, ``heddle.policy.preemption.decide_preemptions``, so this engine preempts exactly when
-  the others do. The victim moves to *draining* (its abort is in flight and it still holds its
-  slot) and returns to the waiting queue, with its original arrival, when the shell reports
-  ``drained``; its slot is reserved meanwhile for one of the best waiting requests, so one
+  policy, ``heddle.policy.scheduling.preemption.decide_preemptions``, so this engine preempts
+  exactly when the others do. The victim moves to *draining* (its abort is in flight and it still
+  holds its slot) and returns to the waiting queue, with its original arrival, when the shell
+  reports ``drained``; its slot is reserved meanwhile for one of the best waiting requests, so one
   newcomer never evicts two victims.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
-from heddle.policy.preemption import (
+from heddle.policy.scheduling.preemption import (
     OrderKey,
     PreemptionConfig,
     RankedRequest,

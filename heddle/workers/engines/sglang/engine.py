@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
     CacheSnapshot,
     EngineCapabilities,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heddle.bus.server import free_port
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import EngineError
 from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 ParkLocation = Literal["device", "host"]

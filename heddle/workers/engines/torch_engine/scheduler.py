@@ -19,13 +19,13 @@ way, then by preempting the lowest running sequences without their KV; alone, it
 (it finishes with ``length``).
 
 Priority. Waiting sequences are taken in the shared serving order
-(``heddle.policy.preemption.request_order``) while slots (``max_running``) and budget allow. A
-waiting sequence that fits neither in a free slot nor in the budget may preempt running ones
-that it beats (``PreemptionConfig.beats``, PPS, paper s.3.1), the lowest first and as few as make
-it fit. A victim keeps its KV (``keep_kv_on_preemption``) and resumes later without recompute, so
-it frees a slot and the reservation of the tokens it has yet to generate; in recompute mode it
-frees its whole reservation. The first waiting sequence that cannot be admitted stops the pass
-(no overtaking), as in vLLM and the model.
+(``heddle.policy.scheduling.preemption.request_order``) while slots (``max_running``) and budget
+allow. A waiting sequence that fits neither in a free slot nor in the budget may preempt running
+ones that it beats (``PreemptionConfig.beats``, PPS, paper s.3.1), the lowest first and as few as
+make it fit. A victim keeps its KV (``keep_kv_on_preemption``) and resumes later without recompute,
+so it frees a slot and the reservation of the tokens it has yet to generate; in recompute mode it
+frees its whole reservation. The first waiting sequence that cannot be admitted stops the pass (no
+overtaking), as in vLLM and the model.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from heddle.policy.preemption import PreemptionConfig
+from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.torch_engine.prefix_store import PrefixStore
 from heddle.workers.engines.torch_engine.sequence import SeqStatus, Sequence
 

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from heddle.events.base import FinishReason
-from heddle.policy.preemption import OrderKey, request_order
+from heddle.policy.scheduling.preemption import OrderKey, request_order
 from heddle.workers.engines.base import GenerationRequest, GenerationResult
 
 
@@ -88,8 +88,9 @@ class Sequence:
         return len(self.request.input_token_ids) + len(self.output_token_ids) - 1
 
     def order_key(self) -> OrderKey:
-        """The serving order every engine shares (``heddle.policy.preemption.request_order``):
-        higher priority first, then earlier arrival; the largest key is the first victim."""
+        """The serving order every engine shares
+        (``heddle.policy.scheduling.preemption.request_order``): higher priority first, then earlier
+        arrival; the largest key is the first victim."""
         return request_order(self.priority, self.arrival, self.request_id)
 
     def append(self, token_id: int, logprob: float) -> None:

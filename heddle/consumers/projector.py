@@ -1,0 +1,192 @@
+"""The live ledger projector: a durable pull consumer of ``heddle.evt.>`` feeding ``LedgerWriter``.
+
+Each fetched batch is written with its stream position in one transaction, then acknowledged
+(one ack per batch: the consumer acks all, since it handles messages strictly in order). A batch
+that does not continue the stored position (another process took the messages in between) is
+refused and the durable rewound to the position (``heddle.consumers.projector_gaps``). On
+start the durable is recreated at the ledger's position + 1, so the SQL position, not the
+server's ack state, decides where projection resumes; events at or below it are skipped.
+
+Run it as a process with ``python -m heddle.consumers.projector`` (``--help`` for options); SIGTERM
+or SIGINT stop it after the current batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sqlalchemy.exc import OperationalError
+
+from heddle.bus import BatchRunner, Bus, ConsumerSpec, Delivery, TransientError
+from heddle.config import Settings, load_settings
+from heddle.consumers.projector_gaps import batch_start
+from heddle.events import EventT
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from heddle.ledger.database import Ledger, open_ledger
+from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorConfig:
+    consumer: str = LEDGER_CONSUMER
+    """Key of the position row (and the durable's name unless ``durable`` is set)."""
+    durable: str | None = None
+    """Durable consumer name when it differs from ``consumer``: a one-off catch-up uses its
+    own durable, so that it does not delete the one of a projector service running meanwhile
+    (both write through the same position, and the compare-and-set keeps them exact)."""
+    filter_subjects: tuple[str, ...] = (EVENTS_SUBJECTS,)
+    batch_size: int = 1000
+    """Events per transaction."""
+    fetch_wait_s: float = 1.0
+    nak_delay_s: float = 1.0
+    """Pause before retrying a batch after a transient database error."""
+    ack_wait_s: float = 60.0
+    first_sequence: int = 1
+    """Never project below this stream sequence (a ledger of part of the stream, e.g. a
+    benchmark's own events)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorStats:
+    num_projected: int
+    """Events written (redelivered ones at or below the position are not counted)."""
+    num_batches: int
+    position: int
+    num_dead_lettered: int
+
+
+class Projector:
+    """Projects the event stream into ``ledger``; ``run()`` until ``stop()`` or caught up."""
+
+    def __init__(self, bus: Bus, ledger: Ledger, config: ProjectorConfig | None = None) -> None:
+        self._bus = bus
+        self._ledger = ledger
+        self.config = config or ProjectorConfig()
+        self._writer: LedgerWriter | None = None
+        self._num_projected = 0
+        self._stop_requested = False
+        self._runner: BatchRunner[EventT] | None = None
+
+    def stop(self) -> None:
+        """Finish the current batch, then return from ``run()``."""
+        self._stop_requested = True
+        if self._runner is not None:
+            self._runner.stop()
+
+    async def run(self, *, until_idle: bool = False) -> ProjectorStats:
+        config = self.config
+        writer = self._writer = await asyncio.to_thread(
+            LedgerWriter, self._ledger, config.consumer, EVENTS_STREAM
+        )
+        spec = ConsumerSpec(
+            durable=config.durable or config.consumer,
+            stream=EVENTS_STREAM,
+            filter_subjects=config.filter_subjects,
+            batch_size=config.batch_size,
+            fetch_wait_s=config.fetch_wait_s,
+            max_ack_pending=2 * config.batch_size,
+            ack_wait_s=config.ack_wait_s,
+            nak_delay_s=config.nak_delay_s,
+            ack_all=True,
+            start_sequence=max(writer.position + 1, config.first_sequence),
+        )
+        runner = self._bus.batch_runner(spec, decode_event_lean, self._project)
+        self._runner = runner
+        if self._stop_requested:
+            runner.stop()
+        stats = await runner.run(until_idle=until_idle)
+        return ProjectorStats(
+            num_projected=self._num_projected,
+            num_batches=stats.num_batches,
+            position=writer.position,
+            num_dead_lettered=stats.num_dead_lettered,
+        )
+
+    async def _project(self, batch: list[Delivery[EventT]]) -> None:
+        writer = self._writer
+        assert writer is not None
+        records = [(delivery.stream_sequence, delivery.message) for delivery in batch]
+        first = await batch_start(
+            self._bus,
+            decode_event_lean,
+            position=writer.position,
+            first_record=records[0][0],
+            filter_subjects=self.config.filter_subjects,
+            floor=self.config.first_sequence,
+        )
+        try:
+            num_projected = await asyncio.to_thread(writer.project, records, first_sequence=first)
+        except PositionConflict as exc:
+            # Resume right after the stored position (re-read by the writer): a gap is filled
+            # from there, and what another writer already projected is skipped.
+            resume = max(writer.position + 1, self.config.first_sequence)
+            raise TransientError(str(exc), resume_sequence=resume) from exc
+        except OperationalError as exc:
+            raise TransientError(str(exc)) from exc
+        self._num_projected += num_projected
+
+
+async def catch_up(
+    bus: Bus, ledger: Ledger, config: ProjectorConfig | None = None
+) -> ProjectorStats:
+    """Project everything the ledger's projector has not yet, then return. Runs on a temporary
+    durable (deleted afterwards), so a projector service running meanwhile is not disturbed."""
+    base = config or ProjectorConfig()
+    durable = f"{base.consumer}-catchup-{uuid.uuid4().hex[:8]}"
+    try:
+        return await Projector(bus, ledger, replace(base, durable=durable)).run(until_idle=True)
+    finally:
+        await bus.delete_consumer(EVENTS_STREAM, durable)
+
+
+async def serve(settings: Settings, config: ProjectorConfig, *, until_idle: bool) -> ProjectorStats:
+    """Run a projector process: stops on SIGTERM / SIGINT after the current batch."""
+    ledger = await asyncio.to_thread(open_ledger, settings.ledger_url)
+    try:
+        async with Bus(settings) as bus:
+            projector = Projector(bus, ledger, config)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, projector.stop)
+            return await projector.run(until_idle=until_idle)
+    finally:
+        ledger.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m heddle.consumers.projector", description=__doc__
+    )
+    parser.add_argument("--nats-url", help="NATS URL (default: HEDDLE_NATS_URL or embedded)")
+    parser.add_argument("--database-url", help="ledger URL (default: HEDDLE_DATABASE_URL)")
+    parser.add_argument("--data-dir", type=Path, help="local state folder (HEDDLE_DATA_DIR)")
+    parser.add_argument("--consumer", default=LEDGER_CONSUMER, help="durable consumer name")
+    parser.add_argument("--batch-size", type=int, default=ProjectorConfig().batch_size)
+    parser.add_argument("--until-idle", action="store_true", help="exit once caught up")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = load_settings(
+        nats_url=args.nats_url, database_url=args.database_url, data_dir=args.data_dir
+    )
+    config = ProjectorConfig(consumer=args.consumer, batch_size=args.batch_size)
+    stats = asyncio.run(serve(settings, config, until_idle=args.until_idle))
+    print(
+        f"projected {stats.num_projected} events in {stats.num_batches} batches; "
+        f"position {stats.position}",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
