@@ -213,7 +213,7 @@ class EngineImpl:
 
         from heddle.workers.engines.torch_engine.kv import SlotPool
         from heddle.workers.engines.torch_engine.loading import build_random_model
-        from heddle.workers.engines.torch_engine.runner import ModelRunner
+        from heddle.workers.engines.torch_engine.forward import ModelRunner
         from heddle.workers.engines.torch_engine.sampler import RowSampling, sample
 
         self._pool_type, self._runner_type = SlotPool, ModelRunner

@@ -35,7 +35,7 @@ from heddle.config import Settings, load_settings
 from heddle.events import Completed, EventT, RolloutCancelled, RolloutFinished, decode_event
 from heddle.events.subjects import EVENTS_STREAM, completions_subject, rollout_subject
 from heddle.ids import check_token
-from heddle.rollout.runner import cancel_rollout, require_control_plane
+from heddle.rollout.driver import cancel_rollout, require_control_plane
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit, task_specs, trace_specs
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 from heddle.traces import TraceTrajectory, read_trace

@@ -50,14 +50,14 @@ from heddle.rollout.deployment import (
     WorkerPool,
     default_workers_per_process,
 )
-from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
-from heddle.rollout.report import print_comparison, print_summary
-from heddle.rollout.runner import (
+from heddle.rollout.driver import (
     RunHooks,
     RunOptions,
     require_control_plane,
     run_rollout,
 )
+from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
+from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
 from heddle.workers.environments import environment_names
@@ -338,7 +338,7 @@ def cancel_command(
     """Cancel a rollout: its trajectories are aborted and get no further commands."""
     from heddle.bus import Bus
     from heddle.ids import check_token
-    from heddle.rollout.runner import cancel_rollout
+    from heddle.rollout.driver import cancel_rollout
 
     try:
         check_token(rollout_id, "rollout id")

@@ -17,8 +17,8 @@ from rich.console import Console
 from heddle.cli.apps import settings_of, tools_app
 from heddle.config import Settings
 from heddle.errors import UserError
+from heddle.workers.tools.call_runner import ToolRunnerConfig
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
-from heddle.workers.tools.runner import ToolRunnerConfig
 from heddle.workers.tools.sandbox import SandboxError, SandboxRequest, run_once
 from heddle.workers.tools.search import SAMPLE_CORPUS
 

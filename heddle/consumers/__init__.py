@@ -5,10 +5,10 @@
 - ``host``: decider units on one durable JetStream pull consumer (the control plane's:
   ``control-plane``): replay to its position, then decide live (``fanout``: each event decoded
   once and handed to every unit that handles it, the router first; ``pipeline``: outputs stored
-  while the next batch is decided, acknowledgements in order after storage; ``lean``: token
-  lists the deciders only count are not parsed);
+  while the next batch is decided, acknowledgements in order after storage; ``decider_decoders``:
+  token lists the deciders only count are not parsed);
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
-- ``predictors`` / ``history``: the predictor the control plane runs and what it learns from;
+- ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
 - ``bundles``: the system bundles built with the live deployment's options;
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);

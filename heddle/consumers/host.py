@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery, ReplayRecord
+from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
 from heddle.consumers.latency import LatencyHistogram
-from heddle.consumers.lean import decoder_for
 from heddle.consumers.pipeline import PipelinedRunner, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output

@@ -31,7 +31,7 @@ from heddle.consumers.projector_gaps import batch_start
 from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger.database import Ledger, open_ledger
-from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.lean_decoder import decode_event_lean
 from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict
 
 log = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from pathlib import Path
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers.bundles import bundle_factory, control_options
-from heddle.consumers.history import ledger_history
 from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
+from heddle.consumers.ledger_history import ledger_history
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.operations import OperationsService
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig

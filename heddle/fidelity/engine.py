@@ -38,7 +38,7 @@ from heddle.fidelity.engine_trace import engine_trace
 from heddle.policy.cost.model import CostModel
 from heddle.policy.cost.profiles import ProfiledCostModel, parse_profile
 from heddle.rollout.deployment import WorkerPool
-from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
+from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.sim import SimConfig
 from heddle.sim.results import SimResult, summarise

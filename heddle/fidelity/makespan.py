@@ -22,7 +22,7 @@ from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.fidelity.gaps import GapStats, step_gaps
 from heddle.replay import replay_query
 from heddle.rollout.deployment import WorkerPool, default_workers_per_process
-from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
+from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.workloads import generate

@@ -39,7 +39,7 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ids import derive_id, trajectory_id
 from heddle.ledger.database import open_ledger
-from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.lean_decoder import decode_event_lean
 
 _NUM_TOKEN_POOLS = 16
 

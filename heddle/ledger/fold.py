@@ -4,9 +4,9 @@
 defaults); ``apply`` changes them for one event. No I/O: the same fold serves the live projector
 and a replay into a fresh ledger, which is why the two must agree row for row.
 
-Token lists may come as lists or as raw JSON (``heddle.ledger.lean``): only their lengths count.
-Step counters of a trajectory add the step's *change* (new value minus what the step held), so a
-step reported twice (a retried publish outside the duplicate window) is not counted twice.
+Token lists may come as lists or as raw JSON (``heddle.ledger.lean_decoder``): only their lengths
+count. Step counters of a trajectory add the step's *change* (new value minus what the step held),
+so a step reported twice (a retried publish outside the duplicate window) is not counted twice.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.fold_operator import apply_operator
 from heddle.ledger.fold_steps import apply_step
-from heddle.ledger.lean import num_items
+from heddle.ledger.lean_decoder import num_items
 from heddle.ledger.rows import (
     DeadLetterRow,
     MigrationRow,

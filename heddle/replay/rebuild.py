@@ -15,7 +15,7 @@ from heddle.events import EventT, WorkerEvent
 from heddle.events.subjects import EVENTS_SUBJECTS
 from heddle.ids import check_token
 from heddle.ledger import Ledger, LedgerWriter
-from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.lean_decoder import decode_event_lean
 
 REPLAY_CONSUMER = "replay"
 

@@ -61,7 +61,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.rollout.deployment import LocalDeployment, delete_control_durables
-from heddle.rollout.runner import cancel_rollout
+from heddle.rollout.driver import cancel_rollout
 from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit, trace_specs
 from heddle.traces import TraceTrajectory
 

@@ -28,7 +28,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig
 from heddle.errors import UserError
 from heddle.rollout.deployment import WorkerPool, delete_control_durables
-from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout
+from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan
 from heddle.traces import write_trace

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.rollout.compare import CompareResult
-from heddle.rollout.runner import RolloutResult
+from heddle.rollout.driver import RolloutResult
 
 
 def print_summary(result: RolloutResult, console: Console) -> None:

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 
 from bus.fuzz_strategies import VALID, Fuzzed, any_fuzzed, subject_of
 from heddle.bus.subject_check import subject_mismatch
-from heddle.consumers.lean import decode_for_deciders, decode_for_placement
+from heddle.consumers.decider_decoders import decode_for_deciders, decode_for_placement
 from heddle.events import decode_event, decode_tool_call, decode_worker_command, encode
-from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.lean_decoder import decode_event_lean
 
 EVENT_DECODERS: tuple[Callable[[bytes], object], ...] = (
     decode_event,

@@ -18,7 +18,7 @@ from heddle.config import Settings
 from heddle.events import Completed, decode_event, encode
 from heddle.events.arrays import unresolved
 from heddle.events.subjects import trajectory_subject
-from heddle.ledger.lean import decode_event_lean, num_items
+from heddle.ledger.lean_decoder import decode_event_lean, num_items
 
 NUM_TOKENS = 4096
 

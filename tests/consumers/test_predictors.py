@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from heddle.consumers.history import ledger_history
+from heddle.consumers.ledger_history import ledger_history
 from heddle.consumers.predictors import PredictionHooks, PredictorConfig, trace_of_task
 from heddle.events import (
     Completed,

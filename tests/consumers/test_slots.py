@@ -8,8 +8,8 @@ import gc
 
 import pytest
 
+from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.filters import filter_subjects, subject_of_kind
-from heddle.consumers.lean import decoder_for
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
 from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
 from heddle.events import (
@@ -233,8 +233,8 @@ def test_the_lean_decoder_changes_no_decision(system: str) -> None:
 @pytest.mark.parametrize("prompt", [[7, 8, 9], list(range(64))], ids=["plain", "compact"])
 def test_the_routers_prompt_ids_leave_the_cycle_collector(prompt: list[int]) -> None:
     """The router keeps every live spec: its prompt ids come as a tuple, which the collector
-    stops tracking, and encode as the list they were (heddle.consumers.lean), in either wire
-    form (short lists stay plain)."""
+    stops tracking, and encode as the list they were (heddle.consumers.decider_decoders), in either
+    wire form (short lists stay plain)."""
     spec = TrajectorySpec(group_id="g", index=0, environment="trace", prompt_token_ids=prompt)
     submitted = TrajectorySubmitted(
         event_id="e", rollout_id="r", occurred_at=1.0, traj_id="t", spec=spec

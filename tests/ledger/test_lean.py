@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from heddle.events import DecodeError, Generated, decode_event, encode
 from heddle.ledger import LedgerWriter, open_ledger
 from heddle.ledger.compare import compare_ledgers
-from heddle.ledger.lean import decode_event_lean, num_items
+from heddle.ledger.lean_decoder import decode_event_lean, num_items
 
 from .lifecycle import everything
 

@@ -24,7 +24,7 @@ from heddle.events import EventT
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger import Ledger, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
-from heddle.ledger.lean import decode_event_lean
+from heddle.ledger.lean_decoder import decode_event_lean
 from heddle.replay import rebuild_ledger
 
 from .lifecycle import everything, rollout_events, worker_events

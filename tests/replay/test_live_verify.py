@@ -18,7 +18,7 @@ from heddle.events.subjects import rollout_subject
 from heddle.ledger import open_ledger, queries
 from heddle.replay import VerifyReport, open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
-from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
+from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.workloads import generate
 

@@ -32,7 +32,7 @@ from heddle.events.subjects import (
 from heddle.ledger import open_ledger, queries
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
-from heddle.rollout.runner import RunOptions, prepare, run_rollout
+from heddle.rollout.driver import RunOptions, prepare, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.workloads import generate
 

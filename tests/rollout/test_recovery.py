@@ -20,6 +20,7 @@ from heddle.events import (
     Completed,
     ContinueTrajectory,
     Event,
+    Generated,
     GenerationStarted,
     Migrated,
     RolloutFinished,
@@ -32,8 +33,8 @@ from heddle.events.subjects import COMMANDS_STREAM, rollout_filter
 from heddle.ledger import open_ledger
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
+from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.progress import ProgressState
-from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.workloads import generate
 
@@ -48,10 +49,12 @@ def settings(nats_url: str, tmp_path: Path) -> Settings:
     return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
+TRACE = generate("search", NUM_TRAJECTORIES, seed=4)
+
+
 def options(num_workers: int) -> RunOptions:
-    trace = generate("search", NUM_TRAJECTORIES, seed=4)
     return RunOptions(
-        plan=RolloutPlan("heddle", trace_specs(trace), "workload:search", TIME_SCALE),
+        plan=RolloutPlan("heddle", trace_specs(TRACE), "workload:search", TIME_SCALE),
         pool=WorkerPool(
             num_workers,
             "sim",
@@ -161,18 +164,28 @@ async def test_a_control_plane_killed_midway_loses_nothing_and_doubles_nothing(
     await verify(settings)
 
 
-async def holdings(settings: Settings, rollout_id: str) -> Counter[str]:
-    """Unfinished trajectories per worker, from the rollout's placements and moves so far."""
+async def holdings(settings: Settings, rollout_id: str, min_steps_left: int = 0) -> Counter[str]:
+    """Unfinished trajectories per worker, from the rollout's placements and moves so far, counting
+    only those with at least ``min_steps_left`` generations to go (so that none can finish
+    between this read and a kill that follows it)."""
+    steps = {f"t{i:06d}": len(t.steps) for i, t in enumerate(TRACE)}
     where: dict[str, str] = {}
+    generated: Counter[str] = Counter()
     for event in await rollout_events(settings, rollout_id):
         match event:
             case TrajectoryPlaced():
                 where[event.traj_id] = event.worker_id
             case Migrated():
                 where[event.traj_id] = event.target_worker_id
+            case Generated():
+                generated[event.traj_id] += 1
             case Completed():
                 where.pop(event.traj_id, None)
-    return Counter(where.values())
+    return Counter(
+        worker
+        for traj_id, worker in where.items()
+        if steps[traj_id] - generated[traj_id] >= min_steps_left
+    )
 
 
 async def test_a_dead_workers_trajectories_are_replaced_and_finish(settings: Settings) -> None:
@@ -181,7 +194,7 @@ async def test_a_dead_workers_trajectories_are_replaced_and_finish(settings: Set
     async def kill_worker(state: ProgressState, deployment: LocalDeployment) -> None:
         if killed or len(state.completed) < 2:
             return
-        held = await holdings(settings, state.rollout_id)
+        held = await holdings(settings, state.rollout_id, min_steps_left=3)
         if not held:
             return
         worker_id, _ = held.most_common(1)[0]  # the worker whose death costs the most

@@ -16,8 +16,8 @@ from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.rollout import router as router_module
 from heddle.rollout.deployment import WorkerPool
+from heddle.rollout.driver import RunOptions, run_rollout
 from heddle.rollout.router import RouterSpec, routed_policy
-from heddle.rollout.runner import RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.workloads import generate
 

@@ -13,7 +13,7 @@ import pytest
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
-from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
+from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.rollout.summary import LAG_WARNING_FRACTION
 from heddle.workloads import generate

@@ -38,9 +38,9 @@ from heddle.bus import (
 from heddle.events import ToolCall, decode_tool_call
 from heddle.events.subjects import TOOLS_STREAM, tool_subject, trajectory_subject
 from heddle.ids import check_token
+from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.pool import SandboxPool
-from heddle.workers.tools.runner import ToolRunner, ToolRunnerConfig, tool_returned_event
 from heddle.workers.tools.search import SAMPLE_CORPUS, CorpusCatalog
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from heddle.policy.scheduling.preemption import PreemptionConfig
-from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Preempt
 
 
 def _margin(absolute: float, relative: float = 0.0) -> PreemptionConfig:

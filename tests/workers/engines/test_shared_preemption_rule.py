@@ -18,7 +18,7 @@ from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
 from heddle.policy.cost.model import preset
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import GenerationRequest
-from heddle.workers.engines.sglang.admission import AdmissionQueue, Preempt
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Preempt
 from heddle.workers.engines.torch_engine.prefix_store import PrefixStore
 from heddle.workers.engines.torch_engine.scheduler import Scheduler, SchedulerConfig
 from heddle.workers.engines.torch_engine.sequence import Sequence

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.workers.engines.base import CacheMismatchError, CacheSnapshot
+from heddle.workers.engines.torch_engine.forward import ModelRunner
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
 from heddle.workers.engines.torch_engine.loading import LoadedModel, build_random_model, load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
-from heddle.workers.engines.torch_engine.runner import ModelRunner
 from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
 from heddle.workers.engines.torch_engine.tiny import TINY_VOCAB_SIZE
 

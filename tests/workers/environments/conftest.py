@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from heddle.events import ToolCall, ToolRequest, ToolReturned
+from heddle.workers.tools.call_runner import ToolRunner, tool_returned_event
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.pool import SandboxPool
-from heddle.workers.tools.runner import ToolRunner, tool_returned_event
 from heddle.workers.tools.search import CorpusCatalog
 
 Execute = Callable[[ToolRequest], Awaitable[ToolReturned]]

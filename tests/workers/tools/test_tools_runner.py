@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from heddle.events import ToolCall
 from heddle.events.commands import PythonTool, SearchTool, ToolRequest, TraceTool, UnitTestTool
+from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.pool import SandboxPool
-from heddle.workers.tools.runner import ToolRunner, ToolRunnerConfig, tool_returned_event
 from heddle.workers.tools.search import CorpusCatalog
 from heddle.workers.tools.trace import pseudo_token_ids
 

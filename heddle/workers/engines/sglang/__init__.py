@@ -1,7 +1,7 @@
 """The ``sglang`` engine: drives a SGLang server over its native HTTP API (never imports sglang).
 
 Modules, one concept each: ``protocol`` (wire structs), ``client`` (HTTP client with retries),
-``admission`` (pure local priority queue), ``job`` (one generation as segments), ``engine`` (the
+``local_queue`` (pure local priority queue), ``job`` (one generation as segments), ``engine`` (the
 Engine protocol), ``supervisor`` (child-process supervision), ``launcher`` (launch command and the
 registry factory), ``options`` (the registry's options dataclass).
 """

@@ -36,9 +36,9 @@ from heddle.workers.engines.base import (
     GenerationResult,
     WarmUpResult,
 )
-from heddle.workers.engines.sglang.admission import AdmissionQueue, Admit, Preempt
 from heddle.workers.engines.sglang.client import SglangClient
 from heddle.workers.engines.sglang.job import Job, JobPhase, finish_reason_of
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Preempt
 from heddle.workers.engines.sglang.options import EngineSettings
 from heddle.workers.engines.sglang.protocol import (
     GenerateBody,

@@ -8,7 +8,7 @@ torch and transformers load with the modules that need them. The pieces, one res
 - ``tiny`` / ``loading``: the built-in seeded random model or a local model; KV layout, fingerprint.
 - ``kv``: the slot pool of the running batch and ``KVBlock``s outside it.
 - ``slot_cache``: a ``transformers.Cache`` that reads and writes the slot pool in place.
-- ``runner``: chunked prefill of one slot and one batched decode forward over all slots.
+- ``forward``: chunked prefill of one slot and one batched decode forward over all slots.
 - ``sampler``: temperature / top-p with counter-based per-request seeds; logprobs.
 - ``sequence``, ``prefix_store``, ``scheduler``: request state, cached prefixes, and the pure
   scheduling decisions (priority, preemption, KV budget).

@@ -15,12 +15,12 @@ import time
 import torch
 
 from heddle.workers.engines.base import EngineLoad, GenerationRequest, GenerationResult
+from heddle.workers.engines.torch_engine.forward import ModelRunner
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
 from heddle.workers.engines.torch_engine.kv_manager import KVCacheManager
 from heddle.workers.engines.torch_engine.loading import LoadedModel
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.prefix_store import CacheEntry, PrefixStore
-from heddle.workers.engines.torch_engine.runner import ModelRunner
 from heddle.workers.engines.torch_engine.sampler import RowSampling, request_seed, sample
 from heddle.workers.engines.torch_engine.scheduler import (
     Scheduler,
