@@ -1,4 +1,5 @@
-"""KV admission: which placed trajectories may start now, and on which worker.
+"""KV admission: which placed trajectories may start now, and on which worker (the algorithm of
+``KvAdmissionGate``).
 
 Why. An agentic trajectory holds its KV through its tool calls (a returning step that finds its
 prefix evicted re-prefills its whole context, which costs several times the decode of a turn),
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-Key = tuple[str, str]
+from heddle.control.placement.admission import Admitted, Key
+
 MAX_PROJECTION_POINTS = 32
 """Instants at which a worker's projected KV is checked (departures, thinned to quantiles)."""
 
@@ -220,10 +222,10 @@ class KvAdmission:
         if admitted is not None:
             self._leave(key, admitted)
 
-    def admit(self, live_workers: Iterable[str]) -> list[tuple[Key, str]]:
+    def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
         """Start what fits, in priority order: ``(key, worker)`` pairs, each now admitted."""
         live = [w for w in live_workers if w in self._workers]
-        started: list[tuple[Key, str]] = []
+        started: list[Admitted] = []
         while live and (top := self._peek()) is not None:
             key, held = top
             worker_id = self._choose(held, live)
@@ -232,7 +234,7 @@ class KvAdmission:
             heapq.heappop(self._heap)
             del self._held[key]
             self._join(key, worker_id, held.footprint)
-            started.append((key, worker_id))
+            started.append(Admitted(key, worker_id))
         return started
 
     def snapshot(self) -> tuple[object, ...]:
