@@ -23,7 +23,7 @@ from heddle.events import StartTrajectory, TrajectoryPlaced
 from heddle.policy.cost_model import AnalyticCostModel, preset
 from heddle.policy.priority import priority_policy
 
-from . import builders as b
+from .. import builders as b
 
 operations = st.lists(
     st.one_of(

@@ -17,7 +17,7 @@ from heddle.events import (
 from heddle.policy.cost_model import AnalyticCostModel, preset
 from heddle.policy.predictors import PredictorOptions, make_predictor
 
-from . import builders as b
+from .. import builders as b
 
 
 def cost_for_tp(tp: int) -> AnalyticCostModel:
