@@ -61,8 +61,8 @@ class AdmissionConfig:
     overcommit: float = 1.2
     """Admitted trajectories' projected KV (or, without ``projection``, their predicted peaks)
     may reach this times a worker's KV capacity: predictions err, and an engine that runs a
-    little over its cache evicts a little (coding 256 on 8 H200, no KV pressure: 1.0 held
-    trajectories back and took 1,120 s against 998 s at 1.2 and 986 s without admission)."""
+    little over its cache evicts a little (the default's measurements: docs/benchmarks.md,
+    "KV admission's defaults")."""
     late_binding: bool = True
     """A held trajectory may start on another worker than its planned one."""
     growth_share: float = 1.0
@@ -76,10 +76,7 @@ class AdmissionConfig:
     (a search, a shell command) would thrash if it lost its cache, and counts whole."""
     retention_s: float = 10.0
     """Tool calls longer than this on average are not worth holding KV through: re-prefilling
-    a 32k-token context on a TP8 Qwen3-32B worker takes about a second (the prefill rate of
-    ``heddle.policy.cost_model``), a tenth of the gap. Coding 1024 (calls of ~3 s) on 16
-    H200: counting every trajectory's duty cycle took 5,015 s, counting them whole 1,899 s; a
-    SWE agent with test runs of minutes: 8,537 s by duty cycle, 13,228 s whole."""
+    the context costs far less than the gap (docs/benchmarks.md, "KV admission's defaults")."""
     projection: bool = True
     """Check a worker's KV over time instead of its summed peaks: each trajectory's footprint
     grows towards its peak over its predicted remaining time and frees at its end, and a
