@@ -46,7 +46,7 @@ class AdmissionRequest:
     index: int
     """Its index in the rollout (submission order)."""
     context_tokens: int
-    """Its prompt."""
+    """Its context at placement (its prompt)."""
     predicted_remaining_tokens: float
     """Its first prediction (0: none)."""
     predicted_remaining_tool_s: float

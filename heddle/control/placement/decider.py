@@ -157,9 +157,8 @@ class PlacementDecider:
         self._admission.predicted(
             key, event.predicted_remaining_tokens, event.predicted_remaining_tool_s
         )
-        return self._migration.request(event, rollout.placer, trajectory) + self._start_admitted(
-            event
-        )
+        outputs = self._migration.request(event, rollout.placer, trajectory)
+        return outputs + self._start_admitted(event)
 
     def _finished(self, rollout_id: str, traj_id: str) -> None:
         rollout = self._state.rollouts.get(rollout_id)

@@ -63,7 +63,7 @@ class InitialPlacement:
         for (rollout_id, traj_id), worker_id in self._admission.admit(self._state.candidates()):
             rollout = self._state.rollouts[rollout_id]
             trajectory = rollout.trajectories[traj_id]
-            if rollout.placer is not None:
+            if rollout.placer is not None:  # admission may start it off its planned worker
                 rollout.placer.on_moved(traj_id, worker_id)
             assignment = Assignment(traj_id, worker_id, trajectory.rank)
             outputs += host(
