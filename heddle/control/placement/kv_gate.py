@@ -139,9 +139,6 @@ class KvAdmissionGate:
     def has_room(self, worker_id: str, key: Key) -> bool:
         return self.admission.has_room(worker_id, key)
 
-    def is_held(self, key: Key) -> bool:
-        return self.admission.is_held(key)
-
     def finished(self, key: Key) -> None:
         self._trajectories.pop(key, None)
         self.admission.release(key)
