@@ -1,5 +1,6 @@
 """The control plane: pure deciders ``(state, event) -> outputs`` shared by live consumers and
-the simulator, the placement strategies behind them, resource plans and the system bundles."""
+the simulator (``placement``: the placement decider, its strategies, admission and placers),
+resource plans and the system bundles."""
 
 from heddle.control.decider import Decider, Output, dispatch_table, replay
 from heddle.control.placement import PlacementDecider

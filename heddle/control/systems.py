@@ -6,15 +6,15 @@ A bundle fixes a system's own choices: the priorities it sends
 (``presorted`` or a ``heddle.policy.placement.routing`` router), whether migrations run, KV
 admission in the control plane and the resource plan (``annealed`` TP degrees or homogeneous). How
 the engines behave (prefix eviction, what preemption does to KV, whether KV moves on migration) is
-not a system's choice: it is the comparison's engine model (``heddle.policy.engine_models``),
-the same for every bundle. Baselines follow the code of the systems they name; they are never tuned
+not a system's choice: it is the comparison's engine model (``heddle.policy.engine_models``), the
+same for every bundle. Baselines follow the code of the systems they name; they are never tuned
 down, and a homogeneous degree of 0 gives each the best homogeneous TP for the workload.
 
 - ``heddle``: progressive prediction + PPS with preemption (paper s.4), presorted placement with
   migration (s.5) plus re-balancing moves in tool gaps (``heddle.policy.placement.rebalance``,
   ours), annealed heterogeneous TP (s.6), and KV admission in the control plane: a trajectory starts
-  only when its worker's projected KV has room for it (``heddle.control.admission``), so engines do
-  not thrash when a rollout's contexts outgrow the cluster's KV.
+  only when its worker's projected KV has room for it (``heddle.control.placement.kv_admission``),
+  so engines do not thrash when a rollout's contexts outgrow the cluster's KV.
 - ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
   the engines (which then evict and re-prefill).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
@@ -56,11 +56,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from heddle.control.admission import AdmissionConfig
-from heddle.control.admission_gate import AdmissionGate
 from heddle.control.decider import Decider
-from heddle.control.placement import PlacementDecider
-from heddle.control.placers import Placer, PresortedPlacer, RouterPlacer
+from heddle.control.placement import (
+    AdmissionConfig,
+    KvAdmissionGate,
+    PlacementDecider,
+    Placer,
+    PresortedPlacer,
+    RouterPlacer,
+)
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.control.resources import DEFAULT_OBSERVATION_RATIO, ResourceMode
@@ -106,8 +110,8 @@ class SystemSpec:
     """Presorted placement with migration also moves a trajectory in its tool gap when that
     shortens its batch's finish (``heddle.policy.placement.rebalance``)."""
     """Presorted placement starts a trajectory only when a worker's projected KV has room for
-    it (``heddle.control.admission``); routed placements (the baselines, and the ablations that
-    replace placement) start everything at once."""
+    it (``heddle.control.placement.kv_admission``); routed placements (the baselines, and the
+    ablations that replace placement) start everything at once."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -278,7 +282,8 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     # Placement before priority: when one event moves both (a tool result under round robin),
     # the router's request goes out first and the priority decider's Reprioritize, carrying the
     # priority that event set, lands after it rather than being overwritten by it.
-    deciders.append(PlacementDecider(_placer_factory(spec, options), gate=_gate(spec, options)))
+    admission = _admission(spec, options)
+    deciders.append(PlacementDecider(_placer_factory(spec, options), admission=admission))
     deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
@@ -286,11 +291,12 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     return ControlPlane(spec, deciders, engine_config(spec, options.engine))
 
 
-def _gate(spec: SystemSpec, options: ControlOptions) -> AdmissionGate | None:
+def _admission(spec: SystemSpec, options: ControlOptions) -> KvAdmissionGate | None:
+    """KV admission for the bundles that run it (None: the decider starts trajectories at once)."""
     if not spec.admits:
         return None
     policy = priority_policy(spec.priority)
-    return AdmissionGate(
+    return KvAdmissionGate(
         options.admission,
         policy,
         observation_ratio=options.observation_ratio,

@@ -20,7 +20,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from heddle.control.placers import PlacementRequest, PresortedPlacer, WorkerInfo
+from heddle.control.placement import PlacementRequest, PresortedPlacer, WorkerInfo
 from heddle.control.resources import (
     DEFAULT_OBSERVATION_RATIO,
     plan_tp_degrees,

@@ -22,8 +22,7 @@ from heddle.control.ops_requests import (
     decode_request,
     operator_event,
 )
-from heddle.control.placement import PlacementDecider
-from heddle.control.placers import RouterPlacer
+from heddle.control.placement import PlacementDecider, RouterPlacer
 from heddle.control.priority import PriorityDecider
 from heddle.events import (
     Abort,

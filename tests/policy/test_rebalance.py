@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.control.placers import PlacementRequest, PresortedPlacer, WorkerInfo
+from heddle.control.placement import PlacementRequest, PresortedPlacer, WorkerInfo
 from heddle.policy.cost.model import CostModel, preset
 from heddle.policy.placement.rebalance import WorkerQueue, rebalance_target
 

@@ -1,4 +1,5 @@
-"""KV admission: which placed trajectories may start now, and on which worker.
+"""KV admission: which placed trajectories may start now, and on which worker (the algorithm of
+``KvAdmissionGate``).
 
 Why. An agentic trajectory holds its KV through its tool calls (a returning step that finds its
 prefix evicted re-prefills its whole context, which costs several times the decode of a turn),
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-Key = tuple[str, str]
+from heddle.control.placement.admission import Admitted, Key
+
 MAX_PROJECTION_POINTS = 32
 """Instants at which a worker's projected KV is checked (departures, thinned to quantiles)."""
 
@@ -59,8 +61,8 @@ class AdmissionConfig:
     overcommit: float = 1.2
     """Admitted trajectories' projected KV (or, without ``projection``, their predicted peaks)
     may reach this times a worker's KV capacity: predictions err, and an engine that runs a
-    little over its cache evicts a little (coding 256 on 8 H200, no KV pressure: 1.0 held
-    trajectories back and took 1,120 s against 998 s at 1.2 and 986 s without admission)."""
+    little over its cache evicts a little (the default's measurements: docs/benchmarks.md,
+    "KV admission's defaults")."""
     late_binding: bool = True
     """A held trajectory may start on another worker than its planned one."""
     growth_share: float = 1.0
@@ -74,10 +76,7 @@ class AdmissionConfig:
     (a search, a shell command) would thrash if it lost its cache, and counts whole."""
     retention_s: float = 10.0
     """Tool calls longer than this on average are not worth holding KV through: re-prefilling
-    a 32k-token context on a TP8 Qwen3-32B worker takes about a second (the prefill rate of
-    ``heddle.policy.cost.model``), a tenth of the gap. Coding 1024 (calls of ~3 s) on 16
-    H200: counting every trajectory's duty cycle took 5,015 s, counting them whole 1,899 s; a
-    SWE agent with test runs of minutes: 8,537 s by duty cycle, 13,228 s whole."""
+    the context costs far less than the gap (docs/benchmarks.md, "KV admission's defaults")."""
     projection: bool = True
     """Check a worker's KV over time instead of its summed peaks: each trajectory's footprint
     grows towards its peak over its predicted remaining time and frees at its end, and a
@@ -220,10 +219,10 @@ class KvAdmission:
         if admitted is not None:
             self._leave(key, admitted)
 
-    def admit(self, live_workers: Iterable[str]) -> list[tuple[Key, str]]:
+    def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
         """Start what fits, in priority order: ``(key, worker)`` pairs, each now admitted."""
         live = [w for w in live_workers if w in self._workers]
-        started: list[tuple[Key, str]] = []
+        started: list[Admitted] = []
         while live and (top := self._peek()) is not None:
             key, held = top
             worker_id = self._choose(held, live)
@@ -232,7 +231,7 @@ class KvAdmission:
             heapq.heappop(self._heap)
             del self._held[key]
             self._join(key, worker_id, held.footprint)
-            started.append((key, worker_id))
+            started.append(Admitted(key, worker_id))
         return started
 
     def snapshot(self) -> tuple[object, ...]:

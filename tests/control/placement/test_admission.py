@@ -9,21 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from heddle.control.admission import (
+from heddle.control.placement import (
     MAX_PROJECTION_POINTS,
     AdmissionConfig,
     Footprint,
     KvAdmission,
+    KvAdmissionGate,
+    PlacementDecider,
+    PresortedPlacer,
     projected_peak,
 )
-from heddle.control.admission_gate import AdmissionGate
-from heddle.control.placement import PlacementDecider
-from heddle.control.placers import PresortedPlacer
 from heddle.events import StartTrajectory, TrajectoryPlaced
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.scheduling.priority import priority_policy
 
-from . import builders as b
+from .. import builders as b
 
 operations = st.lists(
     st.one_of(
@@ -119,8 +119,8 @@ def cost_for_tp(tp: int) -> AnalyticCostModel:
 def test_the_decider_starts_held_trajectories_as_room_appears() -> None:
     """Two workers that each hold about one 500k-token peak: the longest predicted start first,
     one per worker; each completion lets the next longest in; everyone starts once."""
-    gate = AdmissionGate(AdmissionConfig(overcommit=1.0), priority_policy("pps"))
-    decider = PlacementDecider(lambda: PresortedPlacer(cost_for_tp, hysteresis=0.0), gate=gate)
+    gate = KvAdmissionGate(AdmissionConfig(overcommit=1.0), priority_policy("pps"))
+    decider = PlacementDecider(lambda: PresortedPlacer(cost_for_tp, hysteresis=0.0), admission=gate)
     outputs: list[object] = []
     for worker in ("w0", "w1"):
         outputs += decider.decide(replace(b.worker(worker, 1), max_kv_tokens=600_000))
@@ -190,7 +190,7 @@ def test_projected_admission_keeps_the_projected_budget(
     assert len(admitted) == 1 or projected_peak(admitted) <= budget + 1e-6
 
 
-def _footprint_of(gate: AdmissionGate, key: tuple[str, str]) -> Footprint:
+def _footprint_of(gate: KvAdmissionGate, key: tuple[str, str]) -> Footprint:
     gate.hold(key, "w0", remaining_tool_s=900.0)
     return gate.admission._held[key].footprint
 
@@ -200,8 +200,8 @@ def test_long_tool_calls_count_a_trajectory_by_its_duty_cycle() -> None:
     a trajectory that spends most of its time in tools counts that share of its KV only; with
     short calls it counts whole."""
     config = AdmissionConfig(retention_s=10.0)
-    long_calls = AdmissionGate(config, priority_policy("pps"), prior_tool_call_s=60.0)
-    short_calls = AdmissionGate(config, priority_policy("pps"), prior_tool_call_s=2.0)
+    long_calls = KvAdmissionGate(config, priority_policy("pps"), prior_tool_call_s=60.0)
+    short_calls = KvAdmissionGate(config, priority_policy("pps"), prior_tool_call_s=2.0)
     for gate in (long_calls, short_calls):
         gate.track(("r", "t0"), 0.0, 0, 1000, 4000.0)
     duty = _footprint_of(long_calls, ("r", "t0"))

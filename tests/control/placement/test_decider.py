@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import random
 
-from heddle.control.placement import PlacementDecider
-from heddle.control.placers import PresortedPlacer, RouterPlacer
+from heddle.control.placement import PlacementDecider, PresortedPlacer, RouterPlacer
 from heddle.control.systems import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.events import (
     ContinueTrajectory,
@@ -18,7 +17,7 @@ from heddle.events import (
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.prediction import PredictorOptions, make_predictor
 
-from . import builders as b
+from .. import builders as b
 
 
 def cost_for_tp(tp: int) -> AnalyticCostModel:

@@ -1,4 +1,5 @@
-"""The placement decider's KV admission (``heddle.control.admission``), fed from its events.
+"""``KvAdmissionGate``: the ``Admission`` of Heddle's bundles (all but ``heddle-no-admission``),
+KV admission (``heddle.control.placement.kv_admission``) fed from the placement decider's events.
 
 For each trajectory of a rollout placed under admission it keeps what the admission needs:
 
@@ -21,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from heddle.control.admission import AdmissionConfig, Footprint, Key, KvAdmission
 from heddle.control.pace import Pace
+from heddle.control.placement.admission import AdmissionRequest, Admitted, Key
+from heddle.control.placement.kv_admission import AdmissionConfig, Footprint, KvAdmission
 from heddle.events import Generated
 from heddle.policy.scheduling.priority import (
     DEFAULT_SECONDS_PER_TOKEN,
@@ -47,7 +49,9 @@ class _Trajectory:
     tool_call_s: float = 0.0
 
 
-class AdmissionGate:
+class KvAdmissionGate:
+    """Starts a trajectory when its worker's projected KV has room for it (an ``Admission``)."""
+
     def __init__(
         self,
         config: AdmissionConfig,
@@ -87,7 +91,20 @@ class AdmissionGate:
         arrival = submitted_at + index * SUBMISSION_ORDER_S
         self._trajectories[key] = _Trajectory(arrival, submitted_at, prompt_tokens, remaining)
 
+    def plan(self, request: AdmissionRequest) -> None:
+        """Track the trajectory and hold it until its KV fits (``track``, then ``hold``)."""
+        key = request.key
+        self.track(
+            key,
+            request.submitted_at,
+            request.index,
+            request.context_tokens,
+            request.predicted_remaining_tokens,
+        )
+        self.hold(key, request.planned_worker_id, request.predicted_remaining_tool_s)
+
     def hold(self, key: Key, planned_worker: str, remaining_tool_s: float = 0.0) -> None:
+        """Hold a tracked trajectory for admission, planned on ``planned_worker``."""
         trajectory = self._trajectories[key]
         trajectory.remaining_tool_s = remaining_tool_s
         priority = self._held_priority(key[0], trajectory)
@@ -126,9 +143,6 @@ class AdmissionGate:
     def has_room(self, worker_id: str, key: Key) -> bool:
         return self.admission.has_room(worker_id, key)
 
-    def is_held(self, key: Key) -> bool:
-        return self.admission.is_held(key)
-
     def finished(self, key: Key) -> None:
         self._trajectories.pop(key, None)
         self.admission.release(key)
@@ -136,7 +150,7 @@ class AdmissionGate:
             self._paces.pop(key[0], None)
             self._tool_calls.pop(key[0], None)
 
-    def admit(self, live_workers: Iterable[str]) -> list[tuple[Key, str]]:
+    def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
         return self.admission.admit(live_workers)
 
     def snapshot(self) -> tuple[object, ...]:

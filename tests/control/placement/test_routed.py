@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from heddle.control.placers import PlacementRequest, RouterPlacer, WorkerInfo
+from heddle.control.placement import PlacementRequest, RouterPlacer, WorkerInfo
 from heddle.policy.placement.routing import RouteRequest, make_router
 
 WORKERS = [WorkerInfo("w0"), WorkerInfo("w1"), WorkerInfo("w2")]

@@ -1,0 +1,55 @@
+"""Placement (paper s.5): where trajectories start, where each step runs, when they move, and when
+they may start at all.
+
+Map:
+
+- ``decider``: ``PlacementDecider``, which keeps the records and hands each event to a strategy.
+- ``state``: those records (workers, in-flight requests, draining workers, rollouts and their
+  trajectories), shared by the strategies.
+- The strategies, one per kind of decision:
+  ``initial`` (``InitialPlacement``: a ready rollout's placement, then admission's starts),
+  ``routing`` (``StepRouting``: each step's worker), ``migration`` (``MigrationRequests``: moves
+  on new predictions), ``replacement`` (``FailureReplacement``: a failed worker's trajectories),
+  ``drain`` (``OperatorDrain``: the operator's drain and undrain); ``hosting`` emits the
+  ``TrajectoryPlaced`` + ``StartTrajectory`` they share.
+- Admission, consulted through one interface: ``admission`` (the ``Admission`` protocol and
+  ``AdmitAll``), ``kv_gate`` (``KvAdmissionGate``, Heddle's), ``kv_admission`` (its algorithm:
+  projected KV per worker, a held queue in priority order).
+- Placers, built per rollout: ``placer`` (the ``Placer`` protocol and its values), ``presorted``
+  (``PresortedPlacer``, Heddle's; ``remaining`` keeps its per-worker remaining lengths),
+  ``routed`` (``RouterPlacer``, the baselines' routers).
+"""
+
+from heddle.control.placement.admission import Admission, AdmissionRequest, AdmitAll, Admitted
+from heddle.control.placement.decider import PlacementDecider
+from heddle.control.placement.kv_admission import (
+    MAX_PROJECTION_POINTS,
+    AdmissionConfig,
+    Footprint,
+    KvAdmission,
+    projected_peak,
+)
+from heddle.control.placement.kv_gate import KvAdmissionGate
+from heddle.control.placement.placer import Assignment, PlacementRequest, Placer, WorkerInfo
+from heddle.control.placement.presorted import PresortedPlacer
+from heddle.control.placement.routed import RouterPlacer
+
+__all__ = [
+    "MAX_PROJECTION_POINTS",
+    "Admission",
+    "AdmissionConfig",
+    "AdmissionRequest",
+    "AdmitAll",
+    "Admitted",
+    "Assignment",
+    "Footprint",
+    "KvAdmission",
+    "KvAdmissionGate",
+    "PlacementDecider",
+    "PlacementRequest",
+    "Placer",
+    "PresortedPlacer",
+    "RouterPlacer",
+    "WorkerInfo",
+    "projected_peak",
+]

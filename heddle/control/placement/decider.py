@@ -1,0 +1,174 @@
+"""The placement decider (the router of the paper's s.5): it keeps the workers and rollouts
+(``PlacementState``) and hands each event to the strategy it concerns; see the package map.
+
+Consumes:
+
+- ``WorkerRegistered``: a live worker (id, TP degree, KV capacity for admission); rollouts waiting
+  for workers are placed. ``WorkerFailed``: ``FailureReplacement``.
+- ``WorkerDrainRequested`` / ``WorkerUndrainRequested``: ``OperatorDrain``.
+- ``RolloutSubmitted``, ``TrajectorySubmitted``, a first ``Predicted`` (``step = -1``):
+  ``InitialPlacement``.
+- ``Prioritized``: the priority stamped on the trajectory's next request.
+- ``Generated``, ``ToolCalled``, ``ToolReturned``: ``StepRouting``.
+- a later ``Predicted`` and ``Migrated``: ``MigrationRequests``.
+- ``Completed`` / ``Failed``: the trajectory is forgotten; once all of a rollout's are, the
+  rollout is, and its later events are ignored.
+
+Admission (``Admission``) is asked which planned trajectories start whenever room may have
+appeared: a worker registered, was undrained or failed, a rollout was placed, a trajectory was
+re-predicted, moved or ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from heddle.control.decider import Output
+from heddle.control.placement.admission import Admission, AdmitAll
+from heddle.control.placement.drain import OperatorDrain
+from heddle.control.placement.initial import InitialPlacement
+from heddle.control.placement.migration import MigrationRequests
+from heddle.control.placement.placer import Placer
+from heddle.control.placement.replacement import FailureReplacement
+from heddle.control.placement.routing import StepRouting
+from heddle.control.placement.state import PlacementState, is_first_prediction
+from heddle.events import (
+    Completed,
+    Event,
+    Failed,
+    Generated,
+    Migrated,
+    Predicted,
+    Prioritized,
+    RolloutSubmitted,
+    ToolCalled,
+    ToolReturned,
+    TrajectorySubmitted,
+    WorkerDrainRequested,
+    WorkerFailed,
+    WorkerRegistered,
+    WorkerUndrainRequested,
+)
+
+
+class PlacementDecider:
+    name = "placement"
+    handles: frozenset[type[Event]] = frozenset(
+        {
+            WorkerRegistered,
+            WorkerFailed,
+            WorkerDrainRequested,
+            WorkerUndrainRequested,
+            RolloutSubmitted,
+            TrajectorySubmitted,
+            Predicted,
+            Prioritized,
+            Generated,
+            ToolCalled,
+            ToolReturned,
+            Migrated,
+            Completed,
+            Failed,
+        }
+    )
+
+    def __init__(
+        self, make_placer: Callable[[], Placer], *, admission: Admission | None = None
+    ) -> None:
+        """``make_placer`` builds one placer per rollout (fresh state, seeded randomness);
+        ``admission``: when placed trajectories start (default ``AdmitAll``: at once)."""
+        self._state = PlacementState()
+        self._admission: Admission = admission if admission is not None else AdmitAll()
+        self._initial = InitialPlacement(self._state, self._admission, make_placer)
+        self._routing = StepRouting(self._state, self._admission)
+        self._migration = MigrationRequests(self._state, self._admission)
+        self._replacement = FailureReplacement(self._state, self._admission)
+        self._drain = OperatorDrain(self._state)
+
+    def worker_of(self, rollout_id: str, traj_id: str) -> str:
+        trajectory = self._state.trajectory(rollout_id, traj_id)
+        return trajectory.worker_id if trajectory else ""
+
+    def decide(self, event: Event) -> list[Output]:
+        if event.rollout_id in self._state.ended:
+            return []
+        match event:
+            case WorkerRegistered():
+                return self._worker_registered(event)
+            case WorkerFailed():
+                return self._worker_failed(event)
+            case WorkerDrainRequested():
+                self._drain.drain(event)
+            case WorkerUndrainRequested():
+                if self._drain.undrain(event):
+                    return self._initial.place_ready(event) + self._start_admitted(event)
+            case RolloutSubmitted():
+                return self._initial.rollout_submitted(event)
+            case TrajectorySubmitted():
+                return self._initial.trajectory_submitted(event)
+            case Predicted():
+                return self._predicted(event)
+            case Prioritized():
+                self._state.set_priority(event)
+            case Generated():
+                self._routing.generated(event)
+            case ToolCalled():
+                self._routing.tool_called(event)
+            case ToolReturned():
+                return self._routing.tool_returned(event)
+            case Migrated():
+                self._migration.migrated(event)
+                return self._start_admitted(event)
+            case Completed() | Failed():
+                self._finished(event.rollout_id, event.traj_id)
+                return self._start_admitted(event)
+        return []
+
+    def snapshot(self) -> tuple[object, ...]:
+        """The state, as a comparable value (replay tests): workers, in-flight counts, per
+        rollout its trajectories, first predictions and the placer's view of them, ended
+        rollouts, admission's state, draining workers."""
+        workers, in_flight, rollouts, ended, draining = self._state.snapshot()
+        return workers, in_flight, rollouts, ended, self._admission.snapshot(), draining
+
+    def _start_admitted(self, event: Event) -> list[Output]:
+        return self._initial.start_admitted(event)
+
+    def _worker_registered(self, event: WorkerRegistered) -> list[Output]:
+        self._drain.forget(event.worker_id)
+        if self._state.add_worker(event.worker_id, event.tp_degree):
+            self._admission.add_worker(event.worker_id, event.max_kv_tokens)
+        return self._initial.place_ready(event) + self._start_admitted(event)
+
+    def _worker_failed(self, event: WorkerFailed) -> list[Output]:
+        self._drain.forget(event.worker_id)
+        if event.worker_id not in self._state.workers:
+            return []
+        return self._replacement.replace(event) + self._start_admitted(event)
+
+    def _predicted(self, event: Predicted) -> list[Output]:
+        if is_first_prediction(event):
+            return self._initial.first_prediction(event)
+        rollout = self._state.rollout(event.rollout_id)
+        trajectory = rollout.trajectories.get(event.traj_id)
+        if trajectory is None or rollout.placer is None:
+            return []
+        key = (event.rollout_id, event.traj_id)
+        self._admission.predicted(
+            key, event.predicted_remaining_tokens, event.predicted_remaining_tool_s
+        )
+        outputs = self._migration.request(event, rollout.placer, trajectory)
+        return outputs + self._start_admitted(event)
+
+    def _finished(self, rollout_id: str, traj_id: str) -> None:
+        rollout = self._state.rollouts.get(rollout_id)
+        trajectory = rollout.trajectories.pop(traj_id, None) if rollout else None
+        if rollout is None or trajectory is None:
+            return
+        self._admission.finished((rollout_id, traj_id))
+        self._state.stop_generating(trajectory)
+        if rollout.placer is not None:
+            rollout.placer.on_finished(traj_id)
+            if not rollout.trajectories:
+                del self._state.rollouts[rollout_id]
+                self._state.ended.add(rollout_id)

@@ -1,0 +1,66 @@
+"""Hosting a trajectory on a worker: the ``TrajectoryPlaced`` fact and the ``StartTrajectory``
+command that every placement (initial, re-routed step, re-placement) emits."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from heddle.control.decider import Output
+from heddle.control.placement.placer import Assignment
+from heddle.control.placement.state import PlacementState, TrajectoryRecord
+from heddle.events import Event, StartTrajectory, TrajectoryPlaced
+from heddle.events.trajectory import PlacementReason
+from heddle.ids import derive_id
+
+
+class Arrival(Enum):
+    """What a trajectory does on the worker it is placed on."""
+
+    RUNS_STEP = "runs_step"
+    """It runs a step there now (one of the worker's in-flight requests)."""
+    AWAITS_TOOL = "awaits_tool"
+    """It is in a tool call and waits there for the result."""
+
+
+def host(
+    state: PlacementState,
+    event: Event,
+    rollout_id: str,
+    assignment: Assignment,
+    trajectory: TrajectoryRecord,
+    *,
+    reason: PlacementReason,
+    arrival: Arrival,
+) -> list[Output]:
+    """Move the trajectory's record to the assignment's worker and say so; ids derive from the
+    trajectory, its step, ``reason`` and the worker it leaves (replays re-emit the same)."""
+    source = trajectory.worker_id
+    state.stop_generating(trajectory)
+    trajectory.worker_id = assignment.worker_id
+    if arrival is Arrival.RUNS_STEP:
+        trajectory.is_generating = True
+        state.in_flight[assignment.worker_id] += 1
+    traj_id = assignment.traj_id
+    step = trajectory.step
+    placed = TrajectoryPlaced(
+        event_id=derive_id(rollout_id, traj_id, step, reason, source or None, "placed"),
+        rollout_id=rollout_id,
+        occurred_at=event.occurred_at,
+        traj_id=traj_id,
+        worker_id=assignment.worker_id,
+        reason=reason,
+        group_rank=assignment.rank,
+        tp_degree=state.workers[assignment.worker_id].tp_degree,
+    )
+    start = StartTrajectory(
+        command_id=derive_id(rollout_id, traj_id, step, reason, source or None, "start"),
+        rollout_id=rollout_id,
+        issued_at=event.occurred_at,
+        worker_id=assignment.worker_id,
+        traj_id=traj_id,
+        spec=trajectory.spec,
+        priority=trajectory.priority,
+        resume=reason != "initial",
+        source_worker_id=source,
+    )
+    return [placed, start]

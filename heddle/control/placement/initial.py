@@ -1,0 +1,120 @@
+"""Initial placement: once a rollout's trajectories are all submitted (and, for a placer that
+needs them, all predicted) and workers are known, a fresh placer places them; admission then says
+which start now and where (``TrajectoryPlaced`` + ``StartTrajectory`` each), and the others
+start as it lets them in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from heddle.control.decider import Output
+from heddle.control.placement.admission import Admission, AdmissionRequest
+from heddle.control.placement.hosting import Arrival, host
+from heddle.control.placement.placer import Assignment, PlacementRequest, Placer
+from heddle.control.placement.state import PlacementState, RolloutRecord, TrajectoryRecord
+from heddle.events import Event, Predicted, RolloutSubmitted, TrajectorySubmitted
+
+
+class InitialPlacement:
+    def __init__(
+        self, state: PlacementState, admission: Admission, make_placer: Callable[[], Placer]
+    ) -> None:
+        """``make_placer`` builds one placer per rollout (fresh state, seeded randomness)."""
+        self._state = state
+        self._admission = admission
+        self._make_placer = make_placer
+        self._needs_predictions = make_placer().needs_predictions
+
+    def rollout_submitted(self, event: RolloutSubmitted) -> list[Output]:
+        rollout = self._state.rollout(event.rollout_id)
+        rollout.num_trajectories = event.num_trajectories
+        rollout.submitted_at = event.occurred_at
+        return self.place_ready(event)
+
+    def trajectory_submitted(self, event: TrajectorySubmitted) -> list[Output]:
+        rollout = self._state.rollout(event.rollout_id)
+        if event.traj_id not in rollout.trajectories:
+            prompt_tokens = len(event.spec.prompt_token_ids)
+            rollout.trajectories[event.traj_id] = TrajectoryRecord(
+                event.spec, context_tokens=prompt_tokens
+            )
+        return self.place_ready(event)
+
+    def first_prediction(self, event: Predicted) -> list[Output]:
+        """A prediction before the first generation: what the placement waits for."""
+        rollout = self._state.rollout(event.rollout_id)
+        if rollout.placer is not None:
+            return []
+        rollout.first_predictions[event.traj_id] = event.predicted_remaining_tokens
+        rollout.first_tool_predictions[event.traj_id] = event.predicted_remaining_tool_s
+        return self.place_ready(event)
+
+    def place_ready(self, event: Event) -> list[Output]:
+        """Place every rollout that has become ready."""
+        outputs: list[Output] = []
+        for rollout_id, rollout in self._state.rollouts.items():
+            if rollout.placer is None and self._is_ready(rollout):
+                outputs += self._place(event, rollout_id, rollout)
+        return outputs
+
+    def start_admitted(self, event: Event) -> list[Output]:
+        """Start every planned trajectory admission lets in now, where it says."""
+        outputs: list[Output] = []
+        for (rollout_id, traj_id), worker_id in self._admission.admit(self._state.candidates()):
+            rollout = self._state.rollouts[rollout_id]
+            trajectory = rollout.trajectories[traj_id]
+            if rollout.placer is not None:  # admission may start it off its planned worker
+                rollout.placer.on_moved(traj_id, worker_id)
+            assignment = Assignment(traj_id, worker_id, trajectory.rank)
+            outputs += host(
+                self._state,
+                event,
+                rollout_id,
+                assignment,
+                trajectory,
+                reason="initial",
+                arrival=Arrival.RUNS_STEP,
+            )
+        return outputs
+
+    def _is_ready(self, rollout: RolloutRecord) -> bool:
+        if not self._state.candidates() or not rollout.has_all_trajectories():
+            return False
+        return not self._needs_predictions or rollout.has_all_first_predictions()
+
+    def _place(self, event: Event, rollout_id: str, rollout: RolloutRecord) -> list[Output]:
+        placer = self._make_placer()
+        rollout.placer = placer
+        requests = self._requests(rollout)
+        for assignment in placer.place(requests, list(self._state.candidates().values())):
+            traj_id = assignment.traj_id
+            trajectory = rollout.trajectories[traj_id]
+            trajectory.priority = rollout.priorities.pop(traj_id, trajectory.priority)
+            trajectory.rank = assignment.rank
+            request = AdmissionRequest(
+                key=(rollout_id, traj_id),
+                planned_worker_id=assignment.worker_id,
+                submitted_at=rollout.submitted_at,
+                index=trajectory.spec.index,
+                context_tokens=trajectory.context_tokens,
+                predicted_remaining_tokens=rollout.first_predictions.get(traj_id, 0.0),
+                predicted_remaining_tool_s=rollout.first_tool_predictions.get(traj_id, 0.0),
+            )
+            self._admission.plan(request)
+        rollout.priorities.clear()
+        return self.start_admitted(event)
+
+    @staticmethod
+    def _requests(rollout: RolloutRecord) -> list[PlacementRequest]:
+        """The rollout's trajectories in submission order, with their first predictions."""
+        ordered = sorted(rollout.trajectories.items(), key=lambda item: item[1].spec.index)
+        return [
+            PlacementRequest(
+                traj_id,
+                rollout.first_predictions.get(traj_id, 0.0),
+                len(trajectory.spec.prompt_token_ids),
+                rollout.first_tool_predictions.get(traj_id, 0.0),
+                group_id=trajectory.spec.group_id,
+            )
+            for traj_id, trajectory in ordered
+        ]

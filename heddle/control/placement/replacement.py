@@ -1,0 +1,62 @@
+"""Failure re-placement: when a worker fails, every trajectory it held goes to the live worker with
+the fewest in-flight requests (a draining one only when no other is left):
+``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume=True)``."""
+
+from __future__ import annotations
+
+from heddle.control.decider import Output
+from heddle.control.placement.admission import Admission
+from heddle.control.placement.hosting import Arrival, host
+from heddle.control.placement.placer import Assignment, Placer
+from heddle.control.placement.state import PlacementState, TrajectoryRecord
+from heddle.events import WorkerFailed
+
+
+class FailureReplacement:
+    def __init__(self, state: PlacementState, admission: Admission) -> None:
+        self._state = state
+        self._admission = admission
+
+    def replace(self, event: WorkerFailed) -> list[Output]:
+        """Forget the (known) failed worker and re-place what it held."""
+        state = self._state
+        del state.workers[event.worker_id]
+        state.in_flight.pop(event.worker_id, None)
+        self._admission.remove_worker(event.worker_id)
+        outputs: list[Output] = []
+        for rollout_id, rollout in state.rollouts.items():
+            if rollout.placer is None:
+                continue
+            rollout.placer.on_worker_failed(event.worker_id)
+            for traj_id, trajectory in rollout.trajectories.items():
+                if trajectory.worker_id == event.worker_id:
+                    outputs += self._replace(event, rollout_id, rollout.placer, traj_id, trajectory)
+        return outputs
+
+    def _replace(
+        self,
+        event: WorkerFailed,
+        rollout_id: str,
+        placer: Placer,
+        traj_id: str,
+        trajectory: TrajectoryRecord,
+    ) -> list[Output]:
+        candidates = self._state.candidates() or self._state.workers
+        if not candidates:
+            return []
+        in_flight = self._state.in_flight
+        target = min(candidates, key=lambda worker: in_flight[worker])
+        was_generating = trajectory.is_generating
+        trajectory.is_generating = False  # its old worker's count is gone
+        outputs = host(
+            self._state,
+            event,
+            rollout_id,
+            Assignment(traj_id, target, 0),
+            trajectory,
+            reason="replacement",
+            arrival=Arrival.RUNS_STEP if was_generating else Arrival.AWAITS_TOOL,
+        )
+        placer.on_moved(traj_id, target)
+        self._admission.moved((rollout_id, traj_id), target)
+        return outputs
