@@ -7,6 +7,7 @@ from heddle.events.base import (
     FinishReason,
     Message,
     SamplingParams,
+    TerminalReason,
     ToolStatus,
     TrajectoryTimings,
 )
@@ -55,6 +56,7 @@ from heddle.events.rollout import (
     RolloutSubmitted,
 )
 from heddle.events.trajectory import (
+    ChatMessage,
     Completed,
     Failed,
     Generated,
@@ -86,6 +88,7 @@ __all__ = [
     "OPERATOR_EVENTS",
     "SCHEMA_VERSION",
     "Abort",
+    "ChatMessage",
     "Command",
     "Completed",
     "ContinueTrajectory",
@@ -118,6 +121,7 @@ __all__ = [
     "SamplingParams",
     "SearchTool",
     "StartTrajectory",
+    "TerminalReason",
     "ToolCall",
     "ToolCalled",
     "ToolRequest",

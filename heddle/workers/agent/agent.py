@@ -141,6 +141,7 @@ class WorkerAgent:
             can_export_kv=caps.can_export_kv,
             host=socket.gethostname(),
             incarnation=self.incarnation,
+            time_scale=caps.time_scale,
         )
 
     async def handle(
