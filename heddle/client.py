@@ -35,7 +35,7 @@ import msgspec
 from heddle.bus import Bus, BusOptions
 from heddle.completions import CompletionStream, deployment_time_scale, is_over
 from heddle.config import Settings, load_settings
-from heddle.events import ChatMessage, Completed
+from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.ids import check_token
 from heddle.rollout.runner import cancel_rollout, require_control_plane
 from heddle.rollout.submission import (
@@ -48,6 +48,7 @@ from heddle.rollout.submission import (
 )
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 from heddle.traces import TraceTrajectory, read_trace
+from heddle.weights import publish_weights, wait_weights_loaded
 from heddle.workers.tokenizers import load_tokenizer
 
 
@@ -141,6 +142,24 @@ class HeddleClient:
                 "workers' registrations): leave it out"
             )
         return requested if requested is not None else (deployed or 1.0)
+
+    # ---- weights ---------------------------------------------------------------------------
+
+    async def publish_weights(
+        self, weight_version: int, source: WeightSource | str | Path | bytes
+    ) -> WeightsPublished:
+        """Announce weight version ``weight_version`` (an integer above the latest one): every
+        worker loads it between generations and records ``weights.loaded``. ``source``: a path
+        every worker can read (local or shared), the bytes of a small model's state dict (kept
+        in the object store, bucket ``heddle-weights``), or a ``WeightSource``."""
+        return await publish_weights(self.bus, weight_version, source, publisher=self.trainer)
+
+    async def wait_weights_loaded(
+        self, weight_version: int, num_workers: int, timeout_s: float | None = None
+    ) -> dict[str, WeightsLoaded]:
+        """Wait until ``num_workers`` workers reported ``weight_version`` loaded; their reports
+        by worker. ``RuntimeError`` when a worker reports that it cannot load it."""
+        return await wait_weights_loaded(self.bus, weight_version, num_workers, timeout_s)
 
     async def cancel(self, rollout_id: str, reason: str = "cancelled by the trainer") -> None:
         """Cancel a running rollout; a rollout that already ended (finished or cancelled) is

@@ -25,6 +25,7 @@ from heddle.events.commands import (
     Abort,
     ContinueTrajectory,
     Drain,
+    LoadWeights,
     MigrateIn,
     MigrateOut,
     Preempt,
@@ -73,6 +74,12 @@ from heddle.events.trajectory import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
+from heddle.events.weights import (
+    WeightsLoaded,
+    WeightsLoadFailed,
+    WeightSource,
+    WeightsPublished,
+)
 from heddle.events.worker import (
     DeadLettered,
     WorkerDrained,
@@ -101,6 +108,7 @@ __all__ = [
     "FinishReason",
     "Generated",
     "GenerationStarted",
+    "LoadWeights",
     "Message",
     "MigrateIn",
     "MigrateOut",
@@ -137,6 +145,10 @@ __all__ = [
     "TrajectoryTimings",
     "Undrain",
     "UnitTestTool",
+    "WeightSource",
+    "WeightsLoadFailed",
+    "WeightsLoaded",
+    "WeightsPublished",
     "WorkerCommand",
     "WorkerCommandT",
     "WorkerDrainRequested",

@@ -126,6 +126,9 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     num_warmed_tokens: int = 0
     """Context tokens a warm-up prefill computed on this worker during the tool gap before this
     generation (a migration to an engine without KV transfer): re-prefill the gap hid."""
+    weight_version: int = 0
+    """The weight version that produced these tokens (0: the weights the worker started with;
+    see ``heddle.events.weights``)."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):
@@ -230,6 +233,9 @@ class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"
     """The spec's group (the samples of one prompt); "" in events written before this field."""
     index: int = 0
     """The spec's index: the trajectory's position in its rollout (submission order)."""
+    weight_versions: list[int] = []
+    """The weight versions its generations came from, in the order first used (each step's is
+    its ``Generated.weight_version``); one item unless weights changed mid-trajectory."""
 
 
 class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):

@@ -67,6 +67,7 @@ def generated(
     num_recomputed_tokens: int,
     now: float,
     num_warmed_tokens: int = 0,
+    weight_version: int = 0,
 ) -> Generated:
     return Generated(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
@@ -86,6 +87,7 @@ def generated(
         num_recomputed_tokens=num_recomputed_tokens,
         num_cached_tokens=result.num_cached_tokens,
         num_warmed_tokens=num_warmed_tokens,
+        weight_version=weight_version,
     )
 
 
@@ -173,6 +175,7 @@ def completed(
         num_recomputed_tokens=sum(event.num_recomputed_tokens for event in outputs),
         group_id=log.spec.group_id if log.spec else "",
         index=log.spec.index if log.spec else 0,
+        weight_versions=list(dict.fromkeys(event.weight_version for event in outputs)),
     )
 
 

@@ -36,6 +36,7 @@ from heddle.workers.agent import records
 from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
+from heddle.workers.agent.weights import WeightGate
 from heddle.workers.engines.base import (
     Engine,
     EngineError,
@@ -77,8 +78,11 @@ class StepRunner:
         publisher: DurablePublisher,
         tool_timeout_s: float,
         clock: Callable[[], float] = time.time,
+        weights: WeightGate | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.weights = weights or WeightGate()
+        """Generations run between weight swaps; each reports the version it ran on."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.publisher = publisher
@@ -254,11 +258,13 @@ class StepRunner:
             group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
             num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
         )
-        hosted.request_id = request.request_id
-        try:
-            result = await self.engine.generate(request)
-        finally:
-            hosted.request_id = None
+        async with self.weights.generating() as weight_version:
+            hosted.request_id = request.request_id
+            try:
+                result = await self.engine.generate(request)
+            finally:
+                hosted.request_id = None
+        hosted.weight_version = weight_version
         if result.finish_reason == "abort":
             raise StepError("the engine aborted the generation", retryable=True)
         return result
@@ -285,6 +291,7 @@ class StepRunner:
             num_recomputed_tokens=recomputed,
             num_warmed_tokens=num_warmed,
             now=self.clock(),
+            weight_version=hosted.weight_version,
         )
 
     async def _call_tool(
