@@ -24,24 +24,32 @@ model tokens, 0 for tool tokens), ``reward``, ``finish_reason``, ``timings`` (mo
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from heddle.bus import Bus, BusOptions, ConsumerSpec, Delivery, ReplayQuery, TransientError
+import msgspec
+
+from heddle.bus import Bus, BusOptions
+from heddle.completions import CompletionStream, deployment_time_scale, is_over
 from heddle.config import Settings, load_settings
-from heddle.events import Completed, EventT, RolloutCancelled, RolloutFinished, decode_event
-from heddle.events.subjects import EVENTS_STREAM, completions_subject, rollout_subject
+from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.ids import check_token
 from heddle.rollout.driver import cancel_rollout, require_control_plane
-from heddle.rollout.submission import RolloutPlan, TaskOptions, submit, task_specs, trace_specs
+from heddle.rollout.submission import (
+    RolloutPlan,
+    TaskOptions,
+    TaskPrompts,
+    submit,
+    task_specs,
+    trace_specs,
+)
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 from heddle.traces import TraceTrajectory, read_trace
+from heddle.weights import publish_weights, wait_weights_loaded
 from heddle.workers.tokenizers import load_tokenizer
-
-_IDLE_CHECK_S = 0.5
 
 
 class HeddleClient:
@@ -92,31 +100,72 @@ class HeddleClient:
         policy: str = "heddle",
         task_options: TaskOptions | None = None,
         tokenizer: str = "byte",
-        time_scale: float = 1.0,
+        prompt_token_ids: Sequence[Sequence[int]] | None = None,
+        messages: Sequence[Sequence[ChatMessage | Mapping[str, str]]] | None = None,
+        time_scale: float | None = None,
         labels: Mapping[str, str] | None = None,
         rollout_id: str | None = None,
     ) -> str:
         """Submit ``tasks`` of ``environment`` (each sampled ``task_options.group_size``
         times) or a ``trace`` (trajectories or a JSONL file); returns the rollout id.
-        ``ValueError`` names what is wrong with a task, the trace or the policy."""
+
+        A task's prompt is the environment's, tokenized with ``tokenizer`` (the workers'),
+        unless the trainer gives its own, one per task: ``prompt_token_ids`` (checked against
+        the tokenizer's vocabulary) or chat ``messages`` (``{"role", "content"}``; the workers
+        apply their model's chat template). ``time_scale`` is the deployment's (its workers'
+        registrations); a value that differs from it is refused. ``ValueError`` names what is
+        wrong with a task, a prompt, the trace, the time scale or the policy."""
         if (tasks is None) == (trace is None):
             raise ValueError("give tasks (with environment) or a trace, not both")
         if tasks is not None:
             if environment is None:
                 raise ValueError("tasks need the environment that runs them")
-            specs = task_specs(tasks, environment, load_tokenizer(tokenizer), task_options)
+            chats = None if messages is None else [_chat(m) for m in messages]
+            prompts = TaskPrompts(token_ids=prompt_token_ids, messages=chats)
+            specs = task_specs(tasks, environment, load_tokenizer(tokenizer), task_options, prompts)
             source = f"tasks:{environment}"
         else:
             assert trace is not None
             trajectories = read_trace(trace) if isinstance(trace, Path) else list(trace)
             specs = trace_specs(trajectories)
             source = f"trace:{trace}" if isinstance(trace, Path) else "trace"
-        plan = RolloutPlan(policy, specs, source, time_scale, dict(labels or {}))
+        plan = RolloutPlan(policy, specs, source, time_scale or 1.0, dict(labels or {}))
         await require_control_plane(self.bus)
+        plan = dataclasses.replace(plan, time_scale=await self._time_scale(time_scale))
         return await submit(self.bus, plan, rollout_id)
 
+    async def _time_scale(self, requested: float | None) -> float:
+        deployed = await deployment_time_scale(self.bus)
+        if requested is not None and deployed is not None and requested != deployed:
+            raise ValueError(
+                f"time_scale {requested:g} differs from the deployment's {deployed:g} (its "
+                "workers' registrations): leave it out"
+            )
+        return requested if requested is not None else (deployed or 1.0)
+
+    # ---- weights ---------------------------------------------------------------------------
+
+    async def publish_weights(
+        self, weight_version: int, source: WeightSource | str | Path | bytes
+    ) -> WeightsPublished:
+        """Announce weight version ``weight_version`` (an integer above the latest one): every
+        worker loads it between generations and records ``weights.loaded``. ``source``: a path
+        every worker can read (local or shared), the bytes of a small model's state dict (kept
+        in the object store, bucket ``heddle-weights``), or a ``WeightSource``."""
+        return await publish_weights(self.bus, weight_version, source, publisher=self.trainer)
+
+    async def wait_weights_loaded(
+        self, weight_version: int, num_workers: int, timeout_s: float | None = None
+    ) -> dict[str, WeightsLoaded]:
+        """Wait until ``num_workers`` workers reported ``weight_version`` loaded; their reports
+        by worker. ``RuntimeError`` when a worker reports that it cannot load it."""
+        return await wait_weights_loaded(self.bus, weight_version, num_workers, timeout_s)
+
     async def cancel(self, rollout_id: str, reason: str = "cancelled by the trainer") -> None:
-        await cancel_rollout(self.bus, rollout_id, reason)
+        """Cancel a running rollout; a rollout that already ended (finished or cancelled) is
+        left as it is, so it never has both terminal events."""
+        if not await is_over(self.bus, rollout_id):
+            await cancel_rollout(self.bus, rollout_id, reason)
 
     # ---- results ---------------------------------------------------------------------------
 
@@ -126,7 +175,7 @@ class HeddleClient:
 
     async def completions(self, rollout_id: str) -> AsyncIterator[Completed]:
         """Completed trajectories of ``rollout_id`` as they finish (see the module docstring)."""
-        stream = _CompletionStream(self.bus, rollout_id, self.consumer_name(rollout_id))
+        stream = CompletionStream(self.bus, rollout_id, self.consumer_name(rollout_id))
         async for completed in stream:
             yield completed
 
@@ -137,7 +186,7 @@ class HeddleClient:
         after ``timeout_s``."""
         async with asyncio.timeout(timeout_s):
             while True:
-                if await _is_over(self.bus, rollout_id):
+                if await is_over(self.bus, rollout_id):
                     return await rollout_summary(self.bus, rollout_id)
                 await asyncio.sleep(poll_s)
 
@@ -146,92 +195,10 @@ class HeddleClient:
         return await rollout_summary(self.bus, rollout_id)
 
 
-async def _is_over(bus: Bus, rollout_id: str) -> bool:
-    subjects = (rollout_subject(rollout_id, "finished"), rollout_subject(rollout_id, "cancelled"))
-    query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
-    async for record in bus.replay_events(query):
-        if isinstance(record.message, (RolloutFinished, RolloutCancelled)):
-            return True
-    return False
-
-
-class _CompletionStream:
-    """Bridges the bus's message runner (one handler call at a time, acked when it returns)
-    to an async iterator: the handler hands the delivery over and returns only when the caller
-    asks for the next one (ack) or leaves (nak: it comes again)."""
-
-    def __init__(self, bus: Bus, rollout_id: str, durable: str) -> None:
-        self.bus = bus
-        self.rollout_id = rollout_id
-        self.spec = ConsumerSpec(
-            durable=durable,
-            stream=EVENTS_STREAM,
-            filter_subjects=(completions_subject(rollout_id),),
-            batch_size=1,
-            max_ack_pending=1,
-            ack_wait_s=300.0,
-            nak_delay_s=0.0,
-        )
-        self._handed: asyncio.Queue[tuple[Delivery[EventT], asyncio.Future[bool]]] = asyncio.Queue()
-
-    async def _handle(self, delivery: Delivery[EventT]) -> None:
-        taken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        await self._handed.put((delivery, taken))
-        if not await taken:
-            raise TransientError("the trainer left before taking it")
-
-    async def __aiter__(self) -> AsyncIterator[Completed]:
-        runner = self.bus.message_runner(self.spec, decode_event, self._handle, max_concurrent=1)
-        running = asyncio.create_task(runner.run())
-        seen: set[str] = set()
-        pending: asyncio.Future[bool] | None = None
-        try:
-            while True:
-                item = await self._next(running)
-                if item is None:
-                    if await self._is_drained():
-                        return
-                    continue
-                delivery, pending = item
-                message = delivery.message
-                if isinstance(message, Completed) and message.traj_id not in seen:
-                    seen.add(message.traj_id)
-                    # Arrays kept in the object store (a long trajectory) are read back here,
-                    # digests checked: the trainer always gets the whole trajectory.
-                    yield await self.bus.resolve(message)
-                pending.set_result(True)
-                pending = None
-        finally:
-            if pending is not None and not pending.done():
-                pending.set_result(False)
-            runner.stop()
-            while not self._handed.empty():
-                _, leftover = self._handed.get_nowait()
-                if not leftover.done():
-                    leftover.set_result(False)
-            with contextlib.suppress(Exception):
-                await running
-
-    async def _next(
-        self, running: asyncio.Task[Any]
-    ) -> tuple[Delivery[EventT], asyncio.Future[bool]] | None:
-        getter = asyncio.ensure_future(self._handed.get())
-        done, _ = await asyncio.wait(
-            {getter, running}, timeout=_IDLE_CHECK_S, return_when=asyncio.FIRST_COMPLETED
-        )
-        if not getter.done():
-            getter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await getter
-        if getter.done() and not getter.cancelled():
-            return getter.result()
-        if running in done:
-            running.result()  # the runner failed: raise why
-            raise RuntimeError("the completions consumer stopped")
-        return None
-
-    async def _is_drained(self) -> bool:
-        if not await _is_over(self.bus, self.rollout_id):
-            return False
-        state = await self.bus.consumer_state(EVENTS_STREAM, self.spec.durable)
-        return state is not None and state.num_pending == 0 and state.num_ack_pending == 0
+def _chat(messages: Sequence[ChatMessage | Mapping[str, str]]) -> list[ChatMessage]:
+    try:
+        return [
+            m if isinstance(m, ChatMessage) else msgspec.convert(m, ChatMessage) for m in messages
+        ]
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"a chat message needs role and content: {exc}") from None

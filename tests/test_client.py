@@ -4,15 +4,18 @@ durable consumer; ``wait`` returns the summary; bad submissions say what is wron
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from heddle.bus import ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+from heddle.rollout.submission import TaskOptions
 from heddle.traces import TraceStep, TraceTrajectory
 
 TIME_SCALE = 400.0
@@ -97,3 +100,65 @@ async def test_bad_submissions_say_what_is_wrong(settings: Settings) -> None:
             await client.submit(trace=small_trace(1), policy="nope")
         with pytest.raises(Exception, match="heddle up"):
             await client.submit(trace=small_trace(1))  # no control plane ever ran here
+
+
+async def test_submit_takes_prompt_ids_and_messages_and_the_deployment_time_scale(
+    settings: Settings,
+) -> None:
+    tasks = [{"question": "1+1?", "answer": 2}, {"question": "2+2?", "answer": 4}]
+    options = TaskOptions(group_size=2, max_steps=2, max_new_tokens=16, max_response_tokens=40)
+    async with deployment(settings), HeddleClient(settings, trainer="grpo") as client:
+        with pytest.raises(ValueError, match="differs from the deployment's 400"):
+            await client.submit(tasks, environment="math", time_scale=1.0)
+        with pytest.raises(ValueError, match="outside"):
+            await client.submit(tasks, environment="math", prompt_token_ids=[[1], [300]])
+        ids = await client.submit(
+            tasks, environment="math", task_options=options, prompt_token_ids=[[65], [66, 67]]
+        )
+        chats = [[{"role": "user", "content": t["question"]}] for t in tasks]
+        chat = await client.submit(tasks, environment="math", task_options=options, messages=chats)
+        by_ids = [t async for t in client.completions(ids)]
+        by_chat = [t async for t in client.completions(chat)]
+        summary = await client.summary(ids)
+    assert summary.time_scale == TIME_SCALE
+    assert sorted((t.group_id, t.index) for t in by_ids) == [
+        ("g00000", 0), ("g00000", 1), ("g00001", 2), ("g00001", 3)
+    ]  # fmt: skip
+    assert {tuple(t.prompt_token_ids) for t in by_ids} == {(65,), (66, 67)}
+    assert {bytes(t.prompt_token_ids) for t in by_chat} == {
+        f"<|user|>\n{t['question']}\n<|assistant|>\n".encode() for t in tasks
+    }
+    for trajectory in by_ids + by_chat:
+        assert len(trajectory.response_token_ids) <= 40
+        assert trajectory.finish_reason in {"stop", "length", "max_steps"}
+
+
+async def test_aborted_trajectories_arrive_as_completions_with_their_reason(
+    settings: Settings,
+) -> None:
+    trace = [
+        TraceTrajectory(id=f"x{i}", prompt_tokens=10, steps=[TraceStep(output_tokens=200_000)])
+        for i in range(3)
+    ]
+    async with deployment(settings), HeddleClient(settings, trainer="grpo") as client:
+        rollout_id = await client.submit(trace=trace)
+        started = ReplayQuery(
+            filter_subjects=(f"heddle.evt.traj.{rollout_id}.*.generation_started",),
+            start_sequence=1,
+        )
+        for _ in range(1200):  # the first generation is under way
+            if [r async for r in client.bus.replay_events(started)]:
+                break
+            await asyncio.sleep(0.05)
+        await client.cancel(rollout_id)
+        ended = [t async for t in client.completions(rollout_id)]
+        await client.cancel(rollout_id)  # already over: nothing more is published
+        rollout_events = ReplayQuery(
+            filter_subjects=(f"heddle.evt.rollout.{rollout_id}.*",), start_sequence=1
+        )
+        kinds = [type(r.message).__name__ async for r in client.bus.replay_events(rollout_events)]
+    assert sorted(t.index for t in ended) == [0, 1, 2]
+    assert {t.finish_reason for t in ended} == {"aborted"}
+    assert all(t.reason.startswith("aborted") and t.reward == 0.0 for t in ended)
+    assert all(len(t.prompt_token_ids) == 10 for t in ended)
+    assert kinds == ["RolloutSubmitted", "RolloutCancelled"]

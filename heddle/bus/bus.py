@@ -401,6 +401,15 @@ class Bus:
     async def delete_object(self, key: str) -> None:
         await self._require_objects().delete(key)
 
+    async def put_bucket_object(self, bucket: str, name: str, data: bytes) -> int:
+        """Store ``data`` as ``name`` in object-store bucket ``bucket`` (created on first use:
+        published weights, ``heddle.events.weights``); its size."""
+        return await Objects(self.js, bucket).put(name, data)
+
+    async def get_bucket_object(self, bucket: str, name: str) -> bytes:
+        """The object ``name`` of ``bucket``; ``heddle.bus.ObjectNotFound`` when absent."""
+        return await Objects(self.js, bucket).get(name)
+
     def _require_payloads(self) -> Objects:
         if self._payloads is None:
             raise RuntimeError("the bus is not started")

@@ -51,7 +51,13 @@ _COUNTED = {
 """Lists a decider may take the length of: given as zeros of the right count."""
 _DROPPED = {
     Generated: ("output_logprobs",),
-    Completed: ("prompt_token_ids", "response_token_ids", "response_logprobs", "loss_mask"),
+    Completed: (
+        "prompt_token_ids",
+        "response_token_ids",
+        "response_logprobs",
+        "loss_mask",
+        "logprob_mask",
+    ),
 }
 """Lists no decider reads: given empty."""
 _FROZEN: dict[type[msgspec.Struct], tuple[str, ...]] = {TrajectorySpec: ("prompt_token_ids",)}

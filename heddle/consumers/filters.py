@@ -22,6 +22,8 @@ def subject_of_kind(event_type: type[Event]) -> str:
             return f"heddle.evt.rollout.*.{kind}"
         case "worker":
             return f"heddle.evt.worker.*.{kind}"
+        case "weights":
+            return f"heddle.evt.weights.*.{kind}"
         case "deadletter":
             return DEADLETTER_SUBJECT
     raise ValueError(f"{event_type.__name__} has no subject family")

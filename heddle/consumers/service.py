@@ -54,6 +54,7 @@ from heddle.consumers.status import (
 )
 from heddle.control import ControlOptions
 from heddle.control.operations import OperationsView
+from heddle.control.weights import WeightsDecider
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
@@ -127,6 +128,8 @@ class ControlPlaneService:
         self.hooks: PredictionHooks | None = None
         self.liveness: WorkerLiveness | None = None
         self.operations: OperationsView | None = None
+        self.weights: WeightsDecider | None = None
+        """Weight versions: which one is published, which worker loaded which."""
         """The operators' view (None until the deciders' consumer is live)."""
         self.projector: Projector | None = None
         self._bus: Bus | None = None
@@ -205,6 +208,7 @@ class ControlPlaneService:
         self.slots = {slot: self._new_slot(slot, hooks) for slot in SLOTS}
         liveness = self.liveness = WorkerLiveness(self.config.worker_timeout_s)
         operations = OperationsView()
+        self.weights = WeightsDecider()
         self.operations = None
         observer = None  # metrics cost ~3% of the control plane's CPU: only when served
         host = self.config.host
@@ -212,7 +216,7 @@ class ControlPlaneService:
             observer = self.metrics.batch_observer(host.durable(PLANE), observe_inputs=True)
         consumer = DeciderConsumer(
             bus,
-            [*self.slots.values(), liveness, operations],
+            [*self.slots.values(), liveness, operations, self.weights],
             host,
             first=(ROUTER_SLOT,),
             on_batch=observer,

@@ -16,6 +16,7 @@ from heddle.control.systems import (
     system_spec,
 )
 from heddle.control.transfer import TransferDecider
+from heddle.control.weights import WeightsDecider
 
 __all__ = [
     "SYSTEMS",
@@ -30,6 +31,7 @@ __all__ = [
     "RolloutDecider",
     "SystemSpec",
     "TransferDecider",
+    "WeightsDecider",
     "build_control_plane",
     "dispatch_table",
     "replay",

@@ -331,6 +331,7 @@ class OperationsView:
             Failed(
                 event_id=derive_id(event.event_id, "failed"), rollout_id=event.rollout_id,
                 occurred_at=event.occurred_at, traj_id=event.traj_id, step=0, reason=reason,
+                finish_reason="aborted",
             )
         ]  # fmt: skip
 

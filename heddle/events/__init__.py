@@ -7,6 +7,7 @@ from heddle.events.base import (
     FinishReason,
     Message,
     SamplingParams,
+    TerminalReason,
     ToolStatus,
     TrajectoryTimings,
 )
@@ -24,6 +25,7 @@ from heddle.events.commands import (
     Abort,
     ContinueTrajectory,
     Drain,
+    LoadWeights,
     MigrateIn,
     MigrateOut,
     Preempt,
@@ -55,6 +57,7 @@ from heddle.events.rollout import (
     RolloutSubmitted,
 )
 from heddle.events.trajectory import (
+    ChatMessage,
     Completed,
     Failed,
     Generated,
@@ -71,6 +74,12 @@ from heddle.events.trajectory import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
+from heddle.events.weights import (
+    WeightsLoaded,
+    WeightsLoadFailed,
+    WeightSource,
+    WeightsPublished,
+)
 from heddle.events.worker import (
     DeadLettered,
     WorkerDrained,
@@ -86,6 +95,7 @@ __all__ = [
     "OPERATOR_EVENTS",
     "SCHEMA_VERSION",
     "Abort",
+    "ChatMessage",
     "Command",
     "Completed",
     "ContinueTrajectory",
@@ -98,6 +108,7 @@ __all__ = [
     "FinishReason",
     "Generated",
     "GenerationStarted",
+    "LoadWeights",
     "Message",
     "MigrateIn",
     "MigrateOut",
@@ -118,6 +129,7 @@ __all__ = [
     "SamplingParams",
     "SearchTool",
     "StartTrajectory",
+    "TerminalReason",
     "ToolCall",
     "ToolCalled",
     "ToolRequest",
@@ -133,6 +145,10 @@ __all__ = [
     "TrajectoryTimings",
     "Undrain",
     "UnitTestTool",
+    "WeightSource",
+    "WeightsLoadFailed",
+    "WeightsLoaded",
+    "WeightsPublished",
     "WorkerCommand",
     "WorkerCommandT",
     "WorkerDrainRequested",

@@ -16,9 +16,12 @@ from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
 from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
+from heddle.events.weights import WeightsEventT
 from heddle.events.worker import DeadLettered, WorkerEventT, WorkerTelemetry
 
-EventT = TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered | OperatorEventT
+EventT = (
+    TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered | OperatorEventT | WeightsEventT
+)
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Largest message we accept (completed trajectories carry full token lists)."""

@@ -13,6 +13,7 @@ import msgspec
 
 from heddle.events.base import Command
 from heddle.events.trajectory import ToolReturned, TrajectorySpec
+from heddle.events.weights import LoadPolicy, WeightSource, WeightVersion
 
 
 class WorkerCommand(Command, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -109,6 +110,16 @@ class Undrain(WorkerCommand, frozen=True, kw_only=True, tag="cmd.undrain"):
     action: ClassVar[str] = "undrain"
 
 
+class LoadWeights(WorkerCommand, frozen=True, kw_only=True, tag="cmd.load_weights"):
+    """Load weight version ``weight_version`` from ``source`` at a safe point (``load_policy``),
+    then publish ``weights.loaded`` (or ``weights.load_failed``)."""
+
+    action: ClassVar[str] = "load_weights"
+    weight_version: WeightVersion
+    source: WeightSource
+    load_policy: LoadPolicy = "between_steps"
+
+
 WorkerCommandT = (
     StartTrajectory
     | ContinueTrajectory
@@ -119,6 +130,7 @@ WorkerCommandT = (
     | Abort
     | Drain
     | Undrain
+    | LoadWeights
 )
 WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     StartTrajectory,
@@ -130,6 +142,7 @@ WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     Abort,
     Drain,
     Undrain,
+    LoadWeights,
 )
 
 

@@ -3,6 +3,7 @@
 heddle.evt.rollout.<rollout_id>.<kind>
 heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
 heddle.evt.worker.<worker_id>.<kind>
+heddle.evt.weights.<weight_version>.<kind>
 heddle.evt.deadletter
 heddle.cmd.worker.<worker_id>.<action>
 heddle.cmd.tool.<pool>
@@ -17,6 +18,7 @@ from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
 from heddle.events.trajectory import TrajectoryEvent
+from heddle.events.weights import WeightsEvent
 from heddle.events.worker import DeadLettered, WorkerEvent
 from heddle.ids import check_token
 
@@ -42,6 +44,13 @@ def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> 
 
 def worker_event_subject(worker_id: str, kind: str = "*") -> str:
     return f"heddle.evt.worker.{check_token(worker_id, 'worker id')}.{kind}"
+
+
+def weights_subject(weight_version: int | str, kind: str = "*") -> str:
+    version = str(weight_version)
+    if version != "*" and not (version.isdigit() and int(version) >= 0):
+        raise ValueError(f"weight version {version!r} is not an integer >= 0")
+    return f"heddle.evt.weights.{version}.{kind}"
 
 
 def worker_command_subject(worker_id: str, action: str = "*") -> str:
@@ -83,6 +92,8 @@ def subject_for_event(event: Event) -> str:
             return rollout_subject(event.rollout_id, kind)
         case WorkerEvent():
             return worker_event_subject(event.worker_id, kind)
+        case WeightsEvent():
+            return weights_subject(event.weight_version, kind)
         case DeadLettered():
             return DEADLETTER_SUBJECT
     raise TypeError(f"no subject for {type(event).__name__}")
@@ -107,6 +118,7 @@ class SubjectParts:
     traj_id: str | None = None
     worker_id: str | None = None
     pool: str | None = None
+    weight_version: int | None = None
 
 
 def parse_subject(subject: str) -> SubjectParts:
@@ -119,6 +131,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("traj", kind, rollout_id=rollout_id, traj_id=traj_id)
         case ["heddle", "evt", "worker", worker_id, kind]:
             return SubjectParts("worker", kind, worker_id=worker_id)
+        case ["heddle", "evt", "weights", version, kind] if version.isdigit():
+            return SubjectParts("weights", kind, weight_version=int(version))
         case ["heddle", "evt", "deadletter"]:
             return SubjectParts("deadletter")
         case ["heddle", "cmd", "worker", worker_id, action]:

@@ -23,6 +23,7 @@ from heddle.events.base import (
     Event,
     FinishReason,
     SamplingParams,
+    TerminalReason,
     ToolStatus,
     TrajectoryTimings,
 )
@@ -33,6 +34,14 @@ PlacementReason = Literal["initial", "migration", "replacement", "operator"]
 class TrajectoryEvent(Event, frozen=True, kw_only=True):
     family: ClassVar[str] = "traj"
     traj_id: str
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of a chat prompt (the OpenAI / SGLang ``messages`` format)."""
+
+    role: str
+    """``system``, ``user``, ``assistant`` or ``tool``."""
+    content: str
 
 
 class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,11 +56,19 @@ class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
     task: dict[str, Any] = {}
     """Environment-specific task payload; each environment validates it into its own struct."""
     prompt_token_ids: TokenIds = []
+    """The prompt, tokenized by the submitter; empty: ``messages`` or the environment's prompt."""
+    messages: list[ChatMessage] = []
+    """A chat prompt the worker tokenizes with its model's chat template (generation prompt
+    appended), when ``prompt_token_ids`` is empty; it replaces the environment's own prompt (the
+    environment still reads ``task`` to score the answer)."""
     max_steps: int = 64
     max_new_tokens: int = 4096
     """Cap on the tokens generated in one step."""
     max_total_tokens: int = 131072
     """Cap on the whole context (prompt + generations + observations)."""
+    max_response_tokens: int | None = None
+    """Cap on the response (every token after the prompt: generations and observations); the
+    trajectory ends with ``finish_reason`` ``length`` when it is reached. None: no cap."""
     sampling: SamplingParams = SamplingParams()
     tool_pool: str = "default"
 
@@ -109,6 +126,9 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     num_warmed_tokens: int = 0
     """Context tokens a warm-up prefill computed on this worker during the tool gap before this
     generation (a migration to an engine without KV transfer): re-prefill the gap hid."""
+    weight_version: int = 0
+    """The weight version that produced these tokens (0: the weights the worker started with;
+    see ``heddle.events.weights``)."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):
@@ -182,6 +202,10 @@ class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
 
 
 class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"):
+    """A trajectory's record for the trainer. ``HeddleClient.completions`` also hands a terminal
+    ``Failed`` over as a ``Completed`` (its ``finish_reason`` and ``reason`` say why, the tokens
+    are those generated before it failed), so a batch has a row for every trajectory."""
+
     num_steps: int
     prompt_token_ids: TokenIds = []
     response_token_ids: TokenIds = []
@@ -190,13 +214,28 @@ class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"
     """Aligned with response_token_ids; 0.0 at observation tokens."""
     loss_mask: LossMask = []
     """Aligned with response_token_ids: 1 for model tokens, 0 for tool tokens."""
+    logprob_mask: LossMask = []
+    """Aligned with response_token_ids: 1 where ``response_logprobs`` holds a logprob the engine
+    returned, 0 at observation tokens and where the engine returned none (their 0.0 is no
+    logprob). Empty in events written before this field."""
     reward: float = 0.0
-    finish_reason: FinishReason = "stop"
+    finish_reason: TerminalReason | FinishReason = "stop"
+    """Why the trajectory ended (``heddle.events.base.TerminalReason``); events written before
+    the terminal reasons may hold a generation's reason."""
+    reason: str = ""
+    """What went wrong, for a failure handed over as a completion ("" otherwise)."""
     num_output_tokens: int = 0
     """Tokens the model generated (sum over steps)."""
     timings: TrajectoryTimings = TrajectoryTimings()
     worker_history: list[str] = []
     num_recomputed_tokens: int = 0
+    group_id: str = ""
+    """The spec's group (the samples of one prompt); "" in events written before this field."""
+    index: int = 0
+    """The spec's index: the trajectory's position in its rollout (submission order)."""
+    weight_versions: list[int] = []
+    """The weight versions its generations came from, in the order first used (each step's is
+    its ``Generated.weight_version``); one item unless weights changed mid-trajectory."""
 
 
 class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
@@ -204,6 +243,13 @@ class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
     reason: str
     worker_id: str = ""
     retryable: bool = False
+    """True: not terminal, the control plane places the trajectory again."""
+    finish_reason: TerminalReason = "error"
+    """Why it ended, when terminal (``aborted``, ``tool_error`` or ``error``)."""
+    group_id: str = ""
+    """The spec's group ("" when the publisher did not know it, or in older events)."""
+    index: int = 0
+    """The spec's index (0 when ``group_id`` is "")."""
 
 
 TrajectoryEventT = (

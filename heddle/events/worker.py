@@ -27,6 +27,9 @@ class WorkerRegistered(WorkerEvent, frozen=True, kw_only=True, tag="worker.regis
     host: str = ""
     incarnation: str = ""
     """Distinguishes restarts of the same worker id."""
+    time_scale: float = 1.0
+    """Model seconds per wall second of the worker's engine (a sim engine runs faster than real
+    time by this factor; 1.0 for real engines): a submission's time scale is the deployment's."""
 
 
 class WorkerHeartbeat(WorkerEvent, frozen=True, kw_only=True, tag="worker.heartbeat"):

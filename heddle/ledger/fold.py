@@ -35,6 +35,9 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectoryReprioritizeRequested,
     TrajectorySubmitted,
+    WeightsLoaded,
+    WeightsLoadFailed,
+    WeightsPublished,
     WorkerDrained,
     WorkerDrainRequested,
     WorkerFailed,
@@ -88,6 +91,10 @@ def apply(rows: BatchRows, event: EventT) -> None:
             trajectory.updated_at = event.occurred_at
         case WorkerRegistered() | WorkerHeartbeat() | WorkerDrained() | WorkerFailed():
             _apply_worker(rows.worker(event.worker_id), event)
+        case WeightsLoaded():
+            _apply_weights(rows.worker(event.worker_id), event)
+        case WeightsPublished() | WeightsLoadFailed():
+            pass  # the stream keeps them; a worker's row records what it loaded
         case DeadLettered():
             rows.dead_letters.append(_dead_letter_row(event))
         case (
@@ -255,6 +262,7 @@ def _apply_worker(
             row.can_export_kv = event.can_export_kv
             row.host = event.host
             row.incarnation = event.incarnation
+            row.weight_version, row.weights_loaded_at = 0, None  # started on its own weights
             row.status = "active"
             row.failure_reason = ""
             row.registered_at = event.occurred_at
@@ -270,6 +278,14 @@ def _apply_worker(
         case WorkerFailed():
             row.status = "failed"
             row.failure_reason = event.reason
+
+
+def _apply_weights(row: WorkerRow, event: WeightsLoaded) -> None:
+    if event.incarnation and row.incarnation and event.incarnation != row.incarnation:
+        return  # a previous incarnation's load: the current one starts on its own weights
+    if event.weight_version >= row.weight_version:
+        row.weight_version = event.weight_version
+        row.weights_loaded_at = event.occurred_at
 
 
 def _placement_row(event: TrajectoryPlaced) -> PlacementRow:

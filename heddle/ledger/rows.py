@@ -114,6 +114,8 @@ class WorkerRow(msgspec.Struct, kw_only=True):
     num_trajectories: int = 0
     kv_usage: float = 0.0
     failure_reason: str = ""
+    weight_version: int = 0
+    weights_loaded_at: float | None = None
 
 
 class PlacementRow(msgspec.Struct, kw_only=True):

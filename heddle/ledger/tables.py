@@ -147,6 +147,9 @@ class Worker(Base):
     num_trajectories: Mapped[int] = mapped_column(Integer, default=0)
     kv_usage: Mapped[float] = mapped_column(Float, default=0.0)
     failure_reason: Mapped[str] = mapped_column(Text, default="")
+    weight_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    """The weight version the worker last reported loaded (``weights.loaded``; 0: initial)."""
+    weights_loaded_at: Mapped[float | None] = mapped_column(Float)
 
 
 class Placement(Base):

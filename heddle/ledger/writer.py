@@ -36,6 +36,9 @@ from heddle.events import (
     EventT,
     Migrated,
     RolloutEvent,
+    WeightsLoaded,
+    WeightsLoadFailed,
+    WeightsPublished,
     WorkerEvent,
     WorkerUndrainRequested,
 )
@@ -296,8 +299,10 @@ def _keys_of(events: list[EventT]) -> _Keys:
                 keys.migrating.add((event.rollout_id, event.traj_id))
         elif isinstance(event, RolloutEvent):
             keys.rollouts.add(event.rollout_id)
-        elif isinstance(event, WorkerEvent):
+        elif isinstance(event, (WorkerEvent, WeightsLoaded)):
             keys.workers.add(event.worker_id)
+        elif isinstance(event, (WeightsPublished, WeightsLoadFailed)):
+            continue
         else:
             assert isinstance(event, DeadLettered)
     return keys

@@ -25,6 +25,7 @@ import msgspec
 from heddle.bus import Bus
 from heddle.control.systems import SYSTEMS
 from heddle.events import (
+    ChatMessage,
     Event,
     RolloutSubmitted,
     SamplingParams,
@@ -109,6 +110,8 @@ class TaskOptions:
     max_steps: int = 16
     max_new_tokens: int = 1024
     max_total_tokens: int = 32768
+    max_response_tokens: int | None = None
+    """Cap on each trajectory's response (generations and observations); None: no cap."""
     temperature: float = 1.0
     seed: int = 0
     """Base of each trajectory's sampling seed (seed + index)."""
@@ -119,8 +122,36 @@ class TaskOptions:
             raise ValueError("group_size, max_steps and max_new_tokens must be >= 1")
         if self.max_total_tokens <= self.max_new_tokens:
             raise ValueError("max_total_tokens must exceed max_new_tokens")
+        if self.max_response_tokens is not None and self.max_response_tokens < 1:
+            raise ValueError("max_response_tokens must be >= 1 (or None: no cap)")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPrompts:
+    """Prompts a trainer supplies instead of the environment's, one per task (or none)."""
+
+    token_ids: Sequence[Sequence[int]] | None = None
+    """Prompt token ids the trainer tokenized itself."""
+    messages: Sequence[Sequence[ChatMessage]] | None = None
+    """Chat prompts, tokenized by the workers with their model's chat template."""
+
+    def check(self, num_tasks: int, tokenizer: Tokenizer) -> None:
+        """``TaskError`` naming the first prompt that cannot be used."""
+        if self.token_ids is not None and self.messages is not None:
+            raise TaskError("give prompt token ids or chat messages, not both")
+        for name, prompts in (("prompt_token_ids", self.token_ids), ("messages", self.messages)):
+            if prompts is not None and len(prompts) != num_tasks:
+                raise TaskError(f"{len(prompts)} {name} for {num_tasks} tasks: give one per task")
+        for task_index, ids in enumerate(self.token_ids or ()):
+            bad = [token_id for token_id in ids if not 0 <= token_id < tokenizer.vocab_size]
+            if not ids or bad:
+                what = f"id {bad[0]} outside [0, {tokenizer.vocab_size})" if bad else "no ids"
+                raise TaskError(f"task {task_index + 1}: prompt_token_ids has {what}")
+        for task_index, messages in enumerate(self.messages or ()):
+            if not messages:
+                raise TaskError(f"task {task_index + 1}: messages is empty")
 
 
 def task_specs(
@@ -128,15 +159,24 @@ def task_specs(
     environment: str,
     tokenizer: Tokenizer,
     options: TaskOptions | None = None,
+    prompts: TaskPrompts | None = None,
 ) -> list[TrajectorySpec]:
-    """``group_size`` trajectories per task, tasks in order; ``TaskError`` for a bad task."""
+    """``group_size`` trajectories per task, tasks in order; ``TaskError`` for a bad task.
+    ``prompts``: the trainer's own prompt per task (token ids or chat messages)."""
     options = options or TaskOptions()
+    prompts = prompts or TaskPrompts()
+    prompts.check(len(tasks), tokenizer)
     specs: list[TrajectorySpec] = []
     for task_index, task in enumerate(tasks):
         try:
             prompt = _prompt_token_ids(environment, dict(task), tokenizer)
         except ValueError as exc:
             raise TaskError(f"task {task_index + 1}: {exc}") from None
+        messages: list[ChatMessage] = []
+        if prompts.token_ids is not None:
+            prompt = list(prompts.token_ids[task_index])
+        elif prompts.messages is not None:
+            prompt, messages = [], list(prompts.messages[task_index])
         for _ in range(options.group_size):
             index = len(specs)
             specs.append(
@@ -146,9 +186,11 @@ def task_specs(
                     environment=environment,
                     task=dict(task),
                     prompt_token_ids=prompt,
+                    messages=messages,
                     max_steps=options.max_steps,
                     max_new_tokens=options.max_new_tokens,
                     max_total_tokens=options.max_total_tokens,
+                    max_response_tokens=options.max_response_tokens,
                     sampling=SamplingParams(
                         temperature=options.temperature, seed=options.seed + index
                     ),

@@ -7,7 +7,7 @@ Both satisfy the ``Tokenizer`` protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,6 +36,32 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text of ``token_ids``; special tokens are dropped, invalid bytes replaced."""
         ...
+
+
+class ChatTurn(Protocol):
+    """A chat message (``heddle.events.ChatMessage``)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
+
+
+BYTE_CHAT_TEMPLATE = "<|{role}|>\n{content}\n"
+"""The byte tokenizer's chat template, per message; ``<|assistant|>\n`` follows the last one
+(the generation prompt)."""
+
+
+def chat_prompt_ids(tokenizer: Tokenizer, messages: Iterable[ChatTurn]) -> list[int]:
+    """The ids of a chat prompt: the tokenizer's chat template applied to ``messages`` with the
+    generation prompt appended (a Hugging Face tokenizer's own template; ``BYTE_CHAT_TEMPLATE``
+    for the byte tokenizer). ``TokenizerError`` when the tokenizer has no chat template."""
+    turns = [(message.role, message.content) for message in messages]
+    if isinstance(tokenizer, HFTokenizer):
+        return tokenizer.apply_chat_template(turns)
+    text = "".join(BYTE_CHAT_TEMPLATE.format(role=role, content=content) for role, content in turns)
+    return tokenizer.encode(text + "<|assistant|>\n")
 
 
 class ByteTokenizer:
@@ -119,6 +145,18 @@ class HFTokenizer:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
+    def apply_chat_template(self, turns: Sequence[tuple[str, str]]) -> list[int]:
+        """``transformers``' ``apply_chat_template`` with the generation prompt, as ids."""
+        if not getattr(self._tokenizer, "chat_template", None):
+            raise TokenizerError(f"the tokenizer at {str(self._path)!r} has no chat template")
+        messages = [{"role": role, "content": content} for role, content in turns]
+        ids = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, Mapping):  # newer transformers may return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(token_id) for token_id in ids]
 
 
 TOKENIZERS: dict[str, Callable[[], Tokenizer]] = {"byte": ByteTokenizer}

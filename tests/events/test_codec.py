@@ -47,6 +47,8 @@ def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:
     """Values of ``annotation`` that JSON can carry exactly (finite floats, 64-bit ints)."""
     if name in _ID_FIELDS and annotation is str:
         return ids
+    if name == "weight_version" and annotation is int:
+        return st.integers(0, 2**53)  # versions are >= 0 (the decoders refuse others)
     if annotation is Any:
         return json_values
     if annotation is type(None):

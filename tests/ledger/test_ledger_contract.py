@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, inspect, text
 
 from heddle.errors import UserError
-from heddle.events import EventT, RolloutFinished, WorkerUndrainRequested
+from heddle.events import (
+    EventT,
+    RolloutFinished,
+    WeightsLoaded,
+    WeightsLoadFailed,
+    WeightSource,
+    WeightsPublished,
+    WorkerRegistered,
+    WorkerUndrainRequested,
+)
 from heddle.ledger import (
     Ledger,
     LedgerWriter,
@@ -184,6 +193,35 @@ class TestLedgerContract:
         assert [a.event_id for a in queries.operator_actions(ledger, rollout_id="r1")] == [
             "r1:t000000:op:b:abort"
         ]
+
+    def test_each_worker_records_the_weights_it_loaded(self, ledger: Ledger) -> None:
+        def registered(incarnation: str, at: float) -> WorkerRegistered:
+            return WorkerRegistered(event_id=f"wx:{incarnation}", occurred_at=at, worker_id="wx",
+                                    engine="sim", incarnation=incarnation)  # fmt: skip
+
+        def loaded(version: int, incarnation: str, at: float) -> WeightsLoaded:
+            return WeightsLoaded(
+                event_id=f"weights:{version}:wx:{incarnation}",
+                occurred_at=at,
+                weight_version=version,
+                worker_id="wx",
+                incarnation=incarnation,
+            )
+
+        source = WeightSource(path="/w/v1")
+        published = WeightsPublished(event_id="weights:1:published", occurred_at=T0 + 1,
+                                     weight_version=1, source=source)  # fmt: skip
+        failed = WeightsLoadFailed(event_id="weights:2:wx:a:failed", occurred_at=T0 + 3,
+                                   weight_version=2, worker_id="wx", reason="no file")  # fmt: skip
+        events = [registered("a", T0), published, loaded(1, "old", T0 + 2),
+                  loaded(1, "a", T0 + 2.5), failed]  # fmt: skip
+        writer = LedgerWriter(ledger, "ledger")
+        writer.project(numbered(events))
+        [worker] = [w for w in queries.workers(ledger) if w.worker_id == "wx"]
+        assert (worker.weight_version, worker.weights_loaded_at) == (1, T0 + 2.5)
+        writer.project(numbered([registered("b", T0 + 4)], len(events) + 1))
+        [worker] = [w for w in queries.workers(ledger) if w.worker_id == "wx"]
+        assert (worker.weight_version, worker.weights_loaded_at) == (0, None)  # a fresh start
 
     def test_redelivered_events_are_skipped(self, ledger: Ledger) -> None:
         events = numbered(everything())

@@ -654,11 +654,11 @@ async def test_bad_tasks_fail_and_unknown_trajectories_are_refused(harness: Harn
     assert harness.bus.events_of("t3") == []
 
 
-async def test_step_and_context_caps_truncate_with_finish_reason_length(harness: Harness) -> None:
+async def test_step_and_context_caps_truncate_with_their_finish_reasons(harness: Harness) -> None:
     await harness.add_worker("w0")
     await harness.submit("t1", "w0", STEPS, max_steps=2)
     done = await harness.wait_finished("t1")
-    assert isinstance(done, Completed) and done.finish_reason == "length" and done.num_steps == 2
+    assert isinstance(done, Completed) and done.finish_reason == "max_steps" and done.num_steps == 2
     await harness.submit("t2", "w0", STEPS, max_total_tokens=80)
     done = await harness.wait_finished("t2")
     assert isinstance(done, Completed) and done.finish_reason == "length"

@@ -9,6 +9,8 @@ published, and the control plane re-places them (a restarted incarnation that re
 unacknowledged commands again finds them placed elsewhere and forwards them). ``Drain`` finishes
 the hosted trajectories, refuses new ones and publishes ``WorkerDrained``; the agent stays up
 (heartbeating) until an ``Undrain`` makes it take trajectories again, or it is stopped.
+``LoadWeights`` swaps the engine's weights between generations (``heddle.workers.agent.weights``)
+and is acknowledged once ``weights.loaded`` (or ``weights.load_failed``) is stored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 from heddle.events import (
     Drain,
+    LoadWeights,
     Undrain,
     WorkerCommandT,
     WorkerDrained,
@@ -34,12 +37,13 @@ from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 from heddle.workers.agent.migration import Migrator
-from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink
+from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink, ObjectSource
 from heddle.workers.agent.publisher import DurablePublisher, is_transient
 from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import CommandArrival, TrajectoryTable
 from heddle.workers.agent.telemetry import Telemetry
+from heddle.workers.agent.weights import WeightGate, WeightLoading
 from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 
@@ -70,12 +74,23 @@ class WorkerAgent:
             sink, max_retry_s=config.publish_retry_max_s, transient=transient
         )
         self.table = TrajectoryTable()
+        self.weights = WeightGate()
         self.runner = StepRunner(
             worker_id=config.worker_id,
             engine=engine,
             tokenizer=self.tokenizer,
             publisher=self.publisher,
             tool_timeout_s=config.tool_timeout_s,
+            clock=clock,
+            weights=self.weights,
+        )
+        self.weight_loading = WeightLoading(
+            worker_id=config.worker_id,
+            incarnation=self.incarnation,
+            engine=engine,
+            gate=self.weights,
+            publisher=self.publisher,
+            objects=blobs if isinstance(blobs, ObjectSource) else None,
             clock=clock,
         )
         self.migrator = Migrator(
@@ -141,6 +156,7 @@ class WorkerAgent:
             can_export_kv=caps.can_export_kv,
             host=socket.gethostname(),
             incarnation=self.incarnation,
+            time_scale=caps.time_scale,
         )
 
     async def handle(
@@ -161,6 +177,9 @@ class WorkerAgent:
             return  # WorkerDrained is stored: acknowledge even while shutting down
         if isinstance(command, Undrain):
             self.undrain()
+            return
+        if isinstance(command, LoadWeights):
+            await self.weight_loading.handle(command)
             return
         await self.handler.handle(command, is_redelivered=is_redelivered, arrival=arrival)
         self._check_alive()

@@ -299,7 +299,9 @@ class CommandHandler:
         if segment is not None and not segment.done():
             segment.cancel()
             await asyncio.wait([segment])
-        await self.runner.fail(hosted, f"aborted: {reason}" if reason else "aborted")
+        await self.runner.fail(
+            hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
+        )
 
     async def _forward(self, command: TrajectoryCommand, target_worker_id: str) -> None:
         """Re-send a command to the worker now holding the trajectory (deterministic id)."""
@@ -320,7 +322,8 @@ class CommandHandler:
     async def _fail_unhosted(
         self, command: TrajectoryCommand, reason: str, *, retryable: bool = False
     ) -> None:
-        log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id)
+        spec = command.spec if isinstance(command, _PLACING) else None
+        log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id, spec=spec)
         event = records.failed(
             log,
             reason=reason,

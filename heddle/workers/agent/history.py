@@ -258,6 +258,26 @@ class TrajectoryLog:
                 mask.extend([1] * len(output))
         return tokens, logprobs, mask
 
+    def logprob_mask(self) -> list[int]:
+        """Aligned with ``response()``: 1 where the engine returned the token's logprob, 0 at
+        observation tokens and where the engine returned none."""
+        mask: list[int] = []
+        for index, step in enumerate(self.steps):
+            if index > 0:
+                mask.extend([0] * len(step.started.input_token_ids))
+            if step.generated is not None:
+                output = step.generated
+                num_returned = min(len(output.output_logprobs), len(output.output_token_ids))
+                mask.extend([1] * num_returned)
+                mask.extend([0] * (len(output.output_token_ids) - num_returned))
+        return mask
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """``len(prompt_token_ids())`` without the copy."""
+        num_spec = len(self.spec.prompt_token_ids) if self.spec else 0
+        return num_spec + (len(self.steps[0].started.input_token_ids) if self.steps else 0)
+
     def generated_events(self) -> list[Generated]:
         return [step.generated for step in self.steps if step.generated is not None]
 

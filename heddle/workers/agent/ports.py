@@ -50,3 +50,12 @@ class BlobStore(Protocol):
         ...
 
     async def delete_blob(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class ObjectSource(Protocol):
+    """Named objects of any object-store bucket (published weights)."""
+
+    async def get_object(self, bucket: str, name: str) -> bytes:
+        """The object's bytes; ``KeyError`` when there is none."""
+        ...

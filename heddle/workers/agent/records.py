@@ -12,12 +12,12 @@ from __future__ import annotations
 from heddle.events import (
     Completed,
     Failed,
-    FinishReason,
     Generated,
     GenerationStarted,
     Migrated,
     MigrateIn,
     Preempted,
+    TerminalReason,
     ToolCall,
     ToolCalled,
     ToolRequest,
@@ -67,6 +67,7 @@ def generated(
     num_recomputed_tokens: int,
     now: float,
     num_warmed_tokens: int = 0,
+    weight_version: int = 0,
 ) -> Generated:
     return Generated(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
@@ -86,6 +87,7 @@ def generated(
         num_recomputed_tokens=num_recomputed_tokens,
         num_cached_tokens=result.num_cached_tokens,
         num_warmed_tokens=num_warmed_tokens,
+        weight_version=weight_version,
     )
 
 
@@ -135,11 +137,13 @@ def completed(
     log: TrajectoryLog,
     *,
     reward: float,
-    finish_reason: FinishReason,
+    finish_reason: TerminalReason,
     time_scale: float,
     now: float,
+    reason: str = "",
 ) -> Completed:
-    """The trajectory's full record: tokens, logprobs, loss mask, reward and timings."""
+    """The trajectory's full record: tokens, logprobs, loss mask, reward and timings (``reason``:
+    the failure's, when a client hands a terminal ``Failed`` over as a completion)."""
     response, logprobs, mask = log.response()
     outputs = log.generated_events()
     started_at = log.submitted_at if log.submitted_at is not None else now
@@ -161,12 +165,17 @@ def completed(
         response_token_ids=response,
         response_logprobs=logprobs,
         loss_mask=mask,
+        logprob_mask=log.logprob_mask(),
         reward=reward,
         finish_reason=finish_reason,
+        reason=reason,
         num_output_tokens=sum(len(event.output_token_ids) for event in outputs),
         timings=timings,
         worker_history=log.worker_history(),
         num_recomputed_tokens=sum(event.num_recomputed_tokens for event in outputs),
+        group_id=log.spec.group_id if log.spec else "",
+        index=log.spec.index if log.spec else 0,
+        weight_versions=list(dict.fromkeys(event.weight_version for event in outputs)),
     )
 
 
@@ -178,6 +187,7 @@ def failed(
     now: float,
     retryable: bool = False,
     discriminator: str = "",
+    finish_reason: TerminalReason = "error",
 ) -> Failed:
     step = log.current_step
     return Failed(
@@ -189,6 +199,9 @@ def failed(
         reason=reason,
         worker_id=worker_id,
         retryable=retryable,
+        finish_reason=finish_reason,
+        group_id=log.spec.group_id if log.spec else "",
+        index=log.spec.index if log.spec else 0,
     )
 
 

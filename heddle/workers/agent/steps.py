@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 from heddle.events import (
     EventT,
-    FinishReason,
     Generated,
     SamplingParams,
+    TerminalReason,
     ToolCall,
     ToolRequest,
     ToolReturned,
@@ -36,6 +36,7 @@ from heddle.workers.agent import records
 from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
+from heddle.workers.agent.weights import WeightGate
 from heddle.workers.engines.base import (
     Engine,
     EngineError,
@@ -43,7 +44,7 @@ from heddle.workers.engines.base import (
     GenerationResult,
 )
 from heddle.workers.environments import StepOutcome
-from heddle.workers.tokenizers import Tokenizer
+from heddle.workers.tokenizers import Tokenizer, chat_prompt_ids
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,11 @@ class StepRunner:
         publisher: DurablePublisher,
         tool_timeout_s: float,
         clock: Callable[[], float] = time.time,
+        weights: WeightGate | None = None,
     ) -> None:
         self.worker_id = worker_id
+        self.weights = weights or WeightGate()
+        """Generations run between weight swaps; each reports the version it ran on."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.publisher = publisher
@@ -101,17 +105,20 @@ class StepRunner:
         """Run steps until a tool call or the end, starting from ``outcome`` (None: generate
         first), from the environment's answer to ``tool_result``, or (``is_new``) from the
         environment's reset."""
+        reading_tool = tool_result is not None
         try:
             if is_new:
                 hosted.next_observation = hosted.env.reset(hosted.spec.task)
+                self._check_prompt(hosted.spec)
             if tool_result is not None:
                 outcome = hosted.env.observe(tool_result)
+            reading_tool = False
             generated: Generated | None = None
             arrival, hosted.arrival = hosted.arrival, None  # the first step's command
             while True:
                 if outcome is not None and await self.conclude(hosted, outcome, generated):
                     return
-                if self._is_context_full(hosted):
+                if self._is_capped(hosted):
                     await self.complete(hosted, reward=0.0, finish_reason="length")
                     return
                 generated, outcome = await self._step(hosted, arrival)
@@ -122,7 +129,8 @@ class StepRunner:
             await self.fail(hosted, str(exc), retryable=exc.retryable)
         except Exception as exc:
             logger.exception("trajectory %s failed", hosted.traj_id)
-            await self.fail(hosted, f"{type(exc).__name__}: {exc}")
+            reason: TerminalReason = "tool_error" if reading_tool else "error"
+            await self.fail(hosted, f"{type(exc).__name__}: {exc}", finish_reason=reason)
 
     async def conclude(
         self, hosted: HostedTrajectory, outcome: StepOutcome, generated: Generated | None = None
@@ -137,10 +145,11 @@ class StepRunner:
         if generated is not None:
             await self.emit(hosted, generated)
         if outcome.done:
-            await self.complete(hosted, reward=outcome.reward, finish_reason="stop")
+            reason = _ending_reason(generated, is_capped=self._is_response_full(hosted))
+            await self.complete(hosted, reward=outcome.reward, finish_reason=reason)
             return True
         if log.num_steps >= spec.max_steps:
-            await self.complete(hosted, reward=0.0, finish_reason="length")
+            await self.complete(hosted, reward=0.0, finish_reason="max_steps")
             return True
         hosted.next_observation = outcome.observation
         return False
@@ -166,16 +175,36 @@ class StepRunner:
     def _next_input(self, hosted: HostedTrajectory) -> list[int]:
         """Tokens the next generation appends: the observation (step 0: the environment's
         prompt, unless the spec carries prompt token ids)."""
-        observation = hosted.next_observation
-        if observation is None or (hosted.log.num_steps == 0 and hosted.spec.prompt_token_ids):
+        observation, spec = hosted.next_observation, hosted.spec
+        if hosted.log.num_steps == 0 and not spec.prompt_token_ids and spec.messages:
+            return chat_prompt_ids(self.tokenizer, spec.messages)
+        if observation is None or (hosted.log.num_steps == 0 and spec.prompt_token_ids):
             return []
         return observation.tokens(self.tokenizer)
 
-    def _is_context_full(self, hosted: HostedTrajectory) -> bool:
+    def _check_prompt(self, spec: TrajectorySpec) -> None:
+        """A submitted prompt must be ids of the worker's vocabulary (a non-Python trainer may
+        send any integers): ``StepError`` naming the first id outside it."""
+        vocab_size = self.tokenizer.vocab_size
+        for position, token_id in enumerate(spec.prompt_token_ids):
+            if not 0 <= token_id < vocab_size:
+                raise StepError(
+                    f"prompt_token_ids[{position}] = {token_id} is outside the vocabulary "
+                    f"[0, {vocab_size}) of tokenizer {self.tokenizer.name!r}"
+                )
+
+    def _is_capped(self, hosted: HostedTrajectory) -> bool:
+        """Whether the next step's input would reach the context or the response cap."""
         if hosted.log.phase is not StepPhase.READY:
             return False
-        num_context = hosted.log.num_context_tokens + len(self._next_input(hosted))
-        return num_context >= hosted.spec.max_total_tokens
+        num_input = len(self._next_input(hosted))
+        if hosted.log.num_context_tokens + num_input >= hosted.spec.max_total_tokens:
+            return True
+        return hosted.log.num_steps > 0 and self._is_response_full(hosted, num_input)
+
+    def _is_response_full(self, hosted: HostedTrajectory, num_more: int = 0) -> bool:
+        cap = hosted.spec.max_response_tokens
+        return cap is not None and _num_response_tokens(hosted) + num_more >= cap
 
     async def _announce_and_generate(
         self, hosted: HostedTrajectory, arrival: CommandArrival | None = None
@@ -210,6 +239,8 @@ class StepRunner:
         step = log.current_step  # READY while its announcement is on its way: the next step
         observation = hosted.next_observation
         target = observation.target_output_tokens if observation is not None else None
+        # Step 0's announcement may still be on its way: its whole context is the prompt.
+        num_prompt = len(context) if step == 0 else log.num_prompt_tokens
         seed = spec.sampling.seed
         if seed is None:
             seed = trajectory_seed(log.rollout_id, log.traj_id)
@@ -217,7 +248,7 @@ class StepRunner:
             request_id=f"{engine_key(log.rollout_id, log.traj_id)}:{step:06d}",
             trajectory_id=engine_key(log.rollout_id, log.traj_id),
             input_token_ids=context,
-            max_new_tokens=_max_new_tokens(spec, len(context), target),
+            max_new_tokens=_max_new_tokens(spec, context, num_prompt, target),
             priority=hosted.priority,
             sampling=SamplingParams(
                 temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed
@@ -227,11 +258,13 @@ class StepRunner:
             group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
             num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
         )
-        hosted.request_id = request.request_id
-        try:
-            result = await self.engine.generate(request)
-        finally:
-            hosted.request_id = None
+        async with self.weights.generating() as weight_version:
+            hosted.request_id = request.request_id
+            try:
+                result = await self.engine.generate(request)
+            finally:
+                hosted.request_id = None
+        hosted.weight_version = weight_version
         if result.finish_reason == "abort":
             raise StepError("the engine aborted the generation", retryable=True)
         return result
@@ -258,6 +291,7 @@ class StepRunner:
             num_recomputed_tokens=recomputed,
             num_warmed_tokens=num_warmed,
             now=self.clock(),
+            weight_version=hosted.weight_version,
         )
 
     async def _call_tool(
@@ -299,7 +333,7 @@ class StepRunner:
     # ---- endings ----------------------------------------------------------------------------
 
     async def complete(
-        self, hosted: HostedTrajectory, *, reward: float, finish_reason: FinishReason
+        self, hosted: HostedTrajectory, *, reward: float, finish_reason: TerminalReason
     ) -> None:
         event = records.completed(
             hosted.log,
@@ -311,7 +345,14 @@ class StepRunner:
         await self.emit(hosted, event)
         await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
 
-    async def fail(self, hosted: HostedTrajectory, reason: str, *, retryable: bool = False) -> None:
+    async def fail(
+        self,
+        hosted: HostedTrajectory,
+        reason: str,
+        *,
+        retryable: bool = False,
+        finish_reason: TerminalReason = "error",
+    ) -> None:
         event = records.failed(
             hosted.log,
             reason=reason,
@@ -319,6 +360,7 @@ class StepRunner:
             now=self.clock(),
             retryable=retryable,
             discriminator=self.worker_id if retryable else "",
+            finish_reason=finish_reason,
         )
         await self.emit(hosted, event)
         # A retryable failure hands the trajectory back to the control plane, which re-places
@@ -339,10 +381,30 @@ class StepRunner:
             hosted.log.apply(event)
 
 
-def _max_new_tokens(spec: TrajectorySpec, num_context_tokens: int, target: int | None) -> int:
-    """The spec's per-step cap, the room left in the context, and the environment's target
-    length (trace replay: engines that cannot force a length still stop there)."""
-    cap = min(spec.max_new_tokens, spec.max_total_tokens - num_context_tokens)
+def _max_new_tokens(
+    spec: TrajectorySpec, context: list[int], num_prompt_tokens: int, target: int | None
+) -> int:
+    """The spec's per-step cap, the room left in the context and in the response, and the
+    environment's target length (trace replay: engines that cannot force a length still stop
+    there)."""
+    cap = min(spec.max_new_tokens, spec.max_total_tokens - len(context))
+    if spec.max_response_tokens is not None:
+        num_response = max(0, len(context) - num_prompt_tokens)
+        cap = min(cap, spec.max_response_tokens - num_response)
     if target is not None:
         cap = min(cap, target)
     return max(1, cap)
+
+
+def _num_response_tokens(hosted: HostedTrajectory) -> int:
+    return hosted.log.num_context_tokens - hosted.log.num_prompt_tokens
+
+
+def _ending_reason(generated: Generated | None, *, is_capped: bool) -> TerminalReason:
+    """Terminal reason when the environment ends the trajectory: the last generation's (a
+    truncated one is ``length``), ``environment_done`` when it ended on an observation."""
+    if generated is None:
+        return "environment_done"
+    if is_capped or generated.finish_reason == "length":
+        return "length"
+    return "stop"

@@ -47,6 +47,8 @@ class HostedTrajectory:
     generation re-prefills it and counts those tokens as recomputed."""
     num_warmed_tokens: int = 0
     """Tokens a warm-up prefilled for the next generation (reported with it, then reset)."""
+    weight_version: int = 0
+    """The weight version of the last generation (reported with it)."""
     pending_migration: MigrateOut | None = None
     handed_to: str = ""
     is_released: bool = False

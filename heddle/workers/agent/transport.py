@@ -88,6 +88,9 @@ class BusPorts:
     async def delete_blob(self, key: str) -> None:
         await self.bus.delete_object(key)
 
+    async def get_object(self, bucket: str, name: str) -> bytes:
+        return await self.bus.get_bucket_object(bucket, name)
+
 
 class ObservedPorts(MetricsSink):
     """The metrics sink of ``heddle.observability``, able to pipeline (``BatchSink``) like the

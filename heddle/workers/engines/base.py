@@ -167,3 +167,15 @@ class CacheWarmer(Protocol):
     async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
         """Prefill ``input_token_ids`` into the prefix cache without generating."""
         ...
+
+
+@runtime_checkable
+class WeightLoader(Protocol):
+    """An engine that swaps its model's weights in place, without a restart (the worker calls it
+    when no generation runs: ``heddle.workers.agent.weights``)."""
+
+    async def load_weights(self, path: str, *, weight_version: int, load_format: str = "") -> None:
+        """Serve the weights at ``path`` from now on; ``EngineError`` when they cannot be loaded
+        (the engine then still serves the previous ones). Cached prefixes computed with the
+        old weights are dropped: the next generations prefill them again."""
+        ...

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,8 @@ class SimEngine:
         self._wake = asyncio.Event()
         self._driver: asyncio.Task[None] | None = None
         self._num_warm_ups = 0
+        self.weight_version = 0
+        """The weight version last loaded (0: the initial weights)."""
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -264,6 +267,17 @@ class SimEngine:
     async def release(self, trajectory_id: str) -> None:
         self._model.release(trajectory_id)
         self._known_tokens.pop(trajectory_id, None)
+
+    async def load_weights(self, path: str, *, weight_version: int, load_format: str = "") -> None:
+        """Model a weight swap: ``weight_load_s`` model seconds of pause, and every cached
+        prefix dropped (computed with the old weights), so the next steps prefill again. The
+        file at ``path`` must exist (a real engine would read it)."""
+        if not await asyncio.to_thread(os.path.exists, path):
+            raise EngineError(f"weights of version {weight_version}: no file at {path!r}")
+        await asyncio.sleep(self.options.weight_load_s / self.options.time_scale)
+        for trajectory_id in list(self._known_tokens):
+            await self.release(trajectory_id)
+        self.weight_version = weight_version
 
     async def warm_up(self, trajectory_id: str, input_token_ids: Sequence[int]) -> WarmUpResult:
         """Prefill ``input_token_ids`` into the prefix cache without generating (a prefill-only

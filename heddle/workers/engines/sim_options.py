@@ -48,6 +48,9 @@ class SimEngineOptions:
     )
     vocab_size: int = field(default=256, metadata={"help": "pseudo-token ids are below this"})
     seed: int = field(default=0, metadata={"help": "seed when a request carries none"})
+    weight_load_s: float = field(
+        default=0.0, metadata={"help": "model seconds a weight swap pauses the engine"}
+    )
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -61,6 +64,8 @@ class SimEngineOptions:
         for name in ("time_scale", "link_bandwidth_bytes_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if not self.weight_load_s >= 0:
+            raise ValueError("weight_load_s must be >= 0")
         if self.engine_model not in ENGINE_MODELS:
             raise ValueError(
                 f"engine_model must be one of {sorted(ENGINE_MODELS)}, got {self.engine_model!r}"

@@ -88,9 +88,10 @@ def error(message: str, status: int = 400) -> BadRequest:
     return BadRequest(status, {"error": {"message": message}})
 
 
-def next_token(context: list[int], vocab_size: int) -> int:
-    """The double's "model": depends only on the context, never on batching or resumption."""
-    return (context[-1] * 31 + len(context) * 17 + 11) % vocab_size if context else 1
+def next_token(context: list[int], vocab_size: int, weights: int = 0) -> int:
+    """The double's "model": depends only on the context (and on ``weights``, the number of
+    weight updates it took), never on batching or resumption."""
+    return (context[-1] * 31 + len(context) * 17 + 11 + 7 * weights) % vocab_size if context else 1
 
 
 def token_logprob(token: int) -> float:
@@ -157,6 +158,8 @@ class DoubleScheduler:
         self.num_cache_hits = 0
         self.num_prefilled_tokens = 0
         self.num_retractions = 0
+        self.weights = 0
+        """Weight updates taken (``/update_weights_from_disk``): the "model" changes with it."""
         self._decoded: deque[tuple[float, int]] = deque()
 
     # ---- requests in and out -------------------------------------------------------------------
@@ -336,7 +339,7 @@ class DoubleScheduler:
         req.node, req.num_tree_tokens = None, 0
 
     def _decode_one(self, req: Req) -> None:
-        token = next_token(req.input_ids + req.output_ids, self.config.vocab_size)
+        token = next_token(req.input_ids + req.output_ids, self.config.vocab_size, self.weights)
         req.output_ids.append(token)
         req.changed.set()
         is_eos = token == self.config.eos_token_id and not req.ignore_eos

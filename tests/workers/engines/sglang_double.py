@@ -11,7 +11,8 @@ a radix cache evicting whole leaves LRU, prefill time), which is what the simula
 ``stop_token_ids`` and EOS (``ignore_eos``), aborts by rid prefix (a running request returns 200
 with its partial output and ``finish_reason`` type ``abort``), SSE streaming (whole output per
 frame, or deltas with ``incremental``), ``cached_tokens`` and ``num_retractions`` per request,
-``/v1/loads`` (with ``gen_throughput`` and ``cache_hit_rate``), ``/server_info``.
+``/v1/loads`` (with ``gen_throughput`` and ``cache_hit_rate``), ``/server_info``,
+``/update_weights_from_disk`` (the "model" changes with each update, the radix cache is flushed).
 What it does not: a model. Token ``k`` depends only on the context before it, so a generation
 resumed from its partial output continues exactly as the uninterrupted one.
 
@@ -46,6 +47,8 @@ class SglangDouble:
         self.port = port
         self.scheduler = DoubleScheduler(self.config)
         self.bodies: list[dict[str, Any]] = []
+        self.weight_updates: list[dict[str, Any]] = []
+        """The body of each successful ``/update_weights_from_disk``."""
         self.routing_keys: list[str] = []
         """The ``X-SMG-Routing-Key`` header of each ``/generate`` (empty: none)."""
         self._fail: list[int] = []
@@ -168,6 +171,8 @@ class SglangDouble:
             await _send(writer, 200, {"model_path": self.config.model_path, "is_generation": True})
         elif path == "/flush_cache":
             await self._flush_cache(writer)
+        elif path == "/update_weights_from_disk" and method == "POST":
+            await self._update_weights(body if isinstance(body, dict) else {}, writer)
         else:
             await _send(writer, 404, {"detail": "Not Found"})
         return True
@@ -180,6 +185,33 @@ class SglangDouble:
             return
         self.scheduler.tree.clear()
         await _send(writer, 200, None)
+
+    async def _update_weights(self, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        """Like SGLang's ``/update_weights_from_disk`` (``UpdateWeightFromDiskReqInput``): a
+        missing ``model_path`` is 422; in-flight requests finish first (or are aborted with
+        ``abort_all_requests``); a path that does not exist is 400 with ``success`` false;
+        else the model changes, ``model_info`` names the new path and the radix cache is
+        flushed (unless ``flush_cache`` is false)."""
+        model_path = body.get("model_path")
+        if not isinstance(model_path, str) or not model_path:
+            await _send(writer, 422, {"detail": [{"loc": ["body", "model_path"],
+                                                  "msg": "Field required"}]})  # fmt: skip
+            return
+        if body.get("abort_all_requests"):
+            self.scheduler.abort("", True)
+        await poll_until(lambda: not self.scheduler.in_flight, timeout_s=3600, what="idle")
+        if not await asyncio.to_thread(os.path.exists, model_path):
+            message = f"Failed to load weights: {model_path}"
+            await _send(writer, 400, {"success": False, "num_paused_requests": 0,
+                                      "message": message})  # fmt: skip
+            return
+        self.config.model_path = model_path
+        self.scheduler.weights += 1
+        if body.get("flush_cache", True):
+            self.scheduler.tree.clear()
+        self.weight_updates.append(body)
+        await _send(writer, 200, {"success": True, "num_paused_requests": 0,
+                                  "message": "Succeeded to update model weights."})  # fmt: skip
 
     async def _generate(self, body: Any, writer: asyncio.StreamWriter) -> bool:
         if self._fail:

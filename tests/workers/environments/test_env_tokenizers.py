@@ -8,11 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from heddle.events import ChatMessage
 from heddle.workers.tokenizers import (
     ByteTokenizer,
     HFTokenizer,
     Tokenizer,
     TokenizerError,
+    chat_prompt_ids,
     load_tokenizer,
     tokenizer_names,
 )
@@ -79,3 +81,26 @@ def test_hf_tokenizer_from_a_local_folder(hf_tokenizer_dir: Path) -> None:
     assert tokenizer.eos_token_id == 1
     assert tokenizer.vocab_size == 7
     assert tokenizer.decode([2, 3, 1]) == "the answer"
+
+
+def test_chat_prompts_use_the_tokenizer_chat_template(
+    hf_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    messages = [
+        ChatMessage(role="user", content="the answer"),
+        ChatMessage(role="assistant", content="42"),
+    ]
+    with pytest.raises(TokenizerError, match="no chat template"):
+        chat_prompt_ids(load_tokenizer(str(hf_tokenizer_dir)), messages)
+    templated = AutoTokenizer.from_pretrained(str(hf_tokenizer_dir), local_files_only=True)
+    templated.chat_template = (
+        "{% for m in messages %}{{ m['content'] }} . {% endfor %}"
+        "{% if add_generation_prompt %}is{% endif %}"
+    )
+    templated.save_pretrained(str(tmp_path / "chat"))
+    ids = chat_prompt_ids(load_tokenizer(str(tmp_path / "chat")), messages)
+    assert ids == [2, 3, 6, 5, 6, 4]  # "the answer . 42 . is"
+    byte_ids = chat_prompt_ids(ByteTokenizer(), messages)
+    assert bytes(byte_ids) == b"<|user|>\nthe answer\n<|assistant|>\n42\n<|assistant|>\n"

@@ -30,6 +30,8 @@ from heddle.workers.engines.sglang.protocol import (
     GenerateOutput,
     LoadsReport,
     ServerInfo,
+    UpdateWeightsBody,
+    UpdateWeightsReply,
 )
 
 READY_PATHS = ("/ready", "/v1/loads")
@@ -158,6 +160,20 @@ class SglangClient:
 
     async def abort_all(self) -> None:
         await self._control_post("/abort_request", AbortBody(abort_all=True))
+
+    async def update_weights_from_disk(self, body: UpdateWeightsBody) -> UpdateWeightsReply:
+        """``POST /update_weights_from_disk``: the server finishes its in-flight requests,
+        loads the checkpoint and flushes its radix cache. ``SglangError`` when it refuses
+        (HTTP 400 with ``success`` false and its message); waits as long as a generation."""
+        payload = protocol.encode(body)
+        path = "/update_weights_from_disk"
+        response = await self._with_retries(
+            lambda: self._send_once("POST", path, payload, timeout_s=self.timeouts.request_s)
+        )
+        reply = _decode(protocol.decode_update_weights, response.content, path)
+        if not reply.success:
+            raise SglangError(f"SGLang {path} failed: {reply.message}", status_code=400)
+        return reply
 
     async def loads(self) -> LoadsReport:
         response = await self._control_get(("/v1/loads",))

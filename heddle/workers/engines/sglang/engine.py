@@ -36,7 +36,7 @@ from heddle.workers.engines.base import (
     GenerationResult,
     WarmUpResult,
 )
-from heddle.workers.engines.sglang.client import SglangClient
+from heddle.workers.engines.sglang.client import SglangClient, SglangError
 from heddle.workers.engines.sglang.job import Job, JobPhase, finish_reason_of
 from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Preempt
 from heddle.workers.engines.sglang.options import EngineSettings
@@ -46,6 +46,7 @@ from heddle.workers.engines.sglang.protocol import (
     LoadsReport,
     SamplingParamsWire,
     ServerInfo,
+    UpdateWeightsBody,
     to_priority,
 )
 from heddle.workers.engines.sglang.routed import RouterTarget
@@ -76,6 +77,8 @@ class SglangEngine:
         self._info = ServerInfo()
         self._max_kv_tokens = 0
         self._background: set[asyncio.Task[None]] = set()
+        self.loaded_weights: UpdateWeightsBody | None = None
+        """The last weights loaded through ``load_weights`` (None: the launch weights)."""
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -120,6 +123,22 @@ class SglangEngine:
         if self.settings.preemptive:
             return self.settings.preemption
         return PreemptionConfig(min_priority_gap=math.inf)
+
+    async def load_weights(self, path: str, *, weight_version: int, load_format: str = "") -> None:
+        """``POST /update_weights_from_disk`` with the checkpoint folder ``path`` (the server
+        must see it: a shared or local path on its host); the server flushes its radix cache,
+        so the next generations prefill again. ``EngineError`` when it refuses (it then keeps
+        its weights)."""
+        if self._jobs:
+            raise EngineError("weights can only be swapped while no request is in flight")
+        body = UpdateWeightsBody(
+            model_path=path, load_format=load_format or None, weight_version=str(weight_version)
+        )
+        try:
+            await self.client.update_weights_from_disk(body)
+        except SglangError as exc:
+            raise EngineError(f"weights of version {weight_version}: {exc}") from None
+        self.loaded_weights = body
 
     async def close(self) -> None:
         """Abort our in-flight requests on the server, then close the connection pool."""

@@ -114,6 +114,13 @@ class LaunchedSglangEngine(SglangEngine):
     ) -> None:
         super().__init__(client, settings, router=router)
         self.supervisor = supervisor
+        supervisor.after_restart = self._reapply_weights
+
+    async def _reapply_weights(self) -> None:
+        """A restarted server runs the launch command's checkpoint: load the weights this
+        engine had loaded since, before it serves again (a failure counts as a failed restart)."""
+        if self.loaded_weights is not None:
+            await self.client.update_weights_from_disk(self.loaded_weights)
 
     async def start(self) -> None:
         try:

@@ -64,6 +64,28 @@ class AbortBody(msgspec.Struct, frozen=True, kw_only=True):
     abort_all: bool = False
 
 
+class UpdateWeightsBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The body of ``POST /update_weights_from_disk`` (``UpdateWeightFromDiskReqInput`` of
+    sgl-project/sglang ``python/sglang/srt/managers/io_struct.py``). Only fields every 0.5.x
+    release has are sent; omitted ones keep SGLang's defaults: ``abort_all_requests`` false
+    (in-flight requests finish first), the radix cache flushed after the load."""
+
+    model_path: str
+    """A Hugging Face checkpoint folder the server can read."""
+    load_format: str | None = None
+    """SGLang's loader format (``auto``, ``safetensors``, ``pt``, ...); None: the server's."""
+    weight_version: str | None = None
+    """Recorded by the server as its weight version (ours, as text)."""
+
+
+class UpdateWeightsReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Its answer (HTTP 200 on success, 400 on failure): ``http_server.py``."""
+
+    success: bool
+    message: str = ""
+    num_paused_requests: int | None = 0
+
+
 class FinishReasonWire(msgspec.Struct, frozen=True, kw_only=True):
     """``meta_info.finish_reason``: ``{"type": "stop", "matched": ...}``, ``{"type": "length",
     "length": n}`` or ``{"type": "abort", "message": ...}``."""
@@ -281,3 +303,4 @@ decode_frame = msgspec.json.Decoder(StreamFrame).decode
 decode_loads = msgspec.json.Decoder(LoadsReport).decode
 decode_router_workers = msgspec.json.Decoder(RouterWorkers).decode
 decode_server_info = msgspec.json.Decoder(ServerInfo).decode
+decode_update_weights = msgspec.json.Decoder(UpdateWeightsReply).decode

@@ -86,6 +86,9 @@ class ServerSupervisor:
         self._ready = asyncio.Event()
         self.state = SupervisorState.STOPPED
         self.num_restarts = 0
+        self.after_restart: Callable[[], Awaitable[None]] | None = None
+        """Run once a restarted server is ready, before it counts as ready again (the engine
+        re-applies state the launch command does not carry: weights loaded since)."""
         """Restarts so far (all of them; the failure budget counts consecutive ones)."""
         self.failure: str | None = None
 
@@ -157,7 +160,9 @@ class ServerSupervisor:
                 self.num_restarts += 1
                 try:
                     await self._launch_until_ready()
-                except SupervisorError as exc:
+                    if self.after_restart is not None:
+                        await self.after_restart()
+                except (SupervisorError, OSError, RuntimeError) as exc:
                     log.warning("restart %d failed: %s", self.num_restarts, exc)
                     await self._kill()
                     continue

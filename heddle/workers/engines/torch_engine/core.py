@@ -9,6 +9,7 @@ their trajectory's cached prefix, which the trajectory's next request re-uses.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
@@ -18,7 +19,7 @@ from heddle.workers.engines.base import EngineLoad, GenerationRequest, Generatio
 from heddle.workers.engines.torch_engine.forward import ModelRunner
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
 from heddle.workers.engines.torch_engine.kv_manager import KVCacheManager
-from heddle.workers.engines.torch_engine.loading import LoadedModel
+from heddle.workers.engines.torch_engine.loading import LoadedModel, model_fingerprint
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.prefix_store import CacheEntry, PrefixStore
 from heddle.workers.engines.torch_engine.sampler import RowSampling, request_seed, sample
@@ -29,6 +30,7 @@ from heddle.workers.engines.torch_engine.scheduler import (
 )
 from heddle.workers.engines.torch_engine.sequence import SeqStatus, Sequence
 from heddle.workers.engines.torch_engine.stats import Counters, EngineStats
+from heddle.workers.engines.torch_engine.weights import copy_state_dict
 
 
 class EngineCore:
@@ -136,6 +138,17 @@ class EngineCore:
     def release(self, trajectory_id: str) -> None:
         """Drop the trajectory's cached prefix (a request in flight keeps its own KV)."""
         self.kv.store.drop(trajectory_id)
+
+    def swap_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Serve ``state`` from now on (``ValueError`` if it does not fit: nothing changes).
+        Only between requests; every cached prefix is evicted (its KV came from the old
+        weights), so the next generations prefill again and count it as recomputed."""
+        if self.has_work():
+            raise ValueError("weights can only be swapped while no request is in flight")
+        copy_state_dict(self.model.module, state)
+        self.kv.store.evict_lru(self.kv.store.num_tokens)
+        fingerprint = model_fingerprint(self.model.module, self.model.layout)
+        self.model = dataclasses.replace(self.model, fingerprint=fingerprint)
 
     def export_block(self, trajectory_id: str) -> KVBlock | None:
         """The trajectory's KV: its request's (copied if running) or its cached prefix."""

@@ -37,6 +37,7 @@ from heddle.workers.engines.torch_engine.loading import load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
 from heddle.workers.engines.torch_engine.stats import EngineStats
+from heddle.workers.engines.torch_engine.weights import read_state_dict
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class TorchEngine:
         self._thread: threading.Thread | None = None
         self._inbox: queue.SimpleQueue[_Call | _Stop] = queue.SimpleQueue()
         self._pending: dict[str, asyncio.Future[GenerationResult]] = {}
+        self.weight_version = 0
+        """The weight version last loaded (0: the weights it started with)."""
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -149,6 +152,18 @@ class TorchEngine:
 
     async def release(self, trajectory_id: str) -> None:
         await self._call(lambda core: core.release(trajectory_id))
+
+    async def load_weights(self, path: str, *, weight_version: int, load_format: str = "") -> None:
+        """Swap in the weights at ``path`` (``heddle.workers.engines.torch_engine.weights``)
+        without restarting: read in a thread, copied on the engine thread between steps.
+        ``EngineError`` when the file cannot be read or does not fit the model, or while
+        requests are in flight; the engine then serves the weights it had."""
+        try:
+            state = await asyncio.to_thread(read_state_dict, path)
+            await self._call(lambda core: core.swap_weights(state))
+        except ValueError as exc:
+            raise EngineError(f"weights of version {weight_version}: {exc}") from None
+        self.weight_version = weight_version
 
     # Event-loop side -------------------------------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""docs/trainer.md's "Any language" path, run as a non-Python trainer would: nothing of heddle
+on the trainer's side, only raw nats-py calls the doc names (publish with ``Nats-Msg-Id``, a
+durable pull consumer, explicit acks, the array encodings), against a whole Heddle in one
+process. Chat messages and token ids are both accepted; the completions carry the terminal
+reason, group and index; a cancelled rollout's terminal events are the ones the doc lists."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+import numpy as np
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+
+TIME_SCALE = 300.0
+DTYPES = {"b64-i32le": "<i4", "b64-f32le": "<f4", "b64-u8": "u1"}
+
+
+def array(field: Any) -> list[float]:
+    """The doc's decoder for one array field (inline forms; these trajectories are small)."""
+    if isinstance(field, list):
+        return field
+    raw = base64.b64decode(field["data"])
+    return np.frombuffer(raw, DTYPES[field["enc"]]).tolist()
+
+
+async def publish(js: Any, subject: str, event: dict[str, Any]) -> None:
+    await js.publish(
+        subject, json.dumps(event).encode(), headers={"Nats-Msg-Id": event["event_id"]}
+    )
+
+
+async def deployment_time_scale(js: Any) -> float:
+    """As the doc says: the ``time_scale`` of the workers' ``worker.registered`` events."""
+    sub = await js.subscribe("heddle.evt.worker.*.registered", ordered_consumer=True)
+    event = json.loads((await sub.next_msg(timeout=5)).data)
+    await sub.unsubscribe()
+    return float(event["time_scale"])
+
+
+async def submit(js: Any, rid: str, trajectories: list[dict[str, Any]], scale: float) -> None:
+    now = time.time()
+    opening = {"kind": "rollout.submitted", "event_id": f"{rid}:submitted", "rollout_id": rid,
+               "occurred_at": now, "policy": "heddle", "num_trajectories": len(trajectories),
+               "time_scale": scale}  # fmt: skip
+    await publish(js, f"heddle.evt.rollout.{rid}.submitted", opening)
+    for index, spec in enumerate(trajectories):
+        tid = f"t{index:06d}"
+        event = {"kind": "traj.submitted", "event_id": f"{rid}:{tid}:submitted", "rollout_id": rid,
+                 "traj_id": tid, "occurred_at": now, "spec": {"index": index, **spec}}  # fmt: skip
+        await publish(js, f"heddle.evt.traj.{rid}.{tid}.submitted", event)
+
+
+async def receive(js: Any, rid: str, count: int) -> dict[str, dict[str, Any]]:
+    """Completions through a durable pull consumer on ``completed`` and ``failed``."""
+    config = ConsumerConfig(
+        durable_name=f"trainer-raw-{rid}",
+        ack_policy=AckPolicy.EXPLICIT,
+        filter_subjects=[f"heddle.evt.traj.{rid}.*.completed", f"heddle.evt.traj.{rid}.*.failed"],
+    )
+    await js.add_consumer("HEDDLE_EVENTS", config)
+    sub = await js.pull_subscribe_bind(f"trainer-raw-{rid}", stream="HEDDLE_EVENTS")
+    ended: dict[str, dict[str, Any]] = {}
+    async with asyncio.timeout(60):
+        while len(ended) < count:
+            try:
+                messages = await sub.fetch(16, timeout=1)
+            except nats.errors.TimeoutError:
+                continue
+            for msg in messages:
+                event = json.loads(msg.data)
+                if event["kind"] == "traj.completed" or not event["retryable"]:
+                    ended[event["traj_id"]] = event
+                await msg.ack()
+    return ended
+
+
+def math_task(index: int) -> dict[str, Any]:
+    return {"group_id": f"g{index // 2}", "environment": "math",
+            "task": {"question": f"{index} + 1?", "answer": index + 1},
+            "max_steps": 2, "max_new_tokens": 24, "max_total_tokens": 4096}  # fmt: skip
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+
+
+async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Settings) -> None:
+    control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
+    options = InProcessOptions(
+        num_workers=2, engine_options={"time_scale": str(TIME_SCALE)}, control_plane=control
+    )
+    async with InProcessDeployment(settings, options):
+        nc = await nats.connect(settings.nats_url)
+        js = nc.jetstream()
+        try:
+            scale = await deployment_time_scale(js)
+            chat = [{"role": "user", "content": "What is 2 + 2?"}]
+            trajectories = [
+                {**math_task(0), "messages": chat},
+                {**math_task(1), "messages": chat},
+                {**math_task(2), "prompt_token_ids": [72, 105, 33]},
+                {**math_task(3), "prompt_token_ids": [72, 105, 70000]},  # not in the vocabulary
+            ]
+            await submit(js, "raw1", trajectories, scale)
+            ended = await receive(js, "raw1", len(trajectories))
+            finished = await (await js.subscribe("heddle.evt.rollout.raw1.finished")).next_msg(10)
+            cancel_ends = await cancelled_rollout(nc, js, scale)
+        finally:
+            await nc.close()
+    assert scale == TIME_SCALE
+    assert sorted(ended) == [f"t{i:06d}" for i in range(4)]
+    for index in range(3):
+        done = ended[f"t{index:06d}"]
+        assert done["kind"] == "traj.completed"
+        assert (done["group_id"], done["index"]) == (f"g{index // 2}", index)
+        assert done["finish_reason"] in {"stop", "length", "max_steps"}
+        response, mask = array(done["response_token_ids"]), array(done["loss_mask"])
+        assert len(response) == len(mask) == len(array(done["logprob_mask"])) > 0
+    prompt = array(ended["t000000"]["prompt_token_ids"])
+    assert bytes(int(i) for i in prompt) == b"<|user|>\nWhat is 2 + 2?\n<|assistant|>\n"
+    assert array(ended["t000002"]["prompt_token_ids"]) == [72, 105, 33]
+    bad = ended["t000003"]
+    assert bad["kind"] == "traj.failed" and bad["finish_reason"] == "error"
+    assert "70000" in bad["reason"] and (bad["group_id"], bad["index"]) == ("g1", 3)
+    summary = json.loads(finished.data)
+    assert (summary["num_completed"], summary["num_failed"]) == (3, 1)
+    rollout_kinds, trajectory_ends = cancel_ends
+    # the operator event, then the end: never a rollout.finished as well
+    assert rollout_kinds == ["rollout.submitted", "rollout.cancel_requested", "rollout.cancelled"]
+    assert {e["finish_reason"] for e in trajectory_ends.values()} == {"aborted"}
+
+
+async def cancelled_rollout(
+    nc: Any, js: Any, scale: float
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Cancel a running rollout through the operations service; the rollout's own events and
+    every trajectory's terminal event once all ended."""
+    long = {"output_tokens": 100_000}
+    trace = {"environment": "trace", "max_steps": 1, "max_new_tokens": 100_000}
+    specs = [{**trace, "group_id": f"x{i}", "task": {"id": f"x{i}", "prompt_tokens": 8,
+              "steps": [long]}} for i in range(3)]  # fmt: skip
+    await submit(js, "raw2", specs, scale)
+    await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started")).next_msg(20)
+    reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=10)
+    assert "error" not in json.loads(reply.data)
+    ends = await receive(js, "raw2", len(specs))
+    await asyncio.sleep(0.5)  # anything the control plane would still publish about the rollout
+    sub = await js.subscribe("heddle.evt.rollout.raw2.>", ordered_consumer=True)
+    kinds: list[str] = []
+    while True:
+        try:
+            kinds.append(json.loads((await sub.next_msg(timeout=1)).data)["kind"])
+        except nats.errors.TimeoutError:
+            return kinds, ends

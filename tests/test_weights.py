@@ -1,0 +1,91 @@
+"""Weight versions through a whole Heddle in one process: a trainer publishes weights mid-rollout
+(a path, then a small model's bytes through the object store), every worker loads them between
+generations and says so, every ``Generated`` stored after a worker's ``weights.loaded`` carries
+the new version, and each ``Completed`` lists the versions of its generations."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from heddle.bus import ReplayQuery
+from heddle.client import HeddleClient
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.events import Completed, Generated, WeightsLoaded
+from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+from heddle.traces import TraceStep, TraceTrajectory
+
+TIME_SCALE = 50.0
+
+
+def trace(num: int) -> list[TraceTrajectory]:
+    steps = [TraceStep(output_tokens=60, tool_s=3.0, tool_output_tokens=5) for _ in range(6)]
+    return [TraceTrajectory(id=f"w{i}", prompt_tokens=16, steps=steps) for i in range(num)]
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+
+
+async def wait_for_generations(client: HeddleClient, rollout_id: str, count: int) -> None:
+    query = ReplayQuery(
+        filter_subjects=(f"heddle.evt.traj.{rollout_id}.*.generated",), start_sequence=1
+    )
+    for _ in range(2000):
+        if len([r async for r in client.bus.replay_events(query)]) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError(f"fewer than {count} generations")
+
+
+async def test_weights_published_mid_rollout_reach_every_later_generation(
+    settings: Settings, tmp_path: Path
+) -> None:
+    weights = tmp_path / "v1.pt"
+    weights.write_bytes(b"state dict of version 1")
+    control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
+    options = InProcessOptions(
+        num_workers=2,
+        engine_options={"time_scale": str(TIME_SCALE), "weight_load_s": "1.0"},
+        control_plane=control,
+    )
+    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
+        rollout_id = await client.submit(trace=trace(4))
+        await wait_for_generations(client, rollout_id, 4)
+        await client.publish_weights(1, weights)
+        first = await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)
+        await wait_for_generations(client, rollout_id, 12)
+        await client.publish_weights(2, b"the bytes of version 2")
+        await client.publish_weights(1, weights)  # not above the latest: ignored
+        second = await client.wait_weights_loaded(2, num_workers=2, timeout_s=30)
+        completions = [t async for t in client.completions(rollout_id)]
+        stream = [r.message async for r in client.bus.replay_events(ReplayQuery(
+                filter_subjects=("heddle.evt.>",), start_sequence=1))]  # fmt: skip
+        await client.publish_weights(3, tmp_path / "missing.pt")
+        with pytest.raises(RuntimeError, match="cannot load weights 3: EngineError"):
+            await client.wait_weights_loaded(3, num_workers=2, timeout_s=30)
+    assert sorted(first) == sorted(second) == ["w00", "w01"]
+    served = {"w00": 0, "w01": 0}
+    num_checked = {0: 0, 1: 0, 2: 0}
+    for event in stream:  # stream order: a load's report precedes what followed it
+        if isinstance(event, WeightsLoaded):
+            served[event.worker_id] = max(served[event.worker_id], event.weight_version)
+        elif isinstance(event, Generated):
+            assert event.weight_version >= served[event.worker_id], event.event_id
+            num_checked[event.weight_version] += 1
+    assert all(num_checked[version] > 0 for version in (0, 1, 2)), num_checked
+    by_traj = {}
+    for event in stream:
+        if isinstance(event, Generated):
+            by_traj.setdefault(event.traj_id, []).append(event.weight_version)
+    assert len(completions) == 4
+    for trajectory in completions:
+        assert isinstance(trajectory, Completed)
+        versions = by_traj[trajectory.traj_id]
+        assert versions == sorted(versions)  # never back to older weights
+        assert trajectory.weight_versions == list(dict.fromkeys(versions))
+    assert any(len(t.weight_versions) > 1 for t in completions)  # spanned a swap
