@@ -33,7 +33,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import records
-from heddle.workers.agent.history import StepPhase
+from heddle.workers.agent.history import StepPhase, TrajectoryLog
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
 from heddle.workers.agent.weights import WeightGate
@@ -52,9 +52,12 @@ logger = logging.getLogger(__name__)
 class StepError(RuntimeError):
     """A step that cannot go on; ``retryable`` failures may succeed on another worker."""
 
-    def __init__(self, reason: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, retryable: bool = False, finish_reason: TerminalReason = "error"
+    ) -> None:
         super().__init__(reason)
         self.retryable = retryable
+        self.finish_reason: TerminalReason = finish_reason
 
 
 def engine_key(rollout_id: str, traj_id: str) -> str:
@@ -126,7 +129,9 @@ class StepRunner:
         except (EngineError, asyncio.CancelledError):
             raise
         except StepError as exc:
-            await self.fail(hosted, str(exc), retryable=exc.retryable)
+            await self.fail(
+                hosted, str(exc), retryable=exc.retryable, finish_reason=exc.finish_reason
+            )
         except Exception as exc:
             logger.exception("trajectory %s failed", hosted.traj_id)
             reason: TerminalReason = "tool_error" if reading_tool else "error"
@@ -259,6 +264,7 @@ class StepRunner:
             num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
         )
         async with self.weights.generating() as weight_version:
+            _check_staleness(log, spec, weight_version)
             hosted.request_id = request.request_id
             try:
                 result = await self.engine.generate(request)
@@ -394,6 +400,20 @@ def _max_new_tokens(
     if target is not None:
         cap = min(cap, target)
     return max(1, cap)
+
+
+def _check_staleness(log: TrajectoryLog, spec: TrajectorySpec, weight_version: int) -> None:
+    """``StepError`` (terminal reason ``stale``) when generating on ``weight_version`` would
+    make the trajectory span versions more than ``spec.max_staleness`` apart."""
+    if spec.max_staleness is None:
+        return
+    versions = [event.weight_version for event in log.generated_events()]
+    oldest = min(versions, default=weight_version)
+    if weight_version - oldest > spec.max_staleness:
+        raise StepError(
+            f"stale: weights {oldest}..{weight_version} exceed max_staleness {spec.max_staleness}",
+            finish_reason="stale",
+        )
 
 
 def _num_response_tokens(hosted: HostedTrajectory) -> int:
