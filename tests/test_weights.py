@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from heddle.bus import ReplayQuery
@@ -16,6 +17,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed, Generated, WeightsLoaded
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+from heddle.rollout.submission import RolloutPlan, submit, trace_specs
 from heddle.traces import TraceStep, TraceTrajectory
 
 TIME_SCALE = 50.0
@@ -89,3 +91,28 @@ async def test_weights_published_mid_rollout_reach_every_later_generation(
         assert versions == sorted(versions)  # never back to older weights
         assert trajectory.weight_versions == list(dict.fromkeys(versions))
     assert any(len(t.weight_versions) > 1 for t in completions)  # spanned a swap
+
+
+async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_versions(
+    settings: Settings, tmp_path: Path
+) -> None:
+    weights = tmp_path / "v1.pt"
+    weights.write_bytes(b"state dict of version 1")
+    control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
+    options = InProcessOptions(num_workers=2, engine_options={"time_scale": str(TIME_SCALE)},
+                               control_plane=control)  # fmt: skip
+    specs = [msgspec.structs.replace(s, max_staleness=0) for s in trace_specs(trace(4))]
+    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
+        rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
+        await wait_for_generations(client, rollout_id, 4)
+        await client.publish_weights(1, weights)
+        await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)
+        ended = [t async for t in client.completions(rollout_id)]
+    assert len(ended) == 4
+    stale = [t for t in ended if t.finish_reason == "stale"]
+    assert stale, "a trajectory spanned the swap"
+    for trajectory in ended:
+        assert len(trajectory.weight_versions) <= 1  # never two versions in one trajectory
+    for trajectory in stale:
+        assert "exceed max_staleness 0" in trajectory.reason and trajectory.reward == 0.0
+        assert trajectory.weight_versions == [0] and trajectory.num_steps < 6

@@ -18,7 +18,7 @@ FinishReason = Literal["stop", "length", "abort", "tool_call", "error"]
 """Why one generation stopped (``Generated.finish_reason``, the engine's answer): ``stop`` (a
 stop token), ``length`` (its token cap), ``abort`` (the engine dropped it)."""
 TerminalReason = Literal[
-    "stop", "length", "max_steps", "environment_done", "tool_error", "aborted", "error"
+    "stop", "length", "max_steps", "environment_done", "tool_error", "aborted", "stale", "error"
 ]
 """Why a trajectory ended, on its terminal event (``Completed`` or a non-retryable ``Failed``):
 
@@ -29,13 +29,16 @@ TerminalReason = Literal[
 - ``environment_done``: the environment ended it after an observation, with no generation since;
 - ``tool_error``: failed while the environment read a tool's result;
 - ``aborted``: aborted by an operator or a cancelled rollout;
+- ``stale``: its next generation would have run on weights more than the spec's
+  ``max_staleness`` versions newer than its oldest tokens (resubmit it to run it afresh);
 - ``error``: any other failure (a bad task, a bad prompt, the engine).
 
 Truncated trajectories (``length``, ``max_steps``) and finished ones (``stop``,
-``environment_done``) both come as ``Completed``; ``tool_error``, ``aborted`` and ``error`` as a
-non-retryable ``Failed``. When a trajectory ends right after a generation, its terminal reason is
-``length`` exactly when that generation's ``Generated.finish_reason`` is ``length``, or when a
-trajectory-level cap (``max_total_tokens``, ``max_response_tokens``) was reached."""
+``environment_done``) both come as ``Completed``; ``tool_error``, ``aborted``, ``stale`` and
+``error`` as a non-retryable ``Failed``. When a trajectory ends right after a generation, its
+terminal reason is ``length`` exactly when that generation's ``Generated.finish_reason`` is
+``length``, or when a trajectory-level cap (``max_total_tokens``, ``max_response_tokens``) was
+reached."""
 ToolStatus = Literal["ok", "error", "timeout", "killed"]
 
 

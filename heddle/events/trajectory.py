@@ -71,6 +71,10 @@ class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
     trajectory ends with ``finish_reason`` ``length`` when it is reached. None: no cap."""
     sampling: SamplingParams = SamplingParams()
     tool_pool: str = "default"
+    max_staleness: int | None = None
+    """Partial rollout's bound: a generation may run on weights at most this many versions newer
+    than the trajectory's oldest tokens; one that would not ends the trajectory ``stale``.
+    None: no bound (a trajectory continues on whatever weights its worker serves)."""
 
 
 class TrajectorySubmitted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.submitted"):
@@ -245,7 +249,7 @@ class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
     retryable: bool = False
     """True: not terminal, the control plane places the trajectory again."""
     finish_reason: TerminalReason = "error"
-    """Why it ended, when terminal (``aborted``, ``tool_error`` or ``error``)."""
+    """Why it ended, when terminal (``aborted``, ``stale``, ``tool_error`` or ``error``)."""
     group_id: str = ""
     """The spec's group ("" when the publisher did not know it, or in older events)."""
     index: int = 0

@@ -116,8 +116,12 @@ class TaskOptions:
     seed: int = 0
     """Base of each trajectory's sampling seed (seed + index)."""
     tool_pool: str = "default"
+    max_staleness: int | None = None
+    """Partial rollout's bound on the weight versions one trajectory spans; None: no bound."""
 
     def __post_init__(self) -> None:
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0 (or None: no bound)")
         if self.group_size < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
             raise ValueError("group_size, max_steps and max_new_tokens must be >= 1")
         if self.max_total_tokens <= self.max_new_tokens:
@@ -195,6 +199,7 @@ def task_specs(
                         temperature=options.temperature, seed=options.seed + index
                     ),
                     tool_pool=options.tool_pool,
+                    max_staleness=options.max_staleness,
                 )
             )
     return specs

@@ -32,7 +32,7 @@ from heddle.events import (
     TrajectorySpec,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent import records
+from heddle.workers.agent import caps, records
 from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
@@ -52,9 +52,12 @@ logger = logging.getLogger(__name__)
 class StepError(RuntimeError):
     """A step that cannot go on; ``retryable`` failures may succeed on another worker."""
 
-    def __init__(self, reason: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, retryable: bool = False, finish_reason: TerminalReason = "error"
+    ) -> None:
         super().__init__(reason)
         self.retryable = retryable
+        self.finish_reason: TerminalReason = finish_reason
 
 
 def engine_key(rollout_id: str, traj_id: str) -> str:
@@ -126,7 +129,9 @@ class StepRunner:
         except (EngineError, asyncio.CancelledError):
             raise
         except StepError as exc:
-            await self.fail(hosted, str(exc), retryable=exc.retryable)
+            await self.fail(
+                hosted, str(exc), retryable=exc.retryable, finish_reason=exc.finish_reason
+            )
         except Exception as exc:
             logger.exception("trajectory %s failed", hosted.traj_id)
             reason: TerminalReason = "tool_error" if reading_tool else "error"
@@ -145,7 +150,8 @@ class StepRunner:
         if generated is not None:
             await self.emit(hosted, generated)
         if outcome.done:
-            reason = _ending_reason(generated, is_capped=self._is_response_full(hosted))
+            judged = generated or caps.judged_generation(log)
+            reason = caps.ending_reason(judged, is_capped=self._is_response_full(hosted))
             await self.complete(hosted, reward=outcome.reward, finish_reason=reason)
             return True
         if log.num_steps >= spec.max_steps:
@@ -185,13 +191,9 @@ class StepRunner:
     def _check_prompt(self, spec: TrajectorySpec) -> None:
         """A submitted prompt must be ids of the worker's vocabulary (a non-Python trainer may
         send any integers): ``StepError`` naming the first id outside it."""
-        vocab_size = self.tokenizer.vocab_size
-        for position, token_id in enumerate(spec.prompt_token_ids):
-            if not 0 <= token_id < vocab_size:
-                raise StepError(
-                    f"prompt_token_ids[{position}] = {token_id} is outside the vocabulary "
-                    f"[0, {vocab_size}) of tokenizer {self.tokenizer.name!r}"
-                )
+        error = caps.prompt_error(spec, self.tokenizer)
+        if error is not None:
+            raise StepError(error)
 
     def _is_capped(self, hosted: HostedTrajectory) -> bool:
         """Whether the next step's input would reach the context or the response cap."""
@@ -204,7 +206,7 @@ class StepRunner:
 
     def _is_response_full(self, hosted: HostedTrajectory, num_more: int = 0) -> bool:
         cap = hosted.spec.max_response_tokens
-        return cap is not None and _num_response_tokens(hosted) + num_more >= cap
+        return cap is not None and caps.num_response_tokens(hosted.log) + num_more >= cap
 
     async def _announce_and_generate(
         self, hosted: HostedTrajectory, arrival: CommandArrival | None = None
@@ -248,7 +250,7 @@ class StepRunner:
             request_id=f"{engine_key(log.rollout_id, log.traj_id)}:{step:06d}",
             trajectory_id=engine_key(log.rollout_id, log.traj_id),
             input_token_ids=context,
-            max_new_tokens=_max_new_tokens(spec, context, num_prompt, target),
+            max_new_tokens=caps.max_new_tokens(spec, context, num_prompt, target),
             priority=hosted.priority,
             sampling=SamplingParams(
                 temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed
@@ -259,6 +261,9 @@ class StepRunner:
             num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
         )
         async with self.weights.generating() as weight_version:
+            stale = caps.staleness_error(log, spec, weight_version)
+            if stale is not None:
+                raise StepError(stale, finish_reason="stale")
             hosted.request_id = request.request_id
             try:
                 result = await self.engine.generate(request)
@@ -379,32 +384,3 @@ class StepRunner:
         await self.publisher.publish_many(events)
         for event in events:
             hosted.log.apply(event)
-
-
-def _max_new_tokens(
-    spec: TrajectorySpec, context: list[int], num_prompt_tokens: int, target: int | None
-) -> int:
-    """The spec's per-step cap, the room left in the context and in the response, and the
-    environment's target length (trace replay: engines that cannot force a length still stop
-    there)."""
-    cap = min(spec.max_new_tokens, spec.max_total_tokens - len(context))
-    if spec.max_response_tokens is not None:
-        num_response = max(0, len(context) - num_prompt_tokens)
-        cap = min(cap, spec.max_response_tokens - num_response)
-    if target is not None:
-        cap = min(cap, target)
-    return max(1, cap)
-
-
-def _num_response_tokens(hosted: HostedTrajectory) -> int:
-    return hosted.log.num_context_tokens - hosted.log.num_prompt_tokens
-
-
-def _ending_reason(generated: Generated | None, *, is_capped: bool) -> TerminalReason:
-    """Terminal reason when the environment ends the trajectory: the last generation's (a
-    truncated one is ``length``), ``environment_done`` when it ended on an observation."""
-    if generated is None:
-        return "environment_done"
-    if is_capped or generated.finish_reason == "length":
-        return "length"
-    return "stop"

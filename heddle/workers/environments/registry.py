@@ -23,6 +23,11 @@ from heddle.workers.environments.search_env import (
     create_search_environment,
     parse_search_task,
 )
+from heddle.workers.environments.token_class_env import (
+    TokenClassOptions,
+    create_token_class_environment,
+    parse_token_class_task,
+)
 from heddle.workers.environments.trace_env import (
     TraceOptions,
     create_trace_environment,
@@ -75,6 +80,13 @@ ENVIRONMENTS: dict[str, EnvironmentEntry] = {
             create_search_environment,
             parse_search_task,
             "answer a question with BM25 search over a local corpus",
+        ),
+        EnvironmentEntry(
+            "token_class",
+            TokenClassOptions,
+            create_token_class_environment,
+            parse_token_class_task,
+            "toy RL task: answer with a character of the named class (heddle.examples.grpo)",
         ),
     )
 }

@@ -97,7 +97,7 @@ def test_replay_rejects_a_history_that_does_not_fit() -> None:
 
 
 def test_registry_names_and_options() -> None:
-    assert environment_names() == ["coding", "math", "search", "trace"]
+    assert environment_names() == ["coding", "math", "search", "token_class", "trace"]
     env = create_environment("math", {"max-turns": "3"})
     assert isinstance(env, MathEnvironment)
     assert env.options.max_turns == 3
