@@ -73,6 +73,7 @@ from heddle.events.trajectory import (
 )
 from heddle.events.worker import (
     DeadLettered,
+    ExecutorRegistered,
     WorkerDrained,
     WorkerEvent,
     WorkerFailed,
@@ -94,6 +95,7 @@ __all__ = [
     "Drain",
     "Event",
     "EventT",
+    "ExecutorRegistered",
     "Failed",
     "FinishReason",
     "Generated",

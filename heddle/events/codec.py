@@ -16,9 +16,21 @@ from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
 from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
-from heddle.events.worker import DeadLettered, WorkerEventT, WorkerTelemetry
+from heddle.events.worker import (
+    DeadLettered,
+    ExecutorRegistered,
+    WorkerEventT,
+    WorkerTelemetry,
+)
 
-EventT = TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered | OperatorEventT
+EventT = (
+    TrajectoryEventT
+    | RolloutEventT
+    | WorkerEventT
+    | DeadLettered
+    | OperatorEventT
+    | ExecutorRegistered
+)
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 """Largest message we accept (completed trajectories carry full token lists)."""

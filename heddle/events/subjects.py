@@ -3,6 +3,7 @@
 heddle.evt.rollout.<rollout_id>.<kind>
 heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
 heddle.evt.worker.<worker_id>.<kind>
+heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
 heddle.evt.deadletter
 heddle.cmd.worker.<worker_id>.<action>
 heddle.cmd.tool.<pool>
@@ -17,7 +18,7 @@ from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
 from heddle.events.trajectory import TrajectoryEvent
-from heddle.events.worker import DeadLettered, WorkerEvent
+from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
 
 EVENTS_STREAM = "HEDDLE_EVENTS"
@@ -42,6 +43,11 @@ def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> 
 
 def worker_event_subject(worker_id: str, kind: str = "*") -> str:
     return f"heddle.evt.worker.{check_token(worker_id, 'worker id')}.{kind}"
+
+
+def executor_event_subject(executor_id: str, kind: str = "*") -> str:
+    executor = check_token(executor_id, "executor id") if executor_id != "*" else "*"
+    return f"heddle.evt.tools.{executor}.{kind}"
 
 
 def worker_command_subject(worker_id: str, action: str = "*") -> str:
@@ -83,6 +89,8 @@ def subject_for_event(event: Event) -> str:
             return rollout_subject(event.rollout_id, kind)
         case WorkerEvent():
             return worker_event_subject(event.worker_id, kind)
+        case ExecutorRegistered():
+            return executor_event_subject(event.executor_id, kind)
         case DeadLettered():
             return DEADLETTER_SUBJECT
     raise TypeError(f"no subject for {type(event).__name__}")
@@ -107,6 +115,7 @@ class SubjectParts:
     traj_id: str | None = None
     worker_id: str | None = None
     pool: str | None = None
+    executor_id: str | None = None
 
 
 def parse_subject(subject: str) -> SubjectParts:
@@ -119,6 +128,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("traj", kind, rollout_id=rollout_id, traj_id=traj_id)
         case ["heddle", "evt", "worker", worker_id, kind]:
             return SubjectParts("worker", kind, worker_id=worker_id)
+        case ["heddle", "evt", "tools", executor_id, kind]:
+            return SubjectParts("tools", kind, executor_id=executor_id)
         case ["heddle", "evt", "deadletter"]:
             return SubjectParts("deadletter")
         case ["heddle", "cmd", "worker", worker_id, action]:

@@ -17,6 +17,7 @@ from heddle.events import (
     Completed,
     DeadLettered,
     EventT,
+    ExecutorRegistered,
     Failed,
     Generated,
     GenerationStarted,
@@ -90,6 +91,8 @@ def apply(rows: BatchRows, event: EventT) -> None:
             _apply_worker(rows.worker(event.worker_id), event)
         case DeadLettered():
             rows.dead_letters.append(_dead_letter_row(event))
+        case ExecutorRegistered():
+            pass  # not projected: `heddle status` reads registrations from the stream
         case (
             TrajectoryReprioritizeRequested()
             | TrajectoryAbortRequested()

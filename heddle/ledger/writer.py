@@ -34,6 +34,7 @@ from heddle.events import (
     OPERATOR_EVENTS,
     DeadLettered,
     EventT,
+    ExecutorRegistered,
     Migrated,
     RolloutEvent,
     WorkerEvent,
@@ -295,7 +296,7 @@ def _keys_of(events: list[EventT]) -> _Keys:
         elif isinstance(event, WorkerEvent):
             keys.workers.add(event.worker_id)
         else:
-            assert isinstance(event, DeadLettered)
+            assert isinstance(event, DeadLettered | ExecutorRegistered)
     return keys
 
 

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 import heddle.cli.tools  # noqa: F401  (registers the tools commands on the app)
 from heddle.bus import Bus, ReplayQuery
 from heddle.cli.apps import app
-from heddle.config import load_settings
+from heddle.config import Settings, load_settings
 from heddle.events import PythonTool, ToolCall, ToolReturned
 from heddle.events.subjects import trajectory_subject
+from heddle.observability.probe import probe_stream
 
 runner = CliRunner()
 
@@ -48,6 +49,20 @@ def test_exec_refuses_empty_input_and_bad_limits() -> None:
     assert "timeout_s must be > 0" in str(bad.exception)
 
 
+def test_process_isolation_needs_the_explicit_flag() -> None:
+    """Unisolated execution is never a default: asked for by name it needs --allow-unisolated."""
+    for command in (["tools", "exec", "python"], ["tools", "serve"]):
+        refused = runner.invoke(app, [*command, "--isolation", "process"], input="print(1)\n")
+        assert refused.exit_code != 0
+        assert "--allow-unisolated" in str(refused.exception)
+    allowed = runner.invoke(
+        app,
+        ["tools", "exec", "python", "--isolation", "process", "--allow-unisolated"],
+        input="print(1)\n",
+    )
+    assert json.loads(allowed.stdout)["stdout"] == "1\n"
+
+
 async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) -> None:
     command = [
         str(Path(sys.executable).with_name("heddle")),
@@ -61,6 +76,8 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
         "1",
         "--executor-id",
         "cli-e",
+        "--isolation",
+        "bwrap",
     ]
     process = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
     try:
@@ -77,6 +94,7 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
                 )
             )
             returned = await _first_result(bus)
+        probe = await probe_stream(Settings(nats_url=nats_url, data_dir=tmp_path), [])
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr_bytes = await asyncio.wait_for(process.communicate(), 60)
@@ -84,6 +102,15 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
     assert (returned.output, returned.executor_id) == ("served\n", "cli-e")
     assert process.returncode == 0
     assert "stopped: 1 calls done" in stderr
+    assert "cli-e: sandbox isolation bwrap (bubblewrap" in stderr
+    assert probe is not None
+    [registered] = probe.executors
+    assert (registered.executor_id, registered.pool, registered.isolation) == (
+        "cli-e",
+        "default",
+        "bwrap",
+    )
+    assert registered.isolation_detail.startswith("bubblewrap ")
 
 
 async def _first_result(bus: Bus, within_s: float = 60.0) -> ToolReturned:
