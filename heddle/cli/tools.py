@@ -67,7 +67,11 @@ def sandbox_config(
     hide: list[Path] | None,
     limits: SandboxLimits,
 ) -> SandboxConfig:
-    """The sandbox config from CLI values; ``UserError`` for process level not allowed."""
+    """The sandbox config from CLI values; ``UserError`` for process level not allowed, or a
+    path to hide that does not exist (a mistyped one would leave the real one visible)."""
+    missing = [str(path) for path in hide or () if not path.exists()]
+    if missing:
+        raise UserError(f"--hide: no such path {', '.join(missing)}")
     if isolation is IsolationChoice.process and not allow_unisolated:
         raise UserError(
             "--isolation process runs model code unisolated (it can reach the network and the "

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -18,6 +20,7 @@ from heddle.config import Settings, load_settings
 from heddle.events import PythonTool, ToolCall, ToolReturned
 from heddle.events.subjects import trajectory_subject
 from heddle.observability.probe import probe_stream
+from heddle.workers.tools.isolation import Isolation
 
 runner = CliRunner()
 
@@ -61,6 +64,25 @@ def test_process_isolation_needs_the_explicit_flag() -> None:
         input="print(1)\n",
     )
     assert json.loads(allowed.stdout)["stdout"] == "1\n"
+
+
+def test_hidden_paths_are_hidden_from_the_code(bwrap_isolation: Isolation) -> None:
+    """A folder the code could otherwise list (outside /tmp, which the sandbox covers anyway)
+    is empty in the sandbox; a mistyped --hide is refused."""
+    secret = Path(tempfile.mkdtemp(prefix="hidden-", dir=Path(__file__).parent))
+    try:
+        secret.chmod(0o755)
+        (secret / "executor.creds").write_text("SEED")
+        code = f"import os\nprint(os.listdir({str(secret)!r}))\n"
+        command = ["tools", "exec", "python", "--isolation", "bwrap"]
+        shown = runner.invoke(app, command, input=code)
+        assert json.loads(shown.stdout)["stdout"] == "['executor.creds']\n", shown.output
+        hidden = runner.invoke(app, [*command, "--hide", str(secret)], input=code)
+        assert json.loads(hidden.stdout)["stdout"] == "[]\n", hidden.output
+        typo = runner.invoke(app, [*command, "--hide", f"{secret}-typo"], input=code)
+        assert "--hide: no such path" in str(typo.exception)
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
 
 
 async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) -> None:
