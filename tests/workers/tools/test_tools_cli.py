@@ -85,7 +85,9 @@ def test_hidden_paths_are_hidden_from_the_code(bwrap_isolation: Isolation) -> No
         shutil.rmtree(secret, ignore_errors=True)
 
 
-async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) -> None:
+async def test_serve_runs_calls_until_terminated(
+    nats_url: str, tmp_path: Path, bwrap_isolation: Isolation
+) -> None:
     command = [
         str(Path(sys.executable).with_name("heddle")),
         "--nats-url",
