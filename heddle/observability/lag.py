@@ -52,8 +52,8 @@ class ConsumerLagTracker:
                 ack_floor=consumer.ack_floor_sequence,
                 num_unacked=consumer.num_pending + consumer.num_ack_pending,
             )
-        info = await self.bus.js.stream_info(EVENTS_STREAM, subjects_filter=DEADLETTER_SUBJECT)
-        self.metrics.dead_letters.set((info.state.subjects or {}).get(DEADLETTER_SUBJECT, 0))
+        num_dead = await self.bus.num_subject_messages(EVENTS_STREAM, DEADLETTER_SUBJECT)
+        self.metrics.dead_letters.set(num_dead)
 
     async def run(self, stop: asyncio.Event, interval_s: float = 2.0) -> None:
         """Poll until ``stop`` is set; a failed poll (a reconnecting bus) is logged, and the
