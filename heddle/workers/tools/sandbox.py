@@ -286,8 +286,10 @@ class SandboxProcess:
     async def _reap(self, uid: int | None) -> None:
         """Kill whatever is left of the process group (and of the uid), then wait for the
         child. In namespace and bwrap isolation the group's death ends the PID namespace, whose
-        processes the kernel then kills; with a per-call uid this waits until they are gone,
-        so the uid is free when the next call gets it."""
+        processes the kernel then kills: when the child had not exited by itself (a timeout),
+        this waits with a per-call uid until they are gone, so the uid is free for the next
+        call. (A child that exited by itself did so after its namespace was emptied.)"""
+        had_exited = self._process.returncode is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         if uid is not None and self.isolation.level == "process":
@@ -295,7 +297,7 @@ class SandboxProcess:
         if self._process.stdin is not None:
             self._process.stdin.close()
         await self._process.wait()
-        if uid is not None and self.isolation.is_isolated:
+        if uid is not None and self.isolation.is_isolated and not had_exited:
             await _until_gone(uid, time.monotonic() + _NAMESPACE_EXIT_S)
 
     def _read_record(self) -> StatusRecord | None:
