@@ -1,7 +1,9 @@
 """Worker agents as Ray actors on a local Ray (CPUs only, sim engine): a rollout runs on them,
 one actor is killed mid-rollout and replaced, and the rollout completes with nothing lost and
-nothing delivered twice. Skipped where Ray is not installed (``pip install -e '.[ray]'``),
-except under ``HEDDLE_REQUIRE_RAY=1`` (.ci/run sets it): then missing Ray fails."""
+nothing delivered twice (the replacement, same worker id, takes the killed one's commands back
+or the control plane re-places them: either way every trajectory completes once). Skipped where
+Ray is not installed (``pip install -e '.[ray]'``), except under ``HEDDLE_REQUIRE_RAY=1``
+(.ci/run sets it): then missing Ray fails."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
+from heddle.events import Completed, Migrated, TrajectoryPlaced
+from heddle.events.subjects import rollout_filter
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.progress import ProgressState
 from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
@@ -46,6 +51,22 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
+async def holdings(settings: Settings, rollout_id: str) -> Counter[str]:
+    """Unfinished trajectories per worker, from the rollout's placements and moves so far."""
+    where: dict[str, str] = {}
+    async with Bus(settings) as bus:
+        query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)))
+        async for record in bus.replay_events(query):
+            match record.message:
+                case TrajectoryPlaced() as placed:
+                    where[placed.traj_id] = placed.worker_id
+                case Migrated() as migrated:
+                    where[migrated.traj_id] = migrated.target_worker_id
+                case Completed() as completed:
+                    where.pop(completed.traj_id, None)
+    return Counter(where.values())
+
+
 def test_placement_groups_are_sized_to_the_tensor_parallel_degree() -> None:
     assert resources_for("sglang", {"tp": "4"}, 2.0) == ActorResources(2.0, 4)
     assert resources_for("sglang", {}, 1.0).bundle() == {"CPU": 1.0, "GPU": 1.0}
@@ -61,7 +82,8 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
 ) -> None:
     settings = Settings(nats_url=nats_url, data_dir=tmp_path / "data")
     configs = [
-        WorkerConfig(worker_id=f"ray{i}", engine_name="sim", heartbeat_s=0.5) for i in (0, 1)
+        WorkerConfig(worker_id=f"ray{i}", engine_name="sim", heartbeat_s=0.5, telemetry_s=0.1)
+        for i in (0, 1)
     ]
     restarts: list[tuple[str, int]] = []
     resources = resources_for("sim", ENGINE_OPTIONS, 1.0)
@@ -77,7 +99,7 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
     stop = asyncio.Event()
     supervisor = asyncio.create_task(pool.supervise(stop))
     received: list[str] = []
-    killed_pids: list[int] = []
+    killed: list[tuple[str, int, int]] = []
 
     async def collect(rollout_id: str, deployment: LocalDeployment) -> None:
         async def completions() -> None:
@@ -88,10 +110,15 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         collecting.append(asyncio.create_task(completions()))
 
     async def kill_one(state: ProgressState, deployment: LocalDeployment) -> None:
-        if killed_pids or len(state.completed) < 2:
+        """Once two trajectories are done, kill the actor whose worker holds the most."""
+        if killed or len(state.completed) < 2:
             return
-        actor = pool.actor("ray0")
-        killed_pids.append(await actor.pid.remote())
+        held = await holdings(settings, state.rollout_id)
+        if not held:
+            return
+        worker_id, num_held = held.most_common(1)[0]
+        actor = pool.actor(worker_id)
+        killed.append((worker_id, await actor.pid.remote(), num_held))
         ray.kill(actor)
 
     collecting: list[asyncio.Task[None]] = []
@@ -109,15 +136,17 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         hooks = RunHooks(on_submitted=collect, on_progress=kill_one)
         result = await run_rollout(settings, options, hooks)
         await asyncio.wait_for(collecting[0], 60)
-        replacement_pid = await pool.actor("ray0").pid.remote()
+        (worker_id, killed_pid, num_held), *_ = killed
+        replacement_pid = await pool.actor(worker_id).pid.remote()
     finally:
         stop.set()
         await supervisor
         await pool.stop()
-    assert len(killed_pids) == 1 and replacement_pid != killed_pids[0]
-    assert restarts == [("ray0", 1)]
+    assert len(killed) == 1 and replacement_pid != killed_pid
+    assert restarts == [(worker_id, 1)]
     summary = result.summary
     assert summary.num_completed == NUM_TRAJECTORIES and summary.num_failed == 0
+    assert num_held > 0, "the killed actor held unfinished trajectories"
     assert sorted(Counter(received).values()) == [1] * NUM_TRAJECTORIES, "each exactly once"
 
 
