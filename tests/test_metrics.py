@@ -25,14 +25,18 @@ from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.events import (
     Completed,
+    DeadLettered,
     Event,
     EventT,
+    Failed,
     Generated,
     Migrated,
     MigrateOut,
     Predicted,
     Preempted,
     ToolCall,
+    TrajectorySpec,
+    TrajectorySubmitted,
     WorkerCommand,
     WorkerHeartbeat,
     WorkerTelemetry,
@@ -254,6 +258,36 @@ async def test_consumer_lag_from_a_real_stream(nats_url: str, tmp_path: Path) ->
         await tracker.poll()
         assert lag("heddle_consumer_lag_messages") == 0
         assert lag("heddle_consumer_pending_messages") == 0
+        assert metrics.registry.get_sample_value("heddle_dead_letters") == 0
+        dead = DeadLettered(
+            event_id="d1", occurred_at=1.0, consumer="lagging", subject="x", stream_sequence=1,
+            reason="bad",
+        )  # fmt: skip
+        await bus.publish_many([dead, generated("t9", 0, 3)])
+        await tracker.poll()
+        assert metrics.registry.get_sample_value("heddle_dead_letters") == 1
+
+
+def test_rollout_progress_counts_submitted_completed_and_failed() -> None:
+    metrics = Metrics()
+    for index in range(3):
+        spec = TrajectorySpec(group_id="g", index=index, environment="math")
+        metrics.observe_input(
+            TrajectorySubmitted(
+                event_id=f"s{index}", rollout_id="r1", occurred_at=1.0, traj_id=f"t{index}",
+                spec=spec,
+            )
+        )  # fmt: skip
+    metrics.observe_input(completed("t0", 5))
+    metrics.observe_input(
+        Failed(event_id="f", rollout_id="r1", occurred_at=1.0, traj_id="t1", step=0, reason="x")
+    )
+
+    def count(state: str) -> float | None:
+        labels = {"rollout": "r1", "state": state}
+        return metrics.registry.get_sample_value("heddle_rollout_trajectories_total", labels)
+
+    assert (count("submitted"), count("completed"), count("failed")) == (3, 1, 1)
 
 
 def free_port() -> int:

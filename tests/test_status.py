@@ -194,3 +194,44 @@ async def test_lag_is_read_from_a_running_nats(data_dir: Path, nats_url: str) ->
     async with Bus(embedded) as bus:
         assert running_nats_url(embedded) == bus.url
     assert await probe_stream(embedded, ["ledger"]) is None
+
+
+def test_executors_show_their_sandbox_isolation_level() -> None:
+    """The executors' registrations (read from NATS) name the level; unisolated stands out."""
+    from rich.console import Console
+
+    from heddle.cli.status import print_status
+    from heddle.events import ExecutorRegistered
+    from heddle.observability.probe import StreamProbe
+
+    def registered(executor_id: str, isolation: str, detail: str) -> ExecutorRegistered:
+        return ExecutorRegistered(
+            event_id=f"{executor_id}:registered",
+            occurred_at=NOW - 30,
+            executor_id=executor_id,
+            pool="default",
+            isolation=isolation,
+            isolation_detail=detail,
+            host="h1",
+        )
+
+    probe = StreamProbe(
+        7,
+        {},
+        [registered("e1", "bwrap", "bubblewrap 0.8.0, rootless"), registered("e2", "process", "")],
+    )
+    ledger = open_ledger("sqlite://")
+    try:
+        snapshot = collect_status(ledger, None, now=NOW, stream=probe)
+    finally:
+        ledger.close()
+    assert [(e.executor_id, e.isolation) for e in snapshot.executors] == [
+        ("e1", "bwrap"),
+        ("e2", "process"),
+    ]
+    assert snapshot.executors[0].registered_age_s == 30
+    console = Console(record=True, width=160)
+    print_status(snapshot, console)
+    text = console.export_text()
+    assert "bubblewrap 0.8.0, rootless" in text
+    assert "process (UNISOLATED)" in text

@@ -357,6 +357,11 @@ class Bus:
         state = info.state
         return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
 
+    async def num_subject_messages(self, stream: str, subject: str) -> int:
+        """How many messages ``stream`` holds on ``subject`` (no wildcards)."""
+        info = await self.js.stream_info(stream, subjects_filter=subject)
+        return int((info.state.subjects or {}).get(subject, 0))
+
     async def stream_message(self, stream: str, sequence: int) -> tuple[str, bytes] | None:
         """The subject and payload stored at ``sequence``; None when no message is there
         (deleted, expired, or never written)."""

@@ -1,4 +1,5 @@
-"""`heddle status`: rollouts, workers, the slowest trajectories, consumers and dead letters.
+"""`heddle status`: rollouts, workers, tool executors (and their sandbox isolation level), the
+slowest trajectories, consumers and dead letters.
 
     heddle status                 # the active (latest running, else latest) rollout
     heddle status r-20261130-1 --slowest 10 --json
@@ -97,6 +98,8 @@ def print_status(snapshot: StatusSnapshot, console: Console) -> None:
     _print_control_plane(snapshot, console)
     console.print(_rollouts_table(snapshot))
     console.print(_workers_table(snapshot))
+    if snapshot.executors:
+        console.print(_executors_table(snapshot))
     if snapshot.focus_rollout_id is not None:
         console.print(_slowest_table(snapshot))
     console.print(_consumers_table(snapshot))
@@ -179,6 +182,15 @@ def _workers_table(snapshot: StatusSnapshot) -> Table:
             age,
             state,
         )
+    return table
+
+
+def _executors_table(snapshot: StatusSnapshot) -> Table:
+    table = _table("tool executors", "executor", "pool", "isolation", "by", "host", "registered")
+    for e in snapshot.executors:
+        isolation = e.isolation if e.isolation != "process" else "process (UNISOLATED)"
+        age = f"{e.registered_age_s:.0f} s ago"
+        table.add_row(e.executor_id, e.pool, isolation, e.isolation_detail, e.host, age)
     return table
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import sys
 from dataclasses import replace
@@ -36,7 +37,52 @@ class ExecTool(StrEnum):
 class IsolationChoice(StrEnum):
     auto = "auto"
     namespace = "namespace"
+    bwrap = "bwrap"
     process = "process"
+
+
+IsolationOpt = Annotated[
+    IsolationChoice,
+    typer.Option(
+        help="auto: the first of namespace, bwrap that a probe shows working; "
+        "process (unisolated) needs --allow-unisolated"
+    ),
+]
+AllowUnisolatedOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Allow model code to run unisolated (process level: it can reach the network "
+        "and the filesystem) when asked for, or when auto finds no isolation"
+    ),
+]
+HideOpt = Annotated[
+    list[Path] | None,
+    typer.Option(help="Path the sandboxed code must not see at the bwrap level (repeatable)"),
+]
+
+
+def sandbox_config(
+    isolation: IsolationChoice,
+    allow_unisolated: bool,
+    hide: list[Path] | None,
+    limits: SandboxLimits,
+) -> SandboxConfig:
+    """The sandbox config from CLI values; ``UserError`` for process level not allowed, or a
+    path to hide that does not exist (a mistyped one would leave the real one visible)."""
+    missing = [str(path) for path in hide or () if not path.exists()]
+    if missing:
+        raise UserError(f"--hide: no such path {', '.join(missing)}")
+    if isolation is IsolationChoice.process and not allow_unisolated:
+        raise UserError(
+            "--isolation process runs model code unisolated (it can reach the network and the "
+            "filesystem); add --allow-unisolated to mean it"
+        )
+    return SandboxConfig(
+        isolation=isolation.value,
+        limits=limits,
+        allow_unisolated=allow_unisolated,
+        hidden_paths=tuple(str(path) for path in hide or ()),
+    )
 
 
 @tools_app.command("exec")
@@ -54,9 +100,9 @@ def exec_command(
     max_output_bytes: Annotated[int, typer.Option(help="Bytes kept of stdout and of stderr")] = (
         _DEFAULTS.max_output_bytes
     ),
-    isolation: Annotated[
-        IsolationChoice, typer.Option(help="auto: namespaces when a probe shows they work")
-    ] = IsolationChoice.auto,
+    isolation: IsolationOpt = IsolationChoice.auto,
+    allow_unisolated: AllowUnisolatedOpt = False,
+    hide: HideOpt = None,
 ) -> None:
     """Run one snippet from stdin in the sandbox; print one JSON object (status, exit_code,
     stdout, stderr, duration_s, reason)."""
@@ -70,7 +116,7 @@ def exec_command(
             max_memory_bytes=max_memory_mib << 20,
             max_output_bytes=max_output_bytes,
         )
-        config = SandboxConfig(isolation=isolation.value, limits=limits)
+        config = sandbox_config(isolation, allow_unisolated, hide, limits)
         result = asyncio.run(run_once(SandboxRequest(code=code, mode=tool.value), config))
     except (ValueError, SandboxError) as exc:
         raise UserError(str(exc)) from None
@@ -103,7 +149,9 @@ def serve_command(
     corpus: Annotated[
         Path, typer.Option(help="Default search corpus (folder of .txt/.md, or .jsonl)")
     ] = SAMPLE_CORPUS,
-    isolation: Annotated[IsolationChoice, typer.Option()] = IsolationChoice.auto,
+    isolation: IsolationOpt = IsolationChoice.auto,
+    allow_unisolated: AllowUnisolatedOpt = False,
+    hide: HideOpt = None,
     executor_id: Annotated[str, typer.Option(help="Name in results (default host-pid)")] = "",
 ) -> None:
     """Run a tool executor: pull calls of POOL, run them sandboxed, publish the results."""
@@ -116,7 +164,7 @@ def serve_command(
             min_warm=min_warm,
             max_procs=max_procs,
             max_in_flight=max_in_flight,
-            sandbox=SandboxConfig(isolation=isolation.value, limits=limits),
+            sandbox=sandbox_config(isolation, allow_unisolated, hide, limits),
             runner=replace(_EXECUTOR_DEFAULTS, max_timeout_s=max_timeout_s),
             default_corpus=corpus,
         )
@@ -134,6 +182,7 @@ async def _serve(settings: Settings, config: ExecutorConfig) -> None:
     from heddle.bus import Bus
     from heddle.workers.tools.executor import ToolExecutor
 
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     async with Bus(settings) as bus:
         executor = ToolExecutor(bus, config)
         loop = asyncio.get_running_loop()

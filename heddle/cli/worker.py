@@ -164,6 +164,14 @@ def workers_run_command(
     metrics_port: Annotated[
         int, typer.Option(help=f"{METRICS_PORT_HELP}; with --processes, worker i uses PORT+i")
     ] = 0,
+    ray: Annotated[
+        str,
+        typer.Option(
+            help="Run each worker as a Ray actor with its own placement group: 'local' starts "
+            "Ray here, 'auto' joins the running cluster, or a Ray address (heddle[ray])"
+        ),
+    ] = "",
+    ray_cpus: Annotated[float, typer.Option(help="CPUs each worker's placement group holds")] = 1.0,
 ) -> None:
     """Run N local worker agents with the same engine options: by default all in this process,
     on one event loop and one bus connection (each its own worker id, command consumer and
@@ -188,7 +196,15 @@ def workers_run_command(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     settings = settings_of(ctx)
-    if processes:
+    if ray:
+        from heddle.workers.ray_workers import serve_on_ray
+
+        if processes or metrics_port:
+            raise UserError(
+                "--ray runs each worker in its own actor: drop --processes/--metrics-port"
+            )
+        failed = serve_on_ray(settings, configs, engine, options, address=ray, num_cpus=ray_cpus)
+    elif processes:
         worker_args = [*_worker_flags(base), *_engine_flags(options)]
         failed = asyncio.run(_run_children(settings, configs, worker_args, metrics_port))
     else:

@@ -2,8 +2,10 @@
 
 Sources: the ledger (rollouts, workers, trajectories, the projector's position, dead letters)
 and ``<data_dir>/control-plane.json``, which a running control plane rewrites about once a
-second (its consumers' positions, lag and batch latencies). Times in the ledger are the
-publishers' Unix clocks; durations are model seconds (wall seconds x the rollout's time scale).
+second (its consumers' positions, lag and batch latencies), and, when NATS answers, the tool
+executors' registrations in the events stream (the sandbox isolation level of each). Times in
+the ledger are the publishers' Unix clocks; durations are model seconds (wall seconds x the
+rollout's time scale).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 import msgspec
 
 from heddle.consumers.status import ControlPlaneStatus
+from heddle.events import ExecutorRegistered
 from heddle.ledger import Ledger, queries
 from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
 from heddle.observability.probe import StreamProbe
@@ -72,6 +75,16 @@ class ConsumerLine(msgspec.Struct, frozen=True, kw_only=True):
     batch_ms_p99: float | None = None
 
 
+class ExecutorLine(msgspec.Struct, frozen=True, kw_only=True):
+    executor_id: str
+    pool: str
+    isolation: str
+    """The sandbox level in force: namespace, bwrap, or process (unisolated)."""
+    isolation_detail: str
+    host: str
+    registered_age_s: float
+
+
 class ControlPlaneLine(msgspec.Struct, frozen=True, kw_only=True):
     pid: int
     is_ready: bool
@@ -95,6 +108,8 @@ class StatusSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     control_plane: ControlPlaneLine | None
     stream_last_sequence: int | None = None
     """The events stream's head, when NATS was reachable."""
+    executors: list[ExecutorLine] = []
+    """Tool executors' latest registrations (read from NATS; empty when it was not reached)."""
 
 
 def collect_status(
@@ -129,6 +144,18 @@ def collect_status(
         num_dead_letters=queries.num_dead_letters(ledger),
         control_plane=_control_plane(control, now),
         stream_last_sequence=stream.last_sequence if stream is not None else None,
+        executors=[_executor_line(e, now) for e in (stream.executors if stream else [])],
+    )
+
+
+def _executor_line(event: ExecutorRegistered, now: float) -> ExecutorLine:
+    return ExecutorLine(
+        executor_id=event.executor_id,
+        pool=event.pool,
+        isolation=event.isolation,
+        isolation_detail=event.isolation_detail,
+        host=event.host,
+        registered_age_s=max(0.0, now - event.occurred_at),
     )
 
 

@@ -82,6 +82,7 @@ from heddle.events.weights import (
 )
 from heddle.events.worker import (
     DeadLettered,
+    ExecutorRegistered,
     WorkerDrained,
     WorkerEvent,
     WorkerFailed,
@@ -104,6 +105,7 @@ __all__ = [
     "Drain",
     "Event",
     "EventT",
+    "ExecutorRegistered",
     "Failed",
     "FinishReason",
     "Generated",

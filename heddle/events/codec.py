@@ -17,10 +17,21 @@ from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
 from heddle.events.weights import WeightsEventT
-from heddle.events.worker import DeadLettered, WorkerEventT, WorkerTelemetry
+from heddle.events.worker import (
+    DeadLettered,
+    ExecutorRegistered,
+    WorkerEventT,
+    WorkerTelemetry,
+)
 
 EventT = (
-    TrajectoryEventT | RolloutEventT | WorkerEventT | DeadLettered | OperatorEventT | WeightsEventT
+    TrajectoryEventT
+    | RolloutEventT
+    | WorkerEventT
+    | DeadLettered
+    | OperatorEventT
+    | WeightsEventT
+    | ExecutorRegistered
 )
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024

@@ -4,6 +4,7 @@ heddle.evt.rollout.<rollout_id>.<kind>
 heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
 heddle.evt.worker.<worker_id>.<kind>
 heddle.evt.weights.<weight_version>.<kind>
+heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
 heddle.evt.deadletter
 heddle.cmd.worker.<worker_id>.<action>
 heddle.cmd.tool.<pool>
@@ -19,7 +20,7 @@ from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
 from heddle.events.trajectory import TrajectoryEvent
 from heddle.events.weights import WeightsEvent
-from heddle.events.worker import DeadLettered, WorkerEvent
+from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
 
 EVENTS_STREAM = "HEDDLE_EVENTS"
@@ -51,6 +52,11 @@ def weights_subject(weight_version: int | str, kind: str = "*") -> str:
     if version != "*" and not (version.isdigit() and int(version) >= 0):
         raise ValueError(f"weight version {version!r} is not an integer >= 0")
     return f"heddle.evt.weights.{version}.{kind}"
+
+
+def executor_event_subject(executor_id: str, kind: str = "*") -> str:
+    executor = check_token(executor_id, "executor id") if executor_id != "*" else "*"
+    return f"heddle.evt.tools.{executor}.{kind}"
 
 
 def worker_command_subject(worker_id: str, action: str = "*") -> str:
@@ -94,6 +100,8 @@ def subject_for_event(event: Event) -> str:
             return worker_event_subject(event.worker_id, kind)
         case WeightsEvent():
             return weights_subject(event.weight_version, kind)
+        case ExecutorRegistered():
+            return executor_event_subject(event.executor_id, kind)
         case DeadLettered():
             return DEADLETTER_SUBJECT
     raise TypeError(f"no subject for {type(event).__name__}")
@@ -119,6 +127,7 @@ class SubjectParts:
     worker_id: str | None = None
     pool: str | None = None
     weight_version: int | None = None
+    executor_id: str | None = None
 
 
 def parse_subject(subject: str) -> SubjectParts:
@@ -133,6 +142,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("worker", kind, worker_id=worker_id)
         case ["heddle", "evt", "weights", version, kind] if version.isdigit():
             return SubjectParts("weights", kind, weight_version=int(version))
+        case ["heddle", "evt", "tools", executor_id, kind]:
+            return SubjectParts("tools", kind, executor_id=executor_id)
         case ["heddle", "evt", "deadletter"]:
             return SubjectParts("deadletter")
         case ["heddle", "cmd", "worker", worker_id, action]:

@@ -71,6 +71,22 @@ class DeadLettered(Event, frozen=True, kw_only=True, tag="deadletter.recorded"):
     """The offending payload, decoded as UTF-8 with replacement and truncated."""
 
 
+class ExecutorRegistered(Event, frozen=True, kw_only=True, tag="tools.registered"):
+    """A tool executor started serving a pool, on ``heddle.evt.tools.<executor_id>.registered``.
+
+    ``isolation`` is the sandbox level in force (``namespace``, ``bwrap``, or ``process``:
+    unisolated, only when the executor was started with ``--allow-unisolated``)."""
+
+    family: ClassVar[str] = "tools"
+    executor_id: str
+    pool: str
+    isolation: str
+    isolation_detail: str = ""
+    """What enforces it, in words (``bubblewrap 0.8.0, rootless``)."""
+    host: str = ""
+    max_procs: int = 0
+
+
 class WorkerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     """Best-effort load report on ``heddle.telemetry.worker.<worker_id>`` (not persisted)."""
 

@@ -17,6 +17,7 @@ from heddle.events import (
     Completed,
     DeadLettered,
     EventT,
+    ExecutorRegistered,
     Failed,
     Generated,
     GenerationStarted,
@@ -97,6 +98,8 @@ def apply(rows: BatchRows, event: EventT) -> None:
             pass  # the stream keeps them; a worker's row records what it loaded
         case DeadLettered():
             rows.dead_letters.append(_dead_letter_row(event))
+        case ExecutorRegistered():
+            pass  # not projected: `heddle status` reads registrations from the stream
         case (
             TrajectoryReprioritizeRequested()
             | TrajectoryAbortRequested()

@@ -34,6 +34,7 @@ from heddle.events import (
     OPERATOR_EVENTS,
     DeadLettered,
     EventT,
+    ExecutorRegistered,
     Migrated,
     RolloutEvent,
     WeightsLoaded,
@@ -304,7 +305,7 @@ def _keys_of(events: list[EventT]) -> _Keys:
         elif isinstance(event, (WeightsPublished, WeightsLoadFailed)):
             continue
         else:
-            assert isinstance(event, DeadLettered)
+            assert isinstance(event, DeadLettered | ExecutorRegistered)
     return keys
 
 

@@ -2,7 +2,8 @@
 
 Lag is ``stream last sequence - ack floor`` (how far behind the stream head the consumer's
 acknowledged position is; for a filtered consumer it also counts other subjects' messages) and
-``pending`` is the exact count of the consumer's own messages not yet acknowledged.
+``pending`` is the exact count of the consumer's own messages not yet acknowledged. Each poll
+also reads how many dead-letter records the events stream holds (``heddle_dead_letters``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from heddle.bus import Bus
+from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM
 from heddle.observability.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ class ConsumerRef:
 
 
 class ConsumerLagTracker:
-    """Updates ``heddle_consumer_lag_messages`` and ``heddle_consumer_pending_messages``."""
+    """Updates ``heddle_consumer_lag_messages``, ``heddle_consumer_pending_messages`` and
+    ``heddle_dead_letters``."""
 
     def __init__(self, bus: Bus, metrics: Metrics, consumers: Sequence[ConsumerRef]) -> None:
         self.bus = bus
@@ -49,6 +52,8 @@ class ConsumerLagTracker:
                 ack_floor=consumer.ack_floor_sequence,
                 num_unacked=consumer.num_pending + consumer.num_ack_pending,
             )
+        num_dead = await self.bus.num_subject_messages(EVENTS_STREAM, DEADLETTER_SUBJECT)
+        self.metrics.dead_letters.set(num_dead)
 
     async def run(self, stop: asyncio.Event, interval_s: float = 2.0) -> None:
         """Poll until ``stop`` is set; a failed poll (a reconnecting bus) is logged, and the

@@ -21,7 +21,10 @@ Control plane (label ``consumer`` = the decider consumer's durable name):
   histogram ``heddle_prediction_relative_error`` (known when the trajectory completes);
 - ``heddle_migrations_requested_total``, ``heddle_commands_total{action}``;
 - ``heddle_consumer_lag_messages`` (stream last sequence - the consumer's ack floor) and
-  ``heddle_consumer_pending_messages`` (its filtered messages not yet acknowledged).
+  ``heddle_consumer_pending_messages`` (its filtered messages not yet acknowledged);
+- ``heddle_rollout_trajectories_total{rollout, state=submitted|completed|failed}``: each
+  rollout's progress as the control plane's events show it (since this process started);
+- ``heddle_dead_letters``: dead-letter records stored in the events stream.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from heddle.events import (
     MigrationRequested,
     Predicted,
     Preempted,
+    TrajectorySubmitted,
     WorkerCommand,
     WorkerTelemetry,
 )
@@ -132,6 +136,14 @@ class Metrics:
             "Messages of the consumer's subjects not yet acknowledged",
             ("consumer",),
         )
+        self.rollout_trajectories = self._counter(
+            "heddle_rollout_trajectories",
+            "Trajectories of each rollout submitted, completed and failed",
+            ("rollout", "state"),
+        )
+        self.dead_letters = self._gauge(
+            "heddle_dead_letters", "Dead-letter records stored in the events stream", ()
+        )
 
     def _gauge(self, name: str, documentation: str, labels: tuple[str, ...]) -> Gauge:
         return Gauge(name, documentation, labels, registry=self.registry)
@@ -180,6 +192,13 @@ class Metrics:
     def observe_input(self, event: Event) -> None:
         """An event a decider consumer took in: checks predictions when trajectories complete.
         Pass each event once per process (e.g. from the prediction consumer only)."""
+        match event:
+            case TrajectorySubmitted():
+                self.rollout_trajectories.labels(event.rollout_id, "submitted").inc()
+            case Completed():
+                self.rollout_trajectories.labels(event.rollout_id, "completed").inc()
+            case Failed():
+                self.rollout_trajectories.labels(event.rollout_id, "failed").inc()
         checked = self._predictions.observe(event)
         if checked is not None:
             self.prediction_last_error.set(checked.relative_error)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from heddle.bus import Bus, BusOptions, BusUnavailable
 from heddle.bus.embedded import RECORD_NAME, answers, is_alive, read_record
+from heddle.bus.replay import ReplayQuery
 from heddle.config import Settings
-from heddle.events.subjects import EVENTS_STREAM
+from heddle.events import ExecutorRegistered
+from heddle.events.subjects import EVENTS_STREAM, executor_event_subject
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,8 @@ class DurableProbe:
 class StreamProbe:
     last_sequence: int
     durables: dict[str, DurableProbe]
+    executors: list[ExecutorRegistered] = field(default_factory=list)
+    """Each tool executor's latest registration (its sandbox isolation level), by id."""
 
 
 def running_nats_url(settings: Settings) -> str | None:
@@ -63,9 +67,20 @@ async def probe_stream(
                     if state is not None:
                         unacked = state.num_pending + state.num_ack_pending
                         found[durable] = DurableProbe(state.ack_floor_sequence, unacked)
-                return StreamProbe(stream.last_sequence, found)
+                executors = await _executor_registrations(bus)
+                return StreamProbe(stream.last_sequence, found, executors)
     except (BusUnavailable, TimeoutError, OSError):
         return None
     except Exception as exc:  # best effort: a status must show what it can
         log.debug("stream probe failed: %r", exc)
         return None
+
+
+async def _executor_registrations(bus: Bus) -> list[ExecutorRegistered]:
+    """The latest ``ExecutorRegistered`` of each executor id in the events stream."""
+    latest: dict[str, ExecutorRegistered] = {}
+    query = ReplayQuery(filter_subjects=(executor_event_subject("*", "registered"),))
+    async for record in bus.replay_events(query):
+        if isinstance(record.message, ExecutorRegistered):
+            latest[record.message.executor_id] = record.message
+    return [latest[executor_id] for executor_id in sorted(latest)]

@@ -40,7 +40,7 @@ json_values = st.recursive(
     ),
     max_leaves=10,
 )
-_ID_FIELDS = {"rollout_id", "traj_id", "worker_id", "pool", "event_id", "command_id"}
+_ID_FIELDS = {"rollout_id", "traj_id", "worker_id", "executor_id", "pool", "event_id", "command_id"}
 
 
 def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:
@@ -122,6 +122,7 @@ def test_event_subjects_parse_back(event: Any) -> None:
     if parts.kind is not None:
         assert parts.kind == type(event).kind_name()
     assert parts.rollout_id in (None, event.rollout_id)
+    assert parts.executor_id in (None, getattr(event, "executor_id", None))
 
 
 @given(commands)

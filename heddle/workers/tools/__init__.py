@@ -1,6 +1,7 @@
 """Tool executors: run model-written code in a sandbox, search a local corpus, replay trace tools.
 
 Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox process is confined),
+``bwrap`` (bubblewrap's command line),
 ``sandbox_child`` (the child script), ``sandbox`` (one process, one call), ``pool`` (pre-warmed
 processes scaled with demand), ``output`` (capped capture), ``search`` (BM25 over a local
 corpus), ``trace`` (pseudo-token replay), ``call_runner`` (a ``ToolRequest`` -> result),
@@ -10,7 +11,7 @@ corpus), ``trace`` (pseudo-token replay), ``call_runner`` (a ``ToolRequest`` -> 
 What the sandbox guarantees (model code is untrusted input)
 -----------------------------------------------------------
 Every call runs in a separate, fresh process that is discarded afterwards; nothing (globals,
-files, child processes) survives into the next call. Always, at either isolation level:
+files, child processes) survives into the next call. Always, at every isolation level:
 
 - wall-clock timeout: the whole process group is SIGKILLed (status ``timeout``);
 - rlimits on the code's process: CPU time (SIGXCPU then SIGKILL: ``killed``), address space
@@ -20,8 +21,12 @@ files, child processes) survives into the next call. Always, at either isolation
   memory stays bounded and a chatty program cannot block;
 - a scratch directory as cwd (and HOME, TMPDIR), removed after the call.
 
-``namespace`` isolation (chosen by ``auto`` when a probe call shows it works: root and util-linux
-``unshare``, as on this project's machines) adds:
+Levels, strongest first; ``auto`` takes the first that a probe call shows working, and never
+falls back to ``process`` unless allowed (``allow_unisolated``, ``--allow-unisolated``): without
+that, no working isolated level is an error. The level in force is logged and published in the
+executor's ``ExecutorRegistered`` event (``heddle status`` lists it).
+
+``namespace`` isolation (root and util-linux ``unshare``, as on this project's machines) adds:
 
 - a new network namespace with only a down loopback: every connect fails (ENETUNREACH), even to
   127.0.0.1; abstract unix sockets of the host are unreachable;

@@ -14,14 +14,19 @@ then ack. Consequences:
   bounded by the pool's ``max_procs``; long calls send in-progress signals so the server does not
   redeliver them meanwhile;
 - the sandbox pool is told the queue depth (the consumer's pending count, seen on each delivery)
-  and keeps ``clamp(depth, min_warm, max_procs - running)`` processes parked.
+  and keeps ``clamp(depth, min_warm, max_procs - running)`` processes parked;
+- once its sandbox isolation is resolved (a probe call), before taking calls, the executor
+  publishes ``ExecutorRegistered`` naming the level in force; a failed publish (e.g. a
+  credential without that permission) is logged as an error and the executor serves anyway.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,13 +40,16 @@ from heddle.bus import (
     RunnerStats,
     TransientError,
 )
-from heddle.events import ToolCall, decode_tool_call
+from heddle.events import ExecutorRegistered, ToolCall, decode_tool_call
 from heddle.events.subjects import TOOLS_STREAM, tool_subject, trajectory_subject
-from heddle.ids import check_token
+from heddle.ids import check_token, derive_id
 from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
+from heddle.workers.tools.isolation import Isolation
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.pool import SandboxPool
 from heddle.workers.tools.search import SAMPLE_CORPUS, CorpusCatalog
+
+log = logging.getLogger(__name__)
 
 
 def default_executor_id() -> str:
@@ -70,6 +78,7 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         check_token(self.pool, "tool pool")
+        check_token(self.executor_id, "executor id")
         if self.max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
 
@@ -107,6 +116,7 @@ class ToolExecutor:
         self._runner: ToolRunner | None = None
         self._consumer: MessageRunner[ToolCall] | None = None
         self._stop_requested = False
+        self._incarnation = uuid.uuid4().hex[:12]
 
     @property
     def pool(self) -> SandboxPool:
@@ -121,6 +131,7 @@ class ToolExecutor:
             config.sandbox, min_warm=config.min_warm, max_procs=config.max_procs
         ) as pool:
             self._pool = pool
+            await self._register(pool.isolation)
             self._runner = ToolRunner(pool, CorpusCatalog(config.default_corpus), config.runner)
             self._consumer = self.bus.message_runner(
                 tool_consumer_spec(config),
@@ -135,6 +146,27 @@ class ToolExecutor:
             finally:
                 self._consumer = None
                 self._pool = None
+
+    def registration(self, isolation: Isolation) -> ExecutorRegistered:
+        config = self.config
+        return ExecutorRegistered(
+            event_id=derive_id(config.executor_id, self._incarnation, "registered"),
+            occurred_at=time.time(),
+            executor_id=config.executor_id,
+            pool=config.pool,
+            isolation=isolation.level,
+            isolation_detail=isolation.detail,
+            host=socket.gethostname(),
+            max_procs=config.max_procs,
+        )
+
+    async def _register(self, isolation: Isolation) -> None:
+        report = log.info if isolation.is_isolated else log.warning
+        report("executor %s: sandbox isolation %s", self.config.executor_id, isolation.describe())
+        try:
+            await self.bus.publish(self.registration(isolation))
+        except PublishError as exc:
+            log.error("executor %s: registration not published: %s", self.config.executor_id, exc)
 
     def stop(self) -> None:
         """Finish the calls in flight, then return from ``run()``."""

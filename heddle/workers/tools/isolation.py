@@ -1,10 +1,14 @@
 """How a sandbox process is launched and confined, and the uids that calls run under.
 
-Two isolation levels (the guarantees are listed in ``heddle.workers.tools``):
+Three isolation levels, strongest first (the guarantees are listed in ``heddle.workers.tools``):
 - ``namespace``: the child is wrapped by ``unshare --net --mount --pid --fork``; it needs root (or
-  CAP_SYS_ADMIN) and util-linux. Whether it works is decided by a probe that runs a real call
-  (``heddle.workers.tools.sandbox.resolve_isolation``), never by assumption.
-- ``process``: a plain child process; the fallback where namespaces are not available.
+  CAP_SYS_ADMIN) and util-linux.
+- ``bwrap``: the child is wrapped by bubblewrap (``heddle.workers.tools.bwrap``); it needs the
+  ``bwrap`` binary and, without root, unprivileged user namespaces: the level for pods.
+- ``process``: a plain child process, *unisolated*: model code can reach the network and the
+  filesystem. Used only when asked for by name or allowed explicitly (``allow_unisolated``).
+Whether a level works is decided by a probe that runs a real call
+(``heddle.workers.tools.sandbox.resolve_isolation``), never by assumption.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from heddle.workers.tools.bwrap import bwrap_arguments, bwrap_binary, bwrap_version
 from heddle.workers.tools.sandbox_child import hidden_ancestor, runtime_dirs
 
 CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
 
-IsolationLevel = Literal["namespace", "process"]
+IsolationLevel = Literal["namespace", "bwrap", "process"]
+ISOLATED_LEVELS: tuple[IsolationLevel, ...] = ("namespace", "bwrap")
+"""The levels ``auto`` tries, in this order, before (if allowed) ``process``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +38,41 @@ class Isolation:
     """Each call runs under its own unprivileged uid (RLIMIT_NPROC per call, no write access to
     other users' files). Needs root, and in process isolation a runtime other uids can read."""
     unshare_path: str = ""
+    bwrap_path: str = ""
+    rootless: bool = False
+    """bwrap run by an unprivileged user: a new user namespace, every call under that user."""
+    runtime_dirs: tuple[str, ...] = ()
+    """bwrap: the interpreter's directories, bound back wherever a covering mount hid them."""
+    hidden_paths: tuple[str, ...] = ()
+    """bwrap: host directories (covered by an empty tmpfs) and files (by /dev/null) the code
+    must not see, e.g. the executor's NATS credential."""
+    detail: str = ""
+    """What runs it, in words (``bubblewrap 0.8.0, rootless``), for events and logs."""
+
+    @property
+    def is_isolated(self) -> bool:
+        return self.level != "process"
+
+    def describe(self) -> str:
+        """The level and its detail in one phrase, for logs."""
+        if not self.is_isolated:
+            return "process (UNISOLATED: model code can reach the network and the filesystem)"
+        return f"{self.level} ({self.detail})" if self.detail else self.level
 
     def launch_command(self, python: str, status_fd: int, scratch_bytes: int) -> list[str]:
         """The argv of a sandbox process that reports on ``status_fd``."""
         child = [python, "-I", str(CHILD_SCRIPT), self.level, str(status_fd)]
         if self.level == "process":
             return child
+        if self.level == "bwrap":
+            wrapper = bwrap_arguments(
+                self.bwrap_path,
+                rootless=self.rootless,
+                runtime_dirs=self.runtime_dirs,
+                hidden_paths=self.hidden_paths,
+                scratch_bytes=scratch_bytes,
+            )
+            return [*wrapper, "--", *child]
         wrapper = [self.unshare_path, "--net", "--mount", "--pid", "--fork", "--kill-child"]
         return [*wrapper, "--propagation", "private", *child, str(scratch_bytes)]
 
@@ -47,7 +83,28 @@ def namespace_candidate() -> Isolation | None:
     unshare = shutil.which("unshare")
     if os.geteuid() != 0 or unshare is None:
         return None
-    return Isolation(level="namespace", drops_privileges=True, unshare_path=unshare)
+    return Isolation(
+        level="namespace", drops_privileges=True, unshare_path=unshare, detail="util-linux unshare"
+    )
+
+
+def bwrap_candidate(hidden_paths: tuple[str, ...] = ()) -> Isolation | None:
+    """bwrap isolation if ``bwrap`` is on PATH; a probe must still confirm it works (without
+    root it needs unprivileged user namespaces, which a container may forbid)."""
+    binary = bwrap_binary()
+    if binary is None:
+        return None
+    rootless = os.geteuid() != 0
+    mode = "rootless" if rootless else "as root, per-call uids"
+    return Isolation(
+        level="bwrap",
+        drops_privileges=not rootless,
+        bwrap_path=binary,
+        rootless=rootless,
+        runtime_dirs=tuple(runtime_dirs()),
+        hidden_paths=tuple(os.path.abspath(path) for path in hidden_paths),
+        detail=f"{bwrap_version(binary)}, {mode}",
+    )
 
 
 def process_isolation() -> Isolation:

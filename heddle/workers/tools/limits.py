@@ -6,10 +6,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-IsolationMode = Literal["auto", "namespace", "process"]
+IsolationMode = Literal["auto", "namespace", "bwrap", "process"]
 """``namespace``: PID/network/mount namespaces, read-only root, unprivileged uid (needs root and
-``unshare``). ``process``: rlimits and a Python-level socket block only. ``auto``: namespace when
-a probe shows it works here, else process."""
+``unshare``). ``bwrap``: the same confinement built by bubblewrap, rootless where user
+namespaces are allowed (pods). ``process``: rlimits and a Python-level socket block only, i.e.
+unisolated. ``auto``: the first of namespace, bwrap that a probe shows working here; process
+only with ``allow_unisolated``, else an error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +63,10 @@ class SandboxConfig:
     gets its own uid so RLIMIT_NPROC is per call. The range must be unused on the host."""
     num_uids: int = 4096
     """Size of the uid range (an upper bound on concurrent calls)."""
+    allow_unisolated: bool = False
+    """Let ``auto`` fall back to ``process`` isolation when no isolated level works (the
+    fallback is then logged as a warning); without it that case is a ``SandboxError``."""
+    hidden_paths: tuple[str, ...] = ()
+    """Host paths the code must not see in ``bwrap`` isolation (e.g. the credentials' folder):
+    bwrap runs the code as the executor's own user when rootless, so permissions alone do not
+    keep the executor's files from it."""

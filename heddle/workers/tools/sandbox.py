@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
+import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from collections.abc import Mapping
@@ -25,7 +26,10 @@ import msgspec
 
 from heddle.events.base import ToolStatus
 from heddle.workers.tools.isolation import (
+    ISOLATED_LEVELS,
     Isolation,
+    IsolationLevel,
+    bwrap_candidate,
     kill_uid_processes,
     namespace_candidate,
     process_isolation,
@@ -38,10 +42,14 @@ from heddle.workers.tools.sandbox_child import (
     READY_MARKER,
 )
 
+log = logging.getLogger(__name__)
+
 SandboxMode = Literal["python", "unit_tests"]
 _DRAIN_GRACE_S = 1.0
 """How long output pipes may stay open after the call's process group died (escaped children
 in process isolation); then reading stops."""
+_NAMESPACE_EXIT_S = 5.0
+"""Longest wait for the kernel to finish killing an ended sandbox's PID namespace."""
 _START_TIMEOUT_S = 30.0
 """A child not parked by then is considered failed (start-up takes ~50 ms when idle)."""
 _CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -245,9 +253,9 @@ class SandboxProcess:
         await self._reap(None)
 
     def _make_scratch(self, uid: int | None) -> str:
-        """Process isolation: a fresh dir owned by the call's uid. Namespace isolation: none here
-        (the child makes one in its private tmpfs)."""
-        if self.isolation.level == "namespace":
+        """Process isolation: a fresh dir owned by the call's uid. Namespace and bwrap
+        isolation: none here (the child makes one in its private tmpfs)."""
+        if self.isolation.is_isolated:
             return ""
         scratch_dir = tempfile.mkdtemp(prefix="heddle-sandbox-")
         if uid is not None:
@@ -276,8 +284,12 @@ class SandboxProcess:
         return False
 
     async def _reap(self, uid: int | None) -> None:
-        """Kill whatever is left of the process group (and, in process isolation, of the uid),
-        then wait for the child. In namespace isolation the group's death ends the namespace."""
+        """Kill whatever is left of the process group (and of the uid), then wait for the
+        child. In namespace and bwrap isolation the group's death ends the PID namespace, whose
+        processes the kernel then kills: when the child had not exited by itself (a timeout),
+        this waits with a per-call uid until they are gone, so the uid is free for the next
+        call. (A child that exited by itself did so after its namespace was emptied.)"""
+        had_exited = self._process.returncode is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
         if uid is not None and self.isolation.level == "process":
@@ -285,6 +297,8 @@ class SandboxProcess:
         if self._process.stdin is not None:
             self._process.stdin.close()
         await self._process.wait()
+        if uid is not None and self.isolation.is_isolated and not had_exited:
+            await _until_gone(uid, time.monotonic() + _NAMESPACE_EXIT_S)
 
     def _read_record(self) -> StatusRecord | None:
         chunks = []
@@ -304,6 +318,14 @@ class SandboxProcess:
         if self._status_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._status_fd)
+
+
+async def _until_gone(uid: int, deadline: float) -> None:
+    """Poll (the kernel signals nothing) until no process of ``uid`` is left, or ``deadline``."""
+    for _ in range(int(_NAMESPACE_EXIT_S / 0.005)):
+        if not kill_uid_processes(uid) or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.005)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -361,37 +383,62 @@ async def run_once(
 
 
 _PROBE_CODE = (
-    "import errno, socket\n"
+    "import socket\n"
     "sock = socket.socket()\n"
-    "print(errno.errorcode.get(sock.connect_ex(('127.0.0.1', 9)), 'connected'))\n"
+    "sock.settimeout(5)\n"
+    "print('connected' if sock.connect_ex(('127.0.0.1', {port})) == 0 else 'refused')\n"
+)
+UNISOLATED_HINT = (
+    "model code would run unisolated (process level: it can reach the network and the "
+    "filesystem); fix one of these, or allow that explicitly (--allow-unisolated)"
 )
 
 
 async def resolve_isolation(config: SandboxConfig) -> Isolation:
-    """The isolation to use: ``auto`` runs a probe call in namespace isolation (it must succeed
-    and see no network) and falls back to process isolation when it does not."""
+    """The isolation to use. A named level is used only when a probe call shows it works
+    (``SandboxError`` otherwise); ``process`` is taken as asked. ``auto`` tries namespace, then
+    bwrap; when neither works it falls back to process only with ``config.allow_unisolated``
+    (and logs a warning), else raises ``SandboxError`` naming why each level failed."""
     if config.isolation == "process":
         return process_isolation()
-    candidate = namespace_candidate()
-    if candidate is None:
-        problem = "it needs root and util-linux 'unshare'"
-    else:
-        problem = await _probe(candidate, config)
-        if not problem:
-            return candidate
-    if config.isolation == "namespace":
-        raise SandboxError(f"namespace isolation is not available here: {problem}")
+    levels = ISOLATED_LEVELS if config.isolation == "auto" else (config.isolation,)
+    problems = []
+    for level in levels:
+        candidate, problem = _candidate(level, config)
+        if candidate is not None:
+            problem = await _probe(candidate, config)
+            if not problem:
+                return candidate
+        problems.append(f"{level}: {problem}")
+    if config.isolation != "auto":
+        raise SandboxError(f"{config.isolation} isolation is not available here: {problem}")
+    if not config.allow_unisolated:
+        raise SandboxError(
+            f"no sandbox isolation works here ({'; '.join(problems)}); {UNISOLATED_HINT}"
+        )
+    log.warning("sandbox runs UNISOLATED (process level), as allowed: %s", "; ".join(problems))
     return process_isolation()
 
 
+def _candidate(level: IsolationLevel, config: SandboxConfig) -> tuple[Isolation | None, str]:
+    if level == "namespace":
+        return namespace_candidate(), "it needs root and util-linux 'unshare'"
+    return bwrap_candidate(config.hidden_paths), "it needs bubblewrap ('bwrap' on PATH)"
+
+
 async def _probe(candidate: Isolation, config: SandboxConfig) -> str:
-    """'' when a real call works in ``candidate`` and cannot reach the network, else why not."""
-    try:
-        result = await run_once(SandboxRequest(code=_PROBE_CODE), config, candidate)
-    except SandboxError as exc:
-        return str(exc)
+    """'' when a real call works in ``candidate`` and cannot reach a port listening on the
+    host's loopback, else why not."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        code = _PROBE_CODE.format(port=listener.getsockname()[1])
+        try:
+            result = await run_once(SandboxRequest(code=code), config, candidate)
+        except SandboxError as exc:
+            return str(exc)
     if result.status != "ok":
         return f"probe call ended {result.status}: {result.reason} {result.stderr[-300:]}"
-    if result.stdout.strip() != errno.errorcode[errno.ENETUNREACH]:
+    if result.stdout.strip() != "refused":
         return f"probe call reached the network ({result.stdout.strip()})"
     return ""

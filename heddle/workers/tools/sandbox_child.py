@@ -1,14 +1,15 @@
 """The sandbox's child process: parked until it gets one call, runs it, reports, exits.
 
-Run as a script (``python -I sandbox_child.py ISOLATION STATUS_FD``), never imported by Heddle:
-it must start fast and depend on the standard library only. The executor side is
+Run as a script (``python -I sandbox_child.py ISOLATION STATUS_FD``): it must start fast and
+depend on the standard library only (Heddle imports only its helpers). The executor side is
 ``heddle.workers.tools.sandbox``; the guarantees are listed in ``heddle.workers.tools``.
 
 Life of one process:
 1. Start-up (before any call: this is what the pre-warmed pool pays in advance). In ``namespace``
    isolation the process is PID 1 of fresh PID, network and mount namespaces (made by
    ``unshare``); it remounts ``/`` read-only, puts private size-capped tmpfs mounts on the
-   world-writable directories and mounts a ``/proc`` that shows only the sandbox.
+   world-writable directories and mounts a ``/proc`` that shows only the sandbox. In ``bwrap``
+   isolation bubblewrap did all of that before this script started (``heddle.workers.tools.bwrap``).
 2. Park: write ``READY_MARKER`` to the status pipe, then block reading one JSON request from
    stdin until EOF.
 3. Fork the *runner*: it lowers rlimits, drops to the call's unprivileged uid (when root), enters
@@ -51,7 +52,7 @@ _MS_NODEV = 4
 _MS_NOEXEC = 8
 _MS_REMOUNT = 32
 _MS_BIND = 4096
-_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 
 def _c_string(text: str | None) -> bytes | None:
@@ -88,7 +89,7 @@ def hidden_ancestor(path: str) -> str | None:
     return None
 
 
-def _is_under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(f"{root.rstrip('/')}/")
 
 
@@ -99,8 +100,8 @@ def confine_filesystem(scratch_bytes: int) -> None:
     namespace. Everything else under the covered dirs is invisible to the code."""
     runtime = runtime_dirs()
     hidden = sorted({above for path in runtime if (above := hidden_ancestor(path))})
-    writable = [path for path in _WRITABLE_DIRS if os.path.isdir(path)]
-    covered = [path for path in runtime if any(_is_under(path, root) for root in hidden + writable)]
+    writable = [path for path in WRITABLE_DIRS if os.path.isdir(path)]
+    covered = [path for path in runtime if any(is_under(path, root) for root in hidden + writable)]
     # Handles opened before the covering mounts still reach the original directories.
     handles = {path: os.open(path, os.O_PATH) for path in covered}
     _mount(None, "/", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
@@ -283,9 +284,10 @@ def _redirect_stdin() -> None:
 
 
 def _prepare_scratch(request: dict[str, Any], isolation: str) -> None:
-    """In namespace isolation the scratch dir lives in this namespace's private /tmp tmpfs (it
-    vanishes with the namespace); in process isolation the executor made it and removes it."""
-    if isolation == "namespace":
+    """In namespace and bwrap isolation the scratch dir lives in the sandbox's private /tmp
+    tmpfs (it vanishes with the sandbox); in process isolation the executor made it and
+    removes it."""
+    if isolation in ("namespace", "bwrap"):
         request["scratch_dir"] = NAMESPACE_SCRATCH
         os.makedirs(NAMESPACE_SCRATCH, mode=0o700, exist_ok=True)
         if request.get("uid") is not None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -14,9 +16,11 @@ from typer.testing import CliRunner
 import heddle.cli.tools  # noqa: F401  (registers the tools commands on the app)
 from heddle.bus import Bus, ReplayQuery
 from heddle.cli.apps import app
-from heddle.config import load_settings
+from heddle.config import Settings, load_settings
 from heddle.events import PythonTool, ToolCall, ToolReturned
 from heddle.events.subjects import trajectory_subject
+from heddle.observability.probe import probe_stream
+from heddle.workers.tools.isolation import Isolation
 
 runner = CliRunner()
 
@@ -48,7 +52,42 @@ def test_exec_refuses_empty_input_and_bad_limits() -> None:
     assert "timeout_s must be > 0" in str(bad.exception)
 
 
-async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) -> None:
+def test_process_isolation_needs_the_explicit_flag() -> None:
+    """Unisolated execution is never a default: asked for by name it needs --allow-unisolated."""
+    for command in (["tools", "exec", "python"], ["tools", "serve"]):
+        refused = runner.invoke(app, [*command, "--isolation", "process"], input="print(1)\n")
+        assert refused.exit_code != 0
+        assert "--allow-unisolated" in str(refused.exception)
+    allowed = runner.invoke(
+        app,
+        ["tools", "exec", "python", "--isolation", "process", "--allow-unisolated"],
+        input="print(1)\n",
+    )
+    assert json.loads(allowed.stdout)["stdout"] == "1\n"
+
+
+def test_hidden_paths_are_hidden_from_the_code(bwrap_isolation: Isolation) -> None:
+    """A folder the code could otherwise list (outside /tmp, which the sandbox covers anyway)
+    is empty in the sandbox; a mistyped --hide is refused."""
+    secret = Path(tempfile.mkdtemp(prefix="hidden-", dir=Path(__file__).parent))
+    try:
+        secret.chmod(0o755)
+        (secret / "executor.creds").write_text("SEED")
+        code = f"import os\nprint(os.listdir({str(secret)!r}))\n"
+        command = ["tools", "exec", "python", "--isolation", "bwrap"]
+        shown = runner.invoke(app, command, input=code)
+        assert json.loads(shown.stdout)["stdout"] == "['executor.creds']\n", shown.output
+        hidden = runner.invoke(app, [*command, "--hide", str(secret)], input=code)
+        assert json.loads(hidden.stdout)["stdout"] == "[]\n", hidden.output
+        typo = runner.invoke(app, [*command, "--hide", f"{secret}-typo"], input=code)
+        assert "--hide: no such path" in str(typo.exception)
+    finally:
+        shutil.rmtree(secret, ignore_errors=True)
+
+
+async def test_serve_runs_calls_until_terminated(
+    nats_url: str, tmp_path: Path, bwrap_isolation: Isolation
+) -> None:
     command = [
         str(Path(sys.executable).with_name("heddle")),
         "--nats-url",
@@ -61,6 +100,8 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
         "1",
         "--executor-id",
         "cli-e",
+        "--isolation",
+        "bwrap",
     ]
     process = await asyncio.create_subprocess_exec(*command, stderr=subprocess.PIPE)
     try:
@@ -77,6 +118,7 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
                 )
             )
             returned = await _first_result(bus)
+        probe = await probe_stream(Settings(nats_url=nats_url, data_dir=tmp_path), [])
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr_bytes = await asyncio.wait_for(process.communicate(), 60)
@@ -84,6 +126,15 @@ async def test_serve_runs_calls_until_terminated(nats_url: str, tmp_path: Path) 
     assert (returned.output, returned.executor_id) == ("served\n", "cli-e")
     assert process.returncode == 0
     assert "stopped: 1 calls done" in stderr
+    assert "cli-e: sandbox isolation bwrap (bubblewrap" in stderr
+    assert probe is not None
+    [registered] = probe.executors
+    assert (registered.executor_id, registered.pool, registered.isolation) == (
+        "cli-e",
+        "default",
+        "bwrap",
+    )
+    assert registered.isolation_detail.startswith("bubblewrap ")
 
 
 async def _first_result(bus: Bus, within_s: float = 60.0) -> ToolReturned:

@@ -11,6 +11,7 @@ import pytest
 from heddle.workers.tools.isolation import Isolation
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.sandbox import SandboxMode, SandboxRequest, SandboxResult, run_once
+from heddle.workers.tools.sandbox_child import runtime_dirs
 
 LIMITS = SandboxLimits(
     timeout_s=10.0,
@@ -109,15 +110,15 @@ async def test_socket_to_localhost_fails(any_isolation: Isolation, listening_por
     assert result.stdout.startswith("refused")
 
 
-async def test_fork_bomb_is_contained(namespace_isolation: Isolation) -> None:
+async def test_fork_bomb_is_contained(confined_isolation: Isolation) -> None:
     """RLIMIT_NPROC on the call's own uid stops it; the PID namespace reaps what is left."""
     code = "import os\nprint(os.getuid(), flush=True)\nwhile True:\n    os.fork()\n"
-    result = await run(code, namespace_isolation, timeout_s=5.0)
+    result = await run(code, confined_isolation, timeout_s=5.0)
     assert result.status in ("error", "killed", "timeout")
     uid = int(result.stdout.split()[0])
     assert uid >= CONFIG.uid_base
     assert not _processes_of_uid(uid)
-    after = await run("print('still here')", namespace_isolation)
+    after = await run("print('still here')", confined_isolation)
     assert after.stdout == "still here\n"
 
 
@@ -139,7 +140,7 @@ def _processes_of_uid(uid: int) -> list[str]:
 
 
 async def test_writes_outside_scratch_fail_or_stay_confined(
-    namespace_isolation: Isolation, tmp_path: Path
+    confined_isolation: Isolation, tmp_path: Path
 ) -> None:
     open_dir = tmp_path / "world-writable"
     open_dir.mkdir()
@@ -155,7 +156,7 @@ async def test_writes_outside_scratch_fail_or_stay_confined(
         "open('inside.txt', 'w').write('ok')\n"
         "import os; print('scratch', os.getcwd())\n"
     )
-    result = await run(code, namespace_isolation)
+    result = await run(code, confined_isolation)
     assert result.status == "ok", result.stderr
     assert f"denied {repo_file}" in result.stdout
     assert not (open_dir / "escape.txt").exists()
@@ -211,14 +212,40 @@ def test_limits_reject_non_positive_values() -> None:
 
 
 async def test_code_runs_unprivileged_in_its_own_namespaces(
-    namespace_isolation: Isolation,
+    confined_isolation: Isolation,
 ) -> None:
     code = (
         "import os\n"
-        "print(os.getuid(), os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+        "capabilities = open('/proc/self/status').read().split('CapEff:')[1].split()[0]\n"
+        "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "print(os.getuid(), os.getpid(), int(capabilities, 16), pids)"
     )
-    result = await run(code, namespace_isolation)
-    uid, pid, pids = result.stdout.split(maxsplit=2)
+    result = await run(code, confined_isolation)
+    uid, pid, capabilities, pids = result.stdout.split(maxsplit=3)
     assert int(uid) >= CONFIG.uid_base
-    assert int(pid) == 2, "the code runs under the namespace's PID 1 waiter"
-    assert pids.strip() == "['1', '2']", "the sandbox sees only its own processes"
+    assert int(capabilities) == 0
+    # namespace: the waiter is PID 1 and the code 2; bwrap puts its own init first.
+    expected = [1, 2] if confined_isolation.level == "namespace" else [1, 2, 3]
+    assert int(pid) == expected[-1], "the code runs under the sandbox's waiter"
+    assert pids.strip() == str(expected), "the sandbox sees only its own processes"
+
+
+async def test_root_only_files_and_hidden_dirs_stay_unreadable(
+    confined_isolation: Isolation,
+) -> None:
+    code = (
+        "import os\n"
+        "for path in ['/etc/shadow', '/root']:\n"
+        "    try:\n"
+        "        seen = len(open(path).read()) if os.path.isfile(path) else os.listdir(path)\n"
+        "        print(path, 'read', seen)\n"
+        "    except OSError as exc:\n"
+        "        print(path, 'denied', exc.strerror)\n"
+    )
+    result = await run(code, confined_isolation)
+    assert result.status == "ok", result.stderr
+    assert "/etc/shadow denied" in result.stdout or not _exists(Path("/etc/shadow"))
+    root_line = next(line for line in result.stdout.splitlines() if line.startswith("/root"))
+    # Only the Python runtime may show there (bound back read-only when it lives under /root).
+    runtime = sorted({path.split("/")[2] for path in runtime_dirs() if path.startswith("/root/")})
+    assert "denied" in root_line or root_line == f"/root read {runtime}"
