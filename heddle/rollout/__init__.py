@@ -12,6 +12,5 @@ submit to a running control plane; and the pieces a benchmark or a notebook reus
 - ``runner``: ``run_rollout`` (start what is needed, submit, follow, summarise, cancel on
   failure) with hooks for crash tests and a timeline writer;
 - ``compare``: the same trajectories under several policies, fresh runs each, next to the
-  simulator's prediction; ``report`` renders both;
-- ``bench``: ``heddle bench control``, the control plane's step event -> command latency.
+  simulator's prediction; ``report`` renders both.
 """

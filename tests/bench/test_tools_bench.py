@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import heddle.cli.bench_tools  # noqa: F401  (registers the command)
+from heddle.bench.tools import percentile
 from heddle.cli.apps import app
-from heddle.workers.tools.bench import percentile
 
 
 @given(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from heddle.bench.fidelity.gaps import step_gaps
 from heddle.cli.apps import app
 from heddle.events import (
     Event,
@@ -18,7 +19,6 @@ from heddle.events import (
     ToolCalled,
     ToolReturned,
 )
-from heddle.fidelity.gaps import step_gaps
 
 R, T = "r1", "t000000"
 
@@ -82,7 +82,7 @@ def test_bad_flags_are_user_errors(tmp_path: Path) -> None:
 
 
 def test_engine_trace_is_seeded_grouped_and_has_a_long_tail() -> None:
-    from heddle.fidelity.engine_trace import EngineTraceShape, engine_trace
+    from heddle.bench.fidelity.engine_trace import EngineTraceShape, engine_trace
 
     shape = EngineTraceShape()
     trace = engine_trace(32, seed=3)
@@ -97,7 +97,7 @@ def test_engine_trace_is_seeded_grouped_and_has_a_long_tail() -> None:
 
 
 def test_the_simulated_reference_on_a_profile_recomputes_only_under_kv_pressure() -> None:
-    from heddle.fidelity.engine import EngineFidelityOptions, simulate_on_profile
+    from heddle.bench.fidelity.engine import EngineFidelityOptions, simulate_on_profile
     from heddle.policy.profiles import parse_profile
 
     def cost(max_kv_tokens: int) -> object:

@@ -8,5 +8,5 @@ control plane costs per step.
 - ``engine``: the same, on real torch engines under a KV budget, policy by policy, against the
   simulator's engine model ``torch`` costed by a profile measured in the same run
   (``engine_profile``) on a small agentic trace (``engine_trace``);
-- ``overhead``: step event -> command latency at a paper-scale load (``heddle.rollout.bench``).
+- ``overhead``: step event -> command latency at a paper-scale load (``heddle.bench.control``).
 """

@@ -7,7 +7,7 @@ One run, three parts per policy, on this machine:
    once as there are workers (``measure_profile``), just before and just after the live run;
    the profile written is the median of those measurements, its KV capacity the budget the
    workers run under.
-2. *Live*: the same trace (``heddle.fidelity.engine_trace``) runs through
+2. *Live*: the same trace (``heddle.bench.fidelity.engine_trace``) runs through
    ``heddle rollout run``'s machinery (control plane, tool executors and ``torch``-engine worker
    agents as child processes over NATS) in real time (time scale 1), every worker under
    ``--max-kv-tokens = kv_budget_tokens``.
@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from heddle.bench.fidelity.engine_profile import measure_profile, write_combined
+from heddle.bench.fidelity.engine_trace import engine_trace
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.consumers.bundles import control_options
 from heddle.control import build_control_plane, system_spec
-from heddle.fidelity.engine_profile import measure_profile, write_combined
-from heddle.fidelity.engine_trace import engine_trace
 from heddle.policy.cost_model import CostModel
 from heddle.policy.profiles import ProfiledCostModel, parse_profile
 from heddle.rollout.deployment import WorkerPool

@@ -1,6 +1,6 @@
 """The paper's experiments re-done in simulation (``heddle sim figures``).
 
-    >>> from heddle.sim.figures import QUICK, run_figures
+    >>> from heddle.bench.figures import QUICK, run_figures
     >>> reports = run_figures(Path("figures"), QUICK)
 
 Each experiment (``EXPERIMENTS``, in the paper's order) runs its systems on one generated trace
@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from heddle.sim.figures import overall, overhead, placement, predictors, resources, scheduling
-from heddle.sim.figures.context import FigureRunner, ProgressSink, SilentProgress
-from heddle.sim.figures.report import ExperimentReport, write_experiment, write_index
-from heddle.sim.figures.scale import PAPER, QUICK, FigureScale
-from heddle.sim.figures.tables import Cell, Table, table
+from heddle.bench.figures import overall, overhead, placement, predictors, resources, scheduling
+from heddle.bench.figures.context import FigureRunner, ProgressSink, SilentProgress
+from heddle.bench.figures.report import ExperimentReport, write_experiment, write_index
+from heddle.bench.figures.scale import PAPER, QUICK, FigureScale
+from heddle.bench.figures.tables import Cell, Table, table
 from heddle.workloads import summarize
 
 __all__ = [

@@ -6,13 +6,13 @@ Scheduling and resources stay Heddle's in every variant (``heddle.control.system
 
 from __future__ import annotations
 
+from heddle.bench.figures.common import span, speedup, throughput_panel
+from heddle.bench.figures.context import FigureRunner
+from heddle.bench.figures.plots import save_panels
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.sim import SimResult
-from heddle.sim.figures.common import span, speedup, throughput_panel
-from heddle.sim.figures.context import FigureRunner
-from heddle.sim.figures.plots import save_panels
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 
 KEY = "fig15_placement"
 TITLE = "Fig. 15: trajectory-aware placement"

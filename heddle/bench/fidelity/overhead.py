@@ -1,6 +1,6 @@
 """Control-plane overhead: step event -> resulting command latency at a paper-scale load.
 
-A thin adapter over ``heddle.rollout.bench`` (``heddle bench control``), the live control
+A thin adapter over ``heddle.bench.control`` (``heddle bench control``), the live control
 plane's own load driver: a real control plane (``heddle up`` as a child process) and this
 process playing the workers of one rollout of ``num_trajectories`` trace trajectories. Measured:
 from just before a ``ToolReturned`` is published to the arrival of the command that routes the
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from heddle.bench.control import BenchOptions, run_control_bench
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.rollout.bench import BenchOptions, run_control_bench
 from heddle.workloads import generate
 
 TARGET_P99_MS = 5.0

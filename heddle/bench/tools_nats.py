@@ -12,11 +12,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from heddle.bench.tools import TRIVIAL_SNIPPET, LatencyStats, summarize
 from heddle.bus import Bus, ConsumerSpec, Delivery
 from heddle.events import EventT, ToolCall, ToolRequest, ToolReturned, decode_event
 from heddle.events.commands import PythonTool, TraceTool
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM, trajectory_subject
-from heddle.workers.tools.bench import TRIVIAL_SNIPPET, LatencyStats, summarize
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor, tool_consumer_spec
 
 BENCH_POOL = "bench"

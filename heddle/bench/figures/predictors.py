@@ -13,6 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from heddle.bench.figures.common import field_of, plotted, span
+from heddle.bench.figures.context import FigureRunner
+from heddle.bench.figures.plots import LinePanel, save_panels
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.policy.predictors import (
     PREDICTORS,
     Predictor,
@@ -22,12 +28,6 @@ from heddle.policy.predictors import (
     prediction_quality,
 )
 from heddle.sim import SimConfig, SimResult
-from heddle.sim.figures.common import field_of, plotted, span
-from heddle.sim.figures.context import FigureRunner
-from heddle.sim.figures.plots import LinePanel, save_panels
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 
 KEY = "predictors"
 TITLE = "Predictor accuracy and error sensitivity"

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from heddle.bench.figures.common import plotted, span, speedup
+from heddle.bench.figures.context import FigureRunner
+from heddle.bench.figures.plots import BarPanel, save_panels
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.sim import SimResult
-from heddle.sim.figures.common import plotted, span, speedup
-from heddle.sim.figures.context import FigureRunner
-from heddle.sim.figures.plots import BarPanel, save_panels
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 
 KEY = "fig14_scheduling"
 TITLE = "Fig. 14: trajectory-level scheduling"

@@ -3,14 +3,14 @@ Qwen3-8B/14B/32B (the paper: up to 2.5x; 1.4-2.3x vs verl, 1.2-2.5x vs slime).""
 
 from __future__ import annotations
 
+from heddle.bench.figures.common import field_of, short_model, span, speedup, throughput_panel
+from heddle.bench.figures.context import FigureRunner
+from heddle.bench.figures.plots import save_panels
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.control.systems import SYSTEMS as REGISTERED
 from heddle.sim import SimResult
-from heddle.sim.figures.common import field_of, short_model, span, speedup, throughput_panel
-from heddle.sim.figures.context import FigureRunner
-from heddle.sim.figures.plots import save_panels
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 
 KEY = "fig12_overall"
 TITLE = "Fig. 12: overall rollout throughput"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from heddle.sim.figures.tables import Table
+from heddle.bench.figures.tables import Table
 
 
 @dataclass(frozen=True, slots=True)

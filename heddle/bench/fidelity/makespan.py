@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
+from heddle.bench.fidelity.gaps import GapStats, step_gaps
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.fidelity.gaps import GapStats, step_gaps
 from heddle.replay import replay_query
 from heddle.rollout.deployment import WorkerPool, default_workers_per_process
 from heddle.rollout.runner import RolloutResult, RunOptions, run_rollout

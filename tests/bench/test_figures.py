@@ -10,16 +10,16 @@ import pytest
 from typer.testing import CliRunner
 
 import heddle.cli.sim_figures  # noqa: F401  (registers the command)
+from heddle.bench.figures import EXPERIMENTS, QUICK, FigureScale, run_figures
+from heddle.bench.figures.common import span
+from heddle.bench.figures.overhead import TimedDecider
+from heddle.bench.figures.plots import BarPanel, LinePanel, draw_panels, save_panels
+from heddle.bench.figures.tables import format_cell, table
 from heddle.cli.apps import app
 from heddle.control.decider import Output
 from heddle.errors import UserError
 from heddle.events import Event
 from heddle.sim import SimulationError
-from heddle.sim.figures import EXPERIMENTS, QUICK, FigureScale, run_figures
-from heddle.sim.figures.common import span
-from heddle.sim.figures.overhead import TimedDecider
-from heddle.sim.figures.plots import BarPanel, LinePanel, draw_panels, save_panels
-from heddle.sim.figures.tables import format_cell, table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -191,7 +191,7 @@ def test_a_run_the_simulator_cannot_finish_costs_one_cell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A SimulationError marks that run failed in its table and notes; the rest still runs."""
-    import heddle.sim.figures.context as context
+    import heddle.bench.figures.context as context
 
     real_simulate = context.simulate
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from heddle.bench.figures.scale import FigureScale
 from heddle.control.systems import SystemSpec
 from heddle.sim import SimConfig, SimResult, SimulationError, simulate
-from heddle.sim.figures.scale import FigureScale
 from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 

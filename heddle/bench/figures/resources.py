@@ -5,13 +5,13 @@ homogeneous Fix-1 (all TP1) and Fix-8 (all TP8), with active trajectories over t
 
 from __future__ import annotations
 
+from heddle.bench.figures.common import span, speedup, throughput_panel
+from heddle.bench.figures.context import FigureRunner
+from heddle.bench.figures.plots import LinePanel, save_panels
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.sim import SimResult
-from heddle.sim.figures.common import span, speedup, throughput_panel
-from heddle.sim.figures.context import FigureRunner
-from heddle.sim.figures.plots import LinePanel, save_panels
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 
 KEY = "fig16_resources"
 TITLE = "Fig. 16: trajectory-adaptive resource manager"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from heddle.bench.figures.plots import BarPanel
 from heddle.sim import SimResult
-from heddle.sim.figures.plots import BarPanel
 
 
 def speedup(heddle: SimResult | None, baseline: SimResult | None) -> float | None:

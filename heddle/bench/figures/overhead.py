@@ -13,6 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from heddle.bench.figures.context import FigureRunner, sim_config
+from heddle.bench.figures.report import ExperimentReport
+from heddle.bench.figures.scale import FigureScale
+from heddle.bench.figures.tables import Cell, table
 from heddle.control.decider import Decider, Output
 from heddle.control.resources import plan_tp_degrees, representative_context
 from heddle.control.systems import ControlOptions, build_control_plane, system_spec
@@ -20,10 +24,6 @@ from heddle.events import Event
 from heddle.policy.placement import partition
 from heddle.policy.resources import TpInterference
 from heddle.sim import SimulationError, Simulator, make_simulation_predictor, plan_workers
-from heddle.sim.figures.context import FigureRunner, sim_config
-from heddle.sim.figures.report import ExperimentReport
-from heddle.sim.figures.scale import FigureScale
-from heddle.sim.figures.tables import Cell, table
 from heddle.workloads import generate
 
 KEY = "overhead"

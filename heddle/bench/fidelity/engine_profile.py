@@ -1,5 +1,5 @@
-"""The torch engine's cost profile for ``heddle.fidelity.engine``: ``heddle bench engine`` run by
-one process per live worker side by side, combined into one profile (median per figure).
+"""The torch engine's cost profile for ``heddle.bench.fidelity.engine``: ``heddle bench engine``
+run by one process per live worker side by side, combined into one profile (median per figure).
 
 The live workers share this machine's cores with each other (and with whatever else runs on it),
 so an engine measured alone would be faster than any of them: measured side by side, the profile
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from heddle.traces import TraceTrajectory
 
 if TYPE_CHECKING:
-    from heddle.fidelity.engine import EngineFidelityOptions
+    from heddle.bench.fidelity.engine import EngineFidelityOptions
 
 
 async def measure_profile(
