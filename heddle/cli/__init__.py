@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "bench_bus",
     "bench_policy",
     "sim",
+    "sim_sweep",
     "sim_figures",
     "tools",
     "bench_tools",
