@@ -14,8 +14,8 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.runner import RunHooks, RunOptions, run_rollout
+from heddle.rollout.slowest import LAG_WARNING_FRACTION
 from heddle.rollout.submission import RolloutPlan, trace_specs
-from heddle.rollout.summary import LAG_WARNING_FRACTION
 from heddle.workloads import generate
 
 pytestmark = pytest.mark.timeout(240)
