@@ -20,7 +20,8 @@ from heddle.bus.streams import provision_consumer
 from heddle.cli.apps import app
 from heddle.config import Settings
 from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
-from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     DeadLettered,
     Event,

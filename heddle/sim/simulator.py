@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from heddle.control.control_plane import ControlPlane
 from heddle.control.decider import dispatch_table
-from heddle.control.systems import ControlPlane
 from heddle.events import (
     Completed,
     Event,

@@ -13,7 +13,8 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.consumers.host import DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.slots import SlotDeciders
-from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     Completed,
     DeadLettered,

@@ -11,7 +11,8 @@ import pytest
 from heddle.consumers.filters import filter_subjects, subject_of_kind
 from heddle.consumers.lean import decoder_for
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
-from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     Completed,
     DeadLettered,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
+from heddle.control.control_plane import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import PresortedPlacer, RouterPlacer
-from heddle.control.systems import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.events import (
     ContinueTrajectory,
     Event,

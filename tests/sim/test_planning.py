@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from heddle.control.systems import engine_config, system_spec
+from heddle.control.control_plane import engine_config
+from heddle.control.systems import system_spec
 from heddle.policy.batching import BatchingConfig
 from heddle.sim import SimConfig, make_simulation_predictor, plan_workers
 from heddle.sim.planning import (

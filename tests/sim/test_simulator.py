@@ -78,7 +78,8 @@ def test_tokens_are_conserved_and_time_is_fully_accounted(
 
 
 def test_every_trajectory_s_time_adds_up(small_trace: list[TraceTrajectory]) -> None:
-    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     config = SimConfig(model=MODEL, num_gpus=4)
@@ -155,7 +156,8 @@ def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
         predictor_sigma=1.0,
         engine_model="torch",  # the engine model whose migrations move KV
     )
-    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     spec = system_spec("heddle")

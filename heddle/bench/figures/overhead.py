@@ -17,9 +17,10 @@ from heddle.bench.figures.context import FigureRunner, sim_config
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
 from heddle.bench.figures.tables import Cell, table
+from heddle.control.control_plane import ControlOptions, build_control_plane
 from heddle.control.decider import Decider, Output
 from heddle.control.resources import plan_tp_degrees, representative_context
-from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.control.systems import system_spec
 from heddle.events import Event
 from heddle.policy.placement import partition
 from heddle.policy.resources import TpInterference
