@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "worker",
     "bench_engine",
     "rollout",
+    "rollout_submit",
     "up",
     "status",
     "bench_fidelity",
