@@ -9,6 +9,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   latency under a paper-scale load played by this process;
 - ``engine``: ``heddle bench engine``, the torch engine's decode F(b), prefill, resume and
   migration costs;
+- ``chaos`` / ``chaos_trainer``: ``heddle bench chaos``, rollouts while processes are SIGKILLed
+  at random, and the trainer whose record is counted against what was submitted;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control

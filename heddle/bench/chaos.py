@@ -1,12 +1,13 @@
 """`heddle bench chaos`: rollouts on a local deployment while processes are SIGKILLed at random.
 
 The deployment: a control plane, the ledger projector (a process of its own), sim workers, tool
-executors and a trainer (``heddle bench chaos-trainer``: ``HeddleClient.completions`` of every
-rollout, recording each trajectory it is handed). Rollouts run one after another; during each,
-a seeded schedule SIGKILLs one process of a random kind at random moments and restarts it as an
-operator would: the control plane, the projector, a tool executor and the trainer with their
-previous arguments, a worker as a new worker (a fresh id: the control plane replaces the dead
-one's trajectories once its heartbeats stop). The first kills cover every kind once.
+executors and a trainer (``heddle bench chaos-trainer``, ``heddle.bench.chaos_trainer``:
+``HeddleClient.completions`` of every rollout, recording each trajectory it is handed). Rollouts
+run one after another; during each, a seeded schedule SIGKILLs one process of a random kind at
+random moments and restarts it as an operator would: the control plane, the projector, a tool
+executor and the trainer with their previous arguments, a worker as a new worker (a fresh id: the
+control plane replaces the dead one's trajectories once its heartbeats stop). The first kills cover
+every kind once.
 
 At the end the trainer's record is counted against what was submitted: ``lost`` trajectories
 never handed to the trainer, ``duplicates`` handed twice to one trainer process (the client
@@ -18,7 +19,6 @@ The live ledger is verified against the stream as of its position (``heddle repl
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import secrets
 import time
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heddle.bench.chaos_trainer import count_record
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
@@ -41,7 +42,6 @@ from heddle.rollout.submission import RolloutPlan, submit, trace_specs
 from heddle.workloads import generate
 
 KINDS = ("control_plane", "projector", "worker", "tool_executor", "trainer")
-TRAINER_NAME = "chaos"
 _POLL_S = 0.2
 
 
@@ -219,7 +219,7 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
             await deployment.stop()
     async with open_replay(settings, live=True) as session:
         verified = await session.verify()
-    counts = _count_record(record)
+    counts = count_record(record)
     expected = config.num_rollouts * config.num_trajectories
     return ChaosReport(
         rollouts=config.num_rollouts,
@@ -235,26 +235,6 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
         ledger_sequence=verified.sequence,
         wall_s=round(time.monotonic() - started, 1),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class RecordCounts:
-    distinct: int
-    duplicates: int
-    """Repeats handed to one trainer process."""
-    redelivered: int
-    """Repeats handed to a later trainer process."""
-
-
-def _count_record(record: Path) -> RecordCounts:
-    """Lines ``<trainer pid> <rollout id> <traj id>``, one per trajectory handed out (a last
-    line without its newline was cut by a kill before the trajectory was acknowledged)."""
-    lines = record.read_text().split("\n")[:-1] if record.exists() else []
-    entries = [tuple(line.split()) for line in lines if line.count(" ") == 2]
-    per_process = Counter(entries)
-    distinct = {(rollout, traj) for _, rollout, traj in entries}
-    duplicates = sum(count - 1 for count in per_process.values())
-    return RecordCounts(len(distinct), duplicates, len(entries) - len(distinct) - duplicates)
 
 
 async def _wait_finished(bus: Bus, rollout_id: str, timeout_s: float) -> int:
@@ -296,18 +276,3 @@ async def _stream_duplicate_completions(bus: Bus, rollout_ids: list[str]) -> int
         )
         extra += sum(count - 1 for count in completed.values())
     return extra
-
-
-async def train(settings: Settings, rollout_ids: list[str], record: Path) -> None:
-    """The trainer process: every rollout's completions, in order, one record line each
-    (written and synced before the next is asked for, i.e. before this one is acknowledged)."""
-    from heddle.client import HeddleClient
-
-    pid = os.getpid()
-    async with HeddleClient(settings, trainer=TRAINER_NAME) as client:
-        with record.open("a") as out:
-            for rollout_id in rollout_ids:
-                async for trajectory in client.completions(rollout_id):
-                    out.write(f"{pid} {rollout_id} {trajectory.traj_id}\n")
-                    out.flush()
-                    os.fsync(out.fileno())
