@@ -4,11 +4,12 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
 ``heddle/cli/sim_figures.py``) parse flags and print; the measurements live here:
 
 - ``bus``: ``heddle bench bus``, publish, raw pull, ledger projection and replay rates of step
-  events; ``nats_cli``: natscli's own ``nats bench js`` on the same server, for the bus's limit;
+  events, each pass a ``phases.Phase`` (wall and CPU time); ``nats_cli``: natscli's own
+  ``nats bench js`` on the same server, for the bus's limit;
 - ``control``: ``heddle bench control``, the deployed control plane's step event -> command
-  latency under a paper-scale load played by this process;
+  latency under a paper-scale load played by this process (``control_player``);
 - ``engine``: ``heddle bench engine``, the torch engine's decode F(b), prefill, resume and
-  migration costs;
+  migration costs (their types in ``engine_figures``, a cheap import);
 - ``chaos`` / ``chaos_trainer``: ``heddle bench chaos``, rollouts while processes are SIGKILLed
   at random, and the trainer whose record is counted against what was submitted;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:

@@ -18,13 +18,13 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from heddle.bench.phases import Phase, measure_phase, server_pid_of
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
-from heddle.bus.embedded import RECORD_NAME, read_record
 from heddle.config import Settings
 from heddle.events import (
     Event,
@@ -60,32 +60,6 @@ class BusBenchConfig:
             raise ValueError("need events >= 1, trajectories >= 1 and tokens >= 0")
         if self.batch_size < 1:
             raise ValueError("batch size must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class Phase:
-    """One measured pass over the benchmark's events."""
-
-    num_events: int
-    elapsed_s: float
-    client_cpu_s: float
-    server_cpu_s: float | None
-
-    @property
-    def events_per_s(self) -> float:
-        return self.num_events / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        per_event = 1e6 / max(self.num_events, 1)
-        return {
-            "events": self.num_events,
-            "seconds": round(self.elapsed_s, 3),
-            "events_per_s": round(self.events_per_s, 1),
-            "client_cpu_us_per_event": round(self.client_cpu_s * per_event, 2),
-            "server_cpu_us_per_event": (
-                None if self.server_cpu_s is None else round(self.server_cpu_s * per_event, 2)
-            ),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +99,7 @@ class BusBenchResult:
 async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchResult:
     rollout_id = f"bench-{uuid.uuid4().hex[:10]}"
     async with Bus(settings) as bus:
-        server_pid = _server_pid(settings)
+        server_pid = server_pid_of(settings)
         events = _events(rollout_id, config)
         publish, first, last = await _publish(bus, events, server_pid)
         gc.collect()
@@ -140,16 +114,16 @@ async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchR
             start_sequence=first,
             fetch_wait_s=0.2,
         )
-        raw = await _measure(lambda: _raw_pull(bus, spec), server_pid)
+        raw = await measure_phase(lambda: _raw_pull(bus, spec), server_pid)
         await bus.delete_consumer(EVENTS_STREAM, spec.durable)
-        projection = await _measure(
+        projection = await measure_phase(
             lambda: _project(bus, settings.data_dir, rollout_id, first, config), server_pid
         )
         query = ReplayQuery(
             (EVENTS_SUBJECTS,), start_sequence=first, end_sequence=last, batch_size=1000
         )
-        replay = await _measure(lambda: _replay(bus, query, decode_event), server_pid)
-        lean = await _measure(lambda: _replay(bus, query, decode_event_lean), server_pid)
+        replay = await measure_phase(lambda: _replay(bus, query, decode_event), server_pid)
+        lean = await measure_phase(lambda: _replay(bus, query, decode_event_lean), server_pid)
         gc.unfreeze()
     return BusBenchResult(
         rollout_id,
@@ -172,7 +146,7 @@ async def _publish(
         sequences.extend((acks[0].sequence, acks[-1].sequence))
         return len(acks)
 
-    phase = await _measure(publish, server_pid)
+    phase = await measure_phase(publish, server_pid)
     return phase, sequences[0], sequences[1]
 
 
@@ -210,20 +184,6 @@ async def _replay(bus: Bus, query: ReplayQuery, decode: Callable[[bytes], Any]) 
     async for _batch in reader.batches():
         pass
     return reader.num_read
-
-
-async def _measure(run: Callable[[], Awaitable[int]], server_pid: int | None) -> Phase:
-    server_before = _process_cpu_s(server_pid)
-    cpu_before = time.process_time()
-    started = time.perf_counter()
-    num_events = await run()
-    elapsed_s = time.perf_counter() - started
-    client_cpu_s = time.process_time() - cpu_before
-    server_after = _process_cpu_s(server_pid)
-    server_cpu_s = (
-        None if server_before is None or server_after is None else server_after - server_before
-    )
-    return Phase(num_events, elapsed_s, client_cpu_s, server_cpu_s)
 
 
 def _events(rollout_id: str, config: BusBenchConfig) -> Iterator[Event]:
@@ -287,20 +247,3 @@ def _token_pools(num_tokens: int, seed: int) -> list[tuple[list[int], list[float
 def _remove_sqlite(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _server_pid(settings: Settings) -> int | None:
-    if settings.nats_url is not None:
-        return None
-    record = read_record(settings.data_dir / RECORD_NAME)
-    return record.pid if record is not None else None
-
-
-def _process_cpu_s(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
