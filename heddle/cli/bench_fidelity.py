@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -170,6 +170,18 @@ def bench_fidelity(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     base = settings_of(ctx).data_dir / "bench"
+    document = _run_parts(base, keep, part, makespan_options, overhead_options)
+    _echo(document, as_json, _print)
+
+
+def _run_parts(
+    base: Path,
+    keep: bool,
+    part: str,
+    makespan_options: FidelityOptions,
+    overhead_options: OverheadOptions,
+) -> dict[str, Any]:
+    """The makespan and/or overhead parts, each on a fresh data dir under ``base``."""
     document: dict[str, Any] = {}
     try:
         if part in ("both", "makespan"):
@@ -178,10 +190,14 @@ def bench_fidelity(
             document["overhead"] = asyncio.run(_overhead(base, keep, overhead_options))
     except (TimeoutError, ValueError) as exc:
         raise UserError(f"bench fidelity: {exc}") from None
+    return document
+
+
+def _echo(document: dict[str, Any], as_json: bool, show: Callable[[dict[str, Any]], None]) -> None:
     if as_json:
         typer.echo(json.dumps(document))
     else:
-        _print(document)
+        show(document)
 
 
 def _torch_fidelity(
@@ -214,10 +230,7 @@ def _torch_fidelity(
         document = asyncio.run(_engine(base, keep, options))
     except (TimeoutError, ValueError) as exc:
         raise UserError(f"bench fidelity: {exc}") from None
-    if as_json:
-        typer.echo(json.dumps(document))
-    else:
-        _print_engine(document)
+    _echo(document, as_json, _print_engine)
 
 
 def _print_engine(document: dict[str, Any]) -> None:
