@@ -4,8 +4,6 @@ durable consumer; ``wait`` returns the summary; bad submissions say what is wron
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from heddle.client import HeddleClient
@@ -31,11 +29,6 @@ def small_trace(num: int) -> list[TraceTrajectory]:
         )
         for index in range(num)
     ]
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 def deployment(settings: Settings) -> InProcessDeployment:

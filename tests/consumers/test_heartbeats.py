@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
-
-import pytest
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
@@ -16,11 +13,6 @@ from heddle.events import WorkerFailed, WorkerHeartbeat, WorkerRegistered
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIMEOUT_S = 1.5
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 def deployment(settings: Settings, num_workers: int) -> InProcessDeployment:
