@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import events_factory as b
+
 from heddle.control.control_plane import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.control.placement import PlacementDecider
 from heddle.control.placers import PresortedPlacer, RouterPlacer
@@ -17,8 +19,6 @@ from heddle.events import (
 )
 from heddle.policy.cost_model import AnalyticCostModel, preset
 from heddle.policy.predictors import PredictorOptions, make_predictor
-
-from . import builders as b
 
 
 def cost_for_tp(tp: int) -> AnalyticCostModel:

@@ -1,10 +1,21 @@
-"""Event builders for decider tests: the facts a live stream (or the simulator) would carry."""
+"""The event builders of the tests: one factory for every test that needs stream facts.
+
+Two families:
+
+- decider facts of one rollout ``ROLLOUT`` (``worker``, ``rollout``, ``submitted``, ``predicted``,
+  ``generated``, ``tool_called``, ``tool_returned``, ``completed``, ``migrated``,
+  ``worker_failed``): small values, ids readable in a failing assertion;
+- stream facts of any rollout, numbered like the product's ids (``generated_of``,
+  ``generation_started_of``, ``steps``): derived ids and realistic token arrays, for the bus,
+  replay and ledger tests.
+"""
 
 from __future__ import annotations
 
 from heddle.events import (
     Completed,
     Generated,
+    GenerationStarted,
     Migrated,
     Predicted,
     RolloutSubmitted,
@@ -15,6 +26,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerRegistered,
 )
+from heddle.ids import derive_id, trajectory_id
 
 ROLLOUT = "r1"
 
@@ -136,3 +148,45 @@ def worker_failed(worker_id: str, at: float = 5.0) -> WorkerFailed:
     return WorkerFailed(
         event_id=f"{worker_id}:failed", occurred_at=at, worker_id=worker_id, reason="test"
     )
+
+
+# ---- stream facts of any rollout, with the product's derived ids ---------------------------
+
+
+def generated_of(rollout_id: str, traj_index: int, step: int, num_tokens: int = 8) -> Generated:
+    traj = trajectory_id(traj_index)
+    return Generated(
+        event_id=derive_id(rollout_id, traj, step, "generated"),
+        rollout_id=rollout_id,
+        traj_id=traj,
+        occurred_at=1_700_000_000.0 + step,
+        step=step,
+        worker_id="w00",
+        output_token_ids=list(range(num_tokens)),
+        output_logprobs=[-0.5] * num_tokens,
+        num_context_tokens=100 + step * num_tokens,
+        decode_s=0.25,
+    )
+
+
+def generation_started_of(rollout_id: str, traj_index: int, step: int) -> GenerationStarted:
+    traj = trajectory_id(traj_index)
+    return GenerationStarted(
+        event_id=derive_id(rollout_id, traj, step, "generation_started"),
+        rollout_id=rollout_id,
+        traj_id=traj,
+        occurred_at=1_700_000_000.0 + step,
+        step=step,
+        worker_id="w00",
+        input_token_ids=[1, 2, 3],
+        num_context_tokens=100,
+    )
+
+
+def steps(rollout_id: str, num_trajectories: int, num_steps: int) -> list[Generated]:
+    """``num_steps`` generated events for each trajectory, interleaved step by step."""
+    return [
+        generated_of(rollout_id, traj, step)
+        for step in range(num_steps)
+        for traj in range(num_trajectories)
+    ]
