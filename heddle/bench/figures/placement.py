@@ -6,6 +6,7 @@ Scheduling and resources stay Heddle's in every variant (``heddle.control.system
 
 from __future__ import annotations
 
+from heddle.bench.figures.ablation import num_ablation_runs, run_ablation
 from heddle.bench.figures.common import span, speedup, throughput_panel
 from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import save_panels
@@ -26,33 +27,13 @@ VARIANTS = {
 
 
 def num_runs(scale: FigureScale) -> int:
-    return len(scale.ablation_workloads) * len(VARIANTS)
+    return num_ablation_runs(scale, VARIANTS)
 
 
 def run(runner: FigureRunner) -> ExperimentReport:
-    scale = runner.scale
-    runner.progress.start(TITLE, num_runs(scale))
-    model = scale.ablation_model
-    results = {
-        workload: {label: runner.simulate(workload, model, s) for label, s in VARIANTS.items()}
-        for workload in scale.ablation_workloads
-    }
-    heddle_label = next(iter(VARIANTS))
-    rows = [
-        _row(workload, label, result, by_label[heddle_label])
-        for workload, by_label in results.items()
-        for label, result in by_label.items()
-    ]
-    gains = [
-        speedup(by_label[heddle_label], result)
-        for by_label in results.values()
-        for label, result in by_label.items()
-        if label != heddle_label
-    ]
-    workloads = list(results)
-    panel = throughput_panel(
-        model, workloads, {label: [results[w][label] for w in workloads] for label in VARIANTS}
-    )
+    runs = run_ablation(runner, TITLE, VARIANTS)
+    model, rows, gains = runs.model, runs.rows(_row), runs.gains()
+    panel = throughput_panel(model, runs.workloads, runs.by_variant())
     image = save_panels(runner.image_path(KEY), TITLE, [panel])
     headers = ["workload", "placement", "tok/s", "heddle speedup", "makespan/LB"]
     headers += ["migrations", "recomputed tokens", "slowest generation s"]

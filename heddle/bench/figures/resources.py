@@ -5,6 +5,7 @@ homogeneous Fix-1 (all TP1) and Fix-8 (all TP8), with active trajectories over t
 
 from __future__ import annotations
 
+from heddle.bench.figures.ablation import num_ablation_runs, run_ablation
 from heddle.bench.figures.common import span, speedup, throughput_panel
 from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import LinePanel, save_panels
@@ -21,33 +22,13 @@ VARIANTS = {"heddle (annealed TP)": "heddle", "Fix-1": "fix-1", "Fix-8": "fix-8"
 
 
 def num_runs(scale: FigureScale) -> int:
-    return len(scale.ablation_workloads) * len(VARIANTS)
+    return num_ablation_runs(scale, VARIANTS)
 
 
 def run(runner: FigureRunner) -> ExperimentReport:
-    scale = runner.scale
-    runner.progress.start(TITLE, num_runs(scale))
-    model = scale.ablation_model
-    results = {
-        workload: {label: runner.simulate(workload, model, s) for label, s in VARIANTS.items()}
-        for workload in scale.ablation_workloads
-    }
-    heddle_label = next(iter(VARIANTS))
-    rows = [
-        _row(workload, label, result, by_label[heddle_label])
-        for workload, by_label in results.items()
-        for label, result in by_label.items()
-    ]
-    gains = [
-        speedup(by_label[heddle_label], result)
-        for by_label in results.values()
-        for label, result in by_label.items()
-        if label != heddle_label
-    ]
-    workloads = list(results)
-    bars = throughput_panel(
-        f"(a) {model}", workloads, {v: [results[w][v] for w in workloads] for v in VARIANTS}
-    )
+    runs = run_ablation(runner, TITLE, VARIANTS)
+    model, results, rows, gains = runs.model, runs.results, runs.rows(_row), runs.gains()
+    bars = throughput_panel(f"(a) {model}", runs.workloads, runs.by_variant())
     lines = [_active_panel(workload, by_label) for workload, by_label in results.items()]
     image = save_panels(runner.image_path(KEY), TITLE, [bars, *lines])
     headers = ["workload", "resources", "TP degrees", "tok/s", "heddle speedup", "makespan/LB"]
