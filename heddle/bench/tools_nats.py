@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from heddle.bench.tools import TRIVIAL_SNIPPET, LatencyStats, summarize
+from heddle.bench.tools import TRIVIAL_SNIPPET, LatencyStats, measure_timed
 from heddle.bus import Bus, ConsumerSpec, Delivery
 from heddle.events import EventT, ToolCall, ToolRequest, ToolReturned, decode_event
 from heddle.events.commands import PythonTool, TraceTool
@@ -79,21 +79,7 @@ class _Client:
     async def measure(
         self, request: ToolRequest, num_calls: int, concurrency: int, gap_s: float
     ) -> LatencyStats:
-        gate = asyncio.Semaphore(concurrency)
-        latencies: list[float] = []
-        num_failed = 0
-
-        async def one() -> None:
-            nonlocal num_failed
-            async with gate:
-                latency_s, ok = await self.call(request)
-                latencies.append(latency_s)
-                num_failed += not ok
-                await asyncio.sleep(gap_s)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(num_calls)))
-        return summarize(latencies, time.perf_counter() - started, num_failed)
+        return await measure_timed(lambda: self.call(request), num_calls, concurrency, gap_s)
 
 
 async def bench_through_nats(
