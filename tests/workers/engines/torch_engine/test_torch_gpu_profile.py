@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -16,16 +15,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from heddle.policy.profiles import parse_profile
 
-SCRIPT = Path(__file__).resolve().parents[3] / "deploy" / "gpu_profile.py"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine more threads oversubscribe and crawl."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+SCRIPT = Path(__file__).resolve().parents[4] / "deploy" / "gpu_profile.py"
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-import torch
 
 from heddle.events.base import SamplingParams
 from heddle.workers.engines import create_engine
@@ -42,15 +41,6 @@ def _request(
 
 def _prompt(seed: int, length: int = 12) -> list[int]:
     return [(seed * 31 + index * 7) % 256 for index in range(length)]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine more threads oversubscribe and crawl."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture

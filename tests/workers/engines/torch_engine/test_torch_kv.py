@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,20 +24,6 @@ ATOL = 1e-4
 class _Owner:
     def __init__(self, num_kv_tokens: int = 0) -> None:
         self.num_kv_tokens = num_kv_tokens
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine more threads oversubscribe and crawl."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module")
-def tiny() -> LoadedModel:
-    return load_model(TorchEngineOptions())
 
 
 def _runner(model: LoadedModel, *, num_slots: int = 4, chunk: int = 5) -> ModelRunner:

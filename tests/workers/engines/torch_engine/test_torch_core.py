@@ -8,34 +8,17 @@ bits: those tests decode greedily and compare logprobs with a tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 from heddle.events.base import SamplingParams
 from heddle.workers.engines.base import GenerationRequest, GenerationResult
 from heddle.workers.engines.torch_engine.core import EngineCore
-from heddle.workers.engines.torch_engine.loading import LoadedModel, load_model
+from heddle.workers.engines.torch_engine.loading import LoadedModel
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 from heddle.workers.engines.torch_engine.sequence import SeqStatus
 
 SAMPLED = SamplingParams(temperature=0.9, top_p=0.95, seed=1234)
 GREEDY = SamplingParams(temperature=0.0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine more threads oversubscribe and crawl."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="module")
-def tiny() -> LoadedModel:
-    return load_model(TorchEngineOptions())
 
 
 def _core(model: LoadedModel, **overrides: object) -> EngineCore:
