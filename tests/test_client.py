@@ -5,7 +5,6 @@ durable consumer; ``wait`` returns the summary; bad submissions say what is wron
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -34,11 +33,6 @@ def small_trace(num: int) -> list[TraceTrajectory]:
         )
         for index in range(num)
     ]
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 def deployment(settings: Settings) -> InProcessDeployment:

@@ -32,9 +32,13 @@ LAYERS: dict[str, int] = {
     "heddle.timeline": 8,
     "heddle.whatif": 8,
     "heddle.rollout": 8,
+    "heddle.completions": 8,
+    "heddle.weights": 8,
     "heddle.client": 9,
-    "heddle.fidelity": 9,
-    "heddle.cli": 10,
+    # what runs on top of a deployment
+    "heddle.bench": 10,
+    "heddle.examples": 10,
+    "heddle.cli": 11,
 }
 """Each package's layer: a package may import packages of lower layers only."""
 

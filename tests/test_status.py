@@ -21,7 +21,8 @@ from heddle.cli.apps import app
 from heddle.config import Settings
 from heddle.consumers.snapshot import collect_status, slowest_trajectories
 from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
-from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     DeadLettered,
     Event,

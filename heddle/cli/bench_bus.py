@@ -7,7 +7,7 @@ Publishes step events of realistic size into the data dir's stream (embedded ser
 for each with the raw pull rate measured in the same run. ``heddle replay --verify`` afterwards
 checks the live ledger against the stream.
 
-With the NATS CLI installed (``heddle.bus.natsbench``), the same run then measures the bus's
+With the NATS CLI installed (``heddle.bench.nats_cli``), the same run then measures the bus's
 physical limit on the same server: ``nats bench js`` publish and durable pull consume of as many
 messages of the step event's size, and reports Heddle's publish, raw pull, projection and replay
 rates as ratios of those (``nats_bench_*`` keys; ``--no-nats-bench`` skips it).
@@ -23,12 +23,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from heddle.bench.bus import BusBenchConfig, run_bus_bench
+from heddle.bench.nats_cli import NATSCLI_INSTALL, find_nats_cli, run_nats_bench
 from heddle.bus import Bus, BusOptions
-from heddle.bus.natsbench import NATSCLI_INSTALL, find_nats_cli, run_nats_bench
 from heddle.cli.apps import bench_app, settings_of
 from heddle.config import Settings
 from heddle.errors import UserError
-from heddle.ledger.bench import BusBenchConfig, run_bus_bench
 
 _DEFAULTS = BusBenchConfig()
 

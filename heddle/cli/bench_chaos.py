@@ -1,5 +1,5 @@
 """`heddle bench chaos`: R rollouts while K random processes are SIGKILLed and restarted
-(``heddle.cli.chaos``); prints what the trainer received and whether the ledger is consistent.
+(``heddle.bench.chaos``); prints what the trainer received and whether the ledger is consistent.
 
     heddle bench chaos --rollouts 5 --kills 30 --seed 1 --json
 """
@@ -17,8 +17,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from heddle.bench.chaos import ChaosConfig, run_chaos
+from heddle.bench.chaos_trainer import train
 from heddle.cli.apps import bench_app, settings_of
-from heddle.cli.chaos import ChaosConfig, run_chaos, train
 
 _DEFAULTS = ChaosConfig()
 
@@ -75,5 +76,5 @@ def bench_chaos_trainer(
     rollout_ids: Annotated[list[str], typer.Argument(help="Rollouts to train on, in order.")],
     record: Annotated[Path, typer.Option(help="File each received trajectory is appended to.")],
 ) -> None:
-    """The chaos bench's trainer process (``heddle.cli.chaos.train``)."""
+    """The chaos bench's trainer process (``heddle.bench.chaos_trainer.train``)."""
     asyncio.run(train(settings_of(ctx), rollout_ids, record))

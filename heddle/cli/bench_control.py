@@ -3,7 +3,7 @@
     heddle bench control --trajectories 6400 --workers 16 --step-s 10 --duration-s 60 --json
 
 The control plane runs as a child process (`heddle up`); this process plays the workers (see
-``heddle.rollout.bench``). Prints the control plane's decision latency (event arrival -> outputs
+``heddle.bench.control``). Prints the control plane's decision latency (event arrival -> outputs
 stored) and consumer age (event stored -> decided), p50/p99, and the events/s it decided; the
 player's end-to-end p50/p90/p99 of ToolReturned published -> ContinueTrajectory received; the
 load average; and every consumer's batch latency from the control plane's status.
@@ -21,10 +21,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from heddle.bench.control import BenchOptions, run_control_bench
 from heddle.cli.apps import bench_app, settings_of
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
-from heddle.rollout.bench import BenchOptions, run_control_bench
 from heddle.workloads import generate, workload_names
 
 

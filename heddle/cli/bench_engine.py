@@ -1,6 +1,6 @@
 """`heddle bench engine`: measure an inference engine on this machine and write its ITL profile.
 
-Measures the torch engine (``heddle.workers.engines.torch_engine.bench``): decode time per step
+Measures the torch engine (``heddle.bench.engine``): decode time per step
 against batch size (the interference curve F(b)), prefill rate, resume cost after preemption
 (kept KV vs recompute) and migration cost (KV transfer vs re-prefill). The ITL table is written
 as a profile JSON that ``heddle.policy.cost.profiles`` loads. torch is imported only when this
@@ -23,7 +23,7 @@ from heddle.policy.cost.profiles import parse_profile
 from heddle.workers.engines.torch_engine.options import DTypeName, TorchEngineOptions
 
 if TYPE_CHECKING:
-    from heddle.workers.engines.torch_engine.bench import EngineBenchResult
+    from heddle.bench.engine import EngineBenchResult
 
 _DTYPES: tuple[DTypeName, ...] = ("auto", "float32", "bfloat16", "float16")
 
@@ -53,7 +53,7 @@ def bench_engine_command(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Decode ITL vs batch size, prefill rate, preemption and migration costs of an engine."""
-    from heddle.workers.engines.torch_engine.bench import BenchConfig, run_engine_bench
+    from heddle.bench.engine import BenchConfig, run_engine_bench
 
     if engine != "torch":
         raise UserError(f"--engine {engine!r}: only the torch engine has a benchmark here")

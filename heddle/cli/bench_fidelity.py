@@ -7,12 +7,12 @@ overhead.
     heddle bench fidelity --engine torch --model tiny --kv-budget-tokens 1536 \
         --policies heddle,verl --json                   # a real engine under KV pressure
 
-The overhead part is ``heddle bench control``'s driver (``heddle.rollout.bench``) given as a
+The overhead part is ``heddle bench control``'s driver (``heddle.bench.control``) given as a
 step rate and framed against the target.
 
 Each run gets its own embedded NATS and SQLite ledger in a temporary data dir (kept with
 ``--keep``), so a benchmark never writes into a deployment's stream. Logic lives in
-``heddle.fidelity``; this module parses flags and prints.
+``heddle.bench.fidelity``; this module parses flags and prints.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,13 +29,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from heddle.bench.fidelity.engine import EngineFidelityOptions
+from heddle.bench.fidelity.makespan import FidelityOptions
+from heddle.bench.fidelity.overhead import OverheadOptions
 from heddle.cli.apps import bench_app, settings_of
 from heddle.config import Settings
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
-from heddle.fidelity.engine import EngineFidelityOptions
-from heddle.fidelity.makespan import FidelityOptions
-from heddle.fidelity.overhead import OverheadOptions
 
 Part = Literal["both", "makespan", "overhead"]
 _LIVE = FidelityOptions()
@@ -56,7 +56,7 @@ def _fresh_data_dir(base: Path, keep: bool) -> Iterator[Path]:
 
 
 async def _makespan(base: Path, keep: bool, options: Any) -> dict[str, Any]:
-    from heddle.fidelity.makespan import measure_fidelity
+    from heddle.bench.fidelity.makespan import measure_fidelity
 
     with _fresh_data_dir(base, keep) as data_dir:
         result = await measure_fidelity(Settings(data_dir=data_dir), options)
@@ -64,7 +64,7 @@ async def _makespan(base: Path, keep: bool, options: Any) -> dict[str, Any]:
 
 
 async def _engine(base: Path, keep: bool, options: EngineFidelityOptions) -> dict[str, Any]:
-    from heddle.fidelity.engine import measure_engine_fidelity
+    from heddle.bench.fidelity.engine import measure_engine_fidelity
 
     with _fresh_data_dir(base, keep) as data_dir:
         result = await measure_engine_fidelity(data_dir, options)
@@ -72,7 +72,7 @@ async def _engine(base: Path, keep: bool, options: EngineFidelityOptions) -> dic
 
 
 async def _overhead(base: Path, keep: bool, options: Any) -> dict[str, Any]:
-    from heddle.fidelity.overhead import measure_overhead
+    from heddle.bench.fidelity.overhead import measure_overhead
 
     with _fresh_data_dir(base, keep) as data_dir:
         result = await measure_overhead(Settings(data_dir=data_dir), options)
@@ -170,6 +170,18 @@ def bench_fidelity(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     base = settings_of(ctx).data_dir / "bench"
+    document = _run_parts(base, keep, part, makespan_options, overhead_options)
+    _echo(document, as_json, _print)
+
+
+def _run_parts(
+    base: Path,
+    keep: bool,
+    part: str,
+    makespan_options: FidelityOptions,
+    overhead_options: OverheadOptions,
+) -> dict[str, Any]:
+    """The makespan and/or overhead parts, each on a fresh data dir under ``base``."""
     document: dict[str, Any] = {}
     try:
         if part in ("both", "makespan"):
@@ -178,10 +190,14 @@ def bench_fidelity(
             document["overhead"] = asyncio.run(_overhead(base, keep, overhead_options))
     except (TimeoutError, ValueError) as exc:
         raise UserError(f"bench fidelity: {exc}") from None
+    return document
+
+
+def _echo(document: dict[str, Any], as_json: bool, show: Callable[[dict[str, Any]], None]) -> None:
     if as_json:
         typer.echo(json.dumps(document))
     else:
-        _print(document)
+        show(document)
 
 
 def _torch_fidelity(
@@ -214,10 +230,7 @@ def _torch_fidelity(
         document = asyncio.run(_engine(base, keep, options))
     except (TimeoutError, ValueError) as exc:
         raise UserError(f"bench fidelity: {exc}") from None
-    if as_json:
-        typer.echo(json.dumps(document))
-    else:
-        _print_engine(document)
+    _echo(document, as_json, _print_engine)
 
 
 def _print_engine(document: dict[str, Any]) -> None:

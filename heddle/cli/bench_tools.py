@@ -14,12 +14,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from heddle.bench.tools import bench_cold, bench_warm
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.cli.apps import bench_app, settings_of
 from heddle.cli.tools import IsolationChoice
 from heddle.config import Settings
 from heddle.errors import UserError
-from heddle.workers.tools.bench import bench_cold, bench_warm
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.sandbox import SandboxError, resolve_isolation
 
@@ -51,8 +51,8 @@ async def _run_nats(
 ) -> dict[str, Any]:
     """Through the configured NATS, or a temporary embedded server when none is configured
     (a benchmark should not write into the data dir's event stream)."""
+    from heddle.bench.tools_nats import bench_through_nats
     from heddle.bus import Bus
-    from heddle.workers.tools.bench_nats import bench_through_nats
 
     with contextlib.ExitStack() as stack:
         if settings.nats_url is None:

@@ -1,4 +1,5 @@
-"""`heddle rollout run | compare | submit | cancel`: the main job.
+"""`heddle rollout run | compare`: the main job (`submit`, `cancel`, `delete-payloads`:
+``heddle.cli.rollout_submit``).
 
     heddle rollout run --workload coding --trajectories 128 --workers 4 --engine sim \\
         --time-scale 100 --json
@@ -27,15 +28,29 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import rollout_app, settings_of
-from heddle.cli.up import (
-    PredictorOpt,
-    SigmaOpt,
-    TimeoutOpt,
-    check_engine_options,
-    control_plane_config,
+from heddle.cli.rollout_flags import (
+    CostModelOpt,
+    EngineFlags,
+    EngineOpt,
+    EnvOpt,
+    GroupOpt,
+    HardwareOpt,
+    HeartbeatOpt,
+    JsonOpt,
+    QuietOpt,
+    RunTimeoutOpt,
+    SeedOpt,
+    SourceFlags,
+    TasksOpt,
+    TokenizerOpt,
+    ToolsOpt,
+    TraceOpt,
+    TrajectoriesOpt,
+    WorkloadOpt,
+    rollout_plan,
 )
+from heddle.cli.up import PredictorOpt, SigmaOpt, TimeoutOpt
 from heddle.cli.worker import parse_engine_args
-from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
@@ -51,74 +66,19 @@ from heddle.rollout.deployment import (
     default_workers_per_process,
 )
 from heddle.rollout.driver import (
+    RolloutResult,
     RunHooks,
     RunOptions,
-    require_control_plane,
     run_rollout,
 )
-from heddle.rollout.flags import engine_defaults, source_from_flags, with_history
+from heddle.rollout.flags import with_history
 from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.sources import Source
-from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
-from heddle.workers.environments import environment_names
-from heddle.workloads import workload_names
+from heddle.rollout.submission import TaskOptions
 
 _EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 _TASKS = TaskOptions()
 _PREDICTOR = PredictorConfig()
-
-WorkloadOpt = Annotated[
-    str | None, typer.Option(help=f"Synthetic workload: {', '.join(workload_names())}")
-]
-TraceOpt = Annotated[Path | None, typer.Option(help="JSONL trace file (replayed by `trace`)")]
-TasksOpt = Annotated[Path | None, typer.Option(help="JSONL task file of a real environment")]
-_ENVIRONMENTS = ", ".join(environment_names())
-EnvOpt = Annotated[
-    str | None, typer.Option("--env", help=f"Environment of --tasks: {_ENVIRONMENTS}")
-]
-TrajectoriesOpt = Annotated[int, typer.Option(help="Trajectories of --workload")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the workload, routers and noise")]
-GroupOpt = Annotated[int, typer.Option(help="Samples per task (--tasks)")]
-EngineOpt = Annotated[str, typer.Option(help="Engine of the workers (sim, torch, sglang)")]
-ToolsOpt = Annotated[int, typer.Option(help="Tool executors to start", min=0)]
-HeartbeatOpt = Annotated[float, typer.Option(help="Workers' heartbeat period (seconds)")]
-RunTimeoutOpt = Annotated[
-    float | None, typer.Option(help="Give up (and cancel) after this many wall seconds")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
-QuietOpt = Annotated[bool, typer.Option(help="No live progress on stderr")]
-TokenizerOpt = Annotated[str, typer.Option(help="Tokenizer of the prompts: byte or a local path")]
-CostModelOpt = Annotated[
-    str | None,
-    typer.Option(help="Cost-model preset of the workers' model (default: the sim engine's)"),
-]
-HardwareOpt = Annotated[
-    str | None, typer.Option(help="GPU kind of the cost model (default: the sim engine's)")
-]
-
-
-def _control(
-    engine: str,
-    options: dict[str, str],
-    cost_model: str | None,
-    hardware: str | None,
-    predictor: str,
-    sigma: float,
-    seed: int,
-    worker_timeout_s: float,
-) -> tuple[ControlPlaneConfig, float]:
-    check_engine_options(engine, options)
-    model, sim_hardware, time_scale = engine_defaults(engine, options)
-    config = control_plane_config(
-        cost_model=cost_model or model or "qwen3-8b",
-        hardware=hardware or sim_hardware or "h200",
-        predictor=predictor,
-        sigma=sigma,
-        seed=seed,
-        worker_timeout_s=worker_timeout_s,
-        transfer_kv=True,
-    )
-    return config, time_scale
 
 
 @rollout_app.command("run", context_settings=_EXTRA_ARGS)
@@ -166,14 +126,15 @@ def run_command(
     options = parse_engine_args(list(ctx.args))
     if policy not in SYSTEMS:
         raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
-    control, time_scale = _control(
+    engine_flags = EngineFlags(
         engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
     )
+    control, time_scale = engine_flags.control_plane()
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus must be >= 1, got {gpus}")
-    source = source_from_flags(
+    source = SourceFlags(
         workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
-    )
+    ).source()
     control = with_history(control, source, settings.data_dir)
     pool = _pool(workers, engine, options, heartbeat_s)
     if gpus is not None:
@@ -181,7 +142,7 @@ def run_command(
     per_process = workers_per_process or default_workers_per_process(engine)
     pool = replace(pool, workers_per_process=per_process)
     run_options = RunOptions(
-        plan=_plan(policy, source, time_scale),
+        plan=rollout_plan(policy, source, time_scale),
         pool=pool,
         num_tool_executors=tools,
         control_plane=None if attach else control,
@@ -189,25 +150,23 @@ def run_command(
         show_progress=not quiet,
         timeline=timeline,
     )
-    hooks = RunHooks()
-    if timeline is not None:
-        from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
+    hooks = _timeline_hooks() if timeline is not None else RunHooks()
+    _print_run(asyncio.run(run_rollout(settings, run_options, hooks)), as_json)
 
-        hooks = RunHooks(timeline_writer=write_rollout_timeline)
-    result = asyncio.run(run_rollout(settings, run_options, hooks))
+
+def _timeline_hooks() -> RunHooks:
+    from heddle.timeline import write_rollout_timeline  # matplotlib: only when asked
+
+    return RunHooks(timeline_writer=write_rollout_timeline)
+
+
+def _print_run(result: RolloutResult, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(result.to_json()))
         if result.summary.lag.warning:  # also in the document (lag.warning): say it on stderr
             Console(stderr=True).print(f"warning: {result.summary.lag.warning}", highlight=False)
     else:
         print_summary(result, Console())
-
-
-def _plan(policy: str, source: Source, time_scale: float) -> RolloutPlan:
-    try:
-        return RolloutPlan(policy, source.specs, source.label, time_scale)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
 
 
 def _pool(workers: int, engine: str, options: dict[str, str], heartbeat_s: float) -> WorkerPool:
@@ -265,14 +224,15 @@ def compare_command(
     settings = settings_of(ctx)
     names = check_policies(policies.split(","))
     options = parse_engine_args(list(ctx.args))
-    control, time_scale = _control(
+    engine_flags = EngineFlags(
         engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
     )
+    control, time_scale = engine_flags.control_plane()
     if gpus is not None and workers is not None:
         raise UserError("give --gpus or --workers, not both")
-    source = source_from_flags(
+    source = SourceFlags(
         workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
-    )
+    ).source()
     pool = _pool(workers or 0, engine, options, heartbeat_s)
     compare_options = CompareOptions(
         policies=names,
@@ -291,86 +251,3 @@ def compare_command(
         typer.echo(json.dumps(result.to_json()))
     else:
         print_comparison(result, Console())
-
-
-@rollout_app.command("submit")
-def submit_command(
-    ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="Trace file, or task file with --env")],
-    policy: Annotated[str, typer.Option(help=f"System bundle: {', '.join(SYSTEMS)}")] = "heddle",
-    env: EnvOpt = None,
-    group_size: GroupOpt = _TASKS.group_size,
-    seed: SeedOpt = 0,
-    tokenizer: TokenizerOpt = "byte",
-    time_scale: Annotated[
-        float, typer.Option(help="Time scale of the workers (sim engines), for the summary")
-    ] = 1.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Submit a trace or task file to a running control plane (`heddle up`); print its id."""
-    if policy not in SYSTEMS:
-        raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
-    trace = file if env is None else None
-    tasks = file if env is not None else None
-    source = source_from_flags(None, trace, tasks, env, 0, seed, group_size, tokenizer)
-    plan = _plan(policy, source, time_scale)
-    rollout_id = asyncio.run(_submit(settings_of(ctx), plan))
-    if as_json:
-        typer.echo(json.dumps({"rollout_id": rollout_id, "num_trajectories": len(plan.specs)}))
-    else:
-        typer.echo(rollout_id)
-
-
-async def _submit(settings: Settings, plan: RolloutPlan) -> str:
-    from heddle.bus import Bus
-
-    async with Bus(settings) as bus:
-        await require_control_plane(bus)
-        return await submit(bus, plan)
-
-
-@rollout_app.command("cancel")
-def cancel_command(
-    ctx: typer.Context,
-    rollout_id: Annotated[str, typer.Argument(help="The rollout to cancel")],
-    reason: Annotated[str, typer.Option(help="Recorded with the cancellation")] = "cancelled",
-) -> None:
-    """Cancel a rollout: its trajectories are aborted and get no further commands."""
-    from heddle.bus import Bus
-    from heddle.ids import check_token
-    from heddle.rollout.driver import cancel_rollout
-
-    try:
-        check_token(rollout_id, "rollout id")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-
-    async def cancel() -> None:
-        async with Bus(settings_of(ctx)) as bus:
-            await cancel_rollout(bus, rollout_id, reason)
-
-    asyncio.run(cancel())
-    typer.echo(f"cancelled {rollout_id}")
-
-
-@rollout_app.command("delete-payloads")
-def delete_payloads_command(
-    ctx: typer.Context,
-    rollout_id: Annotated[str, typer.Argument(help="The finished rollout")],
-) -> None:
-    """Delete a rollout's offloaded arrays (bucket heddle-payloads) before their 7-day expiry.
-    Its events stay: the ledger and replay need only the counts they carry; the trainer can no
-    longer read the token values of those fields."""
-    from heddle.bus import Bus
-    from heddle.ids import check_token
-
-    try:
-        check_token(rollout_id, "rollout id")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-
-    async def delete() -> int:
-        async with Bus(settings_of(ctx)) as bus:
-            return await bus.delete_payloads(rollout_id)
-
-    typer.echo(f"deleted {asyncio.run(delete())} payload objects of {rollout_id}")

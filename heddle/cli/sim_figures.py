@@ -1,6 +1,6 @@
 """`heddle sim figures --out DIR`: the paper's experiments re-done in simulation.
 
-Runs every experiment of ``heddle.sim.figures`` (Fig. 12, 14, 15, 16, the predictor study and
+Runs every experiment of ``heddle.bench.figures`` (Fig. 12, 14, 15, 16, the predictor study and
 the control-plane overhead) at the paper's scale, or ``--quick`` for a small smoke run, writing
 PNG plots, one markdown table per experiment and an index ``README.md`` into DIR. Progress goes
 to stderr; the headlines (paper vs simulated) to stdout.
@@ -23,9 +23,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from heddle.bench.figures import PAPER, QUICK, ExperimentReport, experiment_names, run_figures
 from heddle.cli.apps import sim_app
 from heddle.errors import UserError
-from heddle.sim.figures import PAPER, QUICK, ExperimentReport, experiment_names, run_figures
 
 
 class RichProgress:

@@ -43,6 +43,8 @@ from heddle.events import (
 from heddle.events.arrays import PackedArray, count_packed, dec_hook, unpack_bytes
 
 _EMPTY = msgspec.Raw(b"[]")
+_LIST_STARTS = (ord("["), ord("{"))
+"""A raw number list is a JSON list or a compact array object."""
 _COUNTED = {
     Generated: ("output_token_ids",),
     ToolReturned: ("output_token_ids",),
@@ -119,7 +121,12 @@ class _View:
         """Whether the view decodes anything differently from the class itself."""
 
     def restore(self, value: Any) -> Any:
-        """The real struct: counted lists as zeros, dropped lists left to their defaults."""
+        """The real struct: counted lists as zeros, dropped lists left to their defaults;
+        ``ValueError`` when a raw list is some other JSON value."""
+        for name in (*self.counted, *self.dropped):
+            raw = bytes(getattr(value, name))
+            if not raw or raw[0] not in _LIST_STARTS:
+                raise ValueError(f"`${name}` is not a list of numbers")
         values = {name: getattr(value, name) for name in self._names}
         for name in self.counted:
             values[name] = [0] * count_items(values[name])

@@ -32,7 +32,7 @@ import msgspec
 import heddle
 from heddle.bus import Bus
 from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
-from heddle.control.operations import OperationsView, RolloutView, TrajectoryState
+from heddle.control.operations import OperationsView
 from heddle.control.ops_requests import (
     AbortRequest,
     CancelRequest,
@@ -47,6 +47,7 @@ from heddle.control.ops_requests import (
     decode_request,
     operator_event,
 )
+from heddle.control.ops_views import RolloutView, TrajectoryState
 from heddle.events.subjects import subject_for_event
 
 SERVICE_NAME = "heddle"

@@ -2,19 +2,13 @@
 the simulator (``placement``: the placement decider, its strategies, admission and placers),
 resource plans and the system bundles."""
 
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
 from heddle.control.decider import Decider, Output, dispatch_table, replay
 from heddle.control.placement import PlacementDecider
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
 from heddle.control.rollout import RolloutDecider
-from heddle.control.systems import (
-    SYSTEMS,
-    ControlOptions,
-    ControlPlane,
-    SystemSpec,
-    build_control_plane,
-    system_spec,
-)
+from heddle.control.systems import SYSTEMS, SystemSpec, system_spec
 from heddle.control.transfer import TransferDecider
 from heddle.control.weights import WeightsDecider
 

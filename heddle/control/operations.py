@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from enum import StrEnum
 
 from heddle.control.decider import Output
+from heddle.control.ops_outputs import (
+    abort_command,
+    drain_command,
+    rollout_cancelled,
+    undrain_command,
+    unplaced_abort_failed,
+)
 from heddle.control.ops_requests import (
     AbortRequest,
     CancelRequest,
@@ -36,10 +41,16 @@ from heddle.control.ops_requests import (
     UndrainRequest,
 )
 from heddle.control.ops_requests import Refusal as Refusal
+from heddle.control.ops_views import (
+    RolloutState,
+    RolloutView,
+    TrajectoryState,
+    TrajectoryView,
+    WorkerState,
+    WorkerView,
+)
 from heddle.events import (
-    Abort,
     Completed,
-    Drain,
     Event,
     Failed,
     Migrated,
@@ -52,77 +63,16 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectoryReprioritizeRequested,
     TrajectorySubmitted,
-    Undrain,
     WorkerDrained,
     WorkerDrainRequested,
     WorkerFailed,
     WorkerRegistered,
     WorkerUndrainRequested,
 )
-from heddle.ids import derive_id
 
 OPERATIONS_SLOT = "operations"
 MAX_ENDED_ROLLOUTS = 256
 """Ended rollouts the view remembers (the oldest are forgotten: the ledger keeps them)."""
-
-
-class TrajectoryState(StrEnum):
-    WAITING = "waiting"
-    """Submitted, not placed yet."""
-    PLACED = "placed"
-    COMPLETED = "completed"
-    FAILED = "failed"
-
-    @property
-    def is_finished(self) -> bool:
-        return self in (TrajectoryState.COMPLETED, TrajectoryState.FAILED)
-
-
-class RolloutState(StrEnum):
-    RUNNING = "running"
-    FINISHED = "finished"
-    CANCELLED = "cancelled"
-
-
-class WorkerState(StrEnum):
-    ACTIVE = "active"
-    DRAINING = "draining"
-    DRAINED = "drained"
-    FAILED = "failed"
-
-
-@dataclass(slots=True)
-class TrajectoryView:
-    index: int
-    state: TrajectoryState = TrajectoryState.WAITING
-    worker_id: str = ""
-    worker_history: list[str] = field(default_factory=list)
-    priority: float = 0.0
-    is_pinned: bool = False
-    reason: str = ""
-    """Why it failed."""
-    operator_actions: list[str] = field(default_factory=list)
-    """Ids of the operator events about it."""
-
-
-@dataclass(slots=True)
-class RolloutView:
-    policy: str
-    num_trajectories: int
-    submitted_at: float
-    state: RolloutState = RolloutState.RUNNING
-    trajectories: dict[str, TrajectoryView] = field(default_factory=dict)
-    reason: str = ""
-
-    def count(self, state: TrajectoryState) -> int:
-        return sum(1 for t in self.trajectories.values() if t.state is state)
-
-
-@dataclass(slots=True)
-class WorkerView:
-    engine: str
-    state: WorkerState = WorkerState.ACTIVE
-    trajectories: set[tuple[str, str]] = field(default_factory=set)
 
 
 class OperationsView:
@@ -237,20 +187,11 @@ class OperationsView:
             if worker.state is not WorkerState.ACTIVE:
                 return []
             worker.state = WorkerState.DRAINING
-            command: Output = Drain(
-                command_id=derive_id(event.event_id, "drain"),
-                issued_at=event.occurred_at, worker_id=event.worker_id,
-            )  # fmt: skip
-            return [command]
+            return [drain_command(event)]
         if worker.state is WorkerState.ACTIVE:
             return []
         worker.state = WorkerState.ACTIVE
-        return [
-            Undrain(
-                command_id=derive_id(event.event_id, "undrain"),
-                issued_at=event.occurred_at, worker_id=event.worker_id,
-            )
-        ]  # fmt: skip
+        return [undrain_command(event)]
 
     def _on_rollout_end(
         self,
@@ -262,12 +203,7 @@ class OperationsView:
         if isinstance(event, RolloutCancelRequested):
             why = f": {event.reason}" if event.reason else ""
             reason = f"cancelled by {event.operator}{why}"
-            return [
-                RolloutCancelled(
-                    event_id=derive_id(event.rollout_id, "cancelled"),
-                    rollout_id=event.rollout_id, occurred_at=event.occurred_at, reason=reason,
-                )
-            ]  # fmt: skip
+            return [rollout_cancelled(event, reason)]
         is_cancel = isinstance(event, RolloutCancelled)
         rollout.state = RolloutState.CANCELLED if is_cancel else RolloutState.FINISHED
         rollout.reason = event.reason if isinstance(event, RolloutCancelled) else ""
@@ -320,20 +256,8 @@ class OperationsView:
             return []
         reason = f"aborted by {event.operator}" + (f": {event.reason}" if event.reason else "")
         if trajectory.worker_id:
-            return [
-                Abort(
-                    command_id=derive_id(event.event_id, "abort"), rollout_id=event.rollout_id,
-                    issued_at=event.occurred_at, worker_id=trajectory.worker_id,
-                    traj_id=event.traj_id, reason=reason,
-                )
-            ]  # fmt: skip
-        return [
-            Failed(
-                event_id=derive_id(event.event_id, "failed"), rollout_id=event.rollout_id,
-                occurred_at=event.occurred_at, traj_id=event.traj_id, step=0, reason=reason,
-                finish_reason="aborted",
-            )
-        ]  # fmt: skip
+            return [abort_command(event, trajectory.worker_id, reason)]
+        return [unplaced_abort_failed(event, reason)]
 
     def _move(
         self, rollout_id: str, traj_id: str, trajectory: TrajectoryView, worker_id: str

@@ -49,16 +49,14 @@ from heddle.events import (
 from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.fold_operator import apply_operator
+from heddle.ledger.fold_records import dead_letter_row, migration_row, placement_row, prediction_row
 from heddle.ledger.fold_steps import apply_step
+from heddle.ledger.fold_workers import apply_weights, apply_worker
 from heddle.ledger.lean_decoder import num_items
 from heddle.ledger.rows import (
-    DeadLetterRow,
     MigrationRow,
-    PlacementRow,
-    PredictionRow,
     RolloutRow,
     TrajectoryRow,
-    WorkerRow,
 )
 
 _NO_TIMINGS = TrajectoryTimings()
@@ -91,13 +89,13 @@ def apply(rows: BatchRows, event: EventT) -> None:
             _apply_trajectory(rows, trajectory, event)
             trajectory.updated_at = event.occurred_at
         case WorkerRegistered() | WorkerHeartbeat() | WorkerDrained() | WorkerFailed():
-            _apply_worker(rows.worker(event.worker_id), event)
+            apply_worker(rows.worker(event.worker_id), event)
         case WeightsLoaded():
-            _apply_weights(rows.worker(event.worker_id), event)
+            apply_weights(rows.worker(event.worker_id), event)
         case WeightsPublished() | WeightsLoadFailed():
             pass  # the stream keeps them; a worker's row records what it loaded
         case DeadLettered():
-            rows.dead_letters.append(_dead_letter_row(event))
+            rows.dead_letters.append(dead_letter_row(event))
         case ExecutorRegistered():
             pass  # not projected: `heddle status` reads registrations from the stream
         case (
@@ -165,17 +163,17 @@ def _apply_trajectory(
             row.worker_id = event.worker_id
             if row.status in ("submitted", "interrupted"):
                 row.status = "placed"
-            rows.placements.append(_placement_row(event))
+            rows.placements.append(placement_row(event))
         case Predicted():
             row.predicted_remaining_tokens = event.predicted_remaining_tokens
-            rows.predictions.append(_prediction_row(event))
+            rows.predictions.append(prediction_row(event))
         case Prioritized():
             row.priority = event.priority
         case Preempted():
             row.num_preemptions += 1
             row.status = "waiting"
         case MigrationRequested():
-            rows.migrations[event.event_id] = _migration_row(event)
+            rows.migrations[event.event_id] = migration_row(event)
         case Migrated():
             _apply_migrated(rows, row, event)
         case Completed():
@@ -249,95 +247,3 @@ def _apply_completed(row: TrajectoryRow, event: Completed) -> None:
         row.tool_s = timings.tool_s
         row.migration_s = timings.migration_s
         row.total_s = timings.total_s
-
-
-def _apply_worker(
-    row: WorkerRow,
-    event: WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed,
-) -> None:
-    match event:
-        case WorkerRegistered():
-            row.engine = event.engine
-            row.model = event.model
-            row.tp_degree = event.tp_degree
-            row.max_running = event.max_running
-            row.max_kv_tokens = event.max_kv_tokens
-            row.can_export_kv = event.can_export_kv
-            row.host = event.host
-            row.incarnation = event.incarnation
-            row.weight_version, row.weights_loaded_at = 0, None  # started on its own weights
-            row.status = "active"
-            row.failure_reason = ""
-            row.registered_at = event.occurred_at
-        case WorkerHeartbeat():
-            row.last_heartbeat_at = event.occurred_at
-            row.heartbeat_sequence = event.sequence
-            row.num_running = event.num_running
-            row.num_waiting = event.num_waiting
-            row.num_trajectories = event.num_trajectories
-            row.kv_usage = event.kv_usage
-        case WorkerDrained():
-            row.status = "drained"
-        case WorkerFailed():
-            row.status = "failed"
-            row.failure_reason = event.reason
-
-
-def _apply_weights(row: WorkerRow, event: WeightsLoaded) -> None:
-    if event.incarnation and row.incarnation and event.incarnation != row.incarnation:
-        return  # a previous incarnation's load: the current one starts on its own weights
-    if event.weight_version >= row.weight_version:
-        row.weight_version = event.weight_version
-        row.weights_loaded_at = event.occurred_at
-
-
-def _placement_row(event: TrajectoryPlaced) -> PlacementRow:
-    return PlacementRow(
-        event_id=event.event_id,
-        rollout_id=event.rollout_id,
-        traj_id=event.traj_id,
-        worker_id=event.worker_id,
-        reason=event.reason,
-        group_rank=event.group_rank,
-        tp_degree=event.tp_degree,
-        placed_at=event.occurred_at,
-    )
-
-
-def _prediction_row(event: Predicted) -> PredictionRow:
-    return PredictionRow(
-        event_id=event.event_id,
-        rollout_id=event.rollout_id,
-        traj_id=event.traj_id,
-        step=event.step,
-        predicted_remaining_tokens=event.predicted_remaining_tokens,
-        predictor=event.predictor,
-        num_context_tokens=event.num_context_tokens,
-        predicted_at=event.occurred_at,
-    )
-
-
-def _migration_row(event: MigrationRequested) -> MigrationRow:
-    return MigrationRow(
-        event_id=event.event_id,
-        rollout_id=event.rollout_id,
-        traj_id=event.traj_id,
-        source_worker_id=event.source_worker_id,
-        target_worker_id=event.target_worker_id,
-        predicted_remaining_tokens=event.predicted_remaining_tokens,
-        new_rank=event.new_rank,
-        requested_at=event.occurred_at,
-    )
-
-
-def _dead_letter_row(event: DeadLettered) -> DeadLetterRow:
-    return DeadLetterRow(
-        event_id=event.event_id,
-        rollout_id=event.rollout_id,
-        consumer=event.consumer,
-        subject=event.subject,
-        stream_sequence=event.stream_sequence,
-        reason=event.reason,
-        payload=event.payload,
-        recorded_at=event.occurred_at,
-    )

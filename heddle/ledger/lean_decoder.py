@@ -72,13 +72,30 @@ _decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
 )
 
 
+def _raw_fields(view: type[msgspec.Struct]) -> tuple[str, ...]:
+    return tuple(
+        field.name for field in msgspec.structs.fields(view) if field.type is msgspec.Raw
+    )
+
+
+_RAW_FIELDS = {view: _raw_fields(view) for view in _LEAN_TYPES}
+_LIST_STARTS = (ord("["), ord("{"))
+"""A number list is a JSON list or a compact array object; anything else is refused."""
+
+
 def decode_event_lean(data: bytes) -> EventT:
-    """Like ``heddle.events.decode_event``, with number lists left as ``msgspec.Raw``."""
+    """Like ``heddle.events.decode_event``, with number lists left as ``msgspec.Raw`` (each
+    checked to be a list or a compact array, not any JSON value)."""
     if len(data) > MAX_PAYLOAD_BYTES:
         raise DecodeError(f"event: payload of {len(data)} bytes exceeds {MAX_PAYLOAD_BYTES}")
     try:
-        return cast(EventT, _decoder.decode(data))
+        event = _decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise DecodeError(f"event: invalid message: {exc}") from None
     except msgspec.DecodeError as exc:
         raise DecodeError(f"event: malformed JSON: {exc}") from None
+    for name in _RAW_FIELDS.get(type(event), ()):
+        raw = bytes(getattr(event, name))
+        if not raw or raw[0] not in _LIST_STARTS:
+            raise DecodeError(f"event: invalid message: `${name}` is not a list of numbers")
+    return cast(EventT, event)

@@ -8,10 +8,10 @@ submit to a running control plane; and the pieces a benchmark or a notebook reus
 - ``inprocess``: the same services on one event loop (tests, notebooks);
 - ``progress``: following a rollout live (completions, tokens/s, per-worker batches);
 - ``summary``: a rollout's figures folded from its events (makespan in model seconds,
-  throughput, the slowest trajectory's breakdown, re-placements and their re-prefill);
-- ``driver``: ``run_rollout`` (start what is needed, submit, follow, summarise, cancel on
+  throughput, re-placements and their re-prefill); ``slowest``: the slowest trajectory's
+  breakdown and how far a live run fell behind its time scale;
+- ``runner``: ``run_rollout`` (start what is needed, submit, follow, summarise, cancel on
   failure) with hooks for crash tests and a timeline writer;
 - ``compare``: the same trajectories under several policies, fresh runs each, next to the
-  simulator's prediction; ``report`` renders both;
-- ``bench``: ``heddle bench control``, the control plane's step event -> command latency.
+  simulator's prediction; ``report`` renders both.
 """

@@ -25,7 +25,8 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.bus.server import free_port
 from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.consumers.filters import subject_of_kind
-from heddle.control.systems import engine_config, system_spec
+from heddle.control.control_plane import engine_config
+from heddle.control.systems import system_spec
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM

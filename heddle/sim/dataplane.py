@@ -11,10 +11,6 @@ tool's return, a transfer's end) are handed to a ``Timer``; the simulator calls 
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
-from typing import Protocol
-
 from heddle.events import (
     Abort,
     ContinueTrajectory,
@@ -25,58 +21,13 @@ from heddle.events import (
     StartTrajectory,
     WorkerCommand,
 )
-from heddle.policy.batching import (
-    BatchingModel,
-    CapacityError,
-    FinishedGeneration,
-    GenerationJob,
-)
+from heddle.policy.batching import CapacityError, FinishedGeneration
 from heddle.sim import facts
 from heddle.sim.config import SimConfig
+from heddle.sim.sim_worker import SimWorker, generation_job
+from heddle.sim.timers import Timer, TimerKind
+from heddle.sim.tool_pool import ToolPool
 from heddle.sim.trajectories import Phase, SimTrajectory
-
-
-class TimerKind(enum.IntEnum):
-    WAKE = 0
-    """A worker's next generation finishes (key: worker id)."""
-    TOOL = 1
-    """A tool call returns (key: trajectory id)."""
-    TRANSFER = 2
-    """A migration's transfer ends (key: trajectory id)."""
-
-
-class Timer(Protocol):
-    def at(self, time_s: float, kind: TimerKind, key: str) -> None: ...
-
-
-@dataclass(slots=True)
-class SimWorker:
-    worker_id: str
-    tp_degree: int
-    model: BatchingModel
-    wake_at: float | None = None
-
-
-class ToolPool:
-    """Elastic executors: warm ones start at once, a call finding none pays a cold start and
-    leaves one more warm executor behind (None: always warm)."""
-
-    def __init__(self, num_warm: int | None, cold_start_s: float) -> None:
-        self._idle = num_warm
-        self._cold_start_s = cold_start_s
-
-    def acquire(self) -> float:
-        """Seconds of cold start this call pays."""
-        if self._idle is None:
-            return 0.0
-        if self._idle > 0:
-            self._idle -= 1
-            return 0.0
-        return self._cold_start_s
-
-    def release(self) -> None:
-        if self._idle is not None:
-            self._idle += 1
 
 
 class SimDataPlane:
@@ -151,7 +102,7 @@ class SimDataPlane:
         worker = self._worker_of(t)
         t.num_requests += 1
         request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
-        job = _job(t, request_id, t.new_tokens, t.trace.steps[t.step].output_tokens)
+        job = generation_job(t, request_id, t.new_tokens, t.trace.steps[t.step].output_tokens)
         try:
             worker.model.submit(job, now)
         except CapacityError as exc:
@@ -273,7 +224,7 @@ class SimDataPlane:
         t.num_requests += 1
         t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
         t.migration_tokens = 0
-        job = _job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
+        job = generation_job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
         try:
             target.model.submit(job, now)
         except CapacityError:  # it cannot be cached there: move now, the step re-prefills
@@ -325,19 +276,3 @@ class SimDataPlane:
 
     def _worker_of(self, t: SimTrajectory) -> SimWorker:
         return self.workers[t.worker_id]
-
-
-def _job(
-    t: SimTrajectory, request_id: str, num_new_tokens: int, num_output_tokens: int
-) -> GenerationJob:
-    """A generation of ``t``'s whole context so far (its group's prompt shared in the cache)."""
-    return GenerationJob(
-        request_id=request_id,
-        traj_id=t.traj_id,
-        num_context_tokens=t.context_tokens,
-        num_new_tokens=num_new_tokens,
-        num_output_tokens=num_output_tokens,
-        priority=t.priority,
-        group_id=t.trace.group,
-        num_prompt_tokens=t.trace.prompt_tokens if t.trace.group else 0,
-    )

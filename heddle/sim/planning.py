@@ -20,13 +20,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
+from heddle.control.control_plane import engine_config
 from heddle.control.placement import PlacementRequest, PresortedPlacer, WorkerInfo
 from heddle.control.resources import (
     DEFAULT_OBSERVATION_RATIO,
     plan_tp_degrees,
     representative_context,
 )
-from heddle.control.systems import PRESORTED, SystemSpec, engine_config
+from heddle.control.systems import PRESORTED, SystemSpec
 from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.engine_models import engine_model
 from heddle.policy.prediction import Predictor, Progress

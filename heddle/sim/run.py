@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from heddle.control.control_plane import ControlOptions, build_control_plane
 from heddle.control.resources import HistoryRates
-from heddle.control.systems import (
-    ControlOptions,
-    SystemSpec,
-    build_control_plane,
-    system_spec,
-)
+from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.lower_bound import makespan_lower_bound
 from heddle.policy.prediction import (

@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from heddle.control.control_plane import ControlPlane
 from heddle.control.decider import dispatch_table
-from heddle.control.systems import ControlPlane
 from heddle.events import (
     Completed,
     Event,
@@ -36,7 +36,9 @@ from heddle.events import (
 from heddle.ids import derive_id, group_id, trajectory_id
 from heddle.policy.batching import BatchingConfig, BatchingModel
 from heddle.sim.config import SimConfig
-from heddle.sim.dataplane import SimDataPlane, SimWorker, TimerKind
+from heddle.sim.dataplane import SimDataPlane
+from heddle.sim.sim_worker import SimWorker
+from heddle.sim.timers import TimerKind
 from heddle.sim.trajectories import Phase, SimTrajectory
 from heddle.traces import TraceTrajectory
 

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from events_factory import generated_of
 
 from heddle.bus import Bus, BusUnavailable
 from heddle.bus.embedded import RECORD_NAME, ServerRecord, is_alive, read_record
 from heddle.config import Settings
-
-from .events_factory import generated
 
 
 async def test_second_bus_joins_the_first_ones_server(tmp_path: Path) -> None:
@@ -25,7 +24,7 @@ async def test_second_bus_joins_the_first_ones_server(tmp_path: Path) -> None:
         assert record is not None and record.owner_pid == os.getpid()
         async with Bus(settings) as guest:
             assert guest.url == owner.url
-            await guest.publish(generated("r1", 0, 0))
+            await guest.publish(generated_of("r1", 0, 0))
         assert (await owner.stream_state()).num_messages == 1
     assert not (tmp_path / RECORD_NAME).exists()
     assert not is_alive(record.pid) or _is_zombie(record.pid)
@@ -43,7 +42,7 @@ async def test_another_process_joins_the_server(tmp_path: Path) -> None:
         "asyncio.run(main())\n"
     )
     async with Bus(Settings(data_dir=tmp_path)) as owner:
-        await owner.publish(generated("r1", 0, 0))
+        await owner.publish(generated_of("r1", 0, 0))
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-c", script, str(tmp_path), stdout=asyncio.subprocess.PIPE
         )
@@ -56,7 +55,7 @@ async def test_another_process_joins_the_server(tmp_path: Path) -> None:
 async def test_stale_record_is_replaced_and_the_store_kept(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path)
     async with Bus(settings) as first:
-        await first.publish(generated("r1", 0, 0))
+        await first.publish(generated_of("r1", 0, 0))
         old_url = first.url
     stale = ServerRecord(url=old_url, pid=_dead_pid(), owner_pid=_dead_pid())
     (tmp_path / RECORD_NAME).write_bytes(msgspec.json.encode(stale))
@@ -111,7 +110,7 @@ async def test_starter_leaving_first_keeps_the_server_for_the_others(tmp_path: P
         await owner.close()
         left = read_record(tmp_path / RECORD_NAME)
         assert left is not None and left.owner_pid == 0 and is_alive(left.pid)
-        await guest.publish(generated("r1", 0, 0))
+        await guest.publish(generated_of("r1", 0, 0))
         async with Bus(settings) as late:
             assert late.url == guest.url
     assert not (tmp_path / RECORD_NAME).exists()

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from events_factory import generated_of, steps
 
 from heddle.bus import (
     Bus,
@@ -19,18 +20,16 @@ from heddle.config import Settings
 from heddle.events import Drain, ToolCall, TraceTool
 from heddle.events.subjects import COMMANDS_STREAM, EVENTS_SUBJECTS, TOOLS_STREAM
 
-from .events_factory import generated, steps
-
 
 async def test_publish_returns_the_stream_sequence(bus: Bus) -> None:
-    first = await bus.publish(generated("r1", 0, 0))
-    second = await bus.publish(generated("r1", 0, 1))
+    first = await bus.publish(generated_of("r1", 0, 0))
+    second = await bus.publish(generated_of("r1", 0, 1))
     assert (first.stream, first.sequence, first.duplicate) == ("HEDDLE_EVENTS", 1, False)
     assert second.sequence == 2
 
 
 async def test_same_event_id_is_stored_once(bus: Bus) -> None:
-    event = generated("r1", 3, 2)
+    event = generated_of("r1", 3, 2)
     first = await bus.publish(event)
     again = await bus.publish(event)
     assert again.duplicate

@@ -6,12 +6,11 @@ import asyncio
 import datetime
 
 import pytest
+from events_factory import generated_of, steps
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.events import Generated
 from heddle.events.subjects import EVENTS_SUBJECTS, rollout_filter, trajectory_subject
-
-from .events_factory import generated, steps
 
 ALL = (EVENTS_SUBJECTS,)
 
@@ -50,7 +49,7 @@ async def test_replays_from_a_time(bus: Bus) -> None:
 
 
 async def test_replays_one_rollout(bus: Bus) -> None:
-    late = [generated("r1", 5, 0), generated("r1", 6, 0)]
+    late = [generated_of("r1", 5, 0), generated_of("r1", 6, 0)]
     await bus.publish_many(steps("r1", 2, 5) + steps("r2", 2, 5) + late)
     query = ReplayQuery(tuple(rollout_filter("r1")))
     records = [record async for record in bus.replay_events(query)]

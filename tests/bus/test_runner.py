@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from events_factory import generated_of, steps
 
 from heddle.bus import (
     Bus,
@@ -21,8 +22,6 @@ from heddle.bus import (
 from heddle.config import Settings
 from heddle.events import DeadLettered, EventT, Generated, decode_event
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, trajectory_subject
-
-from .events_factory import generated, steps
 
 R1 = (trajectory_subject("r1"),)
 
@@ -69,11 +68,11 @@ async def test_poison_messages_are_dead_lettered_and_valid_work_continues(
     wrong_type = msgspec.json.encode(
         {"kind": "traj.generated", "event_id": "x", "occurred_at": "soon", "traj_id": "t"}
     )
-    await bus.publish(generated("r1", 0, 0))
+    await bus.publish(generated_of("r1", 0, 0))
     await bus.publish_raw(subject, b"{not json", "bad-json")
     await bus.publish_raw(subject, wrong_type, "wrong-type")
     await bus.publish_raw(subject, b'{"kind": "traj.exploded", "event_id": "y"}', "unknown")
-    await bus.publish(generated("r1", 0, 1))
+    await bus.publish(generated_of("r1", 0, 1))
     handled: list[int] = []
 
     async def handle(batch: list[Delivery[EventT]]) -> None:
@@ -100,7 +99,7 @@ async def test_oversize_payload_is_dead_lettered(tmp_path: Path) -> None:
         async with Bus(Settings(nats_url=server.url, data_dir=tmp_path)) as bus:
             subject = trajectory_subject("r1", "t000000", "generated")
             await bus.publish_raw(subject, b" " * (9 * 1024 * 1024), "huge")
-            await bus.publish(generated("r1", 0, 1))
+            await bus.publish(generated_of("r1", 0, 1))
             handled: list[int] = []
 
             async def handle(batch: list[Delivery[EventT]]) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from events_factory import steps
+
 from heddle.bus import Bus, ConsumerSpec
 from heddle.bus.streams import EVENTS, HEDDLE_STREAMS, TOOLS, provision_consumer, provision_stream
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
-
-from .events_factory import steps
 
 
 async def test_streams_exist_with_their_retention(bus: Bus) -> None:

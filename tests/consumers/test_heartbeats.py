@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
-
-import pytest
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
@@ -16,11 +13,6 @@ from heddle.events import WorkerFailed, WorkerHeartbeat, WorkerRegistered
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIMEOUT_S = 1.5
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 def deployment(settings: Settings, num_workers: int) -> InProcessDeployment:
@@ -40,7 +32,19 @@ async def test_an_idle_deployment_appends_no_events(settings: Settings) -> None:
 
     async with deployment(settings, num_workers=2) as plane, Bus(settings) as bus:
         subscription = await bus.subscribe_heartbeats(hear)
+        assert plane.service.liveness is not None
+        # Registrations (workers', the tool executor's) are events: idle starts once both
+        # workers are live and the stream has stopped growing.
         before = await bus.stream_state()
+        for _ in range(600):
+            await asyncio.sleep(0.25)
+            now = await bus.stream_state()
+            workers = sorted(plane.service.liveness.live_workers())
+            if workers == ["w00", "w01"] and now.last_sequence == before.last_sequence:
+                break
+            before = now
+        heard.clear()
+        enough.clear()
         await asyncio.wait_for(enough.wait(), 60)
         after = await bus.stream_state()
         await subscription.unsubscribe()

@@ -9,18 +9,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import events_factory as b
+
 from heddle.bus import Bus, ReplayQuery
 from heddle.consumers.host import DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.slots import SlotDeciders
-from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     Completed,
     DeadLettered,
     Event,
     RolloutFinished,
     RolloutSubmitted,
-    WorkerRegistered,
 )
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, rollout_subject
 from heddle.policy.prediction.online import OnlinePredictor
@@ -53,12 +55,6 @@ def completed(rollout_id: str, index: int) -> Completed:
         traj_id=f"t{index}",
         num_steps=1,
         num_output_tokens=10,
-    )
-
-
-def registered(worker_id: str) -> WorkerRegistered:
-    return WorkerRegistered(
-        event_id=f"{worker_id}:registered", occurred_at=1.0, worker_id=worker_id, engine="sim"
     )
 
 
@@ -198,7 +194,7 @@ async def durables(bus: Bus) -> set[str]:
 async def test_units_share_one_durable_and_each_decides_its_events(bus: Bus) -> None:
     running = RunningPlane(bus)
     async with running as consumer:
-        await bus.publish_many([registered("w0"), submitted("r1", 2), completed("r1", 0)])
+        await bus.publish_many([b.worker("w0", at=1.0), submitted("r1", 2), completed("r1", 0)])
         await bus.publish(completed("r1", 1))
         await until(lambda: _decided(consumer, 4))
 

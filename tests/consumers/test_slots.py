@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gc
 
+import events_factory as b
 import pytest
 
 from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.filters import filter_subjects, subject_of_kind
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
-from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     Completed,
     DeadLettered,
@@ -74,16 +76,6 @@ def test_slots_fed_the_simulation_emit_what_its_deciders_emitted(system: str) ->
         assert emitted == expected, slot
 
 
-def registered(worker_id: str) -> WorkerRegistered:
-    return WorkerRegistered(
-        event_id=f"{worker_id}:registered",
-        occurred_at=1.0,
-        worker_id=worker_id,
-        engine="sim",
-        tp_degree=1,
-    )
-
-
 def submitted(rollout_id: str, policy: str, num: int = 2) -> list[Event]:
     events: list[Event] = [
         RolloutSubmitted(
@@ -116,8 +108,8 @@ def make_bundle(policy: str) -> ControlPlane:
 
 def test_a_bundle_built_later_knows_the_workers_registered_before() -> None:
     placement = SlotDeciders("placement", make_bundle)
-    assert placement.decide(registered("w00")) == []
-    assert placement.decide(registered("w01")) == []
+    assert placement.decide(b.worker("w00", at=1.0)) == []
+    assert placement.decide(b.worker("w01", at=1.0)) == []
     outputs = [o for e in submitted("r1", "verl") for o in placement.decide(e)]
     starts = [o for o in outputs if isinstance(o, StartTrajectory)]
     assert {start.traj_id for start in starts} == {"t0", "t1"}
@@ -151,7 +143,7 @@ def test_a_submission_naming_no_bundle_is_refused_and_its_events_skipped() -> No
 
 def test_a_cancelled_rollout_gets_no_more_commands() -> None:
     placement = SlotDeciders("placement", make_bundle)
-    placement.decide(registered("w00"))
+    placement.decide(b.worker("w00", at=1.0))
     events = submitted("r1", "verl")
     cancel = RolloutCancelled(event_id="r1:cancelled", rollout_id="r1", occurred_at=3.0)
     outputs = [o for e in [*events[:2], cancel, *events[2:]] for o in placement.decide(e)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import events_factory as b
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,8 +39,6 @@ from heddle.events import (
     WorkerDrained,
 )
 from heddle.policy.scheduling.priority import priority_policy
-
-from . import builders as b
 
 R = b.ROLLOUT
 

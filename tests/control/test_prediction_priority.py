@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import events_factory as b
 import pytest
 from msgspec.structs import replace
 
@@ -11,8 +12,6 @@ from heddle.events import Predicted, Prioritized, Reprioritize, TrajectoryPlaced
 from heddle.policy.prediction import Outcome, PredictorOptions, Progress, make_predictor
 from heddle.policy.scheduling.priority import priority_policy
 from heddle.traces import TraceStep, TraceTrajectory
-
-from . import builders as b
 
 
 def oracle_decider() -> PredictionDecider:

@@ -7,8 +7,9 @@ import copy
 
 import pytest
 
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
 from heddle.control.decider import replay
-from heddle.control.systems import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control.systems import system_spec
 from heddle.events import Event
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor, plan_workers
 from heddle.traces import TraceTrajectory

@@ -3,6 +3,7 @@ decider (finishes once every trajectory ended)."""
 
 from __future__ import annotations
 
+import events_factory as b
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,8 +16,6 @@ from heddle.events import (
     MigrationRequested,
     RolloutFinished,
 )
-
-from . import builders as b
 
 
 def request(traj_id: str, source: str, target: str, length: float) -> MigrationRequested:

@@ -53,11 +53,6 @@ SECTION = "## Operators: watching and steering with the NATS CLI"
 SHORT, LONG = "t000000", "t000003"
 
 
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
-
-
 def trace() -> list[TraceTrajectory]:
     short = TraceTrajectory(id="short", prompt_tokens=16, steps=[TraceStep(output_tokens=4)])
     long = [

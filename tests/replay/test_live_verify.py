@@ -5,7 +5,6 @@ the live projector loses nothing."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -28,11 +27,6 @@ TIME_SCALE = 8.0
 NUM_TRAJECTORIES = 24
 NUM_VERIFICATIONS = 3
 VERIFY_DEADLINE_S = 60.0
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 def options() -> RunOptions:

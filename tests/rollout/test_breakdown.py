@@ -23,7 +23,8 @@ from heddle.events import (
     TrajectorySubmitted,
     TrajectoryTimings,
 )
-from heddle.rollout.summary import LAG_WARNING_FRACTION, RolloutSummary, summarize
+from heddle.rollout.slowest import LAG_WARNING_FRACTION
+from heddle.rollout.summary import RolloutSummary, summarize
 
 SCALE = 100.0
 START = 1_000.0

@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from heddle.bench.chaos import KINDS, kill_schedule, kills_per_rollout
+from heddle.bench.chaos_trainer import count_record
 from heddle.cli import app
-from heddle.cli.chaos import KINDS, _count_record, kill_schedule, kills_per_rollout
 
 
 @given(st.integers(0, 2**32), st.integers(len(KINDS), 60))
@@ -34,7 +35,7 @@ def test_record_counts_duplicates_per_trainer_process(tmp_path: Path) -> None:
         "2 r0 t000001\n2 r0 t000002\n"  # t000001 again after a restart
         "2 r0 t0000"  # a line cut by SIGKILL
     )
-    counts = _count_record(record)
+    counts = count_record(record)
     assert (counts.distinct, counts.duplicates, counts.redelivered) == (3, 1, 1)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -42,11 +41,6 @@ pytestmark = pytest.mark.timeout(240)
 
 TIME_SCALE = 300.0
 NUM_TRAJECTORIES = 24
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 TRACE = generate("search", NUM_TRAJECTORIES, seed=4)

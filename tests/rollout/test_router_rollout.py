@@ -32,11 +32,6 @@ TIME_SCALE = 10.0
 
 
 @pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
-
-
-@pytest.fixture
 def doubles() -> Iterator[list[SglangDouble]]:
     config = DoubleConfig(
         tokens_per_s=2000.0, max_running=16, context_length=65536, vocab_size=256

@@ -6,16 +6,14 @@ every worker, a tool executor."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
+from heddle.rollout.slowest import LAG_WARNING_FRACTION
 from heddle.rollout.submission import RolloutPlan, trace_specs
-from heddle.rollout.summary import LAG_WARNING_FRACTION
 from heddle.workloads import generate
 
 pytestmark = pytest.mark.timeout(240)
@@ -25,11 +23,6 @@ NUM_TRAJECTORIES = 12
 OVERLOADED_SCALE = 5000.0
 """Model seconds per wall second far beyond what messaging keeps up with: a millisecond of
 any hop is five model seconds, against tool calls and generations of a few model seconds."""
-
-
-@pytest.fixture
-def settings(nats_url: str, tmp_path: Path) -> Settings:
-    return Settings(nats_url=nats_url, data_dir=tmp_path / "data")
 
 
 async def test_workers_share_a_process_and_an_overloaded_clock_reports_lag(

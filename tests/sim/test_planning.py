@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from solo_time import analytic_solo_s
 
-from heddle.control.systems import engine_config, system_spec
+from heddle.control.control_plane import engine_config
+from heddle.control.systems import system_spec
 from heddle.policy.batching import BatchingConfig
 from heddle.sim import SimConfig, make_simulation_predictor, plan_workers
 from heddle.sim.planning import (
@@ -24,20 +26,6 @@ from heddle.workloads import generate
 MODEL = "qwen3-8b"
 
 
-def analytic_solo_s(t: TraceTrajectory, tp: int) -> float:
-    """Prefill of what is new, one decode step per token at batch 1, then the tool."""
-    cost = SimConfig(model=MODEL).cost_for_tp(tp)
-    total, context, new = 0.0, t.prompt_tokens, t.prompt_tokens
-    for index, step in enumerate(t.steps):
-        total += cost.prefill_s(new)
-        total += sum(cost.decode_step_s(1, context + j) for j in range(step.output_tokens))
-        context += step.output_tokens + step.tool_output_tokens
-        new = step.tool_output_tokens
-        if index < len(t.steps) - 1:
-            total += step.tool_s
-    return total
-
-
 def test_a_lone_group_takes_its_solo_time() -> None:
     lone = TraceTrajectory(
         id="a",
@@ -46,7 +34,7 @@ def test_a_lone_group_takes_its_solo_time() -> None:
     )
     config = SimConfig(model=MODEL)
     seconds = group_makespan_s([lone], config.cost_for_tp(1), BatchingConfig(), lambda i, t: 0.0)
-    assert seconds == pytest.approx(analytic_solo_s(lone, 1), rel=1e-9)
+    assert seconds == pytest.approx(analytic_solo_s(lone, config.cost_for_tp(1)), rel=1e-9)
 
 
 def test_a_plan_is_as_slow_as_its_slowest_worker() -> None:

@@ -10,6 +10,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from solo_time import analytic_solo_s
 
 from heddle.control.systems import SYSTEMS
 from heddle.events import Migrated
@@ -31,27 +32,14 @@ def trajectory(traj_id: str, prompt: int, steps: list[tuple[int, float, int]]) -
     )
 
 
-def analytic_solo_s(t: TraceTrajectory, tp: int) -> float:
-    """Prefill of what is new, one decode step per token at batch 1, then the tool."""
-    cost = preset(MODEL, "h200", tp)
-    total, context, new = 0.0, t.prompt_tokens, t.prompt_tokens
-    for index, step in enumerate(t.steps):
-        total += cost.prefill_s(new)
-        total += sum(cost.decode_step_s(1, context + j) for j in range(step.output_tokens))
-        context += step.output_tokens + step.tool_output_tokens
-        new = step.tool_output_tokens
-        if index < len(t.steps) - 1:
-            total += step.tool_s
-    return total
-
-
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_a_lone_trajectory_takes_its_analytic_solo_time(system: str) -> None:
     lone = trajectory("solo", 700, [(300, 2.5, 120), (50, 0.0, 0), (900, 1.0, 40)])
     config = SimConfig(model=MODEL, num_gpus=1, predictor="oracle")
     result = simulate([lone], system, config)
     assert result.tp_degrees == [1]
-    assert result.makespan_s == pytest.approx(analytic_solo_s(lone, 1), rel=1e-9)
+    solo_s = analytic_solo_s(lone, preset(MODEL, "h200", 1))
+    assert result.makespan_s == pytest.approx(solo_s, rel=1e-9)
     assert result.slowest.queue_s == pytest.approx(0.0, abs=1e-12)
     assert result.num_output_tokens == 1250
 
@@ -78,7 +66,8 @@ def test_tokens_are_conserved_and_time_is_fully_accounted(
 
 
 def test_every_trajectory_s_time_adds_up(small_trace: list[TraceTrajectory]) -> None:
-    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     config = SimConfig(model=MODEL, num_gpus=4)
@@ -155,7 +144,8 @@ def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
         predictor_sigma=1.0,
         engine_model="torch",  # the engine model whose migrations move KV
     )
-    from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     spec = system_spec("heddle")

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.events import (
     Event,
     Generated,

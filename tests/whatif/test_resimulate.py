@@ -11,7 +11,8 @@ import pytest
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.control.systems import ControlOptions, build_control_plane, system_spec
+from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.systems import system_spec
 from heddle.ledger import open_ledger
 from heddle.replay import rebuild_ledger
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor, simulate

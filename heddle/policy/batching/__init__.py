@@ -1,7 +1,10 @@
 """A pure continuous-batching model of one inference worker (see ``model`` for the contract).
 
 Used by the simulator on a virtual clock and, unchanged, by the live ``sim`` engine in scaled
-real time.
+real time. ``model`` holds the clock and the public API; ``scheduler`` the moves at a step
+boundary (admission, prefill, preemption, finishing) and the prefix cache they fill (``cache``,
+``radix``); ``queues``, ``victims`` and ``span`` the waiting and running sets, the choice of
+preemption victims and the closed-form decode chunks; ``jobs`` the value types.
 """
 
 from heddle.policy.batching.cache import (

@@ -4,9 +4,9 @@ Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox proc
 ``bwrap`` (bubblewrap's command line),
 ``sandbox_child`` (the child script), ``sandbox`` (one process, one call), ``pool`` (pre-warmed
 processes scaled with demand), ``output`` (capped capture), ``search`` (BM25 over a local
-corpus), ``trace`` (pseudo-token replay), ``call_runner`` (a ``ToolRequest`` -> result),
-``executor`` (the NATS service behind ``heddle tools serve``), ``bench`` and ``bench_nats``
-(``heddle bench tools``).
+corpus), ``trace`` (pseudo-token replay), ``runner`` (a ``ToolRequest`` -> result),
+``executor`` (the NATS service behind ``heddle tools serve``); its benchmark is
+``heddle.bench.tools``.
 
 What the sandbox guarantees (model code is untrusted input)
 -----------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import events_factory as b
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
@@ -22,8 +23,6 @@ from heddle.control.placement import (
 from heddle.events import StartTrajectory, TrajectoryPlaced
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.scheduling.priority import priority_policy
-
-from .. import builders as b
 
 operations = st.lists(
     st.one_of(

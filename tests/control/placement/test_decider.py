@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 
+import events_factory as b
+
+from heddle.control.control_plane import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.control.placement import PlacementDecider, PresortedPlacer, RouterPlacer
-from heddle.control.systems import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.events import (
     ContinueTrajectory,
     Event,
@@ -16,8 +18,6 @@ from heddle.events import (
 )
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.prediction import PredictorOptions, make_predictor
-
-from .. import builders as b
 
 
 def cost_for_tp(tp: int) -> AnalyticCostModel:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import events_factory as b
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
@@ -32,8 +33,6 @@ from heddle.events import (
 )
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.scheduling.priority import priority_policy
-
-from .. import builders as b
 
 
 def cost_for_tp(tp: int) -> AnalyticCostModel:

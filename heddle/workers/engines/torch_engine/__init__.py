@@ -16,5 +16,6 @@ torch and transformers load with the modules that need them. The pieces, one res
 - ``snapshot``: KV export/import bytes (msgpack header + raw tensor bytes, no pickle).
 - ``core``: the synchronous step loop, with its counters in ``stats``; ``engine``: the ``Engine``
   protocol around it, in a thread.
-- ``bench``: the measurements behind ``heddle bench engine``.
+
+The measurements behind ``heddle bench engine`` live in ``heddle.bench.engine``.
 """

@@ -1,0 +1,23 @@
+"""Benchmarks and the paper's figures: code that measures Heddle, never code a deployment runs.
+
+The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench_*.py``,
+``heddle/cli/sim_figures.py``) parse flags and print; the measurements live here:
+
+- ``bus``: ``heddle bench bus``, publish, raw pull, ledger projection and replay rates of step
+  events, each pass a ``phases.Phase`` (wall and CPU time); ``nats_cli``: natscli's own
+  ``nats bench js`` on the same server, for the bus's limit;
+- ``control``: ``heddle bench control``, the deployed control plane's step event -> command
+  latency under a paper-scale load played by this process (``control_player``);
+- ``engine``: ``heddle bench engine``, the torch engine's decode F(b), prefill, resume and
+  migration costs (their types in ``engine_figures``, a cheap import);
+- ``chaos`` / ``chaos_trainer``: ``heddle bench chaos``, rollouts while processes are SIGKILLed
+  at random, and the trainer whose record is counted against what was submitted;
+- ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
+  the same through NATS (``ToolCall`` -> ``ToolReturned``);
+- ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control
+  plane's cost per step;
+- ``figures``: ``heddle sim figures``, the paper's experiments re-done in simulation.
+
+Arrows point into the product packages only: nothing outside ``heddle.bench`` and ``heddle.cli``
+imports from here.
+"""

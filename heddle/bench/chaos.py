@@ -1,0 +1,278 @@
+"""`heddle bench chaos`: rollouts on a local deployment while processes are SIGKILLed at random.
+
+The deployment: a control plane, the ledger projector (a process of its own), sim workers, tool
+executors and a trainer (``heddle bench chaos-trainer``, ``heddle.bench.chaos_trainer``:
+``HeddleClient.completions`` of every rollout, recording each trajectory it is handed). Rollouts
+run one after another; during each, a seeded schedule SIGKILLs one process of a random kind at
+random moments and restarts it as an operator would: the control plane, the projector, a tool
+executor and the trainer with their previous arguments, a worker as a new worker (a fresh id: the
+control plane replaces the dead one's trajectories once its heartbeats stop). The first kills cover
+every kind once.
+
+At the end the trainer's record is counted against what was submitted: ``lost`` trajectories
+never handed to the trainer, ``duplicates`` handed twice to one trainer process (the client
+promises once per iteration), and ``redelivered_after_restart``: the trajectory a killed trainer
+had in hand, handed again to its successor (the client documents this; ``traj_id`` dedupes it).
+The live ledger is verified against the stream as of its position (``heddle replay --verify``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heddle.bench.chaos_trainer import count_record
+from heddle.bus import Bus, ReplayQuery
+from heddle.config import Settings
+from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.events import Completed, RolloutFinished
+from heddle.events.subjects import rollout_filter
+from heddle.ledger import LEDGER_CONSUMER, queries
+from heddle.ledger.snapshot import open_read_only
+from heddle.replay import open_replay
+from heddle.rollout.deployment import LocalDeployment
+from heddle.rollout.processes import Child
+from heddle.rollout.submission import RolloutPlan, submit, trace_specs
+from heddle.workloads import generate
+
+KINDS = ("control_plane", "projector", "worker", "tool_executor", "trainer")
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    num_rollouts: int = 5
+    num_kills: int = 30
+    seed: int = 0
+    num_trajectories: int = 16
+    """Trajectories per rollout."""
+    num_workers: int = 3
+    num_tool_executors: int = 2
+    workload: str = "search"
+    time_scale: float = 10.0
+    """Model seconds per wall second of the sim engine and the trace tools."""
+    min_gap_s: float = 0.5
+    max_gap_s: float = 2.5
+    """Wall seconds between one restart and the next kill (uniform)."""
+    max_restart_delay_s: float = 1.0
+    """Wall seconds an operator takes to restart what died (uniform from 0)."""
+    worker_timeout_s: float = 3.0
+    heartbeat_s: float = 0.5
+    rollout_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosReport:
+    rollouts: int
+    kills: int
+    completions_expected: int
+    completions_received: int
+    """Distinct trajectories the trainer was handed."""
+    duplicates: int
+    lost: int
+    ledger_consistent: bool
+    kills_by_kind: dict[str, int]
+    redelivered_after_restart: int
+    stream_duplicate_completions: int
+    """Completed events beyond one per trajectory in the stream (the client hides them)."""
+    ledger_sequence: int
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def kill_schedule(rng: random.Random, num_kills: int) -> list[str]:
+    """Every kind once (shuffled) first, then kinds drawn uniformly."""
+    first = list(KINDS)
+    rng.shuffle(first)
+    rest = [rng.choice(KINDS) for _ in range(max(0, num_kills - len(first)))]
+    return (first + rest)[:num_kills]
+
+
+def kills_per_rollout(num_kills: int, num_rollouts: int) -> list[int]:
+    base, extra = divmod(num_kills, num_rollouts)
+    return [base + (1 if index < extra else 0) for index in range(num_rollouts)]
+
+
+@dataclass(slots=True)
+class Cluster:
+    """The deployment's processes and how an operator restarts each kind."""
+
+    deployment: LocalDeployment
+    config: ChaosConfig
+    trainer_args: list[str]
+    trainer: Child | None = None
+    num_workers_started: int = 0
+    kills: Counter[str] = field(default_factory=Counter)
+
+    async def start(self) -> None:
+        config = self.config
+        control = ControlPlaneConfig(
+            cost_model="qwen3-8b",
+            predictor=PredictorConfig("noisy_oracle"),
+            worker_timeout_s=config.worker_timeout_s,
+        )
+        await self.deployment.start_control_plane(control)
+        for _ in range(config.num_workers):
+            await self._start_worker()
+        await self.deployment.start_tools(config.num_tool_executors, max_in_flight=256)
+        self.trainer = await self.deployment.launcher.start("trainer", self.trainer_args)
+
+    async def _start_worker(self) -> None:
+        worker_id = f"w{self.num_workers_started:02d}"
+        self.num_workers_started += 1
+        options = {"time_scale": str(self.config.time_scale), "model": "qwen3-8b"}
+        launcher = self.deployment.launcher
+        child = await launcher.start_worker(worker_id, "sim", options, self.config.heartbeat_s)
+        self.deployment.workers[worker_id] = child
+
+    async def kill_and_restart(self, kind: str, rng: random.Random) -> None:
+        victim = self._victim(kind, rng)
+        victim.kill()
+        await victim.process.wait()
+        self.kills[kind] += 1
+        await asyncio.sleep(rng.uniform(0.0, self.config.max_restart_delay_s))
+        await self._restart(kind, victim)
+
+    def _victim(self, kind: str, rng: random.Random) -> Child:
+        deployment = self.deployment
+        match kind:
+            case "control_plane":
+                assert deployment.control_plane is not None
+                return deployment.control_plane
+            case "projector":
+                assert deployment.projector is not None
+                return deployment.projector
+            case "worker":
+                return rng.choice([c for c in deployment.workers.values() if c.is_running])
+            case "tool_executor":
+                return rng.choice(deployment.tools)
+            case "trainer":
+                assert self.trainer is not None
+                return self.trainer
+        raise ValueError(f"unknown process kind {kind!r}")
+
+    async def _restart(self, kind: str, victim: Child) -> None:
+        deployment = self.deployment
+        launcher = deployment.launcher
+        nice = launcher.data_plane_nice
+        match kind:
+            case "control_plane":
+                await deployment.restart_control_plane()
+            case "projector":
+                deployment.projector = await launcher.start(victim.name, victim.args, nice=nice)
+            case "worker":
+                deployment.workers = {
+                    wid: c for wid, c in deployment.workers.items() if c is not victim
+                }
+                await self._start_worker()
+            case "tool_executor":
+                restarted = await launcher.start(victim.name, victim.args, nice=nice)
+                deployment.tools = [restarted if c is victim else c for c in deployment.tools]
+            case "trainer":
+                self.trainer = await launcher.start(victim.name, victim.args)
+
+    async def wait_trainer(self, timeout_s: float) -> None:
+        """Until the trainer has iterated every rollout's completions and exited."""
+        assert self.trainer is not None
+        await asyncio.wait_for(self.trainer.process.wait(), timeout_s)
+        if self.trainer.process.returncode != 0:
+            raise RuntimeError(f"the trainer exited with {self.trainer.process.returncode}")
+
+
+async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> ChaosReport:
+    started = time.monotonic()
+    rng = random.Random(config.seed)
+    tag = secrets.token_hex(3)
+    rollout_ids = [f"chaos{config.seed}-{tag}-{index:02d}" for index in range(config.num_rollouts)]
+    record = work_dir / "trainer.record"
+    trainer_args = ["bench", "chaos-trainer", "--record", str(record), *rollout_ids]
+    schedule = kill_schedule(rng, config.num_kills)
+    trace = generate(config.workload, config.num_trajectories, seed=config.seed)
+    source = f"workload:{config.workload}"
+    plan = RolloutPlan("heddle", trace_specs(trace), source, config.time_scale)
+    async with Bus(settings) as bus:
+        deployment = LocalDeployment(bus, work_dir / "logs")
+        cluster = Cluster(deployment, config, trainer_args)
+        try:
+            await cluster.start()
+            for rollout_id, num_kills in zip(
+                rollout_ids, kills_per_rollout(config.num_kills, config.num_rollouts), strict=True
+            ):
+                await submit(bus, plan, rollout_id)
+                for _ in range(num_kills):
+                    await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
+                    await cluster.kill_and_restart(schedule.pop(0), rng)
+                await _wait_finished(bus, rollout_id, config.rollout_timeout_s)
+            await cluster.wait_trainer(config.rollout_timeout_s)
+            finished_at = await _wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
+            await _wait_projected(settings, finished_at, config.rollout_timeout_s)
+            stream_duplicates = await _stream_duplicate_completions(bus, rollout_ids)
+        finally:
+            await deployment.stop()
+    async with open_replay(settings, live=True) as session:
+        verified = await session.verify()
+    counts = count_record(record)
+    expected = config.num_rollouts * config.num_trajectories
+    return ChaosReport(
+        rollouts=config.num_rollouts,
+        kills=sum(cluster.kills.values()),
+        completions_expected=expected,
+        completions_received=counts.distinct,
+        duplicates=counts.duplicates,
+        lost=expected - counts.distinct,
+        ledger_consistent=verified.consistent,
+        kills_by_kind={kind: cluster.kills[kind] for kind in KINDS},
+        redelivered_after_restart=counts.redelivered,
+        stream_duplicate_completions=stream_duplicates,
+        ledger_sequence=verified.sequence,
+        wall_s=round(time.monotonic() - started, 1),
+    )
+
+
+async def _wait_finished(bus: Bus, rollout_id: str, timeout_s: float) -> int:
+    """The stream sequence of the rollout's ``RolloutFinished`` (waits for it)."""
+    deadline = time.monotonic() + timeout_s
+    query = ReplayQuery((f"heddle.evt.rollout.{rollout_id}.finished",))
+    while time.monotonic() < deadline:
+        async for record in bus.replay_events(query):
+            if isinstance(record.message, RolloutFinished):
+                return record.stream_sequence
+        await asyncio.sleep(_POLL_S)
+    raise TimeoutError(f"rollout {rollout_id} did not finish within {timeout_s:g} s")
+
+
+async def _wait_projected(settings: Settings, sequence: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    ledger = await asyncio.to_thread(open_read_only, settings.ledger_url)
+    try:
+        while time.monotonic() < deadline:
+            positions = {p.consumer: p.stream_sequence for p in queries.positions(ledger)}
+            if positions.get(LEDGER_CONSUMER, 0) >= sequence:
+                return
+            await asyncio.sleep(_POLL_S)
+    finally:
+        ledger.close()
+    raise TimeoutError(f"the projector did not reach #{sequence} within {timeout_s:g} s")
+
+
+async def _stream_duplicate_completions(bus: Bus, rollout_ids: list[str]) -> int:
+    extra = 0
+    for rollout_id in rollout_ids:
+        query = ReplayQuery(tuple(rollout_filter(rollout_id)))
+        completed = Counter(
+            [
+                record.message.traj_id
+                async for record in bus.replay_events(query)
+                if isinstance(record.message, Completed)
+            ]
+        )
+        extra += sum(count - 1 for count in completed.values())
+    return extra

@@ -1,0 +1,155 @@
+"""A system bundle's control plane: its deciders in dispatch order and the engines' batching
+settings, built from the bundle (``heddle.control.systems``) and the run's options.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from heddle.control.decider import Decider
+from heddle.control.placement import (
+    AdmissionConfig,
+    KvAdmissionGate,
+    PlacementDecider,
+    Placer,
+    PresortedPlacer,
+    RouterPlacer,
+)
+from heddle.control.prediction import PredictionDecider
+from heddle.control.priority import PriorityConfig, PriorityDecider
+from heddle.control.resources import DEFAULT_OBSERVATION_RATIO
+from heddle.control.rollout import RolloutDecider
+from heddle.control.systems import PRESORTED, SystemSpec
+from heddle.control.transfer import TransferDecider
+from heddle.policy.batching import BatchingConfig
+from heddle.policy.cost.model import CostModel
+from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, EngineModel, engine_model
+from heddle.policy.prediction import Predictor
+from heddle.policy.scheduling.priority import priority_policy
+
+DEFAULT_PLACEMENT_HEDGE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ControlOptions:
+    cost_for_tp: Callable[[int], CostModel]
+    """The cost model of a worker of each TP degree (placement and resource plans)."""
+    predictor: Predictor | None = None
+    """Required by bundles that use predictions."""
+    seed: int = 0
+    engine_model: str = DEFAULT_ENGINE_MODEL
+    """How the engines behave (``heddle.policy.engine_models``); the same for every bundle."""
+    migration_hysteresis: float = 0.25
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO
+    """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
+    tool_s_per_token: float = 0.0
+    tool_call_s: float = 0.0
+    """Mean seconds of a tool call in earlier rollouts (KV admission's prior, before the
+    rollout's own calls are seen; 0: none known)."""
+    """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
+    pps_relative_change: float = 0.05
+    """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
+    admission: AdmissionConfig = AdmissionConfig()
+    """KV admission of the bundles that run it (``SystemSpec.admits``)."""
+    placement_hedge: float | None = None
+    """How far presorted block sizes move towards equal groups against prediction errors
+    (``heddle.policy.placement.robust.hedged``). None: 0 for the oracle (exact lengths leave
+    nothing to hedge against), ``DEFAULT_PLACEMENT_HEDGE`` for every other predictor; the
+    simulator and the live control plane decide it here, so a re-simulation of a recorded
+    rollout places as the rollout did."""
+
+    @property
+    def engine(self) -> EngineModel:
+        return engine_model(self.engine_model)
+
+    @property
+    def transfer_kv(self) -> bool:
+        """Migrations move the KV cache (the engine model's); else the target re-prefills."""
+        return self.engine.kv_transfer
+
+    @property
+    def effective_placement_hedge(self) -> float:
+        if self.placement_hedge is not None:
+            return self.placement_hedge
+        is_exact = self.predictor is not None and self.predictor.name == "oracle"
+        return 0.0 if is_exact else DEFAULT_PLACEMENT_HEDGE
+
+
+@dataclass(slots=True)
+class ControlPlane:
+    """The deciders of one bundle, in dispatch order, and the engines' batching config."""
+
+    spec: SystemSpec
+    deciders: list[Decider]
+    engine: BatchingConfig = field(default_factory=BatchingConfig)
+
+
+def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPlane:
+    policy = priority_policy(spec.priority)
+    hysteresis = options.pps_relative_change if spec.priority in ("pps", "spf") else 0.0
+    deciders: list[Decider] = []
+    if spec.uses_predictions:
+        if options.predictor is None:
+            raise ValueError(f"system {spec.name!r} needs a predictor")
+        deciders.append(PredictionDecider(options.predictor))
+    # Placement before priority: when one event moves both (a tool result under round robin),
+    # the router's request goes out first and the priority decider's Reprioritize, carrying the
+    # priority that event set, lands after it rather than being overwritten by it.
+    admission = _admission(spec, options)
+    deciders.append(PlacementDecider(_placer_factory(spec, options), admission=admission))
+    deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
+    if spec.migration:
+        deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
+    deciders.append(RolloutDecider())
+    return ControlPlane(spec, deciders, engine_config(spec, options.engine))
+
+
+def _admission(spec: SystemSpec, options: ControlOptions) -> KvAdmissionGate | None:
+    """KV admission for the bundles that run it (None: the decider starts trajectories at once)."""
+    if not spec.admits:
+        return None
+    policy = priority_policy(spec.priority)
+    return KvAdmissionGate(
+        options.admission,
+        policy,
+        observation_ratio=options.observation_ratio,
+        prior_tool_call_s=options.tool_call_s,
+    )
+
+
+def engine_config(spec: SystemSpec, engine: EngineModel) -> BatchingConfig:
+    """The engines' batching settings: the engine model's, preempting where the bundle's
+    priority policy is preemptive (engines preempt only when the priorities sent differ) and,
+    on an engine whose preemption drops KV, only if the bundle preempts there."""
+    preemptive = priority_policy(spec.priority).is_preemptive
+    if not engine.preemption_keeps_kv and not spec.preempts_losing_kv:
+        preemptive = False
+    return engine.batching_config(preemptive=preemptive)
+
+
+def _placer_factory(spec: SystemSpec, options: ControlOptions) -> Callable[[], Placer]:
+    if spec.placement == PRESORTED:
+
+        def presorted() -> Placer:
+            return PresortedPlacer(
+                options.cost_for_tp,
+                migration=spec.migration,
+                kv_transfer=options.transfer_kv,
+                hysteresis=options.migration_hysteresis,
+                observation_ratio=options.observation_ratio,
+                tool_s_per_token=options.tool_s_per_token,
+                hedge=options.effective_placement_hedge,
+                rebalance=spec.rebalance,
+            )
+
+        return presorted
+    rng = random.Random(options.seed)
+
+    def routed() -> Placer:
+        return RouterPlacer(
+            spec.placement, rng, locality_threshold_tokens=spec.locality_threshold_tokens
+        )
+
+    return routed

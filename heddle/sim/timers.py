@@ -1,0 +1,19 @@
+"""What the simulated data plane asks the simulator to call back for, and when."""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+
+class TimerKind(enum.IntEnum):
+    WAKE = 0
+    """A worker's next generation finishes (key: worker id)."""
+    TOOL = 1
+    """A tool call returns (key: trajectory id)."""
+    TRANSFER = 2
+    """A migration's transfer ends (key: trajectory id)."""
+
+
+class Timer(Protocol):
+    def at(self, time_s: float, kind: TimerKind, key: str) -> None: ...
