@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.cli.apps import app, settings_of, workers_app
-from heddle.config import Settings
+from heddle.config import Settings, child_variables
 from heddle.errors import UserError
 from heddle.observability import Metrics, start_metrics_server
 from heddle.observability.server import METRICS_PORT_HELP
@@ -249,10 +249,7 @@ def _engine_flags(options: dict[str, str]) -> list[str]:
 
 def _child_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ, HEDDLE_DATA_DIR=str(settings.data_dir))
-    for name, value in (
-        ("HEDDLE_NATS_URL", settings.nats_url),
-        ("HEDDLE_DATABASE_URL", settings.database_url),
-    ):
+    for name, value in child_variables(settings).items():
         if value:
             env[name] = value
     return env
