@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Iterable
+import ssl
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TypeVar
@@ -128,6 +130,7 @@ class Bus:
         """Replicas of what this bus creates (resolved on start)."""
         self._replicas_source = ""
         self._last_error: Exception | None = None
+        self._tls_refused = asyncio.Event()
         self.violations: list[Violation] = []
         """Permission violations the server reported on this connection (newest last)."""
 
@@ -202,24 +205,38 @@ class Bus:
     async def _connect(self, url: str) -> LeanClient:
         client = LeanClient()
         servers = [part.strip() for part in url.split(",") if part.strip()]
+        # nats-py retries a first connection forever when reconnects are unlimited: connect
+        # with a few attempts, then switch to the configured reconnect policy. It also never
+        # returns from a failed TLS handshake: bound the whole attempt.
+        connect_timeout_s = max(1, self.options.connect_timeout_s)
+        bound_s = (
+            (connect_timeout_s + self.options.reconnect_wait_s)
+            * (_INITIAL_CONNECT_ATTEMPTS + 1)
+            * max(1, len(servers))
+        )
+        self._tls_refused = asyncio.Event()
         try:
-            # nats-py retries a first connection forever when reconnects are unlimited: connect
-            # with a few attempts, then switch to the configured reconnect policy.
-            await client.connect(
-                servers,
-                name=self.options.name,
-                connect_timeout=int(max(1, self.options.connect_timeout_s)),
-                reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
-                max_reconnect_attempts=_INITIAL_CONNECT_ATTEMPTS,
-                allow_reconnect=True,
-                error_cb=self._on_error,
-                disconnected_cb=self._on_disconnected,
-                reconnected_cb=_log_reconnected,
-                **connect_options(self.settings),
+            await _first_of(
+                client.connect(
+                    servers,
+                    name=self.options.name,
+                    connect_timeout=int(connect_timeout_s),
+                    reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
+                    max_reconnect_attempts=_INITIAL_CONNECT_ATTEMPTS,
+                    allow_reconnect=True,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=_log_reconnected,
+                    **connect_options(self.settings),
+                ),
+                self._tls_refused,
+                bound_s,
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
             # nats-py reports why a server refused (authorization, TLS) to the error callback
             # and raises NoServersError: name the reason.
+            with contextlib.suppress(Exception):
+                await client.close()
             reason = describe_error(self._last_error or exc)
             where = _without_password(url)
             raise BusUnavailable(f"cannot reach NATS at {where}: {reason}") from None
@@ -228,6 +245,8 @@ class Bus:
 
     async def _on_error(self, exc: Exception) -> None:
         self._last_error = exc
+        if isinstance(exc, ssl.SSLError):
+            self._tls_refused.set()
         violation = parse_violation(str(exc))
         if violation is not None:
             self.violations = [*self.violations[-99:], violation]
@@ -473,3 +492,23 @@ async def _log_reconnected() -> None:
 def _without_password(url: str) -> str:
     """``url`` with any password in it masked (for messages and logs)."""
     return re.sub(r"(://[^:/@,]+:)[^@/,]+@", r"\1***@", url)
+
+
+async def _first_of(connecting: Awaitable[None], refused: asyncio.Event, timeout_s: float) -> None:
+    """Await ``connecting``; ``TimeoutError`` after ``timeout_s`` or as soon as ``refused`` is
+    set (a failed TLS handshake, after which nats-py would wait forever)."""
+    task = asyncio.ensure_future(connecting)
+    waiter = asyncio.ensure_future(refused.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, waiter}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiter.cancel()
+    if task in done:
+        task.result()
+        return
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise TimeoutError("connection refused" if refused.is_set() else "connection timed out")

@@ -37,7 +37,7 @@ def test_a_creds_file_is_handed_to_nats_py_as_it_is(tmp_path: Path) -> None:
 def test_a_file_that_is_no_credential_is_a_user_error(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("password=hunter2\n")
-    with pytest.raises(UserError, match="neither a NATS .creds file"):
+    with pytest.raises(UserError, match=r"neither a NATS \.creds file"):
         connect_options(Settings(nats_creds=path))
     with pytest.raises(UserError, match="cannot read"):
         connect_options(Settings(nats_creds=tmp_path / "missing.nk"))
