@@ -41,6 +41,7 @@ from heddle.bus.telemetry import (
     publish_telemetry,
     subscribe_heartbeats,
 )
+from heddle.bus.transient import retry_transient
 from heddle.bus.wire import LeanClient
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -420,7 +421,8 @@ class Bus:
         return ReplayReader(self.client, self.js, EVENTS_STREAM, query, decode_event)
 
     async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
-        info = await self.js.stream_info(stream)
+        """The stream's counts (asked again while a cluster elects its leader)."""
+        info = await retry_transient(lambda: self.js.stream_info(stream), f"stream {stream}")
         state = info.state
         return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
 
@@ -434,9 +436,12 @@ class Bus:
         return message.subject or "", message.data or b""
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState | None:
-        """The durable's progress, or None when it does not exist."""
+        """The durable's progress, or None when it does not exist (asked again while a cluster
+        elects its leader)."""
         try:
-            info = await self.js.consumer_info(stream, durable)
+            info = await retry_transient(
+                lambda: self.js.consumer_info(stream, durable), f"consumer {durable}"
+            )
         except NotFoundError:
             return None
         return ConsumerState(

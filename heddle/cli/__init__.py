@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "ops",
     "bench_chaos",
     "deploy",
+    "bench_cluster",
 )
 
 for _name in _COMMAND_MODULES:
