@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from heddle.bus import Bus, EmbeddedNatsServer, PublishDenied
+from heddle.bus import Bus, EmbeddedNatsServer, PermissionDenied, PublishDenied
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.deploy.auth import AUTH_CONFIG_NAME, credential_path, write_auth
@@ -102,3 +102,11 @@ async def test_a_rollout_completes_with_a_credential_per_process(
     assert summary.num_completed == len(trace)
     for log in (tmp_path / "logs").glob("*.log"):
         assert "permissions violation" not in log.read_text().lower(), log.name
+
+
+async def test_a_worker_before_the_control_plane_is_told_to_start_it_first(
+    auth_server: AuthServer,
+) -> None:
+    with pytest.raises(PermissionDenied, match=r"HEDDLE_EVENTS.*heddle up"):
+        async with Bus(auth_server.settings("worker")):
+            pass
