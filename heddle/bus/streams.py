@@ -33,6 +33,8 @@ _STREAM_CONFIG_CHANGED = 10058
 _START_SEQUENCE_CHANGED = 10012
 """JetStream error code: a consumer of that name exists with another start sequence."""
 _MAX_RECREATE_ATTEMPTS = 3
+_REPLICAS_UNAVAILABLE = (10074,)
+"""JetStream error code: replicas > 1 on a single server."""
 
 Retention = Literal["limits", "work_queue"]
 
@@ -104,6 +106,14 @@ async def provision_stream(
         if exc.err_code != _STREAM_CONFIG_CHANGED:
             raise
         await js.update_stream(config)
+    except APIError as exc:
+        if exc.err_code in _REPLICAS_UNAVAILABLE:
+            raise ReplicasMismatch(
+                f"cannot create stream {spec.name} with {num_replicas} replicas"
+                f"{f' ({replicas_source})' if replicas_source else ''}: {exc.description}; "
+                "a single server takes --nats-replicas 1"
+            ) from None
+        raise
 
 
 def _matches(existing: api.StreamConfig, wanted: api.StreamConfig) -> bool:

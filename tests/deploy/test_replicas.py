@@ -20,6 +20,13 @@ async def test_one_server_gets_one_replica(nats_url: str, tmp_path: Path) -> Non
         assert info.config.num_replicas == 1
 
 
+async def test_three_replicas_on_one_server_is_a_clear_error(nats_url: str, tmp_path: Path) -> None:
+    settings = Settings(nats_url=nats_url, data_dir=tmp_path, nats_replicas=3)
+    with pytest.raises(ReplicasMismatch, match="single server takes --nats-replicas 1"):
+        async with Bus(settings):
+            pass
+
+
 async def test_a_cluster_gets_three_replicas_and_refuses_another_count(
     nats_cluster: LoopbackCluster, tmp_path: Path
 ) -> None:
