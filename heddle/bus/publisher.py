@@ -58,6 +58,8 @@ class PublishDenied(PublishError, UserError):
     """The server refused this connection's credential the subject (a permissions violation)."""
 
 
+_HEADER_TOO_LARGE = 10097
+"""JetStream error code: the message's headers exceed 64 KiB."""
 _DENIED = -1
 """``_Rejected.err_code`` of a publish the server refused for permissions."""
 
@@ -252,6 +254,12 @@ class Publisher:
             return
         if reply_body.error is not None:
             error = reply_body.error
+            if error.err_code == _HEADER_TOO_LARGE:
+                # Heddle's headers are a few dozen bytes: the server read a copy garbled in a
+                # fail-over (seen when a cluster node died mid-publish); the same id again is
+                # safe.
+                future.set_exception(_Retry(f"server read a garbled copy: {error.description}"))
+                return
             future.set_exception(_Rejected(error.description, error.err_code))
             return
         future.set_result(PublishAck(reply_body.stream, reply_body.seq, reply_body.duplicate))
