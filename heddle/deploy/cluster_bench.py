@@ -251,8 +251,8 @@ async def _kill_and_restart(
 ) -> str:
     """SIGKILL the events stream's leader (``leader_kill``) or a seeded other node, restart it
     after ``restart_after_s``; the node's name."""
-    leader = await stream_leader(bus)
-    if kind == "leader_kill" and leader:
+    leader = await wait_leader(bus)
+    if kind == "leader_kill":
         victim = cluster.index_of(leader)
     else:
         others = [index for index, name in enumerate(cluster.names) if name != leader]
@@ -277,16 +277,28 @@ def _digest(data: bytes) -> bytes:
 async def stream_leader(bus: Bus) -> str:
     """The events stream's leader ('' while none is elected or the request fails)."""
     try:
-        info = await bus.js.stream_info(EVENTS_STREAM)
+        info = await asyncio.wait_for(bus.js.stream_info(EVENTS_STREAM), 1.0)
     except Exception:
         return ""
     return (info.cluster.leader or "") if info.cluster is not None else ""
 
 
+async def wait_leader(bus: Bus, timeout_s: float = 30.0) -> str:
+    """The events stream's leader, asking until one answers (``TimeoutError`` after
+    ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        leader = await stream_leader(bus)
+        if leader:
+            return leader
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no leader of {EVENTS_STREAM} within {timeout_s:g} s")
+
+
 class LeaderWatcher:
     """Polls the events stream's leader; ``num_changes``: how often it was seen to change."""
 
-    def __init__(self, bus: Bus, period_s: float = 0.25) -> None:
+    def __init__(self, bus: Bus, period_s: float = 0.1) -> None:
         self.bus = bus
         self.period_s = period_s
         self.leaders: list[str] = []
