@@ -12,6 +12,8 @@ from pathlib import Path
 
 import platformdirs
 
+from heddle.errors import UserError
+
 DEFAULT_DATA_DIR = Path(platformdirs.user_data_dir("heddle"))
 DEFAULT_MAX_EVENT_BYTES = 256 * 1024
 
@@ -24,6 +26,16 @@ class Settings:
     """Ledger SQLAlchemy URL (``HEDDLE_DATABASE_URL``); None uses ``<data_dir>/ledger.db``."""
     data_dir: Path = DEFAULT_DATA_DIR
     """Root of local state (``HEDDLE_DATA_DIR``): embedded JetStream store, SQLite ledger, plots."""
+    nats_creds: Path | None = None
+    """NATS credential file (``HEDDLE_NATS_CREDS``): a ``.creds`` file (user JWT and nkey seed,
+    as ``nsc`` writes) or an nkey seed file (as ``heddle deploy auth`` writes). A user and
+    password can instead go in the URL (``nats://user:password@host:4222``)."""
+    nats_tls_ca: Path | None = None
+    """CA certificate (PEM) that the NATS server's TLS certificate must chain to
+    (``HEDDLE_NATS_TLS_CA``); set, the connection uses TLS."""
+    nats_replicas: int | None = None
+    """Replicas of the streams and buckets this process creates (``HEDDLE_NATS_REPLICAS``);
+    None asks the server: 1 on a single server, 3 on a cluster."""
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     """Largest event or command JSON published inline (``HEDDLE_MAX_EVENT_BYTES``); a larger
     one moves its biggest number arrays to the object store (``heddle.bus.payloads``). Well
@@ -52,15 +64,44 @@ def load_settings(
     nats_url: str | None = None,
     database_url: str | None = None,
     data_dir: Path | None = None,
+    nats_creds: Path | None = None,
+    nats_tls_ca: Path | None = None,
+    nats_replicas: int | None = None,
 ) -> Settings:
     """Settings from explicit values (CLI flags) over ``HEDDLE_*`` variables over defaults."""
     env_data_dir = os.environ.get("HEDDLE_DATA_DIR")
     env_max_event_bytes = os.environ.get("HEDDLE_MAX_EVENT_BYTES")
+    env_replicas = os.environ.get("HEDDLE_NATS_REPLICAS")
     return Settings(
         nats_url=nats_url or os.environ.get("HEDDLE_NATS_URL") or None,
+        nats_creds=nats_creds or _env_path("HEDDLE_NATS_CREDS"),
+        nats_tls_ca=nats_tls_ca or _env_path("HEDDLE_NATS_TLS_CA"),
+        nats_replicas=nats_replicas or (_replicas(env_replicas) if env_replicas else None),
         database_url=database_url or os.environ.get("HEDDLE_DATABASE_URL") or None,
         data_dir=data_dir or (Path(env_data_dir) if env_data_dir else DEFAULT_DATA_DIR),
         max_event_bytes=(
             int(env_max_event_bytes) if env_max_event_bytes else DEFAULT_MAX_EVENT_BYTES
         ),
     )
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _replicas(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 5:
+        raise UserError(f"HEDDLE_NATS_REPLICAS={text!r}: give a whole number from 1 to 5")
+    return int(text)
+
+
+def child_variables(settings: Settings) -> dict[str, str | None]:
+    """The ``HEDDLE_*`` variables that hand ``settings`` to a child process (None: unset)."""
+    return {
+        "HEDDLE_NATS_URL": settings.nats_url,
+        "HEDDLE_DATABASE_URL": settings.database_url,
+        "HEDDLE_NATS_CREDS": str(settings.nats_creds) if settings.nats_creds else None,
+        "HEDDLE_NATS_TLS_CA": str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
+        "HEDDLE_NATS_REPLICAS": str(settings.nats_replicas) if settings.nats_replicas else None,
+    }

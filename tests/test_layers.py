@@ -13,7 +13,7 @@ LAYERS: dict[str, int] = {
     # data types and shared leaves
     "heddle.ids": 0,
     "heddle.errors": 0,
-    "heddle.config": 0,
+    "heddle.config": 1,
     "heddle.traces": 0,
     "heddle.events": 1,
     # the pure core
@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "heddle.client": 9,
     # what runs on top of a deployment
     "heddle.bench": 10,
+    "heddle.deploy": 10,
     "heddle.examples": 10,
     "heddle.cli": 11,
 }

@@ -50,10 +50,16 @@ Blobs (chunked object store, bucket ``heddle-kv``)::
 
 State: ``await bus.stream_state()``, ``await bus.consumer_state(stream, durable)``,
 ``await bus.delete_consumer(stream, durable)``.
+
+Connection (``heddle.bus.connection``): credentials from ``settings.nats_creds`` or the URL, TLS
+with ``settings.nats_tls_ca``; streams and buckets get ``bus.num_replicas`` replicas (1 on one
+server, 3 on a cluster, unless set), and an existing stream with another count is an error
+(``ReplicasMismatch``). A publish the server refuses for permissions raises ``PublishDenied``.
 """
 
 from heddle.bus.batch_runner import BatchRunner
 from heddle.bus.bus import Bus, BusOptions, BusUnavailable, ConsumerState, StreamState
+from heddle.bus.connection import PermissionDenied
 from heddle.bus.delivery import (
     BatchHandler,
     Decoder,
@@ -66,11 +72,11 @@ from heddle.bus.delivery import (
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
 from heddle.bus.payloads import PayloadError
-from heddle.bus.publisher import PublishAck, PublishError, PublishOptions
+from heddle.bus.publisher import PublishAck, PublishDenied, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
 from heddle.bus.runner import ConsumerLost, RunnerStats
 from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
-from heddle.bus.streams import ConsumerSpec, StreamSpec
+from heddle.bus.streams import ConsumerSpec, ReplicasMismatch, StreamSpec
 from heddle.bus.telemetry import TelemetrySubscription
 
 __all__ = [
@@ -93,13 +99,16 @@ __all__ = [
     "NatsServerNotFound",
     "ObjectNotFound",
     "PayloadError",
+    "PermissionDenied",
     "PublishAck",
+    "PublishDenied",
     "PublishError",
     "PublishOptions",
     "Rejection",
     "ReplayQuery",
     "ReplayReader",
     "ReplayRecord",
+    "ReplicasMismatch",
     "RunnerStats",
     "StreamSpec",
     "StreamState",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable
+import re
+import ssl
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TypeVar
@@ -15,6 +18,14 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from heddle.bus.batch_runner import BatchRunner
+from heddle.bus.connection import (
+    PermissionDenied,
+    Violation,
+    connect_options,
+    describe_error,
+    parse_violation,
+    replicas_for,
+)
 from heddle.bus.delivery import BatchHandler, Decoder, MessageHandler
 from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_embedded_server
 from heddle.bus.message_runner import MessageRunner
@@ -30,6 +41,7 @@ from heddle.bus.telemetry import (
     publish_telemetry,
     subscribe_heartbeats,
 )
+from heddle.bus.transient import retry_transient
 from heddle.bus.wire import LeanClient
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -64,8 +76,9 @@ class BusOptions:
 
     name: str = "heddle"
     """Connection name shown by ``nats server report connections``."""
-    num_replicas: int = 1
-    """Stream replicas (3 on a production cluster)."""
+    num_replicas: int | None = None
+    """Replicas of the streams and buckets this bus creates; None: ``Settings.nats_replicas``,
+    else what the server suggests (1 on one server, 3 on a cluster)."""
     provision: bool = True
     """Create or update Heddle's streams on start."""
     connect_timeout_s: float = 5.0
@@ -114,6 +127,13 @@ class Bus:
         self._objects: Objects | None = None
         self._payloads: Objects | None = None
         self._is_closing = False
+        self.num_replicas = 1
+        """Replicas of what this bus creates (resolved on start)."""
+        self._replicas_source = ""
+        self._last_error: Exception | None = None
+        self._tls_refused = asyncio.Event()
+        self.violations: list[Violation] = []
+        """Permission violations the server reported on this connection (newest last)."""
 
     async def __aenter__(self) -> Bus:
         await self.start()
@@ -157,12 +177,13 @@ class Bus:
         try:
             self._client = await self._connect(url)
             self._js = self._client.jetstream()
+            self.num_replicas, self._replicas_source = self._resolve_replicas(self._client)
             if self.options.provision:
                 await self.provision()
             self._publisher = await Publisher(self._client, self.options.publish).open()
-            self._objects = Objects(self._js, KV_BUCKET, self.options.num_replicas)
+            self._objects = Objects(self._js, KV_BUCKET, self.num_replicas)
             self._payloads = Objects(
-                self._js, PAYLOADS_BUCKET, self.options.num_replicas, self.options.payload_max_age_s
+                self._js, PAYLOADS_BUCKET, self.num_replicas, self.options.payload_max_age_s
             )
         except BaseException:
             await self.close()
@@ -173,29 +194,67 @@ class Bus:
         """Publishes sent again with the same id after a timeout or refusal (diagnostics)."""
         return self._publisher.num_resent if self._publisher is not None else 0
 
+    def _resolve_replicas(self, client: LeanClient) -> tuple[int, str]:
+        if self.options.num_replicas is not None:
+            return self.options.num_replicas, "asked by this process"
+        if self.settings.nats_replicas is not None:
+            return self.settings.nats_replicas, "from --nats-replicas / HEDDLE_NATS_REPLICAS"
+        suggested = replicas_for(client._server_info)
+        where = "a cluster" if suggested > 1 else "a single server"
+        return suggested, f"the default on {where}"
+
     async def _connect(self, url: str) -> LeanClient:
         client = LeanClient()
         servers = [part.strip() for part in url.split(",") if part.strip()]
+        # nats-py retries a first connection forever when reconnects are unlimited: connect
+        # with a few attempts, then switch to the configured reconnect policy. It also never
+        # returns from a failed TLS handshake: bound the whole attempt.
+        connect_timeout_s = max(1, self.options.connect_timeout_s)
+        bound_s = (
+            (connect_timeout_s + self.options.reconnect_wait_s)
+            * (_INITIAL_CONNECT_ATTEMPTS + 1)
+            * max(1, len(servers))
+        )
+        self._tls_refused = asyncio.Event()
         try:
-            # nats-py retries a first connection forever when reconnects are unlimited: connect
-            # with a few attempts, then switch to the configured reconnect policy.
-            await client.connect(
-                servers,
-                name=self.options.name,
-                connect_timeout=int(max(1, self.options.connect_timeout_s)),
-                reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
-                max_reconnect_attempts=_INITIAL_CONNECT_ATTEMPTS,
-                allow_reconnect=True,
-                error_cb=self._on_error,
-                disconnected_cb=self._on_disconnected,
-                reconnected_cb=_log_reconnected,
+            await _first_of(
+                client.connect(
+                    servers,
+                    name=self.options.name,
+                    connect_timeout=int(connect_timeout_s),
+                    reconnect_time_wait=self.options.reconnect_wait_s,  # type: ignore[arg-type]
+                    max_reconnect_attempts=_INITIAL_CONNECT_ATTEMPTS,
+                    allow_reconnect=True,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=_log_reconnected,
+                    **connect_options(self.settings),
+                ),
+                self._tls_refused,
+                bound_s,
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
-            raise BusUnavailable(f"cannot reach NATS at {url}: {exc!r}") from None
+            # nats-py reports why a server refused (authorization, TLS) to the error callback
+            # and raises NoServersError: name the reason.
+            with contextlib.suppress(Exception):
+                await client.close()
+            reason = describe_error(self._last_error or exc)
+            where = _without_password(url)
+            raise BusUnavailable(f"cannot reach NATS at {where}: {reason}") from None
         client.options["max_reconnect_attempts"] = self.options.max_reconnect_attempts
         return client
 
     async def _on_error(self, exc: Exception) -> None:
+        self._last_error = exc
+        if isinstance(exc, ssl.SSLError):
+            self._tls_refused.set()
+        violation = parse_violation(str(exc))
+        if violation is not None:
+            self.violations = [*self.violations[-99:], violation]
+            log.error("%s", violation.message())
+            if violation.operation == "publish" and self._publisher is not None:
+                self._publisher.deny(violation.subject, violation.message())
+            return
         if not self._is_closing:
             log.warning("nats: %r", exc)
 
@@ -226,7 +285,16 @@ class Bus:
     async def provision(self) -> None:
         """Create or update ``HEDDLE_EVENTS``, ``HEDDLE_CMDS`` and ``HEDDLE_TOOLS``."""
         for spec in HEDDLE_STREAMS:
-            await provision_stream(self.js, spec, self.options.num_replicas)
+            try:
+                await provision_stream(self.js, spec, self.num_replicas, self._replicas_source)
+            except TimeoutError:
+                if self.violations:
+                    raise PermissionDenied(
+                        f"cannot provision stream {spec.name}: "
+                        f"{self.violations[-1].message()}; start a process whose role may "
+                        "create streams (the control plane, `heddle up`) first"
+                    ) from None
+                raise
 
     # ---- publishing -----------------------------------------------------------------------
 
@@ -353,7 +421,8 @@ class Bus:
         return ReplayReader(self.client, self.js, EVENTS_STREAM, query, decode_event)
 
     async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
-        info = await self.js.stream_info(stream)
+        """The stream's counts (asked again while a cluster elects its leader)."""
+        info = await retry_transient(lambda: self.js.stream_info(stream), f"stream {stream}")
         state = info.state
         return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
 
@@ -372,9 +441,12 @@ class Bus:
         return message.subject or "", message.data or b""
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState | None:
-        """The durable's progress, or None when it does not exist."""
+        """The durable's progress, or None when it does not exist (asked again while a cluster
+        elects its leader)."""
         try:
-            info = await self.js.consumer_info(stream, durable)
+            info = await retry_transient(
+                lambda: self.js.consumer_info(stream, durable), f"consumer {durable}"
+            )
         except NotFoundError:
             return None
         return ConsumerState(
@@ -434,3 +506,28 @@ def _envelope(message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, st
 
 async def _log_reconnected() -> None:
     log.info("nats: reconnected")
+
+
+def _without_password(url: str) -> str:
+    """``url`` with any password in it masked (for messages and logs)."""
+    return re.sub(r"(://[^:/@,]+:)[^@/,]+@", r"\1***@", url)
+
+
+async def _first_of(connecting: Awaitable[None], refused: asyncio.Event, timeout_s: float) -> None:
+    """Await ``connecting``; ``TimeoutError`` after ``timeout_s`` or as soon as ``refused`` is
+    set (a failed TLS handshake, after which nats-py would wait forever)."""
+    task = asyncio.ensure_future(connecting)
+    waiter = asyncio.ensure_future(refused.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {task, waiter}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiter.cancel()
+    if task in done:
+        task.result()
+        return
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise TimeoutError("connection refused" if refused.is_set() else "connection timed out")

@@ -21,6 +21,7 @@ import msgspec
 import nats.errors
 
 from heddle.bus.wire import LeanClient, SinkSubscription, status_of
+from heddle.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,16 @@ class PublishError(RuntimeError):
         self.subject = subject
         self.reason = reason
         self.err_code = err_code
+
+
+class PublishDenied(PublishError, UserError):
+    """The server refused this connection's credential the subject (a permissions violation)."""
+
+
+_HEADER_TOO_LARGE = 10097
+"""JetStream error code: the message's headers exceed 64 KiB."""
+_DENIED = -1
+"""``_Rejected.err_code`` of a publish the server refused for permissions."""
 
 
 class _Retry(Exception):
@@ -109,6 +120,8 @@ class Publisher:
         self._prefix = client.new_inbox()
         self._tokens = itertools.count()
         self._waiting: dict[bytes, asyncio.Future[PublishAck]] = {}
+        self._subjects: dict[bytes, str] = {}
+        """Subject of each awaited publish (to fail those the server refuses)."""
         self._subscription: SinkSubscription | None = None
         self._resume_at = 0.0
         """Monotonic time before which sends pause, after the server refused one."""
@@ -126,6 +139,7 @@ class Publisher:
         for future in self._waiting.values():
             future.cancel()
         self._waiting.clear()
+        self._subjects.clear()
 
     async def publish(self, subject: str, data: bytes, msg_id: str | None) -> PublishAck:
         """Publish one message and wait for it to be stored (retrying as documented above)."""
@@ -155,6 +169,8 @@ class Publisher:
         try:
             acks[outgoing.index] = await self._await_ack(outgoing)
         except _Rejected as exc:
+            if exc.err_code == _DENIED:
+                raise PublishDenied(outgoing.subject, exc.description) from None
             raise PublishError(outgoing.subject, exc.description, exc.err_code) from None
         except _Retry as exc:
             if time.monotonic() - outgoing.started_at > self.options.retry_deadline_s:
@@ -182,6 +198,7 @@ class Publisher:
         token = str(next(self._tokens)).encode()
         future: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
+        self._subjects[token] = outgoing.subject
         headers = {"Nats-Msg-Id": outgoing.msg_id} if outgoing.msg_id else None
         outgoing.sent_at = time.monotonic()
         try:
@@ -192,17 +209,29 @@ class Publisher:
                 headers=headers,
             )
         except _RETRYABLE_SEND_ERRORS:
-            self._waiting.pop(token, None)
+            self._forget(token)
             self._pause()
             outgoing.future = None
             return
         except nats.errors.MaxPayloadError:
-            self._waiting.pop(token, None)
+            self._forget(token)
             raise PublishError(
                 outgoing.subject, f"payload of {len(outgoing.data)} bytes exceeds the server limit"
             ) from None
         outgoing.future = future
-        future.add_done_callback(lambda _: self._waiting.pop(token, None))
+        future.add_done_callback(lambda _: self._forget(token))
+
+    def _forget(self, token: bytes) -> None:
+        self._waiting.pop(token, None)
+        self._subjects.pop(token, None)
+
+    def deny(self, subject: str, reason: str) -> None:
+        """Fail every awaited publish to ``subject``: the server refused it (``PublishDenied``
+        from the publish call, instead of resending it until the retry deadline)."""
+        for token, waiting_subject in list(self._subjects.items()):
+            future = self._waiting.get(token)
+            if waiting_subject == subject and future is not None and not future.done():
+                future.set_exception(_Rejected(reason, _DENIED))
 
     def _pause(self) -> None:
         self._resume_at = time.monotonic() + self.options.retry_backoff_s
@@ -225,6 +254,12 @@ class Publisher:
             return
         if reply_body.error is not None:
             error = reply_body.error
+            if error.err_code == _HEADER_TOO_LARGE:
+                # Heddle's headers are a few dozen bytes: the server read a copy garbled in a
+                # fail-over (seen when a cluster node died mid-publish); the same id again is
+                # safe.
+                future.set_exception(_Retry(f"server read a garbled copy: {error.description}"))
+                return
             future.set_exception(_Rejected(error.description, error.err_code))
             return
         future.set_result(PublishAck(reply_body.stream, reply_body.seq, reply_body.duplicate))

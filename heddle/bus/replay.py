@@ -23,6 +23,7 @@ from heddle.bus.delivery import Decoder
 from heddle.bus.pull import PullInbox
 from heddle.bus.streams import ephemeral_config
 from heddle.bus.subject_check import subject_mismatch
+from heddle.bus.transient import retry_transient
 from heddle.bus.wire import LeanClient, parse_ack_subject
 
 T = TypeVar("T")
@@ -174,7 +175,10 @@ class ReplayReader(Generic[T]):
         config = ephemeral_config(
             self._query.filter_subjects, start_sequence=start_sequence, start_time=start_time
         )
-        info = await self._js.add_consumer(self._stream, config)
+        # An unanswered create leaves at most an ephemeral consumer that expires by itself.
+        info = await retry_transient(
+            lambda: self._js.add_consumer(self._stream, config), f"replay of {self._stream}"
+        )
         return info.name, info.num_pending or 0
 
     async def _delete_consumer(self, consumer: str) -> None:

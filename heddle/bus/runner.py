@@ -43,6 +43,7 @@ from heddle.bus.delivery import (
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
 from heddle.bus.subject_check import subject_mismatch
+from heddle.bus.transient import is_transient, retry_transient
 from heddle.bus.wire import LeanClient, parse_ack_subject
 from heddle.events import DeadLettered
 from heddle.events.subjects import parse_subject
@@ -120,7 +121,8 @@ class ConsumerRunner(Generic[T]):
         raise NotImplementedError
 
     async def _provision(self, spec: ConsumerSpec) -> None:
-        await provision_consumer(self._js, spec)
+        what = f"consumer {spec.durable}"
+        await retry_transient(lambda: provision_consumer(self._js, spec), what)
 
     async def _open_inbox(self) -> PullInbox:
         self._inbox = await PullInbox(self._client, self.spec.stream, self.spec.durable).open()
@@ -148,6 +150,12 @@ class ConsumerRunner(Generic[T]):
                     self._stopping = True
             except NotFoundError:
                 await self._consumer_lost()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # A cluster electing the consumer's leader, or a reconnect: the next fetch
+                # tries again.
+                log.info("%s: consumer info unavailable (%r)", self.spec.durable, exc)
         return raws
 
     async def _is_caught_up(self) -> bool:

@@ -58,6 +58,7 @@ class EmbeddedNatsServer:
         port: int = 0,
         max_payload_bytes: int | None = MAX_PAYLOAD_BYTES,
         monitor_port: int | None = None,
+        extra_config: str = "",
     ):
         self.store_dir = Path(store_dir)
         self.port = port or free_port()
@@ -67,6 +68,8 @@ class EmbeddedNatsServer:
             self.monitor_port = free_port()
         self.max_payload_bytes = max_payload_bytes
         """None: the server's own default (1 MiB), as on a stock deployment."""
+        self.extra_config = extra_config
+        """Appended to the server's configuration file (authorization, TLS, ...)."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -91,7 +94,8 @@ class EmbeddedNatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         config = self.store_dir / "nats-server.conf"
         limit = self.max_payload_bytes
-        config.write_text(f"max_payload: {limit}\n" if limit is not None else "")
+        limit_line = f"max_payload: {limit}\n" if limit is not None else ""
+        config.write_text(limit_line + self.extra_config)
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 [

@@ -18,6 +18,7 @@ from typing import Literal
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
+from heddle.errors import UserError
 from heddle.events.subjects import (
     COMMANDS_STREAM,
     COMMANDS_SUBJECTS,
@@ -32,6 +33,8 @@ _STREAM_CONFIG_CHANGED = 10058
 _START_SEQUENCE_CHANGED = 10012
 """JetStream error code: a consumer of that name exists with another start sequence."""
 _MAX_RECREATE_ATTEMPTS = 3
+_REPLICAS_UNAVAILABLE = (10074,)
+"""JetStream error code: replicas > 1 on a single server."""
 
 Retention = Literal["limits", "work_queue"]
 
@@ -70,15 +73,57 @@ TOOLS = StreamSpec(TOOLS_STREAM, (TOOLS_SUBJECTS,), retention="work_queue")
 HEDDLE_STREAMS: tuple[StreamSpec, ...] = (EVENTS, COMMANDS, TOOLS)
 
 
-async def provision_stream(js: JetStreamContext, spec: StreamSpec, num_replicas: int = 1) -> None:
-    """Create ``spec``'s stream, or update it when its configuration changed (idempotent)."""
+class ReplicasMismatch(UserError):
+    """An existing stream has another replica count than this process expects."""
+
+
+async def provision_stream(
+    js: JetStreamContext, spec: StreamSpec, num_replicas: int = 1, replicas_source: str = ""
+) -> None:
+    """Create ``spec``'s stream, or update it when its configuration changed (idempotent); a
+    stream that is already as specified is left alone (no create permission needed).
+    ``ReplicasMismatch`` when it exists with another replica count (``replicas_source`` says
+    where ``num_replicas`` came from, for the message)."""
     config = spec.config(num_replicas)
+    try:
+        info = await js.stream_info(spec.name)
+    except NotFoundError:
+        info = None
+    if info is not None:
+        existing = info.config.num_replicas or 1
+        if existing != num_replicas:
+            raise ReplicasMismatch(
+                f"stream {spec.name} has {existing} replica(s) but this process expects "
+                f"{num_replicas}{f' ({replicas_source})' if replicas_source else ''}: pass "
+                f"--nats-replicas {existing} (or HEDDLE_NATS_REPLICAS={existing}) to use it as it "
+                f"is, or change it with `nats stream edit {spec.name} --replicas {num_replicas}`"
+            )
+        if _matches(info.config, config):
+            return
     try:
         await js.add_stream(config)
     except BadRequestError as exc:
         if exc.err_code != _STREAM_CONFIG_CHANGED:
             raise
         await js.update_stream(config)
+    except APIError as exc:
+        if exc.err_code in _REPLICAS_UNAVAILABLE:
+            raise ReplicasMismatch(
+                f"cannot create stream {spec.name} with {num_replicas} replicas"
+                f"{f' ({replicas_source})' if replicas_source else ''}: {exc.description}; "
+                "a single server takes --nats-replicas 1"
+            ) from None
+        raise
+
+
+def _matches(existing: api.StreamConfig, wanted: api.StreamConfig) -> bool:
+    return (
+        sorted(existing.subjects or []) == sorted(wanted.subjects or [])
+        and existing.retention == wanted.retention
+        and existing.storage == wanted.storage
+        and (existing.max_age or 0.0) == (wanted.max_age or 0.0)
+        and (existing.duplicate_window or 0.0) == (wanted.duplicate_window or 0.0)
+    )
 
 
 @dataclass(frozen=True, slots=True)

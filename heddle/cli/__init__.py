@@ -30,6 +30,8 @@ _COMMAND_MODULES = (
     "bench_control",
     "ops",
     "bench_chaos",
+    "deploy",
+    "bench_cluster",
 )
 
 for _name in _COMMAND_MODULES:

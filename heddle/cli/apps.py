@@ -45,8 +45,39 @@ def root(
     data_dir: Annotated[
         Path | None, typer.Option(help="Local state folder (env HEDDLE_DATA_DIR)")
     ] = None,
+    nats_creds: Annotated[
+        Path | None,
+        typer.Option(
+            help="NATS credential file: .creds (JWT) or nkey seed (env HEDDLE_NATS_CREDS)",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    nats_tls_ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="CA certificate (PEM) of the NATS server's TLS (env HEDDLE_NATS_TLS_CA)",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    nats_replicas: Annotated[
+        int | None,
+        typer.Option(
+            help="Stream replicas (env HEDDLE_NATS_REPLICAS; default: 1, or 3 on a cluster)",
+            min=1,
+            max=5,
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = load_settings(nats_url=nats_url, database_url=database_url, data_dir=data_dir)
+    ctx.obj = load_settings(
+        nats_url=nats_url,
+        database_url=database_url,
+        data_dir=data_dir,
+        nats_creds=nats_creds,
+        nats_tls_ca=nats_tls_ca,
+        nats_replicas=nats_replicas,
+    )
 
 
 def settings_of(ctx: typer.Context) -> Settings:

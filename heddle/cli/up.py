@@ -3,6 +3,7 @@ optional local workers and tool executors as child processes.
 
     heddle up                                        # control plane only
     heddle up --workers 4 --engine sim --time-scale 100 --tools 2
+    heddle --nats-url nats://a:4222,nats://b:4222 --nats-creds control.nk up --replicas 3
     HEDDLE_NATS_URL=nats://nats:4222 HEDDLE_DATABASE_URL=postgresql+psycopg://... heddle up
 
 Engine options follow as ``--name value`` (see ``heddle worker --engine NAME --engine-help``).
@@ -13,6 +14,7 @@ SIGKILLed control plane restarted on the same NATS resumes where its consumers s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import time
@@ -134,6 +136,14 @@ def up_command(
     metrics_port: Annotated[
         int, typer.Option(help="Serve Prometheus metrics on this port (0: off)")
     ] = 0,
+    replicas: Annotated[
+        int | None,
+        typer.Option(
+            help="Stream replicas (as heddle --nats-replicas; default: 1, or 3 on a cluster)",
+            min=1,
+            max=5,
+        ),
+    ] = None,
 ) -> None:
     """Run the control plane until Ctrl-C (optionally with local workers and executors)."""
     options = parse_engine_args(list(ctx.args))
@@ -161,7 +171,10 @@ def up_command(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_serve(settings_of(ctx), config, pool, tools))
+    settings = settings_of(ctx)
+    if replicas is not None:
+        settings = dataclasses.replace(settings, nats_replicas=replicas)
+    asyncio.run(_serve(settings, config, pool, tools))
 
 
 async def _serve(

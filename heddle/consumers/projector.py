@@ -171,13 +171,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--nats-url", help="NATS URL (default: HEDDLE_NATS_URL or embedded)")
     parser.add_argument("--database-url", help="ledger URL (default: HEDDLE_DATABASE_URL)")
     parser.add_argument("--data-dir", type=Path, help="local state folder (HEDDLE_DATA_DIR)")
+    parser.add_argument("--nats-creds", type=Path, help="NATS credential file (HEDDLE_NATS_CREDS)")
+    parser.add_argument("--nats-tls-ca", type=Path, help="NATS TLS CA (HEDDLE_NATS_TLS_CA)")
     parser.add_argument("--consumer", default=LEDGER_CONSUMER, help="durable consumer name")
     parser.add_argument("--batch-size", type=int, default=ProjectorConfig().batch_size)
     parser.add_argument("--until-idle", action="store_true", help="exit once caught up")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_settings(
-        nats_url=args.nats_url, database_url=args.database_url, data_dir=args.data_dir
+        nats_url=args.nats_url,
+        database_url=args.database_url,
+        data_dir=args.data_dir,
+        nats_creds=args.nats_creds,
+        nats_tls_ca=args.nats_tls_ca,
     )
     config = ProjectorConfig(consumer=args.consumer, batch_size=args.batch_size)
     stats = asyncio.run(serve(settings, config, until_idle=args.until_idle))

@@ -73,9 +73,7 @@ _decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
 
 
 def _raw_fields(view: type[msgspec.Struct]) -> tuple[str, ...]:
-    return tuple(
-        field.name for field in msgspec.structs.fields(view) if field.type is msgspec.Raw
-    )
+    return tuple(field.name for field in msgspec.structs.fields(view) if field.type is msgspec.Raw)
 
 
 _RAW_FIELDS = {view: _raw_fields(view) for view in _LEAN_TYPES}

@@ -200,9 +200,13 @@ async def delete_control_durables(bus: Bus, prefix: str) -> None:
 class LocalDeployment:
     """Owns the children it starts; ``stop`` ends them (workers and tools first)."""
 
-    def __init__(self, bus: Bus, log_dir: Path) -> None:
+    def __init__(
+        self, bus: Bus, log_dir: Path, credentials: Mapping[str, Path] | None = None
+    ) -> None:
+        """``credentials``: a NATS credential file per role for the children (see
+        ``Launcher``); without, they connect as ``bus.settings`` says."""
         self.bus = bus
-        self.launcher = Launcher(bus.settings, log_dir)
+        self.launcher = Launcher(bus.settings, log_dir, credentials=credentials)
         self.control_plane: Child | None = None
         self.projector: Child | None = None
         self.workers: dict[str, Child] = {}
@@ -218,7 +222,10 @@ class LocalDeployment:
         await asyncio.to_thread(_migrate, self.bus.settings.ledger_url)
         if config.project_ledger:
             self.projector = await self.launcher.start(
-                "projector", ["db", "project"], nice=self.launcher.data_plane_nice
+                "projector",
+                ["db", "project"],
+                nice=self.launcher.data_plane_nice,
+                role="ledger_projector",
             )
             config = replace(config, project_ledger=False)
         child = await self.launcher.start_control_plane(control_plane_args(config))
@@ -231,7 +238,7 @@ class LocalDeployment:
         if self.control_plane is None:
             raise RuntimeError("no control plane was started")
         args = self.control_plane.args
-        self.control_plane = await self.launcher.start("control-plane", args)
+        self.control_plane = await self.launcher.start("control-plane", args, role="control_plane")
         await self.wait_control_plane_ready(timeout_s)
         return self.control_plane
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from heddle.config import Settings
+from heddle.config import Settings, child_variables
 
 _CHILD_MAIN = "from heddle.cli import main; main()"
 _LOG_TAIL_BYTES = 3000
@@ -67,10 +67,7 @@ class Child:
 def child_environment(settings: Settings) -> dict[str, str]:
     """The parent's environment with its settings spelled out for ``load_settings``."""
     env = dict(os.environ, HEDDLE_DATA_DIR=str(settings.data_dir))
-    for name, value in (
-        ("HEDDLE_NATS_URL", settings.nats_url),
-        ("HEDDLE_DATABASE_URL", settings.database_url),
-    ):
+    for name, value in child_variables(settings).items():
         if value:
             env[name] = value
         else:
@@ -86,15 +83,28 @@ class Launcher:
     busy processes must not delay the decisions whose latency the run depends on.
     """
 
-    def __init__(self, settings: Settings, log_dir: Path, *, data_plane_nice: int = 5) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log_dir: Path,
+        *,
+        data_plane_nice: int = 5,
+        credentials: Mapping[str, Path] | None = None,
+    ) -> None:
         self.settings = settings
         self.log_dir = log_dir
         self.data_plane_nice = data_plane_nice
+        self.credentials = dict(credentials or {})
+        """NATS credential file per role (``heddle.deploy.roles``: control_plane, worker, ...);
+        a child started with a role listed here connects with that file."""
         self.children: dict[str, Child] = {}
 
-    async def start(self, name: str, args: Sequence[str], *, nice: int = 0) -> Child:
+    async def start(
+        self, name: str, args: Sequence[str], *, nice: int = 0, role: str | None = None
+    ) -> Child:
         """Run ``heddle ARGS`` as child ``name`` (replacing a stopped child of that name),
-        ``nice`` steps below this process's CPU priority."""
+        ``nice`` steps below this process's CPU priority, with the credential of ``role``
+        when ``credentials`` has one."""
         old = self.children.get(name)
         if old is not None and old.is_running:
             raise RuntimeError(f"child {name} is already running (pid {old.pid})")
@@ -109,7 +119,7 @@ class Launcher:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
-                env=child_environment(self.settings),
+                env=self._environment(role),
                 start_new_session=True,
                 preexec_fn=_niceness(nice),
             )
@@ -117,8 +127,14 @@ class Launcher:
         self.children[name] = child
         return child
 
+    def _environment(self, role: str | None) -> dict[str, str]:
+        env = child_environment(self.settings)
+        if role is not None and role in self.credentials:
+            env["HEDDLE_NATS_CREDS"] = str(self.credentials[role])
+        return env
+
     async def start_control_plane(self, args: Sequence[str] = ()) -> Child:
-        return await self.start("control-plane", ["up", *args])
+        return await self.start("control-plane", ["up", *args], role="control_plane")
 
     async def start_worker(
         self, worker_id: str, engine: str, options: Mapping[str, str], heartbeat_s: float
@@ -131,7 +147,9 @@ class Launcher:
             f"--heartbeat-s={heartbeat_s}",
             *engine_args,
         ]
-        return await self.start(f"worker-{worker_id}", args, nice=self.data_plane_nice)
+        return await self.start(
+            f"worker-{worker_id}", args, nice=self.data_plane_nice, role="worker"
+        )
 
     async def start_worker_group(
         self,
@@ -157,7 +175,7 @@ class Launcher:
         ]
         last = first_index + num_workers - 1
         name = f"workers-{id_prefix}{first_index:02d}-{id_prefix}{last:02d}"
-        return await self.start(name, args, nice=self.data_plane_nice)
+        return await self.start(name, args, nice=self.data_plane_nice, role="worker")
 
     async def start_tool_executor(
         self, index: int, pool: str = "default", max_in_flight: int = 64
@@ -169,7 +187,9 @@ class Launcher:
             f"--executor-id=tools{index:02d}",
             f"--max-in-flight={max_in_flight}",
         ]
-        return await self.start(f"tools-{index:02d}", args, nice=self.data_plane_nice)
+        return await self.start(
+            f"tools-{index:02d}", args, nice=self.data_plane_nice, role="tool_executor"
+        )
 
     async def stop(self, name: str, grace_s: float = 10.0) -> int | None:
         """SIGTERM the child, SIGKILL it after ``grace_s``; its exit code."""

@@ -1,0 +1,1 @@
+"""Deployment helpers: per-role NATS permissions and their credentials (``heddle deploy``)."""
