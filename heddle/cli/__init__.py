@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "bench_control",
     "ops",
     "bench_chaos",
+    "predictor",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,0 +1,218 @@
+"""``train``: fit the context model's head on recorded trajectories and write its folder.
+
+The encoder stays frozen and each distinct context is embedded once; only the head trains (on
+a 2-core CPU, fine-tuning a 22M-parameter encoder on 20k contexts would take hours; a frozen
+encoder with cached embeddings takes minutes). The loss is the mean squared error of the
+standardized ``log1p`` targets (lengths are heavy-tailed; the log keeps the long tail from
+dominating); training keeps the head of the epoch with the lowest validation loss.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from heddle.errors import UserError
+from heddle.predictor.encoder import PACKAGED_BASE, TextEncoder
+from heddle.predictor.examples import (
+    Example,
+    build_examples,
+    split_by_trajectory,
+    target_matrix,
+)
+from heddle.predictor.metrics import long_tail_recall, pearson_r
+from heddle.predictor.model import (
+    ContextModel,
+    ModelConfig,
+    build_head,
+    raw_inputs,
+    save_model,
+)
+from heddle.traces import TraceTrajectory
+
+REPORTED_STEPS = (1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    base: str = PACKAGED_BASE
+    """The encoder: a local Hugging Face folder or ``minilm``."""
+    max_length: int = 128
+    """Encoder tokens read per context."""
+    hidden: int = 256
+    num_epochs: int = 60
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-2
+    validation_share: float = 0.2
+    """Share of trajectories held out (their examples score the head)."""
+    max_examples: int | None = 20_000
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.validation_share < 1:
+            raise UserError(f"validation_share must be in (0, 1), got {self.validation_share}")
+        if self.num_epochs < 1 or self.batch_size < 1 or self.hidden < 1:
+            raise UserError("num_epochs, batch_size and hidden must be >= 1")
+
+
+class StepFigures(msgspec.Struct, frozen=True):
+    num_steps: int
+    num_examples: int
+    pearson_r: float | None
+    long_tail_recall: float | None
+
+
+class TrainReport(msgspec.Struct, frozen=True):
+    num_trajectories: int
+    num_examples: int
+    num_train_examples: int
+    num_validation_examples: int
+    encode_s: float
+    train_s: float
+    """Wall seconds of the whole training (encoding included)."""
+    best_epoch: int
+    validation_loss: float
+    steps: list[StepFigures]
+
+
+def train(trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig) -> TrainReport:
+    """Train on ``trajectories``' examples, write the model folder to ``out``; the report is
+    also its ``validation.json``."""
+    started = time.perf_counter()
+    examples = build_examples(trajectories, config.max_examples, config.seed)
+    train_set, validation_set = split_by_trajectory(examples, config.validation_share, config.seed)
+    if not train_set or not validation_set:
+        raise UserError("too few trajectories with two or more steps to train and validate on")
+    encoder = TextEncoder(config.base, config.max_length, device=config.device)
+    encoder.encode([text for e in examples for text in e.parts])
+    encode_s = time.perf_counter() - started
+    model_config, head, best_epoch, loss = _fit_head(encoder, train_set, validation_set, config)
+    model = ContextModel(model_config, head, encoder)
+    report = TrainReport(
+        num_trajectories=len(trajectories),
+        num_examples=len(examples),
+        num_train_examples=len(train_set),
+        num_validation_examples=len(validation_set),
+        encode_s=round(encode_s, 3),
+        train_s=round(time.perf_counter() - started, 3),
+        best_epoch=best_epoch,
+        validation_loss=round(loss, 5),
+        steps=step_figures(model, validation_set),
+    )
+    save_model(out, model_config, head, report)
+    return report
+
+
+def _raw_inputs(encoder: TextEncoder, examples: Sequence[Example]) -> np.ndarray:
+    return raw_inputs(encoder, [e.parts for e in examples], [e.features for e in examples])
+
+
+def _fit_head(
+    encoder: TextEncoder,
+    train_set: Sequence[Example],
+    validation_set: Sequence[Example],
+    config: TrainConfig,
+) -> tuple[ModelConfig, object, int, float]:
+    import torch
+
+    torch.manual_seed(config.seed)
+    raw_train, raw_validation = (
+        _raw_inputs(encoder, train_set),
+        _raw_inputs(encoder, validation_set),
+    )
+    input_mean, input_std = raw_train.mean(0), np.maximum(raw_train.std(0), 1e-3)
+    y_train, y_validation = target_matrix(train_set), target_matrix(validation_set)
+    target_mean, target_std = y_train.mean(0), np.maximum(y_train.std(0), 1e-3)
+
+    def tensors(raw: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.as_tensor((raw - input_mean) / input_std, dtype=torch.float32)
+        return x.to(config.device), torch.as_tensor(
+            (y - target_mean) / target_std, dtype=torch.float32
+        ).to(config.device)
+
+    x_train, t_train = tensors(raw_train, y_train)
+    x_validation, t_validation = tensors(raw_validation, y_validation)
+    head = build_head(x_train.shape[1], config.hidden).to(config.device)
+    best_epoch, best_loss, best_state = _run_epochs(
+        head, (x_train, t_train), (x_validation, t_validation), config
+    )
+    head.load_state_dict(best_state)
+    head.eval()
+    model_config = ModelConfig(
+        base=config.base,
+        max_length=config.max_length,
+        hidden=config.hidden,
+        embedding_dim=encoder.dim,
+        input_mean=input_mean.tolist(),
+        input_std=input_std.tolist(),
+        target_mean=target_mean.tolist(),
+        target_std=target_std.tolist(),
+    )
+    return model_config, head, best_epoch, best_loss
+
+
+def _run_epochs(  # type: ignore[no-untyped-def]
+    head, train_data, validation_data, config: TrainConfig
+) -> tuple[int, float, dict[str, object]]:
+    """Minibatch AdamW epochs; the epoch, loss and weights of the best validation loss."""
+    import torch
+
+    optimizer = torch.optim.AdamW(
+        head.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    x_train, t_train = train_data
+    generator = torch.Generator().manual_seed(config.seed)
+    best: tuple[int, float, dict[str, object]] = (0, math.inf, {})
+    for epoch in range(1, config.num_epochs + 1):
+        head.train()
+        order = torch.randperm(x_train.shape[0], generator=generator)
+        for start in range(0, len(order), config.batch_size):
+            batch = order[start : start + config.batch_size]
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(head(x_train[batch]), t_train[batch])
+            loss.backward()
+            optimizer.step()
+        head.eval()
+        with torch.inference_mode():
+            validation_loss = float(
+                torch.nn.functional.mse_loss(head(validation_data[0]), validation_data[1])
+            )
+        if validation_loss < best[1]:
+            state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+            best = (epoch, validation_loss, state)
+    return best
+
+
+def step_figures(
+    model: ContextModel, examples: Sequence[Example], steps: Sequence[int] = REPORTED_STEPS
+) -> list[StepFigures]:
+    """Pearson r of remaining tokens and long-tail recall by total length, per step count."""
+    figures = []
+    for num_steps in steps:
+        at_step = [e for e in examples if e.num_steps == num_steps]
+        if not at_step:
+            figures.append(StepFigures(num_steps, 0, None, None))
+            continue
+        inputs = model.inputs([e.parts for e in at_step], [e.features for e in at_step])
+        guessed = model.predict_inputs(inputs)[:, 0]
+        truth = [e.remaining_output_tokens for e in at_step]
+        done = np.asarray([e.output_tokens for e in at_step], dtype=float)
+        r = pearson_r(truth, guessed.tolist())
+        recall = long_tail_recall(done + np.asarray(truth), done + guessed)
+        figures.append(
+            StepFigures(
+                num_steps,
+                len(at_step),
+                None if math.isnan(r) else round(r, 4),
+                None if math.isnan(recall) else round(recall, 4),
+            )
+        )
+    return figures
