@@ -1,8 +1,11 @@
-"""`heddle predictor train`: the context predictor (paper s.4.1) trained from recorded
+"""`heddle predictor train|serve`: the context predictor (paper s.4.1) trained from recorded
 rollouts and served on NATS beside the control plane."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -79,3 +82,27 @@ def train_command(
             f"  after step {figures.num_steps}: pearson_r {figures.pearson_r}, "
             f"long_tail_recall {figures.long_tail_recall} ({figures.num_examples} held out)"
         )
+
+
+@predictor_app.command("serve")
+def serve_command(
+    ctx: typer.Context,
+    model: Annotated[Path, typer.Option(help="Model folder from `heddle predictor train`")],
+    device: Annotated[str, typer.Option(help="torch device")] = "cpu",
+    max_batch: Annotated[int, typer.Option(help="Requests answered in one batch at most")] = 64,
+    report_every_s: Annotated[float, typer.Option(help="Seconds between latency logs")] = 30.0,
+) -> None:
+    """Answer prediction requests on NATS (the configured server, else the data dir's embedded
+    one that `heddle up` runs) until interrupted; logs its latency every report_every_s."""
+    import asyncio
+
+    from heddle.predictor.service import ServiceConfig, serve
+
+    if not (model / "config.json").is_file():
+        raise UserError(f"{model}: not a context model folder (train one with `predictor train`)")
+    settings = settings_of(ctx)
+    config = ServiceConfig(max_batch=max_batch, report_every_s=report_every_s)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(settings, model, config, device))
+    typer.echo(json.dumps({"stopped": True}))

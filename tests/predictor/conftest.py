@@ -41,3 +41,19 @@ def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     BertModel(config).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A context model trained a few epochs on a small search trace with text."""
+    import random
+
+    from heddle.predictor.train import TrainConfig, train
+    from heddle.workloads.text import with_text
+    from heddle.workloads.zoo import zoo_family
+
+    family = zoo_family("search")
+    trace = with_text(family.generate(family.draw(random.Random(1)), 40, seed=1), "search", 0.9, 1)
+    folder = tmp_path_factory.mktemp("tiny-model")
+    train(trace, folder, TrainConfig(base=str(tiny_encoder), num_epochs=3, hidden=16))
+    return folder

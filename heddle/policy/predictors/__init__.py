@@ -29,8 +29,9 @@ Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices)
 * ``online``: a ridge regression on context features refit at every completion
   (``heddle.policy.online_predictor``), what a live control plane runs by default.
 
-A learned model (a later issue) implements the same protocol and adds one entry to
-``PREDICTORS``.
+The learned context model (``heddle.predictor``) reads the trajectory's text as well; it runs as
+a service, and inside the control plane ``ServedContextPredictor`` stands for it (answering with
+the numeric model at once, and queueing a request for the service).
 """
 
 from __future__ import annotations
@@ -48,12 +49,14 @@ from heddle.policy.predictors.base import (
     returned_tool_calls,
 )
 from heddle.policy.predictors.baselines import HistoryPredictor, PromptOnlyPredictor
+from heddle.policy.predictors.context import ContextRequest, ServedContextPredictor
 from heddle.policy.predictors.oracles import NoisyOraclePredictor, OraclePredictor
 from heddle.policy.predictors.quality import PredictionQuality, prediction_quality, progress_of
 from heddle.traces import TraceTrajectory
 
 __all__ = [
     "PREDICTORS",
+    "ContextRequest",
     "HistoryPredictor",
     "NoisyOraclePredictor",
     "OraclePredictor",
@@ -63,6 +66,7 @@ __all__ = [
     "PredictorOptions",
     "Progress",
     "PromptOnlyPredictor",
+    "ServedContextPredictor",
     "ToolTimePredictor",
     "fit",
     "make_predictor",
