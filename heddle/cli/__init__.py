@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "ops",
     "bench_chaos",
     "predictor",
+    "bench_predictor",
 )
 
 for _name in _COMMAND_MODULES:

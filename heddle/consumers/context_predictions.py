@@ -68,7 +68,9 @@ class ContextPredictions:
 
     async def _ask(self, request: ContextRequest) -> None:
         body = msgspec.json.encode(
-            PredictionRequest.of(request.rollout_id, request.step, request.progress)
+            PredictionRequest.of(
+                request.rollout_id, request.step, request.progress, request.baseline
+            )
         )
         try:
             reply = reply_decoder.decode(await self._request(PREDICT_SUBJECT, body, self.timeout_s))

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from heddle.policy.online_predictor import OnlinePredictor
 from heddle.policy.predictors import Predictor, PredictorOptions, fit, make_predictor, progress_of
 from heddle.predictor.metrics import long_tail_recall, pearson_r
 from heddle.predictor.model import ContextModel
-from heddle.predictor.train import REPORTED_STEPS, TrainConfig, train
+from heddle.predictor.train import REPORTED_STEPS, TrainConfig, train, train_model
 from heddle.traces import TraceTrajectory
 from heddle.workloads.text import SIGNAL_LEVELS, text_kind_of, with_text
 from heddle.workloads.zoo import zoo_family
@@ -34,7 +35,7 @@ NUMERIC_PREDICTORS = ("online", "prompt_only", "history", "oracle")
 class BenchConfig:
     families: tuple[str, ...] = ("swe", "search", "math")
     signals: tuple[str, ...] = tuple(SIGNAL_LEVELS)
-    num_trajectories: int = 1024
+    num_trajectories: int = 512
     """Per trace (training and test alike)."""
     max_train_examples: int = 4000
     num_epochs: int = 40
@@ -95,12 +96,14 @@ def _numeric_guesses(
 
 
 def _context_guesses(
-    model: ContextModel, test_trace: Sequence[TraceTrajectory]
+    model: ContextModel, online: OnlinePredictor, test_trace: Sequence[TraceTrajectory]
 ) -> dict[int, list[float]]:
+    """The context model's answers, each correcting ``online``'s answer for the same step."""
     guesses = {}
     for k in REPORTED_STEPS:
         progresses = [progress_of(t, k) for t in test_trace if len(t.steps) > k]
-        guesses[k] = model.predict(progresses)[:, 0].tolist()
+        baselines = [(online.predict(p), online.predict_tool_s(p)) for p in progresses]
+        guesses[k] = model.predict(progresses, baselines)[:, 0].tolist()
     return guesses
 
 
@@ -113,12 +116,16 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
         max_examples=config.max_train_examples,
         seed=config.seed,
     )
-    model_folder = folder / f"{family}-{signal_name}"
-    report = train(train_trace, model_folder, train_config)
-    model = ContextModel.load(model_folder)
-    figures = {"context": _figures(test_trace, _context_guesses(model, test_trace))}
+    report, model = train_model(train_trace, folder / f"{family}-{signal_name}", train_config)
+    online = OnlinePredictor()
+    for trajectory in train_trace:
+        online.observe_trace(trajectory)
+    figures = {
+        "context": _figures(test_trace, _context_guesses(model, online, test_trace)),
+        "online": _figures(test_trace, _numeric_guesses(online, test_trace)),
+    }
     truth = {t.id: t for t in test_trace}
-    for name in NUMERIC_PREDICTORS:
+    for name in NUMERIC_PREDICTORS[1:]:
         predictor = make_predictor(name, PredictorOptions(trace=truth, seed=config.seed))
         if name != "oracle":
             fit(predictor, train_trace)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,8 @@ from heddle.policy.predictors import Progress, progress_of, remaining_tool_s
 from heddle.traces import TraceTrajectory
 
 NUMERIC_FEATURES = (
+    "log_baseline_remaining_tokens",
+    "log_baseline_remaining_tool_s",
     "log_prompt_tokens",
     "num_steps",
     "log_output_tokens",
@@ -43,9 +45,17 @@ def context_parts(progress: Progress) -> tuple[str, str, str]:
     return (progress.first_output_text, progress.last_tool_text, progress.last_output_text)
 
 
-def numeric_features(progress: Progress) -> list[float]:
-    """``NUMERIC_FEATURES`` of a progress, each O(1..10)."""
+Baseline = tuple[float, float]
+"""The numeric model's prediction of the same step: remaining output tokens and tool seconds."""
+
+
+def numeric_features(progress: Progress, baseline: Baseline) -> list[float]:
+    """``NUMERIC_FEATURES`` of a progress and the numeric model's prediction, each O(1..10).
+    The head reads the numeric model's answer (it corrects it from the text rather than
+    relearning what the numbers say: on text without signal it can fall back on it)."""
     return [
+        math.log1p(max(0.0, baseline[0])),
+        math.log1p(max(0.0, baseline[1])),
         math.log1p(progress.prompt_tokens),
         float(progress.num_steps),
         math.log1p(progress.output_tokens),
@@ -74,18 +84,22 @@ class Example:
         return (self.remaining_output_tokens, self.remaining_steps, self.remaining_tool_s)
 
 
-def examples_of(trajectory: TraceTrajectory) -> list[Example]:
-    """One example after each generation but the last (after it nothing remains to predict)."""
+def examples_of(
+    trajectory: TraceTrajectory, baselines: Mapping[tuple[str, int], Baseline] | None = None
+) -> list[Example]:
+    """One example after each generation but the last (after it nothing remains to predict);
+    ``baselines`` by (trajectory id, steps): the numeric model's answers (zeros if missing)."""
     examples = []
     steps = trajectory.steps
     for num_steps in range(1, len(steps)):
         progress = progress_of(trajectory, num_steps)
+        baseline = (baselines or {}).get((trajectory.id, num_steps), (0.0, 0.0))
         examples.append(
             Example(
                 traj_id=trajectory.id,
                 num_steps=num_steps,
                 parts=context_parts(progress),
-                features=tuple(numeric_features(progress)),
+                features=tuple(numeric_features(progress, baseline)),
                 output_tokens=progress.output_tokens,
                 remaining_output_tokens=float(sum(s.output_tokens for s in steps[num_steps:])),
                 remaining_steps=float(len(steps) - num_steps),
@@ -95,11 +109,40 @@ def examples_of(trajectory: TraceTrajectory) -> list[Example]:
     return examples
 
 
+def cross_fitted_baselines(
+    trajectories: Sequence[TraceTrajectory],
+) -> dict[tuple[str, int], Baseline]:
+    """The online numeric model's answer at every step of every trajectory, each from a model
+    that learnt from the other half of the trajectories (alternate ones: a trajectory's own
+    outcome must not leak into its baseline; its siblings stay on both sides, as they are for
+    a live prediction that learnt from earlier rollouts)."""
+    from heddle.policy.online_predictor import OnlinePredictor
+
+    answers: dict[tuple[str, int], Baseline] = {}
+    for fold in (0, 1):
+        model = OnlinePredictor()
+        for index, trajectory in enumerate(trajectories):
+            if index % 2 != fold:
+                model.observe_trace(trajectory)
+        for index, trajectory in enumerate(trajectories):
+            if index % 2 != fold:
+                continue
+            for num_steps in range(1, len(trajectory.steps)):
+                progress = progress_of(trajectory, num_steps)
+                answers[(trajectory.id, num_steps)] = (
+                    model.predict(progress),
+                    model.predict_tool_s(progress),
+                )
+    return answers
+
+
 def build_examples(
-    trajectories: Iterable[TraceTrajectory], max_examples: int | None = None, seed: int = 0
+    trajectories: Sequence[TraceTrajectory], max_examples: int | None = None, seed: int = 0
 ) -> list[Example]:
-    """Every trajectory's examples; above ``max_examples``, a seeded uniform sample of them."""
-    examples = [example for t in trajectories for example in examples_of(t)]
+    """Every trajectory's examples, with cross-fitted baselines; above ``max_examples``, a
+    seeded uniform sample of them."""
+    baselines = cross_fitted_baselines(trajectories)
+    examples = [example for t in trajectories for example in examples_of(t, baselines)]
     if max_examples is not None and len(examples) > max_examples:
         examples = random.Random(seed).sample(examples, max_examples)
     return examples

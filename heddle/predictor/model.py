@@ -21,6 +21,7 @@ from heddle.predictor.examples import (
     CONTEXT_PARTS,
     NUMERIC_FEATURES,
     TARGETS,
+    Baseline,
     context_parts,
     numeric_features,
 )
@@ -77,7 +78,8 @@ def raw_inputs(
 
 
 class ContextModel:
-    """A loaded model: ``predict(progresses)`` -> (n, 3) remaining tokens, steps, tool s."""
+    """A loaded model: ``predict(progresses, baselines)`` -> (n, 3) remaining tokens, steps,
+    tool s."""
 
     def __init__(self, config: ModelConfig, head: object, encoder: TextEncoder) -> None:
         import torch
@@ -118,11 +120,13 @@ class ContextModel:
         logs = scaled * np.asarray(self.config.target_std) + np.asarray(self.config.target_mean)
         return np.maximum(0.0, np.expm1(logs))
 
-    def predict(self, progresses: Sequence[Progress]) -> np.ndarray:
+    def predict(self, progresses: Sequence[Progress], baselines: Sequence[Baseline]) -> np.ndarray:
+        """Per progress, with the numeric model's answer for it: remaining tokens, steps and
+        tool seconds."""
         if not progresses:
             return np.zeros((0, len(TARGETS)))
         parts = [context_parts(p) for p in progresses]
-        features = [numeric_features(p) for p in progresses]
+        features = [numeric_features(p, b) for p, b in zip(progresses, baselines, strict=True)]
         return self.predict_inputs(self.inputs(parts, features))
 
 

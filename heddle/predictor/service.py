@@ -25,7 +25,7 @@ import numpy as np
 from heddle.bus.bus import Bus
 from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
 from heddle.config import Settings
-from heddle.policy.predictors import Progress
+from heddle.predictor.model import ContextModel
 from heddle.predictor.wire import (
     PREDICT_SUBJECT,
     SERVICE_NAME,
@@ -38,8 +38,17 @@ from heddle.predictor.wire import (
 
 log = logging.getLogger(__name__)
 
-BatchPredict = Callable[[Sequence[Progress]], np.ndarray]
-"""Progresses -> (n, 3) remaining tokens, steps, tool seconds."""
+BatchPredict = Callable[[Sequence[PredictionRequest]], np.ndarray]
+"""Requests -> (n, 3) remaining tokens, steps, tool seconds."""
+
+
+def model_predict(model: ContextModel) -> BatchPredict:
+    """The batch function of a loaded model."""
+
+    def predict(requests: Sequence[PredictionRequest]) -> np.ndarray:
+        return model.predict([r.progress() for r in requests], [r.baseline() for r in requests])
+
+    return predict
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +91,7 @@ class Batcher:
         while True:
             batch = await self._take_batch()
             try:
-                outputs = await asyncio.to_thread(
-                    self.predict, [p.request.progress() for p in batch]
-                )
+                outputs = await asyncio.to_thread(self.predict, [p.request for p in batch])
             except Exception as exc:  # a model failure answers every request of the batch
                 log.exception("prediction batch failed")
                 for pending in batch:
@@ -178,10 +185,8 @@ async def stop_service(handle: ServiceHandle, loop_task: asyncio.Task[None]) -> 
 
 async def serve(settings: Settings, model_folder: Path, config: ServiceConfig, device: str) -> None:
     """Load the model and serve until cancelled, logging the latency figures."""
-    from heddle.predictor.model import ContextModel
-
     model = await asyncio.to_thread(ContextModel.load, model_folder, device)
-    batcher = Batcher(model.predict, model.config.name, config)
+    batcher = Batcher(model_predict(model), model.config.name, config)
     async with Bus(settings) as bus:
         handle, loop_task = await start_service(bus, batcher)
         log.info("predictor %s serving on %s", model.config.name, PREDICT_SUBJECT)

@@ -86,6 +86,13 @@ class TrainReport(msgspec.Struct, frozen=True):
 def train(trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig) -> TrainReport:
     """Train on ``trajectories``' examples, write the model folder to ``out``; the report is
     also its ``validation.json``."""
+    return train_model(trajectories, out, config)[0]
+
+
+def train_model(
+    trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig
+) -> tuple[TrainReport, ContextModel]:
+    """``train``, and the trained model (its encoder keeps what it embedded)."""
     started = time.perf_counter()
     examples = build_examples(trajectories, config.max_examples, config.seed)
     train_set, validation_set = split_by_trajectory(examples, config.validation_share, config.seed)
@@ -108,7 +115,7 @@ def train(trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfi
         steps=step_figures(model, validation_set),
     )
     save_model(out, model_config, head, report)
-    return report
+    return report, model
 
 
 def _raw_inputs(encoder: TextEncoder, examples: Sequence[Example]) -> np.ndarray:

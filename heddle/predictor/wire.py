@@ -33,13 +33,20 @@ class PredictionRequest(msgspec.Struct, frozen=True, kw_only=True):
     first_output_text: str = ""
     last_output_text: str = ""
     last_tool_text: str = ""
+    baseline_remaining_tokens: float = 0.0
+    """The numeric model's answer for the same step (the context model corrects it)."""
+    baseline_remaining_tool_s: float = 0.0
 
     @classmethod
-    def of(cls, rollout_id: str, step: int, progress: Progress) -> PredictionRequest:
+    def of(
+        cls, rollout_id: str, step: int, progress: Progress, baseline: tuple[float, float]
+    ) -> PredictionRequest:
         return cls(
             rollout_id=rollout_id,
             traj_id=progress.traj_id,
             step=step,
+            baseline_remaining_tokens=baseline[0],
+            baseline_remaining_tool_s=baseline[1],
             group_id=progress.group_id,
             prompt_tokens=progress.prompt_tokens,
             num_steps=progress.num_steps,
@@ -68,6 +75,9 @@ class PredictionRequest(msgspec.Struct, frozen=True, kw_only=True):
             last_output_text=self.last_output_text,
             last_tool_text=self.last_tool_text,
         )
+
+    def baseline(self) -> tuple[float, float]:
+        return (self.baseline_remaining_tokens, self.baseline_remaining_tool_s)
 
 
 class PredictionReply(msgspec.Struct, frozen=True, kw_only=True):

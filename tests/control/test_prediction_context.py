@@ -18,8 +18,12 @@ def _submitted_with_text() -> TrajectorySubmitted:
         "id": "t0",
         "prompt_tokens": 100,
         "steps": [
-            {"output_tokens": 30, "tool_s": 1.0, "output_text": "Plan: fix parser.py",
-             "tool_text": "2 failed: parser.py"},
+            {
+                "output_tokens": 30,
+                "tool_s": 1.0,
+                "output_text": "Plan: fix parser.py",
+                "tool_text": "2 failed: parser.py",
+            },
             {"output_tokens": 20, "tool_s": 1.0, "output_text": "Fixing parser.py next."},
             {"output_tokens": 5, "output_text": "Done; submitting."},
         ],

@@ -17,7 +17,13 @@ from heddle.consumers.context_predictions import ContextPredictions
 from heddle.events import Predicted
 from heddle.policy.predictors import ContextRequest, Progress
 from heddle.predictor.model import ContextModel
-from heddle.predictor.service import Batcher, ServiceConfig, start_service, stop_service
+from heddle.predictor.service import (
+    Batcher,
+    ServiceConfig,
+    model_predict,
+    start_service,
+    stop_service,
+)
 from heddle.predictor.wire import (
     PREDICT_SUBJECT,
     STATS_SUBJECT,
@@ -27,22 +33,30 @@ from heddle.predictor.wire import (
 )
 
 PROGRESS = Progress(
-    "t0", "g0", 50, num_steps=1, output_tokens=30, first_output_tokens=30, last_output_tokens=30,
-    first_output_text="Look up the author, then answer.", last_output_text="Look up the author.",
+    "t0",
+    "g0",
+    50,
+    num_steps=1,
+    output_tokens=30,
+    first_output_tokens=30,
+    last_output_tokens=30,
+    first_output_text="Look up the author, then answer.",
+    last_output_text="Look up the author.",
 )
+BASELINE = (120.0, 3.0)
 
 
 async def test_the_batcher_answers_every_request_in_fewer_model_calls() -> None:
     batch_sizes: list[int] = []
 
-    def predict(progresses: Sequence[Progress]) -> np.ndarray:
-        batch_sizes.append(len(progresses))
-        return np.array([[p.output_tokens * 2, 1.0, 0.5] for p in progresses])
+    def predict(requests: Sequence[PredictionRequest]) -> np.ndarray:
+        batch_sizes.append(len(requests))
+        return np.array([[r.output_tokens * 2, 1.0, 0.5] for r in requests])
 
     batcher = Batcher(predict, "doubler", ServiceConfig(max_batch=8, max_wait_ms=20))
     loop = asyncio.create_task(batcher.run())
     requests = [
-        PredictionRequest.of("r1", 0, Progress(f"t{i}", output_tokens=i, num_steps=1))
+        PredictionRequest.of("r1", 0, Progress(f"t{i}", output_tokens=i, num_steps=1), BASELINE)
         for i in range(20)
     ]
     replies = await asyncio.gather(*(batcher.submit(r) for r in requests))
@@ -54,15 +68,16 @@ async def test_the_batcher_answers_every_request_in_fewer_model_calls() -> None:
     assert stats.p99_ms >= stats.p50_ms >= 0
 
 
-async def test_the_service_answers_with_the_context_model(nats_url: str, tiny_model: Path,
-                                                          tmp_path: Path) -> None:
+async def test_the_service_answers_with_the_context_model(
+    nats_url: str, tiny_model: Path, tmp_path: Path
+) -> None:
     model = ContextModel.load(tiny_model)
     async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
-        handle, loop = await start_service(bus, Batcher(model.predict, model.config.name))
+        handle, loop = await start_service(bus, Batcher(model_predict(model), model.config.name))
         try:
-            body = msgspec.json.encode(PredictionRequest.of("r1", 0, PROGRESS))
+            body = msgspec.json.encode(PredictionRequest.of("r1", 0, PROGRESS, BASELINE))
             reply = reply_decoder.decode(await request(bus, PREDICT_SUBJECT, body))
-            expected = model.predict([PROGRESS])[0]
+            expected = model.predict([PROGRESS], [BASELINE])[0]
             assert reply.predictor == "context"
             assert reply.remaining_output_tokens == pytest.approx(expected[0], rel=1e-5)
             assert reply.remaining_tool_s == pytest.approx(expected[2], rel=1e-5)
@@ -90,18 +105,18 @@ async def test_answers_in_time_are_published_late_and_missing_ones_are_not(
             return await request(bus, subject, body, timeout_s)
 
         client = ContextPredictions(ask, publish, timeout_s=2.0)
-        client.send(ContextRequest("r1", 0, PROGRESS))
+        client.send(ContextRequest("r1", 0, PROGRESS, BASELINE))
         await client.drain()
         assert client.counts["unavailable"] == 1 and published == []  # no service yet
 
-        handle, loop = await start_service(bus, Batcher(model.predict, model.config.name))
+        handle, loop = await start_service(bus, Batcher(model_predict(model), model.config.name))
         try:
-            client.send(ContextRequest("r1", 0, PROGRESS))
+            client.send(ContextRequest("r1", 0, PROGRESS, BASELINE))
             await client.drain()
             (event,) = published
             assert (event.predictor, event.step, event.traj_id) == ("context", 0, "t0")
             assert event.event_id == "r1:t0:0:predicted:context"
-            later = ContextRequest("r1", 1, Progress("t0", num_steps=2, output_tokens=40))
+            later = ContextRequest("r1", 1, Progress("t0", num_steps=2, output_tokens=40), BASELINE)
             client.send(later)
             client.tool_returned("r1", "t0", 1)  # the next generation starts before the answer
             await client.drain()
@@ -122,8 +137,12 @@ async def test_the_prediction_hooks_send_the_decider_s_requests_once_attached() 
     async def ask(subject: str, body: bytes, timeout_s: float) -> bytes:
         asked.append(msgspec.json.decode(body, type=PredictionRequest))
         reply = PredictionReply(
-            predictor="context", remaining_output_tokens=7.0, remaining_steps=1.0,
-            remaining_tool_s=0.5, service_ms=1.0, batch_size=1,
+            predictor="context",
+            remaining_output_tokens=7.0,
+            remaining_steps=1.0,
+            remaining_tool_s=0.5,
+            service_ms=1.0,
+            batch_size=1,
         )
         return msgspec.json.encode(reply)
 
@@ -149,5 +168,9 @@ async def test_the_prediction_hooks_send_the_decider_s_requests_once_attached() 
     assert isinstance(inline, Predicted) and inline.predictor == "online"
     await hooks.context_client.drain()
     assert [(r.rollout_id, r.traj_id, r.step) for r in asked] == [("r1", "t0", 1)]
+    assert asked[0].baseline() == (
+        inline.predicted_remaining_tokens,
+        inline.predicted_remaining_tool_s,
+    )
     (answer,) = published
     assert (answer.predictor, answer.step, answer.predicted_remaining_tokens) == ("context", 1, 7.0)

@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 
 from heddle.errors import UserError
+from heddle.policy.online_predictor import OnlinePredictor
 from heddle.policy.predictors import progress_of
 from heddle.predictor.encoder import TextEncoder, resolve_base
-from heddle.predictor.examples import build_examples, examples_of, split_by_trajectory
+from heddle.predictor.examples import (
+    build_examples,
+    cross_fitted_baselines,
+    examples_of,
+    split_by_trajectory,
+)
 from heddle.predictor.metrics import long_tail_recall, pearson_r
 from heddle.predictor.model import CONFIG_FILE, VALIDATION_FILE, ContextModel
 from heddle.predictor.train import TrainConfig, train
@@ -48,6 +54,15 @@ def test_examples_hold_the_remaining_work_at_every_step() -> None:
     assert first.parts == ("plan", "", "plan")
     assert second.parts == ("plan", "r0", "n1")
     assert second.output_tokens == 30
+    assert first.features[:2] == (0.0, 0.0)  # no baseline given
+
+
+def test_baselines_are_cross_fitted() -> None:
+    trace = _trace(0.0, 30)
+    baselines = cross_fitted_baselines(trace)
+    expected = {(t.id, k) for t in trace for k in range(1, len(t.steps))}
+    assert set(baselines) == expected
+    assert all(tokens >= 0 and tool_s >= 0 for tokens, tool_s in baselines.values())
 
 
 def test_split_keeps_each_trajectory_on_one_side() -> None:
@@ -85,7 +100,11 @@ def test_train_writes_a_model_that_reads_the_text(tiny_encoder: Path, tmp_path: 
     assert [s.num_steps for s in report.steps] == [1, 2, 3]
     model = ContextModel.load(tmp_path / "model")
     progresses = [progress_of(t, 1) for t in trace if len(t.steps) > 1]
-    predicted = model.predict(progresses)
+    online = OnlinePredictor()
+    for trajectory in trace:
+        online.observe_trace(trajectory)
+    baselines = [(online.predict(p), online.predict_tool_s(p)) for p in progresses]
+    predicted = model.predict(progresses, baselines)
     assert predicted.shape == (len(progresses), 3) and (predicted >= 0).all()
     truth = [sum(s.output_tokens for s in t.steps[1:]) for t in trace if len(t.steps) > 1]
     # The training trajectories' remaining lengths are learned (a head that ignores its input

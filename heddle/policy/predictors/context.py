@@ -3,8 +3,9 @@ numeric model and queues a request for the context model (paper s.4.1: the predi
 while the tool call does, off the critical path).
 
 ``predict`` returns the fallback's answer (the prediction event then names the fallback) and
-records ``(rollout id, step, progress)`` in an outbox that the shell (``heddle.consumers.
-predictors``) drains after each event and sends to the prediction service; the service's answer
+records ``(rollout id, step, progress, the fallback's answer)`` in an outbox that the shell
+(``heddle.consumers.predictors``) drains after each event and sends to the prediction service
+(the context model corrects the fallback's answer from the text); the service's answer
 becomes a second prediction event naming the context model, when it arrives before the
 trajectory's next generation. Pure: the outbox is data, the I/O is the shell's.
 """
@@ -22,6 +23,8 @@ class ContextRequest:
     step: int
     """The last completed step (as ``Predicted.step``: -1 before the first generation)."""
     progress: Progress
+    baseline: tuple[float, float]
+    """The fallback's answer: remaining output tokens and tool seconds."""
 
 
 class ServedContextPredictor:
@@ -43,9 +46,12 @@ class ServedContextPredictor:
         self._rollout_id = rollout_id
 
     def predict(self, progress: Progress) -> float:
+        tokens = self.fallback.predict(progress)
         if progress.num_steps > 0:
-            self._outbox.append(ContextRequest(self._rollout_id, progress.num_steps - 1, progress))
-        return self.fallback.predict(progress)
+            baseline = (tokens, predict_tool_s(self.fallback, progress))
+            step = progress.num_steps - 1
+            self._outbox.append(ContextRequest(self._rollout_id, step, progress, baseline))
+        return tokens
 
     def predict_tool_s(self, progress: Progress) -> float:
         return predict_tool_s(self.fallback, progress)
