@@ -37,13 +37,14 @@ def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) 
     for family in config.families:
         for signal in config.signals:
             cell = run_cell(family, signal, config, folder)
-            families[f"{family}@{signal}"] = {
+            families[f"{family}@{signal}"] = entry = {
                 "family": family,
                 "signal": cell.signal,
                 "num_train_examples": cell.num_train_examples,
                 "train_s": round(cell.train_s, 1),
                 "predictors": cell.figures,
             }
+            typer.echo(json.dumps({f"{family}@{signal}": entry}), err=True)  # progress
     family, signal = config.families[0], config.signals[-1]
     train_trace, test_trace = cell_traces(family, SIGNAL_LEVELS[signal], config)
     online = OnlinePredictor()
@@ -101,6 +102,9 @@ def bench_predictor(
     ] = 20_000,
     concurrency: Annotated[int, typer.Option(help="Service requests in flight at once")] = 32,
     num_epochs: Annotated[int, typer.Option(help="Head training epochs")] = 40,
+    num_threads: Annotated[
+        int, typer.Option(help="torch CPU threads (0: torch's default, one per core)")
+    ] = 0,
     base: Annotated[str, typer.Option(help="Encoder: a local HF folder or minilm")] = "minilm",
     seed: Annotated[int, typer.Option()] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
@@ -109,6 +113,10 @@ def bench_predictor(
     from heddle.predictor.bench import BenchConfig
     from heddle.workloads.zoo import ZOO
 
+    if num_threads:
+        import torch
+
+        torch.set_num_threads(num_threads)
     config = BenchConfig(
         families=_split(families, ZOO, "families"),
         signals=_split(signals, SIGNAL_LEVELS, "signals"),

@@ -17,7 +17,8 @@ How much the words tell is ``signal`` in [0, 1]: each text reports a quantity
 ``z = signal * z_true + sqrt(1 - signal**2) * noise`` where ``z_true`` is the standardized log
 of the steps still to come (for the plan: of all steps) and ``noise`` is standard normal (half a
 per-trajectory draw, half a per-step one). ``z`` picks the text's wording (one of five levels of
-effort, each with several paraphrases) and its list length. At ``signal = 0`` the text is
+effort, each with several paraphrases, and a closing remark that halves each level: ten degrees
+in all) and its list length. At ``signal = 0`` the text is
 independent of the future: a predictor that reads it can only learn to ignore it. Everything is a
 pure function of (trace, kind, signal, seed).
 """
@@ -37,6 +38,11 @@ SIGNAL_LEVELS: dict[str, float] = {"none": 0.0, "weak": 0.5, "strong": 0.9}
 """Named signal strengths (the predictor bench's grid)."""
 _LEVEL_CUTS = (-0.84, -0.25, 0.25, 0.84)
 """Standard-normal quintile cuts: ``z`` below the first is level 0 (least work left)."""
+_HALF_CUTS = (-1.28, -0.52, 0.0, 0.52, 1.28)
+"""Per level, the decile cut inside it: above it, the text adds ``_HARDER`` (else ``_EASIER``),
+so the words tell ten degrees of work apart (the top decile is the long tail)."""
+_EASIER = (" Straightforward.", " Should be quick.")
+_HARDER = (" Harder than it looks.", " Expect surprises.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +313,8 @@ def _phrase(
     level = sum(z > cut for cut in _LEVEL_CUTS)
     paraphrases = levels[level]
     template = paraphrases[int(rng.integers(len(paraphrases)))]
+    suffixes = _HARDER if z > _HALF_CUTS[level] else _EASIER
+    template += suffixes[int(rng.integers(len(suffixes)))]
     num_items = int(np.clip(round(math.exp(0.9 + 0.6 * z)), 1, len(vocabulary.items)))
     chosen = rng.choice(len(vocabulary.items), size=num_items, replace=False)
     items = ", ".join(vocabulary.items[i] for i in sorted(chosen))
