@@ -3,7 +3,8 @@ embedding and the step's numbers, predicting remaining output tokens, steps and 
 
 A model folder holds ``config.json`` (``ModelConfig``: the base, the input layout, the input
 and target normalisation), ``head.pt`` (the head's weights, loaded with ``weights_only``) and
-``validation.json`` (the figures training measured on held-out trajectories).
+``validation.json`` (the figures training measured on held-out trajectories). Importing it
+imports torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import torch
+from torch import nn
 
 from heddle.errors import UserError
 from heddle.policy.predictors import Progress
@@ -50,16 +53,56 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     target_std: list[float]
 
 
-def build_head(num_inputs: int, hidden: int, dropout: float = 0.1):  # type: ignore[no-untyped-def]
-    """The regression head: inputs -> hidden (GELU) -> one output per target."""
-    from torch import nn
+class ResidualHead(nn.Module):
+    """The regression head: the numeric model's answer plus a correction read from the inputs.
 
-    return nn.Sequential(
-        nn.Linear(num_inputs, hidden),
-        nn.GELU(),
-        nn.Dropout(dropout),
-        nn.Linear(hidden, len(TARGETS)),
-    )
+    Its input is ``head_inputs``: the normalised inputs, then one base column per target (the
+    numeric model's answer on the standardised target scale; 0, the mean, for the steps, which
+    it does not predict). The correction (inputs -> hidden, GELU -> one output per target)
+    starts at zero, so an untrained head answers as the numeric model does, and training with
+    early stopping moves it only as far as the text helps on held-out trajectories.
+    """
+
+    def __init__(self, num_inputs: int, hidden: int, dropout: float = 0.2) -> None:
+        super().__init__()
+        last = nn.Linear(hidden, len(TARGETS))
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        self.correction = nn.Sequential(
+            nn.Dropout(dropout),
+            nn.Linear(num_inputs, hidden),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            last,
+        )
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        num_targets = len(TARGETS)
+        return inputs[:, -num_targets:] + self.correction(inputs[:, :-num_targets])
+
+
+def build_head(num_inputs: int, hidden: int) -> ResidualHead:
+    return ResidualHead(num_inputs, hidden)
+
+
+BASELINE_COLUMNS = (0, 2)
+"""The targets the numeric model answers (tokens, tool seconds): its answer is their base."""
+
+
+def head_inputs(
+    raw: np.ndarray,
+    embedding_dim: int,
+    input_stats: tuple[np.ndarray, np.ndarray],
+    target_stats: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """``raw_inputs`` normalised, then the base columns ``ResidualHead`` adds to."""
+    input_mean, input_std = input_stats
+    target_mean, target_std = target_stats
+    first = embedding_dim * len(CONTEXT_PARTS)  # the numbers open with the two baseline logs
+    bases = np.zeros((raw.shape[0], len(TARGETS)), dtype=np.float32)
+    for offset, target in enumerate(BASELINE_COLUMNS):
+        bases[:, target] = (raw[:, first + offset] - target_mean[target]) / target_std[target]
+    return np.concatenate([(raw - input_mean) / input_std, bases], axis=1).astype(np.float32)
 
 
 def num_inputs(embedding_dim: int) -> int:
@@ -81,20 +124,18 @@ class ContextModel:
     """A loaded model: ``predict(progresses, baselines)`` -> (n, 3) remaining tokens, steps,
     tool s."""
 
-    def __init__(self, config: ModelConfig, head: object, encoder: TextEncoder) -> None:
-        import torch
-
+    def __init__(self, config: ModelConfig, head: ResidualHead, encoder: TextEncoder) -> None:
         self.config = config
         self.head = head
         self.encoder = encoder
-        self._torch = torch
-        self._input_mean = np.asarray(config.input_mean, dtype=np.float32)
-        self._input_std = np.asarray(config.input_std, dtype=np.float32)
+        self._input_stats = (
+            np.asarray(config.input_mean, dtype=np.float32),
+            np.asarray(config.input_std, dtype=np.float32),
+        )
+        self._target_stats = (np.asarray(config.target_mean), np.asarray(config.target_std))
 
     @classmethod
     def load(cls, folder: Path, device: str = "cpu") -> ContextModel:
-        import torch
-
         config_path = folder / CONFIG_FILE
         if not config_path.is_file():
             raise UserError(f"{folder}: not a context model folder (no {CONFIG_FILE})")
@@ -108,15 +149,15 @@ class ContextModel:
     def inputs(
         self, parts: Sequence[Sequence[str]], features: Sequence[Sequence[float]]
     ) -> np.ndarray:
-        """The head's normalised inputs (``raw_inputs`` normalised), one row per example."""
-        return (raw_inputs(self.encoder, parts, features) - self._input_mean) / self._input_std
+        """The head's inputs (``head_inputs``), one row per example."""
+        raw = raw_inputs(self.encoder, parts, features)
+        return head_inputs(raw, self.config.embedding_dim, self._input_stats, self._target_stats)
 
     def predict_inputs(self, inputs: np.ndarray) -> np.ndarray:
-        """Remaining (tokens, steps, tool s) in their units, >= 0, from normalised inputs."""
-        torch = self._torch
+        """Remaining (tokens, steps, tool s) in their units, >= 0, from ``inputs``."""
         with torch.inference_mode():
             tensor = torch.as_tensor(inputs, dtype=torch.float32, device=self.encoder.device)
-            scaled = self.head(tensor).cpu().numpy()  # type: ignore[operator]
+            scaled = self.head(tensor).cpu().numpy()
         logs = scaled * np.asarray(self.config.target_std) + np.asarray(self.config.target_mean)
         return np.maximum(0.0, np.expm1(logs))
 
@@ -130,10 +171,8 @@ class ContextModel:
         return self.predict_inputs(self.inputs(parts, features))
 
 
-def save_model(folder: Path, config: ModelConfig, head: object, validation: object) -> None:
-    import torch
-
+def save_model(folder: Path, config: ModelConfig, head: ResidualHead, validation: object) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CONFIG_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(config)))
-    torch.save(head.state_dict(), folder / HEAD_FILE)  # type: ignore[attr-defined]
+    torch.save(head.state_dict(), folder / HEAD_FILE)
     (folder / VALIDATION_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(validation)))

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import torch
 
 from heddle.errors import UserError
 from heddle.predictor.encoder import PACKAGED_BASE, TextEncoder
 from heddle.predictor.examples import (
+    TARGETS,
     Example,
     build_examples,
     split_by_trajectory,
@@ -30,7 +32,9 @@ from heddle.predictor.metrics import long_tail_recall, pearson_r
 from heddle.predictor.model import (
     ContextModel,
     ModelConfig,
+    ResidualHead,
     build_head,
+    head_inputs,
     raw_inputs,
     save_model,
 )
@@ -49,7 +53,7 @@ class TrainConfig:
     num_epochs: int = 60
     batch_size: int = 256
     learning_rate: float = 1e-3
-    weight_decay: float = 1e-2
+    weight_decay: float = 5e-2
     validation_share: float = 0.2
     """Share of trajectories held out (their examples score the head)."""
     max_examples: int | None = 20_000
@@ -127,9 +131,7 @@ def _fit_head(
     train_set: Sequence[Example],
     validation_set: Sequence[Example],
     config: TrainConfig,
-) -> tuple[ModelConfig, object, int, float]:
-    import torch
-
+) -> tuple[ModelConfig, ResidualHead, int, float]:
     torch.manual_seed(config.seed)
     raw_train, raw_validation = (
         _raw_inputs(encoder, train_set),
@@ -139,15 +141,19 @@ def _fit_head(
     y_train, y_validation = target_matrix(train_set), target_matrix(validation_set)
     target_mean, target_std = y_train.mean(0), np.maximum(y_train.std(0), 1e-3)
 
+    input_stats, target_stats = (input_mean, input_std), (target_mean, target_std)
+
     def tensors(raw: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.as_tensor((raw - input_mean) / input_std, dtype=torch.float32)
-        return x.to(config.device), torch.as_tensor(
-            (y - target_mean) / target_std, dtype=torch.float32
-        ).to(config.device)
+        x = head_inputs(raw, encoder.dim, input_stats, target_stats)
+        t = (y - target_mean) / target_std
+        return (
+            torch.as_tensor(x, dtype=torch.float32).to(config.device),
+            torch.as_tensor(t, dtype=torch.float32).to(config.device),
+        )
 
     x_train, t_train = tensors(raw_train, y_train)
     x_validation, t_validation = tensors(raw_validation, y_validation)
-    head = build_head(x_train.shape[1], config.hidden).to(config.device)
+    head = build_head(x_train.shape[1] - len(TARGETS), config.hidden).to(config.device)
     best_epoch, best_loss, best_state = _run_epochs(
         head, (x_train, t_train), (x_validation, t_validation), config
     )
@@ -170,8 +176,6 @@ def _run_epochs(  # type: ignore[no-untyped-def]
     head, train_data, validation_data, config: TrainConfig
 ) -> tuple[int, float, dict[str, object]]:
     """Minibatch AdamW epochs; the epoch, loss and weights of the best validation loss."""
-    import torch
-
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
