@@ -21,7 +21,9 @@ predictor_app = typer.Typer(help="The context predictor: train it, serve it.")
 app.add_typer(predictor_app, name="predictor", no_args_is_help=True)
 
 
-def _recorded(ctx: typer.Context, traces: list[Path], from_ledger: bool) -> list[TraceTrajectory]:
+def _recorded(
+    ctx: typer.Context, traces: list[Path], from_ledger: bool, from_stream: bool
+) -> list[TraceTrajectory]:
     trajectories: list[TraceTrajectory] = []
     for path in traces:
         try:
@@ -37,8 +39,21 @@ def _recorded(ctx: typer.Context, traces: list[Path], from_ledger: bool) -> list
             trajectories.extend(trace_of(ledger))
         finally:
             ledger.close()
+    if from_stream:
+        import asyncio
+
+        from heddle.bus import Bus
+        from heddle.predictor.stream import traces_from_stream
+
+        async def read() -> list[TraceTrajectory]:
+            async with Bus(settings_of(ctx)) as bus:
+                return await traces_from_stream(bus)
+
+        trajectories.extend(asyncio.run(read()))
     if not trajectories:
-        raise UserError("no recorded trajectories: name trace files or pass --from-ledger")
+        raise UserError(
+            "no recorded trajectories: name trace files, or pass --from-ledger or --from-stream"
+        )
     return trajectories
 
 
@@ -49,6 +64,10 @@ def train_command(
     out: Annotated[Path, typer.Option(help="Model folder to write")] = Path("predictor-model"),
     from_ledger: Annotated[
         bool, typer.Option(help="Also learn from every rollout the ledger recorded")
+    ] = False,
+    from_stream: Annotated[
+        bool,
+        typer.Option(help="Also learn from the event stream's completed trajectories (with text)"),
     ] = False,
     base: Annotated[
         str, typer.Option(help="Encoder: a local Hugging Face folder, or minilm (packaged)")
@@ -63,7 +82,7 @@ def train_command(
     recorded trajectories and train the regression head on the frozen encoder."""
     from heddle.predictor.train import TrainConfig, train
 
-    trajectories = _recorded(ctx, traces or [], from_ledger)
+    trajectories = _recorded(ctx, traces or [], from_ledger, from_stream)
     config = TrainConfig(
         base=base, num_epochs=num_epochs, max_examples=max_examples, device=device, seed=seed
     )

@@ -18,6 +18,7 @@ from heddle.events import Predicted
 from heddle.events.codec import decode_event
 from heddle.predictor.model import ContextModel
 from heddle.predictor.service import Batcher, model_predict, start_service, stop_service
+from heddle.predictor.stream import traces_from_stream
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.workloads.text import with_text
 from heddle.workloads.zoo import zoo_family
@@ -57,6 +58,7 @@ async def test_a_rollout_s_predictions_name_the_context_model(
                 rollout_id = await client.submit(trace=trace, time_scale=TIME_SCALE)
                 summary = await client.wait(rollout_id, timeout_s=150)
             await asyncio.sleep(0.2)
+            recorded = await traces_from_stream(bus)
         finally:
             await subscription.unsubscribe()
             await stop_service(handle, loop)
@@ -68,3 +70,9 @@ async def test_a_rollout_s_predictions_name_the_context_model(
     assert by_predictor["context"], "the service's answers come as their own prediction events"
     assert all(e.step >= 0 for e in by_predictor["context"])  # after a generation, not before
     assert len(by_predictor["context"]) <= len([e for e in by_predictor["online"] if e.step >= 0])
+    # The stream holds what `predictor train --from-stream` learns from, text included.
+    assert sorted(t.id.split(":")[1] for t in recorded) == [f"t{i:06d}" for i in range(len(trace))]
+    by_steps = {tuple(s.output_tokens for s in t.steps): t for t in recorded}
+    for original in trace:
+        copy = by_steps[tuple(s.output_tokens for s in original.steps)]
+        assert [s.output_text for s in copy.steps] == [s.output_text for s in original.steps]
