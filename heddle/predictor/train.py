@@ -4,7 +4,10 @@ The encoder stays frozen and each distinct context is embedded once; only the he
 a 2-core CPU, fine-tuning a 22M-parameter encoder on 20k contexts would take hours; a frozen
 encoder with cached embeddings takes minutes). The loss is the mean squared error of the
 standardized ``log1p`` targets (lengths are heavy-tailed; the log keeps the long tail from
-dominating); training keeps the head of the epoch with the lowest validation loss.
+dominating); training keeps the head of the epoch whose predictions rank the held-out
+trajectories best (Pearson r of remaining output tokens, the paper's figure), epoch 0 included:
+the untrained head answers as the numeric model does, so text that tells nothing leaves it
+there.
 """
 
 from __future__ import annotations
@@ -83,7 +86,9 @@ class TrainReport(msgspec.Struct, frozen=True):
     train_s: float
     """Wall seconds of the whole training (encoding included)."""
     best_epoch: int
-    validation_loss: float
+    """0: no epoch beat the numeric model's answers on held-out trajectories."""
+    validation_r: float
+    """Pearson r of the held-out remaining output tokens at the best epoch."""
     steps: list[StepFigures]
 
 
@@ -105,7 +110,7 @@ def train_model(
     encoder = TextEncoder(config.base, config.max_length, device=config.device)
     encoder.encode([text for e in examples for text in e.parts])
     encode_s = time.perf_counter() - started
-    model_config, head, best_epoch, loss = _fit_head(encoder, train_set, validation_set, config)
+    model_config, head, best_epoch, best_r = _fit_head(encoder, train_set, validation_set, config)
     model = ContextModel(model_config, head, encoder)
     report = TrainReport(
         num_trajectories=len(trajectories),
@@ -115,7 +120,7 @@ def train_model(
         encode_s=round(encode_s, 3),
         train_s=round(time.perf_counter() - started, 3),
         best_epoch=best_epoch,
-        validation_loss=round(loss, 5),
+        validation_r=round(best_r, 4),
         steps=step_figures(model, validation_set),
     )
     save_model(out, model_config, head, report)
@@ -152,10 +157,15 @@ def _fit_head(
         )
 
     x_train, t_train = tensors(raw_train, y_train)
-    x_validation, t_validation = tensors(raw_validation, y_validation)
+    x_validation, _ = tensors(raw_validation, y_validation)
+    truth = np.expm1(y_validation[:, 0])
     head = build_head(x_train.shape[1] - len(TARGETS), config.hidden).to(config.device)
-    best_epoch, best_loss, best_state = _run_epochs(
-        head, (x_train, t_train), (x_validation, t_validation), config
+    best_epoch, best_r, best_state = _run_epochs(
+        head,
+        (x_train, t_train),
+        (x_validation, truth),
+        (float(target_mean[0]), float(target_std[0])),
+        config,
     )
     head.load_state_dict(best_state)
     head.eval()
@@ -169,19 +179,41 @@ def _fit_head(
         target_mean=target_mean.tolist(),
         target_std=target_std.tolist(),
     )
-    return model_config, head, best_epoch, best_loss
+    return model_config, head, best_epoch, best_r
 
 
-def _run_epochs(  # type: ignore[no-untyped-def]
-    head, train_data, validation_data, config: TrainConfig
-) -> tuple[int, float, dict[str, object]]:
-    """Minibatch AdamW epochs; the epoch, loss and weights of the best validation loss."""
+def _validation_r(
+    head: ResidualHead, validation: tuple[torch.Tensor, np.ndarray], mean: float, std: float
+) -> float:
+    """Pearson r of the remaining output tokens the head predicts for the validation examples
+    (the figure the model is judged by; nan counts as 0)."""
+    head.eval()
+    with torch.inference_mode():
+        scaled = head(validation[0])[:, 0].cpu().numpy()
+    r = pearson_r(validation[1].tolist(), np.expm1(scaled * std + mean).tolist())
+    return 0.0 if math.isnan(r) else r
+
+
+def _run_epochs(
+    head: ResidualHead,
+    train_data: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, np.ndarray],
+    target_stats: tuple[float, float],
+    config: TrainConfig,
+) -> tuple[int, float, dict[str, torch.Tensor]]:
+    """Minibatch AdamW epochs; the epoch (0: untrained, the numeric model's answers), the
+    validation r and the weights of the epoch with the best validation r: a correction that
+    does not make held-out rankings better is not kept."""
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
     x_train, t_train = train_data
     generator = torch.Generator().manual_seed(config.seed)
-    best: tuple[int, float, dict[str, object]] = (0, math.inf, {})
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in head.state_dict().items()}
+
+    best = (0, _validation_r(head, validation, *target_stats), snapshot())
     for epoch in range(1, config.num_epochs + 1):
         head.train()
         order = torch.randperm(x_train.shape[0], generator=generator)
@@ -191,14 +223,9 @@ def _run_epochs(  # type: ignore[no-untyped-def]
             loss = torch.nn.functional.mse_loss(head(x_train[batch]), t_train[batch])
             loss.backward()
             optimizer.step()
-        head.eval()
-        with torch.inference_mode():
-            validation_loss = float(
-                torch.nn.functional.mse_loss(head(validation_data[0]), validation_data[1])
-            )
-        if validation_loss < best[1]:
-            state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-            best = (epoch, validation_loss, state)
+        r = _validation_r(head, validation, *target_stats)
+        if r > best[1]:
+            best = (epoch, r, snapshot())
     return best
 
 
