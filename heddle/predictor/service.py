@@ -169,7 +169,13 @@ async def start_service(bus: Bus, batcher: Batcher) -> tuple[ServiceHandle, asyn
         "0.1.0",
         "The context predictor: remaining tokens, steps and tool seconds of a trajectory",
         [
-            Endpoint("predict", PREDICT_SUBJECT, predict, "PredictionRequest -> PredictionReply"),
+            Endpoint(
+                "predict",
+                PREDICT_SUBJECT,
+                predict,
+                "PredictionRequest -> PredictionReply",
+                is_concurrent=True,
+            ),
             Endpoint("stats", STATS_SUBJECT, stats, "latency figures"),
         ],
     )

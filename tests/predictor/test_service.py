@@ -174,3 +174,25 @@ async def test_the_prediction_hooks_send_the_decider_s_requests_once_attached() 
     )
     (answer,) = published
     assert (answer.predictor, answer.step, answer.predicted_remaining_tokens) == ("context", 1, 7.0)
+
+
+async def test_requests_over_nats_are_batched(nats_url: str, tmp_path: Path) -> None:
+    import time
+
+    def slow(requests: Sequence[PredictionRequest]) -> np.ndarray:
+        time.sleep(0.05)  # the model's time: requests queue behind it
+        return np.ones((len(requests), 3))
+
+    batcher = Batcher(slow, "slow", ServiceConfig(max_wait_ms=1))
+    async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
+        handle, loop = await start_service(bus, batcher)
+        try:
+            body = msgspec.json.encode(PredictionRequest.of("r1", 0, PROGRESS, BASELINE))
+            replies = await asyncio.gather(
+                *(request(bus, PREDICT_SUBJECT, body) for _ in range(16))
+            )
+        finally:
+            await stop_service(handle, loop)
+    assert len(replies) == 16
+    assert batcher.num_requests == 16 and batcher.num_batches < 16
+    assert max(reply_decoder.decode(r).batch_size for r in replies) > 1
