@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -190,15 +191,21 @@ async def stop_service(handle: ServiceHandle, loop_task: asyncio.Task[None]) -> 
 
 
 async def serve(settings: Settings, model_folder: Path, config: ServiceConfig, device: str) -> None:
-    """Load the model and serve until cancelled, logging the latency figures."""
+    """Load the model and serve until SIGINT or SIGTERM, logging the latency figures; then stop
+    the service and close the connection (an embedded server it started stops with it)."""
     model = await asyncio.to_thread(ContextModel.load, model_folder, device)
     batcher = Batcher(model_predict(model), model.config.name, config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(stop_signal, stop.set)
     async with Bus(settings) as bus:
         handle, loop_task = await start_service(bus, batcher)
         log.info("predictor %s serving on %s", model.config.name, PREDICT_SUBJECT)
         try:
-            while True:
-                await asyncio.sleep(config.report_every_s or 3600)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), config.report_every_s or None)
                 if config.report_every_s:
                     log.info("predictor latency: %s", msgspec.json.encode(batcher.stats()).decode())
         finally:
