@@ -156,3 +156,13 @@ def test_cli_trains_from_trace_files(tiny_encoder: Path, tmp_path: Path) -> None
     assert (out / CONFIG_FILE).is_file()
     missing = CliRunner().invoke(app, ["predictor", "train", "--out", str(out)])
     assert missing.exit_code != 0
+
+
+def test_serve_refuses_a_folder_without_a_model(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heddle.cli import app
+
+    result = CliRunner().invoke(app, ["predictor", "serve", "--model", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "not a context model folder" in str(result.exception)
