@@ -34,7 +34,7 @@ def test_bench_prints_the_issue_s_shape(tiny_encoder: Path) -> None:
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    figures = json.loads(result.output)
+    figures = json.loads(result.output.strip().splitlines()[-1])  # after the progress lines
     assert set(figures["families"]) == {"search@none", "search@strong"}
     cell = figures["families"]["search@strong"]
     assert cell["signal"] == 0.9
