@@ -1,10 +1,14 @@
 """The JSONL trace format: one trajectory per line (docs/design.md, "Simulator and trace format").
 
     {"id": "t17", "group": "p3", "prompt_tokens": 812,
-     "steps": [{"output_tokens": 420, "tool_s": 1.7, "tool_output_tokens": 230}, ...]}
+     "steps": [{"output_tokens": 420, "tool_s": 1.7, "tool_output_tokens": 230,
+                "output_text": "Plan: edit parser.py ...", "tool_text": "2 failed ..."}, ...]}
 
 A step is one generation followed by (unless it is the last) one tool call whose result adds
-``tool_output_tokens`` to the context. Synthetic workloads write this format, ``heddle replay
+``tool_output_tokens`` to the context. ``output_text`` (what the model wrote) and ``tool_text``
+(what its tool returned) are optional: empty when unknown, left out of the file when empty, so
+traces without text read and write as before; the context predictor reads them. Synthetic
+workloads write this format (``heddle.workloads.text`` adds their text), ``heddle replay
 --export-trace`` writes it from a recorded rollout, and the simulator, the ``trace`` environment
 and the oracle predictor read it. A bad file raises ``TraceError`` naming the line and the field.
 """
@@ -18,10 +22,16 @@ from pathlib import Path
 import msgspec
 
 
-class TraceStep(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class TraceStep(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     output_tokens: int
     tool_s: float = 0.0
     tool_output_tokens: int = 0
+    output_text: str = ""
+    """What the model generated at this step ("" when not recorded)."""
+    tool_text: str = ""
+    """What the step's tool call returned ("" when not recorded, and after the last step)."""
 
 
 class TraceTrajectory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -37,6 +47,11 @@ class TraceTrajectory(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     @property
     def tool_s(self) -> float:
         return sum(step.tool_s for step in self.steps)
+
+    @property
+    def has_text(self) -> bool:
+        """Whether any step carries recorded text."""
+        return any(step.output_text or step.tool_text for step in self.steps)
 
     @property
     def num_context_tokens(self) -> int:

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "heddle.sim": 4,
     "heddle.ledger": 5,
     "heddle.observability": 6,
+    "heddle.predictor": 6,
     # processes
     "heddle.consumers": 7,
     "heddle.replay": 7,

@@ -67,3 +67,36 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(TraceError, match="no trajectories"):
         read_trace(tmp_path / "empty.jsonl")
+
+
+def test_text_round_trips_and_old_lines_still_load(tmp_path: Path) -> None:
+    old_line = (
+        b'{"id":"a","group":"g","prompt_tokens":3,"steps":'
+        b'[{"output_tokens":2,"tool_s":0.5,"tool_output_tokens":1},{"output_tokens":4}]}\n'
+    )
+    old_path = tmp_path / "old.jsonl"
+    old_path.write_bytes(old_line)
+    (old,) = read_trace(old_path)
+    assert not old.has_text
+    assert old.steps[0].output_text == old.steps[0].tool_text == ""
+    texted = TraceTrajectory(
+        id="b",
+        prompt_tokens=3,
+        steps=[
+            TraceStep(
+                output_tokens=2,
+                tool_s=0.5,
+                tool_output_tokens=1,
+                output_text="Plan: x",
+                tool_text="1 failed",
+            ),
+            TraceStep(output_tokens=4, output_text="done"),
+        ],
+    )
+    path = tmp_path / "texted.jsonl"
+    write_trace(path, [old, texted])
+    lines = path.read_bytes().splitlines()
+    assert b"output_text" not in lines[0]  # a trace without text writes no text fields
+    assert b'"tool_text":"1 failed"' in lines[1]
+    assert read_trace(path) == [old, texted]
+    assert texted.has_text

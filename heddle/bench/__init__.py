@@ -14,6 +14,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   at random, and the trainer whose record is counted against what was submitted;
 - ``cluster``: ``heddle bench cluster``, a rollout on a 3-node JetStream cluster (R3 streams)
   with a node and then a stream leader SIGKILLed, against the single-server run;
+- ``predictor`` / ``predictor_serve``: ``heddle bench predictor``, the context predictor's
+  Fig. 13 per family and text signal, and its service's latency through NATS;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control

@@ -13,6 +13,7 @@ when the reply carries the error headers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ class Endpoint:
     subject: str
     handler: Handler
     description: str = ""
+    is_concurrent: bool = False
+    """Answer each request in its own task: the next request is taken while this one waits
+    (nats-py hands a subscription's messages to its callback one at a time), so a handler that
+    batches requests sees more than one."""
 
 
 async def serve_service(
@@ -76,6 +81,13 @@ async def serve_service(
 
 
 def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def start(request: Request) -> None:
+        task = asyncio.create_task(handle(request))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+
     async def handle(request: Request) -> None:
         try:
             reply = await endpoint.handler(request.data, request.headers or {})
@@ -88,7 +100,7 @@ def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
             return
         await request.respond(reply)
 
-    return handle
+    return start if endpoint.is_concurrent else handle
 
 
 async def _refuse(request: Request, code: str, message: str) -> None:

@@ -32,6 +32,8 @@ _COMMAND_MODULES = (
     "bench_chaos",
     "deploy",
     "bench_cluster",
+    "predictor",
+    "bench_predictor",
 )
 
 for _name in _COMMAND_MODULES:

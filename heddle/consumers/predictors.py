@@ -9,11 +9,15 @@ ran it. Choices (``LIVE_PREDICTORS``):
 - ``oracle`` / ``noisy_oracle``: the truth of ``trace`` trajectories, whose task is their trace
   line (simulation-grade live runs; the noisy one draws the simulator's errors), the online model
   for the others;
-- ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.prediction``).
+- ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.prediction``);
+- ``context``: the served context model (``heddle predictor serve``): the online model answers
+  each prediction at once and the service's answer follows when it comes in time
+  (``heddle.consumers.context_predictions``); with no service running, the online model alone.
 
 ``PredictionHooks`` is the slot's shell work: before each event it scopes the trace oracle to the
 event's rollout and learns the trace of a submitted ``trace`` trajectory; after a trajectory
-ends it forgets it.
+ends it forgets it. With ``context``, after each event it sends the decider's queued requests
+(only once ``attach`` gave it the bus: the events replayed at start ask nothing).
 """
 
 from __future__ import annotations
@@ -24,15 +28,24 @@ from dataclasses import dataclass
 
 import msgspec
 
-from heddle.events import Completed, Event, Failed, TrajectorySubmitted
-from heddle.policy.prediction import Predictor, PredictorOptions, fit, make_predictor
+from heddle.bus.bus import Bus
+from heddle.bus.micro import request
+from heddle.consumers.context_predictions import ContextPredictions
+from heddle.events import Completed, Event, Failed, ToolReturned, TrajectorySubmitted
+from heddle.policy.prediction import (
+    Predictor,
+    PredictorOptions,
+    ServedContextPredictor,
+    fit,
+    make_predictor,
+)
 from heddle.policy.prediction.online import OnlineModelConfig, OnlinePredictor
 from heddle.policy.prediction.trace_oracle import LiveOracle
 from heddle.traces import TraceStep, TraceTrajectory
 
 log = logging.getLogger(__name__)
 
-LIVE_PREDICTORS = ("online", "oracle", "noisy_oracle", "history", "prompt_only")
+LIVE_PREDICTORS = ("online", "oracle", "noisy_oracle", "history", "prompt_only", "context")
 TRACE_ENVIRONMENT = "trace"
 
 
@@ -52,6 +65,8 @@ class PredictorConfig:
     """Total output guessed before any completion is known."""
     max_history_rollouts: int = 20
     """Earlier rollouts the online model learns from at start (most recent first)."""
+    context_timeout_s: float = 5.0
+    """``context``: how long a request to the prediction service may take at most."""
 
     def __post_init__(self) -> None:
         if self.name not in LIVE_PREDICTORS:
@@ -77,6 +92,8 @@ class PredictionHooks:
         model = OnlineModelConfig(prior_total_tokens=config.prior_total_tokens)
         self.online = OnlinePredictor(model)
         self.oracle: LiveOracle | None = None
+        self.context: ServedContextPredictor | None = None
+        self.context_client: ContextPredictions | None = None
         self.predictor: Predictor
         match config.name:
             case "online":
@@ -85,11 +102,26 @@ class PredictionHooks:
                 noise = config.noise() if config.name == "noisy_oracle" else None
                 self.oracle = LiveOracle(self.online, noise)
                 self.predictor = self.oracle
+            case "context":
+                self.context = ServedContextPredictor(self.online)
+                self.predictor = self.context
             case _:
                 options = PredictorOptions(prior_total_tokens=config.prior_total_tokens)
                 self.predictor = make_predictor(config.name, options)
 
+    def attach(self, bus: Bus) -> None:
+        """Start sending context requests through ``bus`` (call once the replay is done)."""
+        if self.context is None:
+            return
+
+        async def ask(subject: str, body: bytes, timeout_s: float) -> bytes:
+            return await request(bus, subject, body, timeout_s)
+
+        self.context_client = ContextPredictions(ask, bus.publish, self.config.context_timeout_s)
+
     def before(self, event: Event) -> None:
+        if self.context is not None:
+            self._before_context(self.context, event)
         if self.oracle is None:
             return
         self.oracle.oracle.scope(event.rollout_id)
@@ -102,7 +134,25 @@ class PredictionHooks:
         if trace is not None:
             self.oracle.oracle.add(event.rollout_id, event.traj_id, trace)
 
+    def _before_context(self, context: ServedContextPredictor, event: Event) -> None:
+        context.scope(event.rollout_id)
+        client = self.context_client
+        if client is not None and isinstance(event, ToolReturned):
+            client.tool_returned(event.rollout_id, event.traj_id, event.step)
+
+    def _after_context(self, context: ServedContextPredictor, event: Event) -> None:
+        requests = context.take_requests()
+        client = self.context_client
+        if client is None:
+            return
+        for context_request in requests:
+            client.send(context_request)
+        if isinstance(event, (Completed, Failed)):
+            client.ended(event.rollout_id, event.traj_id)
+
     def after(self, event: Event) -> None:
+        if self.context is not None:
+            self._after_context(self.context, event)
         if self.oracle is None or not isinstance(event, (Completed, Failed)):
             return
         if isinstance(event, Completed) or not event.retryable:
@@ -112,7 +162,7 @@ class PredictionHooks:
         """Let the predictor learn from earlier rollouts' trajectories; how many it saw."""
         count = 0
         for trajectory in history:
-            if isinstance(self.predictor, (OnlinePredictor, LiveOracle)):
+            if isinstance(self.predictor, (OnlinePredictor, LiveOracle, ServedContextPredictor)):
                 self.online.observe_trace(trajectory)
             else:
                 fit(self.predictor, [trajectory])

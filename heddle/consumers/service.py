@@ -225,6 +225,7 @@ class ControlPlaneService:
         prediction = self.slots["prediction"]
 
         async def on_replayed() -> None:
+            hooks.attach(bus)  # the context predictor's requests: live events only
             if self.config.learn_from_ledger:
                 await self._learn_from_ledger(hooks, prediction)
             # What exists now (modules, the replayed state, the predictor's history) lives as

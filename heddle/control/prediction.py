@@ -8,7 +8,12 @@ trajectory, with each step's tool figures) or ``Failed``. ``Predicted`` carries 
 output tokens and, from predictors that have it, the remaining tool seconds.
 
 Tool observations count by ``len(ToolReturned.output_token_ids)``: trace tools and the simulator
-fill it; for tools that return only text it is 0 (no current predictor reads it).
+fill it; for tools that return only text it is 0 (the context predictor reads the text).
+
+Texts, for the context predictor: a tool's result is ``ToolReturned.output``; a generation's
+text is not in ``Generated`` (token ids only), so it is known only for ``trace`` trajectories,
+whose task is a trace line that may carry each step's ``output_text`` and ``tool_text``
+(``heddle.workloads.text``), read from the submission.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ from heddle.events import (
     Predicted,
     ToolCalled,
     ToolReturned,
+    TrajectorySpec,
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
 from heddle.policy.prediction import Outcome, Predictor, Progress, predict_tool_s
+
+TRACE_ENVIRONMENT = "trace"
 
 
 @dataclass(slots=True)
@@ -43,6 +51,15 @@ class _Tracked:
     output_tokens: int = 0
     tool_output_tokens: int = 0
     tool_s: float = 0.0
+    recorded_texts: tuple[tuple[str, str], ...] = ()
+    """Per step (output text, tool text) from a trace task; empty for other environments."""
+    first_output_text: str = ""
+    last_output_text: str = ""
+    last_tool_text: str = ""
+
+    def recorded(self, step: int) -> tuple[str, str]:
+        texts = self.recorded_texts
+        return texts[step] if 0 <= step < len(texts) else ("", "")
 
     def tool_figures(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """Per-step observation tokens and tool seconds, the last step's zero (it calls no
@@ -63,7 +80,23 @@ class _Tracked:
             tool_s=self.tool_s,
             first_output_tokens=steps[0] if steps else 0,
             last_output_tokens=steps[-1] if steps else 0,
+            first_output_text=self.first_output_text,
+            last_output_text=self.last_output_text,
+            last_tool_text=self.last_tool_text,
         )
+
+
+def recorded_texts(spec: TrajectorySpec) -> tuple[tuple[str, str], ...]:
+    """(output text, tool text) per step of a ``trace`` task that carries them, else ()."""
+    steps = spec.task.get("steps") if spec.environment == TRACE_ENVIRONMENT else None
+    if not isinstance(steps, list):
+        return ()
+    texts = []
+    for step in steps:
+        entry = step if isinstance(step, dict) else {}
+        output_text, tool_text = entry.get("output_text", ""), entry.get("tool_text", "")
+        texts.append((str(output_text), str(tool_text)))
+    return tuple(texts) if any(a or b for a, b in texts) else ()
 
 
 class PredictionDecider:
@@ -87,7 +120,12 @@ class PredictionDecider:
                 if key in self._tracked:
                     return []
                 spec = event.spec
-                fresh = _Tracked(event.traj_id, spec.group_id, len(spec.prompt_token_ids))
+                fresh = _Tracked(
+                    event.traj_id,
+                    spec.group_id,
+                    len(spec.prompt_token_ids),
+                    recorded_texts=recorded_texts(spec),
+                )
                 self._tracked[key] = fresh
                 return [self._predicted(event, -1, fresh)]
             case Generated():
@@ -97,6 +135,9 @@ class PredictionDecider:
                 num_tokens = len(event.output_token_ids)
                 tracked.step_outputs.append(num_tokens)
                 tracked.output_tokens += num_tokens
+                tracked.last_output_text = tracked.recorded(event.step)[0]
+                if event.step == 0:
+                    tracked.first_output_text = tracked.last_output_text
                 return []
             case ToolCalled():
                 tracked = self._tracked.get(key)
@@ -111,6 +152,7 @@ class PredictionDecider:
                         tracked.step_tool_s.append(event.duration_s)
                     tracked.tool_output_tokens += len(event.output_token_ids)
                     tracked.tool_s += event.duration_s
+                    tracked.last_tool_text = event.output or tracked.recorded(event.step)[1]
                 return []
             case Completed():
                 tracked = self._tracked.pop(key, None)

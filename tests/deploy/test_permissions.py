@@ -59,7 +59,7 @@ async def test_a_connection_without_credentials_is_refused(auth_server: AuthServ
     settings = Settings(nats_url=auth_server.server.url, data_dir=auth_server.data_dir)
     # The server answers -ERR 'Authorization Violation' and closes; a client that reads the
     # close before the error sees a reset connection instead.
-    with pytest.raises(Exception, match="(?i)authorization|connection reset"):
+    with pytest.raises(Exception, match=r"(?i)authorization|connection reset"):
         async with Bus(settings):
             pass
 

@@ -29,12 +29,16 @@ Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices)
 * ``online``: a ridge regression on context features refit at every completion
   (``heddle.policy.prediction.online``), what a live control plane runs by default.
 
-A learned model implements the same protocol and adds one entry to ``PREDICTORS``.
+A learned model implements the same protocol. The learned context model (``heddle.predictor``)
+reads the trajectory's text as well; it runs as a service, and inside the control plane
+``ServedContextPredictor`` stands for it (answering with the numeric model at once, and queueing
+a request for the service).
 
 Modules: ``base`` (the protocol, ``Progress``, ``Outcome``), ``oracles``, ``baselines``,
-``online`` with ``online_features`` (the ridge model and its features), ``trace_oracle`` (the
-oracle of live runs), ``quality`` (long-tail recall, correlation), ``registry`` (``PREDICTORS``,
-``make_predictor``, ``fit``). The control plane's side is ``heddle.control.prediction``.
+``online`` with ``online_features`` (the ridge model and its features), ``context`` (the served
+context model's stand-in), ``trace_oracle`` (the oracle of live runs), ``quality`` (long-tail
+recall, correlation), ``registry`` (``PREDICTORS``, ``make_predictor``, ``fit``). The control
+plane's side is ``heddle.control.prediction``.
 """
 
 from __future__ import annotations
@@ -50,12 +54,14 @@ from heddle.policy.prediction.base import (
     returned_tool_calls,
 )
 from heddle.policy.prediction.baselines import HistoryPredictor, PromptOnlyPredictor
+from heddle.policy.prediction.context import ContextRequest, ServedContextPredictor
 from heddle.policy.prediction.oracles import NoisyOraclePredictor, OraclePredictor
 from heddle.policy.prediction.quality import PredictionQuality, prediction_quality, progress_of
 from heddle.policy.prediction.registry import PREDICTORS, fit, make_predictor
 
 __all__ = [
     "PREDICTORS",
+    "ContextRequest",
     "HistoryPredictor",
     "NoisyOraclePredictor",
     "OraclePredictor",
@@ -65,6 +71,7 @@ __all__ = [
     "PredictorOptions",
     "Progress",
     "PromptOnlyPredictor",
+    "ServedContextPredictor",
     "ToolTimePredictor",
     "fit",
     "make_predictor",

@@ -26,21 +26,30 @@ class Progress:
     first_output_tokens: int = 0
     """The first step's output (its plan is a strong signal, paper s.4.1)."""
     last_output_tokens: int = 0
+    first_output_text: str = ""
+    """The first step's text (its plan), when known; the context predictor reads the texts."""
+    last_output_text: str = ""
+    last_tool_text: str = ""
+    """What the latest returned tool call returned, when known."""
 
-    def after_generation(self, output_tokens: int) -> Progress:
+    def after_generation(self, output_tokens: int, text: str = "") -> Progress:
+        is_first = self.num_steps == 0
         return replace(
             self,
             num_steps=self.num_steps + 1,
             output_tokens=self.output_tokens + output_tokens,
-            first_output_tokens=output_tokens if self.num_steps == 0 else self.first_output_tokens,
+            first_output_tokens=output_tokens if is_first else self.first_output_tokens,
             last_output_tokens=output_tokens,
+            first_output_text=text if is_first else self.first_output_text,
+            last_output_text=text,
         )
 
-    def after_tool(self, tool_output_tokens: int, tool_s: float) -> Progress:
+    def after_tool(self, tool_output_tokens: int, tool_s: float, text: str = "") -> Progress:
         return replace(
             self,
             tool_output_tokens=self.tool_output_tokens + tool_output_tokens,
             tool_s=self.tool_s + tool_s,
+            last_tool_text=text,
         )
 
 

@@ -18,8 +18,10 @@ def progress_of(trajectory: TraceTrajectory, num_steps: int) -> Progress:
     for index, step in enumerate(trajectory.steps[:num_steps]):
         if index:
             previous = trajectory.steps[index - 1]
-            progress = progress.after_tool(previous.tool_output_tokens, previous.tool_s)
-        progress = progress.after_generation(step.output_tokens)
+            progress = progress.after_tool(
+                previous.tool_output_tokens, previous.tool_s, previous.tool_text
+            )
+        progress = progress.after_generation(step.output_tokens, step.output_text)
     return progress
 
 

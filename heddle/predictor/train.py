@@ -1,0 +1,256 @@
+"""``train``: fit the context model's head on recorded trajectories and write its folder.
+
+The encoder stays frozen and each distinct context is embedded once; only the head trains (on
+a 2-core CPU, fine-tuning a 22M-parameter encoder on 20k contexts would take hours; a frozen
+encoder with cached embeddings takes minutes). The loss is the mean squared error of the
+standardized ``log1p`` targets (lengths are heavy-tailed; the log keeps the long tail from
+dominating); training keeps the head of the epoch whose predictions rank the held-out
+trajectories best (Pearson r of remaining output tokens, the paper's figure), epoch 0 included:
+the untrained head answers as the numeric model does, so text that tells nothing leaves it
+there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import torch
+
+from heddle.errors import UserError
+from heddle.predictor.encoder import PACKAGED_BASE, TextEncoder
+from heddle.predictor.examples import (
+    TARGETS,
+    Example,
+    build_examples,
+    split_by_trajectory,
+    target_matrix,
+)
+from heddle.predictor.metrics import long_tail_recall, pearson_r
+from heddle.predictor.model import (
+    ContextModel,
+    ModelConfig,
+    ResidualHead,
+    build_head,
+    head_inputs,
+    raw_inputs,
+    save_model,
+)
+from heddle.traces import TraceTrajectory
+
+REPORTED_STEPS = (1, 2, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    base: str = PACKAGED_BASE
+    """The encoder: a local Hugging Face folder or ``minilm``."""
+    max_length: int = 128
+    """Encoder tokens read per context."""
+    hidden: int = 256
+    num_epochs: int = 60
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    weight_decay: float = 5e-2
+    validation_share: float = 0.2
+    """Share of trajectories held out (their examples score the head)."""
+    max_examples: int | None = 20_000
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.validation_share < 1:
+            raise UserError(f"validation_share must be in (0, 1), got {self.validation_share}")
+        if self.num_epochs < 1 or self.batch_size < 1 or self.hidden < 1:
+            raise UserError("num_epochs, batch_size and hidden must be >= 1")
+
+
+class StepFigures(msgspec.Struct, frozen=True):
+    num_steps: int
+    num_examples: int
+    pearson_r: float | None
+    long_tail_recall: float | None
+
+
+class TrainReport(msgspec.Struct, frozen=True):
+    num_trajectories: int
+    num_examples: int
+    num_train_examples: int
+    num_validation_examples: int
+    encode_s: float
+    train_s: float
+    """Wall seconds of the whole training (encoding included)."""
+    best_epoch: int
+    """0: no epoch beat the numeric model's answers on held-out trajectories."""
+    validation_r: float
+    """Pearson r of the held-out remaining output tokens at the best epoch."""
+    steps: list[StepFigures]
+
+
+def train(trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig) -> TrainReport:
+    """Train on ``trajectories``' examples, write the model folder to ``out``; the report is
+    also its ``validation.json``."""
+    return train_model(trajectories, out, config)[0]
+
+
+def train_model(
+    trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig
+) -> tuple[TrainReport, ContextModel]:
+    """``train``, and the trained model (its encoder keeps what it embedded)."""
+    started = time.perf_counter()
+    examples = build_examples(trajectories, config.max_examples, config.seed)
+    train_set, validation_set = split_by_trajectory(examples, config.validation_share, config.seed)
+    if not train_set or not validation_set:
+        raise UserError("too few trajectories with two or more steps to train and validate on")
+    encoder = TextEncoder(config.base, config.max_length, device=config.device)
+    encoder.encode([text for e in examples for text in e.parts])
+    encode_s = time.perf_counter() - started
+    model_config, head, best_epoch, best_r = _fit_head(encoder, train_set, validation_set, config)
+    model = ContextModel(model_config, head, encoder)
+    report = TrainReport(
+        num_trajectories=len(trajectories),
+        num_examples=len(examples),
+        num_train_examples=len(train_set),
+        num_validation_examples=len(validation_set),
+        encode_s=round(encode_s, 3),
+        train_s=round(time.perf_counter() - started, 3),
+        best_epoch=best_epoch,
+        validation_r=round(best_r, 4),
+        steps=step_figures(model, validation_set),
+    )
+    save_model(out, model_config, head, report)
+    return report, model
+
+
+def _raw_inputs(encoder: TextEncoder, examples: Sequence[Example]) -> np.ndarray:
+    return raw_inputs(encoder, [e.parts for e in examples], [e.features for e in examples])
+
+
+def _fit_head(
+    encoder: TextEncoder,
+    train_set: Sequence[Example],
+    validation_set: Sequence[Example],
+    config: TrainConfig,
+) -> tuple[ModelConfig, ResidualHead, int, float]:
+    torch.manual_seed(config.seed)
+    raw_train, raw_validation = (
+        _raw_inputs(encoder, train_set),
+        _raw_inputs(encoder, validation_set),
+    )
+    input_mean, input_std = raw_train.mean(0), np.maximum(raw_train.std(0), 1e-3)
+    y_train, y_validation = target_matrix(train_set), target_matrix(validation_set)
+    target_mean, target_std = y_train.mean(0), np.maximum(y_train.std(0), 1e-3)
+
+    input_stats, target_stats = (input_mean, input_std), (target_mean, target_std)
+
+    def tensors(raw: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        x = head_inputs(raw, encoder.dim, input_stats, target_stats)
+        t = (y - target_mean) / target_std
+        return (
+            torch.as_tensor(x, dtype=torch.float32).to(config.device),
+            torch.as_tensor(t, dtype=torch.float32).to(config.device),
+        )
+
+    x_train, t_train = tensors(raw_train, y_train)
+    x_validation, _ = tensors(raw_validation, y_validation)
+    truth = np.expm1(y_validation[:, 0])
+    head = build_head(x_train.shape[1] - len(TARGETS), config.hidden).to(config.device)
+    best_epoch, best_r, best_state = _run_epochs(
+        head,
+        (x_train, t_train),
+        (x_validation, truth),
+        (float(target_mean[0]), float(target_std[0])),
+        config,
+    )
+    head.load_state_dict(best_state)
+    head.eval()
+    model_config = ModelConfig(
+        base=config.base,
+        max_length=config.max_length,
+        hidden=config.hidden,
+        embedding_dim=encoder.dim,
+        input_mean=input_mean.tolist(),
+        input_std=input_std.tolist(),
+        target_mean=target_mean.tolist(),
+        target_std=target_std.tolist(),
+    )
+    return model_config, head, best_epoch, best_r
+
+
+def _validation_r(
+    head: ResidualHead, validation: tuple[torch.Tensor, np.ndarray], mean: float, std: float
+) -> float:
+    """Pearson r of the remaining output tokens the head predicts for the validation examples
+    (the figure the model is judged by; nan counts as 0)."""
+    head.eval()
+    with torch.inference_mode():
+        scaled = head(validation[0])[:, 0].cpu().numpy()
+    r = pearson_r(validation[1].tolist(), np.expm1(scaled * std + mean).tolist())
+    return 0.0 if math.isnan(r) else r
+
+
+def _run_epochs(
+    head: ResidualHead,
+    train_data: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, np.ndarray],
+    target_stats: tuple[float, float],
+    config: TrainConfig,
+) -> tuple[int, float, dict[str, torch.Tensor]]:
+    """Minibatch AdamW epochs; the epoch (0: untrained, the numeric model's answers), the
+    validation r and the weights of the epoch with the best validation r: a correction that
+    does not make held-out rankings better is not kept."""
+    optimizer = torch.optim.AdamW(
+        head.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    x_train, t_train = train_data
+    generator = torch.Generator().manual_seed(config.seed)
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in head.state_dict().items()}
+
+    best = (0, _validation_r(head, validation, *target_stats), snapshot())
+    for epoch in range(1, config.num_epochs + 1):
+        head.train()
+        order = torch.randperm(x_train.shape[0], generator=generator)
+        for start in range(0, len(order), config.batch_size):
+            batch = order[start : start + config.batch_size]
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(head(x_train[batch]), t_train[batch])
+            loss.backward()
+            optimizer.step()
+        r = _validation_r(head, validation, *target_stats)
+        if r > best[1]:
+            best = (epoch, r, snapshot())
+    return best
+
+
+def step_figures(
+    model: ContextModel, examples: Sequence[Example], steps: Sequence[int] = REPORTED_STEPS
+) -> list[StepFigures]:
+    """Pearson r of remaining tokens and long-tail recall by total length, per step count."""
+    figures = []
+    for num_steps in steps:
+        at_step = [e for e in examples if e.num_steps == num_steps]
+        if not at_step:
+            figures.append(StepFigures(num_steps, 0, None, None))
+            continue
+        inputs = model.inputs([e.parts for e in at_step], [e.features for e in at_step])
+        guessed = model.predict_inputs(inputs)[:, 0]
+        truth = [e.remaining_output_tokens for e in at_step]
+        done = np.asarray([e.output_tokens for e in at_step], dtype=float)
+        r = pearson_r(truth, guessed.tolist())
+        recall = long_tail_recall(done + np.asarray(truth), done + guessed)
+        figures.append(
+            StepFigures(
+                num_steps,
+                len(at_step),
+                None if math.isnan(r) else round(r, 4),
+                None if math.isnan(recall) else round(recall, 4),
+            )
+        )
+    return figures

@@ -1,0 +1,321 @@
+"""A text layer for synthetic traces: what the agent wrote and what its tools returned, with a
+stated share of signal about the work still to come.
+
+    >>> from heddle.workloads.text import with_text
+    >>> texted = with_text(trace, kind="swe", signal=0.9, seed=7)
+
+The paper (s.4.1) reads the remaining length from the context: "the first step's plan is a strong
+early indicator". A trace has numbers only, so this layer writes the words that carry them, per
+family kind (``TEXT_KINDS``):
+
+* ``swe``: a plan naming the files to change; test output listing failures; a next-step note;
+* ``search``: a plan naming the facts to look up; search results that do or do not answer;
+* ``math``: a plan naming the sub-problems; python output that checks out or does not;
+* ``web``: a plan naming the pages to visit; page dumps that hold the item or not.
+
+How much the words tell is ``signal`` in [0, 1]: each text reports a quantity
+``z = signal * z_true + sqrt(1 - signal**2) * noise`` where ``z_true`` is the standardized log
+of the steps still to come (for the plan: of all steps) and ``noise`` is standard normal (half a
+per-trajectory draw, half a per-step one). ``z`` picks the text's wording (one of five levels of
+effort, each with several paraphrases, and a closing remark that halves each level: ten degrees
+in all) and its list length. At ``signal = 0`` the text is
+independent of the future: a predictor that reads it can only learn to ignore it. Everything is a
+pure function of (trace, kind, signal, seed).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from heddle.traces import TraceStep, TraceTrajectory
+
+SIGNAL_LEVELS: dict[str, float] = {"none": 0.0, "weak": 0.5, "strong": 0.9}
+"""Named signal strengths (the predictor bench's grid)."""
+_LEVEL_CUTS = (-0.84, -0.25, 0.25, 0.84)
+"""Standard-normal quintile cuts: ``z`` below the first is level 0 (least work left)."""
+_HALF_CUTS = (-1.28, -0.52, 0.0, 0.52, 1.28)
+"""Per level, the decile cut inside it: above it, the text adds ``_HARDER`` (else ``_EASIER``),
+so the words tell ten degrees of work apart (the top decile is the long tail)."""
+_EASIER = (" Straightforward.", " Should be quick.")
+_HARDER = (" Harder than it looks.", " Expect surprises.")
+
+
+@dataclass(frozen=True, slots=True)
+class TextVocabulary:
+    """One family kind's words: item names, and per effort level (0: least work) the phrases
+    of its plans, tool results and next-step notes; ``{items}``/``{n}`` are filled in."""
+
+    items: tuple[str, ...]
+    plans: tuple[tuple[str, ...], ...]
+    results: tuple[tuple[str, ...], ...]
+    notes: tuple[tuple[str, ...], ...]
+
+
+def _levels(*phrases: str) -> tuple[tuple[str, ...], ...]:
+    """Five levels from ``"a|b"`` strings (paraphrases of one level split on ``|``)."""
+    return tuple(tuple(phrase.split("|")) for phrase in phrases)
+
+
+TEXT_KINDS: dict[str, TextVocabulary] = {
+    "swe": TextVocabulary(
+        items=(
+            "parser.py",
+            "models.py",
+            "views.py",
+            "cli.py",
+            "io/reader.py",
+            "io/writer.py",
+            "config.py",
+            "cache.py",
+            "schema.py",
+            "auth/session.py",
+            "db/query.py",
+            "utils.py",
+        ),
+        plans=_levels(
+            "Plan: a one-line fix in {items}.|Plan: trivial typo, change {items} only.",
+            "Plan: a small patch to {items}.|Plan: adjust a condition in {items}.",
+            "Plan: change {items} and add a test.|Plan: update {items}, then rerun the tests.",
+            "Plan: refactor {items}; several call sites move.|Plan: rework {items} and tests.",
+            "Plan: a large rewrite across {items}; the API changes everywhere."
+            "|Plan: redesign {items}; expect many failing tests to fix one by one.",
+        ),
+        results=_levels(
+            "{n} passed, 0 failed.|All {n} tests pass.",
+            "1 failed: {items}. {n} passed.|One failure left in {items}.",
+            "{n} failed: {items}.|FAILED {items} ({n} failures).",
+            "{n} failed, errors in {items}; import errors.|{n} failures across {items}.",
+            "collection error; {n} failed, build broken in {items}."
+            "|Traceback in {items}; {n} tests error out.",
+        ),
+        notes=_levels(
+            "Done; submitting.|The fix is complete.",
+            "Almost there: one assertion in {items}.|A last tweak to {items}.",
+            "Fixing {items} next.|Now the failures in {items}.",
+            "Many failures remain in {items}; continuing.|Still broken: {items}.",
+            "Everything fails; start over with {items}.|Deep problem; rewriting {items}.",
+        ),
+    ),
+    "search": TextVocabulary(
+        items=(
+            "the author",
+            "the year",
+            "the capital",
+            "the population",
+            "the founder",
+            "the award",
+            "the river",
+            "the league",
+            "the album",
+            "the treaty",
+            "the mayor",
+        ),
+        plans=_levels(
+            "I know this; one lookup of {items}.|A single search for {items} settles it.",
+            "Look up {items}, then answer.|Search {items} once or twice.",
+            "Need {items}; a few searches.|First find {items}, then combine.",
+            "Multi-hop: {items}, each needs its own search.|Chain of facts: {items}.",
+            "Obscure question; {items} are hard to find, many searches ahead."
+            "|Ambiguous: {items} each have several candidates to check.",
+        ),
+        results=_levels(
+            "Result 1 answers directly: {items}.|Top hit states {items} exactly.",
+            "Result 2 mentions {items}.|A snippet names {items}.",
+            "Results mention {items} but not the answer.|Partial: {items}, not confirmed.",
+            "No result answers; {n} unrelated pages about {items}.|Irrelevant hits on {items}.",
+            "Nothing found; {n} dead links for {items}.|Zero relevant results for {items}.",
+        ),
+        notes=_levels(
+            "The answer is found.|Answering now.",
+            "One check of {items}.|Confirm {items}.",
+            "Search {items} next.|Try another query on {items}.",
+            "Still missing {items}; more queries.|Rephrase the search for {items}.",
+            "Lost; restarting the search for {items}.|No lead yet on {items}.",
+        ),
+    ),
+    "math": TextVocabulary(
+        items=(
+            "the integral",
+            "the recurrence",
+            "the base case",
+            "the bound",
+            "the modulus",
+            "the sum",
+            "the inequality",
+            "the polynomial",
+            "the limit",
+            "the lemma",
+        ),
+        plans=_levels(
+            "Direct computation of {items}.|Plug in: {items} is immediate.",
+            "Simplify {items}, then compute.|One substitution in {items}.",
+            "Split into {items}; check each numerically.|Solve {items} step by step.",
+            "Hard: {items} need case analysis.|Several cases: {items}.",
+            "Very hard: {items} need a proof by induction with many cases."
+            "|No obvious approach; explore {items} numerically for a long time.",
+        ),
+        results=_levels(
+            "Output: {n}. Matches.|Check passed: {n}.",
+            "Output: {n}. Close; one correction.|Result {n}, nearly there.",
+            "Output: {n}. Does not match {items}.|Mismatch in {items}.",
+            "Error: {items} diverges.|Exception while evaluating {items}.",
+            "Timeout; {items} explode.|MemoryError computing {items}.",
+        ),
+        notes=_levels(
+            "So the answer is {n}.|Final answer: {n}.",
+            "Fix the sign in {items}.|Adjust {items} slightly.",
+            "Recheck {items}.|Try {items} another way.",
+            "Back to {items}; the approach fails.|Rethink {items}.",
+            "Start over on {items}.|None of it works; new idea for {items}.",
+        ),
+    ),
+    "web": TextVocabulary(
+        items=(
+            "the cart page",
+            "the login form",
+            "the search box",
+            "the product list",
+            "the settings tab",
+            "the checkout",
+            "the filter menu",
+            "the review section",
+            "the order history",
+            "the help center",
+        ),
+        plans=_levels(
+            "Open {items} and read the value.|One click on {items}.",
+            "Go to {items}, then confirm.|Visit {items} once.",
+            "Visit {items} in turn.|Navigate {items}, compare.",
+            "Many pages: {items}, with forms to fill.|Long task across {items}.",
+            "Complex workflow over {items}; expect retries and pop-ups."
+            "|Unclear site; explore {items} page by page.",
+        ),
+        results=_levels(
+            "Page shows the item: {items}.|Found it on {items}.",
+            "Page lists {items}; one more click.|Near: {items}.",
+            "Page loaded {items}, not the target.|Wrong page: {items}.",
+            "Error page at {items}; {n} broken links.|Login wall at {items}.",
+            "Timeout loading {items}; {n} retries failed.|Blank page at {items}.",
+        ),
+        notes=_levels(
+            "Task complete.|Submitting the answer.",
+            "Click {items} to finish.|Last step: {items}.",
+            "Next, {items}.|Try {items}.",
+            "Go back; try {items}.|Detour through {items}.",
+            "Lost on the site; restart at {items}.|Nothing works; retry {items}.",
+        ),
+    ),
+}
+
+
+def text_kind_of(family: str) -> str:
+    """The text kind of a zoo family, preset or mix member name (``"swe-long"`` -> ``swe``,
+    ``"mix.search"`` -> ``search``); ``ValueError`` when none fits."""
+    for part in reversed(family.replace("-", ".").split(".")):
+        if part in TEXT_KINDS:
+            return part
+    if family == "coding":
+        return "swe"
+    raise ValueError(f"no text kind for {family!r}; choose one of {', '.join(TEXT_KINDS)}")
+
+
+def with_text(
+    trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
+) -> list[TraceTrajectory]:
+    """The trace with every step's ``output_text`` and ``tool_text`` written (numbers kept)."""
+    if kind not in TEXT_KINDS:
+        raise ValueError(f"unknown text kind {kind!r}; choose one of {', '.join(TEXT_KINDS)}")
+    if not (0.0 <= signal <= 1.0):
+        raise ValueError(f"signal must be in [0, 1], got {signal}")
+    vocabulary = TEXT_KINDS[kind]
+    scale = _LogScale.of([len(t.steps) for t in trace])
+    return [_texted(t, vocabulary, signal, scale, seed) for t in trace]
+
+
+@dataclass(frozen=True, slots=True)
+class _LogScale:
+    """Mean and deviation of ``log1p(steps)`` over a trace, to standardize step counts."""
+
+    mean: float
+    std: float
+
+    @classmethod
+    def of(cls, counts: Sequence[int]) -> _LogScale:
+        logs = np.log1p(np.asarray(counts, dtype=float))
+        return cls(float(logs.mean()) if logs.size else 0.0, max(float(logs.std()), 0.25))
+
+    def z(self, steps: int) -> float:
+        return (math.log1p(steps) - self.mean) / self.std
+
+
+@dataclass(frozen=True, slots=True)
+class _Reporter:
+    """What one trajectory's texts report: ``signal`` parts truth, the rest its noise."""
+
+    signal: float
+    scale: _LogScale
+    trajectory_noise: float
+    rng: np.random.Generator
+
+    def z(self, steps_left: int) -> float:
+        noise = math.sqrt(0.5) * (self.trajectory_noise + float(self.rng.standard_normal()))
+        noise_share = math.sqrt(max(0.0, 1.0 - self.signal * self.signal))
+        return self.signal * self.scale.z(steps_left) + noise_share * noise
+
+
+def _texted(
+    trajectory: TraceTrajectory,
+    vocabulary: TextVocabulary,
+    signal: float,
+    scale: _LogScale,
+    seed: int,
+) -> TraceTrajectory:
+    rng = np.random.default_rng([seed, zlib.crc32(trajectory.id.encode())])
+    reporter = _Reporter(signal, scale, float(rng.standard_normal()), rng)
+    num_steps = len(trajectory.steps)
+    steps: list[TraceStep] = []
+    for index, step in enumerate(trajectory.steps):
+        levels = vocabulary.plans if index == 0 else vocabulary.notes
+        output_text = _phrase(levels, reporter.z(num_steps - index), vocabulary, rng)
+        tool_text = ""
+        if index < num_steps - 1:
+            z = reporter.z(num_steps - index - 1)
+            tool_text = _phrase(vocabulary.results, z, vocabulary, rng)
+        steps.append(
+            TraceStep(
+                output_tokens=step.output_tokens,
+                tool_s=step.tool_s,
+                tool_output_tokens=step.tool_output_tokens,
+                output_text=output_text,
+                tool_text=tool_text,
+            )
+        )
+    return TraceTrajectory(
+        id=trajectory.id,
+        group=trajectory.group,
+        prompt_tokens=trajectory.prompt_tokens,
+        steps=steps,
+    )
+
+
+def _phrase(
+    levels: tuple[tuple[str, ...], ...],
+    z: float,
+    vocabulary: TextVocabulary,
+    rng: np.random.Generator,
+) -> str:
+    """A paraphrase of the effort level ``z`` falls in, its list as long as ``z`` says."""
+    level = sum(z > cut for cut in _LEVEL_CUTS)
+    paraphrases = levels[level]
+    template = paraphrases[int(rng.integers(len(paraphrases)))]
+    suffixes = _HARDER if z > _HALF_CUTS[level] else _EASIER
+    template += suffixes[int(rng.integers(len(suffixes)))]
+    num_items = int(np.clip(round(math.exp(0.9 + 0.6 * z)), 1, len(vocabulary.items)))
+    chosen = rng.choice(len(vocabulary.items), size=num_items, replace=False)
+    items = ", ".join(vocabulary.items[i] for i in sorted(chosen))
+    return template.format(items=items, n=int(np.clip(round(math.exp(1.5 + z)), 1, 99)))

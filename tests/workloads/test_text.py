@@ -1,0 +1,74 @@
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from heddle.workloads.text import SIGNAL_LEVELS, TEXT_KINDS, text_kind_of, with_text
+from heddle.workloads.zoo import zoo_family
+
+
+def _trace(family: str, num: int = 120, seed: int = 3):
+    zoo = zoo_family(family)
+    return zoo.generate(zoo.draw(random.Random(seed)), num, seed=seed)
+
+
+def _plan_level(text: str, kind: str) -> int:
+    """The effort level a plan's wording comes from (the vocabulary's templates)."""
+    for level, paraphrases in enumerate(TEXT_KINDS[kind].plans):
+        for template in paraphrases:
+            if text.startswith(template.split("{")[0]):
+                return level
+    raise AssertionError(f"no level for {text!r}")
+
+
+def test_text_keeps_numbers_and_fills_every_step() -> None:
+    trace = _trace("swe", 20)
+    texted = with_text(trace, "swe", 0.9, seed=1)
+    for plain, with_words in zip(trace, texted, strict=True):
+        assert [s.output_tokens for s in plain.steps] == [s.output_tokens for s in with_words.steps]
+        assert [s.tool_s for s in plain.steps] == [s.tool_s for s in with_words.steps]
+        assert all(s.output_text for s in with_words.steps)
+        assert all(s.tool_text for s in with_words.steps[:-1])
+        assert with_words.steps[-1].tool_text == ""
+
+
+def test_text_is_deterministic_from_the_seed() -> None:
+    trace = _trace("search", 40)
+    assert with_text(trace, "search", 0.5, seed=2) == with_text(trace, "search", 0.5, seed=2)
+    assert with_text(trace, "search", 0.5, seed=2) != with_text(trace, "search", 0.5, seed=3)
+
+
+@pytest.mark.parametrize("kind", sorted(TEXT_KINDS))
+def test_plan_wording_tracks_length_as_strongly_as_the_signal_says(kind: str) -> None:
+    trace = _trace("swe" if kind == "swe" else kind, 400)
+    steps = np.log1p([len(t.steps) for t in trace])
+    correlations = {}
+    for name, signal in SIGNAL_LEVELS.items():
+        texted = with_text(trace, kind, signal, seed=5)
+        levels = [_plan_level(t.steps[0].output_text, kind) for t in texted]
+        correlations[name] = float(np.corrcoef(levels, steps)[0, 1])
+    assert abs(correlations["none"]) < 0.15
+    assert correlations["strong"] > correlations["weak"] > correlations["none"] + 0.1
+    assert correlations["strong"] > 0.5
+
+
+def test_kind_names() -> None:
+    assert text_kind_of("swe-long") == "swe"
+    assert text_kind_of("mix.search") == "search"
+    assert text_kind_of("coding") == "swe"
+    with pytest.raises(ValueError, match="no text kind"):
+        text_kind_of("chess")
+    with pytest.raises(ValueError, match="signal"):
+        with_text([], "swe", 1.5, seed=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(signal=st.floats(0, 1), seed=st.integers(0, 2**31))
+def test_any_signal_writes_valid_text(signal: float, seed: int) -> None:
+    texted = with_text(_trace("math", 8, seed=1), "math", signal, seed)
+    texts = [s.output_text for t in texted for s in t.steps] + [
+        s.tool_text for t in texted for s in t.steps[:-1]
+    ]
+    assert all(text and "{" not in text and "}" not in text for text in texts)
