@@ -15,11 +15,13 @@ from heddle.config import Settings
 from heddle.consumers.operations import ops_subject
 
 
-def trace_task(name: str, outputs: list[int], tool_tokens: int = 5) -> dict[str, Any]:
+def trace_task(
+    name: str, outputs: list[int], tool_tokens: int = 5, tool_s: float = 0.5
+) -> dict[str, Any]:
     """A ``trace`` task: generations of ``outputs`` tokens with ``tool_tokens`` tool tokens
-    (0.5 model seconds of tool) after each but the last."""
+    (``tool_s`` model seconds of tool) after each but the last."""
     steps = [
-        {"output_tokens": n, "tool_s": 0.5 if i < len(outputs) - 1 else 0.0,
+        {"output_tokens": n, "tool_s": tool_s if i < len(outputs) - 1 else 0.0,
          "tool_output_tokens": tool_tokens if i < len(outputs) - 1 else 0}
         for i, n in enumerate(outputs)
     ]  # fmt: skip
