@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "bench_control",
     "ops",
     "bench_chaos",
+    "bench_integrations",
 )
 
 for _name in _COMMAND_MODULES:
