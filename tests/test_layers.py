@@ -34,7 +34,8 @@ LAYERS: dict[str, int] = {
     "heddle.rollout": 8,
     "heddle.client": 9,
     "heddle.fidelity": 9,
-    "heddle.cli": 10,
+    "heddle.integrations": 10,
+    "heddle.cli": 11,
 }
 """Each package's layer: a package may import packages of lower layers only."""
 
