@@ -82,13 +82,16 @@ async def _run(args: Any, request: BatchRequest) -> BatchResult:
 def rollout_options(args: Any, group_size: int) -> TaskOptions:
     """Heddle's task options from slime's flags: ``rollout_max_response_len`` caps each
     response (and each generation), ``rollout_temperature``, ``rollout_seed``; ``heddle_max_steps``,
-    ``heddle_max_total_tokens`` where given."""
+    ``heddle_max_total_tokens`` where given (else 32768, or twice the response cap when that
+    is more)."""
     max_response = getattr(args, "rollout_max_response_len", None) or 1024
     return TaskOptions(
         group_size=group_size,
         max_steps=int(getattr(args, "heddle_max_steps", 16)),
         max_new_tokens=int(max_response),
-        max_total_tokens=int(getattr(args, "heddle_max_total_tokens", 32768)),
+        max_total_tokens=int(
+            getattr(args, "heddle_max_total_tokens", None) or max(32768, 2 * int(max_response))
+        ),
         max_response_tokens=int(max_response),
         temperature=float(getattr(args, "rollout_temperature", 1.0)),
         seed=int(getattr(args, "rollout_seed", 0) or 0),
