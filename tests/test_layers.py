@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "heddle.bench": 10,
     "heddle.deploy": 10,
     "heddle.examples": 10,
+    "heddle.integrations": 10,
     "heddle.cli": 11,
 }
 """Each package's layer: a package may import packages of lower layers only."""

@@ -34,6 +34,7 @@ _COMMAND_MODULES = (
     "bench_cluster",
     "predictor",
     "bench_predictor",
+    "bench_integrations",
 )
 
 for _name in _COMMAND_MODULES:

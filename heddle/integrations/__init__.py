@@ -1,0 +1,4 @@
+"""Heddle as the rollout backend of existing trainers: ``heddle.integrations.slime``
+(``--rollout-function-path``) and ``heddle.integrations.verl`` (verl's replaceable
+``AgentLoopManager``). docs/integrations.md gives each trainer's configuration and the contract
+relied on. ``heddle.integrations.batch`` is what both share: one trainer batch as one rollout."""
