@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from heddle.bench.chaos_trainer import count_record
+from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.events import Completed, RolloutFinished
+from heddle.events import Completed
 from heddle.events.subjects import rollout_filter
-from heddle.ledger import LEDGER_CONSUMER, queries
-from heddle.ledger.snapshot import open_read_only
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.processes import Child
@@ -210,10 +209,10 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
                 for _ in range(num_kills):
                     await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
                     await cluster.kill_and_restart(schedule.pop(0), rng)
-                await _wait_finished(bus, rollout_id, config.rollout_timeout_s)
+                await wait_finished(bus, rollout_id, config.rollout_timeout_s)
             await cluster.wait_trainer(config.rollout_timeout_s)
-            finished_at = await _wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
-            await _wait_projected(settings, finished_at, config.rollout_timeout_s)
+            finished_at = await wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
+            await wait_projected(settings, finished_at, config.rollout_timeout_s)
             stream_duplicates = await _stream_duplicate_completions(bus, rollout_ids)
         finally:
             await deployment.stop()
@@ -235,32 +234,6 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
         ledger_sequence=verified.sequence,
         wall_s=round(time.monotonic() - started, 1),
     )
-
-
-async def _wait_finished(bus: Bus, rollout_id: str, timeout_s: float) -> int:
-    """The stream sequence of the rollout's ``RolloutFinished`` (waits for it)."""
-    deadline = time.monotonic() + timeout_s
-    query = ReplayQuery((f"heddle.evt.rollout.{rollout_id}.finished",))
-    while time.monotonic() < deadline:
-        async for record in bus.replay_events(query):
-            if isinstance(record.message, RolloutFinished):
-                return record.stream_sequence
-        await asyncio.sleep(_POLL_S)
-    raise TimeoutError(f"rollout {rollout_id} did not finish within {timeout_s:g} s")
-
-
-async def _wait_projected(settings: Settings, sequence: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    ledger = await asyncio.to_thread(open_read_only, settings.ledger_url)
-    try:
-        while time.monotonic() < deadline:
-            positions = {p.consumer: p.stream_sequence for p in queries.positions(ledger)}
-            if positions.get(LEDGER_CONSUMER, 0) >= sequence:
-                return
-            await asyncio.sleep(_POLL_S)
-    finally:
-        ledger.close()
-    raise TimeoutError(f"the projector did not reach #{sequence} within {timeout_s:g} s")
 
 
 async def _stream_duplicate_completions(bus: Bus, rollout_ids: list[str]) -> int:

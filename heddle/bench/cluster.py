@@ -27,14 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, BusOptions, EmbeddedNatsServer, ReplayQuery
 from heddle.bus.cluster import LoopbackCluster
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.events import RolloutFinished
-from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, rollout_subject
-from heddle.ledger import LEDGER_CONSUMER, queries
-from heddle.ledger.snapshot import open_read_only
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.processes import Child
@@ -197,11 +195,11 @@ async def _rollout(
         observed = _Observed(await read_stream(bus))
         if cluster is not None and kind in ("node_kill", "leader_kill"):
             observed.killed_node = await _kill_and_restart(bus, cluster, kind, config)
-        finished_at = await _wait_finished(bus, rollout_id, config.timeout_s)
+        finished_at = await wait_finished(bus, rollout_id, config.timeout_s)
         makespan_s = time.monotonic() - started
         await asyncio.wait_for(trainer.process.wait(), config.timeout_s)
         trainer_done_s = time.monotonic() - started
-        await _wait_projected(bus.settings, finished_at, config.timeout_s)
+        await wait_projected(bus.settings, finished_at, config.timeout_s)
         after = await read_stream(bus)
         failed = [c.name for c in deployment.launcher.exited() if c.process.returncode != 0]
     finally:
@@ -340,32 +338,6 @@ async def _wait_received(record: Path, count: int, trainer: Child, timeout_s: fl
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {count} completions within {timeout_s:g} s")
         await asyncio.sleep(_POLL_S)
-
-
-async def _wait_finished(bus: Bus, rollout_id: str, timeout_s: float) -> int:
-    """The stream sequence of the rollout's ``RolloutFinished`` (waits for it)."""
-    deadline = time.monotonic() + timeout_s
-    query = ReplayQuery((rollout_subject(rollout_id, "finished"),))
-    while time.monotonic() < deadline:
-        async for record in bus.replay_events(query):
-            if isinstance(record.message, RolloutFinished):
-                return record.stream_sequence
-        await asyncio.sleep(_POLL_S)
-    raise TimeoutError(f"rollout {rollout_id} did not finish within {timeout_s:g} s")
-
-
-async def _wait_projected(settings: Settings, sequence: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    ledger = await asyncio.to_thread(open_read_only, settings.ledger_url)
-    try:
-        while time.monotonic() < deadline:
-            positions = {p.consumer: p.stream_sequence for p in queries.positions(ledger)}
-            if positions.get(LEDGER_CONSUMER, 0) >= sequence:
-                return
-            await asyncio.sleep(_POLL_S)
-    finally:
-        ledger.close()
-    raise TimeoutError(f"the projector did not reach #{sequence} within {timeout_s:g} s")
 
 
 def _with(report: RunReport, *, ledger_consistent: bool) -> RunReport:

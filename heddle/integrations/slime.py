@@ -45,6 +45,7 @@ STATUS_OF_FINISH_REASON: dict[str, str] = {
     "length": "TRUNCATED",
     "max_steps": "TRUNCATED",
     "aborted": "ABORTED",
+    "stale": "ABORTED",  # outside the rollout's staleness bound: the trainer resubmits it
     "tool_error": "FAILED",
     "error": "FAILED",
 }

@@ -20,7 +20,7 @@ from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
-from heddle.events import Completed, Migrated, TrajectoryPlaced
+from heddle.events import Completed, Generated, Migrated, TrajectoryPlaced
 from heddle.events.subjects import rollout_filter
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
@@ -51,8 +51,14 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
+TRACE = generate("search", NUM_TRAJECTORIES, seed=4)
+
+
 async def holdings(settings: Settings, rollout_id: str) -> Counter[str]:
-    """Unfinished trajectories per worker, from the rollout's placements and moves so far."""
+    """Unfinished trajectories per worker, from the rollout's placements and moves so far, with
+    at least 3 generations to go (none can finish between this read and the kill)."""
+    steps = {f"t{i:06d}": len(t.steps) for i, t in enumerate(TRACE)}
+    generated: Counter[str] = Counter()
     where: dict[str, str] = {}
     async with Bus(settings) as bus:
         query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)))
@@ -62,9 +68,11 @@ async def holdings(settings: Settings, rollout_id: str) -> Counter[str]:
                     where[placed.traj_id] = placed.worker_id
                 case Migrated() as migrated:
                     where[migrated.traj_id] = migrated.target_worker_id
+                case Generated() as step:
+                    generated[step.traj_id] += 1
                 case Completed() as completed:
                     where.pop(completed.traj_id, None)
-    return Counter(where.values())
+    return Counter(w for t, w in where.items() if steps[t] - generated[t] >= 3)
 
 
 def test_placement_groups_are_sized_to_the_tensor_parallel_degree() -> None:
@@ -110,8 +118,10 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         collecting.append(asyncio.create_task(completions()))
 
     async def kill_one(state: ProgressState, deployment: LocalDeployment) -> None:
-        """Once two trajectories are done, kill the actor whose worker holds the most."""
-        if killed or len(state.completed) < 2:
+        """At the first report where a worker holds a trajectory with 3+ generations to go, kill
+        the actor whose worker holds the most such (at this time scale a report comes every
+        ~500 model seconds: waiting for completions first can leave nothing to kill)."""
+        if killed:
             return
         held = await holdings(settings, state.rollout_id)
         if not held:
@@ -122,9 +132,8 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         ray.kill(actor)
 
     collecting: list[asyncio.Task[None]] = []
-    trace = generate("search", NUM_TRAJECTORIES, seed=4)
     options = RunOptions(
-        plan=RolloutPlan("heddle", trace_specs(trace), "workload:search", TIME_SCALE),
+        plan=RolloutPlan("heddle", trace_specs(TRACE), "workload:search", TIME_SCALE),
         pool=None,  # the Ray actors are the workers
         control_plane=ControlPlaneConfig(
             cost_model="qwen3-8b", predictor=PredictorConfig("noisy_oracle"), worker_timeout_s=3.0
