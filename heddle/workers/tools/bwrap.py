@@ -64,23 +64,38 @@ def bwrap_arguments(
         args.append("--unshare-user")
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     unreachable = {above for path in runtime_dirs if (above := hidden_ancestor(path))}
-    covers = sorted(unreachable | {p for p in hidden_paths if os.path.isdir(p)})
+    hidden_dirs = {p for p in hidden_paths if os.path.isdir(p)}
+    # A hidden folder that holds the runtime is covered before the runtime is bound back into
+    # it; every other hidden path is covered last, so that no later mount (a scratch tmpfs, the
+    # runtime bound back from under /tmp) shows it again.
+    holding = {p for p in hidden_dirs if any(is_under(r, p) for r in runtime_dirs)}
+    covers = sorted(unreachable | holding)
     for path in covers:
         args += ["--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", path]
-    for path in sorted(p for p in hidden_paths if os.path.isfile(p)):
-        args += ["--ro-bind", "/dev/null", path]
     writable = [path for path in WRITABLE_DIRS if os.path.isdir(path)]
     for path in writable:
         args += ["--perms", "1777", "--size", str(scratch_bytes), "--tmpfs", path]
+    args += _runtime_binds(runtime_dirs, covers + writable)
+    visible = [p for p in hidden_paths if p not in holding]
+    for path in sorted(p for p in visible if os.path.isdir(p)):
+        args += ["--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", path]
+    for path in sorted(p for p in visible if os.path.isfile(p)):
+        args += ["--ro-bind", "/dev/null", path]
+    if not rootless:
+        args += ["--cap-drop", "ALL"]
+        for capability in _ROOT_CHILD_CAPABILITIES:
+            args += ["--cap-add", capability]
+    return args
+
+
+def _runtime_binds(runtime_dirs: tuple[str, ...], roots: list[str]) -> list[str]:
+    """The runtime folders bound back read-only where a tmpfs of ``roots`` covers them."""
+    args: list[str] = []
     for path in runtime_dirs:
-        root = next((root for root in covers + writable if is_under(path, root)), None)
+        root = next((root for root in roots if is_under(path, root)), None)
         if root is not None:
             # bwrap would make the missing parents 0700: the call's uid could not pass them.
             for parent in _parents_below(path, root):
                 args += ["--perms", "0755", "--dir", parent]
             args += ["--ro-bind", path, path]
-    if not rootless:
-        args += ["--cap-drop", "ALL"]
-        for capability in _ROOT_CHILD_CAPABILITIES:
-            args += ["--cap-add", capability]
     return args

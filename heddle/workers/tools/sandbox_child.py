@@ -72,8 +72,13 @@ def _mount(
 
 
 def runtime_dirs() -> list[str]:
-    """Directories the code's interpreter reads: its prefixes and import path."""
-    candidates = {sys.base_prefix, sys.prefix, *sys.path}
+    """Directories the code's interpreter reads: its prefixes and import path, and the folder
+    holding this package (the sandbox runs this file; an editable install under /tmp is not on
+    ``sys.path``)."""
+    package_root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
+    candidates = {sys.base_prefix, sys.prefix, *sys.path, os.path.join(package_root, "heddle")}
     dirs = sorted(path for path in candidates if path and os.path.isdir(path))
     return [path for path in dirs if not any(path.startswith(f"{d}/") for d in dirs)]
 
