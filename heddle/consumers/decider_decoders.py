@@ -40,11 +40,15 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
-from heddle.events.arrays import PackedArray, count_packed, dec_hook, unpack_bytes
+from heddle.events.arrays import (
+    PackedArray,
+    count_packed,
+    dec_hook,
+    is_number_list_text,
+    unpack_bytes,
+)
 
 _EMPTY = msgspec.Raw(b"[]")
-_LIST_STARTS = (ord("["), ord("{"))
-"""A raw number list is a JSON list or a compact array object."""
 _COUNTED = {
     Generated: ("output_token_ids",),
     ToolReturned: ("output_token_ids",),
@@ -124,8 +128,7 @@ class _View:
         """The real struct: counted lists as zeros, dropped lists left to their defaults;
         ``ValueError`` when a raw list is some other JSON value."""
         for name in (*self.counted, *self.dropped):
-            raw = bytes(getattr(value, name))
-            if not raw or raw[0] not in _LIST_STARTS:
+            if not is_number_list_text(bytes(getattr(value, name))):
                 raise ValueError(f"`${name}` is not a list of numbers")
         values = {name: getattr(value, name) for name in self._names}
         for name in self.counted:

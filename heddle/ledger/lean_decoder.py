@@ -19,7 +19,7 @@ from typing import Any, cast
 import msgspec
 
 from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT, arrays
-from heddle.events.arrays import count_packed, dec_hook, is_array_type
+from heddle.events.arrays import count_packed, dec_hook, is_array_type, is_number_list_text
 
 _EMPTY = msgspec.Raw(b"[]")
 
@@ -77,8 +77,6 @@ def _raw_fields(view: type[msgspec.Struct]) -> tuple[str, ...]:
 
 
 _RAW_FIELDS = {view: _raw_fields(view) for view in _LEAN_TYPES}
-_LIST_STARTS = (ord("["), ord("{"))
-"""A number list is a JSON list or a compact array object; anything else is refused."""
 
 
 def decode_event_lean(data: bytes) -> EventT:
@@ -93,7 +91,6 @@ def decode_event_lean(data: bytes) -> EventT:
     except msgspec.DecodeError as exc:
         raise DecodeError(f"event: malformed JSON: {exc}") from None
     for name in _RAW_FIELDS.get(type(event), ()):
-        raw = bytes(getattr(event, name))
-        if not raw or raw[0] not in _LIST_STARTS:
+        if not is_number_list_text(bytes(getattr(event, name))):
             raise DecodeError(f"event: invalid message: `${name}` is not a list of numbers")
     return cast(EventT, event)
