@@ -9,6 +9,7 @@ import asyncio
 from collections import Counter
 
 import pytest
+from holdings import holdings
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
@@ -19,11 +20,8 @@ from heddle.events import (
     Completed,
     ContinueTrajectory,
     Event,
-    Generated,
     GenerationStarted,
-    Migrated,
     RolloutFinished,
-    TrajectoryPlaced,
     WorkerCommand,
     WorkerFailed,
     decode_worker_command,
@@ -158,37 +156,13 @@ async def test_a_control_plane_killed_midway_loses_nothing_and_doubles_nothing(
     await verify(settings)
 
 
-async def holdings(settings: Settings, rollout_id: str, min_steps_left: int = 0) -> Counter[str]:
-    """Unfinished trajectories per worker, from the rollout's placements and moves so far, counting
-    only those with at least ``min_steps_left`` generations to go (so that none can finish
-    between this read and a kill that follows it)."""
-    steps = {f"t{i:06d}": len(t.steps) for i, t in enumerate(TRACE)}
-    where: dict[str, str] = {}
-    generated: Counter[str] = Counter()
-    for event in await rollout_events(settings, rollout_id):
-        match event:
-            case TrajectoryPlaced():
-                where[event.traj_id] = event.worker_id
-            case Migrated():
-                where[event.traj_id] = event.target_worker_id
-            case Generated():
-                generated[event.traj_id] += 1
-            case Completed():
-                where.pop(event.traj_id, None)
-    return Counter(
-        worker
-        for traj_id, worker in where.items()
-        if steps[traj_id] - generated[traj_id] >= min_steps_left
-    )
-
-
 async def test_a_dead_workers_trajectories_are_replaced_and_finish(settings: Settings) -> None:
     killed: list[str] = []
 
     async def kill_worker(state: ProgressState, deployment: LocalDeployment) -> None:
         if killed or len(state.completed) < 2:
             return
-        held = await holdings(settings, state.rollout_id, min_steps_left=3)
+        held = await holdings(settings, state.rollout_id, TRACE, min_steps_left=3)
         if not held:
             return
         worker_id, _ = held.most_common(1)[0]  # the worker whose death costs the most

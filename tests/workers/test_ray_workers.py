@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from holdings import holdings
 
-from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
-from heddle.events import Completed, Generated, Migrated, TrajectoryPlaced
-from heddle.events.subjects import rollout_filter
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.progress import ProgressState
@@ -52,27 +50,6 @@ def local_ray() -> Iterator[None]:
 
 
 TRACE = generate("search", NUM_TRAJECTORIES, seed=4)
-
-
-async def holdings(settings: Settings, rollout_id: str) -> Counter[str]:
-    """Unfinished trajectories per worker, from the rollout's placements and moves so far, with
-    at least 3 generations to go (none can finish between this read and the kill)."""
-    steps = {f"t{i:06d}": len(t.steps) for i, t in enumerate(TRACE)}
-    generated: Counter[str] = Counter()
-    where: dict[str, str] = {}
-    async with Bus(settings) as bus:
-        query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)))
-        async for record in bus.replay_events(query):
-            match record.message:
-                case TrajectoryPlaced() as placed:
-                    where[placed.traj_id] = placed.worker_id
-                case Migrated() as migrated:
-                    where[migrated.traj_id] = migrated.target_worker_id
-                case Generated() as step:
-                    generated[step.traj_id] += 1
-                case Completed() as completed:
-                    where.pop(completed.traj_id, None)
-    return Counter(w for t, w in where.items() if steps[t] - generated[t] >= 3)
 
 
 def test_placement_groups_are_sized_to_the_tensor_parallel_degree() -> None:
@@ -123,7 +100,7 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         ~500 model seconds: waiting for completions first can leave nothing to kill)."""
         if killed:
             return
-        held = await holdings(settings, state.rollout_id)
+        held = await holdings(settings, state.rollout_id, TRACE, min_steps_left=3)
         if not held:
             return
         worker_id, num_held = held.most_common(1)[0]
