@@ -199,15 +199,15 @@ class Publisher:
         future: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
         self._waiting[token] = future
         self._subjects[token] = outgoing.subject
-        headers = {"Nats-Msg-Id": outgoing.msg_id} if outgoing.msg_id else None
+        reply = f"{self._prefix}.{token.decode()}"
         outgoing.sent_at = time.monotonic()
         try:
-            await self._client.publish(
-                outgoing.subject,
-                outgoing.data,
-                reply=f"{self._prefix}.{token.decode()}",
-                headers=headers,
-            )
+            if outgoing.msg_id:
+                await self._client.publish_with_id(
+                    outgoing.subject, outgoing.data, reply, outgoing.msg_id
+                )
+            else:
+                await self._client.publish(outgoing.subject, outgoing.data, reply=reply)
         except _RETRYABLE_SEND_ERRORS:
             self._forget(token)
             self._pause()

@@ -4,9 +4,13 @@ nats-py turns every incoming message into a ``Msg`` (parsing its headers with a 
 and routes it through an ``asyncio.Queue`` to a subscription; for 4-8 KiB step events that costs
 more than decoding them. ``LeanClient`` lets the bus attach a *sink* to a subscription: the
 subject, reply subject, payload and raw header bytes of each message go straight to a synchronous
-function. Everything else (connect, auth, TLS, reconnect, pings, the JetStream management API) is
-nats-py's own. The override hooks ``Client._process_msg``, stable across nats-py 2.x (pyproject
-pins ``nats-py<3``); only this module depends on it.
+function. Publishing the other way, ``publish_with_id`` writes a message with its
+``Nats-Msg-Id`` header as one ``HPUB`` frame, without nats-py's per-call subject validation and
+header building (Heddle's subjects are checked where they are made, ``heddle.bus.subject_check``).
+Everything else (connect, auth, TLS, reconnect, pings, the JetStream management API) is
+nats-py's own. The overrides hook ``Client._process_msg`` and the pending-buffer methods
+``_send_command`` / ``_flush_pending``, stable across nats-py 2.x (pyproject pins
+``nats-py<3``); only this module depends on them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nats import errors
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
@@ -38,6 +43,32 @@ class LeanClient(Client):
         subscription = await self.subscribe(subject)
         self._sinks[subscription._id] = sink
         return SinkSubscription(self, subscription)
+
+    async def publish_with_id(self, subject: str, payload: bytes, reply: str, msg_id: str) -> None:
+        """``publish(subject, payload, reply=reply, headers={"Nats-Msg-Id": msg_id})`` for a
+        valid subject and reply (an id with a line break takes nats-py's path), with nats-py's
+        errors: not connected with a full buffer, a payload over the server's limit."""
+        if "\r" in msg_id or "\n" in msg_id:  # nats-py's header path cleans these
+            await self.publish(subject, payload, reply=reply, headers={"Nats-Msg-Id": msg_id})
+            return
+        if self.is_closed:
+            raise errors.ConnectionClosedError
+        if self.is_draining_pubs:
+            raise errors.ConnectionDrainingError
+        size = len(payload)
+        if not self.is_connected and (
+            self._max_pending_size <= 0 or size + self._pending_data_size > self._max_pending_size
+        ):
+            raise errors.OutboundBufferLimitError
+        if size > self._max_payload:
+            raise errors.MaxPayloadError
+        header = b"NATS/1.0\r\nNats-Msg-Id: " + msg_id.encode() + b"\r\n\r\n"
+        control = f"HPUB {subject} {reply} {len(header)} {len(header) + size}\r\n".encode()
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += size
+        await self._send_command(b"".join((control, header, payload, b"\r\n")))
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()
 
     async def _process_msg(
         self,

@@ -43,6 +43,7 @@ import array
 import base64
 import binascii
 import functools
+import struct
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
@@ -129,15 +130,29 @@ def pack_values(annotation: Any, values: Any) -> PackedArray | None:
     layout = _LAYOUTS[annotation]
     if len(values) < layout.min_items:
         return None
+    data: bytes | None
     try:
-        items = array.array(layout.typecode, values)
+        # struct packs a list several times faster than array.array builds one from it.
+        data = struct.pack(f"<{len(values)}{layout.typecode}", *values)
+    except (struct.error, OverflowError, TypeError):
+        data = _pack_slowly(layout.typecode, values)  # e.g. a float beyond float32: inf
+    if data is None:
+        return None
+    return PackedArray(
+        enc=layout.encoding, n=len(values), data=binascii.b2a_base64(data, newline=False).decode()
+    )
+
+
+def _pack_slowly(typecode: str, values: Any) -> bytes | None:
+    """The little-endian bytes ``array.array`` makes of ``values`` (it rounds floats beyond
+    float32 to infinities where ``struct`` refuses them); None when they do not fit."""
+    try:
+        items = array.array(typecode, values)
     except (OverflowError, TypeError):
         return None
     if _SWAP:
         items.byteswap()
-    return PackedArray(
-        enc=layout.encoding, n=len(items), data=base64.b64encode(items.tobytes()).decode()
-    )
+    return items.tobytes()
 
 
 def unresolved(values: Any) -> PackedArray | None:

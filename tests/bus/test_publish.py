@@ -37,6 +37,22 @@ async def test_same_event_id_is_stored_once(bus: Bus) -> None:
     assert (await bus.stream_state()).num_messages == 1
 
 
+async def test_the_stored_message_carries_its_id_as_nats_msg_id(bus: Bus) -> None:
+    event = generated_of("r1", 4, 0)
+    ack = await bus.publish(event)
+    stored = await bus.js.get_msg(ack.stream, ack.sequence)
+    assert stored.headers == {"Nats-Msg-Id": event.event_id}
+    assert stored.subject is not None and stored.subject.endswith(".generated")
+
+
+async def test_an_id_with_a_line_break_is_published_and_deduplicated_by_nats_py(bus: Bus) -> None:
+    publisher = bus._publisher
+    assert publisher is not None
+    first = await publisher.publish("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
+    again = await publisher.publish("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
+    assert not first.duplicate and again.duplicate and again.sequence == first.sequence
+
+
 async def test_commands_go_to_their_streams(bus: Bus) -> None:
     drain = await bus.publish(Drain(command_id="op-1", issued_at=0.0, worker_id="w00"))
     call = ToolCall(
