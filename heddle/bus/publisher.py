@@ -109,6 +109,8 @@ class _Outgoing:
     sent_at: float = 0.0
     """When the latest copy was sent (its ack timeout counts from here)."""
     future: asyncio.Future[PublishAck] | None = None
+    token: bytes = b""
+    """The reply token of the latest copy (its entry in ``Publisher._waiting``)."""
 
 
 class Publisher:
@@ -188,6 +190,7 @@ class Publisher:
             try:
                 await asyncio.wait_for(future, max(remaining_s, 0.0))
             except TimeoutError:
+                self._forget(outgoing.token)  # a late ack of this copy is dropped
                 raise _Retry(f"no acknowledgement within {self.options.ack_timeout_s} s") from None
         return future.result()
 
@@ -219,7 +222,7 @@ class Publisher:
                 outgoing.subject, f"payload of {len(outgoing.data)} bytes exceeds the server limit"
             ) from None
         outgoing.future = future
-        future.add_done_callback(lambda _: self._forget(token))
+        outgoing.token = token
 
     def _forget(self, token: bytes) -> None:
         self._waiting.pop(token, None)
@@ -231,6 +234,7 @@ class Publisher:
         for token, waiting_subject in list(self._subjects.items()):
             future = self._waiting.get(token)
             if waiting_subject == subject and future is not None and not future.done():
+                self._forget(token)
                 future.set_exception(_Rejected(reason, _DENIED))
 
     def _pause(self) -> None:
@@ -238,7 +242,8 @@ class Publisher:
 
     def _receive(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         token = subject[subject.rfind(b".") + 1 :]
-        future = self._waiting.get(token)
+        future = self._waiting.pop(token, None)
+        self._subjects.pop(token, None)
         if future is None or future.done():
             return
         status = status_of(headers)
