@@ -124,16 +124,17 @@ def is_array_type(annotation: Any) -> bool:
 def pack_values(annotation: Any, values: Any) -> PackedArray | None:
     """The wire form of ``values`` for a field of type ``annotation``; None when the plain list
     is the one to write (short lists, values that do not fit the encoding)."""
-    reference = unresolved(values)
-    if reference is not None:
-        return reference
+    if type(values) is not list:  # a plain list holds no reference (and getattr is slow)
+        reference = unresolved(values)
+        if reference is not None:
+            return reference
     layout = _LAYOUTS[annotation]
     if len(values) < layout.min_items:
         return None
     data: bytes | None
     try:
         # struct packs a list several times faster than array.array builds one from it.
-        data = struct.pack(f"<{len(values)}{layout.typecode}", *values)
+        data = _packer(layout.typecode, len(values)).pack(*values)
     except (struct.error, OverflowError, TypeError):
         data = _pack_slowly(layout.typecode, values)  # e.g. a float beyond float32: inf
     if data is None:
@@ -141,6 +142,11 @@ def pack_values(annotation: Any, values: Any) -> PackedArray | None:
     return PackedArray(
         enc=layout.encoding, n=len(values), data=binascii.b2a_base64(data, newline=False).decode()
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _packer(typecode: str, num_items: int) -> struct.Struct:
+    return struct.Struct(f"<{num_items}{typecode}")
 
 
 def _pack_slowly(typecode: str, values: Any) -> bytes | None:
