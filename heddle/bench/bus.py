@@ -4,7 +4,10 @@ One run publishes ``num_events`` Generated events (``num_tokens`` token ids and 
 spread over the trajectories of one new rollout), then reads the same stream range four ways:
 a raw pull (fetch + ack, no decoding, no SQL) and the ledger projection into a fresh SQLite
 file (same client, same consumer settings), then ordered replay with the contract's decoder and
-with the ledger's lean decoder. The client's and (for an embedded server) the server's CPU time
+with the ledger's lean decoder. Last, the step events of a second rollout are published encoded
+beforehand (``publish_encoded``): publishing without the encoding, the figure to hold against
+``nats bench``'s publish of ready-made messages. The client's and (for an embedded server) the
+server's CPU time
 per event are reported with each rate, since on a shared machine wall-clock rates also measure
 the neighbours.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import itertools
 import os
 import random
 import time
@@ -23,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from heddle.bench.phases import Phase, measure_phase, server_pid_of
+from heddle.bench.phases import Phase, combined, measure_phase, server_pid_of
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
+from heddle.bus.publisher import Publisher
 from heddle.config import Settings
 from heddle.consumers.projector import Projector, ProjectorConfig
 from heddle.events import (
@@ -36,12 +41,14 @@ from heddle.events import (
     decode_event,
     encode,
 )
-from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, subject_for_event
 from heddle.ids import derive_id, trajectory_id
 from heddle.ledger.database import open_ledger
 from heddle.ledger.lean_decoder import decode_event_lean
 
 _NUM_TOKEN_POOLS = 16
+ENCODED_CHUNK = 4096
+"""Events encoded ahead of each timed publish of the pre-encoded phase."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +79,8 @@ class BusBenchResult:
     projection: Phase
     replay: Phase
     replay_lean: Phase
+    publish_encoded: Phase
+    """The same step events, encoded beforehand: the bus's publish path alone."""
 
     def as_dict(self) -> dict[str, Any]:
         raw = self.raw_pull.events_per_s
@@ -81,6 +90,7 @@ class BusBenchResult:
             "cpu_count": os.cpu_count(),
             "load_average_1m": round(os.getloadavg()[0], 2),
             "publish_events_per_s": round(self.publish.events_per_s, 1),
+            "publish_encoded_events_per_s": round(self.publish_encoded.events_per_s, 1),
             "raw_pull_events_per_s": round(raw, 1),
             "projection_events_per_s": round(self.projection.events_per_s, 1),
             "projection_to_raw": round(self.projection.events_per_s / raw, 3) if raw else None,
@@ -92,6 +102,7 @@ class BusBenchResult:
                 "projection": self.projection.as_dict(),
                 "replay": self.replay.as_dict(),
                 "replay_lean": self.replay_lean.as_dict(),
+                "publish_encoded": self.publish_encoded.as_dict(),
             },
         }
 
@@ -125,6 +136,8 @@ async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchR
         replay = await measure_phase(lambda: _replay(bus, query, decode_event), server_pid)
         lean = await measure_phase(lambda: _replay(bus, query, decode_event_lean), server_pid)
         gc.unfreeze()
+        # Last: its events follow the range the phases above read.
+        encoded = await _publish_encoded(bus, f"{rollout_id}-encoded", config, server_pid)
     return BusBenchResult(
         rollout_id,
         len(encode(_step(rollout_id, config, 0))),
@@ -133,6 +146,7 @@ async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchR
         projection,
         replay,
         lean,
+        encoded,
     )
 
 
@@ -148,6 +162,29 @@ async def _publish(
 
     phase = await measure_phase(publish, server_pid)
     return phase, sequences[0], sequences[1]
+
+
+async def _publish_encoded(
+    bus: Bus, rollout_id: str, config: BusBenchConfig, server_pid: int | None
+) -> Phase:
+    """Publish a rollout's step events through a publisher on the bus's connection, each chunk
+    encoded before its timing starts: what publishing costs without encoding."""
+    publisher = await Publisher(bus.client).open()
+    chunks: list[Phase] = []
+    try:
+        events = _events(rollout_id, config)
+        while chunk := [
+            (subject_for_event(event), encode(event), event.event_id)
+            for event in itertools.islice(events, ENCODED_CHUNK)
+        ]:
+
+            async def publish(chunk: list[tuple[str, bytes, str]] = chunk) -> int:
+                return len(await publisher.publish_many(chunk))
+
+            chunks.append(await measure_phase(publish, server_pid))
+    finally:
+        await publisher.close()
+    return combined(chunks)
 
 
 async def _raw_pull(bus: Bus, spec: ConsumerSpec) -> int:

@@ -57,6 +57,17 @@ async def measure_phase(run: Callable[[], Awaitable[int]], server_pid: int | Non
     return Phase(num_events, elapsed_s, client_cpu_s, server_cpu_s)
 
 
+def combined(phases: list[Phase]) -> Phase:
+    """Passes measured apart (chunks of one phase) as one: events, times and CPU summed."""
+    servers = [phase.server_cpu_s for phase in phases]
+    return Phase(
+        sum(phase.num_events for phase in phases),
+        sum(phase.elapsed_s for phase in phases),
+        sum(phase.client_cpu_s for phase in phases),
+        None if None in servers or not servers else sum(s for s in servers if s is not None),
+    )
+
+
 def server_pid_of(settings: Settings) -> int | None:
     """The embedded nats-server's pid (None for a remote server or none running)."""
     if settings.nats_url is not None:

@@ -9,8 +9,9 @@ checks the live ledger against the stream.
 
 With the NATS CLI installed (``heddle.bench.nats_cli``), the same run then measures the bus's
 physical limit on the same server: ``nats bench js`` publish and durable pull consume of as many
-messages of the step event's size, and reports Heddle's publish, raw pull, projection and replay
-rates as ratios of those (``nats_bench_*`` keys; ``--no-nats-bench`` skips it).
+messages of the step event's size, and reports Heddle's publish (with and without encoding the
+events), raw pull, projection and replay rates as ratios of those (``nats_bench_*`` keys;
+``--no-nats-bench`` skips it).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ async def _run(settings: Settings, config: BusBenchConfig, nats_bench: bool) -> 
         nats_bench_pub_msgs_s=round(pub, 1),
         nats_bench_consume_msgs_s=round(consume, 1),
         publish_to_nats_bench=_ratio(result["publish_events_per_s"], pub),
+        publish_encoded_to_nats_bench=_ratio(result["publish_encoded_events_per_s"], pub),
         raw_pull_to_nats_bench=_ratio(result["raw_pull_events_per_s"], consume),
         projection_to_nats_bench=_ratio(result["projection_events_per_s"], consume),
         replay_to_nats_bench=_ratio(result["replay_events_per_s"], consume),
@@ -123,7 +125,8 @@ def _print_table(result: dict[str, Any]) -> None:
         f" msgs/s, durable pull consume {result['nats_bench_consume_msgs_s']:,.0f} msgs/s"
     )
     console.print(
-        f"heddle / nats bench: publish {result['publish_to_nats_bench']}, raw pull "
+        f"heddle / nats bench: publish {result['publish_to_nats_bench']} (encoded beforehand "
+        f"{result['publish_encoded_to_nats_bench']}), raw pull "
         f"{result['raw_pull_to_nats_bench']}, projection {result['projection_to_nats_bench']}, "
         f"replay {result['replay_to_nats_bench']} (lean {result['replay_lean_to_nats_bench']})"
     )

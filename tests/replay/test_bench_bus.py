@@ -34,13 +34,14 @@ def test_bench_then_verify(tmp_path: Path) -> None:
     )
     assert bench.exit_code == 0, bench.stdout
     figures = json.loads(bench.stdout)
-    for phase in ("publish", "raw_pull", "projection", "replay", "replay_lean"):
+    for phase in ("publish", "raw_pull", "projection", "replay", "replay_lean", "publish_encoded"):
         assert figures["phases"][phase]["events"] == 400 + 20 + 1, phase
         assert figures["phases"][phase]["server_cpu_us_per_event"] is not None
     assert figures["projection_to_raw"] > 0
     if "nats_bench_pub_msgs_s" in figures:  # natscli installed: the same server's limit
         assert figures["nats_bench_pub_msgs_s"] > 0 and figures["nats_bench_consume_msgs_s"] > 0
         assert figures["publish_to_nats_bench"] > 0 and figures["replay_to_nats_bench"] > 0
+        assert figures["publish_encoded_to_nats_bench"] > 0
     else:
         assert os.environ.get("HEDDLE_REQUIRE_NATS_CLI") != "1", figures["nats_bench"]
         assert figures["nats_bench"].startswith("skipped")
@@ -53,6 +54,7 @@ def test_bench_then_verify(tmp_path: Path) -> None:
     verify = runner.invoke(app, ["--data-dir", str(tmp_path), "replay", "--verify", "--json"])
     report = json.loads(verify.stdout)
     assert verify.exit_code == 0
-    assert report["consistent"] is True and report["events"] == 421
-    assert report["sequence"] == 421 and report["unprojected_messages"] == 0
-    assert report["rows_compared"]["steps"] == 400
+    # Two rollouts: the measured one and the pre-encoded publish's.
+    assert report["consistent"] is True and report["events"] == 2 * 421
+    assert report["sequence"] == 2 * 421 and report["unprojected_messages"] == 0
+    assert report["rows_compared"]["steps"] == 2 * 400
