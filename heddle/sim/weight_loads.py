@@ -50,6 +50,8 @@ class WorkerWeights:
     """Commanded: the worker holds new generations until its engine drains."""
     pending_since: float = 0.0
     loading_version: int | None = None
+    loading_since: float = 0.0
+    """When the load in progress was commanded (0 for one carried into the rollout)."""
     ready_at: float = 0.0
     """When the load in progress ends."""
     held: dict[str, SimTrajectory] = field(default_factory=dict)
@@ -116,6 +118,7 @@ class WeightLoads:
         state.load_s += load_s
         state.num_loads += 1
         state.loading_version, state.pending = state.pending.weight_version, None
+        state.loading_since = state.pending_since
         state.ready_at = now + load_s
         self._timer.at(state.ready_at, TimerKind.WEIGHTS, worker_id)
 
@@ -130,7 +133,8 @@ class WeightLoads:
 
     def swap(self, worker_id: str, now: float) -> tuple[list[Event], list[SimTrajectory]]:
         """The swap ended: the new version serves, the cache is dropped; returns its
-        ``weights.loaded`` and the held trajectories that still wait there, in the order held."""
+        ``weights.loaded`` and the held trajectories that still wait there, in the order held
+        (held again if a newer version was commanded during the swap)."""
         state = self.workers[worker_id]
         assert state.loading_version is not None
         state.version, state.loading_version = state.loading_version, None
@@ -144,8 +148,9 @@ class WeightLoads:
             occurred_at=now,
             weight_version=state.version,
             worker_id=worker_id,
-            load_s=now - state.pending_since,
+            load_s=now - state.loading_since,
         )
+        self.start_if_drained(worker_id, now)  # a newer version commanded meanwhile: swap on
         return [loaded], held
 
     def take_version(self, t: SimTrajectory) -> str | None:

@@ -124,7 +124,7 @@ traces = st.lists(st.tuples(st.integers(1, 2000), steps), min_size=1, max_size=8
 )
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(
     trace=traces,
     num_steps=st.integers(1, 4),
@@ -173,11 +173,12 @@ def run_with_publications(
 
 
 def long_trace(num: int = 6) -> list[TraceTrajectory]:
-    return [trajectory(f"t{i}", 500, [(400, 20.0, 100)] * 6) for i in range(num)]
+    """Trajectories whose first generation runs past 2 s and whose last ends after 100 s."""
+    return [trajectory(f"t{i}", 500, [(1000, 20.0, 100)] * 6) for i in range(num)]
 
 
 def test_a_version_published_mid_rollout_pauses_each_worker_and_tags_later_tokens() -> None:
-    run = run_with_publications(long_trace(), ((30.0, 1),), load_s=10.0)
+    run = run_with_publications(long_trace(), ((2.0, 1),), load_s=10.0)  # mid-generation
     loads = [e for e in run.events if isinstance(e, WeightsLoaded)]
     assert {e.worker_id for e in loads} == set(run.weights.workers)
     for weights in run.weights.workers.values():
@@ -189,9 +190,12 @@ def test_a_version_published_mid_rollout_pauses_each_worker_and_tags_later_token
             started = event.occurred_at - event.queue_s - event.prefill_s - event.decode_s
             if started >= loaded_at[event.worker_id] - 1e-9:
                 assert event.weight_version == 1
+            else:  # no generation runs across the swap: the old ones end before it starts
+                assert event.weight_version == 0
+                assert event.occurred_at <= loaded_at[event.worker_id] - 10.0 + 1e-9
         if isinstance(event, Completed):
             assert event.weight_versions == [0, 1]  # every trajectory outlived the swap
-    assert all(load >= 30.0 + 10.0 for load in loaded_at.values())
+    assert all(load >= 2.0 + 10.0 for load in loaded_at.values())
 
 
 def test_a_long_load_delays_every_unfinished_trajectory() -> None:
@@ -209,3 +213,20 @@ def test_a_trajectory_that_would_span_too_many_versions_fails_as_stale() -> None
     for event in run.events:
         if isinstance(event, Completed):
             assert event.weight_versions[-1] - event.weight_versions[0] <= 1
+
+
+def test_a_version_commanded_during_a_swap_is_loaded_right_after_it() -> None:
+    trace = long_trace(2)
+    config = SimConfig(model=MODEL, num_gpus=2, weight_load_s=3.0, record_events=True)
+    control, tp = control_for(trace, system_spec("verl"), config)
+    loading = {f"w{index:02d}": (1, 5.0) for index in range(len(tp))}  # carried into the rollout
+    plan = WeightPlan(loading=loading, publications=((1.0, 2),))
+    run = Simulator(trace, control, tp, config, plan).run()
+    loads = [
+        (e.worker_id, e.weight_version, e.occurred_at)
+        for e in run.events
+        if isinstance(e, WeightsLoaded)
+    ]
+    assert sorted(loads) == sorted((w, v, at) for w in loading for v, at in ((1, 5.0), (2, 8.0)))
+    completed = [e for e in run.events if isinstance(e, Completed)]
+    assert len(completed) == 2 and all(e.weight_versions == [2] for e in completed)
