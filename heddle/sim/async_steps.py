@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.sim.config import SimConfig
 from heddle.sim.run import control_for
-from heddle.sim.simulator import Run, SimulationError, Simulator
+from heddle.sim.simulator import Run, Simulator
 from heddle.sim.weight_loads import WeightPlan
 from heddle.traces import TraceTrajectory
 
@@ -192,15 +192,13 @@ class _LoopState:
         self.rollout_end_s = start + run.makespan_s
         train_start = max(self.rollout_end_s, self.train_end_s)
         self.train_end_s = train_start + trainer_s
+        run.weights.settle(run.makespan_s)
         workers = run.weights.workers
         for worker_id, weights in workers.items():
             self.versions[worker_id] = weights.version
             if weights.loading_version is not None:
                 self.loading[worker_id] = (weights.loading_version, start + weights.ready_at)
-            newest = weights.loading_version or weights.version
-            self.issued = max(self.issued, newest, weights.version)
-            if weights.pending is not None:  # a drained worker swaps at once: a bug if not
-                raise SimulationError(f"{worker_id} ended the rollout with its load not started")
+            self.issued = max(self.issued, weights.loading_version or 0, weights.version)
         self.published[step + 1] = self.train_end_s
         done = [t for t in run.trajectories if t.num_output_tokens == t.trace.num_output_tokens]
         return StepReport(

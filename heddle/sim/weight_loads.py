@@ -153,6 +153,22 @@ class WeightLoads:
         self.start_if_drained(worker_id, now)  # a newer version commanded meanwhile: swap on
         return [loaded], held
 
+    def settle(self, end_s: float) -> None:
+        """At the rollout's end (every engine idle): a commanded swap starts now, or right
+        after the swap in progress; ``loading_version`` and ``ready_at`` then say what each
+        worker serves next and from when."""
+        for worker_id, state in self.workers.items():
+            if state.pending is None:
+                continue
+            start_s = end_s if state.loading_version is None else state.ready_at
+            load_s = self._load_s(worker_id)
+            state.drain_s += start_s - state.pending_since
+            state.load_s += load_s
+            state.num_loads += 1
+            state.loading_since = state.pending_since
+            state.loading_version, state.pending = state.pending.weight_version, None
+            state.ready_at = start_s + load_s
+
     def take_version(self, t: SimTrajectory) -> str | None:
         """Why ``t``'s next generation, on its worker's version, would break the bound (then it
         must fail); None: it runs on that version, now recorded in ``t.weight_versions``."""

@@ -230,3 +230,22 @@ def test_a_version_commanded_during_a_swap_is_loaded_right_after_it() -> None:
     assert sorted(loads) == sorted((w, v, at) for w in loading for v, at in ((1, 5.0), (2, 8.0)))
     completed = [e for e in run.events if isinstance(e, Completed)]
     assert len(completed) == 2 and all(e.weight_versions == [2] for e in completed)
+
+
+def test_a_rollout_that_ends_mid_swap_hands_the_next_swap_on() -> None:
+    """One trajectory on two TP1 workers: the other one is still swapping to version 1, with 2
+    commanded, when the rollout ends; ``settle`` chains the second swap after the first."""
+    trace = long_trace(1)
+    config = SimConfig(model=MODEL, num_gpus=2, weight_load_s=4.0, predictor="oracle")
+    control, tp = control_for(trace, system_spec("fix-1"), config)
+    assert tp == [1, 1]
+    plan = WeightPlan(loading={"w01": (1, 1000.0)}, publications=((1.0, 2),))
+    run = Simulator(trace, control, tp, config, plan).run()
+    assert run.makespan_s < 1000.0  # the trajectory ran on w00, which swapped to 2 on the way
+    serving, busy = run.weights.workers["w00"], run.weights.workers["w01"]
+    assert serving.version == 2 and serving.loading_version is None
+    assert busy.pending is not None and busy.loading_version == 1
+    run.weights.settle(run.makespan_s)
+    assert busy.pending is None and busy.loading_version == 2
+    assert busy.ready_at == pytest.approx(1000.0 + 4.0) and busy.num_loads == 1
+    assert busy.drain_s == pytest.approx(1000.0 - 1.0)
