@@ -6,7 +6,9 @@
 The trace is a synthetic workload (``--workload``; learning predictors are fitted on another
 epoch of the same prompts, the previous training step) or a JSONL trace file (``--trace``, with
 an optional ``--history`` file). Prints one JSON object with ``--json``, a table otherwise;
-progress goes to stderr. Bad flags or a bad trace print one line and exit 2.
+progress goes to stderr. Bad flags or a bad trace print one line and exit 2. With
+``--async-steps S`` it simulates S training steps per system instead, the stop-the-world loop
+against partial rollout with ``--max-staleness`` (``heddle.cli.sim_loop``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +27,7 @@ from rich.table import Table
 
 from heddle.cli.apps import sim_app
 from heddle.cli.sim_choices import model_name, system_names
+from heddle.cli.sim_loop import print_loops, run_loops, step_traces, trainer_time
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
 from heddle.policy.cost.model import HARDWARE
@@ -193,14 +196,44 @@ def compare(
     sigma: Annotated[
         float, typer.Option(help="Noisy oracle: log-error standard deviation")
     ] = _DEFAULTS.predictor_sigma,
+    async_steps: Annotated[
+        int, typer.Option(help="Simulate this many training steps: stop-the-world vs partial")
+    ] = 0,
+    max_staleness: Annotated[
+        int, typer.Option(help="With --async-steps: partial rollout's bound k (>= 1)")
+    ] = 1,
+    trainer_s: Annotated[
+        float | None, typer.Option(help="With --async-steps: the trainer's seconds per step")
+    ] = None,
+    trainer_fraction: Annotated[
+        float | None,
+        typer.Option(help="With --async-steps: trainer time as a fraction of the first rollout"),
+    ] = None,
+    weight_load_s: Annotated[
+        float | None,
+        typer.Option(help="Seconds a worker pauses to load weights (default: from model size)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Simulate each system on the same trace; makespan, throughput and the lower bound."""
     if trajectories < 1:
         raise UserError(f"--trajectories must be >= 1, got {trajectories}")
+    if async_steps < 0 or max_staleness < 1:
+        raise UserError("--async-steps must be >= 0 and --max-staleness >= 1")
     names = system_names(systems)
     config = _config(model, hardware, gpus, seed, predictor, sigma, engine_model)
+    if weight_load_s is not None:
+        if weight_load_s < 0:
+            raise UserError(f"--weight-load-s must be >= 0, got {weight_load_s}")
+        config = replace(config, weight_load_s=weight_load_s)
     rollout, past, source = _traces(workload, trace, history, trajectories, seed)
+    if async_steps:
+        trainer = trainer_time(trainer_s, trainer_fraction)
+        traces, histories = step_traces(workload, rollout, past, async_steps, seed)
+        loops = run_loops(traces, histories, names, config, max_staleness, trainer)
+        meta = {"source": source, "num_trajectories": len(rollout), "num_steps": async_steps}
+        print_loops({**meta, "config": asdict(config), "systems": loops}, as_json)
+        return
     results, wall_s = _run_all(rollout, past, names, config, show_progress=sys.stderr.isatty())
     meta = {
         "source": source,

@@ -16,6 +16,9 @@ from heddle.policy.prediction import PREDICTORS
 DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
+# Loading new weights: each GPU of a worker reads its 1/TP shard at this rate (a checkpoint on
+# local NVMe or in the page cache, SGLang's ``/update_weights_from_disk``). Assumption.
+DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU = 5e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,9 @@ class SimConfig:
     """Pre-warmed executors (None: an elastic pool that is always warm)."""
     max_running: int = 1024
     """Per-worker cap on concurrent generations (KV capacity usually binds first)."""
+    weight_load_s: float | None = None
+    """Seconds a worker pauses to swap in new weights (None: the model's weight bytes over
+    ``DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU`` per GPU of its TP degree)."""
     record_worker_timelines: bool = False
     record_events: bool = False
     """Keep every event in order (decider replay tests; memory grows with the rollout)."""
@@ -91,9 +97,17 @@ class SimConfig:
             raise ValueError("num_warm_executors must be >= 0")
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        if self.weight_load_s is not None and not self.weight_load_s >= 0:
+            raise ValueError(f"weight_load_s must be >= 0, got {self.weight_load_s}")
 
     def cost_for_tp(self, tp_degree: int) -> CostModel:
         return _preset(self.model, self.hardware, tp_degree)
+
+    def weight_load_s_for_tp(self, tp_degree: int) -> float:
+        """How long a worker of ``tp_degree`` GPUs pauses to load a weight version."""
+        if self.weight_load_s is not None:
+            return self.weight_load_s
+        return MODELS[self.model].weight_bytes / (tp_degree * DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU)
 
     @property
     def engine(self) -> EngineModel:

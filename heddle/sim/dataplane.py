@@ -6,8 +6,8 @@ command asks for, publishes ``Generated`` then ``ToolCalled`` (or ``Completed``)
 result after the trace's tool time, migrates a trajectory in its tool gap (release the KV at the
 source, move it over the link, install it at the target) and forwards a command addressed to a
 trajectory's old worker to the worker it went to. Future happenings (a worker's next finish, a
-tool's return, a transfer's end) are handed to a ``Timer``; the simulator calls back.
-"""
+tool's return, a transfer's end) are handed to a ``Timer``; the simulator calls back. Weight
+swaps and the staleness bound: ``heddle.sim.weight_loads``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from heddle.events import (
     Abort,
     ContinueTrajectory,
     Event,
+    LoadWeights,
     MigrateOut,
     Preempt,
     Reprioritize,
@@ -28,6 +29,7 @@ from heddle.sim.sim_worker import SimWorker, generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.tool_pool import ToolPool
 from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.weight_loads import WeightLoads, WeightPlan
 
 
 class SimDataPlane:
@@ -38,6 +40,7 @@ class SimDataPlane:
         workers: dict[str, SimWorker],
         config: SimConfig,
         timer: Timer,
+        weight_plan: WeightPlan | None = None,
     ) -> None:
         self.rollout_id = rollout_id
         self.trajectories = trajectories
@@ -46,11 +49,14 @@ class SimDataPlane:
         self._timer = timer
         self._tools = ToolPool(config.num_warm_executors, config.tool_cold_start_s)
         self._dirty: set[str] = set()
+        self.weights = WeightLoads(workers, config.weight_load_s_for_tp, timer, weight_plan)
 
     # ---- commands ------------------------------------------------------------------------------
 
     def apply(self, command: WorkerCommand, now: float) -> list[Event]:
         """Carry out one command at ``now``; the events it causes at once."""
+        if isinstance(command, LoadWeights):
+            return self.weights.command(command, now)
         t = self.trajectories.get(getattr(command, "traj_id", ""))
         if t is None or t.phase is Phase.DONE:
             return []
@@ -99,6 +105,10 @@ class SimDataPlane:
         return []  # in a tool call: the step runs here once the result is routed
 
     def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
+        if self.weights.hold(t):
+            return []
+        if (stale := self.weights.take_version(t)) is not None:
+            return self._fail(t, stale, now)
         worker = self._worker_of(t)
         t.num_requests += 1
         request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
@@ -118,6 +128,7 @@ class SimDataPlane:
             self._dirty.add(t.worker_id)
         t.phase = Phase.DONE
         t.finished_at = now
+        self.weights.start_if_drained(t.worker_id, now)
         return [facts.failed(self.rollout_id, t, reason, now)]
 
     # ---- timers ----------------------------------------------------------------------------------
@@ -136,7 +147,13 @@ class SimDataPlane:
                 t.warmup_request_id = ""
                 t.num_recomputed_tokens += done.num_recomputed_tokens
                 events += self.transfer_done(t.traj_id, now)
+        self.weights.start_if_drained(worker_id, now)
         return events
+
+    def weights_loaded(self, worker_id: str, now: float) -> list[Event]:
+        """A worker's swap ended: the held generations that still run there go in."""
+        events, held = self.weights.swap(worker_id, now)
+        return events + [event for t in held for event in self._submit(t, now)]
 
     def _finish_step(
         self, t: SimTrajectory, worker: SimWorker, done: FinishedGeneration
@@ -219,13 +236,16 @@ class SimDataPlane:
         """No KV export (SGLang): the target prefills the context so far with a prefill-only
         request (``max_new_tokens: 0``) during the tool gap, so the next step hits its cache;
         the source keeps its copy until its cache evicts it. The trajectory moves when the
-        warm-up finishes (``wake``); that prefill is recompute, and counted so."""
+        warm-up finishes (``wake``); that prefill is recompute, and counted so. A target
+        swapping weights takes no warm-up (its cache is about to go): the step re-prefills."""
         target = self.workers[t.migration_target]
         t.num_requests += 1
         t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
         t.migration_tokens = 0
         job = generation_job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
         try:
+            if self.weights.workers[target.worker_id].is_holding:
+                raise CapacityError("swapping weights")
             target.model.submit(job, now)
         except CapacityError:  # it cannot be cached there: move now, the step re-prefills
             t.warmup_request_id = ""

@@ -40,6 +40,7 @@ def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Ge
         decode_s=done.decode_s,
         num_preemptions=done.num_preemptions,
         num_recomputed_tokens=done.num_recomputed_tokens,
+        weight_version=t.weight_versions[-1] if t.weight_versions else 0,
     )
 
 
@@ -86,6 +87,7 @@ def completed(rollout_id: str, t: SimTrajectory) -> Completed:
         timings=t.timings(),
         worker_history=list(t.worker_history),
         num_recomputed_tokens=t.num_recomputed_tokens,
+        weight_versions=list(t.weight_versions),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.cost.model import TP_DEGREES
@@ -42,6 +42,20 @@ def simulate(
     of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster)."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
+    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees)
+    run = Simulator(trace, control, tp_degrees, config).run(progress)
+    return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
+
+
+def control_for(
+    trace: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    history: Sequence[TraceTrajectory] = (),
+    tp_degrees: Sequence[int] | None = None,
+) -> tuple[ControlPlane, list[int]]:
+    """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
+    workers (``tp_degrees`` when given, else the bundle's resource plan)."""
     predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
     rates = HistoryRates.of(history)
     ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
@@ -58,9 +72,7 @@ def simulate(
         tool_s_per_token=tool_rate,
         tool_call_s=rates.tool_call_s,
     )
-    control = build_control_plane(spec, options)
-    run = Simulator(trace, control, tp_degrees, config).run(progress)
-    return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
+    return build_control_plane(spec, options), list(tp_degrees)
 
 
 def make_simulation_predictor(

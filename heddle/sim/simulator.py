@@ -7,7 +7,10 @@ the data plane; every event it publishes goes through the deciders of the system
 decider that handles it, in bundle order; the events they emit join the cascade and the commands
 they emit are carried out by the data plane at once. So the deciders see events in time order,
 exactly as the live consumers see the stream. After each cascade the workers whose engines
-changed re-arm their timers, so requests submitted at one instant share an admission.
+changed re-arm their timers, so requests submitted at one instant share an admission. With a
+``WeightPlan`` the trainer's ``WeightsPublished`` land at their times and the weights decider
+(``heddle.control.weights``) joins the bundle; once every trajectory has finished, the rollout is
+over and weight timers still pending are left (``Run.weights`` holds the loads in progress).
 
 Deterministic: the heap breaks time ties by insertion order, deciders and the data plane iterate
 in insertion order, and all randomness comes from the seed.
@@ -22,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from heddle.control.control_plane import ControlPlane
 from heddle.control.decider import dispatch_table
+from heddle.control.weights import WeightsDecider
 from heddle.events import (
     Completed,
     Event,
@@ -30,6 +34,8 @@ from heddle.events import (
     RolloutSubmitted,
     TrajectorySpec,
     TrajectorySubmitted,
+    WeightSource,
+    WeightsPublished,
     WorkerCommand,
     WorkerRegistered,
 )
@@ -40,6 +46,7 @@ from heddle.sim.dataplane import SimDataPlane
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import TimerKind
 from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.weight_loads import WeightLoads, WeightPlan
 from heddle.traces import TraceTrajectory
 
 ROLLOUT_ID = "sim"
@@ -64,6 +71,8 @@ class Run:
     events: list[Event]
     """Every event in dispatch order (only with ``SimConfig.record_events``)."""
     num_events: int
+    weights: WeightLoads
+    """The workers' weight versions, loads and their costs at the end of the rollout."""
 
 
 def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTrajectory]:
@@ -107,6 +116,7 @@ class Simulator:
         control: ControlPlane,
         tp_degrees: Sequence[int],
         config: SimConfig,
+        weight_plan: WeightPlan | None = None,
     ) -> None:
         if not trace:
             raise ValueError("the trace holds no trajectories")
@@ -114,7 +124,10 @@ class Simulator:
             raise ValueError("no workers: the resource plan is empty")
         self._config = config
         self._control = control
-        self._table = dispatch_table(control.deciders)
+        deciders = (
+            control.deciders if weight_plan is None else [*control.deciders, WeightsDecider()]
+        )
+        self._table = dispatch_table(deciders)
         self._heap: list[tuple[float, int, TimerKind, str]] = []
         self._sequence = 0
         workers = {
@@ -124,7 +137,16 @@ class Simulator:
             for index, tp in enumerate(tp_degrees)
         }
         self._trajectories = build_trajectories(trace)
-        self._dataplane = SimDataPlane(ROLLOUT_ID, self._trajectories, workers, config, self)
+        self._dataplane = SimDataPlane(
+            ROLLOUT_ID, self._trajectories, workers, config, self, weight_plan
+        )
+        self._due_versions: list[int] = []
+        """Publications due at the start: they land before any trajectory is submitted."""
+        for time_s, version in weight_plan.publications if weight_plan else ():
+            if time_s > 0:
+                self.at(time_s, TimerKind.PUBLISH, str(version))
+            else:
+                self._due_versions.append(version)
         self._events: list[Event] = []
         self._num_events = 0
         self._num_active = len(self._trajectories)
@@ -156,6 +178,8 @@ class Simulator:
         reported = total
         while self._heap:
             time_s, _, kind, key = heapq.heappop(self._heap)
+            if kind >= TimerKind.PUBLISH and not self._num_active:
+                continue  # the rollout is over
             self._now = time_s
             if kind is TimerKind.WAKE:
                 if not self._dataplane.is_due(key, time_s):
@@ -163,8 +187,12 @@ class Simulator:
                 events = self._dataplane.wake(key, time_s)
             elif kind is TimerKind.TOOL:
                 events = self._dataplane.tool_done(key, time_s)
-            else:
+            elif kind is TimerKind.TRANSFER:
                 events = self._dataplane.transfer_done(key, time_s)
+            elif kind is TimerKind.WEIGHTS:
+                events = self._dataplane.weights_loaded(key, time_s)
+            else:
+                events = [published(int(key), time_s)]
             if events:
                 self._publish(events)
             self._dataplane.schedule_wakeups()
@@ -179,6 +207,7 @@ class Simulator:
             active_over_time=self._active,
             events=self._events,
             num_events=self._num_events,
+            weights=self._dataplane.weights,
         )
 
     def _opening_events(self) -> list[Event]:
@@ -196,6 +225,7 @@ class Simulator:
             )
             for worker in self._dataplane.workers.values()
         ]
+        events += [published(version, 0.0) for version in self._due_versions]
         events.append(
             RolloutSubmitted(
                 event_id=derive_id(ROLLOUT_ID, "submitted"),
@@ -253,3 +283,14 @@ class Simulator:
                 f"{len(stuck)} trajectories never finished under {self._control.spec.name}: "
                 f"{sample}"
             )
+
+
+def published(version: int, now: float) -> WeightsPublished:
+    """The trainer's publication of ``version`` (the simulated workers load it from anywhere)."""
+    return WeightsPublished(
+        event_id=derive_id("weights", version, "published"),
+        occurred_at=now,
+        weight_version=version,
+        source=WeightSource(kind="path", path=f"/sim/weights/v{version}"),
+        publisher="sim",
+    )

@@ -13,6 +13,10 @@ class TimerKind(enum.IntEnum):
     """A tool call returns (key: trajectory id)."""
     TRANSFER = 2
     """A migration's transfer ends (key: trajectory id)."""
+    PUBLISH = 3
+    """The trainer publishes a weight version (key: the version)."""
+    WEIGHTS = 4
+    """A worker's weight swap ends (key: worker id)."""
 
 
 class Timer(Protocol):

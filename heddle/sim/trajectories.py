@@ -66,6 +66,10 @@ class SimTrajectory:
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0
     num_migrations: int = 0
+    weight_versions: list[int] = field(default_factory=list)
+    """The weight versions its generations ran on, in the order first used."""
+    is_waiting_for_weights: bool = False
+    """Its next step waits for its worker's weight load (``heddle.sim.weight_loads``)."""
 
     @property
     def is_last_step(self) -> bool:

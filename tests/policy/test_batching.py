@@ -176,6 +176,28 @@ def test_next_turn_prefills_only_what_the_cache_lacks() -> None:
     assert lost.prefill_s == pytest.approx(COST.prefill_s(1400))
 
 
+@pytest.mark.parametrize("cache", ["trajectory", "radix"])
+def test_new_weights_drop_the_cache_and_the_next_turn_recomputes_it(cache: str) -> None:
+    model = BatchingModel(COST, BatchingConfig(cache=cache))  # type: ignore[arg-type]
+    model.submit(job("a", 1000, 100), 0.0)
+    with pytest.raises(ValueError, match="in flight"):
+        model.invalidate_cache(0.0)
+    drain(model)
+    assert model.invalidate_cache(100.0) == 1100
+    assert model.load().num_kv_tokens == 0 and model.cached_tokens("t-a") == 0
+    turn = GenerationJob(
+        request_id="b",
+        traj_id="t-a",
+        num_context_tokens=1300,
+        num_new_tokens=200,
+        num_output_tokens=50,
+    )
+    model.submit(turn, 100.0)
+    (done,) = drain(model)
+    assert done.num_cached_tokens == 0 and done.num_recomputed_tokens == 1100
+    assert done.prefill_s == pytest.approx(COST.prefill_s(1300))
+
+
 def test_a_job_that_can_never_fit_is_refused() -> None:
     model = BatchingModel(SmallKv(COST, 1000))
     with pytest.raises(CapacityError, match="exceeds the KV capacity"):

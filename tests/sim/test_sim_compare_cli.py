@@ -70,3 +70,29 @@ def test_bad_flags_are_user_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["sim", "compare", *args])
     assert isinstance(result.exception, UserError)
     assert message in str(result.exception)
+
+
+def test_compare_async_steps_prints_both_loops_and_their_ratio(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace, generate("coding", 16, seed=1))
+    result = run(
+        *("--trace", str(trace), "--model", "8b", "--gpus", "2", "--systems", "verl"),
+        *("--async-steps", "2", "--max-staleness", "1", "--trainer-fraction", "0.5", "--json"),
+    )
+    assert result.returncode == 0, result.stderr
+    loops = json.loads(result.stdout)["systems"]["verl"]
+    stop, partial = loops["stop_the_world"], loops["partial_rollout"]
+    assert stop["max_staleness"] == 0 and partial["max_staleness"] == 1
+    assert stop["num_completed"] == partial["num_completed"] == 32
+    assert partial["max_staleness_seen"] <= 1
+    ratio = partial["trajectories_per_hour"] / stop["trajectories_per_hour"]
+    assert loops["trajectories_per_hour_ratio"] == pytest.approx(ratio)
+
+
+def test_compare_async_steps_refuses_two_trainer_times() -> None:
+    result = run(
+        *("--workload", "coding", "--trajectories", "8", "--async-steps", "2"),
+        *("--trainer-s", "10", "--trainer-fraction", "0.5"),
+    )
+    assert result.returncode == 2
+    assert "at most one of --trainer-s and --trainer-fraction" in result.stderr

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 
+from heddle.policy.batching.cache import make_cache
 from heddle.policy.batching.jobs import (
     BatchingConfig,
     BatchLoad,
@@ -168,6 +169,17 @@ class BatchingModel(BatchScheduler):
         self._sync(now)
         self._cache.put(traj_id, group_id, num_prompt_tokens, num_tokens)
         self._evict()
+
+    def invalidate_cache(self, now: float) -> int:
+        """Drop every cached prefix, shared prompts included (new weights make all KV stale; the
+        next step of each trajectory re-prefills its context, counted as recomputed); returns the
+        tokens dropped. ``ValueError`` while a generation is in flight (swap between them)."""
+        self._sync(now)
+        if self._jobs:
+            raise ValueError("cannot invalidate the cache while generations are in flight")
+        dropped = self._cache.total_tokens
+        self._cache = make_cache(self.config.cache, self.config.page_tokens)
+        return dropped
 
     def cached_tokens(self, traj_id: str) -> int:
         return self._cache.get(traj_id)
