@@ -16,7 +16,7 @@ nats-py's own. The overrides hook ``Client._process_msg`` and the pending-buffer
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nats import errors
 from nats.aio.client import Client
@@ -158,9 +158,9 @@ def status_of(headers: bytes | None) -> bytes | None:
     return headers[9:12]
 
 
-@dataclass(frozen=True, slots=True)
-class AckInfo:
-    """What a JetStream reply subject (``$JS.ACK....``) tells about a delivered message."""
+class AckInfo(NamedTuple):
+    """What a JetStream reply subject (``$JS.ACK....``) tells about a delivered message (a
+    named tuple: one is parsed per message consumed)."""
 
     stream: str
     consumer: str
@@ -170,6 +170,11 @@ class AckInfo:
     timestamp_ns: int
     num_pending: int
     """Messages the consumer still had to deliver after this one."""
+
+
+_NAMES: dict[tuple[bytes, bytes], tuple[str, str]] = {}
+"""Decoded (stream, consumer) of the reply subjects seen: a handful per process."""
+_MAX_NAMES = 1024
 
 
 def parse_ack_subject(reply: bytes) -> AckInfo:
@@ -185,12 +190,18 @@ def parse_ack_subject(reply: bytes) -> AckInfo:
         raise ValueError(f"not a JetStream reply subject: {reply!r}")
     if tokens[0] != b"$JS" or tokens[1] != b"ACK":
         raise ValueError(f"not a JetStream reply subject: {reply!r}")
+    key = (tokens[offset], tokens[offset + 1])
+    names = _NAMES.get(key)
+    if names is None:
+        if len(_NAMES) >= _MAX_NAMES:
+            _NAMES.clear()
+        names = _NAMES[key] = (key[0].decode(), key[1].decode())
     return AckInfo(
-        stream=tokens[offset].decode(),
-        consumer=tokens[offset + 1].decode(),
-        num_delivered=int(tokens[offset + 2]),
-        stream_sequence=int(tokens[offset + 3]),
-        consumer_sequence=int(tokens[offset + 4]),
-        timestamp_ns=int(tokens[offset + 5]),
-        num_pending=int(tokens[offset + 6]),
+        names[0],
+        names[1],
+        int(tokens[offset + 2]),
+        int(tokens[offset + 3]),
+        int(tokens[offset + 4]),
+        int(tokens[offset + 5]),
+        int(tokens[offset + 6]),
     )
