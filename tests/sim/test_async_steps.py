@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_traces import traces as sim_traces
+from sim_traces import trajectory
 
 from heddle.control.systems import system_spec
 from heddle.events import Completed, Failed, Generated, WeightsLoaded
@@ -17,19 +19,10 @@ from heddle.sim.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.sim.run import control_for
 from heddle.sim.simulator import Run, Simulator
 from heddle.sim.weight_loads import WeightPlan
-from heddle.traces import TraceStep, TraceTrajectory
+from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
-
-
-def trajectory(traj_id: str, prompt: int, steps: list[tuple[int, float, int]]) -> TraceTrajectory:
-    return TraceTrajectory(
-        id=traj_id,
-        group=traj_id,
-        prompt_tokens=prompt,
-        steps=[TraceStep(output_tokens=o, tool_s=s, tool_output_tokens=u) for o, s, u in steps],
-    )
 
 
 def epochs(
@@ -114,14 +107,10 @@ def test_partial_rollout_overlaps_training_and_pays_for_its_swaps() -> None:
     )
 
 
-steps = st.lists(
-    st.tuples(st.integers(1, 300), st.floats(0.0, 20.0), st.integers(0, 200)),
-    min_size=1,
-    max_size=4,
-)
-traces = st.lists(st.tuples(st.integers(1, 2000), steps), min_size=1, max_size=8).map(
-    lambda rows: [trajectory(f"t{i}", prompt, s) for i, (prompt, s) in enumerate(rows)]
-)
+traces = sim_traces(
+    prompt=(1, 2000), output=(1, 300), tool_s=20.0, observation=(0, 200), max_steps=4,
+    max_trajectories=8,
+)  # fmt: skip
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])

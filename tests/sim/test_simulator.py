@@ -10,6 +10,8 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_traces import traces as sim_traces
+from sim_traces import trajectory
 from solo_time import analytic_solo_s
 
 from heddle.control.systems import SYSTEMS
@@ -17,19 +19,10 @@ from heddle.events import Migrated
 from heddle.policy.cost.model import preset
 from heddle.sim import SimConfig, simulate
 from heddle.sim.run import lower_bound_s
-from heddle.traces import TraceStep, TraceTrajectory
+from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
-
-
-def trajectory(traj_id: str, prompt: int, steps: list[tuple[int, float, int]]) -> TraceTrajectory:
-    return TraceTrajectory(
-        id=traj_id,
-        group=traj_id,
-        prompt_tokens=prompt,
-        steps=[TraceStep(output_tokens=o, tool_s=s, tool_output_tokens=u) for o, s, u in steps],
-    )
 
 
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
@@ -93,14 +86,10 @@ def test_the_same_seed_gives_the_same_rollout(small_trace: list[TraceTrajectory]
     assert simulate(small_trace, "verl", config) == simulate(small_trace, "verl", config)
 
 
-steps = st.lists(
-    st.tuples(st.integers(0, 400), st.floats(0.0, 30.0), st.integers(0, 300)),
-    min_size=1,
-    max_size=5,
-)
-traces = st.lists(st.tuples(st.integers(0, 3000), steps), min_size=1, max_size=10).map(
-    lambda rows: [trajectory(f"t{i}", prompt, s) for i, (prompt, s) in enumerate(rows)]
-)
+traces = sim_traces(
+    prompt=(0, 3000), output=(0, 400), tool_s=30.0, observation=(0, 300), max_steps=5,
+    max_trajectories=10,
+)  # fmt: skip
 
 
 @settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
