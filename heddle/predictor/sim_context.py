@@ -13,6 +13,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -61,11 +62,7 @@ def cell_model(
         model = _loaded(config.predictor_model)
     else:
         with tempfile.TemporaryDirectory(prefix="heddle-cell-model-") as folder:
-            training = TrainConfig(
-                num_epochs=CELL_TRAINING.num_epochs,
-                max_examples=CELL_TRAINING.max_examples,
-                seed=config.seed,
-            )
+            training = replace(CELL_TRAINING, seed=config.seed)
             _, model = train_model(history, Path(folder), training)
     trained = time.perf_counter()
     model.encoder.encode(trace_texts(trace))
