@@ -9,6 +9,8 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -21,7 +23,8 @@ from heddle.cli.sim_choices import model_name, system_names
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
 from heddle.policy.engine_models import ENGINE_MODELS
-from heddle.policy.prediction import PREDICTORS
+from heddle.policy.prediction import CONTEXT_PREDICTOR
+from heddle.sim.config import SIM_PREDICTORS
 from heddle.sim.sweep import SPLITS, CellResult, SweepConfig, run_sweep
 from heddle.sim.sweep_plans import (
     plan_markdown,
@@ -31,6 +34,7 @@ from heddle.sim.sweep_plans import (
 )
 from heddle.sim.sweep_report import markdown_report, write_figure
 from heddle.sim.sweep_summary import sweep_document
+from heddle.workloads.text import SIGNAL_LEVELS
 from heddle.workloads.zoo import ZOO
 
 _T = TypeVar("_T")
@@ -78,8 +82,10 @@ def _sweep_config(
         raise UserError(
             f"unknown --engine-model {engine_model!r}; choose one of {', '.join(ENGINE_MODELS)}"
         )
-    if predictor not in PREDICTORS:
-        raise UserError(f"unknown --predictor {predictor!r}; choose one of {sorted(PREDICTORS)}")
+    if predictor not in SIM_PREDICTORS:
+        raise UserError(
+            f"unknown --predictor {predictor!r}; choose one of {sorted(SIM_PREDICTORS)}"
+        )
     if cells < 1 or steps_per_cell < 1:
         raise UserError("--cells and --steps-per-cell must be >= 1")
     ratios = _sweep_list("--kv-ratios", kv_ratios, float)
@@ -173,6 +179,15 @@ def sweep(
             "TP plan per cell, and heddle's pick against the best homogeneous plan",
         ),
     ] = False,
+    predictor_model: Annotated[
+        str, typer.Option(help="context: a model folder (default: one trained per cell)")
+    ] = "",
+    predictor_latency_ms: Annotated[
+        float, typer.Option(help="context: the prediction service's round trip (ms)")
+    ] = 0.0,
+    text_signal: Annotated[
+        str, typer.Option(help="Text layer on the traces: none, weak, strong or 0..1")
+    ] = "",
 ) -> None:
     """Every system on zoo cells (family x draw x model x GPUs x KV pressure); ratios to heddle."""
     if jobs < 1:
@@ -190,14 +205,42 @@ def sweep(
         predictor,
         steps_per_cell,
     )
+    config = _with_context(config, predictor_model, predictor_latency_ms, text_signal)
     start = time.perf_counter()
     if plans:
         _plan_sweep(config, jobs, as_json, markdown, figure)
         return
-    results = _run_with_progress(config, jobs, run_sweep, "sweep cells")
+    run: Callable[..., list[CellResult]] = run_sweep
+    if config.predictor == CONTEXT_PREDICTOR:
+        from heddle.predictor.sim_context import run_context_cell  # imports torch
+
+        run = partial(run_sweep, run=run_context_cell)
+    results = _run_with_progress(config, jobs, run, "sweep cells")
     wall_s = time.perf_counter() - start
     _write_sweep_files(config, results, markdown, figure)
     _report_sweep(config, results, sweep_document(config, results, wall_s, jobs), as_json)
+
+
+def _with_context(
+    config: SweepConfig, model: str, latency_ms: float, text_signal: str
+) -> SweepConfig:
+    """The sweep's context-predictor flags: the model, the service latency, the text layer."""
+    signal: float | None = None
+    if text_signal:
+        try:
+            signal = SIGNAL_LEVELS.get(text_signal)
+            signal = float(text_signal) if signal is None else signal
+        except ValueError:
+            raise UserError(f"--text-signal: cannot read {text_signal!r}") from None
+        if not 0 <= signal <= 1:
+            raise UserError("--text-signal must be in [0, 1]")
+    if latency_ms < 0:
+        raise UserError("--predictor-latency-ms must be >= 0")
+    if model and not (Path(model) / "config.json").is_file():
+        raise UserError(f"--predictor-model {model}: not a model folder (no config.json)")
+    return replace(
+        config, predictor_model=model, predictor_latency_ms=latency_ms, text_signal=signal
+    )
 
 
 def _report_sweep(

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from heddle.policy.cost.model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
 from heddle.policy.engine_models import EngineModel, engine_model
-from heddle.policy.prediction import PREDICTORS
+from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 
 # GPUDirect RDMA between GPUs of different servers: one 400 Gb/s InfiniBand NDR NIC per GPU
 # (NVIDIA ConnectX-7 and DGX H100/H200 reference designs) moves ~50 GB/s per direction.
@@ -19,6 +19,9 @@ DEFAULT_TRANSFER_LATENCY_S = 0.005
 # Loading new weights: each GPU of a worker reads its 1/TP shard at this rate (a checkpoint on
 # local NVMe or in the page cache, SGLang's ``/update_weights_from_disk``). Assumption.
 DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU = 5e9
+
+SIM_PREDICTORS = (*PREDICTORS, CONTEXT_PREDICTOR)
+"""The registry's predictors, and the context model (given to ``simulate`` as a function)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,9 @@ class SimConfig:
     seed: int = 0
     """Seeds the predictor's noise, random routers and the annealer."""
     predictor: str = "online"
-    """Predictor of the bundles that predict (``heddle.policy.prediction.PREDICTORS``): by
-    default the online model a live rollout uses; the oracles are labelled studies."""
+    """Predictor of the bundles that predict (``SIM_PREDICTORS``): by default the online
+    model a live rollout uses; the oracles are labelled studies; ``context`` needs the model
+    (``simulate(context=...)``)."""
     predictor_sigma: float = 0.5
     """Noisy oracle: log-error standard deviation at the first prediction (assumption: a
     regression model of moderate quality; ``heddle sim figures`` sweeps it)."""
@@ -58,6 +62,9 @@ class SimConfig:
     predictor_step_correlation: float = 0.8
     """Noisy oracle: correlation of a trajectory's errors across steps (assumption: a learned
     regressor sees nearly the same context at consecutive steps, so its error persists)."""
+    predictor_latency_ms: float = 0.0
+    """``context``: the prediction service's round trip; an answer later than the tool call it
+    overlaps gives way to the online model's (``TimedContextPredictor``)."""
     link_bandwidth_bytes_s: float = DEFAULT_LINK_BANDWIDTH_BYTES_S
     transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S
     tool_cold_start_s: float = 0.0
@@ -83,10 +90,12 @@ class SimConfig:
         if self.num_gpus < 1:
             raise ValueError(f"num_gpus must be >= 1, got {self.num_gpus}")
         engine_model(self.engine_model)  # a clear error for an unknown name
-        if self.predictor not in PREDICTORS:
+        if self.predictor not in SIM_PREDICTORS:
             raise ValueError(
-                f"unknown predictor {self.predictor!r}; choose one of {sorted(PREDICTORS)}"
+                f"unknown predictor {self.predictor!r}; choose one of {sorted(SIM_PREDICTORS)}"
             )
+        if not self.predictor_latency_ms >= 0:
+            raise ValueError(f"predictor_latency_ms must be >= 0, got {self.predictor_latency_ms}")
         for name in ("link_bandwidth_bytes_s",):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):

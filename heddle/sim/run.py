@@ -17,8 +17,11 @@ from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.lower_bound import makespan_lower_bound
 from heddle.policy.prediction import (
+    CONTEXT_PREDICTOR,
+    ContextAnswer,
     Predictor,
     PredictorOptions,
+    TimedContextPredictor,
     fit,
     make_predictor,
 )
@@ -37,12 +40,14 @@ def simulate(
     history: Sequence[TraceTrajectory] = (),
     progress: ProgressCallback | None = None,
     tp_degrees: Sequence[int] | None = None,
+    context: ContextAnswer | None = None,
 ) -> SimResult:
     """One rollout of ``trace`` under ``system`` (a registry name or a spec), on the workers
-    of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster)."""
+    of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster).
+    ``context``: the context model, for ``config.predictor == "context"``."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
-    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees)
+    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees, context)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
     return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
 
@@ -53,10 +58,14 @@ def control_for(
     config: SimConfig,
     history: Sequence[TraceTrajectory] = (),
     tp_degrees: Sequence[int] | None = None,
+    context: ContextAnswer | None = None,
 ) -> tuple[ControlPlane, list[int]]:
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
-    workers (``tp_degrees`` when given, else the bundle's resource plan)."""
-    predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
+    workers (``tp_degrees`` when given, else the bundle's resource plan); ``context`` as for
+    ``simulate``."""
+    predictor = None
+    if spec.uses_predictions:
+        predictor = make_simulation_predictor(trace, config, history, context)
     rates = HistoryRates.of(history)
     ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
     if tp_degrees is None:
@@ -76,9 +85,15 @@ def control_for(
 
 
 def make_simulation_predictor(
-    trace: Sequence[TraceTrajectory], config: SimConfig, history: Sequence[TraceTrajectory] = ()
+    trace: Sequence[TraceTrajectory],
+    config: SimConfig,
+    history: Sequence[TraceTrajectory] = (),
+    context: ContextAnswer | None = None,
 ) -> Predictor:
-    """The configured predictor; the oracles know the trace under the simulator's ids."""
+    """The configured predictor; the oracles know the trace under the simulator's ids. The
+    context model (``context``) answers when its answer, ``config.predictor_latency_ms`` after
+    the tool call, comes before the call returns; the online model (fitted on ``history``)
+    answers otherwise."""
     ids = list(build_trajectories(trace))
     prior = sum(t.num_output_tokens for t in history) / len(history) if history else 8192.0
     options = PredictorOptions(
@@ -90,7 +105,18 @@ def make_simulation_predictor(
         trace=dict(zip(ids, trace, strict=True)),
         prior_total_tokens=prior,
     )
-    return fit(make_predictor(config.predictor, options), history)
+    if config.predictor != CONTEXT_PREDICTOR:
+        return fit(make_predictor(config.predictor, options), history)
+    if context is None:
+        raise ValueError("the context predictor needs the model: simulate(..., context=...)")
+    by_id = options.trace
+
+    def tool_duration(traj_id: str, step: int) -> float:
+        return by_id[traj_id].steps[step].tool_s
+
+    fallback = fit(make_predictor("online", options), history)
+    latency_s = config.predictor_latency_ms / 1000
+    return TimedContextPredictor(fallback, context, latency_s, tool_duration)
 
 
 def lower_bound_s(

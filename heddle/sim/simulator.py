@@ -92,7 +92,7 @@ def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTraject
             group_id=group,
             index=index,
             environment="trace",
-            task={"trace_id": trajectory.id},
+            task=_task_of(trajectory),
             prompt_token_ids=prompt,
             max_steps=len(trajectory.steps),
         )
@@ -105,6 +105,15 @@ def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTraject
             new_tokens=trajectory.prompt_tokens,
         )
     return trajectories
+
+
+def _task_of(trajectory: TraceTrajectory) -> dict[str, object]:
+    """The trace task: its id, and its steps' texts when it has any (the prediction decider
+    reads them as it does a live ``trace`` task's, ``heddle.control.prediction``)."""
+    if not trajectory.has_text:
+        return {"trace_id": trajectory.id}
+    steps = [{"output_text": s.output_text, "tool_text": s.tool_text} for s in trajectory.steps]
+    return {"trace_id": trajectory.id, "steps": steps}
 
 
 class Simulator:

@@ -15,10 +15,10 @@ groups, within ``[min, max]_trajectories``), since a simulation's cost grows wit
 KV pressure comes from scaling the cluster's KV (``heddle.sim.kv_pressure``), not from more
 trajectories. A cell's ratio can end above its target (the unscaled cluster is already past it:
 web's page dumps) or below it (the floor that keeps the longest trajectory on a TP1 worker),
-so each cell reports the ratio it ran at. Measured cost of the default sweep (40 cells, all 13
-bundles, 4000 steps a cell, 90-1024 trajectories): 748 CPU seconds in all, 10-30 s a cell, so
-about 6.5 minutes on two idle cores with ``--jobs 2``; 16 minutes of wall time on a 2-core
-machine shared at load 3-6.
+so each cell reports the ratio it ran at. Its cost is in docs/benchmarks.md.
+
+With ``text_signal`` both traces carry text (``with_family_text``); the context model comes
+from ``run_cell(context=...)``, built above this layer (``heddle.predictor.sim_context``).
 """
 
 from __future__ import annotations
@@ -26,19 +26,20 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 import numpy as np
 
 from heddle.control.systems import SYSTEMS
+from heddle.policy.prediction import ContextAnswer
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_pressure import KvPressure, kv_pressure, scaled_config
 from heddle.sim.run import simulate
+from heddle.sim.sweep_pool import run_in_pool
 from heddle.traces import TraceTrajectory
-from heddle.workloads.zoo import BROAD_FAMILIES, zoo_family
+from heddle.workloads.zoo import BROAD_FAMILIES, with_family_text, zoo_family
 
 Split = Literal["tuning", "heldout", "all"]
 SPLITS: tuple[Split, ...] = ("tuning", "heldout", "all")
@@ -64,6 +65,11 @@ class SweepConfig:
     systems: tuple[str, ...] = tuple(SYSTEMS)
     engine_model: str = _SIM_DEFAULTS.engine_model
     predictor: str = "online"
+    predictor_model: str = ""
+    """``context``: a model folder (empty: one trained per cell on its history)."""
+    predictor_latency_ms: float = 0.0
+    text_signal: float | None = None
+    """The text layer's signal strength (None: traces without text)."""
     hardware: str = "h200"
     steps_per_cell: int = 4000
     min_trajectories: int = 64
@@ -176,7 +182,12 @@ def cell_traces(
     full = family.generate(params, config.max_trajectories, cell.draw_seed)
     count = _num_trajectories(full, config)
     history = family.generate(params, count, cell.draw_seed, epoch=1)
-    return full[:count], history
+    if config.text_signal is None:
+        return full[:count], history
+    signal, seed = config.text_signal, cell.draw_seed
+    return with_family_text(cell.family, full[:count], signal, seed), with_family_text(
+        cell.family, history, signal, seed + 1
+    )
 
 
 def _num_trajectories(trace: Sequence[TraceTrajectory], config: SweepConfig) -> int:
@@ -206,14 +217,20 @@ def cell_sim_config(
         engine_model=config.engine_model,
         seed=cell.draw_seed,
         predictor=config.predictor,
+        predictor_latency_ms=config.predictor_latency_ms,
     )
     return scaled_config(base, kv.kv_scale), kv
 
 
-def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
+ContextFor = Callable[[Sequence[TraceTrajectory], Sequence[TraceTrajectory]], ContextAnswer]
+"""(history, rollout) -> the context model every system of the cell asks."""
+
+
+def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None) -> CellResult:
     """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
     start, start_cpu = time.perf_counter(), time.process_time()
     trace, history = cell_traces(cell, config)
+    answer = context(history, trace) if context is not None else None
     sim_config, kv = cell_sim_config(cell, config, trace, history)
     runs: dict[str, SystemRun] = {}
     errors: dict[str, str] = {}
@@ -221,7 +238,7 @@ def run_cell(cell: Cell, config: SweepConfig) -> CellResult:
     for name in config.systems:
         began = time.perf_counter()
         try:
-            result = simulate(trace, name, sim_config, history=history)
+            result = simulate(trace, name, sim_config, history=history, context=answer)
         except (ValueError, RuntimeError) as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"
             continue
@@ -255,10 +272,11 @@ def run_sweep(
     config: SweepConfig,
     jobs: int = 2,
     on_done: Callable[[CellResult], None] | None = None,
+    run: Callable[[Cell, SweepConfig], CellResult] = run_cell,
 ) -> list[CellResult]:
-    """Every cell of ``config``, ``jobs`` at a time in worker processes (1: in this process);
-    ``on_done`` hears of each cell as it finishes. Results come back in cell order."""
-    results = map_cells(run_cell, config, jobs, on_done)
+    """Every cell of ``config`` (``run`` of it), ``jobs`` at a time in worker processes (1: in
+    this process); ``on_done`` hears of each cell as it finishes. Results in cell order."""
+    results = map_cells(run, config, jobs, on_done)
     return sorted(results, key=lambda r: r.cell.index)
 
 
@@ -274,20 +292,8 @@ def map_cells(
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     results: list[_R] = []
-    for result in _results(run, sweep_cells(config), config, jobs):
+    for result in run_in_pool(run, sweep_cells(config), config, jobs):
         results.append(result)
         if on_done is not None:
             on_done(result)
     return results
-
-
-def _results(
-    run: Callable[[Cell, SweepConfig], _R], cells: list[Cell], config: SweepConfig, jobs: int
-) -> Iterator[_R]:
-    if jobs == 1:
-        yield from (run(cell, config) for cell in cells)
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(run, cell, config) for cell in cells]
-        for future in as_completed(futures):
-            yield future.result()

@@ -22,7 +22,7 @@ Heddle lost to verl before, regenerated from their descriptions:
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from heddle.traces import TraceTrajectory
 from heddle.workloads.agent_shape import sample_shape
+from heddle.workloads.text import text_kind_of, with_text
 from heddle.workloads.zoo_params import (
     QWEN3_YARN_CONTEXT_TOKENS,
     MathParams,
@@ -204,3 +205,23 @@ def leaf_params_type(name: str) -> type[LeafParams] | None:
     """The parameter record of a leaf family or preset (None for ``mix``)."""
     base = PRESET_RANGES[name][0] if name in PRESET_RANGES else name
     return _LEAVES.get(base)
+
+
+def with_family_text(
+    family: str, trace: Sequence[TraceTrajectory], signal: float, seed: int
+) -> list[TraceTrajectory]:
+    """``trace`` of a zoo family with the text layer (``heddle.workloads.text``) at ``signal``:
+    the family's text kind, or for ``mix`` each member's (named by its trajectories' ids,
+    ``mix.<member>-...``, texted among its own), order kept."""
+    if family != "mix":
+        return with_text(trace, text_kind_of(family), signal, seed)
+    members: dict[str, list[int]] = {}
+    for index, trajectory in enumerate(trace):
+        members.setdefault(text_kind_of(trajectory.id.split("-")[0]), []).append(index)
+    texted: list[TraceTrajectory] = list(trace)
+    for kind, indices in members.items():
+        for index, trajectory in zip(
+            indices, with_text([trace[i] for i in indices], kind, signal, seed), strict=True
+        ):
+            texted[index] = trajectory
+    return texted

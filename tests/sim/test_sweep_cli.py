@@ -51,6 +51,10 @@ def test_sweep_writes_json_markdown_and_figure(tmp_path: Path) -> None:
         (["--jobs", "0"], "--jobs must be >= 1"),
         (["--seed", "-1"], "the base seed must be >= 0"),
         (["--cells", "20000"], "the number of cells must be in [1, 10000]"),
+        (["--text-signal", "loud"], "--text-signal: cannot read 'loud'"),
+        (["--text-signal", "1.5"], "--text-signal must be in [0, 1]"),
+        (["--predictor-latency-ms", "-1"], "--predictor-latency-ms must be >= 0"),
+        (["--predictor-model", "/nonexistent"], "not a model folder"),
     ],
 )
 def test_bad_flags_are_user_errors(args: list[str], message: str) -> None:
@@ -67,3 +71,11 @@ def test_a_bad_flag_exits_2_with_one_line() -> None:
     assert (
         result.stderr.strip() == "error: unknown --split 'test'; choose one of tuning, heldout, all"
     )
+
+
+def test_the_text_signal_and_latency_reach_the_sweep_s_config() -> None:
+    args = [*TINY, "--text-signal", "none", "--predictor-latency-ms", "250", "--json"]
+    result = CliRunner().invoke(app, ["sim", "sweep", *args])
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)["config"]
+    assert (config["text_signal"], config["predictor_latency_ms"]) == (0.0, 250.0)

@@ -54,13 +54,21 @@ from heddle.policy.prediction.base import (
     returned_tool_calls,
 )
 from heddle.policy.prediction.baselines import HistoryPredictor, PromptOnlyPredictor
-from heddle.policy.prediction.context import ContextRequest, ServedContextPredictor
+from heddle.policy.prediction.context import (
+    CONTEXT_PREDICTOR,
+    ContextAnswer,
+    ContextRequest,
+    ServedContextPredictor,
+    TimedContextPredictor,
+)
 from heddle.policy.prediction.oracles import NoisyOraclePredictor, OraclePredictor
 from heddle.policy.prediction.quality import PredictionQuality, prediction_quality, progress_of
 from heddle.policy.prediction.registry import PREDICTORS, fit, make_predictor
 
 __all__ = [
+    "CONTEXT_PREDICTOR",
     "PREDICTORS",
+    "ContextAnswer",
     "ContextRequest",
     "HistoryPredictor",
     "NoisyOraclePredictor",
@@ -72,6 +80,7 @@ __all__ = [
     "Progress",
     "PromptOnlyPredictor",
     "ServedContextPredictor",
+    "TimedContextPredictor",
     "ToolTimePredictor",
     "fit",
     "make_predictor",
