@@ -12,13 +12,23 @@ import re
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+_VALID: set[str] = set()
+"""Tokens already checked (every event's subject checks its ids: most repeat)."""
+_MAX_VALID = 65_536
+
+
 def check_token(value: str, what: str) -> str:
     """Return ``value`` if it can be a subject token, else raise ``ValueError`` naming ``what``."""
+    if value in _VALID:
+        return value
     if not _TOKEN.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} is not a valid id: "
             "use 1-128 characters of letters, digits, '_' or '-'"
         )
+    if len(_VALID) >= _MAX_VALID:
+        _VALID.clear()
+    _VALID.add(value)
     return value
 
 
