@@ -28,6 +28,7 @@ from heddle.events import (
     Failed,
     RolloutFinished,
     RolloutSubmitted,
+    TrajectoryPhase,
     TrajectorySpec,
     TrajectorySubmitted,
     WorkerCommand,
@@ -39,7 +40,7 @@ from heddle.sim.config import SimConfig
 from heddle.sim.dataplane import SimDataPlane
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import TimerKind
-from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.trajectories import SimTrajectory
 from heddle.traces import TraceTrajectory
 
 ROLLOUT_ID = "sim"
@@ -246,7 +247,7 @@ class Simulator:
         self._active.append((event.occurred_at, self._num_active))
 
     def _check_finished(self) -> None:
-        stuck = [t for t in self._trajectories.values() if t.phase is not Phase.DONE]
+        stuck = [t for t in self._trajectories.values() if t.phase is not TrajectoryPhase.DONE]
         if stuck:
             sample = ", ".join(f"{t.traj_id} ({t.phase.value}, step {t.step})" for t in stuck[:5])
             raise SimulationError(

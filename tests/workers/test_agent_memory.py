@@ -36,6 +36,7 @@ from heddle.events import (
     ToolReturned,
     TraceTool,
     TrajectoryEvent,
+    TrajectoryPhase,
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
@@ -49,7 +50,6 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
-from heddle.workers.agent.decisions import Phase
 from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
@@ -331,7 +331,7 @@ async def test_a_trace_runs_end_to_end_with_every_step_in_order(harness: Harness
     assert [len(e.output_token_ids) for e in generated] == [40, 25, 10]
     assert generated[1].num_context_tokens == 30 + 40 + 12 + 25
     assert agent.table.get(R, "t1") is None  # only a tombstone is left of a finished row
-    assert agent.table.phase_of(R, "t1") is Phase.DONE
+    assert agent.table.phase_of(R, "t1") is TrajectoryPhase.DONE
     registered = [m for m in harness.bus.messages if isinstance(m, WorkerRegistered)]
     assert registered[0].engine == "sim" and registered[0].can_export_kv
     await harness.wait_for(lambda: agent.telemetry.num_heartbeats > 0 and harness.bus.telemetry)
@@ -388,7 +388,7 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
         )  # fmt: skip
         await asyncio.gather(*harness.tasks)
         assert [m for m in bus.messages[before:] if isinstance(m, TrajectoryEvent)] == []
-        assert restarted.table.phase_of(R, "t1") is Phase.ABSENT
+        assert restarted.table.phase_of(R, "t1") is TrajectoryPhase.ABSENT
         assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
         resumed = [e for e in bus.events_of("t1") if isinstance(e, Generated)][1]
         assert resumed.worker_id == "w1"

@@ -23,10 +23,11 @@ from heddle.events import (
     Reprioritize,
     StartTrajectory,
     ToolReturned,
+    TrajectoryPhase,
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import records
-from heddle.workers.agent.decisions import Action, Phase, decide
+from heddle.workers.agent.decisions import Action, decide
 from heddle.workers.agent.errors import CommandRefused, WorkerStopping
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
@@ -258,7 +259,7 @@ class CommandHandler:
             async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
                 hosted.is_running = False
                 migration, hosted.pending_migration = hosted.pending_migration, None
-                if migration is not None and hosted.phase is Phase.IN_TOOL:
+                if migration is not None and hosted.phase is TrajectoryPhase.IN_TOOL:
                     await self._migrate(hosted, migration)
         finally:
             self._settle(hosted)  # even when cancelled while waiting for the lock

@@ -29,11 +29,11 @@ from heddle.events import (
     ToolReturned,
     TraceTool,
     TrajectoryEvent,
+    TrajectoryPhase,
     TrajectorySpec,
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import caps, records
-from heddle.workers.agent.history import StepPhase
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
 from heddle.workers.agent.weights import WeightGate
@@ -168,9 +168,9 @@ class StepRunner:
         """Generate (announcing the step first unless a crash left it announced), then ask the
         environment; the result is published by ``conclude``, with what it leads to."""
         log = hosted.log
-        if log.phase is StepPhase.READY:
+        if log.phase is TrajectoryPhase.READY:
             result, context = await self._announce_and_generate(hosted, arrival)
-        elif log.phase is StepPhase.GENERATING:
+        elif log.phase is TrajectoryPhase.GENERATING:
             context = log.context_token_ids()
             result = await self._generate(hosted, context)
         else:
@@ -197,7 +197,7 @@ class StepRunner:
 
     def _is_capped(self, hosted: HostedTrajectory) -> bool:
         """Whether the next step's input would reach the context or the response cap."""
-        if hosted.log.phase is not StepPhase.READY:
+        if hosted.log.phase is not TrajectoryPhase.READY:
             return False
         num_input = len(self._next_input(hosted))
         if hosted.log.num_context_tokens + num_input >= hosted.spec.max_total_tokens:
@@ -308,7 +308,9 @@ class StepRunner:
         trajectory IN_TOOL without its call: resuming sends the call (same id) again, see
         resume.py."""
         log = hosted.log
-        expected = StepPhase.GENERATING if generated is not None else StepPhase.GENERATED
+        expected = (
+            TrajectoryPhase.GENERATING if generated is not None else TrajectoryPhase.GENERATED
+        )
         if log.phase is not expected:
             raise StepError("the environment asked for a second tool call without a generation")
         call = self._tool_call(hosted, request)
