@@ -192,7 +192,7 @@ class CommandHandler:
         if plan.kind is ResumeKind.RUN:
             self._start_segment(hosted, outcome=plan.outcome)
         elif plan.outcome is not None and plan.outcome.tool_request is not None:
-            await self.runner.resend_tool_call(hosted, plan.outcome.tool_request)
+            await self.runner.events.resend_tool_call(hosted, plan.outcome.tool_request)
         step = hosted.log.current_step
         action = decide(hosted.phase, command, current_step=step, is_draining=self.is_draining)
         settled = await self._act(action, hosted, command)
@@ -293,14 +293,14 @@ class CommandHandler:
             command_id=command.command_id,
             now=self.runner.clock(),
         )
-        await self.runner.emit(hosted, event)
+        await self.runner.events.emit(hosted, event)
 
     async def _abort(self, hosted: HostedTrajectory, reason: str) -> None:
         segment = hosted.segment
         if segment is not None and not segment.done():
             segment.cancel()
             await asyncio.wait([segment])
-        await self.runner.fail(
+        await self.runner.events.fail(
             hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
         )
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from heddle.events import TrajectoryPhase, TrajectorySpec
+from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.history import TrajectoryLog, rebuild
 from heddle.workers.agent.migration import decode_snapshot
 from heddle.workers.agent.ports import BlobStore, HistorySource
-from heddle.workers.agent.steps import engine_key
 from heddle.workers.agent.table import HostedTrajectory
 from heddle.workers.engines.base import CacheMismatchError, Engine, WarmUpResult
 from heddle.workers.environments import (
