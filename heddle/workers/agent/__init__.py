@@ -10,7 +10,8 @@ Layout (one concern per module):
   request; ``trajectory_events``: publishing a trajectory's events, tool calls and endings;
   ``records`` builds what is published;
 - ``resume``: rebuilding a trajectory from the stream; ``migration``: handing one over;
-- ``commands``: carrying out commands; ``telemetry``: heartbeats and load reports;
+- ``commands``: carrying out commands; ``segments``: a trajectory's steps as a task, and what
+  happens when they rest; ``telemetry``: heartbeats and load reports;
 - ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
 """
 
