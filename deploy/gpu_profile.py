@@ -211,9 +211,9 @@ class EngineImpl:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from transformers import Qwen3Config
 
+        from heddle.workers.engines.torch_engine.forward import ModelRunner
         from heddle.workers.engines.torch_engine.kv import SlotPool
         from heddle.workers.engines.torch_engine.loading import build_random_model
-        from heddle.workers.engines.torch_engine.forward import ModelRunner
         from heddle.workers.engines.torch_engine.sampler import RowSampling, sample
 
         self._pool_type, self._runner_type = SlotPool, ModelRunner
