@@ -6,7 +6,8 @@ submit to a running control plane; and the pieces a benchmark or a notebook reus
 - ``processes`` / ``deployment``: the control plane (``heddle up``), the ledger projector,
   worker agents and tool executors as child processes, each waited for; ``worker_pool``: which
   workers, with which engine options, in how many processes; ``router``: the real
-  ``sglang-router`` in front of the SGLang servers;
+  ``sglang-router`` in front of the SGLang servers; ``control_plane``: requiring, refusing a second,
+  and cancelling on a running control plane;
 - ``inprocess``: the same services on one event loop (tests, notebooks);
 - ``progress``: following a rollout live (completions, tokens/s, per-worker batches);
 - ``summary``: a rollout's figures folded from its events (makespan in model seconds,
