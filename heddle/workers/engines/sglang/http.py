@@ -1,21 +1,22 @@
 """The HTTP side of the SGLang client: its errors, retry policy, timeouts, and how a response
 is checked and read (see ``client`` for the failure contract). ``checked`` raises ``Retriable``
 for a 503 a retry can change (not one refusing a ``priority``), ``SglangError`` with the
-server's own message for any other error status; ``sse_payloads`` yields the ``data:`` payloads
-of a stream and turns a connection lost mid-stream into ``SglangError``.
+server's own message for any other error status (``error_text``: the message in any of the
+error shapes SGLang answers with, else the raw body, shortened); ``sse_payloads`` yields the
+``data:`` payloads of a stream and turns a connection lost mid-stream into ``SglangError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
 
 from heddle.workers.engines.base import EngineError
-from heddle.workers.engines.sglang import protocol
+from heddle.workers.engines.sglang.protocol import ErrorDetail
 
 T = TypeVar("T")
 
@@ -81,11 +82,11 @@ _PERMANENT_503 = ("priority is disabled",)
 
 def checked(response: httpx.Response, path: str) -> httpx.Response:
     if response.status_code == 503:
-        message = protocol.error_text(503, response.content)
+        message = error_text(503, response.content)
         if not any(text in message for text in _PERMANENT_503):
             raise Retriable(f"HTTP 503: {message}")
     if response.status_code >= 400:
-        message = protocol.error_text(response.status_code, response.content)
+        message = error_text(response.status_code, response.content)
         raise SglangError(
             f"SGLang {path} answered HTTP {response.status_code}: {message}",
             status_code=response.status_code,
@@ -109,3 +110,42 @@ async def sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
                 yield line[5:].strip()
     except httpx.HTTPError as exc:
         raise SglangError(f"SGLang stream broke off: {exc!r}") from exc
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    """The error shapes SGLang answers with: ``{"error": {"message"}}``, ``{"detail"}`` (FastAPI:
+    a string, or a list of validation errors), or a plain ``{"message"}``."""
+
+    error: ErrorDetail | str | None = None
+    detail: Any = None
+    message: str | None = None
+
+    def text(self) -> str | None:
+        if isinstance(self.error, ErrorDetail) and self.error.message:
+            return self.error.message
+        if isinstance(self.error, str) and self.error:
+            return self.error
+        if isinstance(self.detail, str):
+            return self.detail
+        if isinstance(self.detail, list):
+            return "; ".join(_validation_item(item) for item in self.detail)
+        return self.message
+
+
+def _validation_item(item: Any) -> str:
+    if isinstance(item, dict):
+        location = ".".join(str(part) for part in item.get("loc", ()))
+        return f"{location}: {item.get('msg', item)}"
+    return str(item)
+
+
+def error_text(status_code: int, body: bytes) -> str:
+    """The server's own message for an error response, else its raw text (shortened)."""
+    try:
+        message = msgspec.json.decode(body, type=ErrorBody).text()
+    except msgspec.DecodeError:
+        message = None
+    if message:
+        return message
+    raw = body.decode("utf-8", errors="replace").strip()
+    return raw[:500] or f"HTTP {status_code} with an empty body"
