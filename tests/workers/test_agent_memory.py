@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import pytest
+from events_factory import continue_after
 
 from heddle.events import (
     Abort,
@@ -197,15 +198,7 @@ class Harness:
             self.deliver(self.continue_command(result))
 
     def continue_command(self, result: ToolReturned) -> ContinueTrajectory:
-        return ContinueTrajectory(
-            command_id=derive_id(result.event_id, "continue"),
-            rollout_id=result.rollout_id,
-            issued_at=0.0,
-            worker_id=self.placement[result.traj_id],
-            traj_id=result.traj_id,
-            step=result.step + 1,
-            tool_result=result,
-        )
+        return continue_after(result, self.placement[result.traj_id])
 
     async def submit(
         self, traj_id: str, worker_id: str, steps: list[dict[str, Any]], **kw: Any
@@ -439,24 +432,29 @@ def _command(cls: type[Any], worker_id: str, command_id: str, **fields: Any) -> 
     return cls(command_id=command_id, rollout_id=R, issued_at=0.0, worker_id=worker_id, **fields)
 
 
+async def _migrate_t1_in_a_long_tool_gap(harness: Harness) -> TrajectoryEvent:
+    """Run ``t1`` on w0 with a long first tool call, have w0 migrate it to w1 during that call,
+    and return its end."""
+    long_gap: list[dict[str, Any]] = [
+        {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
+        *STEPS[1:],
+    ]
+    await harness.submit("t1", "w0", long_gap)
+    bus = harness.bus
+    await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
+    harness.deliver(
+        _command(MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1")
+    )
+    return await harness.wait_finished("t1")
+
+
 async def test_migration_in_a_tool_gap_moves_the_kv_and_forwards_commands() -> None:
     bus = MemoryBus()
     harness = Harness(bus, follow_migrations=False)  # the router keeps sending to w0
     try:
         await harness.add_worker("w0")
         await harness.add_worker("w1")
-        long_gap: list[dict[str, Any]] = [
-            {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
-            *STEPS[1:],
-        ]
-        await harness.submit("t1", "w0", long_gap)
-        await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
-        harness.deliver(
-            _command(
-                MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1"
-            )
-        )
-        done = await harness.wait_finished("t1")
+        done = await _migrate_t1_in_a_long_tool_gap(harness)
         order = kinds(bus.events_of("t1"))
         assert order.index("migrated") < order.index("tool_returned0")
         migrated = next(e for e in bus.events_of("t1") if isinstance(e, Migrated))
@@ -482,18 +480,7 @@ async def test_migration_on_the_sglang_model_warms_the_target_instead_of_moving_
     try:
         await harness.add_worker("w0", engine_model="sglang")
         await harness.add_worker("w1", engine_model="sglang")
-        long_gap: list[dict[str, Any]] = [
-            {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
-            *STEPS[1:],
-        ]
-        await harness.submit("t1", "w0", long_gap)
-        await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
-        harness.deliver(
-            _command(
-                MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1"
-            )
-        )
-        done = await harness.wait_finished("t1")
+        done = await _migrate_t1_in_a_long_tool_gap(harness)
         migrated = next(e for e in bus.events_of("t1") if isinstance(e, Migrated))
         assert not migrated.kv_transferred and not bus.blobs
         assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
