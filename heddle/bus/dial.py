@@ -138,7 +138,8 @@ class Dialer:
             self._tls_refused.set()
         violation = parse_violation(str(exc))
         if violation is not None:
-            self.violations = [*self.violations[-99:], violation]
+            self.violations.append(violation)  # in place: provisioning holds this list
+            del self.violations[:-100]
             log.error("%s", violation.message())
             if violation.operation == "publish":
                 self.on_publish_denied(violation.subject, violation.message())
