@@ -245,6 +245,18 @@ class Harness:
                     raise self.errors[0]
                 await asyncio.sleep(0.005)
 
+    async def crash_in_a_tool_gap(self, traj_id: str, worker_id: str) -> None:
+        """Run ``traj_id`` (``STEPS``) on a new ``worker_id`` until its first tool result is
+        stored, then stop that worker: it dies with the trajectory in its tool gap."""
+        worker = await self.add_worker(worker_id)
+        await self.submit(traj_id, worker_id, STEPS)
+        bus = self.bus
+        await self.wait_for(
+            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of(traj_id))
+        )
+        await worker.close()
+        del self.agents[worker_id]
+
     async def wait_finished(self, traj_id: str) -> TrajectoryEvent:
         def finished() -> bool:
             return any(
@@ -347,13 +359,7 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
     bus = MemoryBus()
     harness = Harness(bus, route_tool_results=False)
     try:
-        first = await harness.add_worker("w0")
-        await harness.submit("t1", "w0", STEPS)
-        await harness.wait_for(
-            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of("t1"))
-        )
-        await first.close()  # the worker dies with the trajectory in its tool gap
-        del harness.agents["w0"]
+        await harness.crash_in_a_tool_gap("t1", "w0")
         await harness.add_worker("w1")
         await harness.place("t1", "w1")
         spec = trace_spec("t1", STEPS)
@@ -656,13 +662,7 @@ async def test_a_call_lost_between_tool_called_and_the_command_is_sent_on_resume
     bus = MemoryBus()
     harness = Harness(bus, route_tool_results=False)
     try:
-        first = await harness.add_worker("w0")
-        await harness.submit("t1", "w0", STEPS)
-        await harness.wait_for(
-            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of("t1"))
-        )
-        await first.close()
-        del harness.agents["w0"]
+        await harness.crash_in_a_tool_gap("t1", "w0")
         # The stream as a worker that died right after storing ToolCalled would leave it.
         kept = [m for m in bus.messages if not isinstance(m, (ToolCall, ToolReturned))]
         bus.messages = list(kept)
