@@ -37,7 +37,7 @@ from heddle.completions import CompletionStream, deployment_time_scale, is_over
 from heddle.config import Settings, load_settings
 from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.ids import check_token
-from heddle.rollout.driver import cancel_rollout, require_control_plane
+from heddle.rollout.control_plane import cancel_rollout, require_control_plane
 from heddle.rollout.submission import (
     RolloutPlan,
     TaskOptions,

@@ -7,13 +7,16 @@ Two families:
   ``worker_failed``): small values, ids readable in a failing assertion;
 - stream facts of any rollout, numbered like the product's ids (``generated_of``,
   ``generation_started_of``, ``steps``): derived ids and realistic token arrays, for the bus,
-  replay and ledger tests.
+  replay and ledger tests;
+
+and the command a router sends once a tool returned (``continue_after``), for the worker tests.
 """
 
 from __future__ import annotations
 
 from heddle.events import (
     Completed,
+    ContinueTrajectory,
     Generated,
     GenerationStarted,
     Migrated,
@@ -190,3 +193,17 @@ def steps(rollout_id: str, num_trajectories: int, num_steps: int) -> list[Genera
         for step in range(num_steps)
         for traj in range(num_trajectories)
     ]
+
+
+def continue_after(result: ToolReturned, worker_id: str) -> ContinueTrajectory:
+    """The command that runs the step after ``result`` on ``worker_id`` (its id derived from the
+    result's, so a redelivered result gives the same command)."""
+    return ContinueTrajectory(
+        command_id=derive_id(result.event_id, "continue"),
+        rollout_id=result.rollout_id,
+        issued_at=0.0,
+        worker_id=worker_id,
+        traj_id=result.traj_id,
+        step=result.step + 1,
+        tool_result=result,
+    )

@@ -13,7 +13,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
 - ``chaos`` / ``chaos_trainer``: ``heddle bench chaos``, rollouts while processes are SIGKILLed
   at random, and the trainer whose record is counted against what was submitted;
 - ``cluster``: ``heddle bench cluster``, a rollout on a 3-node JetStream cluster (R3 streams)
-  with a node and then a stream leader SIGKILLed, against the single-server run;
+  with a node and then a stream leader SIGKILLed, against the single-server run
+  (``stream_watch``: the stream's content and leader, as the bench observes them);
 - ``predictor`` / ``predictor_serve``: ``heddle bench predictor``, the context predictor's
   Fig. 13 per family and text signal, and its service's latency through NATS;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:

@@ -18,21 +18,20 @@ Makespans are wall seconds from submission to ``RolloutFinished`` at the same ti
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import secrets
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from heddle.bench.chaos_trainer import count_record
+from heddle.bench.stream_watch import LeaderWatcher, read_stream, wait_leader
 from heddle.bench.waits import wait_finished, wait_projected
-from heddle.bus import Bus, BusOptions, EmbeddedNatsServer, ReplayQuery
+from heddle.bus import Bus, BusOptions, EmbeddedNatsServer
 from heddle.bus.cluster import LoopbackCluster
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.processes import Child
@@ -207,7 +206,8 @@ async def _rollout(
             await watcher.stop()
         await deployment.stop()
     kept = sum(1 for seq, value in observed.acked.items() if after.get(seq) == value)
-    received, duplicates = count_record(record)
+    counts = count_record(record)
+    received, duplicates = counts.distinct, counts.duplicates + counts.redelivered
     return RunReport(
         run=kind,
         num_replicas=bus.num_replicas,
@@ -261,79 +261,10 @@ async def _kill_and_restart(
     return cluster.names[victim]
 
 
-async def read_stream(bus: Bus) -> dict[int, tuple[str, bytes]]:
-    """Every message of ``HEDDLE_EVENTS``: sequence -> (subject, digest of its bytes)."""
-    query = ReplayQuery((EVENTS_SUBJECTS,), start_sequence=1)
-    reader = bus.replay(query, decode=_digest)
-    return {record.stream_sequence: (record.subject, record.message) async for record in reader}
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-async def stream_leader(bus: Bus) -> str:
-    """The events stream's leader ('' while none is elected or the request fails)."""
-    try:
-        info = await asyncio.wait_for(bus.js.stream_info(EVENTS_STREAM), 1.0)
-    except Exception:
-        return ""
-    return (info.cluster.leader or "") if info.cluster is not None else ""
-
-
-async def wait_leader(bus: Bus, timeout_s: float = 30.0) -> str:
-    """The events stream's leader, asking until one answers (``TimeoutError`` after
-    ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        leader = await stream_leader(bus)
-        if leader:
-            return leader
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"no leader of {EVENTS_STREAM} within {timeout_s:g} s")
-
-
-class LeaderWatcher:
-    """Polls the events stream's leader; ``num_changes``: how often it was seen to change."""
-
-    def __init__(self, bus: Bus, period_s: float = 0.1) -> None:
-        self.bus = bus
-        self.period_s = period_s
-        self.leaders: list[str] = []
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def num_changes(self) -> int:
-        return sum(1 for a, b in zip(self.leaders, self.leaders[1:], strict=False) if a != b)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._poll())
-
-    async def _poll(self) -> None:
-        while True:
-            leader = await stream_leader(self.bus)
-            if leader and (not self.leaders or self.leaders[-1] != leader):
-                self.leaders.append(leader)
-            await asyncio.sleep(self.period_s)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
-def count_record(record: Path) -> tuple[int, int]:
-    """(distinct trajectories, repeats) in the trainer's record (``pid rollout traj`` lines;
-    a last line without its newline was cut before the trajectory was acknowledged)."""
-    lines = record.read_text().split("\n")[:-1] if record.exists() else []
-    entries = Counter(tuple(line.split()[1:]) for line in lines if line.count(" ") == 2)
-    return len(entries), sum(count - 1 for count in entries.values())
-
-
 async def _wait_received(record: Path, count: int, trainer: Child, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while count_record(record)[0] < count:
-        if not trainer.is_running and count_record(record)[0] < count:
+    while count_record(record).distinct < count:
+        if not trainer.is_running and count_record(record).distinct < count:
             raise RuntimeError(f"the trainer exited early; log {trainer.log_path}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"fewer than {count} completions within {timeout_s:g} s")

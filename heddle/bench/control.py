@@ -44,8 +44,8 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, ControlPlaneStatus, read_status
 from heddle.consumers.latency import minus, quantile_ms
+from heddle.rollout.control_plane import cancel_rollout
 from heddle.rollout.deployment import LocalDeployment, delete_control_durables
-from heddle.rollout.driver import cancel_rollout
 from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit, trace_specs
 from heddle.traces import TraceTrajectory
 

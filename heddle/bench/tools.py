@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from heddle.workers.tools.isolation import Isolation, UidAllocator
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.pool import SandboxPool
-from heddle.workers.tools.sandbox import SandboxRequest, SandboxResult, run_once
+from heddle.workers.tools.sandbox import SandboxRequest, SandboxResult
+from heddle.workers.tools.sandbox_calls import run_once
 
 TRIVIAL_SNIPPET = "print(1 + 1)"
 

@@ -58,7 +58,7 @@ server, 3 on a cluster, unless set), and an existing stream with another count i
 """
 
 from heddle.bus.batch_runner import BatchRunner
-from heddle.bus.bus import Bus, BusOptions, BusUnavailable, ConsumerState, StreamState
+from heddle.bus.bus import Bus
 from heddle.bus.connection import PermissionDenied
 from heddle.bus.delivery import (
     BatchHandler,
@@ -69,6 +69,7 @@ from heddle.bus.delivery import (
     Rejection,
     TransientError,
 )
+from heddle.bus.dial import BusOptions, BusUnavailable
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
 from heddle.bus.payloads import PayloadError
@@ -76,6 +77,7 @@ from heddle.bus.publisher import PublishAck, PublishDenied, PublishError, Publis
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
 from heddle.bus.runner import ConsumerLost, RunnerStats
 from heddle.bus.server import EmbeddedNatsServer, NatsServerNotFound
+from heddle.bus.state import ConsumerState, StreamState
 from heddle.bus.streams import ConsumerSpec, ReplicasMismatch, StreamSpec
 from heddle.bus.telemetry import TelemetrySubscription
 

@@ -18,6 +18,7 @@ from typing import Literal
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
+from heddle.bus.connection import PermissionDenied, Violation
 from heddle.errors import UserError
 from heddle.events.subjects import (
     COMMANDS_STREAM,
@@ -114,6 +115,24 @@ async def provision_stream(
                 "a single server takes --nats-replicas 1"
             ) from None
         raise
+
+
+async def provision_streams(
+    js: JetStreamContext, num_replicas: int, replicas_source: str, violations: list[Violation]
+) -> None:
+    """Provision every stream of ``HEDDLE_STREAMS``; a timeout while the server reported
+    permission ``violations`` is ``PermissionDenied`` naming the last one."""
+    for spec in HEDDLE_STREAMS:
+        try:
+            await provision_stream(js, spec, num_replicas, replicas_source)
+        except TimeoutError:
+            if violations:
+                raise PermissionDenied(
+                    f"cannot provision stream {spec.name}: "
+                    f"{violations[-1].message()}; start a process whose role may "
+                    "create streams (the control plane, `heddle up`) first"
+                ) from None
+            raise
 
 
 def _matches(existing: api.StreamConfig, wanted: api.StreamConfig) -> bool:

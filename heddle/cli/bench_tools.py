@@ -21,7 +21,8 @@ from heddle.cli.tools import IsolationChoice
 from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.workers.tools.limits import SandboxConfig
-from heddle.workers.tools.sandbox import SandboxError, resolve_isolation
+from heddle.workers.tools.sandbox import SandboxError
+from heddle.workers.tools.sandbox_calls import resolve_isolation
 
 
 async def _run(

@@ -60,11 +60,6 @@ from heddle.rollout.compare import (
     compare_policies,
     plan_pool,
 )
-from heddle.rollout.deployment import (
-    SIM_WORKERS_PER_PROCESS,
-    WorkerPool,
-    default_workers_per_process,
-)
 from heddle.rollout.driver import (
     RolloutResult,
     RunHooks,
@@ -75,6 +70,11 @@ from heddle.rollout.flags import with_history
 from heddle.rollout.report import print_comparison, print_summary
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import TaskOptions
+from heddle.rollout.worker_pool import (
+    SIM_WORKERS_PER_PROCESS,
+    WorkerPool,
+    default_workers_per_process,
+)
 
 _EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 _TASKS = TaskOptions()

@@ -19,7 +19,7 @@ from heddle.cli.rollout_flags import EnvOpt, GroupOpt, JsonOpt, SeedOpt, Tokeniz
 from heddle.config import Settings
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
-from heddle.rollout.driver import require_control_plane
+from heddle.rollout.control_plane import require_control_plane
 from heddle.rollout.flags import source_from_flags
 from heddle.rollout.submission import RolloutPlan, TaskOptions, submit
 
@@ -71,7 +71,7 @@ def cancel_command(
     """Cancel a rollout: its trajectories are aborted and get no further commands."""
     from heddle.bus import Bus
     from heddle.ids import check_token
-    from heddle.rollout.driver import cancel_rollout
+    from heddle.rollout.control_plane import cancel_rollout
 
     try:
         check_token(rollout_id, "rollout id")

@@ -26,6 +26,7 @@ from heddle.consumers.snapshot import StatusSnapshot, collect_status, consumer_n
 from heddle.consumers.status import read_status
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
+from heddle.ledger.statuses import RolloutStatus, WorkerStatus
 from heddle.observability.probe import probe_stream
 
 _SILENT_AFTER_S = 10.0
@@ -140,7 +141,7 @@ def _rollouts_table(snapshot: StatusSnapshot) -> Table:
     )
     for r in snapshot.rollouts:
         makespan = "-" if r.makespan_s is None else f"{r.makespan_s:.1f}"
-        if r.status == "running" and r.makespan_s is not None:
+        if r.status is RolloutStatus.RUNNING and r.makespan_s is not None:
             makespan += " so far"
         table.add_row(
             r.rollout_id,
@@ -168,9 +169,8 @@ def _workers_table(snapshot: StatusSnapshot) -> Table:
     )
     for w in snapshot.workers:
         age = "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s ago"
-        state = w.status
-        if state == "active" and (w.heartbeat_age_s is None or w.heartbeat_age_s > _SILENT_AFTER_S):
-            state = "silent"
+        is_silent = w.heartbeat_age_s is None or w.heartbeat_age_s > _SILENT_AFTER_S
+        state = "silent" if w.status is WorkerStatus.ACTIVE and is_silent else str(w.status)
         table.add_row(
             w.worker_id,
             w.engine,

@@ -20,7 +20,8 @@ from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.workers.tools.call_runner import ToolRunnerConfig
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
-from heddle.workers.tools.sandbox import SandboxError, SandboxRequest, run_once
+from heddle.workers.tools.sandbox import SandboxError, SandboxRequest
+from heddle.workers.tools.sandbox_calls import run_once
 from heddle.workers.tools.search import SAMPLE_CORPUS
 
 if TYPE_CHECKING:

@@ -8,12 +8,15 @@
   while the next batch is decided, acknowledgements in order after storage; ``decider_decoders``:
   token lists the deciders only count are not parsed);
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
+  ``liveness_checks``: when the control plane runs that check;
 - ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
-- ``bundles``: the system bundles built with the live deployment's options;
+- ``bundles``: the system bundles (and each slot's deciders) built with the live deployment's
+  options;
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
 - ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
-- ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised;
+- ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised
+  (``supervision``), configured by ``plane_config.ControlPlaneConfig``;
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);
   ``snapshot``: what ``heddle status`` shows, from the ledger, that state and NATS.
 """

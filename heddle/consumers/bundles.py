@@ -8,7 +8,8 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from heddle.consumers.slots import BundleFactory
+from heddle.consumers.predictors import PredictionHooks
+from heddle.consumers.slots import BundleFactory, SlotDeciders
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
 from heddle.control.resources import HistoryRates
@@ -53,6 +54,13 @@ def bundle_factory(options: ControlOptions, predictor: Predictor | None = None) 
 
 
 @functools.lru_cache(maxsize=8)
+def slot_deciders(slot: str, options: ControlOptions, hooks: PredictionHooks) -> SlotDeciders:
+    """A slot's deciders; only the prediction slot predicts (with the shared predictor)."""
+    if slot != "prediction":
+        return SlotDeciders(slot, bundle_factory(options))
+    return SlotDeciders(slot, bundle_factory(options, hooks.predictor), hooks)
+
+
 def cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:
     """The preset cost model of each TP degree (cached: placers call it per decision)."""
 

@@ -11,6 +11,7 @@ from collections.abc import Collection
 
 from heddle.consumers.predictors import trace_from_steps
 from heddle.ledger import Ledger, queries
+from heddle.ledger.statuses import TrajectoryStatus
 from heddle.traces import TraceTrajectory
 
 
@@ -29,7 +30,7 @@ def ledger_history(
                 (step.num_output_tokens, step.tool_s, step.num_tool_output_tokens)
             )
         for row in queries.trajectories(ledger, rollout_id):
-            if row.status != "completed":
+            if row.status is not TrajectoryStatus.COMPLETED:
                 continue
             trace = trace_from_steps(
                 f"{rollout_id}/{row.traj_id}",

@@ -18,7 +18,7 @@ server), then supervises, concurrently:
   answering from the ``OperationsView`` unit the deciders' consumer hosts beside the slots.
 
 A unit that fails (the deciders' consumer when outputs could not be stored, a lost database) is
-rebuilt from the stream after a pause: the same recovery as a process restart, without one.
+rebuilt from the stream after a pause (``heddle.consumers.supervision``).
 ``ready`` is set once the deciders are live and the first liveness check has run (stale workers
 of earlier runs are then declared failed), which is when a launcher may start workers and
 submit.
@@ -27,92 +27,45 @@ submit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers.bundles import bundle_factory, control_options
-from heddle.consumers.host import PLANE, DeciderConsumer, HostConfig
+from heddle.consumers.bundles import control_options, slot_deciders
+from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
 from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.liveness_checks import LivenessChecks
 from heddle.consumers.operations import OperationsService
-from heddle.consumers.predictors import PredictionHooks, PredictorConfig
+from heddle.consumers.plane_config import ControlPlaneConfig
+from heddle.consumers.predictors import PredictionHooks
 from heddle.consumers.projector import Projector
-from heddle.consumers.slots import SLOTS, BundleFactory, SlotDeciders
+from heddle.consumers.slots import SLOTS, SlotDeciders
 from heddle.consumers.status import (
     ControlPlaneStatus,
     consumer_report,
     slot_report,
     write_status,
 )
+from heddle.consumers.supervision import supervise
 from heddle.control import ControlOptions
 from heddle.control.operations import OperationsView
 from heddle.control.weights import WeightsDecider
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
-from heddle.policy.cost.model import preset
 from heddle.traces import TraceTrajectory, read_trace
 
 log = logging.getLogger(__name__)
 
-_MAX_BACKOFF_S = 10.0
-_FOLD_POLL_S = 0.01
 DECIDERS = "deciders"
 """Name of the deciders' unit (supervision, restarts)."""
 ROUTER_SLOT = "placement"
 """Decides each batch first: its commands go out before the other slots decide."""
-
-
-async def _folded(consumer: DeciderConsumer, sequence: int, timeout_s: float) -> bool:
-    """Wait until the consumer has folded in every event up to ``sequence`` (False: it did
-    not within ``timeout_s``)."""
-    deadline = time.monotonic() + timeout_s
-    while consumer.stats.position < sequence:
-        if time.monotonic() > deadline or not consumer.stats.is_live:
-            return False
-        await asyncio.sleep(_FOLD_POLL_S)
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class ControlPlaneConfig:
-    cost_model: str = "qwen3-32b"
-    """Cost-model preset of the workers' model (placement and plans): ``heddle.policy.cost.model``
-    ``MODELS``; live workers of another model should name the closest preset."""
-    hardware: str = "h200"
-    predictor: PredictorConfig = field(default_factory=PredictorConfig)
-    seed: int = 0
-    """Seeds the random routers of baseline bundles."""
-    transfer_kv: bool = True
-    """Migrations move the KV cache (False: the target re-prefills)."""
-    worker_timeout_s: float = 10.0
-    """A worker silent this long is declared failed (its trajectories are re-placed)."""
-    liveness_check_s: float = 0.5
-    project_ledger: bool = True
-    """Run the ledger projector in this process."""
-    learn_from_ledger: bool = True
-    """Teach the predictor earlier rollouts' completed trajectories from the ledger at start."""
-    history: tuple[Path, ...] = ()
-    """Trace files of earlier rollouts: the predictor and the planners' ratios learn from them."""
-    host: HostConfig = field(default_factory=HostConfig)
-    status_interval_s: float = 1.0
-    metrics_port: int = 0
-    """Serve Prometheus metrics on this port (0: off; see ``heddle.observability``)."""
-    serve_operations: bool = True
-    """Serve the operations service (``nats micro ls`` lists it as ``heddle``)."""
-
-    def __post_init__(self) -> None:
-        preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
-        if not self.worker_timeout_s > 0 or not self.liveness_check_s > 0:
-            raise ValueError("worker_timeout_s and liveness_check_s must be > 0")
 
 
 class ControlPlaneService:
@@ -154,7 +107,10 @@ class ControlPlaneService:
             ]
             if self.config.project_ledger:
                 units.append(("projector", self._run_projector))
-            tasks = [asyncio.create_task(self._supervise(name, unit)) for name, unit in units]
+            tasks = [
+                asyncio.create_task(supervise(name, unit, self._is_stopping, self.restarts))
+                for name, unit in units
+            ]
             tasks.append(asyncio.create_task(self._report_status()))
             service = None
             if self.config.serve_operations:
@@ -176,28 +132,15 @@ class ControlPlaneService:
                 if metrics_server is not None:
                     metrics_server.close()
 
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
     def _stop_units(self) -> None:
         self._stopping = True
         for consumer in self.consumers.values():
             consumer.stop()
         if self.projector is not None:
             self.projector.stop()
-
-    async def _supervise(self, name: str, unit: Callable[[], Awaitable[None]]) -> None:
-        backoff_s = 0.5
-        while not self._stopping:
-            try:
-                await unit()
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if self._stopping:
-                    return
-                log.exception("control plane: %s failed; rebuilding it from the stream", name)
-                self.restarts[name] = self.restarts.get(name, 0) + 1
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(_MAX_BACKOFF_S, backoff_s * 2)
 
     # ---- units ------------------------------------------------------------------------------
 
@@ -235,7 +178,10 @@ class ControlPlaneService:
             self.operations = operations  # replayed: answer operators from it
 
         run = asyncio.create_task(consumer.run(on_replayed=on_replayed))
-        checks = asyncio.create_task(self._check_liveness(consumer, liveness))
+        checker = LivenessChecks(
+            bus, consumer, liveness, self.config.liveness_check_s, self._on_liveness_checked
+        )
+        checks = asyncio.create_task(checker.run())
         done, _ = await asyncio.wait({run, checks}, return_when=asyncio.FIRST_COMPLETED)
         if checks in done:
             consumer.stop()  # the checks failed: the fold is ahead of the stream, rebuild it
@@ -245,41 +191,6 @@ class ControlPlaneService:
         checks.cancel()
         await asyncio.gather(checks, return_exceptions=True)
         run.result()
-
-    async def _check_liveness(self, consumer: DeciderConsumer, liveness: WorkerLiveness) -> None:
-        """Every ``liveness_check_s``: declare silent workers failed, once every event stored
-        before the check (every heartbeat sent before it) is folded in. The consumer being
-        busy (batches awaiting acknowledgement) does not delay the check; the consumer lagging
-        (events stored but not yet delivered) does. Heartbeats come on core NATS, folded in as
-        they arrive (``WorkerLiveness.heard``); silence counts from this subscription on."""
-        bus = self._require_bus()
-        heartbeats = await bus.subscribe_heartbeats(liveness.heard)
-        liveness.start_listening(time.time())
-        try:
-            while True:
-                await asyncio.sleep(self.config.liveness_check_s)
-                await self._check_once(bus, consumer, liveness)
-        finally:
-            with contextlib.suppress(Exception):
-                await heartbeats.unsubscribe()
-
-    async def _check_once(
-        self, bus: Bus, consumer: DeciderConsumer, liveness: WorkerLiveness
-    ) -> None:
-        if not consumer.stats.is_live:
-            return
-        now_s = time.time()
-        state = await bus.consumer_state(EVENTS_STREAM, consumer.durable)
-        if state is None or state.num_pending:
-            return
-        if not await _folded(consumer, state.delivered_sequence, self.config.liveness_check_s):
-            return
-        failures = liveness.check(now_s)
-        if failures:
-            for failure in failures:
-                log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
-            await bus.publish_many(failures)
-        self._liveness_checked = True
 
     async def _run_projector(self) -> None:
         assert self._ledger is not None
@@ -314,12 +225,6 @@ class ControlPlaneService:
         log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
 
     def _new_slot(self, slot: str, hooks: PredictionHooks) -> SlotDeciders:
-        """A slot's deciders; only the prediction slot predicts (with the shared predictor)."""
-        if slot != "prediction":
-            return SlotDeciders(slot, self._bundle_factory(None))
-        return SlotDeciders(slot, self._bundle_factory(hooks), hooks)
-
-    def _bundle_factory(self, hooks: PredictionHooks | None) -> BundleFactory:
         if self._options is None:
             config = self.config
             self._options = control_options(
@@ -329,7 +234,7 @@ class ControlPlaneService:
                 transfer_kv=config.transfer_kv,
                 history=self._history,
             )
-        return bundle_factory(self._options, hooks.predictor if hooks is not None else None)
+        return slot_deciders(slot, self._options, hooks)
 
     # ---- status -------------------------------------------------------------------------------
 
@@ -344,6 +249,9 @@ class ControlPlaneService:
     def is_ready(self) -> bool:
         consumer = self.consumers.get(DECIDERS)
         return consumer is not None and consumer.stats.is_live and self._liveness_checked
+
+    def _on_liveness_checked(self) -> None:
+        self._liveness_checked = True
 
     async def _report_status(self) -> None:
         while not self._stopping:

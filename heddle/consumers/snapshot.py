@@ -18,13 +18,14 @@ from heddle.consumers.status import ControlPlaneStatus
 from heddle.events import ExecutorRegistered
 from heddle.ledger import Ledger, queries
 from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
+from heddle.ledger.statuses import RolloutStatus, TrajectoryStatus, WorkerStatus
 from heddle.observability.probe import StreamProbe
 
 
 class RolloutLine(msgspec.Struct, frozen=True, kw_only=True):
     rollout_id: str
     policy: str
-    status: str
+    status: RolloutStatus
     num_trajectories: int
     num_completed: int
     num_failed: int
@@ -38,7 +39,7 @@ class WorkerLine(msgspec.Struct, frozen=True, kw_only=True):
     engine: str
     model: str
     tp_degree: int
-    status: str
+    status: WorkerStatus
     num_running: int
     max_running: int
     num_waiting: int
@@ -50,7 +51,7 @@ class WorkerLine(msgspec.Struct, frozen=True, kw_only=True):
 
 class TrajectoryLine(msgspec.Struct, frozen=True, kw_only=True):
     traj_id: str
-    status: str
+    status: TrajectoryStatus
     worker_id: str
     elapsed_s: float
     """Model seconds from submission to completion (or to now while it runs)."""
@@ -170,7 +171,7 @@ def slowest_trajectories(
 
 def _active(rollouts: Sequence[RolloutLine]) -> str | None:
     """The most recent running rollout, else the most recent one."""
-    running = [r for r in rollouts if r.status == "running"]
+    running = [r for r in rollouts if r.status is RolloutStatus.RUNNING]
     chosen = running or rollouts
     return chosen[0].rollout_id if chosen else None
 
@@ -186,14 +187,14 @@ def _rollout_line(ledger: Ledger, rollout_id: str, now: float) -> RolloutLine | 
         status=row.status,
         num_trajectories=max(row.num_trajectories, summary.num_trajectories),
         num_completed=summary.num_completed,
-        num_failed=summary.num_by_status.get("failed", 0),
+        num_failed=summary.num_by_status.get(TrajectoryStatus.FAILED, 0),
         makespan_s=_makespan(row, now),
         time_scale=row.time_scale,
     )
 
 
 def _makespan(row: RolloutRow, now: float) -> float | None:
-    if row.status == "finished":
+    if row.status is RolloutStatus.FINISHED:
         return row.makespan_s
     if row.submitted_at is None:
         return None
@@ -202,7 +203,7 @@ def _makespan(row: RolloutRow, now: float) -> float | None:
 
 
 def _trajectory_line(row: TrajectoryRow, now: float, time_scale: float) -> TrajectoryLine:
-    if row.status == "completed" and row.total_s > 0:
+    if row.status is TrajectoryStatus.COMPLETED and row.total_s > 0:
         elapsed_s = row.total_s
     elif row.submitted_at is None:
         elapsed_s = 0.0

@@ -1,4 +1,5 @@
-"""The event contract: every event and command, their subjects and their JSON codec."""
+"""The event contract: every event and command, their subjects and their JSON codec, and the
+lifecycle phase those events move a trajectory through (``phases.TrajectoryPhase``)."""
 
 from heddle.events.base import (
     SCHEMA_VERSION,
@@ -50,6 +51,7 @@ from heddle.events.operator import (
     WorkerDrainRequested,
     WorkerUndrainRequested,
 )
+from heddle.events.phases import TrajectoryPhase
 from heddle.events.rollout import (
     RolloutCancelled,
     RolloutEvent,
@@ -140,6 +142,7 @@ __all__ = [
     "TraceTool",
     "TrajectoryAbortRequested",
     "TrajectoryEvent",
+    "TrajectoryPhase",
     "TrajectoryPlaced",
     "TrajectoryReprioritizeRequested",
     "TrajectorySpec",

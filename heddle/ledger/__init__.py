@@ -10,7 +10,8 @@ only through the Alembic migrations in ``migrations/``)::
     queries.rollout_summary(ledger, rollout_id)          # reads for CLI, status, client
 
 Tables: rollouts, trajectories, steps (counts, not token ids: the stream keeps those), workers,
-placements, migrations, predictions, dead_letters, consumer_positions (``heddle.ledger.tables``).
+placements, migrations, predictions, dead_letters, consumer_positions (``heddle.ledger.tables``);
+each ``status`` column is a typed ``StrEnum`` (``heddle.ledger.statuses``).
 The fold from events to rows is pure (``heddle.ledger.fold``), so a replay into a fresh ledger
 rebuilds the same rows. The live consumer that feeds it from the stream is
 ``heddle.consumers.projector`` (``Projector``, ``catch_up``): the ledger itself knows no bus.
@@ -19,6 +20,7 @@ rebuilds the same rows. The live consumer that feeds it from the stream is
 from heddle.ledger import queries
 from heddle.ledger.database import Ledger, create_ledger_engine, open_ledger
 from heddle.ledger.migrate import current_revision, head_revision, upgrade
+from heddle.ledger.statuses import MigrationStatus, RolloutStatus, TrajectoryStatus, WorkerStatus
 from heddle.ledger.tables import PROJECTED_TABLES
 from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict, PositionGap
 
@@ -27,8 +29,12 @@ __all__ = [
     "PROJECTED_TABLES",
     "Ledger",
     "LedgerWriter",
+    "MigrationStatus",
     "PositionConflict",
     "PositionGap",
+    "RolloutStatus",
+    "TrajectoryStatus",
+    "WorkerStatus",
     "create_ledger_engine",
     "current_revision",
     "head_revision",

@@ -58,6 +58,7 @@ from heddle.ledger.rows import (
     RolloutRow,
     TrajectoryRow,
 )
+from heddle.ledger.statuses import MigrationStatus, RolloutStatus, TrajectoryStatus
 
 _NO_TIMINGS = TrajectoryTimings()
 
@@ -124,14 +125,18 @@ def _apply_rollout(
         case RolloutFinished():
             # A rollout cancelled first stays cancelled (control planes before operator
             # events finished a cancelled rollout once its aborted trajectories failed).
-            row.status = "cancelled" if row.status == "cancelled" else "finished"
+            row.status = (
+                RolloutStatus.CANCELLED
+                if row.status is RolloutStatus.CANCELLED
+                else RolloutStatus.FINISHED
+            )
             row.finished_at = event.occurred_at
             row.num_completed = event.num_completed
             row.num_failed = event.num_failed
             row.makespan_s = event.makespan_s
             row.num_output_tokens = event.num_output_tokens
         case RolloutCancelled():
-            row.status = "cancelled"
+            row.status = RolloutStatus.CANCELLED
             row.finished_at = event.occurred_at
             row.cancel_reason = event.reason
 
@@ -161,8 +166,8 @@ def _apply_trajectory(
             row.submitted_at = event.occurred_at
         case TrajectoryPlaced():
             row.worker_id = event.worker_id
-            if row.status in ("submitted", "interrupted"):
-                row.status = "placed"
+            if row.status in (TrajectoryStatus.SUBMITTED, TrajectoryStatus.INTERRUPTED):
+                row.status = TrajectoryStatus.PLACED
             rows.placements.append(placement_row(event))
         case Predicted():
             row.predicted_remaining_tokens = event.predicted_remaining_tokens
@@ -171,7 +176,7 @@ def _apply_trajectory(
             row.priority = event.priority
         case Preempted():
             row.num_preemptions += 1
-            row.status = "waiting"
+            row.status = TrajectoryStatus.WAITING
         case MigrationRequested():
             rows.migrations[event.event_id] = migration_row(event)
         case Migrated():
@@ -179,7 +184,9 @@ def _apply_trajectory(
         case Completed():
             _apply_completed(row, event)
         case Failed():
-            row.status = "interrupted" if event.retryable else "failed"
+            row.status = (
+                TrajectoryStatus.INTERRUPTED if event.retryable else TrajectoryStatus.FAILED
+            )
             row.failure_reason = event.reason
             if not event.retryable:
                 row.completed_at = event.occurred_at
@@ -195,7 +202,7 @@ def _apply_migrated(rows: BatchRows, trajectory: TrajectoryRow, event: Migrated)
             source_worker_id=event.source_worker_id,
             target_worker_id=event.target_worker_id,
         )
-    migration.status = "done"
+    migration.status = MigrationStatus.DONE
     migration.migrated_at = event.occurred_at
     migration.num_context_tokens = event.num_context_tokens
     migration.num_bytes = event.num_bytes
@@ -212,7 +219,7 @@ def _open_migration(rows: BatchRows, event: Migrated) -> MigrationRow | None:
     candidates = [
         row
         for row in rows.migrations.values()
-        if row.status == "requested"
+        if row.status is MigrationStatus.REQUESTED
         and row.rollout_id == event.rollout_id
         and row.traj_id == event.traj_id
         and row.source_worker_id == event.source_worker_id
@@ -224,7 +231,7 @@ def _open_migration(rows: BatchRows, event: Migrated) -> MigrationRow | None:
 
 
 def _apply_completed(row: TrajectoryRow, event: Completed) -> None:
-    row.status = "completed"
+    row.status = TrajectoryStatus.COMPLETED
     row.reward = event.reward
     row.finish_reason = event.finish_reason
     row.num_steps = max(row.num_steps, event.num_steps)

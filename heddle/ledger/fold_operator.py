@@ -7,14 +7,15 @@ from __future__ import annotations
 from heddle.events import OperatorEventT, TrajectoryReprioritizeRequested, WorkerUndrainRequested
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.rows import OperatorActionRow
+from heddle.ledger.statuses import WorkerStatus
 
 
 def apply_operator(rows: BatchRows, event: OperatorEventT) -> None:
     rows.operator_actions.append(_operator_action_row(event))
     if isinstance(event, WorkerUndrainRequested):
         undrained = rows.workers.get(event.worker_id)  # loaded only if it exists
-        if undrained is not None and undrained.status == "drained":
-            undrained.status = "active"
+        if undrained is not None and undrained.status is WorkerStatus.DRAINED:
+            undrained.status = WorkerStatus.ACTIVE
 
 
 def _operator_action_row(event: OperatorEventT) -> OperatorActionRow:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from heddle.events import Generated, GenerationStarted, ToolCalled, ToolReturned
 from heddle.ledger.lean_decoder import num_items
 from heddle.ledger.rows import StepRow, TrajectoryRow
+from heddle.ledger.statuses import TrajectoryStatus
 
 STEP_EVENTS = (GenerationStarted, Generated, ToolCalled, ToolReturned)
 
@@ -25,7 +26,7 @@ def apply_step(
             step.priority = event.priority
             step.queued_s = event.queued_s
             step.started_at = event.occurred_at
-            trajectory.status = "generating"
+            trajectory.status = TrajectoryStatus.GENERATING
             trajectory.worker_id = event.worker_id
             trajectory.num_context_tokens = event.num_context_tokens
             if trajectory.started_at is None:
@@ -39,7 +40,7 @@ def apply_step(
             step.call_id = event.call_id
             step.tool_pool = event.pool
             step.tool_called_at = event.occurred_at
-            trajectory.status = "in_tool"
+            trajectory.status = TrajectoryStatus.IN_TOOL
         case ToolReturned():
             trajectory.tool_s += event.duration_s - step.tool_s
             step.tool = event.tool
@@ -50,8 +51,8 @@ def apply_step(
             step.num_tool_output_tokens = num_items(event.output_token_ids)
             step.executor_id = event.executor_id
             step.tool_returned_at = event.occurred_at
-            if trajectory.status == "in_tool":
-                trajectory.status = "waiting"
+            if trajectory.status is TrajectoryStatus.IN_TOOL:
+                trajectory.status = TrajectoryStatus.WAITING
 
 
 def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated) -> None:
@@ -77,4 +78,4 @@ def _apply_generated(trajectory: TrajectoryRow, step: StepRow, event: Generated)
         step.num_context_tokens = event.num_context_tokens
         trajectory.num_context_tokens = event.num_context_tokens
     trajectory.worker_id = event.worker_id
-    trajectory.status = "generated"
+    trajectory.status = TrajectoryStatus.GENERATED

@@ -10,6 +10,7 @@ from heddle.events import (
     WorkerRegistered,
 )
 from heddle.ledger.rows import WorkerRow
+from heddle.ledger.statuses import WorkerStatus
 
 
 def apply_worker(
@@ -27,7 +28,7 @@ def apply_worker(
             row.host = event.host
             row.incarnation = event.incarnation
             row.weight_version, row.weights_loaded_at = 0, None  # started on its own weights
-            row.status = "active"
+            row.status = WorkerStatus.ACTIVE
             row.failure_reason = ""
             row.registered_at = event.occurred_at
         case WorkerHeartbeat():
@@ -38,9 +39,9 @@ def apply_worker(
             row.num_trajectories = event.num_trajectories
             row.kv_usage = event.kv_usage
         case WorkerDrained():
-            row.status = "drained"
+            row.status = WorkerStatus.DRAINED
         case WorkerFailed():
-            row.status = "failed"
+            row.status = WorkerStatus.FAILED
             row.failure_reason = event.reason
 
 

@@ -20,6 +20,7 @@ from heddle.ledger.rows import (
     TrajectoryRow,
     WorkerRow,
 )
+from heddle.ledger.statuses import TrajectoryStatus
 from heddle.ledger.tables import (
     ConsumerPosition,
     DeadLetter,
@@ -48,7 +49,7 @@ class RolloutSummary:
     """The rollout's own row (None when its ``rollout.submitted`` event was not projected)."""
     num_trajectories: int
     """Trajectories seen in the ledger."""
-    num_by_status: dict[str, int]
+    num_by_status: dict[TrajectoryStatus, int]
     num_steps: int
     num_output_tokens: int
     first_submitted_at: float | None
@@ -56,7 +57,7 @@ class RolloutSummary:
 
     @property
     def num_completed(self) -> int:
-        return self.num_by_status.get("completed", 0)
+        return self.num_by_status.get(TrajectoryStatus.COMPLETED, 0)
 
     @property
     def wall_span_s(self) -> float | None:
@@ -120,7 +121,7 @@ def rollout_summary(ledger: Ledger, rollout_id: str) -> RolloutSummary | None:
         rollout_id=rollout_id,
         rollout=rollout,
         num_trajectories=sum(by_status.values()),
-        num_by_status={str(k): int(v) for k, v in by_status.items()},
+        num_by_status={TrajectoryStatus(k): int(v) for k, v in by_status.items()},
         num_steps=int(totals[0]),
         num_output_tokens=int(totals[1]),
         first_submitted_at=totals[2],

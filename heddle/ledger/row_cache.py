@@ -39,6 +39,7 @@ from heddle.ledger.rows import (
     TrajectoryRow,
     WorkerRow,
 )
+from heddle.ledger.statuses import MigrationStatus
 from heddle.ledger.tables import Migration, Rollout, Step, Trajectory, Worker
 
 R = TypeVar("R", bound=msgspec.Struct)
@@ -190,7 +191,7 @@ def _open_migrations(
     for start in range(0, len(keys), _KEYS_PER_QUERY):
         query = select(_migrations).where(
             target.in_(keys[start : start + _KEYS_PER_QUERY]),
-            _migrations.c.status == "requested",
+            _migrations.c.status == MigrationStatus.REQUESTED,
         )
         for record in connection.execute(query).mappings():
             found[record["event_id"]] = MigrationRow(**record)

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from heddle.ledger.statuses import MigrationStatus, RolloutStatus, TrajectoryStatus, WorkerStatus
+
 
 class RolloutRow(msgspec.Struct, kw_only=True):
     rollout_id: str
@@ -19,7 +21,7 @@ class RolloutRow(msgspec.Struct, kw_only=True):
     num_trajectories: int = 0
     time_scale: float = 1.0
     labels: dict[str, Any] = {}
-    status: str = "running"
+    status: RolloutStatus = RolloutStatus.RUNNING
     submitted_at: float | None = None
     finished_at: float | None = None
     num_completed: int = 0
@@ -36,7 +38,7 @@ class TrajectoryRow(msgspec.Struct, kw_only=True):
     traj_index: int = 0
     environment: str = ""
     tool_pool: str = "default"
-    status: str = "submitted"
+    status: TrajectoryStatus = TrajectoryStatus.SUBMITTED
     worker_id: str = ""
     predicted_remaining_tokens: float | None = None
     priority: float = 0.0
@@ -105,7 +107,7 @@ class WorkerRow(msgspec.Struct, kw_only=True):
     can_export_kv: bool = False
     host: str = ""
     incarnation: str = ""
-    status: str = "active"
+    status: WorkerStatus = WorkerStatus.ACTIVE
     registered_at: float | None = None
     last_heartbeat_at: float | None = None
     heartbeat_sequence: int = 0
@@ -135,7 +137,7 @@ class MigrationRow(msgspec.Struct, kw_only=True):
     traj_id: str
     source_worker_id: str
     target_worker_id: str
-    status: str = "requested"
+    status: MigrationStatus = MigrationStatus.REQUESTED
     predicted_remaining_tokens: float = 0.0
     new_rank: int = 0
     requested_at: float | None = None

@@ -13,6 +13,14 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from heddle.ledger.statuses import (
+    MigrationStatus,
+    RolloutStatus,
+    StatusType,
+    TrajectoryStatus,
+    WorkerStatus,
+)
+
 _ID = String(160)
 _NAME = String(128)
 
@@ -36,8 +44,9 @@ class Rollout(Base):
     num_trajectories: Mapped[int] = mapped_column(Integer, default=0)
     time_scale: Mapped[float] = mapped_column(Float, default=1.0)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    status: Mapped[str] = mapped_column(String(16), default="running")
-    """running, finished or cancelled."""
+    status: Mapped[RolloutStatus] = mapped_column(
+        StatusType(RolloutStatus), default=RolloutStatus.RUNNING
+    )
     submitted_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     num_completed: Mapped[int] = mapped_column(Integer, default=0)
@@ -56,8 +65,9 @@ class Trajectory(Base):
     traj_index: Mapped[int] = mapped_column(Integer, default=0)
     environment: Mapped[str] = mapped_column(_NAME, default="")
     tool_pool: Mapped[str] = mapped_column(_NAME, default="default")
-    status: Mapped[str] = mapped_column(String(16), default="submitted")
-    """submitted, placed, generating, in_tool, waiting, completed, failed, interrupted."""
+    status: Mapped[TrajectoryStatus] = mapped_column(
+        StatusType(TrajectoryStatus), default=TrajectoryStatus.SUBMITTED
+    )
     worker_id: Mapped[str] = mapped_column(_ID, default="")
     predicted_remaining_tokens: Mapped[float | None] = mapped_column(Float)
     priority: Mapped[float] = mapped_column(Float, default=0.0)
@@ -137,8 +147,9 @@ class Worker(Base):
     can_export_kv: Mapped[bool] = mapped_column(default=False)
     host: Mapped[str] = mapped_column(_NAME, default="")
     incarnation: Mapped[str] = mapped_column(_ID, default="")
-    status: Mapped[str] = mapped_column(String(16), default="active")
-    """active, drained or failed."""
+    status: Mapped[WorkerStatus] = mapped_column(
+        StatusType(WorkerStatus), default=WorkerStatus.ACTIVE
+    )
     registered_at: Mapped[float | None] = mapped_column(Float)
     last_heartbeat_at: Mapped[float | None] = mapped_column(Float)
     heartbeat_sequence: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -176,8 +187,9 @@ class Migration(Base):
     traj_id: Mapped[str] = mapped_column(_ID)
     source_worker_id: Mapped[str] = mapped_column(_ID)
     target_worker_id: Mapped[str] = mapped_column(_ID)
-    status: Mapped[str] = mapped_column(String(16), default="requested")
-    """requested or done."""
+    status: Mapped[MigrationStatus] = mapped_column(
+        StatusType(MigrationStatus), default=MigrationStatus.REQUESTED
+    )
     predicted_remaining_tokens: Mapped[float] = mapped_column(Float, default=0.0)
     new_rank: Mapped[int] = mapped_column(Integer, default=0)
     requested_at: Mapped[float | None] = mapped_column(Float)

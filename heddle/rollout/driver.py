@@ -27,13 +27,14 @@ from typing import Any
 import msgspec
 
 from heddle.bus import Bus, BusOptions
-from heddle.bus.embedded import is_alive
 from heddle.config import Settings
-from heddle.consumers import PLANE, ControlPlaneConfig, read_status
+from heddle.consumers import ControlPlaneConfig
 from heddle.errors import UserError
-from heddle.events import RolloutCancelled
-from heddle.events.subjects import EVENTS_STREAM
-from heddle.ids import derive_id
+from heddle.rollout.control_plane import (
+    cancel_rollout,
+    refuse_second_control_plane,
+    require_control_plane,
+)
 from heddle.rollout.deployment import DeploymentError, LocalDeployment, WorkerPool
 from heddle.rollout.processes import signal_name
 from heddle.rollout.progress import ProgressState, ProgressView, RolloutFollower
@@ -43,8 +44,6 @@ from heddle.rollout.summary import RolloutSummary, rollout_summary
 
 log = logging.getLogger(__name__)
 
-
-_STALE_STATUS_S = 10.0
 
 TimelineWriter = Callable[[Bus, str, Path], Awaitable[Path | None]]
 """Draws a rollout's timeline to a PNG (``heddle.timeline.write_rollout_timeline``); passed in
@@ -172,7 +171,7 @@ def _router_report(deployment: LocalDeployment) -> RouterReport | None:
 async def prepare(bus: Bus, deployment: LocalDeployment, options: RunOptions) -> None:
     """Control plane (or check the running one), workers, tool executors."""
     if options.control_plane is not None:
-        _refuse_second_control_plane(bus.settings.data_dir, options.control_plane)
+        refuse_second_control_plane(bus.settings.data_dir, options.control_plane)
         await deployment.start_control_plane(options.control_plane)
     else:
         await require_control_plane(bus)
@@ -200,27 +199,6 @@ async def _start_workers(deployment: LocalDeployment, pool: WorkerPool, policy: 
     spec = RouterSpec.on_free_ports(router_policy, urls)
     await deployment.start_workers(pool.with_router(spec.url))
     await deployment.start_router(spec)
-
-
-def _refuse_second_control_plane(data_dir: Path, config: ControlPlaneConfig) -> None:
-    status = read_status(data_dir)
-    if status is None or config.host.durable_prefix != "control":
-        return  # isolated runs (compare) use durables of their own
-    if time.time() - status.updated_at < _STALE_STATUS_S and is_alive(status.pid):
-        raise UserError(
-            f"a control plane is already running on {data_dir} (pid {status.pid}): "
-            "attach to it with --attach, or stop it first"
-        )
-
-
-async def require_control_plane(bus: Bus) -> None:
-    """``UserError`` unless a control plane has run on this NATS (its durable exists)."""
-    durable = f"control-{PLANE}"
-    if await bus.consumer_state(EVENTS_STREAM, durable) is None:
-        raise UserError(
-            f"no control plane has run on this NATS (durable {durable} missing): "
-            "start `heddle up` first, or drop --attach"
-        )
 
 
 async def _follow(
@@ -296,15 +274,3 @@ async def _timeline(
     except Exception as exc:
         log.warning("timeline of %s not drawn: %r", rollout_id, exc)
         return None
-
-
-async def cancel_rollout(bus: Bus, rollout_id: str, reason: str = "cancelled by the user") -> None:
-    """Publish ``RolloutCancelled``: its trajectories are aborted, no command follows."""
-    await bus.publish(
-        RolloutCancelled(
-            event_id=derive_id(rollout_id, "cancelled"),
-            rollout_id=rollout_id,
-            occurred_at=time.time(),
-            reason=reason,
-        )
-    )

@@ -20,6 +20,7 @@ from heddle.events import (
     Preempt,
     Reprioritize,
     StartTrajectory,
+    TrajectoryPhase,
     WorkerCommand,
 )
 from heddle.policy.batching import CapacityError, FinishedGeneration
@@ -28,7 +29,7 @@ from heddle.sim.config import SimConfig
 from heddle.sim.sim_worker import SimWorker, generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.tool_pool import ToolPool
-from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.trajectories import SimTrajectory
 from heddle.sim.weight_loads import WeightLoads, WeightPlan
 
 
@@ -58,7 +59,7 @@ class SimDataPlane:
         if isinstance(command, LoadWeights):
             return self.weights.command(command, now)
         t = self.trajectories.get(getattr(command, "traj_id", ""))
-        if t is None or t.phase is Phase.DONE:
+        if t is None or t.phase is TrajectoryPhase.DONE:
             return []
         match command:
             case StartTrajectory():
@@ -67,20 +68,20 @@ class SimDataPlane:
                 if command.step != t.step:
                     return []  # a duplicate or a stale command
                 t.priority = command.priority
-                if t.phase is Phase.MIGRATING:
+                if t.phase is TrajectoryPhase.MIGRATING:
                     t.wants_next_step = True
                     return []
-                return self._submit(t, now) if t.phase is Phase.READY else []
+                return self._submit(t, now) if t.phase is TrajectoryPhase.READY else []
             case Reprioritize():
                 t.priority = command.priority
-                if t.phase is Phase.GENERATING:
+                if t.phase is TrajectoryPhase.GENERATING:
                     self._worker_of(t).model.set_priority(t.request_id, t.priority, now)
                     self._dirty.add(t.worker_id)
                 return []
             case MigrateOut():
                 return self._migrate_out(t, command, now)
             case Preempt():
-                if t.phase is Phase.GENERATING:
+                if t.phase is TrajectoryPhase.GENERATING:
                     self._worker_of(t).model.preempt(t.request_id, now)
                     self._dirty.add(t.worker_id)
                 return []
@@ -92,15 +93,15 @@ class SimDataPlane:
         t.priority = command.priority
         if command.worker_id not in self.workers:
             return []
-        if t.phase is Phase.MIGRATING:
+        if t.phase is TrajectoryPhase.MIGRATING:
             t.wants_next_step = True  # the step runs where the transfer lands
             return []
-        if t.phase is Phase.GENERATING:  # re-placed mid-step: the step starts over there
+        if t.phase is TrajectoryPhase.GENERATING:  # re-placed mid-step: the step starts over there
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
-            t.phase = Phase.READY
+            t.phase = TrajectoryPhase.READY
         t.move_to(command.worker_id)
-        if t.phase in (Phase.PENDING, Phase.READY):
+        if t.phase in (TrajectoryPhase.PENDING, TrajectoryPhase.READY):
             return self._submit(t, now)
         return []  # in a tool call: the step runs here once the result is routed
 
@@ -118,15 +119,15 @@ class SimDataPlane:
         except CapacityError as exc:
             return self._fail(t, str(exc), now)
         t.request_id = request_id
-        t.phase = Phase.GENERATING
+        t.phase = TrajectoryPhase.GENERATING
         self._dirty.add(worker.worker_id)
         return []
 
     def _fail(self, t: SimTrajectory, reason: str, now: float) -> list[Event]:
-        if t.phase is Phase.GENERATING:
+        if t.phase is TrajectoryPhase.GENERATING:
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
-        t.phase = Phase.DONE
+        t.phase = TrajectoryPhase.DONE
         t.finished_at = now
         self.weights.start_if_drained(t.worker_id, now)
         return [facts.failed(self.rollout_id, t, reason, now)]
@@ -141,7 +142,7 @@ class SimDataPlane:
         events: list[Event] = []
         for done in worker.model.advance(now):
             t = self.trajectories[done.traj_id]
-            if t.request_id == done.request_id and t.phase is Phase.GENERATING:
+            if t.request_id == done.request_id and t.phase is TrajectoryPhase.GENERATING:
                 events += self._finish_step(t, worker, done)
             elif t.warmup_request_id == done.request_id:
                 t.warmup_request_id = ""
@@ -169,12 +170,12 @@ class SimDataPlane:
         now = done.finished_at
         events: list[Event] = [facts.generated(self.rollout_id, t, done)]
         if t.is_last_step:
-            t.phase = Phase.DONE
+            t.phase = TrajectoryPhase.DONE
             t.finished_at = now
             worker.model.release(t.traj_id)
             events.append(facts.completed(self.rollout_id, t))
             return events
-        t.phase = Phase.IN_TOOL
+        t.phase = TrajectoryPhase.IN_TOOL
         t.tool_duration_s = t.trace.steps[t.step].tool_s + self._tools.acquire()
         t.tool_s += t.tool_duration_s
         events.append(facts.tool_called(self.rollout_id, t, now))
@@ -187,7 +188,7 @@ class SimDataPlane:
     def tool_done(self, traj_id: str, now: float) -> list[Event]:
         t = self.trajectories[traj_id]
         self._tools.release()
-        if t.phase is Phase.DONE:
+        if t.phase is TrajectoryPhase.DONE:
             return []
         step = t.step
         observation = t.trace.steps[step].tool_output_tokens
@@ -195,25 +196,25 @@ class SimDataPlane:
         t.context_tokens += observation
         t.new_tokens = observation
         t.tool_returned_at = now
-        if t.phase is Phase.MIGRATING:
+        if t.phase is TrajectoryPhase.MIGRATING:
             t.has_tool_returned = True
         else:
-            t.phase = Phase.READY
+            t.phase = TrajectoryPhase.READY
         return [facts.tool_returned(self.rollout_id, t, step, t.tool_duration_s, now)]
 
     # ---- migrations ------------------------------------------------------------------------------
 
     def _migrate_out(self, t: SimTrajectory, command: MigrateOut, now: float) -> list[Event]:
-        if command.target_worker_id not in self.workers or t.phase is Phase.MIGRATING:
+        if command.target_worker_id not in self.workers or t.phase is TrajectoryPhase.MIGRATING:
             return []
-        if t.phase in (Phase.PENDING, Phase.GENERATING):
+        if t.phase in (TrajectoryPhase.PENDING, TrajectoryPhase.GENERATING):
             t.pending_migration = command  # leaves at its next tool gap
             return []
         t.migration_target = command.target_worker_id
         t.migration_started_at = now
-        t.has_tool_returned = t.phase is Phase.READY
+        t.has_tool_returned = t.phase is TrajectoryPhase.READY
         t.wants_next_step = False
-        t.phase = Phase.MIGRATING
+        t.phase = TrajectoryPhase.MIGRATING
         if command.transfer_kv and self._config.engine.kv_transfer:
             self._send_kv(t, now)
         else:
@@ -255,7 +256,7 @@ class SimDataPlane:
 
     def transfer_done(self, traj_id: str, now: float) -> list[Event]:
         t = self.trajectories[traj_id]
-        if t.phase is not Phase.MIGRATING:
+        if t.phase is not TrajectoryPhase.MIGRATING:
             return []
         target = self.workers[t.migration_target]
         if t.migration_tokens:
@@ -268,11 +269,11 @@ class SimDataPlane:
         events: list[Event] = [facts.migrated(self.rollout_id, t, source_id, num_bytes, now)]
         if t.has_tool_returned:
             t.migration_s += now - t.tool_returned_at
-            t.phase = Phase.READY
+            t.phase = TrajectoryPhase.READY
             if t.wants_next_step:
                 events += self._submit(t, now)
         else:
-            t.phase = Phase.IN_TOOL
+            t.phase = TrajectoryPhase.IN_TOOL
         t.has_tool_returned = t.wants_next_step = False
         return events
 

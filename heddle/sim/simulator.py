@@ -32,6 +32,7 @@ from heddle.events import (
     Failed,
     RolloutFinished,
     RolloutSubmitted,
+    TrajectoryPhase,
     TrajectorySpec,
     TrajectorySubmitted,
     WeightSource,
@@ -45,7 +46,7 @@ from heddle.sim.config import SimConfig
 from heddle.sim.dataplane import SimDataPlane
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import TimerKind
-from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.trajectories import SimTrajectory
 from heddle.sim.weight_loads import WeightLoads, WeightPlan
 from heddle.traces import TraceTrajectory
 
@@ -285,7 +286,7 @@ class Simulator:
         self._active.append((event.occurred_at, self._num_active))
 
     def _check_finished(self) -> None:
-        stuck = [t for t in self._trajectories.values() if t.phase is not Phase.DONE]
+        stuck = [t for t in self._trajectories.values() if t.phase is not TrajectoryPhase.DONE]
         if stuck:
             sample = ", ".join(f"{t.traj_id} ({t.phase.value}, step {t.step})" for t in stuck[:5])
             raise SimulationError(

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
-from heddle.events import MigrateOut, TrajectorySpec, TrajectoryTimings
+from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec, TrajectoryTimings
 from heddle.traces import TraceTrajectory
-
-
-class Phase(enum.Enum):
-    PENDING = "pending"
-    """Submitted, not started yet."""
-    GENERATING = "generating"
-    """A generation is in a worker's engine (waiting, running or preempted)."""
-    IN_TOOL = "in_tool"
-    READY = "ready"
-    """The tool returned; the next step waits for the control plane's command."""
-    MIGRATING = "migrating"
-    """Its KV is on the wire (in a tool gap); the next step waits for the transfer."""
-    DONE = "done"
 
 
 @dataclass(slots=True)
@@ -29,7 +15,8 @@ class SimTrajectory:
     traj_id: str
     trace: TraceTrajectory
     spec: TrajectorySpec
-    phase: Phase = Phase.PENDING
+    phase: TrajectoryPhase = TrajectoryPhase.PENDING
+    """PENDING, READY, GENERATING, IN_TOOL, MIGRATING or DONE: the simulator's subset."""
     worker_id: str = ""
     step: int = 0
     """The step it runs next (or is running)."""

@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from heddle.events import Event, LoadWeights, WeightsLoaded
+from heddle.events import Event, LoadWeights, TrajectoryPhase, WeightsLoaded
 from heddle.ids import derive_id
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import Timer, TimerKind
-from heddle.sim.trajectories import Phase, SimTrajectory
+from heddle.sim.trajectories import SimTrajectory
 
-_SUBMITTABLE = (Phase.PENDING, Phase.READY)
+_SUBMITTABLE = (TrajectoryPhase.PENDING, TrajectoryPhase.READY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.events import Predicted, WorkerRegistered
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger import Ledger, queries
+from heddle.ledger.statuses import RolloutStatus
 from heddle.replay import trace_of
 from heddle.whatif.cluster import recorded_cluster
 from heddle.whatif.resimulate import Recording, WhatIfOptions, WhatIfReport, resimulate
@@ -26,7 +27,7 @@ async def load_recording(bus: Bus, ledger: Ledger, rollout_id: str) -> Recording
     worker_ids = sorted({step.worker_id for step in steps if step.worker_id})
     registrations = await worker_registrations(bus, worker_ids)
     rollout = summary.rollout
-    finished = rollout is not None and rollout.status == "finished"
+    finished = rollout is not None and rollout.status is RolloutStatus.FINISHED
     return Recording(
         rollout_id=rollout_id,
         policy=rollout.policy if rollout is not None else "",

@@ -34,12 +34,11 @@ from heddle.workloads.text import text_kind_of, with_text
 from heddle.workloads.zoo_params import (
     QWEN3_YARN_CONTEXT_TOKENS,
     MathParams,
-    Range,
     SearchParams,
     SweParams,
     WebParams,
-    draw_params,
 )
+from heddle.workloads.zoo_ranges import Range, draw_params
 
 LeafParams = SweParams | SearchParams | MathParams | WebParams
 

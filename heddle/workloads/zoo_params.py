@@ -2,7 +2,8 @@
 documented ranges, and how each record becomes an ``AgentShape``.
 
 Every drawn field has a ``Range`` in its class's ``RANGES``; ``draw_params(cls, rng)`` draws all
-of them from a seeded ``random.Random``, so a test can check any record against its ranges.
+of them from a seeded ``random.Random`` (``zoo_ranges``), so a test can check any record against
+its ranges.
 Sources: "cal s.2" is docs/calibration.md section 2 (agentic trajectory shapes); "assumption" marks
 a
 value nothing published pins down.
@@ -10,70 +11,17 @@ value nothing published pins down.
 
 from __future__ import annotations
 
-import math
-import random
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import ClassVar, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from heddle.workloads.agent_shape import AgentShape, LongSteps, TurnTail
 from heddle.workloads.distributions import LogNormal
 from heddle.workloads.spec import ToolModel
+from heddle.workloads.zoo_ranges import Range, int_range, log_range
 
 # Qwen3's context: 32k native, 128k with YaRN (the Qwen3 model cards); agent scaffolds stop there.
 QWEN3_YARN_CONTEXT_TOKENS = 131072
 QWEN3_DEFAULT_CONTEXT_TOKENS = 40960  # max_position_embeddings of the Qwen3 configs
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """A documented parameter range ``[low, high]``: uniform, or log-uniform when ``is_log``;
-    integer-valued when ``is_integer``."""
-
-    low: float
-    high: float
-    is_log: bool = False
-    is_integer: bool = False
-
-    def draw(self, rng: random.Random) -> float:
-        if self.is_log:
-            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
-        else:
-            value = rng.uniform(self.low, self.high)
-        return float(min(self.high, max(self.low, round(value) if self.is_integer else value)))
-
-    def contains(self, value: float) -> bool:
-        return self.low <= value <= self.high
-
-
-class Params(Protocol):
-    RANGES: ClassVar[dict[str, Range]]
-
-    def to_shape(self, name: str) -> AgentShape: ...
-
-
-P = TypeVar("P", bound=Params)
-
-
-def draw_params(
-    cls: type[P], rng: random.Random, overrides: Mapping[str, Range] | None = None
-) -> P:
-    """A record of ``cls`` with every field drawn from its range (or the range ``overrides``
-    gives it: a preset's narrower one), in field order."""
-    values: dict[str, float | int] = {}
-    for item in fields(cls):  # type: ignore[arg-type]
-        span = (overrides or {}).get(item.name, cls.RANGES[item.name])
-        drawn = span.draw(rng)
-        values[item.name] = int(drawn) if span.is_integer else drawn
-    return cls(**values)
-
-
-def _log_range(low: float, high: float) -> Range:
-    return Range(low, high, is_log=True)
-
-
-def _int_range(low: int, high: int) -> Range:
-    return Range(low, high, is_integer=True)
 
 
 def _qwen3_shaped(median_tokens: float) -> LogNormal:
@@ -106,20 +54,20 @@ class SweParams:
 
     MIN_TURNS: ClassVar[int] = 10  # assumption: an agent explores, edits and tests at least once
     RANGES: ClassVar[dict[str, Range]] = {
-        "group_size": _int_range(4, 16),  # cal s.2: GRPO 8-16 (DeepSWE 8); assumption down to 4
-        "median_turns": _log_range(15, 60),  # cal s.2: SWE datasets average 16-64 turns
+        "group_size": int_range(4, 16),  # cal s.2: GRPO 8-16 (DeepSWE 8); assumption down to 4
+        "median_turns": log_range(15, 60),  # cal s.2: SWE datasets average 16-64 turns
         "turn_sigma": Range(0.4, 0.8),  # cal s.2: long tails (max/mean 2-13x); assumption
-        "max_turns": _int_range(50, 150),  # cal s.2: DeepSWE caps at 50; SWE-smith max 151
-        "prompt_median_tokens": _log_range(2000, 6000),  # assumption: tool schemas + issue
-        "output_median_tokens": _log_range(200, 600),  # assumption: think + action per turn
+        "max_turns": int_range(50, 150),  # cal s.2: DeepSWE caps at 50; SWE-smith max 151
+        "prompt_median_tokens": log_range(2000, 6000),  # assumption: tool schemas + issue
+        "output_median_tokens": log_range(200, 600),  # assumption: think + action per turn
         # assumption: file views and test logs, median 200-800 with a 4x p90 (long logs)
-        "observation_median_tokens": _log_range(200, 800),
+        "observation_median_tokens": log_range(200, 800),
         "test_share": Range(0.1, 0.35),  # assumption
-        "test_median_s": _log_range(30, 180),  # cal s.2: test runs up to minutes (assumption)
+        "test_median_s": log_range(30, 180),  # cal s.2: test runs up to minutes (assumption)
         "test_sigma": Range(0.6, 1.2),  # assumption: heavy tail, p95 3-7x the median
-        "test_timeout_s": _log_range(600, 1800),  # assumption: harness timeouts 10-30 min
-        "shell_median_s": _log_range(1, 4),  # cal s.2: shell actions 0.5-10 s (assumption)
-        "max_context_tokens": _int_range(65536, QWEN3_YARN_CONTEXT_TOKENS),  # assumption
+        "test_timeout_s": log_range(600, 1800),  # assumption: harness timeouts 10-30 min
+        "shell_median_s": log_range(1, 4),  # cal s.2: shell actions 0.5-10 s (assumption)
+        "max_context_tokens": int_range(65536, QWEN3_YARN_CONTEXT_TOKENS),  # assumption
     }
 
     def to_shape(self, name: str) -> AgentShape:
@@ -170,13 +118,13 @@ class SearchParams:
     TAIL_MIN_TURNS: ClassVar[int] = 40
     TAIL_MAX_TURNS: ClassVar[int] = 100
     RANGES: ClassVar[dict[str, Range]] = {
-        "group_size": _int_range(4, 16),  # cal s.2: GRPO groups of 8-16; assumption down to 4
+        "group_size": int_range(4, 16),  # cal s.2: GRPO groups of 8-16; assumption down to 4
         "median_turns": Range(2.5, 4.5),  # cal s.2: Search-R1 2-4 turns
         "tail_share": Range(0.01, 0.05),  # assumption (the lost case: ~3%)
-        "prompt_median_tokens": _log_range(150, 500),  # assumption: question + template
-        "output_median_tokens": _log_range(200, 600),  # cal s.2: Search-R1 ~500 per turn
-        "observation_median_tokens": _log_range(200, 450),  # cal s.2: ~500-token observations
-        "search_median_s": _log_range(0.2, 1.0),  # cal s.2: search 0.1-2 s (assumption)
+        "prompt_median_tokens": log_range(150, 500),  # assumption: question + template
+        "output_median_tokens": log_range(200, 600),  # cal s.2: Search-R1 ~500 per turn
+        "observation_median_tokens": log_range(200, 450),  # cal s.2: ~500-token observations
+        "search_median_s": log_range(0.2, 1.0),  # cal s.2: search 0.1-2 s (assumption)
         "search_sigma": Range(0.4, 0.9),  # assumption
     }
 
@@ -222,16 +170,16 @@ class MathParams:
     MAX_TURNS: ClassVar[int] = 16  # cal s.2: verl ReTool, max 16 turns
     MAX_OUTPUT_TOKENS_PER_TURN: ClassVar[int] = 16384
     RANGES: ClassVar[dict[str, Range]] = {
-        "group_size": _int_range(4, 16),  # cal s.2: ReTool samples 16; assumption down to 4
+        "group_size": int_range(4, 16),  # cal s.2: ReTool samples 16; assumption down to 4
         "median_turns": Range(1.5, 4.0),  # assumption: a few code calls per solution
-        "prompt_median_tokens": _log_range(200, 800),  # assumption: problem + template
-        "output_median_tokens": _log_range(300, 1200),  # assumption: reasoning between calls
+        "prompt_median_tokens": log_range(200, 800),  # assumption: problem + template
+        "output_median_tokens": log_range(300, 1200),  # assumption: reasoning between calls
         "first_turn_factor": Range(1.5, 3.0),  # the catalog's 2.5, spread (assumption)
         "long_step_share": Range(0.02, 0.10),  # assumption
-        "observation_median_tokens": _log_range(50, 300),  # assumption: short stdout
-        "python_median_s": _log_range(0.2, 1.5),  # cal s.2: python sandbox 0.1-5 s
+        "observation_median_tokens": log_range(50, 300),  # assumption: short stdout
+        "python_median_s": log_range(0.2, 1.5),  # cal s.2: python sandbox 0.1-5 s
         "python_sigma": Range(0.4, 0.8),  # assumption: p95 at most ~5 s
-        "max_response_tokens": _int_range(16384, 32768),  # cal s.2: ReTool 16k; assumption 32k
+        "max_response_tokens": int_range(16384, 32768),  # cal s.2: ReTool 16k; assumption 32k
     }
 
     def to_shape(self, name: str) -> AgentShape:
@@ -274,14 +222,14 @@ class WebParams:
 
     MIN_TURNS: ClassVar[int] = 2
     RANGES: ClassVar[dict[str, Range]] = {
-        "group_size": _int_range(4, 16),
-        "median_turns": _log_range(5, 20),
-        "max_turns": _int_range(20, 50),
-        "prompt_median_tokens": _log_range(500, 2000),
-        "output_median_tokens": _log_range(100, 400),
-        "observation_median_tokens": _log_range(2000, 8000),
-        "max_observation_tokens": _int_range(8192, 16384),
-        "browse_median_s": _log_range(1, 6),  # page load, render and dump
+        "group_size": int_range(4, 16),
+        "median_turns": log_range(5, 20),
+        "max_turns": int_range(20, 50),
+        "prompt_median_tokens": log_range(500, 2000),
+        "output_median_tokens": log_range(100, 400),
+        "observation_median_tokens": log_range(2000, 8000),
+        "max_observation_tokens": int_range(8192, 16384),
+        "browse_median_s": log_range(1, 6),  # page load, render and dump
         "browse_sigma": Range(0.5, 1.0),
     }
 

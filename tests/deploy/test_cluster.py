@@ -11,21 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from heddle.bench.cluster import ClusterBenchConfig, read_stream, run_bench, stream_leader
+from heddle.bench.cluster import ClusterBenchConfig, run_bench
+from heddle.bench.stream_watch import read_stream, wait_leader
 from heddle.bus import Bus, BusOptions, PublishOptions
 from heddle.bus.cluster import LoopbackCluster
 from heddle.config import Settings
 from heddle.events.subjects import EVENTS_STREAM
-
-
-async def _wait_leader(bus: Bus, not_this: str = "", timeout_s: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        leader = await stream_leader(bus)
-        if leader and leader != not_this:
-            return leader
-        await asyncio.sleep(0.1)
-    raise TimeoutError("no new stream leader")
 
 
 async def _publish(bus: Bus, numbers: range) -> None:
@@ -55,9 +46,9 @@ async def test_acked_events_survive_the_leader_kill(
     async with Bus(settings, options) as bus:
         await _publish(bus, range(200))
         acked = await read_stream(bus)
-        leader = await _wait_leader(bus)
+        leader = await wait_leader(bus)
         nats_cluster.kill(nats_cluster.index_of(leader))
-        new_leader = await _wait_leader(bus, not_this=leader)
+        new_leader = await wait_leader(bus, not_this=leader)
         await _publish(bus, range(200, 300))
         await asyncio.to_thread(nats_cluster.restart, nats_cluster.index_of(leader))
         await _wait_replicas_current(bus)

@@ -14,10 +14,11 @@ from heddle.events import (
     Reprioritize,
     StartTrajectory,
     ToolReturned,
+    TrajectoryPhase,
     TrajectorySpec,
     WorkerCommandT,
 )
-from heddle.workers.agent.decisions import Action, Phase, decide
+from heddle.workers.agent.decisions import WORKER_PHASES, Action, decide
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
 BASE = {"command_id": "c", "rollout_id": "r", "issued_at": 0.0, "worker_id": "w0"}
@@ -47,9 +48,9 @@ PREEMPT = Preempt(**BASE, traj_id="t")
 MIGRATE_OUT = MigrateOut(**BASE, traj_id="t", target_worker_id="w1", migration_id="m")
 ABORT = Abort(**BASE, traj_id="t")
 
-P = Phase
+P = TrajectoryPhase
 A = Action
-TABLE: list[tuple[WorkerCommandT, dict[Phase, Action]]] = [
+TABLE: list[tuple[WorkerCommandT, dict[TrajectoryPhase, Action]]] = [
     (
         start(),
         {
@@ -132,35 +133,50 @@ TABLE: list[tuple[WorkerCommandT, dict[Phase, Action]]] = [
 
 @pytest.mark.parametrize(("command", "expected"), TABLE)
 def test_every_phase_of_every_trajectory_command(
-    command: WorkerCommandT, expected: dict[Phase, Action]
+    command: WorkerCommandT, expected: dict[TrajectoryPhase, Action]
 ) -> None:
-    assert set(expected) == set(Phase)
+    assert set(expected) == WORKER_PHASES
     for phase, action in expected.items():
         assert decide(phase, command, current_step=1) is action, (phase, type(command).__name__)
 
 
 def test_continue_runs_only_the_step_after_the_tool_call() -> None:
-    assert decide(Phase.IN_TOOL, cont(2), current_step=1) is Action.RUN_NEXT
-    assert decide(Phase.IN_TOOL, cont(1), current_step=1) is Action.IGNORE  # stale
-    assert decide(Phase.IN_TOOL, cont(3), current_step=1) is Action.IGNORE
-    assert decide(Phase.READY, cont(2), current_step=2) is Action.IGNORE  # result already known
-    assert decide(Phase.GENERATING, cont(2), current_step=2) is Action.IGNORE  # redelivery
-    assert decide(Phase.ABSENT, cont(2)) is Action.RESUME
-    assert decide(Phase.HANDED_OVER, cont(2)) is Action.FORWARD
-    assert decide(Phase.DONE, cont(2)) is Action.IGNORE
+    assert decide(TrajectoryPhase.IN_TOOL, cont(2), current_step=1) is Action.RUN_NEXT
+    assert decide(TrajectoryPhase.IN_TOOL, cont(1), current_step=1) is Action.IGNORE  # stale
+    assert decide(TrajectoryPhase.IN_TOOL, cont(3), current_step=1) is Action.IGNORE
+    assert (
+        decide(TrajectoryPhase.READY, cont(2), current_step=2) is Action.IGNORE
+    )  # result already known
+    assert (
+        decide(TrajectoryPhase.GENERATING, cont(2), current_step=2) is Action.IGNORE
+    )  # redelivery
+    assert decide(TrajectoryPhase.ABSENT, cont(2)) is Action.RESUME
+    assert decide(TrajectoryPhase.HANDED_OVER, cont(2)) is Action.FORWARD
+    assert decide(TrajectoryPhase.DONE, cont(2)) is Action.IGNORE
 
 
 def test_draining_refuses_new_trajectories_but_keeps_serving_hosted_ones() -> None:
-    assert decide(Phase.ABSENT, start(), is_draining=True) is Action.REFUSE
-    assert decide(Phase.ABSENT, MIGRATE_IN, is_draining=True) is Action.REFUSE
-    assert decide(Phase.IN_TOOL, cont(2), current_step=1, is_draining=True) is Action.RUN_NEXT
+    assert decide(TrajectoryPhase.ABSENT, start(), is_draining=True) is Action.REFUSE
+    assert decide(TrajectoryPhase.ABSENT, MIGRATE_IN, is_draining=True) is Action.REFUSE
+    assert (
+        decide(TrajectoryPhase.IN_TOOL, cont(2), current_step=1, is_draining=True)
+        is Action.RUN_NEXT
+    )
     drain = Drain(**BASE)
-    assert decide(Phase.ABSENT, drain) is Action.DRAIN
+    assert decide(TrajectoryPhase.ABSENT, drain) is Action.DRAIN
 
 
 def test_hosted_phases() -> None:
-    assert {phase for phase in Phase if phase.is_hosted} == {
-        Phase.READY,
-        Phase.GENERATING,
-        Phase.IN_TOOL,
+    assert {phase for phase in TrajectoryPhase if phase.is_hosted} == {
+        TrajectoryPhase.READY,
+        TrajectoryPhase.GENERATING,
+        TrajectoryPhase.IN_TOOL,
     }
+
+
+@pytest.mark.parametrize(
+    "phase", sorted(set(TrajectoryPhase) - WORKER_PHASES, key=lambda phase: phase.value)
+)
+def test_phases_no_worker_reports_are_refused(phase: TrajectoryPhase) -> None:
+    with pytest.raises(ValueError, match="not a phase of a worker"):
+        decide(phase, cont(2))

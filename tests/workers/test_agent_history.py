@@ -15,12 +15,13 @@ from heddle.events import (
     Migrated,
     ToolCalled,
     ToolReturned,
+    TrajectoryPhase,
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent.history import HistoryError, StepPhase, TrajectoryLog, rebuild
+from heddle.workers.agent.history import HistoryError, TrajectoryLog, rebuild
 
 R, T = "r1", "t000001"
 tokens = st.lists(st.integers(min_value=0, max_value=300), max_size=6)
@@ -130,18 +131,18 @@ def test_phase_follows_each_prefix_of_the_history(
     prompt: list[int], steps: list[tuple[list[int], list[int], bool]]
 ) -> None:
     log = TrajectoryLog(rollout_id=R, traj_id=T)
-    assert log.phase is StepPhase.READY
+    assert log.phase is TrajectoryPhase.READY
     for event in _events(prompt, steps):
         log.apply(event)
         expected = {
-            GenerationStarted: StepPhase.GENERATING,
-            Generated: StepPhase.GENERATED,
-            ToolCalled: StepPhase.IN_TOOL,
-            ToolReturned: StepPhase.READY,
+            GenerationStarted: TrajectoryPhase.GENERATING,
+            Generated: TrajectoryPhase.GENERATED,
+            ToolCalled: TrajectoryPhase.IN_TOOL,
+            ToolReturned: TrajectoryPhase.READY,
         }.get(type(event))
         if expected is not None:
             assert log.phase is expected
-        if expected is StepPhase.READY:
+        if expected is TrajectoryPhase.READY:
             assert log.current_step == event.step + 1  # type: ignore[attr-defined]
 
 
@@ -169,9 +170,9 @@ def test_outcomes_migrations_and_retryable_failures() -> None:
         retryable=True,
     )
     assert not log.apply(retry)
-    assert log.phase is StepPhase.READY
+    assert log.phase is TrajectoryPhase.READY
     log.apply(Completed(event_id="c", rollout_id=R, traj_id=T, occurred_at=8.0, num_steps=1))
-    assert log.phase.is_finished
+    assert log.phase is TrajectoryPhase.DONE
     assert not log.apply(
         Failed(event_id="f2", rollout_id=R, traj_id=T, occurred_at=9.0, step=1, reason="late")
     )

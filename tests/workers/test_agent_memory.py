@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 import pytest
+from events_factory import continue_after
 
 from heddle.events import (
     Abort,
@@ -36,6 +37,7 @@ from heddle.events import (
     ToolReturned,
     TraceTool,
     TrajectoryEvent,
+    TrajectoryPhase,
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
@@ -49,7 +51,6 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
-from heddle.workers.agent.decisions import Phase
 from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
@@ -197,15 +198,7 @@ class Harness:
             self.deliver(self.continue_command(result))
 
     def continue_command(self, result: ToolReturned) -> ContinueTrajectory:
-        return ContinueTrajectory(
-            command_id=derive_id(result.event_id, "continue"),
-            rollout_id=result.rollout_id,
-            issued_at=0.0,
-            worker_id=self.placement[result.traj_id],
-            traj_id=result.traj_id,
-            step=result.step + 1,
-            tool_result=result,
-        )
+        return continue_after(result, self.placement[result.traj_id])
 
     async def submit(
         self, traj_id: str, worker_id: str, steps: list[dict[str, Any]], **kw: Any
@@ -251,6 +244,18 @@ class Harness:
                 if self.errors:
                     raise self.errors[0]
                 await asyncio.sleep(0.005)
+
+    async def crash_in_a_tool_gap(self, traj_id: str, worker_id: str) -> None:
+        """Run ``traj_id`` (``STEPS``) on a new ``worker_id`` until its first tool result is
+        stored, then stop that worker: it dies with the trajectory in its tool gap."""
+        worker = await self.add_worker(worker_id)
+        await self.submit(traj_id, worker_id, STEPS)
+        bus = self.bus
+        await self.wait_for(
+            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of(traj_id))
+        )
+        await worker.close()
+        del self.agents[worker_id]
 
     async def wait_finished(self, traj_id: str) -> TrajectoryEvent:
         def finished() -> bool:
@@ -331,7 +336,7 @@ async def test_a_trace_runs_end_to_end_with_every_step_in_order(harness: Harness
     assert [len(e.output_token_ids) for e in generated] == [40, 25, 10]
     assert generated[1].num_context_tokens == 30 + 40 + 12 + 25
     assert agent.table.get(R, "t1") is None  # only a tombstone is left of a finished row
-    assert agent.table.phase_of(R, "t1") is Phase.DONE
+    assert agent.table.phase_of(R, "t1") is TrajectoryPhase.DONE
     registered = [m for m in harness.bus.messages if isinstance(m, WorkerRegistered)]
     assert registered[0].engine == "sim" and registered[0].can_export_kv
     await harness.wait_for(lambda: agent.telemetry.num_heartbeats > 0 and harness.bus.telemetry)
@@ -354,13 +359,7 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
     bus = MemoryBus()
     harness = Harness(bus, route_tool_results=False)
     try:
-        first = await harness.add_worker("w0")
-        await harness.submit("t1", "w0", STEPS)
-        await harness.wait_for(
-            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of("t1"))
-        )
-        await first.close()  # the worker dies with the trajectory in its tool gap
-        del harness.agents["w0"]
+        await harness.crash_in_a_tool_gap("t1", "w0")
         await harness.add_worker("w1")
         await harness.place("t1", "w1")
         spec = trace_spec("t1", STEPS)
@@ -388,7 +387,7 @@ async def test_resume_on_another_worker_after_a_crash_in_a_tool_gap() -> None:
         )  # fmt: skip
         await asyncio.gather(*harness.tasks)
         assert [m for m in bus.messages[before:] if isinstance(m, TrajectoryEvent)] == []
-        assert restarted.table.phase_of(R, "t1") is Phase.ABSENT
+        assert restarted.table.phase_of(R, "t1") is TrajectoryPhase.ABSENT
         assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
         resumed = [e for e in bus.events_of("t1") if isinstance(e, Generated)][1]
         assert resumed.worker_id == "w1"
@@ -439,24 +438,29 @@ def _command(cls: type[Any], worker_id: str, command_id: str, **fields: Any) -> 
     return cls(command_id=command_id, rollout_id=R, issued_at=0.0, worker_id=worker_id, **fields)
 
 
+async def _migrate_t1_in_a_long_tool_gap(harness: Harness) -> TrajectoryEvent:
+    """Run ``t1`` on w0 with a long first tool call, have w0 migrate it to w1 during that call,
+    and return its end."""
+    long_gap: list[dict[str, Any]] = [
+        {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
+        *STEPS[1:],
+    ]
+    await harness.submit("t1", "w0", long_gap)
+    bus = harness.bus
+    await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
+    harness.deliver(
+        _command(MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1")
+    )
+    return await harness.wait_finished("t1")
+
+
 async def test_migration_in_a_tool_gap_moves_the_kv_and_forwards_commands() -> None:
     bus = MemoryBus()
     harness = Harness(bus, follow_migrations=False)  # the router keeps sending to w0
     try:
         await harness.add_worker("w0")
         await harness.add_worker("w1")
-        long_gap: list[dict[str, Any]] = [
-            {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
-            *STEPS[1:],
-        ]
-        await harness.submit("t1", "w0", long_gap)
-        await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
-        harness.deliver(
-            _command(
-                MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1"
-            )
-        )
-        done = await harness.wait_finished("t1")
+        done = await _migrate_t1_in_a_long_tool_gap(harness)
         order = kinds(bus.events_of("t1"))
         assert order.index("migrated") < order.index("tool_returned0")
         migrated = next(e for e in bus.events_of("t1") if isinstance(e, Migrated))
@@ -482,18 +486,7 @@ async def test_migration_on_the_sglang_model_warms_the_target_instead_of_moving_
     try:
         await harness.add_worker("w0", engine_model="sglang")
         await harness.add_worker("w1", engine_model="sglang")
-        long_gap: list[dict[str, Any]] = [
-            {"output_tokens": 40, "tool_s": 1500.0, "tool_output_tokens": 12},
-            *STEPS[1:],
-        ]
-        await harness.submit("t1", "w0", long_gap)
-        await harness.wait_for(lambda: any(isinstance(e, ToolCalled) for e in bus.events_of("t1")))
-        harness.deliver(
-            _command(
-                MigrateOut, "w0", "m-out", traj_id="t1", target_worker_id="w1", migration_id="m1"
-            )
-        )
-        done = await harness.wait_finished("t1")
+        done = await _migrate_t1_in_a_long_tool_gap(harness)
         migrated = next(e for e in bus.events_of("t1") if isinstance(e, Migrated))
         assert not migrated.kv_transferred and not bus.blobs
         assert isinstance(done, Completed) and done.worker_history == ["w0", "w1"]
@@ -669,13 +662,7 @@ async def test_a_call_lost_between_tool_called_and_the_command_is_sent_on_resume
     bus = MemoryBus()
     harness = Harness(bus, route_tool_results=False)
     try:
-        first = await harness.add_worker("w0")
-        await harness.submit("t1", "w0", STEPS)
-        await harness.wait_for(
-            lambda: any(isinstance(e, ToolReturned) for e in bus.events_of("t1"))
-        )
-        await first.close()
-        del harness.agents["w0"]
+        await harness.crash_in_a_tool_gap("t1", "w0")
         # The stream as a worker that died right after storing ToolCalled would leave it.
         kept = [m for m in bus.messages if not isinstance(m, (ToolCall, ToolReturned))]
         bus.messages = list(kept)

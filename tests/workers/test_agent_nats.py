@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from events_factory import continue_after
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, EmbeddedNatsServer, ReplayQuery
 from heddle.config import Settings, load_settings
@@ -102,15 +103,7 @@ class Router:
                     await self.bus.publish(self.continue_command(result))
 
     def continue_command(self, result: ToolReturned) -> ContinueTrajectory:
-        return ContinueTrajectory(
-            command_id=derive_id(result.event_id, "continue"),
-            rollout_id=result.rollout_id,
-            issued_at=0.0,
-            worker_id=self.placement[result.traj_id],
-            traj_id=result.traj_id,
-            step=result.step + 1,
-            tool_result=result,
-        )
+        return continue_after(result, self.placement[result.traj_id])
 
     async def submit(self, traj_id: str, spec: TrajectorySpec, worker_id: str) -> None:
         self.placement[traj_id] = worker_id

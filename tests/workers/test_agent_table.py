@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.events import Completed, TrajectorySpec
-from heddle.workers.agent.decisions import Phase
+from heddle.events import Completed, TrajectoryPhase, TrajectorySpec
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import HostedTrajectory, TrajectoryTable
 from heddle.workers.environments import create_environment
@@ -30,15 +29,15 @@ def test_rows_become_tombstones_only_at_rest() -> None:
     table = TrajectoryTable()
     hosted = row("t1")
     table.put(hosted)
-    assert table.phase_of("r", "t1") is Phase.READY and hosted.settled.is_set()
+    assert table.phase_of("r", "t1") is TrajectoryPhase.READY and hosted.settled.is_set()
     hosted.is_running = True
-    assert table.phase_of("r", "t1") is Phase.GENERATING
+    assert table.phase_of("r", "t1") is TrajectoryPhase.GENERATING
     finish(hosted)
     table.compact("r", "t1")
     assert table.get("r", "t1") is hosted  # still running: kept
     hosted.is_running = False
     table.compact("r", "t1")
-    assert table.get("r", "t1") is None and table.phase_of("r", "t1") is Phase.DONE
+    assert table.get("r", "t1") is None and table.phase_of("r", "t1") is TrajectoryPhase.DONE
     assert table.hosted() == []
 
 
@@ -49,13 +48,16 @@ def test_handed_over_rows_remember_the_target_and_released_rows_vanish() -> None
     released.is_released = True
     table.put(moved)
     table.put(released)
-    assert table.phase_of("r", "t2") is Phase.ABSENT  # given back to the control plane
+    assert table.phase_of("r", "t2") is TrajectoryPhase.ABSENT  # given back to the control plane
     for traj_id in ("t1", "t2"):
         table.compact("r", traj_id)
-    assert (table.phase_of("r", "t1"), table.handed_to("r", "t1")) == (Phase.HANDED_OVER, "w9")
-    assert table.phase_of("r", "t2") is Phase.ABSENT
+    assert (table.phase_of("r", "t1"), table.handed_to("r", "t1")) == (
+        TrajectoryPhase.HANDED_OVER,
+        "w9",
+    )
+    assert table.phase_of("r", "t2") is TrajectoryPhase.ABSENT
     table.put(row("t1"))  # migrated back here: a live row again
-    assert table.phase_of("r", "t1") is Phase.READY and table.handed_to("r", "t1") == ""
+    assert table.phase_of("r", "t1") is TrajectoryPhase.READY and table.handed_to("r", "t1") == ""
 
 
 @given(st.lists(st.integers(min_value=0, max_value=30), max_size=80), st.integers(1, 10))
@@ -69,5 +71,5 @@ def test_tombstones_are_bounded_and_keep_the_most_recent(ids: list[int], limit: 
             recent.append(number)
     kept = set(recent[:limit])
     for number in range(31):
-        expected = Phase.DONE if number in kept else Phase.ABSENT
+        expected = TrajectoryPhase.DONE if number in kept else TrajectoryPhase.ABSENT
         assert table.phase_of("r", f"t{number}") is expected

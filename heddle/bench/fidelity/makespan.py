@@ -21,9 +21,9 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.replay import replay_query
-from heddle.rollout.deployment import WorkerPool, default_workers_per_process
 from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.worker_pool import WorkerPool, default_workers_per_process
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.workloads import generate
 

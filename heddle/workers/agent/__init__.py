@@ -3,11 +3,15 @@
 Layout (one concern per module):
 
 - ``history``: a trajectory's log, an idempotent fold over its events (live state and resume);
-- ``decisions``: the pure command table ``decide(phase, command) -> action``;
+- ``decisions``: the pure command table ``decide(phase, command) -> action`` over the worker's
+  subset of ``heddle.events.TrajectoryPhase``;
 - ``table``: the local trajectory table (hosted trajectories and what only this worker knows);
-- ``steps``: running steps (generate, environment, publish); ``records`` builds what is published;
+- ``steps``: running steps (generate, environment, publish); ``generation``: a step's engine
+  request; ``trajectory_events``: publishing a trajectory's events, tool calls and endings;
+  ``records`` builds what is published;
 - ``resume``: rebuilding a trajectory from the stream; ``migration``: handing one over;
-- ``commands``: carrying out commands; ``telemetry``: heartbeats and load reports;
+- ``commands``: carrying out commands; ``segments``: a trajectory's steps as a task, and what
+  happens when they rest; ``telemetry``: heartbeats and load reports;
 - ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
 """
 

@@ -84,15 +84,7 @@ class WorkerAgent:
             clock=clock,
             weights=self.weights,
         )
-        self.weight_loading = WeightLoading(
-            worker_id=config.worker_id,
-            incarnation=self.incarnation,
-            engine=engine,
-            gate=self.weights,
-            publisher=self.publisher,
-            objects=blobs if isinstance(blobs, ObjectSource) else None,
-            clock=clock,
-        )
+        self.weight_loading = self._new_weight_loading(blobs)
         self.migrator = Migrator(
             worker_id=config.worker_id,
             engine=engine,
@@ -100,23 +92,7 @@ class WorkerAgent:
             publisher=self.publisher,
             runner=self.runner,
         )
-        resumer = Resumer(
-            worker_id=config.worker_id,
-            engine=engine,
-            history=history,
-            blobs=blobs,
-            decode=self.tokenizer.decode,
-        )
-        self.handler = CommandHandler(
-            worker_id=config.worker_id,
-            engine=engine,
-            table=self.table,
-            runner=self.runner,
-            migrator=self.migrator,
-            resumer=resumer,
-            publisher=self.publisher,
-            on_engine_failure=self._on_engine_failure,
-        )
+        self.handler = self._new_handler(history, blobs)
         self.telemetry = Telemetry(
             worker_id=config.worker_id,
             incarnation=self.incarnation,
@@ -129,6 +105,36 @@ class WorkerAgent:
         self.failed = asyncio.Event()
         self.drained = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+
+    def _new_weight_loading(self, blobs: BlobStore) -> WeightLoading:
+        return WeightLoading(
+            worker_id=self.config.worker_id,
+            incarnation=self.incarnation,
+            engine=self.engine,
+            gate=self.weights,
+            publisher=self.publisher,
+            objects=blobs if isinstance(blobs, ObjectSource) else None,
+            clock=self.clock,
+        )
+
+    def _new_handler(self, history: HistorySource, blobs: BlobStore) -> CommandHandler:
+        resumer = Resumer(
+            worker_id=self.config.worker_id,
+            engine=self.engine,
+            history=history,
+            blobs=blobs,
+            decode=self.tokenizer.decode,
+        )
+        return CommandHandler(
+            worker_id=self.config.worker_id,
+            engine=self.engine,
+            table=self.table,
+            runner=self.runner,
+            migrator=self.migrator,
+            resumer=resumer,
+            publisher=self.publisher,
+            on_engine_failure=self._on_engine_failure,
+        )
 
     @property
     def worker_id(self) -> str:
@@ -187,7 +193,7 @@ class WorkerAgent:
     def _check_alive(self) -> None:
         if self.failed.is_set():
             raise WorkerFailing(f"worker {self.worker_id} is failing")
-        if self.handler.is_closing:
+        if self.handler.segments.is_closing:
             raise WorkerStopping(f"worker {self.worker_id} is shutting down")
 
     async def drain(self, command: Drain) -> None:
@@ -196,7 +202,7 @@ class WorkerAgent:
         wait without a report."""
         self.handler.is_draining = True
         self.drained.clear()
-        changed = self.handler.changed
+        changed = self.handler.segments.changed
         while True:
             changed.clear()  # before the check, so that no change between them is missed
             if not self.handler.is_draining:
@@ -217,13 +223,13 @@ class WorkerAgent:
         """Take new trajectories again (a drain still waiting returns without a report)."""
         self.handler.is_draining = False
         self.drained.clear()
-        self.handler.changed.set()
+        self.handler.segments.changed.set()
 
     async def _on_engine_failure(self, error: EngineError) -> None:
         if self.failed.is_set():
             return
         self.failed.set()
-        self.handler.changed.set()
+        self.handler.segments.changed.set()
         logger.error("engine of worker %s failed: %s", self.worker_id, error)
         hosted = [row.traj_id for row in self.table.hosted()]
         await self.publisher.publish(
@@ -238,7 +244,7 @@ class WorkerAgent:
 
     def begin_close(self) -> None:
         """Start no new step; cancel running ones (their commands go back unacknowledged)."""
-        self.handler.is_closing = True
+        self.handler.segments.is_closing = True
         for row in self.table:
             if row.segment is not None and not row.segment.done():
                 row.segment.cancel()

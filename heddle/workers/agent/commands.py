@@ -3,7 +3,7 @@
 ``handle`` returns once the command's effects are stored, so the caller may acknowledge it: for a
 command that runs steps that is when the trajectory next rests (waits for a tool, ends, or
 leaves). Transitions of one trajectory happen under its lock; its steps run as a task outside
-the lock, so a ``Reprioritize`` or ``Preempt`` reaches a generation while it runs.
+the lock, so a ``Reprioritize`` or ``Preempt`` reaches a generation while it runs (``segments``).
 """
 
 from __future__ import annotations
@@ -22,20 +22,20 @@ from heddle.events import (
     Preempt,
     Reprioritize,
     StartTrajectory,
-    ToolReturned,
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import records
-from heddle.workers.agent.decisions import Action, Phase, decide
-from heddle.workers.agent.errors import CommandRefused, WorkerStopping
+from heddle.workers.agent.decisions import Action, decide
+from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
+from heddle.workers.agent.segments import Segments
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory, TrajectoryTable
 from heddle.workers.engines.base import Engine, EngineError
-from heddle.workers.environments import StepOutcome, create_environment
+from heddle.workers.environments import create_environment
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +67,9 @@ class CommandHandler:
         self.publisher = publisher
         self.on_engine_failure = on_engine_failure
         self.is_draining = False
-        self.is_closing = False
-        """Shutting down: no new step starts (``WorkerStopping``)."""
-        self.changed = asyncio.Event()
-        """Set whenever a trajectory comes to rest (a drain waits on it)."""
-        self._arrivals: dict[tuple[str, str], CommandArrival] = {}
-        """Arrival of the command being handled, per trajectory, until a segment takes it."""
+        self.segments = Segments(
+            table=table, runner=runner, migrator=migrator, on_engine_failure=on_engine_failure
+        )
 
     async def handle(
         self,
@@ -88,7 +85,7 @@ class CommandHandler:
         if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
             await hosted.settled.wait()  # decide on a trajectory at rest (see table.phase)
         if arrival is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
-            self._arrivals[key] = arrival
+            self.segments.arrivals[key] = arrival
         try:
             async with self.table.lock_for(command.rollout_id, command.traj_id):
                 settled = await self._decide_and_act(command, is_redelivered)
@@ -96,11 +93,11 @@ class CommandHandler:
             await self.on_engine_failure(exc)
             return
         finally:
-            self._arrivals.pop(key, None)
+            self.segments.arrivals.pop(key, None)
         if settled is not None:
             await settled.wait()
         self.table.compact(command.rollout_id, command.traj_id)
-        self.changed.set()
+        self.segments.changed.set()
 
     async def _decide_and_act(
         self, command: TrajectoryCommand, is_redelivered: bool
@@ -132,7 +129,7 @@ class CommandHandler:
     ) -> asyncio.Event | None:
         match action, command:
             case Action.RUN_NEXT, ContinueTrajectory():
-                return self._run_next(hosted, command)
+                return self.segments.run_next(hosted, command)
             case Action.SET_PRIORITY | Action.STORE_PRIORITY, Reprioritize():
                 hosted.priority = command.priority
                 if hosted.request_id is not None:
@@ -140,7 +137,7 @@ class CommandHandler:
             case Action.PREEMPT, Preempt():
                 await self._preempt(hosted, command)
             case Action.MIGRATE_NOW, MigrateOut():
-                await self._migrate(hosted, command)
+                await self.segments.migrate(hosted, command)
             case Action.MIGRATE_AT_GAP, MigrateOut():
                 hosted.pending_migration = command
                 return hosted.settled
@@ -163,7 +160,7 @@ class CommandHandler:
         )
         hosted = HostedTrajectory(log=log, spec=command.spec, env=env, priority=command.priority)
         self.table.put(hosted)
-        self._start_segment(hosted, is_new=True)
+        self.segments.start(hosted, is_new=True)
         return hosted.settled
 
     async def _resume_then_act(self, command: TrajectoryCommand) -> asyncio.Event | None:
@@ -189,9 +186,9 @@ class CommandHandler:
         assert hosted is not None
         self.table.put(hosted)
         if plan.kind is ResumeKind.RUN:
-            self._start_segment(hosted, outcome=plan.outcome)
+            self.segments.start(hosted, outcome=plan.outcome)
         elif plan.outcome is not None and plan.outcome.tool_request is not None:
-            await self.runner.resend_tool_call(hosted, plan.outcome.tool_request)
+            await self.runner.events.resend_tool_call(hosted, plan.outcome.tool_request)
         step = hosted.log.current_step
         action = decide(hosted.phase, command, current_step=step, is_draining=self.is_draining)
         settled = await self._act(action, hosted, command)
@@ -212,73 +209,6 @@ class CommandHandler:
             await self._fail_unhosted(command, f"cannot resume: {exc}")
             return ResumePlan(ResumeKind.FINISHED)
 
-    # ---- segments -----------------------------------------------------------------------------
-
-    def _run_next(self, hosted: HostedTrajectory, command: ContinueTrajectory) -> asyncio.Event:
-        result: ToolReturned = command.tool_result
-        hosted.log.apply(result)
-        hosted.priority = command.priority
-        self._start_segment(hosted, tool_result=result)
-        return hosted.settled
-
-    def _start_segment(
-        self,
-        hosted: HostedTrajectory,
-        *,
-        outcome: StepOutcome | None = None,
-        tool_result: ToolReturned | None = None,
-        is_new: bool = False,
-    ) -> None:
-        if self.is_closing:
-            raise WorkerStopping("shutting down: the step is left to the next incarnation")
-        hosted.is_running = True
-        hosted.arrival = self._arrivals.pop((hosted.rollout_id, hosted.traj_id), None)
-        hosted.settled.clear()
-        hosted.segment = asyncio.create_task(
-            self._segment(hosted, outcome, tool_result, is_new), name=f"segment-{hosted.traj_id}"
-        )
-
-    async def _segment(
-        self,
-        hosted: HostedTrajectory,
-        outcome: StepOutcome | None,
-        tool_result: ToolReturned | None,
-        is_new: bool,
-    ) -> None:
-        try:
-            await self.runner.run_segment(hosted, outcome, tool_result=tool_result, is_new=is_new)
-        except asyncio.CancelledError:
-            self._settle(hosted)
-            raise
-        except EngineError as exc:
-            self._settle(hosted)
-            await self.on_engine_failure(exc)
-            return
-        try:
-            async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
-                hosted.is_running = False
-                migration, hosted.pending_migration = hosted.pending_migration, None
-                if migration is not None and hosted.phase is Phase.IN_TOOL:
-                    await self._migrate(hosted, migration)
-        finally:
-            self._settle(hosted)  # even when cancelled while waiting for the lock
-        self.table.compact(hosted.rollout_id, hosted.traj_id)
-
-    async def _migrate(self, hosted: HostedTrajectory, command: MigrateOut) -> None:
-        """Migrate; a failure other than the engine's leaves the trajectory here (the control
-        plane sees no ``Migrated`` and may ask again)."""
-        try:
-            await self.migrator.migrate_out(hosted, command)
-        except EngineError as exc:
-            await self.on_engine_failure(exc)
-        except Exception:
-            logger.exception("migration %s of %s failed", command.migration_id, hosted.traj_id)
-
-    def _settle(self, hosted: HostedTrajectory) -> None:
-        hosted.is_running = False
-        hosted.settled.set()
-        self.changed.set()
-
     # ---- other actions ------------------------------------------------------------------------
 
     async def _preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
@@ -292,14 +222,14 @@ class CommandHandler:
             command_id=command.command_id,
             now=self.runner.clock(),
         )
-        await self.runner.emit(hosted, event)
+        await self.runner.events.emit(hosted, event)
 
     async def _abort(self, hosted: HostedTrajectory, reason: str) -> None:
         segment = hosted.segment
         if segment is not None and not segment.done():
             segment.cancel()
             await asyncio.wait([segment])
-        await self.runner.fail(
+        await self.runner.events.fail(
             hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
         )
 

@@ -4,7 +4,8 @@ A pure table: ``decide(phase, command, ...) -> Action``. The agent computes the 
 local trajectory table (and the trajectory's log) and then carries out the action. Keeping the
 table apart from the side effects makes every (phase, command) pair testable.
 
-Phases of a hosted trajectory::
+Phases of a hosted trajectory (``WORKER_PHASES``, the worker's subset of
+``heddle.events.TrajectoryPhase``)::
 
     ABSENT --start--> READY --engine--> GENERATING --tool request--> IN_TOOL --result--> READY
                                             |                           |
@@ -28,26 +29,21 @@ from heddle.events import (
     Preempt,
     Reprioritize,
     StartTrajectory,
+    TrajectoryPhase,
     WorkerCommandT,
 )
 
-
-class Phase(enum.Enum):
-    ABSENT = "absent"
-    READY = "ready"
-    """The next step can run (or is about to be submitted to the engine)."""
-    GENERATING = "generating"
-    """A generation is in the engine (queued, running or preempted there)."""
-    IN_TOOL = "in_tool"
-    """A tool call is out; the trajectory holds no engine slot, its KV stays cached."""
-    HANDED_OVER = "handed_over"
-    """Migrated to another worker: commands for it are forwarded there."""
-    DONE = "done"
-
-    @property
-    def is_hosted(self) -> bool:
-        """The worker is responsible for the trajectory's progress."""
-        return self in (Phase.READY, Phase.GENERATING, Phase.IN_TOOL)
+WORKER_PHASES = frozenset(
+    (
+        TrajectoryPhase.ABSENT,
+        TrajectoryPhase.READY,
+        TrajectoryPhase.GENERATING,
+        TrajectoryPhase.IN_TOOL,
+        TrajectoryPhase.HANDED_OVER,
+        TrajectoryPhase.DONE,
+    )
+)
+"""The phases a worker's trajectory table reports, and so the ones ``decide`` takes."""
 
 
 class Action(enum.Enum):
@@ -76,7 +72,7 @@ class Action(enum.Enum):
 
 
 def decide(
-    phase: Phase,
+    phase: TrajectoryPhase,
     command: WorkerCommandT,
     *,
     current_step: int = 0,
@@ -85,7 +81,10 @@ def decide(
     """The action for ``command`` on a trajectory in ``phase``.
 
     ``current_step`` is the step in progress (GENERATING, IN_TOOL) or the next one (READY).
+    ValueError for a phase outside ``WORKER_PHASES`` (no worker table reports it).
     """
+    if phase not in WORKER_PHASES:
+        raise ValueError(f"not a phase of a worker's trajectory: {phase.name}")
     match command:
         case Drain():
             return Action.DRAIN
@@ -105,10 +104,10 @@ def decide(
 
 
 def _decide_placement(
-    phase: Phase, command: StartTrajectory | MigrateIn, is_draining: bool
+    phase: TrajectoryPhase, command: StartTrajectory | MigrateIn, is_draining: bool
 ) -> Action:
     is_resume = isinstance(command, MigrateIn) or command.resume
-    if phase is Phase.ABSENT or (phase is Phase.HANDED_OVER and is_resume):
+    if phase is TrajectoryPhase.ABSENT or (phase is TrajectoryPhase.HANDED_OVER and is_resume):
         if is_draining:
             return Action.REFUSE
         # A plain start still rebuilds when the stream may hold progress (see the agent).
@@ -116,25 +115,25 @@ def _decide_placement(
     return Action.IGNORE
 
 
-def _decide_continue(phase: Phase, step: int, current_step: int) -> Action:
+def _decide_continue(phase: TrajectoryPhase, step: int, current_step: int) -> Action:
     match phase:
-        case Phase.ABSENT:
+        case TrajectoryPhase.ABSENT:
             return Action.RESUME
-        case Phase.HANDED_OVER:
+        case TrajectoryPhase.HANDED_OVER:
             return Action.FORWARD
-        case Phase.IN_TOOL if step == current_step + 1:
+        case TrajectoryPhase.IN_TOOL if step == current_step + 1:
             return Action.RUN_NEXT
     return Action.IGNORE
 
 
-def _on_hosted(phase: Phase, *, generating: Action, waiting: Action) -> Action:
+def _on_hosted(phase: TrajectoryPhase, *, generating: Action, waiting: Action) -> Action:
     match phase:
-        case Phase.ABSENT:
+        case TrajectoryPhase.ABSENT:
             return Action.RESUME
-        case Phase.HANDED_OVER:
+        case TrajectoryPhase.HANDED_OVER:
             return Action.FORWARD
-        case Phase.GENERATING:
+        case TrajectoryPhase.GENERATING:
             return generating
-        case Phase.READY | Phase.IN_TOOL:
+        case TrajectoryPhase.READY | TrajectoryPhase.IN_TOOL:
             return waiting
     return Action.IGNORE

@@ -1,4 +1,8 @@
-"""Why the agent refuses to let a command be acknowledged."""
+"""Why the agent refuses to let a command be acknowledged, and why a step cannot go on."""
+
+from __future__ import annotations
+
+from heddle.events import TerminalReason
 
 
 class WorkerFailing(RuntimeError):
@@ -15,3 +19,14 @@ class CommandRefused(ValueError):
     """The command names something this worker cannot act on (a trajectory the stream does not
     know): it is dead-lettered with the reason, and no event about it is published (a made-up
     id must not become a trajectory or a rollout in the ledger)."""
+
+
+class StepError(RuntimeError):
+    """A step that cannot go on; ``retryable`` failures may succeed on another worker."""
+
+    def __init__(
+        self, reason: str, *, retryable: bool = False, finish_reason: TerminalReason = "error"
+    ) -> None:
+        super().__init__(reason)
+        self.retryable = retryable
+        self.finish_reason: TerminalReason = finish_reason

@@ -19,7 +19,6 @@ Ownership: a log is mutable and owned by one agent task at a time (the trajector
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from heddle.events import (
@@ -33,6 +32,7 @@ from heddle.events import (
     ToolCalled,
     ToolReturned,
     TrajectoryEvent,
+    TrajectoryPhase,
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
@@ -41,25 +41,6 @@ from heddle.events import (
 
 class HistoryError(ValueError):
     """Events that cannot belong to one trajectory history (a gap or a foreign trajectory)."""
-
-
-class StepPhase(enum.Enum):
-    """Where a trajectory stands according to its events alone."""
-
-    READY = "ready"
-    """The next step can start: nothing ran yet, or the last tool result is known."""
-    GENERATING = "generating"
-    """A generation started and has no result yet (after a crash: run it again)."""
-    GENERATED = "generated"
-    """A generation finished; the environment has not yet turned it into a tool call or an end."""
-    IN_TOOL = "in_tool"
-    """A tool call is out; the step after it waits for the result."""
-    FINISHED = "finished"
-    """Completed, or failed for good."""
-
-    @property
-    def is_finished(self) -> bool:
-        return self is StepPhase.FINISHED
 
 
 @dataclass(slots=True)
@@ -184,19 +165,22 @@ class TrajectoryLog:
     # ---- derived facts --------------------------------------------------------------------
 
     @property
-    def phase(self) -> StepPhase:
+    def phase(self) -> TrajectoryPhase:
+        """Where the trajectory stands according to its events alone: READY, GENERATING (no
+        result yet: after a crash, run it again), GENERATED, IN_TOOL or DONE (completed, or
+        failed for good)."""
         if self.outcome is not None:
-            return StepPhase.FINISHED
+            return TrajectoryPhase.DONE
         if not self.steps:
-            return StepPhase.READY
+            return TrajectoryPhase.READY
         last = self.steps[-1]
         if last.generated is None:
-            return StepPhase.GENERATING
+            return TrajectoryPhase.GENERATING
         if last.tool_called is None:
-            return StepPhase.GENERATED
+            return TrajectoryPhase.GENERATED
         if last.tool_returned is None:
-            return StepPhase.IN_TOOL
-        return StepPhase.READY
+            return TrajectoryPhase.IN_TOOL
+        return TrajectoryPhase.READY
 
     @property
     def num_steps(self) -> int:
@@ -206,7 +190,7 @@ class TrajectoryLog:
     @property
     def current_step(self) -> int:
         """The step in progress, or the next one to run when the phase is READY."""
-        if self.phase is StepPhase.READY:
+        if self.phase is TrajectoryPhase.READY:
             return len(self.steps)
         return len(self.steps) - 1
 

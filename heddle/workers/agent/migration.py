@@ -20,9 +20,10 @@ import msgspec
 from heddle.events import MigrateOut
 from heddle.ids import derive_id
 from heddle.workers.agent import records
+from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.ports import BlobStore
 from heddle.workers.agent.publisher import DurablePublisher
-from heddle.workers.agent.steps import StepRunner, engine_key
+from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import HostedTrajectory
 from heddle.workers.engines.base import CacheSnapshot, Engine
 
@@ -114,7 +115,7 @@ class Migrator:
         # Migrated first: from then on the stream names the target as the owner, so a source
         # that crashes before the MigrateIn below forwards the redelivered MigrateOut to the
         # target (which then hosts the trajectory) instead of running it itself.
-        await self.runner.emit(
+        await self.runner.events.emit(
             hosted,
             records.migrated(
                 hosted.log,

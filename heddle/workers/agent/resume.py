@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from heddle.events import TrajectorySpec
-from heddle.workers.agent.history import StepPhase, TrajectoryLog, rebuild
+from heddle.events import TrajectoryPhase, TrajectorySpec
+from heddle.workers.agent.generation import engine_key
+from heddle.workers.agent.history import TrajectoryLog, rebuild
 from heddle.workers.agent.migration import decode_snapshot
 from heddle.workers.agent.ports import BlobStore, HistorySource
-from heddle.workers.agent.steps import engine_key
 from heddle.workers.agent.table import HostedTrajectory
 from heddle.workers.engines.base import CacheMismatchError, Engine, WarmUpResult
 from heddle.workers.environments import (
@@ -89,20 +89,20 @@ def plan_from_log(
     log: TrajectoryLog, spec: TrajectorySpec, decode: _Decoder, priority: float
 ) -> ResumePlan:
     """Rebuild the environment over the log and say what comes next (no I/O)."""
-    if log.phase.is_finished:
+    if log.phase is TrajectoryPhase.DONE:
         return ResumePlan(ResumeKind.FINISHED)
     env = create_environment(spec.environment)
     replayed = replay(env, spec.task, environment_history(log, decode))
     hosted = HostedTrajectory(log=log, spec=spec, env=env, priority=priority)
     last = replayed.last_outcome
     match log.phase:
-        case StepPhase.READY if not log.steps:
+        case TrajectoryPhase.READY if not log.steps:
             hosted.next_observation = replayed.prompt
             return ResumePlan(ResumeKind.RUN, hosted)
-        case StepPhase.GENERATING:
+        case TrajectoryPhase.GENERATING:
             hosted.next_observation = _observation_before(replayed.prompt, last)
             return ResumePlan(ResumeKind.RUN, hosted)
-        case StepPhase.IN_TOOL:
+        case TrajectoryPhase.IN_TOOL:
             return ResumePlan(ResumeKind.WAIT_FOR_TOOL, hosted, outcome=last)
     # READY after a tool result, or GENERATED: act on the environment's last verdict.
     return ResumePlan(ResumeKind.RUN, hosted, outcome=last)

@@ -14,61 +14,33 @@ this trajectory with a ``Failed`` event.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 
 from heddle.events import (
-    EventT,
     Generated,
-    SamplingParams,
     TerminalReason,
-    ToolCall,
-    ToolRequest,
     ToolReturned,
-    TraceTool,
-    TrajectoryEvent,
+    TrajectoryPhase,
     TrajectorySpec,
 )
-from heddle.ids import derive_id
 from heddle.workers.agent import caps, records
-from heddle.workers.agent.history import StepPhase
+from heddle.workers.agent.errors import StepError
+from heddle.workers.agent.generation import generation_request
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
+from heddle.workers.agent.trajectory_events import TrajectoryEvents
 from heddle.workers.agent.weights import WeightGate
 from heddle.workers.engines.base import (
     Engine,
     EngineError,
-    GenerationRequest,
     GenerationResult,
 )
 from heddle.workers.environments import StepOutcome
 from heddle.workers.tokenizers import Tokenizer, chat_prompt_ids
 
 logger = logging.getLogger(__name__)
-
-
-class StepError(RuntimeError):
-    """A step that cannot go on; ``retryable`` failures may succeed on another worker."""
-
-    def __init__(
-        self, reason: str, *, retryable: bool = False, finish_reason: TerminalReason = "error"
-    ) -> None:
-        super().__init__(reason)
-        self.retryable = retryable
-        self.finish_reason: TerminalReason = finish_reason
-
-
-def engine_key(rollout_id: str, traj_id: str) -> str:
-    """The engine's trajectory id (prefix-cache key): unique across rollouts."""
-    return derive_id(rollout_id, traj_id)
-
-
-def trajectory_seed(rollout_id: str, traj_id: str) -> int:
-    """A stable per-trajectory seed when the spec gives none (same in every process)."""
-    digest = hashlib.blake2b(f"{rollout_id}:{traj_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
 
 
 class StepRunner:
@@ -88,10 +60,16 @@ class StepRunner:
         """Generations run between weight swaps; each reports the version it ran on."""
         self.engine = engine
         self.tokenizer = tokenizer
-        self.publisher = publisher
-        self.tool_timeout_s = tool_timeout_s
         self.time_scale = engine.capabilities.time_scale
         self.clock = clock
+        self.events = TrajectoryEvents(
+            worker_id=worker_id,
+            engine=engine,
+            publisher=publisher,
+            tool_timeout_s=tool_timeout_s,
+            clock=clock,
+        )
+        """Publishes the trajectory's events (the commands' handler uses it too)."""
         self.num_output_tokens = 0
         """Tokens generated since start (telemetry derives a rate from it)."""
 
@@ -122,20 +100,20 @@ class StepRunner:
                 if outcome is not None and await self.conclude(hosted, outcome, generated):
                     return
                 if self._is_capped(hosted):
-                    await self.complete(hosted, reward=0.0, finish_reason="length")
+                    await self.events.complete(hosted, reward=0.0, finish_reason="length")
                     return
                 generated, outcome = await self._step(hosted, arrival)
                 arrival = None
         except (EngineError, asyncio.CancelledError):
             raise
         except StepError as exc:
-            await self.fail(
+            await self.events.fail(
                 hosted, str(exc), retryable=exc.retryable, finish_reason=exc.finish_reason
             )
         except Exception as exc:
             logger.exception("trajectory %s failed", hosted.traj_id)
             reason: TerminalReason = "tool_error" if reading_tool else "error"
-            await self.fail(hosted, f"{type(exc).__name__}: {exc}", finish_reason=reason)
+            await self.events.fail(hosted, f"{type(exc).__name__}: {exc}", finish_reason=reason)
 
     async def conclude(
         self, hosted: HostedTrajectory, outcome: StepOutcome, generated: Generated | None = None
@@ -145,17 +123,17 @@ class StepRunner:
         log, spec = hosted.log, hosted.spec
         is_last = outcome.done or log.num_steps >= spec.max_steps
         if outcome.tool_request is not None and not is_last:
-            await self._call_tool(hosted, outcome.tool_request, generated)
+            await self.events.call_tool(hosted, outcome.tool_request, generated)
             return True
         if generated is not None:
-            await self.emit(hosted, generated)
+            await self.events.emit(hosted, generated)
         if outcome.done:
             judged = generated or caps.judged_generation(log)
             reason = caps.ending_reason(judged, is_capped=self._is_response_full(hosted))
-            await self.complete(hosted, reward=outcome.reward, finish_reason=reason)
+            await self.events.complete(hosted, reward=outcome.reward, finish_reason=reason)
             return True
         if log.num_steps >= spec.max_steps:
-            await self.complete(hosted, reward=0.0, finish_reason="max_steps")
+            await self.events.complete(hosted, reward=0.0, finish_reason="max_steps")
             return True
         hosted.next_observation = outcome.observation
         return False
@@ -168,9 +146,9 @@ class StepRunner:
         """Generate (announcing the step first unless a crash left it announced), then ask the
         environment; the result is published by ``conclude``, with what it leads to."""
         log = hosted.log
-        if log.phase is StepPhase.READY:
+        if log.phase is TrajectoryPhase.READY:
             result, context = await self._announce_and_generate(hosted, arrival)
-        elif log.phase is StepPhase.GENERATING:
+        elif log.phase is TrajectoryPhase.GENERATING:
             context = log.context_token_ids()
             result = await self._generate(hosted, context)
         else:
@@ -197,7 +175,7 @@ class StepRunner:
 
     def _is_capped(self, hosted: HostedTrajectory) -> bool:
         """Whether the next step's input would reach the context or the response cap."""
-        if hosted.log.phase is not StepPhase.READY:
+        if hosted.log.phase is not TrajectoryPhase.READY:
             return False
         num_input = len(self._next_input(hosted))
         if hosted.log.num_context_tokens + num_input >= hosted.spec.max_total_tokens:
@@ -229,7 +207,7 @@ class StepRunner:
         )
         generation = asyncio.ensure_future(self._generate(hosted, context))
         try:
-            await self.emit(hosted, started)
+            await self.events.emit(hosted, started)
         except BaseException:
             generation.cancel()
             await asyncio.wait([generation])
@@ -238,28 +216,7 @@ class StepRunner:
 
     async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationResult:
         log, spec = hosted.log, hosted.spec
-        step = log.current_step  # READY while its announcement is on its way: the next step
-        observation = hosted.next_observation
-        target = observation.target_output_tokens if observation is not None else None
-        # Step 0's announcement may still be on its way: its whole context is the prompt.
-        num_prompt = len(context) if step == 0 else log.num_prompt_tokens
-        seed = spec.sampling.seed
-        if seed is None:
-            seed = trajectory_seed(log.rollout_id, log.traj_id)
-        request = GenerationRequest(
-            request_id=f"{engine_key(log.rollout_id, log.traj_id)}:{step:06d}",
-            trajectory_id=engine_key(log.rollout_id, log.traj_id),
-            input_token_ids=context,
-            max_new_tokens=caps.max_new_tokens(spec, context, num_prompt, target),
-            priority=hosted.priority,
-            sampling=SamplingParams(
-                temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed
-            ),
-            stop_token_ids=() if target is not None else (self.tokenizer.eos_token_id,),
-            target_output_tokens=target,
-            group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
-            num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
-        )
+        request = generation_request(hosted, context, self.tokenizer.eos_token_id)
         async with self.weights.generating() as weight_version:
             stale = caps.staleness_error(log, spec, weight_version)
             if stale is not None:
@@ -298,89 +255,3 @@ class StepRunner:
             now=self.clock(),
             weight_version=hosted.weight_version,
         )
-
-    async def _call_tool(
-        self, hosted: HostedTrajectory, request: ToolRequest, generated: Generated | None
-    ) -> None:
-        """Publish the step's result (when pending) and its ``ToolCalled`` together, then the
-        call. ``ToolCalled`` is stored before the call is sent, so that it precedes the
-        executor's ``ToolReturned`` in the stream. A crash between the two leaves the
-        trajectory IN_TOOL without its call: resuming sends the call (same id) again, see
-        resume.py."""
-        log = hosted.log
-        expected = StepPhase.GENERATING if generated is not None else StepPhase.GENERATED
-        if log.phase is not expected:
-            raise StepError("the environment asked for a second tool call without a generation")
-        call = self._tool_call(hosted, request)
-        called = records.tool_called(log, call, worker_id=self.worker_id, now=self.clock())
-        await self.emit_many(hosted, [called] if generated is None else [generated, called])
-        await self.publisher.publish(call)
-
-    async def resend_tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> None:
-        """Publish the pending tool call again (same id: dropped if the stream still has it)."""
-        await self.publisher.publish(self._tool_call(hosted, request))
-
-    def _tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> ToolCall:
-        timeout_s = self.tool_timeout_s
-        if isinstance(request, TraceTool):
-            # A replayed call lasts its recorded time (scaled): never time it out before.
-            timeout_s = max(timeout_s, 2.0 * request.duration_s / self.time_scale + 1.0)
-        return records.tool_call(
-            hosted.log,
-            step=hosted.log.current_step,
-            request=request,
-            pool=hosted.spec.tool_pool,
-            timeout_s=timeout_s,
-            time_scale=self.time_scale,
-            now=self.clock(),
-        )
-
-    # ---- endings ----------------------------------------------------------------------------
-
-    async def complete(
-        self, hosted: HostedTrajectory, *, reward: float, finish_reason: TerminalReason
-    ) -> None:
-        event = records.completed(
-            hosted.log,
-            reward=reward,
-            finish_reason=finish_reason,
-            time_scale=self.time_scale,
-            now=self.clock(),
-        )
-        await self.emit(hosted, event)
-        await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
-
-    async def fail(
-        self,
-        hosted: HostedTrajectory,
-        reason: str,
-        *,
-        retryable: bool = False,
-        finish_reason: TerminalReason = "error",
-    ) -> None:
-        event = records.failed(
-            hosted.log,
-            reason=reason,
-            worker_id=self.worker_id,
-            now=self.clock(),
-            retryable=retryable,
-            discriminator=self.worker_id if retryable else "",
-            finish_reason=finish_reason,
-        )
-        await self.emit(hosted, event)
-        # A retryable failure hands the trajectory back to the control plane, which re-places
-        # it (possibly here again: the released row then counts as absent).
-        hosted.is_released = retryable
-        await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
-
-    async def emit(self, hosted: HostedTrajectory, event: EventT) -> None:
-        """Publish one of the trajectory's events and fold it into its log once stored."""
-        assert isinstance(event, TrajectoryEvent)
-        await self.publisher.publish(event)
-        hosted.log.apply(event)
-
-    async def emit_many(self, hosted: HostedTrajectory, events: list[EventT]) -> None:
-        """Publish events of the trajectory in one round trip (in order), then fold them."""
-        await self.publisher.publish_many(events)
-        for event in events:
-            hosted.log.apply(event)

@@ -14,9 +14,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from heddle.events import MigrateOut, TrajectorySpec
-from heddle.workers.agent.decisions import Phase
-from heddle.workers.agent.history import StepPhase, TrajectoryLog
+from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec
+from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.environments import Environment, Observation
 
 
@@ -71,19 +70,22 @@ class HostedTrajectory:
         return self.log.traj_id
 
     @property
-    def phase(self) -> Phase:
+    def phase(self) -> TrajectoryPhase:
+        """One of ``decisions.WORKER_PHASES`` (never PENDING, GENERATED or MIGRATING): the log's
+        phase, but GENERATING while a step runs, READY for a GENERATED log at rest, and
+        HANDED_OVER once migrated away."""
         if self.handed_to:
-            return Phase.HANDED_OVER
-        step_phase = self.log.phase
-        if step_phase is StepPhase.FINISHED:
-            return Phase.DONE
+            return TrajectoryPhase.HANDED_OVER
+        logged = self.log.phase
+        if logged is TrajectoryPhase.DONE:
+            return TrajectoryPhase.DONE
         if self.is_running:
             # The step is in progress (in the engine, or publishing around it): commands that
             # need the trajectory at rest (a tool result, a migration) wait for its end.
-            return Phase.GENERATING
-        if step_phase is StepPhase.IN_TOOL:
-            return Phase.IN_TOOL
-        return Phase.READY
+            return TrajectoryPhase.GENERATING
+        if logged is TrajectoryPhase.IN_TOOL:
+            return TrajectoryPhase.IN_TOOL
+        return TrajectoryPhase.READY
 
 
 class TrajectoryTable:
@@ -114,14 +116,14 @@ class TrajectoryTable:
         self._tombstones.pop(key, None)
         self._rows[key] = hosted
 
-    def phase_of(self, rollout_id: str, traj_id: str) -> Phase:
+    def phase_of(self, rollout_id: str, traj_id: str) -> TrajectoryPhase:
         hosted = self.get(rollout_id, traj_id)
         if hosted is not None:
             return hosted.phase
         handed_to = self._tombstones.get((rollout_id, traj_id))
         if handed_to is None:
-            return Phase.ABSENT
-        return Phase.HANDED_OVER if handed_to else Phase.DONE
+            return TrajectoryPhase.ABSENT
+        return TrajectoryPhase.HANDED_OVER if handed_to else TrajectoryPhase.DONE
 
     def handed_to(self, rollout_id: str, traj_id: str) -> str:
         """The worker a handed-over trajectory went to ("" if it was not handed over)."""
@@ -156,7 +158,7 @@ class TrajectoryTable:
             return
         if row.is_released:
             del self._rows[key]
-        elif row.phase in (Phase.DONE, Phase.HANDED_OVER):
+        elif row.phase in (TrajectoryPhase.DONE, TrajectoryPhase.HANDED_OVER):
             del self._rows[key]
             self._add_tombstone(key, row.handed_to)
         else:

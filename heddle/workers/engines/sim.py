@@ -6,9 +6,9 @@ model to the current model time and resolves the futures of finished generations
 (priority admission, preemption, KV capacity, prefix cache, recompute) is entirely
 ``heddle.policy.batching.BatchingModel``: this module only drives its clock.
 
-Outputs are deterministic pseudo-tokens: the ids and logprobs of a generation depend only on
-(trajectory id, context length, seed), so a step re-run after a crash produces the same tokens.
-The output length is ``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
+Outputs are deterministic pseudo-tokens (``sim_jobs``: requests to jobs, finished jobs to
+results): a step re-run after a crash produces the same tokens. The output length is
+``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
 
 The engine model (``heddle.policy.engine_models``, option ``engine_model``) sets the prefix
 cache and what preemption does to KV, and whether KV moves on migration. ``torch``: KV "export"
@@ -26,22 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
-import msgspec
-import numpy as np
-
-from heddle.policy.batching import BatchingModel, FinishedGeneration, GenerationJob
+from heddle.policy.batching import BatchingModel, FinishedGeneration
 from heddle.policy.cost.model import MODELS, CostModel, ModelShape
 from heddle.policy.engine_models import engine_model
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
-    CacheMismatchError,
     CacheSnapshot,
     EngineCapabilities,
     EngineError,
@@ -50,43 +44,17 @@ from heddle.workers.engines.base import (
     GenerationResult,
     WarmUpResult,
 )
+from heddle.workers.engines.sim_jobs import (
+    Pending,
+    cache_record,
+    cache_snapshot,
+    generation_job,
+    generation_result,
+    pseudo_tokens,
+)
 from heddle.workers.engines.sim_options import SimEngineOptions, load_cost_model
 
 __all__ = ["SimEngine", "SimEngineOptions", "create_sim_engine", "pseudo_tokens"]
-
-_MEAN_NEG_LOGPROB = 0.8
-"""Mean of -logprob of a sampled token (assumption: typical of temperature-1 sampling)."""
-
-
-class _CacheRecord(msgspec.Struct, frozen=True):
-    trajectory_id: str
-    num_tokens: int
-
-
-def pseudo_tokens(
-    trajectory_id: str, num_context_tokens: int, seed: int, count: int, vocab_size: int
-) -> tuple[list[int], list[float]]:
-    """Deterministic token ids and logprobs for a generation at this point of a trajectory.
-
-    Vectorised (numpy): in scaled real time every millisecond spent here is ``time_scale``
-    milliseconds of model time by which the result arrives late."""
-    digest = hashlib.blake2b(
-        f"{trajectory_id}:{num_context_tokens}:{seed}".encode(), digest_size=8
-    ).digest()
-    rng = np.random.default_rng(int.from_bytes(digest, "big"))
-    ids = rng.integers(0, vocab_size, size=count)
-    logprobs = -np.minimum(rng.exponential(_MEAN_NEG_LOGPROB, size=count), 30.0)
-    # float32, as real engines return them: the wire carries logprobs as float32.
-    return ids.tolist(), logprobs.astype(np.float32).tolist()
-
-
-@dataclass(slots=True)
-class _Pending:
-    request: GenerationRequest
-    num_output_tokens: int
-    finish_reason: Literal["stop", "length"]
-    """"length" when max_new_tokens cut the wanted output short (or no target was given)."""
-    future: asyncio.Future[GenerationResult]
 
 
 class SimEngine:
@@ -113,7 +81,7 @@ class SimEngine:
         )
         self._clock = clock
         self._origin = clock()
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, Pending] = {}
         self._known_tokens: dict[str, int] = {}
         """Context tokens each trajectory has sent to this engine (to tell new from reused)."""
         self._wake = asyncio.Event()
@@ -167,30 +135,12 @@ class SimEngine:
             await self.abort(request.request_id)
             raise
 
-    def _submit(self, request: GenerationRequest) -> _Pending:
-        wanted = request.target_output_tokens
-        count = request.max_new_tokens if wanted is None else min(wanted, request.max_new_tokens)
-        num_context = len(request.input_token_ids)
-        known = self._known_tokens.get(request.trajectory_id, 0)
-        num_new = num_context - known if known <= num_context else num_context
-        job = GenerationJob(
-            request_id=request.request_id,
-            traj_id=request.trajectory_id,
-            num_context_tokens=num_context,
-            num_new_tokens=num_new,
-            num_output_tokens=max(0, count),
-            priority=request.priority,
-            group_id=request.group_id,
-            num_prompt_tokens=min(request.num_prompt_tokens, num_context),
-        )
+    def _submit(self, request: GenerationRequest) -> Pending:
+        job = generation_job(request, self._known_tokens.get(request.trajectory_id, 0))
         now = self.now_s()
         self._resolve(self._model.advance(now))
         self._model.submit(job, now)
-        future = asyncio.get_running_loop().create_future()
-        is_capped = wanted is None or wanted > request.max_new_tokens
-        pending = _Pending(
-            request, job.num_output_tokens, "length" if is_capped else "stop", future
-        )
+        pending = Pending.of(request, job, asyncio.get_running_loop().create_future())
         self._pending[request.request_id] = pending
         self._wake.set()
         return pending
@@ -240,14 +190,7 @@ class SimEngine:
         num_bytes = self.kv_bytes(num_tokens)
         transfer_s = num_bytes / self.options.link_bandwidth_bytes_s
         await asyncio.sleep(transfer_s / self.options.time_scale)
-        payload = msgspec.json.encode(_CacheRecord(trajectory_id, num_tokens))
-        return CacheSnapshot(
-            trajectory_id=trajectory_id,
-            num_tokens=num_tokens,
-            fingerprint=self.fingerprint,
-            payload=payload,
-            num_kv_bytes=num_bytes,
-        )
+        return cache_snapshot(trajectory_id, num_tokens, self.fingerprint, num_bytes)
 
     async def import_cache(self, snapshot: CacheSnapshot) -> None:
         if not self.engine_model.kv_transfer:
@@ -255,12 +198,7 @@ class SimEngine:
                 f"the {self.engine_model.name} engine model cannot import a KV cache "
                 "(can_export_kv is False); warm the migration target with warm_up() instead"
             )
-        if snapshot.fingerprint != self.fingerprint:
-            raise CacheMismatchError(
-                f"cache of {snapshot.trajectory_id} was made by {snapshot.fingerprint!r}; "
-                f"this engine is {self.fingerprint!r}"
-            )
-        record = msgspec.json.decode(snapshot.payload, type=_CacheRecord)
+        record = cache_record(snapshot, self.fingerprint)
         self._model.import_cache(record.trajectory_id, record.num_tokens, self.now_s())
         self._known_tokens[record.trajectory_id] = record.num_tokens
 
@@ -337,32 +275,18 @@ class SimEngine:
 
     def _result(
         self,
-        pending: _Pending,
+        pending: Pending,
         num_output_tokens: int,
         finish_reason: Literal["stop", "length", "abort"],
         done: FinishedGeneration | None = None,
     ) -> GenerationResult:
-        request = pending.request
-        seed = request.sampling.seed if request.sampling.seed is not None else self.options.seed
-        ids, logprobs = pseudo_tokens(
-            request.trajectory_id,
-            len(request.input_token_ids),
-            seed,
+        return generation_result(
+            pending.request,
             num_output_tokens,
-            self.options.vocab_size,
-        )
-        return GenerationResult(
-            request_id=request.request_id,
-            output_token_ids=ids,
-            output_logprobs=logprobs,
-            finish_reason=finish_reason,
-            num_prompt_tokens=len(request.input_token_ids),
-            num_cached_tokens=done.num_cached_tokens if done else 0,
-            num_recomputed_tokens=done.num_recomputed_tokens if done else 0,
-            queue_s=done.queue_s if done else 0.0,
-            prefill_s=done.prefill_s if done else 0.0,
-            decode_s=done.decode_s if done else 0.0,
-            num_preemptions=done.num_preemptions if done else 0,
+            finish_reason,
+            done,
+            default_seed=self.options.seed,
+            vocab_size=self.options.vocab_size,
         )
 
     def _fail(self, request_id: str, error: Exception) -> None:

@@ -99,11 +99,18 @@ class Environment(Protocol):
         ...
 
 
-class Phase(enum.Enum):
+class CallOrderState(enum.Enum):
+    """Which call an environment accepts next (``EnvironmentBase`` enforces the order); not a
+    trajectory's lifecycle phase (``heddle.events.TrajectoryPhase``), only its environment's."""
+
     NEW = "new"
+    """Only ``reset``."""
     AWAITING_GENERATION = "awaiting_generation"
+    """Only ``step`` (a generation's text)."""
     AWAITING_TOOL = "awaiting_tool"
+    """Only ``observe`` (the result of the tool call the last ``step`` asked for)."""
     DONE = "done"
+    """The episode ended: no call."""
 
 
 TaskT = TypeVar("TaskT")
@@ -117,7 +124,7 @@ class EnvironmentBase(Generic[TaskT]):
     name = ""
 
     def __init__(self) -> None:
-        self.phase = Phase.NEW
+        self.call_state = CallOrderState.NEW
         self.num_generations = 0
         self._task: TaskT | None = None
 
@@ -128,35 +135,35 @@ class EnvironmentBase(Generic[TaskT]):
         return self._task
 
     def reset(self, task: Task) -> Observation:
-        if self.phase is not Phase.NEW:
+        if self.call_state is not CallOrderState.NEW:
             raise EnvironmentStateError(f"{self.name}: reset twice (use a fresh environment)")
         self._task = self._parse_task(task)
         observation = self._prompt()
-        self.phase = Phase.AWAITING_GENERATION
+        self.call_state = CallOrderState.AWAITING_GENERATION
         return observation
 
     def step(self, text: str) -> StepOutcome:
-        self._expect(Phase.AWAITING_GENERATION, "step")
+        self._expect(CallOrderState.AWAITING_GENERATION, "step")
         self.num_generations += 1
         return self._advance(self._step(text))
 
     def observe(self, result: ToolReturned) -> StepOutcome:
-        self._expect(Phase.AWAITING_TOOL, "observe")
+        self._expect(CallOrderState.AWAITING_TOOL, "observe")
         return self._advance(self._observe(result))
 
-    def _expect(self, phase: Phase, method: str) -> None:
-        if self.phase is not phase:
+    def _expect(self, state: CallOrderState, method: str) -> None:
+        if self.call_state is not state:
             raise EnvironmentStateError(
-                f"{self.name}: {method} called while {self.phase.value.replace('_', ' ')}"
+                f"{self.name}: {method} called while {self.call_state.value.replace('_', ' ')}"
             )
 
     def _advance(self, outcome: StepOutcome) -> StepOutcome:
         if outcome.done:
-            self.phase = Phase.DONE
+            self.call_state = CallOrderState.DONE
         elif outcome.tool_request is not None:
-            self.phase = Phase.AWAITING_TOOL
+            self.call_state = CallOrderState.AWAITING_TOOL
         else:
-            self.phase = Phase.AWAITING_GENERATION
+            self.call_state = CallOrderState.AWAITING_GENERATION
         return outcome
 
     def _parse_task(self, task: Task) -> TaskT:

@@ -25,8 +25,8 @@ from heddle.workers.tools.sandbox import (
     SandboxProcess,
     SandboxRequest,
     SandboxResult,
-    resolve_isolation,
 )
+from heddle.workers.tools.sandbox_calls import resolve_isolation
 
 _SPAWN_RETRY_S = 1.0
 """Pause after a failed spawn before the pool tries again."""

@@ -3,48 +3,42 @@
 ``SandboxProcess.spawn`` starts a child (``sandbox_child.py``) that parks until ``run`` sends it
 a request; ``run`` enforces the wall-clock timeout by killing the whole process group, reads
 stdout and stderr through capped buffers, and classifies the outcome from the child's status
-record. A process serves exactly one call; the pool (``pool.py``) keeps spawned ones parked.
+record (``sandbox_protocol``). A process serves exactly one call; the pool (``pool.py``) keeps
+spawned ones parked; a cold call without a pool, and the isolation probe, are in
+``sandbox_calls``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
 
 import msgspec
 
-from heddle.events.base import ToolStatus
 from heddle.workers.tools.isolation import (
-    ISOLATED_LEVELS,
     Isolation,
-    IsolationLevel,
-    bwrap_candidate,
     kill_uid_processes,
-    namespace_candidate,
-    process_isolation,
 )
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.output import CappedBuffer, pump
-from heddle.workers.tools.sandbox_child import (
-    EXIT_MEMORY_LIMIT,
-    EXIT_SETUP_FAILED,
-    READY_MARKER,
+from heddle.workers.tools.sandbox_child import READY_MARKER
+from heddle.workers.tools.sandbox_protocol import (
+    SandboxRequest,
+    SandboxResult,
+    StatusRecord,
+    classify,
+    request_payload,
+    status_decoder,
 )
 
 log = logging.getLogger(__name__)
 
-SandboxMode = Literal["python", "unit_tests"]
 _DRAIN_GRACE_S = 1.0
 """How long output pipes may stay open after the call's process group died (escaped children
 in process isolation); then reading stops."""
@@ -62,82 +56,6 @@ class SandboxError(RuntimeError):
 
 class SandboxBroken(SandboxError):
     """A parked process was gone when a call arrived; a fresh one can take the call."""
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxRequest:
-    code: str
-    """Python source (``python``) or test module source (``unit_tests``)."""
-    mode: SandboxMode = "python"
-    files: Mapping[str, str] = field(default_factory=dict)
-    """Files written into the scratch dir before the code runs (relative names only)."""
-    timeout_s: float | None = None
-    """The caller's wall-clock limit, capped by the sandbox's own."""
-
-    def __post_init__(self) -> None:
-        for name in self.files:
-            normal = os.path.normpath(name)
-            if not name or os.path.isabs(normal) or normal.split(os.sep)[0] == "..":
-                raise ValueError(f"file name {name!r} must be relative and inside the scratch dir")
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxResult:
-    status: ToolStatus
-    exit_code: int | None
-    """Exit status of the code's process; ``-N`` when killed by signal N; None on timeout."""
-    stdout: str
-    stderr: str
-    duration_s: float
-    reason: str = ""
-    """Why it was not ``ok``, in words (``CPU-time limit``, ``memory limit``, ...)."""
-    cpu_s: float = 0.0
-    max_rss_bytes: int = 0
-    num_dropped_bytes: int = 0
-    """Output bytes beyond the cap (stdout and stderr together) that were read and dropped."""
-
-
-class StatusRecord(msgspec.Struct, frozen=True):
-    """What the child's waiter reports about the code's process (see ``sandbox_child``)."""
-
-    exit_code: int | None
-    signal: int | None
-    cpu_s: float
-    max_rss_bytes: int
-    wall_s: float
-
-
-_status_decoder = msgspec.json.Decoder(StatusRecord)
-
-
-def classify(
-    record: StatusRecord | None, *, timed_out: bool, returncode: int | None, limits: SandboxLimits
-) -> tuple[ToolStatus, int | None, str]:
-    """(status, exit_code, reason) of a finished call."""
-    if timed_out:
-        return "timeout", None, f"wall-clock limit of {limits.timeout_s:g} s"
-    if record is None:
-        status: ToolStatus = "killed" if (returncode or 0) < 0 else "error"
-        return status, returncode, f"sandbox process ended without a report ({returncode})"
-    if record.signal is not None:
-        return "killed", -record.signal, _signal_reason(record, limits)
-    if record.exit_code == EXIT_MEMORY_LIMIT:
-        return "killed", record.exit_code, f"memory limit of {limits.max_memory_bytes} bytes"
-    if record.exit_code == EXIT_SETUP_FAILED:
-        return "error", record.exit_code, "sandbox setup failed (see stderr)"
-    if record.exit_code == 0:
-        return "ok", 0, ""
-    return "error", record.exit_code, f"exit code {record.exit_code}"
-
-
-def _signal_reason(record: StatusRecord, limits: SandboxLimits) -> str:
-    assert record.signal is not None
-    cpu_limit_s = max(1, int(limits.max_cpu_s + 0.999))
-    if record.signal == signal.SIGXCPU or (
-        record.signal == signal.SIGKILL and record.cpu_s >= cpu_limit_s
-    ):
-        return f"CPU-time limit of {cpu_limit_s} s"
-    return f"killed by {signal.Signals(record.signal).name}"
 
 
 class SandboxProcess:
@@ -222,7 +140,7 @@ class SandboxProcess:
         tasks = [asyncio.create_task(reader) for reader in readers]
         started = time.monotonic()
         try:
-            await self._send(_request_payload(request, limits, uid, scratch_dir))
+            await self._send(request_payload(request, limits, uid, scratch_dir))
             timed_out = await self._wait(limits.timeout_s)
             duration_s = time.monotonic() - started
             await self._reap(uid)
@@ -310,7 +228,7 @@ class SandboxProcess:
         if not chunks:
             return None
         try:
-            return _status_decoder.decode(b"".join(chunks))
+            return status_decoder.decode(b"".join(chunks))
         except msgspec.DecodeError:
             return None
 
@@ -333,26 +251,6 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _request_payload(
-    request: SandboxRequest, limits: SandboxLimits, uid: int | None, scratch_dir: str
-) -> bytes:
-    message = {
-        "mode": request.mode,
-        "code": request.code,
-        "files": dict(request.files),
-        "uid": uid,
-        "scratch_dir": scratch_dir,
-        "limits": {
-            "max_cpu_s": limits.max_cpu_s,
-            "max_memory_bytes": limits.max_memory_bytes,
-            "max_processes": limits.max_processes,
-            "max_file_bytes": limits.max_file_bytes,
-            "max_open_files": limits.max_open_files,
-        },
-    }
-    return json.dumps(message).encode()
-
-
 async def _finish_readers(tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
 
@@ -360,85 +258,3 @@ async def _finish_readers(tasks: list[asyncio.Task[None]]) -> None:
 def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
-
-
-async def run_once(
-    request: SandboxRequest,
-    config: SandboxConfig,
-    isolation: Isolation | None = None,
-    uid: int | None = None,
-) -> SandboxResult:
-    """A cold call: spawn a process for ``request`` alone (no pool). Concurrent callers pass
-    distinct ``uid``s (a ``UidAllocator``); the default is one uid per calling process."""
-    isolation = isolation or await resolve_isolation(config)
-    process = await SandboxProcess.spawn(isolation, config)
-    if not isolation.drops_privileges:
-        uid = None
-    elif uid is None:
-        uid = config.uid_base + os.getpid() % config.num_uids
-    try:
-        return await process.run(request, config.limits, uid)
-    finally:
-        await process.discard()
-
-
-_PROBE_CODE = (
-    "import socket\n"
-    "sock = socket.socket()\n"
-    "sock.settimeout(5)\n"
-    "print('connected' if sock.connect_ex(('127.0.0.1', {port})) == 0 else 'refused')\n"
-)
-UNISOLATED_HINT = (
-    "model code would run unisolated (process level: it can reach the network and the "
-    "filesystem); fix one of these, or allow that explicitly (--allow-unisolated)"
-)
-
-
-async def resolve_isolation(config: SandboxConfig) -> Isolation:
-    """The isolation to use. A named level is used only when a probe call shows it works
-    (``SandboxError`` otherwise); ``process`` is taken as asked. ``auto`` tries namespace, then
-    bwrap; when neither works it falls back to process only with ``config.allow_unisolated``
-    (and logs a warning), else raises ``SandboxError`` naming why each level failed."""
-    if config.isolation == "process":
-        return process_isolation()
-    levels = ISOLATED_LEVELS if config.isolation == "auto" else (config.isolation,)
-    problems = []
-    for level in levels:
-        candidate, problem = _candidate(level, config)
-        if candidate is not None:
-            problem = await _probe(candidate, config)
-            if not problem:
-                return candidate
-        problems.append(f"{level}: {problem}")
-    if config.isolation != "auto":
-        raise SandboxError(f"{config.isolation} isolation is not available here: {problem}")
-    if not config.allow_unisolated:
-        raise SandboxError(
-            f"no sandbox isolation works here ({'; '.join(problems)}); {UNISOLATED_HINT}"
-        )
-    log.warning("sandbox runs UNISOLATED (process level), as allowed: %s", "; ".join(problems))
-    return process_isolation()
-
-
-def _candidate(level: IsolationLevel, config: SandboxConfig) -> tuple[Isolation | None, str]:
-    if level == "namespace":
-        return namespace_candidate(), "it needs root and util-linux 'unshare'"
-    return bwrap_candidate(config.hidden_paths), "it needs bubblewrap ('bwrap' on PATH)"
-
-
-async def _probe(candidate: Isolation, config: SandboxConfig) -> str:
-    """'' when a real call works in ``candidate`` and cannot reach a port listening on the
-    host's loopback, else why not."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        code = _PROBE_CODE.format(port=listener.getsockname()[1])
-        try:
-            result = await run_once(SandboxRequest(code=code), config, candidate)
-        except SandboxError as exc:
-            return str(exc)
-    if result.status != "ok":
-        return f"probe call ended {result.status}: {result.reason} {result.stderr[-300:]}"
-    if result.stdout.strip() != "refused":
-        return f"probe call reached the network ({result.stdout.strip()})"
-    return ""

@@ -363,7 +363,7 @@ async def test_the_wire_body_carries_int_priority_and_no_logprob_start_len(
         "top_p": 1.0,
         "ignore_eos": True,
     }
-    assert len(sent["rid"]) == len(engine._next_rid())  # fixed width: never a prefix
+    assert len(sent["rid"]) == len(engine._segments.next_rid())  # fixed width: never a prefix
 
 
 def _greedy() -> SamplingParams:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.workers.engines.sglang.client import RetryPolicy
+from heddle.workers.engines.sglang.http import error_text
 from heddle.workers.engines.sglang.protocol import (
     MAX_PRIORITY,
     GenerateBody,
@@ -21,7 +22,6 @@ from heddle.workers.engines.sglang.protocol import (
     decode_output,
     decode_server_info,
     encode,
-    error_text,
     to_priority,
 )
 

@@ -14,7 +14,8 @@ import pytest
 
 from heddle.workers.tools.isolation import Isolation, process_isolation
 from heddle.workers.tools.limits import SandboxConfig
-from heddle.workers.tools.sandbox import SandboxError, resolve_isolation
+from heddle.workers.tools.sandbox import SandboxError
+from heddle.workers.tools.sandbox_calls import resolve_isolation
 
 REQUIRED_ISOLATION = {
     level.strip() for level in os.environ.get("HEDDLE_REQUIRE_ISOLATION", "").split(",") if level

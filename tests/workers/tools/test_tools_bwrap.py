@@ -20,17 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from heddle.workers.tools import sandbox
+from heddle.workers.tools import sandbox_calls
 from heddle.workers.tools.bwrap import bwrap_arguments
 from heddle.workers.tools.isolation import CHILD_SCRIPT, Isolation, bwrap_candidate
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
-from heddle.workers.tools.sandbox import (
-    SandboxError,
-    SandboxRequest,
-    SandboxResult,
-    resolve_isolation,
-    run_once,
-)
+from heddle.workers.tools.sandbox import SandboxError, SandboxRequest, SandboxResult
+from heddle.workers.tools.sandbox_calls import resolve_isolation, run_once
 from heddle.workers.tools.sandbox_child import hidden_ancestor
 
 NOBODY = 65534
@@ -221,8 +216,8 @@ async def test_auto_refuses_to_run_unisolated_unless_allowed(
 ) -> None:
     """With no isolated level available, ``auto`` is an error naming each level's problem;
     ``allow_unisolated`` turns it into process isolation."""
-    monkeypatch.setattr(sandbox, "namespace_candidate", lambda: None)
-    monkeypatch.setattr(sandbox, "bwrap_candidate", lambda hidden: None)
+    monkeypatch.setattr(sandbox_calls, "namespace_candidate", lambda: None)
+    monkeypatch.setattr(sandbox_calls, "bwrap_candidate", lambda hidden: None)
     with pytest.raises(SandboxError, match=r"namespace: .*bwrap: .*--allow-unisolated"):
         await resolve_isolation(SandboxConfig())
     allowed = await resolve_isolation(SandboxConfig(allow_unisolated=True))

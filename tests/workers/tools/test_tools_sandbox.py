@@ -10,8 +10,9 @@ import pytest
 
 from heddle.workers.tools.isolation import Isolation
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
-from heddle.workers.tools.sandbox import SandboxMode, SandboxRequest, SandboxResult, run_once
+from heddle.workers.tools.sandbox_calls import run_once
 from heddle.workers.tools.sandbox_child import runtime_dirs
+from heddle.workers.tools.sandbox_protocol import SandboxMode, SandboxRequest, SandboxResult
 
 LIMITS = SandboxLimits(
     timeout_s=10.0,

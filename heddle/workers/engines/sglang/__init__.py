@@ -1,7 +1,9 @@
 """The ``sglang`` engine: drives a SGLang server over its native HTTP API (never imports sglang).
 
-Modules, one concept each: ``protocol`` (wire structs), ``client`` (HTTP client with retries),
-``local_queue`` (pure local priority queue), ``job`` (one generation as segments), ``engine`` (the
-Engine protocol), ``supervisor`` (child-process supervision), ``launcher`` (launch command and the
-registry factory), ``options`` (the registry's options dataclass).
+Modules, one concept each: ``protocol`` (wire structs), ``client`` (HTTP client with retries;
+``http``: its errors, retry policy and response checks),
+``local_queue`` (pure local priority queue), ``job`` (one generation as segments), ``segments``
+(submitting one segment to the server), ``engine`` (the Engine protocol), ``routed`` (generation
+through ``sglang-router``), ``supervisor`` (child-process supervision), ``launcher`` (launch
+command and the registry factory), ``options`` (the registry's options dataclass).
 """

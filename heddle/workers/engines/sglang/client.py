@@ -1,7 +1,7 @@
 """An async HTTP client of one SGLang server's native API (``/generate``, ``/abort_request``,
 ``/v1/loads``, ``/server_info``, ``/ready``).
 
-Failure contract:
+Failure contract (``http``: the errors, retry policy and response checks):
 - HTTP 503 and connection failures (the request never reached the server) are retried with
   exponential backoff, up to ``RetryPolicy.max_retries`` times; then ``SglangUnavailable``.
   A 503 refusing a ``priority`` (a server without priority scheduling that aborts on one) is
@@ -16,14 +16,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx
 import msgspec
 
-from heddle.workers.engines.base import EngineError
 from heddle.workers.engines.sglang import protocol
+from heddle.workers.engines.sglang.http import (
+    ClientTimeouts,
+    Retriable,
+    RetryPolicy,
+    SglangError,
+    SglangUnavailable,
+    checked,
+    decode,
+    routing_headers,
+    sse_payloads,
+)
 from heddle.workers.engines.sglang.protocol import (
     AbortBody,
     GenerateBody,
@@ -40,52 +49,7 @@ SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 """Current name first; the ``/get_*`` name is the deprecated one older servers still serve."""
 
 T = TypeVar("T")
-
-
-class SglangError(EngineError):
-    """The SGLang server refused or failed a call; the message is the server's own."""
-
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
-class SglangUnavailable(SglangError):
-    """The server could not be reached, or kept answering 503, after every retry."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    max_retries: int = 5
-    """Retries after the first attempt (0: fail at once)."""
-    backoff_initial_s: float = 0.2
-    """Wait before the first retry; doubles at each retry."""
-    backoff_max_s: float = 5.0
-    """Ceiling of one wait."""
-
-    def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.backoff_initial_s < 0 or self.backoff_max_s < 0:
-            raise ValueError("retry counts and backoff times must be >= 0")
-
-    def delay_s(self, retry_index: int) -> float:
-        """The wait before retry number ``retry_index`` (0-based)."""
-        return min(self.backoff_max_s, self.backoff_initial_s * 2.0**retry_index)
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTimeouts:
-    connect_s: float = 10.0
-    """Opening a connection."""
-    request_s: float = 3600.0
-    """Longest wait for a response or the next streamed frame (a long generation)."""
-    control_s: float = 30.0
-    """Control calls: abort, loads, server info, readiness."""
-
-
-class _Retriable(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+_JSON = {"content-type": "application/json"}
 
 
 class SglangClient:
@@ -130,11 +94,11 @@ class SglangClient:
         ``routing_key`` goes out as ``X-SMG-Routing-Key`` (an ``sglang-router`` routes
         consistent hashing on it)."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=False))
-        headers = _routing(routing_key)
+        headers = routing_headers(routing_key)
         response = await self._with_retries(
             lambda: self._send_once("POST", "/generate", payload, headers=headers)
         )
-        return _decode(protocol.decode_output, response.content, "/generate")
+        return decode(protocol.decode_output, response.content, "/generate")
 
     async def generate_stream(
         self, body: GenerateBody, *, routing_key: str = ""
@@ -143,11 +107,11 @@ class SglangClient:
         (frames are merged when the server streams deltas); the last one is finished."""
         payload = protocol.encode(msgspec.structs.replace(body, stream=True))
         merger = protocol.StreamMerger(incremental=self.incremental_streaming)
-        async with self._open_stream(payload, _routing(routing_key)) as response:
-            async for data in _sse_payloads(response):
+        async with self._open_stream(payload, routing_headers(routing_key)) as response:
+            async for data in sse_payloads(response):
                 if data == "[DONE]":
                     return
-                frame = _decode(protocol.decode_frame, data.encode(), "/generate stream")
+                frame = decode(protocol.decode_frame, data.encode(), "/generate stream")
                 if frame.error is not None:
                     raise SglangError(frame.error.message or "stream error", status_code=400)
                 yield merger.add(frame.to_output())
@@ -170,23 +134,23 @@ class SglangClient:
         response = await self._with_retries(
             lambda: self._send_once("POST", path, payload, timeout_s=self.timeouts.request_s)
         )
-        reply = _decode(protocol.decode_update_weights, response.content, path)
+        reply = decode(protocol.decode_update_weights, response.content, path)
         if not reply.success:
             raise SglangError(f"SGLang {path} failed: {reply.message}", status_code=400)
         return reply
 
     async def loads(self) -> LoadsReport:
         response = await self._control_get(("/v1/loads",))
-        return _decode(protocol.decode_loads, response.content, "/v1/loads")
+        return decode(protocol.decode_loads, response.content, "/v1/loads")
 
     async def server_info(self) -> ServerInfo:
         response = await self._control_get(SERVER_INFO_PATHS)
-        return _decode(protocol.decode_server_info, response.content, "/server_info")
+        return decode(protocol.decode_server_info, response.content, "/server_info")
 
     async def router_workers(self) -> list[str]:
         """The server URLs of the ``sglang-router`` this client talks to (``GET /workers``)."""
         response = await self._control_get(("/workers",))
-        listing = _decode(protocol.decode_router_workers, response.content, "/workers")
+        listing = decode(protocol.decode_router_workers, response.content, "/workers")
         return [worker.url for worker in listing.workers]
 
     async def is_ready(self) -> bool:
@@ -222,7 +186,7 @@ class SglangClient:
         missing_ok: bool = False,
         headers: dict[str, str] | None = None,
     ) -> httpx.Response:
-        """One attempt. Refused connections and 503 raise ``_Retriable``; other failures raise
+        """One attempt. Refused connections and 503 raise ``Retriable``; other failures raise
         ``SglangError``; a 404 returns as is when ``missing_ok`` (the caller tries another
         path). A streamed response is returned open."""
         request = self._http.build_request(
@@ -235,7 +199,7 @@ class SglangClient:
         try:
             response = await self._http.send(request, stream=stream)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Retriable(f"cannot connect: {exc}") from exc
+            raise Retriable(f"cannot connect: {exc}") from exc
         except httpx.HTTPError as exc:
             raise SglangError(f"{method} {path} failed: {exc!r}") from exc
         if stream and response.status_code >= 400:
@@ -243,7 +207,7 @@ class SglangClient:
             await response.aclose()
         if missing_ok and response.status_code == 404:
             return response
-        return _checked(response, path)
+        return checked(response, path)
 
     @asynccontextmanager
     async def _open_stream(
@@ -284,54 +248,10 @@ class SglangClient:
                 await asyncio.sleep(self.retry.delay_s(retry_index - 1))
             try:
                 return await attempt()
-            except _Retriable as exc:
+            except Retriable as exc:
                 last_reason = exc.reason
         raise SglangUnavailable(
             f"SGLang server at {self.base_url} unavailable after "
             f"{self.retry.max_retries + 1} attempts: {last_reason}",
             status_code=503 if "503" in last_reason else None,
         )
-
-
-_JSON = {"content-type": "application/json"}
-ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
-
-
-def _routing(routing_key: str) -> dict[str, str]:
-    return {ROUTING_KEY_HEADER: routing_key} if routing_key else {}
-
-
-_PERMANENT_503 = ("priority is disabled",)
-"""503 answers that a retry cannot change (``--abort-on-priority-when-disabled``)."""
-
-
-def _checked(response: httpx.Response, path: str) -> httpx.Response:
-    if response.status_code == 503:
-        message = protocol.error_text(503, response.content)
-        if not any(text in message for text in _PERMANENT_503):
-            raise _Retriable(f"HTTP 503: {message}")
-    if response.status_code >= 400:
-        message = protocol.error_text(response.status_code, response.content)
-        raise SglangError(
-            f"SGLang {path} answered HTTP {response.status_code}: {message}",
-            status_code=response.status_code,
-        )
-    return response
-
-
-def _decode(decoder: Callable[[bytes], T], content: bytes, what: str) -> T:
-    try:
-        return decoder(content)
-    except msgspec.DecodeError as exc:
-        raise SglangError(f"unexpected {what} response from SGLang: {exc}") from exc
-
-
-async def _sse_payloads(response: httpx.Response) -> AsyncIterator[str]:
-    """The payloads of the SSE ``data:`` lines (blank lines, comments and other fields skipped).
-    A connection lost mid-stream raises ``SglangError``."""
-    try:
-        async for line in response.aiter_lines():
-            if line.startswith("data:"):
-                yield line[5:].strip()
-    except httpx.HTTPError as exc:
-        raise SglangError(f"SGLang stream broke off: {exc!r}") from exc

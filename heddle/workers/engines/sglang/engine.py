@@ -18,13 +18,10 @@ HiCache store (docs/sglang.md).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
@@ -42,14 +39,13 @@ from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Pre
 from heddle.workers.engines.sglang.options import EngineSettings
 from heddle.workers.engines.sglang.protocol import (
     GenerateBody,
-    GenerateOutput,
     LoadsReport,
     SamplingParamsWire,
     ServerInfo,
     UpdateWeightsBody,
-    to_priority,
 )
 from heddle.workers.engines.sglang.routed import RouterTarget
+from heddle.workers.engines.sglang.segments import SegmentRunner
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +66,11 @@ class SglangEngine:
         self.router = router
         """Generation goes through this ``sglang-router`` when set (``routed.py``)."""
         self._clock = clock
-        self._rid_prefix = f"hd{secrets.token_hex(4)}"
-        self._num_rids = 0
+        self._segments = SegmentRunner(client, settings, clock, router)
         self._jobs: dict[str, Job] = {}
         self._queue: AdmissionQueue | None = None
         self._info = ServerInfo()
         self._max_kv_tokens = 0
-        self._background: set[asyncio.Task[None]] = set()
         self.loaded_weights: UpdateWeightsBody | None = None
         """The last weights loaded through ``load_weights`` (None: the launch weights)."""
 
@@ -103,7 +97,7 @@ class SglangEngine:
     async def start(self) -> None:
         """Wait for the server, read its model, TP degree and capacity; size the admission queue."""
         await self.client.wait_ready(self.settings.ready_timeout_s)
-        self._info = await self.client.server_info()
+        self._info = self._segments.info = await self.client.server_info()
         loads = await self.client.loads()
         self._max_kv_tokens = loads.max_total_num_tokens or self._info.max_total_num_tokens or 0
         max_running = (
@@ -146,9 +140,8 @@ class SglangEngine:
             job.abort_requested = True
             job.wake.set()
             if job.rid is not None:
-                await self._abort_quietly(job.rid)
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+                await self._segments.abort_quietly(job.rid)
+        await self._segments.close()
         await self.client.close()
         if self.router is not None:
             await self.router.close()
@@ -177,7 +170,7 @@ class SglangEngine:
         job.abort_requested = True
         job.wake.set()
         if job.rid is not None:
-            await self._abort_quietly(job.rid)
+            await self._segments.abort_quietly(job.rid)
 
     async def set_priority(self, request_id: str, priority: float) -> None:
         """Re-rank a waiting request locally; a running one is preempted only if a waiting
@@ -220,7 +213,7 @@ class SglangEngine:
         body = GenerateBody(
             input_ids=list(input_token_ids),
             sampling_params=SamplingParamsWire(max_new_tokens=0),
-            rid=self._next_rid(),
+            rid=self._segments.next_rid(),
             extra_key=self.settings.extra_key,
         )
         output = await self.client.generate(body)
@@ -252,7 +245,7 @@ class SglangEngine:
                 continue
             if job.phase is not JobPhase.RUNNING:
                 continue
-            output = await self._run_segment(job)
+            output = await self._segments.run(job)
             reason = finish_reason_of(output)
             if reason != "abort" or job.abort_requested:
                 return job.result(reason)
@@ -261,56 +254,6 @@ class SglangEngine:
             if job.remaining_tokens == 0:
                 return job.result("length")
             self._requeue(job)
-
-    async def _run_segment(self, job: Job) -> GenerateOutput:
-        job.queue_s += self._clock() - job.enqueued_at_s
-        job.rid = self._next_rid()
-        body = job.segment_body(
-            job.rid,
-            priority=self._server_priority(job.request.priority),
-            return_logprob=self.settings.return_logprob,
-            extra_key=self.settings.extra_key,
-        )
-        started_s = self._clock()
-        try:
-            output = await self._submit(job, body, started_s)
-        except BaseException:
-            # Cancelled or failed mid-request: make sure the server stops generating it.
-            self._spawn(self._abort_quietly(body.rid))
-            raise
-        finally:
-            job.rid = None
-            job.decode_s += self._clock() - started_s
-        job.absorb(output, with_logprobs=self.settings.return_logprob)
-        return output
-
-    async def _submit(self, job: Job, body: GenerateBody, started_s: float) -> GenerateOutput:
-        latest = GenerateOutput()
-        generator = self.router.router if self.router else self.client
-        # Behind a router the trajectory is the session a consistent-hash policy keys on.
-        key = job.request.trajectory_id if self.router else ""
-        try:
-            if not self.settings.stream:
-                return await generator.generate(body, routing_key=key)
-            async for frame in generator.generate_stream(body, routing_key=key):
-                if not latest.output_ids and frame.output_ids:
-                    job.prefill_s += self._clock() - started_s  # time to the first token
-                latest = frame
-        except EngineError:
-            # Some SGLang versions answer an aborted request with an error (400, 500, or an
-            # error frame) instead of 200: then the partial output is what was streamed (none
-            # without streaming; the resubmission regenerates it).
-            if not (job.abort_requested or job.phase is JobPhase.DRAINING):
-                raise
-        return latest
-
-    def _server_priority(self, priority: float) -> int | None:
-        """SGLang's priority, or None when the server runs without priority scheduling (it may
-        reject a priority then)."""
-        if not self._info.enable_priority_scheduling:
-            return None
-        value = to_priority(priority, self.settings.priority_scale)
-        return -value if self._info.schedule_low_priority_values_first else value
 
     def _dispatch(self) -> None:
         """Apply the admission queue's decisions."""
@@ -328,7 +271,7 @@ class SglangEngine:
     def _start_draining(self, job: Job) -> None:
         job.phase = JobPhase.DRAINING
         if job.rid is not None:
-            self._spawn(self._abort_quietly(job.rid))
+            self._segments.abort_in_background(job.rid)
         else:
             job.wake.set()
 
@@ -338,22 +281,6 @@ class SglangEngine:
         job.num_preemptions += 1
         job.enqueued_at_s = self._clock()
         self._dispatch()
-
-    async def _abort_quietly(self, rid: str) -> None:
-        try:
-            await (self.router or self.client).abort(rid)
-        except EngineError as exc:
-            log.warning("abort of %s failed: %s", rid, exc)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def _next_rid(self) -> str:
-        """Fixed width and unique, so no rid is a prefix of another (SGLang aborts by prefix)."""
-        self._num_rids += 1
-        return f"{self._rid_prefix}-{self._num_rids:012d}"
 
     def _require_queue(self) -> AdmissionQueue:
         if self._queue is None:

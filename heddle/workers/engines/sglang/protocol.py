@@ -18,8 +18,6 @@ Only this package knows these shapes. We never import sglang.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 MAX_PRIORITY = 2**31 - 1
@@ -222,45 +220,6 @@ class RouterWorkers(msgspec.Struct, frozen=True, kw_only=True):
     """``GET /workers`` of an ``sglang-router`` (0.3.x): the servers it routes to."""
 
     workers: list[RouterWorker] = []
-
-
-class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    """The error shapes SGLang answers with: ``{"error": {"message"}}``, ``{"detail"}`` (FastAPI:
-    a string, or a list of validation errors), or a plain ``{"message"}``."""
-
-    error: ErrorDetail | str | None = None
-    detail: Any = None
-    message: str | None = None
-
-    def text(self) -> str | None:
-        if isinstance(self.error, ErrorDetail) and self.error.message:
-            return self.error.message
-        if isinstance(self.error, str) and self.error:
-            return self.error
-        if isinstance(self.detail, str):
-            return self.detail
-        if isinstance(self.detail, list):
-            return "; ".join(_validation_item(item) for item in self.detail)
-        return self.message
-
-
-def _validation_item(item: Any) -> str:
-    if isinstance(item, dict):
-        location = ".".join(str(part) for part in item.get("loc", ()))
-        return f"{location}: {item.get('msg', item)}"
-    return str(item)
-
-
-def error_text(status_code: int, body: bytes) -> str:
-    """The server's own message for an error response, else its raw text (shortened)."""
-    try:
-        message = msgspec.json.decode(body, type=ErrorBody).text()
-    except msgspec.DecodeError:
-        message = None
-    if message:
-        return message
-    raw = body.decode("utf-8", errors="replace").strip()
-    return raw[:500] or f"HTTP {status_code} with an empty body"
 
 
 class StreamMerger:

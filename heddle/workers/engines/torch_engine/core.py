@@ -30,6 +30,7 @@ from heddle.workers.engines.torch_engine.scheduler import (
 )
 from heddle.workers.engines.torch_engine.sequence import SeqStatus, Sequence
 from heddle.workers.engines.torch_engine.stats import Counters, EngineStats
+from heddle.workers.engines.torch_engine.validation import check_request
 from heddle.workers.engines.torch_engine.weights import copy_state_dict
 
 
@@ -64,26 +65,11 @@ class EngineCore:
 
     def validate(self, request: GenerationRequest) -> None:
         """Raise ``ValueError`` naming what is wrong with ``request`` for this engine."""
-        prompt = request.input_token_ids
-        if not prompt:
-            raise ValueError(f"request {request.request_id}: input_token_ids is empty")
-        if min(prompt) < 0 or max(prompt) >= self.model.vocab_size:
-            raise ValueError(
-                f"request {request.request_id}: token ids must be in [0, {self.model.vocab_size})"
-            )
-        if request.max_new_tokens < 0:
-            raise ValueError(f"request {request.request_id}: max_new_tokens must be >= 0")
-        sampling = request.sampling
-        if sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
-            raise ValueError(
-                f"request {request.request_id}: need temperature >= 0 and 0 < top_p <= 1"
-            )
-        limit = min(self.options.max_kv_tokens, self.model.max_positions)
-        if len(prompt) + 1 > limit:
-            raise ValueError(
-                f"request {request.request_id}: {len(prompt)} prompt tokens exceed this engine's "
-                f"capacity of {limit - 1} (max_kv_tokens / model context)"
-            )
+        check_request(
+            request,
+            vocab_size=self.model.vocab_size,
+            max_tokens=min(self.options.max_kv_tokens, self.model.max_positions),
+        )
 
     def submit(self, request: GenerationRequest) -> None:
         self.validate(request)
@@ -297,21 +283,4 @@ class EngineCore:
         )
 
     def stats(self) -> EngineStats:
-        counters, moves = self._counters, self.kv.stats
-        return EngineStats(
-            num_steps=counters.num_steps,
-            num_decode_steps=counters.num_decode_steps,
-            num_decoded_tokens=counters.num_decoded_tokens,
-            num_prefilled_tokens=counters.num_prefilled_tokens,
-            num_recomputed_tokens=counters.num_recomputed_tokens,
-            num_restored_tokens=moves.num_restored_tokens,
-            num_preemptions=counters.num_preemptions,
-            num_evictions=self.kv.store.num_evictions,
-            prefill_s=counters.prefill_s,
-            recompute_s=counters.recompute_s,
-            decode_s=counters.decode_s,
-            restore_s=moves.restore_s,
-            park_s=moves.park_s,
-            decode_s_by_batch=dict(counters.decode_s_by_batch),
-            num_decode_steps_by_batch=dict(counters.num_decode_steps_by_batch),
-        )
+        return self._counters.snapshot(self.kv.stats, num_evictions=self.kv.store.num_evictions)

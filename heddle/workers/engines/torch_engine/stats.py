@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from heddle.workers.engines.torch_engine.kv_manager import KVMoveStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +56,23 @@ class Counters:
         by_batch[batch_size] = by_batch.get(batch_size, 0.0) + elapsed_s
         steps = self.num_decode_steps_by_batch
         steps[batch_size] = steps.get(batch_size, 0) + 1
+
+    def snapshot(self, moves: KVMoveStats, *, num_evictions: int) -> EngineStats:
+        """The totals so far, with the KV manager's moves and the prefix store's evictions."""
+        return EngineStats(
+            num_steps=self.num_steps,
+            num_decode_steps=self.num_decode_steps,
+            num_decoded_tokens=self.num_decoded_tokens,
+            num_prefilled_tokens=self.num_prefilled_tokens,
+            num_recomputed_tokens=self.num_recomputed_tokens,
+            num_restored_tokens=moves.num_restored_tokens,
+            num_preemptions=self.num_preemptions,
+            num_evictions=num_evictions,
+            prefill_s=self.prefill_s,
+            recompute_s=self.recompute_s,
+            decode_s=self.decode_s,
+            restore_s=moves.restore_s,
+            park_s=moves.park_s,
+            decode_s_by_batch=dict(self.decode_s_by_batch),
+            num_decode_steps_by_batch=dict(self.num_decode_steps_by_batch),
+        )

@@ -1,0 +1,94 @@
+"""Publishing Heddle's messages: each on its subject, de-duplicated by its id, its largest
+arrays offloaded to bucket ``heddle-payloads`` when it is over ``max_event_bytes``
+(``heddle.bus.payloads``), and read back on the consuming side (``resolve``).
+
+``Outbox`` is what a started ``Bus`` publishes through; it owns no connection (the bus opens
+and closes the publisher and the payload store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from heddle.bus import state
+from heddle.bus.objects import PAYLOADS_BUCKET, Objects
+from heddle.bus.payloads import offload, payload_prefix, resolve
+from heddle.bus.publisher import PublishAck, Publisher
+from heddle.events import Event, ToolCall, WorkerCommand, encode
+from heddle.events.subjects import subject_for_command, subject_for_event
+
+M = TypeVar("M", bound=Event | WorkerCommand | ToolCall)
+
+PUBLISH_CHUNK = 4096
+"""Messages encoded ahead of the publisher's window (offloading an array awaits the store)."""
+
+
+class Outbox:
+    def __init__(
+        self, js: JetStreamContext, publisher: Publisher, payloads: Objects, max_event_bytes: int
+    ) -> None:
+        self.js = js
+        self.publisher = publisher
+        self.payloads = payloads
+        self.max_event_bytes = max_event_bytes
+
+    async def publish(self, message: Event | WorkerCommand | ToolCall) -> PublishAck:
+        return await self.publisher.publish(*await self._envelope(message))
+
+    async def publish_many(
+        self, messages: Iterable[Event | WorkerCommand | ToolCall]
+    ) -> list[PublishAck]:
+        """Acks in input order; at most ``PUBLISH_CHUNK`` messages encoded ahead."""
+        acks: list[PublishAck] = []
+        chunk: list[tuple[str, bytes, str]] = []
+        for message in messages:
+            chunk.append(await self._envelope(message))
+            if len(chunk) >= PUBLISH_CHUNK:
+                acks += await self.publisher.publish_many(chunk)
+                chunk = []
+        if chunk:
+            acks += await self.publisher.publish_many(chunk)
+        return acks
+
+    async def _envelope(self, message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
+        subject, data, message_id = envelope(message)
+        if len(data) > self.max_event_bytes:
+            data = await offload(
+                message,
+                data,
+                message_id=message_id,
+                max_bytes=self.max_event_bytes,
+                bucket=PAYLOADS_BUCKET,
+                put=self.payloads.put,
+            )
+        return subject, data, message_id
+
+    async def resolve(self, message: M) -> M:
+        return await resolve(message, self._get_payload)
+
+    async def _get_payload(self, bucket: str, name: str) -> bytes:
+        store = self.payloads if bucket == self.payloads.bucket else Objects(self.js, bucket)
+        return await store.get(name)
+
+    async def payload_bytes(self) -> int:
+        try:
+            return (await state.stream_state(self.js, f"OBJ_{PAYLOADS_BUCKET}")).num_bytes
+        except NotFoundError:
+            return 0
+
+    async def delete_payloads(self, rollout_id: str) -> int:
+        names = await self.payloads.names(payload_prefix(rollout_id))
+        for name in names:
+            await self.payloads.delete(name)
+        return len(names)
+
+
+def envelope(message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
+    """(subject, encoded message, its id for de-duplication)."""
+    if isinstance(message, Event):
+        return subject_for_event(message), encode(message), message.event_id
+    return subject_for_command(message), encode(message), message.command_id

@@ -1,0 +1,83 @@
+"""The control plane's periodic liveness check, beside the consumer that folds heartbeats.
+
+``LivenessChecks(bus, consumer, liveness, interval_s).run()`` subscribes to heartbeats (core
+NATS, folded in as they arrive: ``WorkerLiveness.heard``; silence counts from the subscription
+on), then every ``interval_s`` declares silent workers failed and publishes their ``WorkerFailed``
+events, but only once every event stored before the check (every heartbeat sent before it) is
+folded in: the consumer being busy (batches awaiting acknowledgement) does not delay a check,
+the consumer lagging (events stored, not yet delivered) skips it. ``on_checked`` is called
+after each check that ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from heddle.bus import Bus
+from heddle.consumers.host import DeciderConsumer
+from heddle.consumers.liveness import WorkerLiveness
+from heddle.events.subjects import EVENTS_STREAM
+
+log = logging.getLogger(__name__)
+
+_FOLD_POLL_S = 0.01
+
+
+class LivenessChecks:
+    def __init__(
+        self,
+        bus: Bus,
+        consumer: DeciderConsumer,
+        liveness: WorkerLiveness,
+        interval_s: float,
+        on_checked: Callable[[], None],
+    ) -> None:
+        self.bus = bus
+        self.consumer = consumer
+        self.liveness = liveness
+        self.interval_s = interval_s
+        self.on_checked = on_checked
+
+    async def run(self) -> None:
+        """Check every ``interval_s`` until cancelled."""
+        heartbeats = await self.bus.subscribe_heartbeats(self.liveness.heard)
+        self.liveness.start_listening(time.time())
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                await self.check_once()
+        finally:
+            with contextlib.suppress(Exception):
+                await heartbeats.unsubscribe()
+
+    async def check_once(self) -> None:
+        consumer = self.consumer
+        if not consumer.stats.is_live:
+            return
+        now_s = time.time()
+        state = await self.bus.consumer_state(EVENTS_STREAM, consumer.durable)
+        if state is None or state.num_pending:
+            return
+        if not await _folded(consumer, state.delivered_sequence, self.interval_s):
+            return
+        failures = self.liveness.check(now_s)
+        if failures:
+            for failure in failures:
+                log.warning("worker %s failed: %s", failure.worker_id, failure.reason)
+            await self.bus.publish_many(failures)
+        self.on_checked()
+
+
+async def _folded(consumer: DeciderConsumer, sequence: int, timeout_s: float) -> bool:
+    """Wait until the consumer has folded in every event up to ``sequence`` (False: it did
+    not within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while consumer.stats.position < sequence:
+        if time.monotonic() > deadline or not consumer.stats.is_live:
+            return False
+        await asyncio.sleep(_FOLD_POLL_S)
+    return True

@@ -1,0 +1,45 @@
+"""How a control plane process is configured (``ControlPlaneService``'s options; ``heddle up``
+and ``heddle control-plane`` build one from their flags). Construction checks the cost-model
+preset and the liveness timings (``ValueError`` naming the problem)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from heddle.consumers.host import HostConfig
+from heddle.consumers.predictors import PredictorConfig
+from heddle.policy.cost.model import preset
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneConfig:
+    cost_model: str = "qwen3-32b"
+    """Cost-model preset of the workers' model (placement and plans): ``heddle.policy.cost.model``
+    ``MODELS``; live workers of another model should name the closest preset."""
+    hardware: str = "h200"
+    predictor: PredictorConfig = field(default_factory=PredictorConfig)
+    seed: int = 0
+    """Seeds the random routers of baseline bundles."""
+    transfer_kv: bool = True
+    """Migrations move the KV cache (False: the target re-prefills)."""
+    worker_timeout_s: float = 10.0
+    """A worker silent this long is declared failed (its trajectories are re-placed)."""
+    liveness_check_s: float = 0.5
+    project_ledger: bool = True
+    """Run the ledger projector in this process."""
+    learn_from_ledger: bool = True
+    """Teach the predictor earlier rollouts' completed trajectories from the ledger at start."""
+    history: tuple[Path, ...] = ()
+    """Trace files of earlier rollouts: the predictor and the planners' ratios learn from them."""
+    host: HostConfig = field(default_factory=HostConfig)
+    status_interval_s: float = 1.0
+    metrics_port: int = 0
+    """Serve Prometheus metrics on this port (0: off; see ``heddle.observability``)."""
+    serve_operations: bool = True
+    """Serve the operations service (``nats micro ls`` lists it as ``heddle``)."""
+
+    def __post_init__(self) -> None:
+        preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
+        if not self.worker_timeout_s > 0 or not self.liveness_check_s > 0:
+            raise ValueError("worker_timeout_s and liveness_check_s must be > 0")

@@ -1,0 +1,60 @@
+"""What a step asks its engine: one generation's request, and the keys and seed it carries.
+
+``engine_key`` names a trajectory (or a group) in the engine, unique across rollouts: it is the
+prefix-cache key and the prefix of each request id (``<key>:<step, 6 digits>``). A spec without
+a seed samples with ``trajectory_seed``, the same in every process, so a step re-run elsewhere
+after a crash samples alike. A replayed observation with a target output length turns the stop
+token off (the engine generates exactly the target, ``caps.max_new_tokens``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from heddle.events import SamplingParams
+from heddle.ids import derive_id
+from heddle.workers.agent import caps
+from heddle.workers.agent.table import HostedTrajectory
+from heddle.workers.engines.base import GenerationRequest
+
+
+def engine_key(rollout_id: str, traj_id: str) -> str:
+    """The engine's trajectory id (prefix-cache key): unique across rollouts."""
+    return derive_id(rollout_id, traj_id)
+
+
+def trajectory_seed(rollout_id: str, traj_id: str) -> int:
+    """A stable per-trajectory seed when the spec gives none (same in every process)."""
+    digest = hashlib.blake2b(f"{rollout_id}:{traj_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def generation_request(
+    hosted: HostedTrajectory, context: list[int], eos_token_id: int
+) -> GenerationRequest:
+    """The request of the trajectory's current step over ``context`` (prompt, every step so far
+    and the new input)."""
+    log, spec = hosted.log, hosted.spec
+    step = log.current_step  # READY while its announcement is on its way: the next step
+    observation = hosted.next_observation
+    target = observation.target_output_tokens if observation is not None else None
+    # Step 0's announcement may still be on its way: its whole context is the prompt.
+    num_prompt = len(context) if step == 0 else log.num_prompt_tokens
+    seed = spec.sampling.seed
+    if seed is None:
+        seed = trajectory_seed(log.rollout_id, log.traj_id)
+    key = engine_key(log.rollout_id, log.traj_id)
+    return GenerationRequest(
+        request_id=f"{key}:{step:06d}",
+        trajectory_id=key,
+        input_token_ids=context,
+        max_new_tokens=caps.max_new_tokens(spec, context, num_prompt, target),
+        priority=hosted.priority,
+        sampling=SamplingParams(
+            temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed
+        ),
+        stop_token_ids=() if target is not None else (eos_token_id,),
+        target_output_tokens=target,
+        group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
+        num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
+    )

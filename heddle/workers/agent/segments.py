@@ -1,0 +1,108 @@
+"""A trajectory's *segments*: its steps run as a task outside its lock, so a ``Reprioritize`` or
+``Preempt`` reaches a generation while it runs; when the steps rest (a tool call, the end, a
+failure) a migration asked meanwhile is carried out under the lock, and the trajectory is
+*settled* (``hosted.settled`` set, ``changed`` set). An engine failure goes to
+``on_engine_failure``; while ``is_closing`` no segment starts (``WorkerStopping``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from heddle.events import ContinueTrajectory, MigrateOut, ToolReturned, TrajectoryPhase
+from heddle.workers.agent.errors import WorkerStopping
+from heddle.workers.agent.migration import Migrator
+from heddle.workers.agent.steps import StepRunner
+from heddle.workers.agent.table import CommandArrival, HostedTrajectory, TrajectoryTable
+from heddle.workers.engines.base import EngineError
+from heddle.workers.environments import StepOutcome
+
+logger = logging.getLogger(__name__)
+
+
+class Segments:
+    def __init__(
+        self,
+        *,
+        table: TrajectoryTable,
+        runner: StepRunner,
+        migrator: Migrator,
+        on_engine_failure: Callable[[EngineError], Awaitable[None]],
+    ) -> None:
+        self.table = table
+        self.runner = runner
+        self.migrator = migrator
+        self.on_engine_failure = on_engine_failure
+        self.is_closing = False
+        """Shutting down: no new step starts (``WorkerStopping``)."""
+        self.changed = asyncio.Event()
+        """Set whenever a trajectory comes to rest (a drain waits on it)."""
+        self.arrivals: dict[tuple[str, str], CommandArrival] = {}
+        """Arrival of the command being handled, per trajectory, until a segment takes it."""
+
+    def run_next(self, hosted: HostedTrajectory, command: ContinueTrajectory) -> asyncio.Event:
+        result: ToolReturned = command.tool_result
+        hosted.log.apply(result)
+        hosted.priority = command.priority
+        self.start(hosted, tool_result=result)
+        return hosted.settled
+
+    def start(
+        self,
+        hosted: HostedTrajectory,
+        *,
+        outcome: StepOutcome | None = None,
+        tool_result: ToolReturned | None = None,
+        is_new: bool = False,
+    ) -> None:
+        if self.is_closing:
+            raise WorkerStopping("shutting down: the step is left to the next incarnation")
+        hosted.is_running = True
+        hosted.arrival = self.arrivals.pop((hosted.rollout_id, hosted.traj_id), None)
+        hosted.settled.clear()
+        hosted.segment = asyncio.create_task(
+            self._segment(hosted, outcome, tool_result, is_new), name=f"segment-{hosted.traj_id}"
+        )
+
+    async def _segment(
+        self,
+        hosted: HostedTrajectory,
+        outcome: StepOutcome | None,
+        tool_result: ToolReturned | None,
+        is_new: bool,
+    ) -> None:
+        try:
+            await self.runner.run_segment(hosted, outcome, tool_result=tool_result, is_new=is_new)
+        except asyncio.CancelledError:
+            self._settle(hosted)
+            raise
+        except EngineError as exc:
+            self._settle(hosted)
+            await self.on_engine_failure(exc)
+            return
+        try:
+            async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
+                hosted.is_running = False
+                migration, hosted.pending_migration = hosted.pending_migration, None
+                if migration is not None and hosted.phase is TrajectoryPhase.IN_TOOL:
+                    await self.migrate(hosted, migration)
+        finally:
+            self._settle(hosted)  # even when cancelled while waiting for the lock
+        self.table.compact(hosted.rollout_id, hosted.traj_id)
+
+    async def migrate(self, hosted: HostedTrajectory, command: MigrateOut) -> None:
+        """Migrate; a failure other than the engine's leaves the trajectory here (the control
+        plane sees no ``Migrated`` and may ask again)."""
+        try:
+            await self.migrator.migrate_out(hosted, command)
+        except EngineError as exc:
+            await self.on_engine_failure(exc)
+        except Exception:
+            logger.exception("migration %s of %s failed", command.migration_id, hosted.traj_id)
+
+    def _settle(self, hosted: HostedTrajectory) -> None:
+        hosted.is_running = False
+        hosted.settled.set()
+        self.changed.set()
