@@ -7,9 +7,9 @@ from the per-slot durables it replaces."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import events_factory as b
+from waiting import until
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.consumers.host import DeciderConsumer, HostConfig
@@ -61,14 +61,6 @@ def completed(rollout_id: str, index: int) -> Completed:
 async def read(bus: Bus, subjects: tuple[str, ...]) -> list[Event]:
     query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
     return [record.message async for record in bus.replay_events(query)]
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], timeout_s: float = 20.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            if await predicate():
-                return
-            await asyncio.sleep(0.05)
 
 
 class Running:

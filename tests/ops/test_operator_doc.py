@@ -10,7 +10,6 @@ the operator steers). Placeholders: ``<rid>`` the rollout, ``<tid>`` a long traj
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from waiting import until
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
@@ -70,17 +70,6 @@ def options() -> RunOptions:
         timeout_s=240,
         show_progress=False,
     )
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                if await check():
-                    return
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not within {timeout_s:g} s: {what}") from None
 
 
 @dataclass

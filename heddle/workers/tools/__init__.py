@@ -1,7 +1,8 @@
 """Tool executors: run model-written code in a sandbox, search a local corpus, replay trace tools.
 
 Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox process is confined),
-``bwrap`` (bubblewrap's command line), ``sandbox_child`` (the child script), ``sandbox_protocol``
+``bwrap`` (bubblewrap's command line), ``sandbox_child`` (the child script), ``sandbox_mounts``
+(its file-system confinement and the runtime's paths), ``sandbox_protocol``
 (request, status record, result), ``sandbox`` (one process, one call), ``sandbox_calls`` (a cold
 call, the isolation probe), ``pool`` (pre-warmed processes scaled with demand), ``output``
 (capped capture), ``search`` (BM25 over a local corpus), ``trace`` (pseudo-token replay),

@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 
-from heddle.workers.tools.sandbox_child import WRITABLE_DIRS, hidden_ancestor, is_under
+from heddle.workers.tools.sandbox_mounts import WRITABLE_DIRS, hidden_ancestor, is_under
 
 _HIDDEN_TMPFS_BYTES = 1 << 20
 _ROOT_CHILD_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN")

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Literal
 
 from heddle.workers.tools.bwrap import bwrap_arguments, bwrap_binary, bwrap_version
-from heddle.workers.tools.sandbox_child import hidden_ancestor, runtime_dirs
+from heddle.workers.tools.sandbox_mounts import hidden_ancestor, runtime_dirs
 
 CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
+CHILD_FILES = (CHILD_SCRIPT, CHILD_SCRIPT.with_name("sandbox_mounts.py"))
+"""The child script and the sibling module it loads (a copy of the script needs both)."""
 
 IsolationLevel = Literal["namespace", "bwrap", "process"]
 ISOLATED_LEVELS: tuple[IsolationLevel, ...] = ("namespace", "bwrap")

@@ -22,11 +22,11 @@ import pytest
 
 from heddle.workers.tools import sandbox_calls
 from heddle.workers.tools.bwrap import bwrap_arguments
-from heddle.workers.tools.isolation import CHILD_SCRIPT, Isolation, bwrap_candidate
+from heddle.workers.tools.isolation import CHILD_FILES, CHILD_SCRIPT, Isolation, bwrap_candidate
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.sandbox import SandboxError, SandboxRequest, SandboxResult
 from heddle.workers.tools.sandbox_calls import resolve_isolation, run_once
-from heddle.workers.tools.sandbox_child import hidden_ancestor
+from heddle.workers.tools.sandbox_mounts import hidden_ancestor
 
 NOBODY = 65534
 ROOTLESS = "bwrap-rootless"
@@ -84,7 +84,9 @@ def rootless(isolation_unavailable: Unavailable) -> Iterator[tuple[Isolation, Sa
     assert base is not None and python is not None
     folder = tempfile.mkdtemp(prefix="heddle-rootless-")
     os.chmod(folder, 0o755)
-    script = shutil.copy(CHILD_SCRIPT, folder)
+    for path in CHILD_FILES:
+        shutil.copy(path, folder)
+    script = Path(folder) / CHILD_SCRIPT.name
     fields = {field.name: getattr(base, field.name) for field in dataclasses.fields(Isolation)}
     # The copy's folder is under /tmp, which the sandbox covers: bind it back like a runtime.
     fields |= {"rootless": True, "drops_privileges": False, "runtime_dirs": (folder,)}

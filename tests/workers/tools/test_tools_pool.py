@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
+from waiting import until
 
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.pool import SandboxPool
 from heddle.workers.tools.sandbox import SandboxError, SandboxRequest
 
 CONFIG = SandboxConfig(limits=SandboxLimits(timeout_s=20.0, max_output_bytes=4096))
-
-
-async def eventually(condition: Callable[[], bool], within_s: float = 30.0) -> None:
-    """Wait for a condition of the pool's background refill (not a timing assertion)."""
-    for _ in range(int(within_s / 0.02)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 async def test_calls_take_parked_processes_and_leave_nothing_behind() -> None:
@@ -31,9 +22,9 @@ async def test_calls_take_parked_processes_and_leave_nothing_behind() -> None:
         "os.environ['LEAK'] = '1'\n"
     )
     async with SandboxPool(CONFIG, min_warm=2, max_procs=4) as pool:
-        await eventually(lambda: pool.stats().num_parked == 2)
+        await until(lambda: pool.stats().num_parked == 2)
         first = await pool.run(SandboxRequest(code=leak))
-        await eventually(lambda: pool.stats().num_parked == 2)
+        await until(lambda: pool.stats().num_parked == 2)
         second = await pool.run(SandboxRequest(code=leak))
         stats = pool.stats()
     assert first.stdout == second.stdout == "False False None\n"
@@ -43,12 +34,12 @@ async def test_calls_take_parked_processes_and_leave_nothing_behind() -> None:
 
 async def test_pool_scales_with_demand_within_bounds() -> None:
     async with SandboxPool(CONFIG, min_warm=1, max_procs=3) as pool:
-        await eventually(lambda: pool.stats().num_parked == 1)
+        await until(lambda: pool.stats().num_parked == 1)
         pool.set_demand(10)
         assert pool.target_parked == 3
-        await eventually(lambda: pool.stats().num_parked == 3)
+        await until(lambda: pool.stats().num_parked == 3)
         pool.set_demand(0)
-        await eventually(lambda: pool.stats().num_parked == 1)
+        await until(lambda: pool.stats().num_parked == 1)
 
 
 async def test_running_calls_never_exceed_max_procs() -> None:
