@@ -54,11 +54,18 @@ class SmallKv:
 
 
 def job(
-    rid: str, ctx: int, out: int, *, new: int | None = None, prio: float = 0.0
+    rid: str,
+    ctx: int,
+    out: int,
+    *,
+    new: int | None = None,
+    prio: float = 0.0,
+    traj: str | None = None,
 ) -> GenerationJob:
+    """Request ``rid`` of trajectory ``traj`` (default ``t-<rid>``)."""
     return GenerationJob(
         request_id=rid,
-        traj_id=f"t-{rid}",
+        traj_id=f"t-{rid}" if traj is None else traj,
         num_context_tokens=ctx,
         num_new_tokens=ctx if new is None else new,
         num_output_tokens=out,
@@ -151,25 +158,13 @@ def test_next_turn_prefills_only_what_the_cache_lacks() -> None:
     model = BatchingModel(COST)
     model.submit(job("a", 1000, 100), 0.0)
     drain(model)
-    turn = GenerationJob(
-        request_id="b",
-        traj_id="t-a",
-        num_context_tokens=1300,
-        num_new_tokens=200,
-        num_output_tokens=50,
-    )
+    turn = job("b", 1300, 50, new=200, traj="t-a")
     model.submit(turn, 100.0)
     (done,) = drain(model)
     assert done.num_cached_tokens == 1100 and done.num_recomputed_tokens == 0
     assert done.prefill_s == pytest.approx(COST.prefill_s(200))
     model.release("t-a")
-    again = GenerationJob(
-        request_id="c",
-        traj_id="t-a",
-        num_context_tokens=1400,
-        num_new_tokens=50,
-        num_output_tokens=10,
-    )
+    again = job("c", 1400, 10, new=50, traj="t-a")
     model.submit(again, 200.0)
     (lost,) = drain(model)
     assert lost.num_cached_tokens == 0 and lost.num_recomputed_tokens == 1350
@@ -185,13 +180,7 @@ def test_new_weights_drop_the_cache_and_the_next_turn_recomputes_it(cache: str) 
     drain(model)
     assert model.invalidate_cache(100.0) == 1100
     assert model.load().num_kv_tokens == 0 and model.cached_tokens("t-a") == 0
-    turn = GenerationJob(
-        request_id="b",
-        traj_id="t-a",
-        num_context_tokens=1300,
-        num_new_tokens=200,
-        num_output_tokens=50,
-    )
+    turn = job("b", 1300, 50, new=200, traj="t-a")
     model.submit(turn, 100.0)
     (done,) = drain(model)
     assert done.num_cached_tokens == 0 and done.num_recomputed_tokens == 1100
@@ -211,13 +200,7 @@ def test_one_generation_per_trajectory_at_a_time() -> None:
     model.submit(job("a", 10, 10), 0.0)
     with pytest.raises(ValueError, match="already has a generation"):
         model.submit(
-            GenerationJob(
-                request_id="b",
-                traj_id="t-a",
-                num_context_tokens=5,
-                num_new_tokens=5,
-                num_output_tokens=1,
-            ),
+            job("b", 5, 1, new=5, traj="t-a"),
             0.0,
         )
 
@@ -261,13 +244,7 @@ def test_kv_pressure_evicts_idle_prefixes_and_counts_recompute() -> None:
     drain(model)
     assert model.num_evicted_tokens >= 1100
     model.submit(
-        GenerationJob(
-            request_id="a2",
-            traj_id="t-a",
-            num_context_tokens=1200,
-            num_new_tokens=100,
-            num_output_tokens=5,
-        ),
+        job("a2", 1200, 5, new=100, traj="t-a"),
         50.0,
     )
     (again,) = drain(model)
