@@ -9,7 +9,8 @@ from heddle.sim.config import SimConfig
 from heddle.sim.planning import choose_workers, plan_workers
 from heddle.sim.results import Breakdown, SimResult
 from heddle.sim.run import lower_bound_s, make_simulation_predictor, simulate
-from heddle.sim.simulator import Run, SimulationError, Simulator, build_trajectories
+from heddle.sim.simulator import Run, SimulationError, Simulator
+from heddle.sim.trajectories import build_trajectories
 
 __all__ = [
     "Breakdown",

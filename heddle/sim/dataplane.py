@@ -26,6 +26,7 @@ from heddle.events import (
 from heddle.policy.batching import CapacityError, FinishedGeneration
 from heddle.sim import facts
 from heddle.sim.config import SimConfig
+from heddle.sim.kv_moves import send_kv, warm_up
 from heddle.sim.sim_worker import SimWorker, generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.tool_pool import ToolPool
@@ -216,43 +217,13 @@ class SimDataPlane:
         t.wants_next_step = False
         t.phase = TrajectoryPhase.MIGRATING
         if command.transfer_kv and self._config.engine.kv_transfer:
-            self._send_kv(t, now)
-        else:
-            self._warm_up(t, now)
-        return []
-
-    def _send_kv(self, t: SimTrajectory, now: float) -> None:
-        """Export the KV at the source and move it over the link (the torch engine)."""
-        num_tokens = self._worker_of(t).model.release(t.traj_id)
-        num_bytes = num_tokens * self._config.kv_bytes_per_token
-        duration_s = 0.0
-        if num_bytes:
-            duration_s = (
-                self._config.transfer_latency_s + num_bytes / self._config.link_bandwidth_bytes_s
-            )
-        t.migration_tokens = num_tokens
-        self._timer.at(now + duration_s, TimerKind.TRANSFER, t.traj_id)
-
-    def _warm_up(self, t: SimTrajectory, now: float) -> None:
-        """No KV export (SGLang): the target prefills the context so far with a prefill-only
-        request (``max_new_tokens: 0``) during the tool gap, so the next step hits its cache;
-        the source keeps its copy until its cache evicts it. The trajectory moves when the
-        warm-up finishes (``wake``); that prefill is recompute, and counted so. A target
-        swapping weights takes no warm-up (its cache is about to go): the step re-prefills."""
+            send_kv(t, self._worker_of(t), self._config, self._timer, now)
+            return []
         target = self.workers[t.migration_target]
-        t.num_requests += 1
-        t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
-        t.migration_tokens = 0
-        job = generation_job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
-        try:
-            if self.weights.workers[target.worker_id].is_holding:
-                raise CapacityError("swapping weights")
-            target.model.submit(job, now)
-        except CapacityError:  # it cannot be cached there: move now, the step re-prefills
-            t.warmup_request_id = ""
-            self._timer.at(now, TimerKind.TRANSFER, t.traj_id)
-            return
-        self._dirty.add(target.worker_id)
+        is_swapping = self.weights.workers[target.worker_id].is_holding
+        if warm_up(t, target, is_swapping, self._timer, now):
+            self._dirty.add(target.worker_id)
+        return []
 
     def transfer_done(self, traj_id: str, now: float) -> list[Event]:
         t = self.trajectories[traj_id]

@@ -33,7 +33,7 @@ from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import ResourceProblem
 from heddle.sim.config import SimConfig
 from heddle.sim.run import make_simulation_predictor, simulate
-from heddle.sim.simulator import build_trajectories
+from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 from heddle.workloads import (
     LogNormal,

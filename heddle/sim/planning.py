@@ -35,7 +35,7 @@ from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import canonical
 from heddle.sim.config import SimConfig
 from heddle.sim.profile import plan_makespan_s
-from heddle.sim.simulator import build_trajectories
+from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 
 Groups = list[list[TraceTrajectory]]

@@ -28,7 +28,8 @@ from heddle.policy.prediction import (
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import Progress as ProgressCallback
-from heddle.sim.simulator import Simulator, build_trajectories
+from heddle.sim.simulator import Simulator
+from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 
 

@@ -33,20 +33,19 @@ from heddle.events import (
     RolloutFinished,
     RolloutSubmitted,
     TrajectoryPhase,
-    TrajectorySpec,
     TrajectorySubmitted,
     WeightSource,
     WeightsPublished,
     WorkerCommand,
     WorkerRegistered,
 )
-from heddle.ids import derive_id, group_id, trajectory_id
+from heddle.ids import derive_id
 from heddle.policy.batching import BatchingConfig, BatchingModel
 from heddle.sim.config import SimConfig
 from heddle.sim.dataplane import SimDataPlane
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import TimerKind
-from heddle.sim.trajectories import SimTrajectory
+from heddle.sim.trajectories import SimTrajectory, build_trajectories
 from heddle.sim.weight_loads import WeightLoads, WeightPlan
 from heddle.traces import TraceTrajectory
 
@@ -74,47 +73,6 @@ class Run:
     num_events: int
     weights: WeightLoads
     """The workers' weight versions, loads and their costs at the end of the rollout."""
-
-
-def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTrajectory]:
-    """Simulated trajectories with ids ``t000000...`` in trace order; trajectories of one group
-    share one prompt token list (GRPO samples share their prompt). A trajectory's group id is
-    its trace group (the prompt: earlier rollouts of the same prompts, the predictors' history,
-    name it alike), or a fresh ``g00000...`` for one without a group."""
-    prompts: dict[tuple[str, int], list[int]] = {}
-    groups: dict[str, str] = {}
-    trajectories: dict[str, SimTrajectory] = {}
-    for index, trajectory in enumerate(trace):
-        group = trajectory.group or groups.setdefault(trajectory.id, group_id(len(groups)))
-        prompt = prompts.setdefault(
-            (group, trajectory.prompt_tokens), [0] * trajectory.prompt_tokens
-        )
-        spec = TrajectorySpec(
-            group_id=group,
-            index=index,
-            environment="trace",
-            task=_task_of(trajectory),
-            prompt_token_ids=prompt,
-            max_steps=len(trajectory.steps),
-        )
-        traj_id = trajectory_id(index)
-        trajectories[traj_id] = SimTrajectory(
-            traj_id,
-            trajectory,
-            spec,
-            context_tokens=trajectory.prompt_tokens,
-            new_tokens=trajectory.prompt_tokens,
-        )
-    return trajectories
-
-
-def _task_of(trajectory: TraceTrajectory) -> dict[str, object]:
-    """The trace task: its id, and its steps' texts when it has any (the prediction decider
-    reads them as it does a live ``trace`` task's, ``heddle.control.prediction``)."""
-    if not trajectory.has_text:
-        return {"trace_id": trajectory.id}
-    steps = [{"output_text": s.output_text, "tool_text": s.tool_text} for s in trajectory.steps]
-    return {"trace_id": trajectory.id, "steps": steps}
 
 
 class Simulator:

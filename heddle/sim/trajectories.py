@@ -1,10 +1,13 @@
-"""A simulated trajectory: the trace it replays, where it is, and where its time went."""
+"""A simulated trajectory: the trace it replays, where it is, and where its time went; and the
+simulated trajectories of a trace (``build_trajectories``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec, TrajectoryTimings
+from heddle.ids import group_id, trajectory_id
 from heddle.traces import TraceTrajectory
 
 
@@ -76,3 +79,44 @@ class SimTrajectory:
             migration_s=self.migration_s,
             total_s=self.finished_at,
         )
+
+
+def build_trajectories(trace: Sequence[TraceTrajectory]) -> dict[str, SimTrajectory]:
+    """Simulated trajectories with ids ``t000000...`` in trace order; trajectories of one group
+    share one prompt token list (GRPO samples share their prompt). A trajectory's group id is
+    its trace group (the prompt: earlier rollouts of the same prompts, the predictors' history,
+    name it alike), or a fresh ``g00000...`` for one without a group."""
+    prompts: dict[tuple[str, int], list[int]] = {}
+    groups: dict[str, str] = {}
+    trajectories: dict[str, SimTrajectory] = {}
+    for index, trajectory in enumerate(trace):
+        group = trajectory.group or groups.setdefault(trajectory.id, group_id(len(groups)))
+        prompt = prompts.setdefault(
+            (group, trajectory.prompt_tokens), [0] * trajectory.prompt_tokens
+        )
+        spec = TrajectorySpec(
+            group_id=group,
+            index=index,
+            environment="trace",
+            task=_task_of(trajectory),
+            prompt_token_ids=prompt,
+            max_steps=len(trajectory.steps),
+        )
+        traj_id = trajectory_id(index)
+        trajectories[traj_id] = SimTrajectory(
+            traj_id,
+            trajectory,
+            spec,
+            context_tokens=trajectory.prompt_tokens,
+            new_tokens=trajectory.prompt_tokens,
+        )
+    return trajectories
+
+
+def _task_of(trajectory: TraceTrajectory) -> dict[str, object]:
+    """The trace task: its id, and its steps' texts when it has any (the prediction decider
+    reads them as it does a live ``trace`` task's, ``heddle.control.prediction``)."""
+    if not trajectory.has_text:
+        return {"trace_id": trajectory.id}
+    steps = [{"output_text": s.output_text, "tool_text": s.tool_text} for s in trajectory.steps]
+    return {"trace_id": trajectory.id, "steps": steps}
