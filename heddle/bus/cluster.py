@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from heddle.bus.server import MAX_PAYLOAD_BYTES, find_nats_server, free_port
+from heddle.bus.server import MAX_PAYLOAD_BYTES, find_nats_server, free_port, stop_process
 
 CLUSTER_NAME = "heddle"
 
@@ -136,13 +136,8 @@ class LoopbackCluster:
 
     def stop(self) -> None:
         for index, process in enumerate(self._processes):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(10.0)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            if process is not None:
+                stop_process(process)
             self._processes[index] = None
 
     def __enter__(self) -> LoopbackCluster:

@@ -143,14 +143,8 @@ class EmbeddedNatsServer:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process, timeout_s)
 
     def __enter__(self) -> EmbeddedNatsServer:
         return self.start()
@@ -162,3 +156,15 @@ class EmbeddedNatsServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM a running server (it shuts down cleanly), SIGKILL it after ``timeout_s``."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
+from double_marks import LONG, needs_double
 from sglang_double import DoubleConfig, SglangDouble, poll_until, real_server_url
 
 from heddle.bus.server import free_port
@@ -24,12 +25,7 @@ from heddle.workers.engines.sglang.client import (
 )
 from heddle.workers.engines.sglang.protocol import GenerateBody, SamplingParamsWire
 
-needs_double = pytest.mark.skipif(
-    real_server_url() is not None, reason="uses the double's hooks; not a real-server check"
-)
 PROMPT = [101, 102, 103, 104, 105, 106, 107, 108]
-LONG = 3000 if real_server_url() else 20_000
-"""Long enough to still run when the test acts (fits a 4k-context model on a real server)."""
 FAST_RETRY = RetryPolicy(max_retries=3, backoff_initial_s=0.01, backoff_max_s=0.05)
 
 

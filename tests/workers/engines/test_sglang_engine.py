@@ -12,6 +12,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from double_marks import LONG, needs_double
 from sglang_double import DoubleConfig, SglangDouble, poll_until, real_server_url
 
 from heddle.events.base import SamplingParams
@@ -27,13 +28,8 @@ from heddle.workers.engines.sglang.client import RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine
 from heddle.workers.engines.sglang.options import EngineSettings
 
-needs_double = pytest.mark.skipif(
-    real_server_url() is not None, reason="uses the double's hooks; not a real-server check"
-)
 PROMPT = [201, 202, 203, 204, 205, 206, 207, 208, 209, 210]
 STRICT_PPS = PreemptionConfig(min_priority_gap=0.0, min_relative_gap=0.0)
-LONG = 3000 if real_server_url() else 20_000
-"""Long enough to still run when the test acts (fits a 4k-context model on a real server)."""
 MEDIUM = 2000 if real_server_url() else 300
 """Long enough to preempt mid-way on a fast GPU; short on the double (300 tokens/s)."""
 
