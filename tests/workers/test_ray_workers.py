@@ -37,7 +37,10 @@ except ImportError:
 
 pytestmark = pytest.mark.timeout(240)
 
-TIME_SCALE = 1000.0
+TIME_SCALE = 300.0
+"""Slow enough that the trace's long trajectory (36 steps, a few hundred model seconds) spans
+several progress reports (one every ~150 model seconds): at 1000x it could start and end
+between two, leaving nothing to kill."""
 NUM_TRAJECTORIES = 8
 ENGINE_OPTIONS = {"time_scale": str(TIME_SCALE), "model": "qwen3-8b"}
 
@@ -96,8 +99,8 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
 
     async def kill_one(state: ProgressState, deployment: LocalDeployment) -> None:
         """At the first report where a worker holds a trajectory with 3+ generations to go, kill
-        the actor whose worker holds the most such (at this time scale a report comes every
-        ~500 model seconds: waiting for completions first can leave nothing to kill)."""
+        the actor whose worker holds the most such (waiting for completions first can leave
+        nothing to kill)."""
         if killed:
             return
         held = await holdings(settings, state.rollout_id, TRACE, min_steps_left=3)
