@@ -4,8 +4,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
 ``heddle/cli/sim_figures.py``) parse flags and print; the measurements live here:
 
 - ``bus``: ``heddle bench bus``, publish, raw pull, ledger projection and replay rates of step
-  events, each pass a ``phases.Phase`` (wall and CPU time); ``nats_cli``: natscli's own
-  ``nats bench js`` on the same server, for the bus's limit;
+  events, each pass a ``Phase`` (``phases``: wall and CPU time, also the embedded nats-server's);
+  ``nats_cli``: natscli's own ``nats bench js`` on the same server, for the bus's limit;
 - ``control``: ``heddle bench control``, the deployed control plane's step event -> command
   latency under a paper-scale load played by this process (``control_player``);
 - ``engine``: ``heddle bench engine``, the torch engine's decode F(b), prefill, resume and
@@ -21,7 +21,9 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control
   plane's cost per step;
-- ``figures``: ``heddle sim figures``, the paper's experiments re-done in simulation.
+- ``figures``: ``heddle sim figures``, the paper's experiments re-done in simulation;
+- ``waits``: what the chaos and cluster benchmarks wait for: a rollout's end in the stream,
+  and the ledger projector's position reaching it.
 
 Arrows point into the product packages only: nothing outside ``heddle.bench`` and ``heddle.cli``
 imports from here.

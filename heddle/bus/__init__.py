@@ -55,6 +55,22 @@ Connection (``heddle.bus.connection``): credentials from ``settings.nats_creds``
 with ``settings.nats_tls_ca``; streams and buckets get ``bus.num_replicas`` replicas (1 on one
 server, 3 on a cluster, unless set), and an existing stream with another count is an error
 (``ReplicasMismatch``). A publish the server refuses for permissions raises ``PublishDenied``.
+
+Modules: ``bus`` (``Bus``), ``dial`` (opening its connection, ``BusOptions``), ``connection``
+(credentials, TLS, permission errors, replica count), ``wire`` (nats-py with a lean delivery path
+for busy inboxes), ``streams`` (the streams and idempotent provisioning of streams and durables),
+``state`` (stream and consumer state queries), ``publisher`` (de-duplicated publishing, bounded
+windows, retries), ``outbox`` (each message on its subject, large arrays offloaded), ``payloads``
+(moving an event's biggest arrays to the object store), ``objects`` (blobs on the JetStream object
+store), ``telemetry`` (best-effort core NATS load reports and heartbeats), ``runner`` (the
+pull-consumer runner contract), ``batch_runner`` (``BatchRunner``: one handler call per batch),
+``message_runner`` (``MessageRunner``: one call per message, bounded concurrency), ``pull`` (pull
+requests and the inbox buffering them), ``delivery`` (what a handler receives and how it reports
+failure), ``transient`` (JetStream API errors that pass, e.g. during leader elections),
+``subject_check`` (whether a message belongs on its subject), ``replay`` (ordered replay of a
+stream), ``micro`` (NATS micro services and their clients), ``embedded`` (the one ``nats-server``
+shared by a data dir's processes), ``server`` (an embedded ``nats-server`` on a free loopback port),
+``cluster`` (a loopback JetStream cluster, for tests and ``heddle bench cluster``).
 """
 
 from heddle.bus.batch_runner import BatchRunner

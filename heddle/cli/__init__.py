@@ -1,4 +1,22 @@
-"""The ``heddle`` command. Each command module registers itself on the groups of ``apps``."""
+"""The ``heddle`` command. Each command module registers itself on the groups of ``apps``.
+
+Command modules (imported below, in ``_COMMAND_MODULES``): ``rollout`` (``heddle rollout run |
+compare``), ``rollout_submit`` (``submit | cancel | delete-payloads`` on a running control plane),
+``up`` (the long-lived control plane), ``status`` (``heddle status``), ``ops`` (the operations
+service from the shell), ``worker`` (``heddle worker``, ``heddle workers run N``), ``tools``
+(``heddle tools exec | serve``), ``predictor`` (``heddle predictor train | serve``), ``replay``
+(``heddle replay``), ``db`` (ledger administration), ``deploy`` (``heddle deploy``), ``sim``
+(``heddle sim compare``), ``sim_sweep`` (``heddle sim sweep``), ``sim_figures`` (``heddle sim
+figures``), and the benchmarks ``bench_bus``, ``bench_control``, ``bench_engine``,
+``bench_fidelity``, ``bench_chaos``, ``bench_cluster``, ``bench_tools``, ``bench_predictor``,
+``bench_integrations`` (``heddle bench <name>``) and ``bench_policy`` (``heddle bench placement |
+annealing``).
+
+Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``rollout_flags``
+(the flags ``rollout run`` and ``compare`` share), ``sim_choices`` (model and system name checks of
+``sim compare`` and ``sim sweep``), ``sim_loop`` (``heddle sim compare --async-steps``, the training
+loop), ``planner_report`` (the figures of ``heddle bench annealing``).
+"""
 
 from __future__ import annotations
 

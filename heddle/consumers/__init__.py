@@ -16,7 +16,11 @@
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
 - ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised
-  (``supervision``), configured by ``plane_config.ControlPlaneConfig``;
+  (``supervision``), configured by ``ControlPlaneConfig`` (``plane_config``);
+- ``filters``: a consumer's filter subjects, from the event types it handles;
+- ``latency``: the control plane's cumulative latency histograms (decision latency, consumer age);
+- ``context_predictions``: the shell around the served context model: requests sent without waiting,
+  each answer published as ``Predicted`` when it arrives in time;
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);
   ``snapshot``: what ``heddle status`` shows, from the ledger, that state and NATS.
 """

@@ -1,6 +1,19 @@
 """The control plane: pure deciders ``(state, event) -> outputs`` shared by live consumers and
 the simulator (``placement``: the placement decider, its strategies, admission and placers),
-resource plans and the system bundles."""
+resource plans and the system bundles.
+
+Modules: ``decider`` (the decider protocol), ``prediction`` (re-predicts a trajectory's remaining
+output after every step), ``priority`` (trajectory facts -> priorities under one policy),
+``placement/`` (see above), ``transfer`` (schedules migrations' KV transfers, endpoint-exclusive,
+longest first), ``rollout`` (emits ``RolloutFinished``), ``weights`` (tells live workers to load the
+latest weight version), ``operations`` (the operators' view and the decider carrying out their
+requests), ``ops_requests`` (operations service requests validated into operator events),
+``ops_views`` (what that view knows of rollouts, trajectories and workers), ``ops_outputs`` (the
+commands or events operator events turn into), ``pace`` (a rollout's measured seconds per output
+token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
+``systems`` (the system bundles: Heddle, ablations, baselines), ``control_plane`` (one bundle's
+deciders in dispatch order and the engines' batching settings).
+"""
 
 from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
 from heddle.control.decider import Decider, Output, dispatch_table, replay

@@ -1,5 +1,14 @@
 """The event contract: every event and command, their subjects and their JSON codec, and the
-lifecycle phase those events move a trajectory through (``phases.TrajectoryPhase``)."""
+lifecycle phase those events move a trajectory through (``phases.TrajectoryPhase``).
+
+Modules: ``base`` (the base structs), ``trajectory`` (events of one trajectory), ``rollout`` (events
+of a whole rollout), ``worker`` (rollout worker events and telemetry), ``weights`` (weight version
+events), ``operator`` (what a person asked the running system to do), ``commands`` (worker and tool
+commands), ``subjects`` (subject names, builders and a parser), ``codec`` (the JSON codec, one typed
+decoder per channel), ``arrays`` (compact number arrays: token ids, logprobs, loss masks),
+``references`` (finding and replacing a message's arrays by field path), ``phases`` (the trajectory
+lifecycle phase enum).
+"""
 
 from heddle.events.base import (
     SCHEMA_VERSION,

@@ -15,6 +15,17 @@ each ``status`` column is a typed ``StrEnum`` (``heddle.ledger.statuses``).
 The fold from events to rows is pure (``heddle.ledger.fold``), so a replay into a fresh ledger
 rebuilds the same rows. The live consumer that feeds it from the stream is
 ``heddle.consumers.projector`` (``Projector``, ``catch_up``): the ledger itself knows no bus.
+
+Modules: ``database`` (connections, engines tuned per backend, schema checked on open), ``migrate``
+(Alembic migrations), ``tables`` (the schema), ``statuses`` (each table's ``status`` enum), ``rows``
+(in-memory rows of the projection), ``fold`` (the pure fold of events into rows) with ``fold_steps``
+(step events), ``fold_workers`` (worker events), ``fold_records`` (rows an event makes whole:
+placements, predictions, migration requests, dead letters) and ``fold_operator`` (operator events),
+``lean_decoder`` (an event decoder that counts token lists), ``batch_rows`` (the rows one batch
+touches), ``row_cache`` (those rows, loaded for the writer), ``upserts`` (bulk ``INSERT ... ON
+CONFLICT``), ``writer`` (``LedgerWriter``: a batch and the stream position in one transaction),
+``queries`` (reads for the CLI, status, client and deciders), ``snapshot`` (a consistent read-only
+snapshot as of one stream position), ``compare`` (table-by-table comparison of two ledgers).
 """
 
 from heddle.ledger import queries

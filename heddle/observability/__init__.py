@@ -15,6 +15,11 @@ The control plane (``heddle up --metrics-port``): each decider consumer reports 
 prediction error), and a ``ConsumerLagTracker`` polls its durables. Metric names and labels are
 listed in ``heddle.observability.metrics``. ``heddle status`` reads consumer lag from a running
 NATS here (``probe``); what it shows is ``heddle.consumers.snapshot``.
+
+Modules: ``metrics`` (the metric families, ``Metrics``), ``server`` (the ``GET /metrics`` HTTP
+server), ``sink`` (``MetricsSink``), ``lag`` (``ConsumerLagTracker``: consumer lag from stream and
+durable positions), ``predictions`` (how wrong the remaining-length predictions turned out),
+``probe`` (consumer lag read by ``heddle status``).
 """
 
 from heddle.observability.lag import ConsumerLagTracker, ConsumerRef

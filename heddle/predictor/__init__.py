@@ -5,7 +5,12 @@ tool seconds.
 * ``examples``: (context, remaining work) pairs at every step of recorded trajectories;
 * ``encoder``: the frozen encoder, from local files only (``minilm``: the packaged MiniLM);
 * ``model``: the head, its folder format, and ``ContextModel.predict``;
-* ``train``: ``heddle predictor train``.
+* ``train``: ``heddle predictor train``; ``stream``: recorded trajectories with their text,
+  from the event stream (``--from-stream``);
+* ``service``: ``heddle predictor serve``, the model as a NATS micro service; ``wire``: its
+  requests and replies;
+* ``metrics``: the paper's predictor figures (Fig. 13) over arrays of predictions;
+* ``sim_context``: the context model in ``heddle sim sweep --predictor context``.
 
 torch and transformers are imported by the modules that need them, not here.
 """

@@ -5,6 +5,10 @@ fresh SQLite ledger rebuilt from the stream; ``await verify()`` compares it with
 as of the live position (never writing the live ledger) and ``export_trace(path)`` writes the
 JSONL trace format. Further analyses (timelines,
 what-if re-simulation) read ``session.ledger`` or ``trace_of(session.ledger)``.
+
+Modules: ``session`` (``open_replay``, ``ReplaySession``, ``verify``), ``rebuild`` (rebuilding a
+ledger from the stream, everything or one rollout), ``trace_export`` (``trace_of`` and
+``export_trace``: recorded rollouts as JSONL traces).
 """
 
 from heddle.replay.rebuild import RebuildStats, rebuild_ledger, replay_query

@@ -7,6 +7,10 @@ and migrations, drawn from the rollout's events in the stream.
 
 ``heddle replay ROLLOUT --timeline out.png`` and the end of ``heddle rollout run`` call
 ``write_rollout_timeline``.
+
+Modules: ``segments`` (``build_timeline``: where each trajectory spent its time, on which worker),
+``layout`` (packing a lane's intervals into non-overlapping rows), ``draw`` (``draw_timeline``: the
+PNG).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@
     report = await what_if(bus, replayed_ledger, rollout_id, ["verl"])   # both steps
 
 ``heddle replay ROLLOUT --what-if POLICY`` is the command-line face of it.
+
+Modules: ``recording`` (``load_recording``, ``what_if``: a recorded rollout's trace, workers and
+predictor), ``resimulate`` (``resimulate``: its step lengths under other policies), ``cluster`` (the
+simulated cluster standing for the recorded one).
 """
 
 from heddle.whatif.cluster import RecordedCluster, recognise_hardware, recorded_cluster

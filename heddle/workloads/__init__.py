@@ -5,6 +5,13 @@
 
 The registry's names feed CLI choices (``workload_names()``); ``catalog`` holds each workload's
 parameters with their sources (``docs/calibration.md`` section 2).
+
+Modules: ``spec`` (``WorkloadSpec``: a workload's parameters), ``catalog`` (the named workloads),
+``distributions`` (lognormals named by published quantiles), ``generator`` (drawing a spec's
+trajectories into traces), ``stats`` (summary statistics of a trace), ``text`` (the synthetic text
+layer, with a stated share of signal) and ``text_vocabulary`` (its words), ``zoo`` (parameterised
+agent families) with ``zoo_params`` (their parameter records), ``zoo_ranges`` (the documented ranges
+they are drawn from) and ``agent_shape`` (the concrete shape and sampler a record becomes).
 """
 
 from __future__ import annotations

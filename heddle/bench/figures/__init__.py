@@ -6,6 +6,17 @@
 Each experiment (``EXPERIMENTS``, in the paper's order) runs its systems on one generated trace
 per workload, writes PNG plots and a markdown table into the output folder, and returns an
 ``ExperimentReport``; ``README.md`` indexes them next to the paper's numbers.
+
+Modules: the experiments ``overall`` (Fig. 12: end-to-end throughput against verl and slime),
+``predictors`` (Fig. 13: predictor accuracy, and rollout time as predictions degrade),
+``scheduling`` (Fig. 14: PPS against FCFS, round-robin and least-attained-service), ``placement``
+(Fig. 15: trajectory-aware placement against routers), ``resources`` (Fig. 16: annealed
+heterogeneous TP against fixed TP), ``overhead`` (s.7.5, Tables 1-2: time per decider event,
+resource plan and placement solve) and ``ablation`` (the runs of one ablation, Figs. 15-16); what
+they share: ``context`` (scale, traces, simulator, progress), ``scale`` (``QUICK`` or
+``PAPER``), ``report`` (``ExperimentReport`` and the markdown written from it), ``common`` (ratio
+spans, labels, throughput bar panels), ``plots`` (PNG charts, matplotlib Agg) and ``tables``
+(markdown tables).
 """
 
 from __future__ import annotations

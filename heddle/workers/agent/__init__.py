@@ -13,6 +13,10 @@ Layout (one concern per module):
 - ``commands``: carrying out commands; ``segments``: a trajectory's steps as a task, and what
   happens when they rest; ``telemetry``: heartbeats and load reports;
 - ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
+- ``config``: one agent's configuration; ``ports``: what it needs from the outside world, as small
+  protocols; ``errors``: why a command is not acknowledged, why a step cannot go on;
+- ``caps``: a trajectory's caps and endings (pure); ``weights``: ``LoadWeights`` carried out at a
+  safe point; ``publisher``: publishing that retries with the same id until stored.
 """
 
 from heddle.workers.agent.agent import WorkerAgent

@@ -11,6 +11,11 @@ until that engine is used (the CLI must not import torch for a sim worker):
 ``--time-scale 100`` or ``--opt time_scale=100``) into the options dataclass, then calls the
 factory. Unknown or malformed options raise ``EngineOptionError`` (a ``ValueError``) naming the
 option and the accepted ones. Engine engineers add one ``EngineEntry`` line to ``ENGINES``.
+
+Modules: ``base`` (the ``Engine`` protocol), ``sim`` (the calibrated batching model in scaled real
+time) with ``sim_options`` (its options, a cheap import) and ``sim_jobs`` (between the ``Engine``
+API and its ``BatchingModel``); subpackages ``torch_engine/`` (continuous batching on PyTorch +
+transformers) and ``sglang/`` (a SGLang server over its native HTTP API).
 """
 
 from __future__ import annotations

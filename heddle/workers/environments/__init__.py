@@ -31,8 +31,14 @@ the trajectory's events). It returns the prompt and the last outcome: a tool req
 result is missing from the history must be sent again (same call id).
 
 Built-ins (``ENVIRONMENTS``; names feed CLI choices): ``trace``, ``math``, ``coding``,
-``search``; each module's docstring gives its task format and rules. ``read_tasks`` loads and
-checks a JSONL task file; samples ship in ``heddle/data/tasks``.
+``search``, ``token_class``; each module's docstring gives its task format and rules.
+``read_tasks`` loads and checks a JSONL task file; samples ship in ``heddle/data/tasks``.
+
+Modules: ``base`` (the contract: observations, step outcomes, the call-order state machine,
+``replay``), ``registry`` (``ENVIRONMENTS``: typed options and a factory per name), ``tasks``
+(``read_tasks``: JSONL task files), ``parsing`` (actions in generated text), ``answers`` (checking
+answers: numeric tolerance, exact match, token F1), and the built-ins ``trace_env``, ``math_env``,
+``coding_env``, ``search_env``, ``token_class_env`` (a toy RL task).
 """
 
 from heddle.workers.environments.base import (

@@ -14,6 +14,7 @@ torch and transformers load with the modules that need them. The pieces, one res
   scheduling decisions (priority, preemption, KV budget).
 - ``kv_manager``: moves KV between slots, parked blocks and cached prefixes.
 - ``snapshot``: KV export/import bytes (msgpack header + raw tensor bytes, no pickle).
+- ``weights``: weight swaps: read a state dict, check it fits the model, copy it in.
 - ``core``: the synchronous step loop, with its counters in ``stats`` and its request checks in
   ``validation``; ``engine``: the ``Engine`` protocol around it, in a thread.
 
