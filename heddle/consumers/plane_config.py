@@ -1,6 +1,6 @@
 """How a control plane process is configured (``ControlPlaneService``'s options; ``heddle up``
-and ``heddle control-plane`` build one from their flags). Construction checks the cost-model
-preset and the liveness timings (``ValueError`` naming the problem)."""
+builds one from its flags). Construction checks the cost-model preset and the liveness timings
+(``ValueError`` naming the problem)."""
 
 from __future__ import annotations
 
