@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import itertools
 import os
 import random
 import time
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from heddle.bench.phases import Phase, combined, measure_phase, server_pid_of
+from heddle.bench.phases import Phase, measure_chunks, measure_phase, server_pid_of
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
 from heddle.bus.publisher import Publisher
 from heddle.config import Settings
@@ -153,42 +152,36 @@ async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchR
 async def _publish(
     bus: Bus, events: Iterator[Event], server_pid: int | None
 ) -> tuple[Phase, int, int]:
-    """Publish the events through the bus, each chunk built before its timing starts (building
-    the benchmark's events is not publishing them): the phase, first and last sequence."""
+    """Publish the events through the bus: the phase, first and last sequence."""
     sequences: list[int] = []
-    chunks: list[Phase] = []
-    while chunk := list(itertools.islice(events, ENCODED_CHUNK)):
 
-        async def publish(chunk: list[Event] = chunk) -> int:
-            acks = await bus.publish_many(chunk)
-            sequences.extend((acks[0].sequence, acks[-1].sequence))
-            return len(acks)
+    async def publish(chunk: list[Event]) -> int:
+        acks = await bus.publish_many(chunk)
+        sequences.extend((acks[0].sequence, acks[-1].sequence))
+        return len(acks)
 
-        chunks.append(await measure_phase(publish, server_pid))
-    return combined(chunks), sequences[0], sequences[-1]
+    phase = await measure_chunks(events, ENCODED_CHUNK, publish, server_pid)
+    return phase, sequences[0], sequences[-1]
 
 
 async def _publish_encoded(
     bus: Bus, rollout_id: str, config: BusBenchConfig, server_pid: int | None
 ) -> Phase:
-    """Publish a rollout's step events through a publisher on the bus's connection, each chunk
-    encoded before its timing starts: what publishing costs without encoding."""
+    """Publish a rollout's step events, encoded beforehand, through a publisher on the bus's
+    connection: what publishing costs without encoding."""
+    envelopes = (
+        (subject_for_event(event), encode(event), event.event_id)
+        for event in _events(rollout_id, config)
+    )
     publisher = await Publisher(bus.client).open()
-    chunks: list[Phase] = []
     try:
-        events = _events(rollout_id, config)
-        while chunk := [
-            (subject_for_event(event), encode(event), event.event_id)
-            for event in itertools.islice(events, ENCODED_CHUNK)
-        ]:
 
-            async def publish(chunk: list[tuple[str, bytes, str]] = chunk) -> int:
-                return len(await publisher.publish_many(chunk))
+        async def publish(chunk: list[tuple[str, bytes, str]]) -> int:
+            return len(await publisher.publish_many(chunk))
 
-            chunks.append(await measure_phase(publish, server_pid))
+        return await measure_chunks(envelopes, ENCODED_CHUNK, publish, server_pid)
     finally:
         await publisher.close()
-    return combined(chunks)
 
 
 async def _raw_pull(bus: Bus, spec: ConsumerSpec) -> int:

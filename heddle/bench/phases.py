@@ -1,18 +1,22 @@
 """One measured pass of ``heddle bench bus`` (``Phase``): events, wall time and the CPU time of
 this process and of an embedded nats-server, since on a shared machine wall-clock rates also
-measure the neighbours."""
+measure the neighbours; ``measure_chunks`` times a pass chunk by chunk, each prepared first."""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from heddle.bus.embedded import RECORD_NAME, read_record
 from heddle.config import Settings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +61,31 @@ async def measure_phase(run: Callable[[], Awaitable[int]], server_pid: int | Non
     return Phase(num_events, elapsed_s, client_cpu_s, server_cpu_s)
 
 
-def combined(phases: list[Phase]) -> Phase:
-    """Passes measured apart (chunks of one phase) as one: events, times and CPU summed."""
-    servers = [phase.server_cpu_s for phase in phases]
+async def measure_chunks(
+    items: Iterator[T],
+    chunk_size: int,
+    run: Callable[[list[T]], Awaitable[int]],
+    server_pid: int | None,
+) -> Phase:
+    """``run`` on each chunk of ``items`` under a timing of its own, the chunks' phases summed:
+    a chunk is taken (built, encoded) from ``items`` before its timing starts, so preparing a
+    benchmark's messages does not count as handling them."""
+    phases: list[Phase] = []
+    while chunk := list(itertools.islice(items, chunk_size)):
+        phases.append(await measure_phase(functools.partial(run, chunk), server_pid))
     return Phase(
         sum(phase.num_events for phase in phases),
         sum(phase.elapsed_s for phase in phases),
         sum(phase.client_cpu_s for phase in phases),
-        None if None in servers or not servers else sum(s for s in servers if s is not None),
+        _sum_known([phase.server_cpu_s for phase in phases]),
     )
+
+
+def _sum_known(values: list[float | None]) -> float | None:
+    """The sum, or None when any is unknown (or there are none)."""
+    if not values or any(value is None for value in values):
+        return None
+    return sum(value for value in values if value is not None)
 
 
 def server_pid_of(settings: Settings) -> int | None:

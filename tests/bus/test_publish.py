@@ -16,7 +16,6 @@ from heddle.bus import (
     PublishOptions,
     ReplayQuery,
 )
-from heddle.bus.publisher import Publisher
 from heddle.config import Settings
 from heddle.events import Drain, ToolCall, TraceTool
 from heddle.events.subjects import COMMANDS_STREAM, EVENTS_SUBJECTS, TOOLS_STREAM
@@ -47,12 +46,8 @@ async def test_the_stored_message_carries_its_id_as_nats_msg_id(bus: Bus) -> Non
 
 
 async def test_an_id_with_a_line_break_is_published_and_deduplicated_by_nats_py(bus: Bus) -> None:
-    publisher = await Publisher(bus.client).open()
-    try:
-        first = await publisher.publish("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
-        again = await publisher.publish("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
-    finally:
-        await publisher.close()
+    first = await bus.publish_raw("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
+    again = await bus.publish_raw("heddle.evt.traj.r1.t1.generated", b"{}", "odd\nid")
     assert not first.duplicate and again.duplicate and again.sequence == first.sequence
 
 
