@@ -1,9 +1,11 @@
 """What ``HeddleClient.completions`` reads and hands over: every trajectory's terminal event.
 
-A trajectory ends with ``Completed`` or with a non-retryable ``Failed``; the stream hands both to
-the trainer as a ``Completed`` (a failure's tokens are those generated before it, rebuilt from
-the trajectory's events; ``finish_reason`` and ``reason`` say why), so a batch has a row for each
-trajectory. Also: the deployment's time scale, read from the workers' registrations.
+A trajectory ends with ``Completed`` or with a final ``Failed`` (``Failed.is_final``); the stream
+hands both to the trainer as a ``Completed`` (a failure's tokens are those generated before it,
+rebuilt from the trajectory's events; ``finish_reason`` and ``reason`` say why), so a batch has a
+row for each trajectory slot. A stale trajectory resubmitted afresh (``resubmitted_as``) is not
+handed over: the trajectory that runs its slot again is, with the same ``group_id`` and
+``index``. Also: the deployment's time scale, read from the workers' registrations.
 """
 
 from __future__ import annotations
@@ -172,4 +174,4 @@ class CompletionStream:
 
 
 def _is_new_end(failed: Failed, seen: set[str]) -> bool:
-    return not failed.retryable and failed.traj_id not in seen
+    return failed.is_final and failed.traj_id not in seen

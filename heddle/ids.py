@@ -37,6 +37,12 @@ def trajectory_id(index: int) -> str:
     return f"t{index:06d}"
 
 
+def resubmission_id(traj_id: str, attempt: int) -> str:
+    """The id under which a trajectory's slot runs afresh for the ``attempt``-th time (a stale
+    trajectory resubmitted: ``t000003`` -> ``t000003-r1`` -> ``t000003-r1-r2``)."""
+    return check_token(f"{traj_id}-r{attempt}", "resubmitted trajectory id")
+
+
 def group_id(index: int) -> str:
     return f"g{index:05d}"
 

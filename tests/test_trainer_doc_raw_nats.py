@@ -79,7 +79,9 @@ async def receive(js: Any, rid: str, count: int) -> dict[str, dict[str, Any]]:
                 continue
             for msg in messages:
                 event = json.loads(msg.data)
-                if event["kind"] == "traj.completed" or not event["retryable"]:
+                if event["kind"] == "traj.completed" or not (
+                    event["retryable"] or event.get("resubmitted_as")
+                ):
                     ended[event["traj_id"]] = event
                 await msg.ack()
     return ended

@@ -15,7 +15,14 @@ from heddle.bus import ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.events import Completed, Generated, WeightsLoaded
+from heddle.events import (
+    Completed,
+    Failed,
+    Generated,
+    RolloutFinished,
+    TrajectorySubmitted,
+    WeightsLoaded,
+)
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import RolloutPlan, submit, trace_specs
 from heddle.traces import TraceStep, TraceTrajectory
@@ -101,7 +108,9 @@ async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_vers
     control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
     options = InProcessOptions(num_workers=2, engine_options={"time_scale": str(TIME_SCALE)},
                                control_plane=control)  # fmt: skip
-    specs = [msgspec.structs.replace(s, max_staleness=0) for s in trace_specs(trace(4))]
+    specs = [
+        msgspec.structs.replace(s, max_staleness=0, max_attempts=1) for s in trace_specs(trace(4))
+    ]
     async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
         rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
         await wait_for_generations(client, rollout_id, 4)
@@ -116,3 +125,37 @@ async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_vers
     for trajectory in stale:
         assert "exceed max_staleness 0" in trajectory.reason and trajectory.reward == 0.0
         assert trajectory.weight_versions == [0] and trajectory.num_steps < 6
+
+
+async def test_a_stale_trajectory_is_run_afresh_on_the_new_weights_in_its_own_slot(
+    settings: Settings, tmp_path: Path
+) -> None:
+    weights = tmp_path / "v1.pt"
+    weights.write_bytes(b"state dict of version 1")
+    control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
+    options = InProcessOptions(num_workers=2, engine_options={"time_scale": str(TIME_SCALE)},
+                               control_plane=control)  # fmt: skip
+    specs = [
+        msgspec.structs.replace(s, max_staleness=0, max_attempts=3) for s in trace_specs(trace(4))
+    ]
+    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
+        rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
+        await wait_for_generations(client, rollout_id, 4)
+        await client.publish_weights(1, weights)
+        await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)
+        ended = [t async for t in client.completions(rollout_id)]
+        stream = [r.message async for r in client.bus.replay_events(ReplayQuery(
+                filter_subjects=(f"heddle.evt.*.{rollout_id}.>",), start_sequence=1))]  # fmt: skip
+    resubmitted = {e.traj_id: e.resubmitted_as for e in stream if isinstance(e, Failed)}
+    assert resubmitted, "a trajectory spanned the swap"
+    assert all(new == f"{old}-r1" for old, new in resubmitted.items())
+    assert sorted(t.index for t in ended) == [0, 1, 2, 3]  # one per slot, no stale one
+    by_id = {t.traj_id: t for t in ended}
+    for old, new in resubmitted.items():
+        assert old not in by_id and by_id[new].finish_reason == "stop"
+        assert by_id[new].weight_versions == [1] and by_id[new].num_steps == 6
+    assert all(len(t.weight_versions) == 1 for t in ended)
+    (finished,) = [e for e in stream if isinstance(e, RolloutFinished)]
+    assert (finished.num_completed, finished.num_failed) == (4, 0)
+    again = [e for e in stream if isinstance(e, TrajectorySubmitted) and e.spec.attempt == 1]
+    assert sorted(e.traj_id for e in again) == sorted(resubmitted.values())

@@ -185,7 +185,10 @@ def _rollout_line(ledger: Ledger, rollout_id: str, now: float) -> RolloutLine | 
         rollout_id=rollout_id,
         policy=row.policy,
         status=row.status,
-        num_trajectories=max(row.num_trajectories, summary.num_trajectories),
+        num_trajectories=max(
+            row.num_trajectories,
+            summary.num_trajectories - summary.num_by_status.get(TrajectoryStatus.RESUBMITTED, 0),
+        ),
         num_completed=summary.num_completed,
         num_failed=summary.num_by_status.get(TrajectoryStatus.FAILED, 0),
         makespan_s=_makespan(row, now),

@@ -1,15 +1,21 @@
-"""The rollout decider: emits ``RolloutFinished`` once every trajectory completed or failed.
+"""The rollout decider: emits ``RolloutFinished`` once every trajectory completed or failed, and
+resubmits the stale trajectories that have attempts left.
 
-Consumes ``RolloutSubmitted`` (how many trajectories, when), ``Completed`` (counts it and its
-output tokens) and ``Failed`` (counts it unless ``retryable``: the control plane re-places those).
+Consumes ``RolloutSubmitted`` (how many trajectories, when), ``TrajectorySubmitted`` (keeps the
+spec of a trajectory that may be resubmitted), ``Completed`` (counts it and its output tokens)
+and ``Failed`` (counts it when ``is_final``: a retryable one is re-placed by the control plane,
+and one ``resubmitted_as`` another id is answered with that id's ``TrajectorySubmitted``, the
+same spec with ``attempt`` one higher, and its slot ends with the new trajectory).
 The makespan is the last trajectory's end minus the rollout's submission, in model seconds.
 A cancelled rollout (``RolloutCancelled``) never finishes: it ended cancelled, and its aborted
-trajectories' failures do not turn it into a finished one.
+trajectories' failures do not turn it into a finished one; it resubmits nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import msgspec
 
 from heddle.control.decider import Output
 from heddle.events import (
@@ -19,6 +25,8 @@ from heddle.events import (
     RolloutCancelled,
     RolloutFinished,
     RolloutSubmitted,
+    TrajectorySpec,
+    TrajectorySubmitted,
 )
 from heddle.ids import derive_id
 
@@ -33,6 +41,10 @@ class _Rollout:
     failed: set[str] = field(default_factory=set)
     num_output_tokens: int = 0
     is_finished: bool = False
+    resubmittable: dict[str, TrajectorySpec] = field(default_factory=dict)
+    """Specs of the running trajectories that have attempts left (the rest are not kept)."""
+    resubmitted: set[str] = field(default_factory=set)
+    """Trajectories whose slot runs on under another id."""
 
 
 class RolloutDecider:
@@ -40,7 +52,7 @@ class RolloutDecider:
 
     name = "rollout"
     handles: frozenset[type[Event]] = frozenset(
-        {RolloutSubmitted, Completed, Failed, RolloutCancelled}
+        {RolloutSubmitted, TrajectorySubmitted, Completed, Failed, RolloutCancelled}
     )
 
     def __init__(self) -> None:
@@ -59,6 +71,11 @@ class RolloutDecider:
                 if cancelled is not None:
                     cancelled.is_finished = True  # ended: no RolloutFinished follows
                 return []
+            case TrajectorySubmitted():
+                submitted = self._rollouts.get(event.rollout_id)
+                if submitted is not None and event.spec.attempt + 1 < event.spec.max_attempts:
+                    submitted.resubmittable[event.traj_id] = event.spec
+                return []
             case Completed():
                 rollout = self._rollouts.get(event.rollout_id)
                 if rollout is None or event.traj_id in rollout.completed:
@@ -66,16 +83,42 @@ class RolloutDecider:
                 rollout.failed.discard(event.traj_id)
                 rollout.completed.add(event.traj_id)
                 rollout.num_output_tokens += event.num_output_tokens
+                rollout.resubmittable.pop(event.traj_id, None)
+            case Failed() if event.resubmitted_as and not event.retryable:
+                return self._resubmit(event)
             case Failed():
                 rollout = self._rollouts.get(event.rollout_id)
                 if rollout is None or event.retryable or event.traj_id in rollout.completed:
                     return []
                 rollout.failed.add(event.traj_id)
+                rollout.resubmittable.pop(event.traj_id, None)
             case _:
                 return []
         return self._maybe_finish(event, rollout)
 
+    def _resubmit(self, event: Failed) -> list[Output]:
+        rollout = self._rollouts.get(event.rollout_id)
+        if rollout is None or event.traj_id in rollout.completed | rollout.resubmitted:
+            return []
+        spec = rollout.resubmittable.pop(event.traj_id, None)
+        if spec is None:  # a spec with no attempts left (its worker disagrees): the slot ends
+            rollout.failed.add(event.traj_id)
+            return self._maybe_finish(event, rollout)
+        rollout.resubmitted.add(event.traj_id)
+        if rollout.is_finished:  # cancelled: nothing runs again
+            return []
+        return [
+            TrajectorySubmitted(
+                event_id=derive_id(event.rollout_id, event.resubmitted_as, "submitted"),
+                rollout_id=event.rollout_id,
+                traj_id=event.resubmitted_as,
+                occurred_at=event.occurred_at,
+                spec=msgspec.structs.replace(spec, attempt=spec.attempt + 1),
+            )
+        ]
+
     def _maybe_finish(self, event: Event, rollout: _Rollout) -> list[Output]:
+        # A resubmitted id is in neither set: its slot ends with the id that runs it afresh.
         num_ended = len(rollout.completed) + len(rollout.failed)
         if rollout.is_finished or num_ended < rollout.num_trajectories:
             return []
@@ -92,13 +135,16 @@ class RolloutDecider:
             )
         ]
 
-    def snapshot(self) -> dict[str, tuple[int, frozenset[str], frozenset[str], int, bool]]:
+    def snapshot(
+        self,
+    ) -> dict[str, tuple[int, frozenset[str], frozenset[str], frozenset[str], int, bool]]:
         """The state, as a comparable value (replay tests)."""
         return {
             rollout_id: (
                 r.num_trajectories,
                 frozenset(r.completed),
                 frozenset(r.failed),
+                frozenset(r.resubmitted),
                 r.num_output_tokens,
                 r.is_finished,
             )

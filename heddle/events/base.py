@@ -30,7 +30,8 @@ TerminalReason = Literal[
 - ``tool_error``: failed while the environment read a tool's result;
 - ``aborted``: aborted by an operator or a cancelled rollout;
 - ``stale``: its next generation would have run on weights more than the spec's
-  ``max_staleness`` versions newer than its oldest tokens (resubmit it to run it afresh);
+  ``max_staleness`` versions newer than its oldest tokens, on its last attempt (earlier
+  attempts are run afresh under another id: ``Failed.resubmitted_as``);
 - ``error``: any other failure (a bad task, a bad prompt, the engine).
 
 Truncated trajectories (``length``, ``max_steps``) and finished ones (``stop``,

@@ -75,6 +75,12 @@ class TrajectorySpec(msgspec.Struct, frozen=True, kw_only=True):
     """Partial rollout's bound: a generation may run on weights at most this many versions newer
     than the trajectory's oldest tokens; one that would not ends the trajectory ``stale``.
     None: no bound (a trajectory continues on whatever weights its worker serves)."""
+    max_attempts: int = 1
+    """How many times the trajectory may run afresh: one that goes ``stale`` before its last
+    attempt is resubmitted from its prompt under a new id (``heddle.ids.resubmission_id``), with
+    this spec and ``attempt`` one higher. 1: a stale trajectory ends ``stale``."""
+    attempt: int = 0
+    """Runs of this slot before this one (0: as the trainer submitted it)."""
 
 
 class TrajectorySubmitted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.submitted"):
@@ -254,6 +260,15 @@ class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
     """The spec's group ("" when the publisher did not know it, or in older events)."""
     index: int = 0
     """The spec's index (0 when ``group_id`` is "")."""
+    resubmitted_as: str = ""
+    """The trajectory that runs this one's slot afresh (a ``stale`` one with attempts left); its
+    ``Completed`` or final ``Failed`` ends the slot instead. "" otherwise."""
+
+    @property
+    def is_final(self) -> bool:
+        """Whether this ends the trajectory's slot: not re-placed (``retryable``) and not run
+        afresh under another id (``resubmitted_as``)."""
+        return not self.retryable and not self.resubmitted_as
 
 
 TrajectoryEventT = (

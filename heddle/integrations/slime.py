@@ -45,7 +45,7 @@ STATUS_OF_FINISH_REASON: dict[str, str] = {
     "length": "TRUNCATED",
     "max_steps": "TRUNCATED",
     "aborted": "ABORTED",
-    "stale": "ABORTED",  # outside the rollout's staleness bound: the trainer resubmits it
+    "stale": "ABORTED",  # stale on its last attempt (earlier ones run afresh by themselves)
     "tool_error": "FAILED",
     "error": "FAILED",
 }

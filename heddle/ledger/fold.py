@@ -184,9 +184,12 @@ def _apply_trajectory(
         case Completed():
             _apply_completed(row, event)
         case Failed():
-            row.status = (
-                TrajectoryStatus.INTERRUPTED if event.retryable else TrajectoryStatus.FAILED
-            )
+            if event.retryable:
+                row.status = TrajectoryStatus.INTERRUPTED
+            elif event.resubmitted_as:
+                row.status = TrajectoryStatus.RESUBMITTED
+            else:
+                row.status = TrajectoryStatus.FAILED
             row.failure_reason = event.reason
             if not event.retryable:
                 row.completed_at = event.occurred_at

@@ -44,6 +44,8 @@ class TrajectoryStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     """Failed for good."""
+    RESUBMITTED = "resubmitted"
+    """Went stale; its slot runs afresh under another id (``Failed.resubmitted_as``)."""
 
 
 class WorkerStatus(enum.StrEnum):

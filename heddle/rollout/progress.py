@@ -105,7 +105,7 @@ class RolloutFollower:
                         state.failed.discard(completed.traj_id)
                         state.output_tokens += completed.num_output_tokens
                 case Failed() as failed:
-                    if not failed.retryable and failed.traj_id not in state.completed:
+                    if failed.is_final and failed.traj_id not in state.completed:
                         state.failed.add(failed.traj_id)
                 case RolloutFinished():
                     state.is_finished = True

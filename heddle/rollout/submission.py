@@ -118,8 +118,13 @@ class TaskOptions:
     tool_pool: str = "default"
     max_staleness: int | None = None
     """Partial rollout's bound on the weight versions one trajectory spans; None: no bound."""
+    max_attempts: int = 3
+    """Runs a trajectory slot may take: one that goes stale (beyond ``max_staleness``) is
+    resubmitted afresh until its last attempt, which ends ``stale`` (1: never resubmitted)."""
 
     def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (or None: no bound)")
         if self.group_size < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
@@ -200,6 +205,7 @@ def task_specs(
                     ),
                     tool_pool=options.tool_pool,
                     max_staleness=options.max_staleness,
+                    max_attempts=options.max_attempts,
                 )
             )
     return specs

@@ -121,7 +121,7 @@ class _Fold:
             case Completed():
                 self.completed.setdefault(event.traj_id, event)
                 self.failed.discard(event.traj_id)
-            case Failed() if not event.retryable and event.traj_id not in self.completed:
+            case Failed() if event.is_final and event.traj_id not in self.completed:
                 self.failed.add(event.traj_id)
             case Generated():
                 self._generated(event)

@@ -4,6 +4,7 @@ decider (finishes once every trajectory ended)."""
 from __future__ import annotations
 
 import events_factory as b
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,9 @@ from heddle.events import (
     Failed,
     MigrateOut,
     MigrationRequested,
+    RolloutCancelled,
     RolloutFinished,
+    TrajectorySubmitted,
 )
 
 
@@ -127,3 +130,54 @@ def test_rollout_finishes_once_every_trajectory_ended() -> None:
     assert (finished.num_completed, finished.num_failed) == (2, 1)
     assert (finished.makespan_s, finished.num_output_tokens) == (30.0, 140)
     assert decider.decide(b.completed("t2", 1, 1, at=50.0)) == []  # finished once
+
+
+def stale(traj_id: str, resubmitted_as: str, at: float) -> Failed:
+    return Failed(
+        event_id=f"{traj_id}:failed",
+        rollout_id=b.ROLLOUT,
+        occurred_at=at,
+        traj_id=traj_id,
+        step=2,
+        reason="stale",
+        finish_reason="stale",
+        resubmitted_as=resubmitted_as,
+    )
+
+
+def resubmittable(traj_id: str, index: int, attempt: int = 0) -> TrajectorySubmitted:
+    event = b.submitted(traj_id, index)
+    spec = msgspec.structs.replace(event.spec, max_staleness=0, max_attempts=2, attempt=attempt)
+    return msgspec.structs.replace(event, spec=spec)
+
+
+def test_a_stale_trajectory_with_attempts_left_runs_its_slot_again_under_a_new_id() -> None:
+    decider = RolloutDecider()
+    decider.decide(b.rollout(2, at=10.0))
+    for index, traj_id in enumerate(("t0", "t1")):
+        decider.decide(resubmittable(traj_id, index))
+    (again,) = decider.decide(stale("t0", "t0-r1", at=20.0))
+    assert isinstance(again, TrajectorySubmitted) and again.traj_id == "t0-r1"
+    assert again.spec == msgspec.structs.replace(resubmittable("t0", 0).spec, attempt=1)
+    assert decider.decide(stale("t0", "t0-r1", at=21.0)) == []  # a duplicate: once
+    decider.decide(again)  # the control plane reads its own output back
+    assert decider.decide(b.completed("t1", 1, 40, at=30.0)) == []  # the stale slot still runs
+    (finished,) = decider.decide(b.completed("t0-r1", 3, 60, at=50.0))
+    assert isinstance(finished, RolloutFinished)
+    assert (finished.num_completed, finished.num_failed) == (2, 0)
+    assert (finished.makespan_s, finished.num_output_tokens) == (40.0, 100)
+
+
+def test_a_resubmission_without_attempts_left_ends_its_slot_and_a_cancelled_rollout_gets_none() -> (
+    None
+):
+    decider = RolloutDecider()
+    decider.decide(b.rollout(1))
+    decider.decide(resubmittable("t0-r1", 0, attempt=1))  # its last attempt: spec not kept
+    (finished,) = decider.decide(stale("t0-r1", "t0-r1-r2", at=5.0))
+    assert isinstance(finished, RolloutFinished) and finished.num_failed == 1
+    cancelled = RolloutDecider()
+    cancelled.decide(b.rollout(1))
+    cancelled.decide(resubmittable("t0", 0))
+    cancelled.decide(RolloutCancelled(event_id="c", rollout_id=b.ROLLOUT, occurred_at=1.0))
+    assert cancelled.decide(stale("t0", "t0-r1", at=2.0)) == []

@@ -11,8 +11,9 @@ Consumes:
 - ``Prioritized``: the priority stamped on the trajectory's next request.
 - ``Generated``, ``ToolCalled``, ``ToolReturned``: ``StepRouting``.
 - a later ``Predicted`` and ``Migrated``: ``MigrationRequests``.
-- ``Completed`` / ``Failed``: the trajectory is forgotten; once all of a rollout's are, the
-  rollout is, and its later events are ignored.
+- ``Completed`` / ``Failed``: the trajectory is forgotten; once all of a rollout's are (and no
+  resubmission a stale one's ``Failed`` announced is still to come), the rollout is, and its
+  later events are ignored.
 
 Admission (``Admission``) is asked which planned trajectories start whenever room may have
 appeared: a worker registered, was undrained or failed, a rollout was placed, a trajectory was
@@ -119,6 +120,10 @@ class PlacementDecider:
             case Migrated():
                 self._migration.migrated(event)
                 return self._start_admitted(event)
+            case Failed() if event.resubmitted_as and not event.retryable:
+                self._state.rollout(event.rollout_id).awaited.add(event.resubmitted_as)
+                self._finished(event.rollout_id, event.traj_id)
+                return self._start_admitted(event)
             case Completed() | Failed():
                 self._finished(event.rollout_id, event.traj_id)
                 return self._start_admitted(event)
@@ -169,6 +174,6 @@ class PlacementDecider:
         self._state.stop_generating(trajectory)
         if rollout.placer is not None:
             rollout.placer.on_finished(traj_id)
-            if not rollout.trajectories:
+            if not rollout.trajectories and not rollout.awaited:
                 del self._state.rollouts[rollout_id]
                 self._state.ended.add(rollout_id)

@@ -1,7 +1,12 @@
 """Initial placement: once a rollout's trajectories are all submitted (and, for a placer that
 needs them, all predicted) and workers are known, a fresh placer places them; admission then says
 which start now and where (``TrajectoryPlaced`` + ``StartTrajectory`` each), and the others
-start as it lets them in."""
+start as it lets them in.
+
+A trajectory submitted after its rollout was placed (a stale one resubmitted afresh) is planned
+on its own once it has its first prediction (at once for a placer that needs none): on the
+candidate worker with the fewest in-flight requests, through admission like the others, outside
+the placer's plan (the placer never ranks or migrates it)."""
 
 from __future__ import annotations
 
@@ -33,21 +38,63 @@ class InitialPlacement:
 
     def trajectory_submitted(self, event: TrajectorySubmitted) -> list[Output]:
         rollout = self._state.rollout(event.rollout_id)
-        if event.traj_id not in rollout.trajectories:
-            prompt_tokens = len(event.spec.prompt_token_ids)
-            rollout.trajectories[event.traj_id] = TrajectoryRecord(
-                event.spec, context_tokens=prompt_tokens
-            )
-        return self.place_ready(event)
+        if event.traj_id in rollout.trajectories:
+            return self.place_ready(event)
+        prompt_tokens = len(event.spec.prompt_token_ids)
+        rollout.trajectories[event.traj_id] = TrajectoryRecord(
+            event.spec, context_tokens=prompt_tokens
+        )
+        rollout.awaited.discard(event.traj_id)
+        if rollout.placer is None:
+            return self.place_ready(event)
+        if self._needs_predictions:
+            rollout.late.add(event.traj_id)
+            return []
+        return self._plan_late(event, event.rollout_id, event.traj_id, 0.0, 0.0)
 
     def first_prediction(self, event: Predicted) -> list[Output]:
         """A prediction before the first generation: what the placement waits for."""
         rollout = self._state.rollout(event.rollout_id)
         if rollout.placer is not None:
-            return []
+            if event.traj_id not in rollout.late:
+                return []
+            rollout.late.discard(event.traj_id)
+            return self._plan_late(
+                event,
+                event.rollout_id,
+                event.traj_id,
+                event.predicted_remaining_tokens,
+                event.predicted_remaining_tool_s,
+            )
         rollout.first_predictions[event.traj_id] = event.predicted_remaining_tokens
         rollout.first_tool_predictions[event.traj_id] = event.predicted_remaining_tool_s
         return self.place_ready(event)
+
+    def _plan_late(
+        self,
+        event: Event,
+        rollout_id: str,
+        traj_id: str,
+        predicted_tokens: float,
+        predicted_tool_s: float,
+    ) -> list[Output]:
+        candidates = self._state.candidates() or self._state.workers
+        if not candidates:
+            return []
+        in_flight = self._state.in_flight
+        rollout = self._state.rollouts[rollout_id]
+        trajectory = rollout.trajectories[traj_id]
+        request = AdmissionRequest(
+            key=(rollout_id, traj_id),
+            planned_worker_id=min(candidates, key=lambda worker: in_flight[worker]),
+            submitted_at=rollout.submitted_at,
+            index=trajectory.spec.index,
+            context_tokens=trajectory.context_tokens,
+            predicted_remaining_tokens=predicted_tokens,
+            predicted_remaining_tool_s=predicted_tool_s,
+        )
+        self._admission.plan(request)
+        return self.start_admitted(event)
 
     def place_ready(self, event: Event) -> list[Output]:
         """Place every rollout that has become ready."""

@@ -46,6 +46,12 @@ class RolloutRecord:
     """Priorities seen before placement (the trajectory record takes over afterwards)."""
     placer: Placer | None = None
     """Set when the rollout is placed."""
+    awaited: set[str] = field(default_factory=set)
+    """Resubmissions a stale trajectory's ``Failed`` announced, not yet submitted: the rollout
+    does not end before they do."""
+    late: set[str] = field(default_factory=set)
+    """Trajectories submitted after the rollout was placed (resubmissions), waiting for their
+    first prediction to be planned."""
 
     def has_all_trajectories(self) -> bool:
         return len(self.trajectories) == self.num_trajectories
@@ -118,6 +124,8 @@ class PlacementState:
                 dict(rollout.trajectories),
                 dict(rollout.first_predictions),
                 rollout.placer.snapshot() if rollout.placer is not None else None,
+                frozenset(rollout.awaited),
+                frozenset(rollout.late),
             )
             for rollout_id, rollout in self.rollouts.items()
         }

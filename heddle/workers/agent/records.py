@@ -24,7 +24,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectoryTimings,
 )
-from heddle.ids import derive_id
+from heddle.ids import derive_id, resubmission_id
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import CommandArrival
 from heddle.workers.engines.base import GenerationResult
@@ -190,6 +190,11 @@ def failed(
     finish_reason: TerminalReason = "error",
 ) -> Failed:
     step = log.current_step
+    spec = log.spec
+    resubmitted_as = ""
+    if finish_reason == "stale" and not retryable and spec and spec.attempt + 1 < spec.max_attempts:
+        resubmitted_as = resubmission_id(log.traj_id, spec.attempt + 1)
+        reason = f"{reason}; resubmitted as {resubmitted_as}"
     return Failed(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "failed", discriminator or None),
         rollout_id=log.rollout_id,
@@ -200,8 +205,9 @@ def failed(
         worker_id=worker_id,
         retryable=retryable,
         finish_reason=finish_reason,
-        group_id=log.spec.group_id if log.spec else "",
-        index=log.spec.index if log.spec else 0,
+        group_id=spec.group_id if spec else "",
+        index=spec.index if spec else 0,
+        resubmitted_as=resubmitted_as,
     )
 
 

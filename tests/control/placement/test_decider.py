@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import events_factory as b
+import pytest
 
 from heddle.control.control_plane import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.control.placement import PlacementDecider, PresortedPlacer, RouterPlacer
 from heddle.events import (
     ContinueTrajectory,
     Event,
+    Failed,
     MigrationRequested,
     Prioritized,
     StartTrajectory,
@@ -190,3 +193,28 @@ def test_the_placement_hedge_is_zero_only_for_exact_predictions() -> None:
     assert options("oracle").effective_placement_hedge == 0.0
     assert options("noisy_oracle").effective_placement_hedge == DEFAULT_PLACEMENT_HEDGE
     assert options("noisy_oracle", 0.2).effective_placement_hedge == 0.2
+
+
+@pytest.mark.parametrize(
+    ("make", "needs_predictions"), [(presorted, True), (lambda: routed("least_load"), False)]
+)
+def test_a_resubmitted_trajectory_is_placed_on_its_own_after_its_rollout_was(
+    make: Callable[[], PlacementDecider], needs_predictions: bool
+) -> None:
+    decider = make()
+    feed(decider, opening(2, [("w0", 1), ("w1", 1)]))
+    feed(decider, [b.predicted(f"t{i}", -1, 100.0) for i in range(2)])
+    stale = Failed(
+        event_id="t0:failed", rollout_id=b.ROLLOUT, occurred_at=5.0, traj_id="t0", step=1,
+        reason="stale", finish_reason="stale", resubmitted_as="t0-r1",
+    )  # fmt: skip
+    feed(decider, [stale, b.completed("t1", 2, 50)])  # every trajectory of the placement ended
+    outputs = decider.decide(b.submitted("t0-r1", 0))
+    if needs_predictions:  # presorted: planned on its first prediction
+        assert outputs == []
+        outputs = decider.decide(b.predicted("t0-r1", -1, 80.0))
+    assert set(starts(outputs)) == {"t0-r1"}
+    placed = [o for o in outputs if isinstance(o, TrajectoryPlaced)]
+    assert [p.traj_id for p in placed] == ["t0-r1"] and placed[0].reason == "initial"
+    feed(decider, [b.completed("t0-r1", 2, 50)])
+    assert decider.decide(b.submitted("t0-r1", 0)) == []  # the rollout ended: nothing again
