@@ -166,7 +166,7 @@ class PredictionDecider:
                     )
                     self.predictor.observe(outcome)
                 return []
-            case Failed():
+            case Failed() if not event.retryable:  # a retryable one is placed again
                 self._tracked.pop(key, None)
                 return []
         return []

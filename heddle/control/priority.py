@@ -182,7 +182,7 @@ class PriorityDecider:
                 tracked.worker_id = event.target_worker_id
             case TrajectoryReprioritizeRequested():
                 return self._set_by_operator(event, tracked)
-            case Completed() | Failed():
+            case Completed() | Failed() if not getattr(event, "retryable", False):
                 del self._tracked[key]
                 if not any(k[0] == event.rollout_id for k in self._tracked):
                     self._paces.pop(event.rollout_id, None)

@@ -11,9 +11,10 @@ Consumes:
 - ``Prioritized``: the priority stamped on the trajectory's next request.
 - ``Generated``, ``ToolCalled``, ``ToolReturned``: ``StepRouting``.
 - a later ``Predicted`` and ``Migrated``: ``MigrationRequests``.
-- ``Completed`` / ``Failed``: the trajectory is forgotten; once all of a rollout's are (and no
-  resubmission a stale one's ``Failed`` announced is still to come), the rollout is, and its
-  later events are ignored.
+- a retryable ``Failed``: ``FailureReplacement`` places the trajectory again.
+- ``Completed`` / a final ``Failed``: the trajectory is forgotten; once all of a rollout's
+  are (and no resubmission a stale one's ``Failed`` announced is still to come), the rollout
+  is, and its later events are ignored.
 
 Admission (``Admission``) is asked which planned trajectories start whenever room may have
 appeared: a worker registered, was undrained or failed, a rollout was placed, a trajectory was
@@ -120,7 +121,9 @@ class PlacementDecider:
             case Migrated():
                 self._migration.migrated(event)
                 return self._start_admitted(event)
-            case Failed() if event.resubmitted_as and not event.retryable:
+            case Failed() if event.retryable:
+                return self._replacement.retry(event) + self._start_admitted(event)
+            case Failed() if event.resubmitted_as:
                 self._state.rollout(event.rollout_id).awaited.add(event.resubmitted_as)
                 self._finished(event.rollout_id, event.traj_id)
                 return self._start_admitted(event)

@@ -1,6 +1,8 @@
 """Failure re-placement: when a worker fails, every trajectory it held goes to the live worker with
 the fewest in-flight requests (a draining one only when no other is left):
-``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume=True)``."""
+``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume=True)``. A trajectory a
+worker hands back with a retryable ``Failed`` (it refused the command while draining, or its
+engine aborted the generation) is re-placed the same way, on another worker where there is one."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from heddle.control.placement.admission import Admission
 from heddle.control.placement.hosting import Arrival, host
 from heddle.control.placement.placer import Assignment, Placer
 from heddle.control.placement.state import PlacementState, TrajectoryRecord
-from heddle.events import WorkerFailed
+from heddle.events import Event, Failed, WorkerFailed
 
 
 class FailureReplacement:
@@ -33,19 +35,33 @@ class FailureReplacement:
                     outputs += self._replace(event, rollout_id, rollout.placer, traj_id, trajectory)
         return outputs
 
+    def retry(self, event: Failed) -> list[Output]:
+        """Re-place a trajectory handed back by a retryable failure (a known, placed one)."""
+        rollout = self._state.rollouts.get(event.rollout_id)
+        trajectory = rollout.trajectories.get(event.traj_id) if rollout is not None else None
+        if rollout is None or rollout.placer is None or trajectory is None:
+            return []
+        placer, worker_id = rollout.placer, event.worker_id
+        return self._replace(
+            event, event.rollout_id, placer, event.traj_id, trajectory, avoid=worker_id
+        )
+
     def _replace(
         self,
-        event: WorkerFailed,
+        event: Event,
         rollout_id: str,
         placer: Placer,
         traj_id: str,
         trajectory: TrajectoryRecord,
+        *,
+        avoid: str = "",
     ) -> list[Output]:
         candidates = self._state.candidates() or self._state.workers
         if not candidates:
             return []
         in_flight = self._state.in_flight
-        target = min(candidates, key=lambda worker: in_flight[worker])
+        others = [worker for worker in candidates if worker != avoid] or list(candidates)
+        target = min(others, key=lambda worker: in_flight[worker])
         was_generating = trajectory.is_generating
         trajectory.is_generating = False  # its old worker's count is gone
         outputs = host(

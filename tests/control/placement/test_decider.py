@@ -218,3 +218,20 @@ def test_a_resubmitted_trajectory_is_placed_on_its_own_after_its_rollout_was(
     assert [p.traj_id for p in placed] == ["t0-r1"] and placed[0].reason == "initial"
     feed(decider, [b.completed("t0-r1", 2, 50)])
     assert decider.decide(b.submitted("t0-r1", 0)) == []  # the rollout ended: nothing again
+
+
+def test_a_trajectory_handed_back_retryably_is_placed_again_on_another_worker() -> None:
+    decider = routed("least_load")
+    outputs = feed(decider, opening(2, [("w0", 1), ("w1", 1)]))
+    first = starts(outputs)["t0"]
+    refused = Failed(
+        event_id="t0:failed:w", rollout_id=b.ROLLOUT, occurred_at=5.0, traj_id="t0", step=0,
+        reason="worker is draining", worker_id=first, retryable=True,
+    )  # fmt: skip
+    outputs = decider.decide(refused)
+    (start,) = [o for o in outputs if isinstance(o, StartTrajectory)]
+    (placed,) = [o for o in outputs if isinstance(o, TrajectoryPlaced)]
+    assert start.traj_id == placed.traj_id == "t0" and start.resume
+    assert start.worker_id == placed.worker_id != first and placed.reason == "replacement"
+    assert feed(decider, [b.completed("t1", 1, 10)]) == []
+    assert decider.decide(b.completed("t0", 1, 10)) == []  # it ran to its end there
