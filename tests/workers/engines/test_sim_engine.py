@@ -140,7 +140,10 @@ async def test_reprioritising_a_waiting_request_changes_admission_order() -> Non
     sim = SimEngine(SimEngineOptions(time_scale=FAST, max_running=1, preemptive=False))
     await sim.start()
     try:
-        first = asyncio.create_task(sim.generate(_request("first", "a", 10, target=400)))
+        # Long enough (~0.1 s of wall time) that a loaded machine's stall cannot let it end,
+        # and admit the second, before the third is reprioritised.
+        long = _request("first", "a", 10, target=30_000, max_new=30_000)
+        first = asyncio.create_task(sim.generate(long))
         second = asyncio.create_task(sim.generate(_request("second", "b", 10, target=20)))
         third = asyncio.create_task(sim.generate(_request("third", "c", 10, target=20)))
         await asyncio.sleep(0)
