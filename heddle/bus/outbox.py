@@ -23,9 +23,6 @@ from heddle.events.subjects import subject_for_command, subject_for_event
 
 M = TypeVar("M", bound=Event | WorkerCommand | ToolCall)
 
-PUBLISH_CHUNK = 4096
-"""Messages encoded ahead of the publisher's window (offloading an array awaits the store)."""
-
 
 class Outbox:
     def __init__(
@@ -42,17 +39,12 @@ class Outbox:
     async def publish_many(
         self, messages: Iterable[Event | WorkerCommand | ToolCall]
     ) -> list[PublishAck]:
-        """Acks in input order; at most ``PUBLISH_CHUNK`` messages encoded ahead."""
-        acks: list[PublishAck] = []
-        chunk: list[tuple[str, bytes, str]] = []
+        """Acks in input order. Each message is encoded just before it is sent, while those
+        before it are in flight: the server stores while the client encodes."""
+        window = self.publisher.window()
         for message in messages:
-            chunk.append(await self._envelope(message))
-            if len(chunk) >= PUBLISH_CHUNK:
-                acks += await self.publisher.publish_many(chunk)
-                chunk = []
-        if chunk:
-            acks += await self.publisher.publish_many(chunk)
-        return acks
+            await window.send(*await self._envelope(message))
+        return await window.drain()
 
     async def _envelope(self, message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
         subject, data, message_id = envelope(message)

@@ -153,18 +153,15 @@ class Publisher:
     ) -> list[PublishAck]:
         """Publish (subject, payload, msg id) triples with at most ``max_in_flight`` awaiting
         their acknowledgement; returns the acks in input order."""
-        acks: list[PublishAck | None] = []
-        window: deque[_Outgoing] = deque()
+        window = self.window()
         for subject, data, msg_id in messages:
-            while len(window) >= self.options.max_in_flight:
-                await self._settle_oldest(window, acks)
-            outgoing = _Outgoing(len(acks), subject, data, msg_id, time.monotonic())
-            acks.append(None)
-            await self._send(outgoing)
-            window.append(outgoing)
-        while window:
-            await self._settle_oldest(window, acks)
-        return [ack for ack in acks if ack is not None]
+            await window.send(subject, data, msg_id)
+        return await window.drain()
+
+    def window(self) -> PublishWindow:
+        """A window to send messages through one at a time (each prepared just before it is
+        sent, while the ones before it are in flight); ``drain()`` it for the acks."""
+        return PublishWindow(self)
 
     async def _settle_oldest(self, window: deque[_Outgoing], acks: list[PublishAck | None]) -> None:
         outgoing = window.popleft()
@@ -268,3 +265,31 @@ class Publisher:
             future.set_exception(_Rejected(error.description, error.err_code))
             return
         future.set_result(PublishAck(reply_body.stream, reply_body.seq, reply_body.duplicate))
+
+
+class PublishWindow:
+    """A ``Publisher``'s sending side for one batch (it drives the publisher's own retries).
+
+    Sends in order through one publisher with at most ``max_in_flight`` unacknowledged: a
+    send first waits for the oldest when the window is full (retrying it as ``Publisher``
+    documents). Owned by one task; ``drain()`` once, after the last send."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+        self._acks: list[PublishAck | None] = []
+        self._in_flight: deque[_Outgoing] = deque()
+
+    async def send(self, subject: str, data: bytes, msg_id: str | None) -> None:
+        publisher = self._publisher
+        while len(self._in_flight) >= publisher.options.max_in_flight:
+            await publisher._settle_oldest(self._in_flight, self._acks)
+        outgoing = _Outgoing(len(self._acks), subject, data, msg_id, time.monotonic())
+        self._acks.append(None)
+        await publisher._send(outgoing)
+        self._in_flight.append(outgoing)
+
+    async def drain(self) -> list[PublishAck]:
+        """Wait for every message sent; their acks in send order."""
+        while self._in_flight:
+            await self._publisher._settle_oldest(self._in_flight, self._acks)
+        return [ack for ack in self._acks if ack is not None]
