@@ -110,7 +110,7 @@ class _Outgoing:
     """When the latest copy was sent (its ack timeout counts from here)."""
     future: asyncio.Future[PublishAck] | None = None
     token: bytes = b""
-    """The reply token of the latest copy (its entry in ``Publisher._waiting``)."""
+    """The reply subject of the latest copy (its entry in ``Publisher._waiting``)."""
 
 
 class Publisher:
@@ -121,9 +121,10 @@ class Publisher:
         self.options = options or PublishOptions()
         self._prefix = client.new_inbox()
         self._tokens = itertools.count()
-        self._waiting: dict[bytes, asyncio.Future[PublishAck]] = {}
-        self._subjects: dict[bytes, str] = {}
-        """Subject of each awaited publish (to fail those the server refuses)."""
+        self._waiting: dict[bytes, tuple[asyncio.Future[PublishAck], str]] = {}
+        """Per reply subject of an awaited publish, its future and the subject it went to (to
+        fail those the server refuses)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._subscription: SinkSubscription | None = None
         self._resume_at = 0.0
         """Monotonic time before which sends pause, after the server refused one."""
@@ -131,6 +132,7 @@ class Publisher:
         """Messages sent again (same id) after a timeout or a refusal."""
 
     async def open(self) -> Publisher:
+        self._loop = asyncio.get_running_loop()
         self._subscription = await self._client.subscribe_sink(f"{self._prefix}.*", self._receive)
         return self
 
@@ -138,10 +140,9 @@ class Publisher:
         if self._subscription is not None:
             await self._subscription.close()
             self._subscription = None
-        for future in self._waiting.values():
+        for future, _ in self._waiting.values():
             future.cancel()
         self._waiting.clear()
-        self._subjects.clear()
 
     async def publish(self, subject: str, data: bytes, msg_id: str | None) -> PublishAck:
         """Publish one message and wait for it to be stored (retrying as documented above)."""
@@ -195,11 +196,11 @@ class Publisher:
         pause_s = self._resume_at - time.monotonic()
         if pause_s > 0:
             await asyncio.sleep(pause_s)
-        token = str(next(self._tokens)).encode()
-        future: asyncio.Future[PublishAck] = asyncio.get_running_loop().create_future()
-        self._waiting[token] = future
-        self._subjects[token] = outgoing.subject
-        reply = f"{self._prefix}.{token.decode()}"
+        reply = f"{self._prefix}.{next(self._tokens)}"
+        token = reply.encode()
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[PublishAck] = loop.create_future()
+        self._waiting[token] = (future, outgoing.subject)
         outgoing.sent_at = time.monotonic()
         try:
             if outgoing.msg_id:
@@ -223,14 +224,12 @@ class Publisher:
 
     def _forget(self, token: bytes) -> None:
         self._waiting.pop(token, None)
-        self._subjects.pop(token, None)
 
     def deny(self, subject: str, reason: str) -> None:
         """Fail every awaited publish to ``subject``: the server refused it (``PublishDenied``
         from the publish call, instead of resending it until the retry deadline)."""
-        for token, waiting_subject in list(self._subjects.items()):
-            future = self._waiting.get(token)
-            if waiting_subject == subject and future is not None and not future.done():
+        for token, (future, waiting_subject) in list(self._waiting.items()):
+            if waiting_subject == subject and not future.done():
                 self._forget(token)
                 future.set_exception(_Rejected(reason, _DENIED))
 
@@ -238,11 +237,10 @@ class Publisher:
         self._resume_at = time.monotonic() + self.options.retry_backoff_s
 
     def _receive(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        token = subject[subject.rfind(b".") + 1 :]
-        future = self._waiting.pop(token, None)
-        self._subjects.pop(token, None)
-        if future is None or future.done():
+        entry = self._waiting.pop(subject, None)
+        if entry is None or entry[0].done():
             return
+        future = entry[0]
         status = status_of(headers)
         if status is not None:
             # 503: no stream listens on the subject yet (server restarting, stream missing).

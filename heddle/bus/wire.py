@@ -66,7 +66,12 @@ class LeanClient(Client):
         control = f"HPUB {subject} {reply} {len(header)} {len(header) + size}\r\n".encode()
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += size
-        await self._send_command(b"".join((control, header, payload, b"\r\n")))
+        command = b"".join((control, header, payload, b"\r\n"))
+        # nats-py's _send_command, without a coroutine per message.
+        self._pending.append(command)
+        self._pending_data_size += len(command)
+        if self._max_pending_size > 0 and self._pending_data_size > self._max_pending_size:
+            await self._flush_pending(force_flush=True)
         if self._flush_queue is not None and self._flush_queue.empty():
             await self._flush_pending()
 
