@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from heddle.events.arrays import ObjectRef, PackedArray, pack_message, raw_bytes, unpack_bytes
+from heddle.events.arrays import ObjectRef, PackedArray, pack_message, unpack_bytes
 from heddle.events.references import Path, inline_arrays, placeholders, replace_at
 
 M = TypeVar("M", bound=msgspec.Struct)
@@ -76,14 +76,14 @@ async def offload(
     for path, array in sorted(inline_arrays(packed), key=lambda item: -len(item[1].data)):
         if size <= max_bytes:
             break
-        raw = raw_bytes(array)
+        raw = array.data
         name = object_name(rollout_id, message_id, path)
         await put(name, raw)
         reference = ObjectRef(
             bucket=bucket, name=name, size=len(raw), sha256=hashlib.sha256(raw).hexdigest()
         )
         packed = replace_at(packed, path, PackedArray(enc=array.enc, n=array.n, ref=reference))
-        size -= len(array.data) - len(_encode(reference)) - 8
+        size -= _base64_length(len(raw)) - len(_encode(reference)) - 8
     return _encode(packed)
 
 
@@ -101,6 +101,10 @@ async def resolve(message: M, get: Get) -> M:
         values: Any = kind(unpack_bytes(packed, raw).tolist())
         message = replace_at(message, path, values)  # type: ignore[assignment]
     return message
+
+
+def _base64_length(num_bytes: int) -> int:
+    return 4 * ((num_bytes + 2) // 3)
 
 
 def has_references(message: msgspec.Struct) -> bool:

@@ -77,6 +77,15 @@ class PackedArray(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ref: ObjectRef | None = None
 
 
+class InlineArray(msgspec.Struct, frozen=True, kw_only=True):
+    """What an inline array is encoded from: its raw bytes, which msgspec writes as standard
+    base64 with padding (the JSON is a ``PackedArray``'s with ``data``; decoding reads that)."""
+
+    enc: str
+    n: int
+    data: bytes
+
+
 if TYPE_CHECKING:
     TokenIds = list[int]
     TokenIdTuple = tuple[int, ...]
@@ -121,7 +130,7 @@ def is_array_type(annotation: Any) -> bool:
     return annotation in _LAYOUTS
 
 
-def pack_values(annotation: Any, values: Any) -> PackedArray | None:
+def pack_values(annotation: Any, values: Any) -> InlineArray | PackedArray | None:
     """The wire form of ``values`` for a field of type ``annotation``; None when the plain list
     is the one to write (short lists, values that do not fit the encoding)."""
     if type(values) is not list:  # a plain list holds no reference (and getattr is slow)
@@ -139,9 +148,7 @@ def pack_values(annotation: Any, values: Any) -> PackedArray | None:
         data = _pack_slowly(layout.typecode, values)  # e.g. a float beyond float32: inf
     if data is None:
         return None
-    return PackedArray(
-        enc=layout.encoding, n=len(values), data=binascii.b2a_base64(data, newline=False).decode()
-    )
+    return InlineArray(enc=layout.encoding, n=len(values), data=data)
 
 
 @functools.lru_cache(maxsize=256)

@@ -10,19 +10,24 @@ from typing import Any
 
 import msgspec
 
-from heddle.events.arrays import PackedArray, array_fields, is_array_type, unresolved
+from heddle.events.arrays import (
+    InlineArray,
+    PackedArray,
+    array_fields,
+    is_array_type,
+    unresolved,
+)
 
 Path = tuple[str, ...]
 
 
-def inline_arrays(packed: msgspec.Struct, prefix: Path = ()) -> list[tuple[Path, PackedArray]]:
-    """Every inline ``PackedArray`` of a message that ``arrays.pack_message`` packed."""
-    found: list[tuple[Path, PackedArray]] = []
+def inline_arrays(packed: msgspec.Struct, prefix: Path = ()) -> list[tuple[Path, InlineArray]]:
+    """Every inline array of a message that ``arrays.pack_message`` packed."""
+    found: list[tuple[Path, InlineArray]] = []
     for name, kind in array_fields(type(packed)):
         value = getattr(packed, name)
-        if isinstance(value, PackedArray):
-            if value.ref is None:
-                found.append(((*prefix, name), value))
+        if isinstance(value, InlineArray):
+            found.append(((*prefix, name), value))
         elif not is_array_type(kind) and isinstance(value, msgspec.Struct):
             found += inline_arrays(value, (*prefix, name))
     return found
