@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +20,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from heddle.bus.connection import PermissionDenied, Violation
+from heddle.bus.transient import retry_transient
 from heddle.errors import UserError
 from heddle.events.subjects import (
     COMMANDS_STREAM,
@@ -121,8 +123,11 @@ async def provision_streams(
     js: JetStreamContext, num_replicas: int, replicas_source: str, violations: list[Violation]
 ) -> None:
     """Provision every stream of ``HEDDLE_STREAMS``; a timeout while the server reported
-    permission ``violations`` is ``PermissionDenied`` naming the last one."""
-    for spec in HEDDLE_STREAMS:
+    permission ``violations`` is ``PermissionDenied`` naming the last one, any other transient
+    error (a cluster electing leaders) is met by asking again for a while
+    (``heddle.bus.transient``)."""
+
+    async def provision(spec: StreamSpec) -> None:
         try:
             await provision_stream(js, spec, num_replicas, replicas_source)
         except TimeoutError:
@@ -133,6 +138,9 @@ async def provision_streams(
                     "create streams (the control plane, `heddle up`) first"
                 ) from None
             raise
+
+    for spec in HEDDLE_STREAMS:
+        await retry_transient(functools.partial(provision, spec), f"stream {spec.name}")
 
 
 def _matches(existing: api.StreamConfig, wanted: api.StreamConfig) -> bool:

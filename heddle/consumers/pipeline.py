@@ -17,8 +17,12 @@ decision latency. This loop keeps the round trips off the critical path:
   acknowledgement never covers an event whose outputs are not stored.
 
 A batch whose outputs cannot be stored stops the loop with ``ConsumerFailed`` (its decisions are
-in the state already; the host rebuilds the state from the stream). ``stop()`` finishes the
-batches in flight, then returns; events delivered but not taken are given back (nak).
+in the state already; the host rebuilds the state from the stream). So does a gap in the
+consumer's delivery sequence: deliveries lost in transit (a cluster node died with a pull
+response on its way) would otherwise be covered by the next acknowledgement and never decided;
+the batches before the gap are acknowledged, the rebuilt consumer resumes right after them.
+``stop()`` finishes the batches in flight, then returns; events delivered but not taken are given
+back (nak).
 """
 
 from __future__ import annotations
@@ -113,6 +117,10 @@ class PipelinedRunner:
         self._inbox: PullInbox | None = None
         self._in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue()
         self._stopping = False
+        self._next_delivery = 1 if spec.start_sequence is not None else None
+        """Consumer sequence the next delivery must have (the durable is recreated at
+        ``start_sequence``, so its deliveries count from 1); None: not checked."""
+        self._gap = ""
 
     def stop(self) -> None:
         self._stopping = True
@@ -130,6 +138,8 @@ class PipelinedRunner:
         try:
             while not self._stopping and not acking.done():
                 raws = await self._take(inbox)
+                if raws and not self._continues_delivery(raws):
+                    break
                 if raws:
                     await self._start(raws)
         finally:
@@ -140,6 +150,25 @@ class PipelinedRunner:
             for raw in await inbox.close():
                 await self.bus.client.publish(raw.reply.decode(), _NAK)
         acking.result()  # raises ConsumerFailed when outputs could not be stored
+        if self._gap:
+            raise ConsumerFailed(self._gap)
+
+    def _continues_delivery(self, raws: Sequence[RawMessage]) -> bool:
+        """Whether ``raws`` are exactly the durable's next deliveries (else the gap is noted)."""
+        if self._next_delivery is None:
+            return True
+        first = parse_ack_subject(raws[0].reply).consumer_sequence
+        last = parse_ack_subject(raws[-1].reply).consumer_sequence
+        if first == self._next_delivery and last - first + 1 == len(raws):
+            self._next_delivery = last + 1
+            return True
+        self._gap = (
+            f"{self.spec.durable}: deliveries {first}..{last}, expected from "
+            f"{self._next_delivery}: some were lost in transit (or another runner shares the "
+            "durable); rebuilding from the stream"
+        )
+        log.warning("%s", self._gap)
+        return False
 
     async def _take(self, inbox: PullInbox) -> list[RawMessage]:
         """What the inbox holds (at most a batch), else the first event to arrive. Two batches'
