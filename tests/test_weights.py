@@ -17,6 +17,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.events import (
     Completed,
+    Event,
     Failed,
     Generated,
     RolloutFinished,
@@ -100,16 +101,19 @@ async def test_weights_published_mid_rollout_reach_every_later_generation(
     assert any(len(t.weight_versions) > 1 for t in completions)  # spanned a swap
 
 
-async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_versions(
-    settings: Settings, tmp_path: Path
-) -> None:
+async def swap_under_a_staleness_bound(
+    settings: Settings, tmp_path: Path, max_attempts: int
+) -> tuple[list[Completed], list[Event]]:
+    """Four trajectories bounded by ``max_staleness=0``, weights v1 published mid-rollout: what
+    ``completions()`` handed over, and the rollout's events."""
     weights = tmp_path / "v1.pt"
     weights.write_bytes(b"state dict of version 1")
     control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
     options = InProcessOptions(num_workers=2, engine_options={"time_scale": str(TIME_SCALE)},
                                control_plane=control)  # fmt: skip
     specs = [
-        msgspec.structs.replace(s, max_staleness=0, max_attempts=1) for s in trace_specs(trace(4))
+        msgspec.structs.replace(s, max_staleness=0, max_attempts=max_attempts)
+        for s in trace_specs(trace(4))
     ]
     async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
         rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
@@ -117,6 +121,15 @@ async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_vers
         await client.publish_weights(1, weights)
         await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)
         ended = [t async for t in client.completions(rollout_id)]
+        stream = [r.message async for r in client.bus.replay_events(ReplayQuery(
+                filter_subjects=(f"heddle.evt.*.{rollout_id}.>",), start_sequence=1))]  # fmt: skip
+    return ended, stream
+
+
+async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_versions(
+    settings: Settings, tmp_path: Path
+) -> None:
+    ended, _ = await swap_under_a_staleness_bound(settings, tmp_path, max_attempts=1)
     assert len(ended) == 4
     stale = [t for t in ended if t.finish_reason == "stale"]
     assert stale, "a trajectory spanned the swap"
@@ -130,22 +143,7 @@ async def test_a_staleness_bound_ends_trajectories_that_would_span_too_many_vers
 async def test_a_stale_trajectory_is_run_afresh_on_the_new_weights_in_its_own_slot(
     settings: Settings, tmp_path: Path
 ) -> None:
-    weights = tmp_path / "v1.pt"
-    weights.write_bytes(b"state dict of version 1")
-    control = ControlPlaneConfig(cost_model="qwen3-8b", predictor=PredictorConfig("oracle"))
-    options = InProcessOptions(num_workers=2, engine_options={"time_scale": str(TIME_SCALE)},
-                               control_plane=control)  # fmt: skip
-    specs = [
-        msgspec.structs.replace(s, max_staleness=0, max_attempts=3) for s in trace_specs(trace(4))
-    ]
-    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
-        rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
-        await wait_for_generations(client, rollout_id, 4)
-        await client.publish_weights(1, weights)
-        await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)
-        ended = [t async for t in client.completions(rollout_id)]
-        stream = [r.message async for r in client.bus.replay_events(ReplayQuery(
-                filter_subjects=(f"heddle.evt.*.{rollout_id}.>",), start_sequence=1))]  # fmt: skip
+    ended, stream = await swap_under_a_staleness_bound(settings, tmp_path, max_attempts=3)
     resubmitted = {e.traj_id: e.resubmitted_as for e in stream if isinstance(e, Failed)}
     assert resubmitted, "a trajectory spanned the swap"
     assert all(new == f"{old}-r1" for old, new in resubmitted.items())

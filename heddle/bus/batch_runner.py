@@ -26,7 +26,7 @@ from typing import TypeVar
 from nats.js import JetStreamContext
 
 from heddle.bus.delivery import BatchHandler, Decoder, Delivery, TransientError
-from heddle.bus.pull import RawMessage
+from heddle.bus.pull import RawMessage, delivery_after
 from heddle.bus.runner import _ACK, ConsumerRunner, DeadLetterPublisher
 from heddle.bus.streams import ConsumerSpec, provision_consumer
 from heddle.bus.wire import LeanClient, parse_ack_subject
@@ -148,18 +148,17 @@ class BatchRunner(ConsumerRunner[T]):
         """Whether ``raws`` are exactly the next deliveries of this runner's durable."""
         if self._next_delivery is None:
             return True
-        first = parse_ack_subject(raws[0].reply).consumer_sequence
-        last = parse_ack_subject(raws[-1].reply).consumer_sequence
-        if first != self._next_delivery or last - first + 1 != len(raws):
+        following = delivery_after(raws, self._next_delivery)
+        if following is None:
             log.warning(
                 "%s: deliveries %d..%d, expected from %d: another runner shares the durable",
                 self.spec.durable,
-                first,
-                last,
+                parse_ack_subject(raws[0].reply).consumer_sequence,
+                parse_ack_subject(raws[-1].reply).consumer_sequence,
                 self._next_delivery,
             )
             return False
-        self._next_delivery = last + 1
+        self._next_delivery = following
         return True
 
     async def _consumer_lost(self) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import msgspec
 
-from heddle.bus.wire import LeanClient, SinkSubscription, status_of
+from heddle.bus.wire import LeanClient, SinkSubscription, parse_ack_subject, status_of
 
 _HEARTBEAT = b"100"
 _WAIT_MARGIN_S = 2.0
@@ -31,6 +32,17 @@ class RawMessage(NamedTuple):
     data: bytes
     received_at: float = 0.0
     """``time.perf_counter()`` when the inbox received it (decision latency starts there)."""
+
+
+def delivery_after(raws: Sequence[RawMessage], expected: int) -> int | None:
+    """The consumer sequence after ``raws`` when they are exactly the deliveries from
+    ``expected`` on; None on a gap (deliveries lost in transit, or taken by another runner of
+    the same durable)."""
+    first = parse_ack_subject(raws[0].reply).consumer_sequence
+    last = parse_ack_subject(raws[-1].reply).consumer_sequence
+    if first != expected or last - first + 1 != len(raws):
+        return None
+    return last + 1
 
 
 class _PullRequest(msgspec.Struct, omit_defaults=True):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
-from heddle.bus.pull import PullInbox, RawMessage
+from heddle.bus.pull import PullInbox, RawMessage, delivery_after
 from heddle.bus.streams import provision_consumer
 from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import parse_ack_subject
@@ -157,11 +157,12 @@ class PipelinedRunner:
         """Whether ``raws`` are exactly the durable's next deliveries (else the gap is noted)."""
         if self._next_delivery is None:
             return True
+        following = delivery_after(raws, self._next_delivery)
+        if following is not None:
+            self._next_delivery = following
+            return True
         first = parse_ack_subject(raws[0].reply).consumer_sequence
         last = parse_ack_subject(raws[-1].reply).consumer_sequence
-        if first == self._next_delivery and last - first + 1 == len(raws):
-            self._next_delivery = last + 1
-            return True
         self._gap = (
             f"{self.spec.durable}: deliveries {first}..{last}, expected from "
             f"{self._next_delivery}: some were lost in transit (or another runner shares the "

@@ -98,7 +98,9 @@ class RolloutDecider:
 
     def _resubmit(self, event: Failed) -> list[Output]:
         rollout = self._rollouts.get(event.rollout_id)
-        if rollout is None or event.traj_id in rollout.completed | rollout.resubmitted:
+        if rollout is None or event.traj_id in rollout.completed:
+            return []
+        if event.traj_id in rollout.resubmitted:
             return []
         spec = rollout.resubmittable.pop(event.traj_id, None)
         if spec is None:  # a spec with no attempts left (its worker disagrees): the slot ends

@@ -82,18 +82,11 @@ class InitialPlacement:
         if not candidates:
             return []
         in_flight = self._state.in_flight
+        worker_id = min(candidates, key=lambda worker: in_flight[worker])
         rollout = self._state.rollouts[rollout_id]
-        trajectory = rollout.trajectories[traj_id]
-        request = AdmissionRequest(
-            key=(rollout_id, traj_id),
-            planned_worker_id=min(candidates, key=lambda worker: in_flight[worker]),
-            submitted_at=rollout.submitted_at,
-            index=trajectory.spec.index,
-            context_tokens=trajectory.context_tokens,
-            predicted_remaining_tokens=predicted_tokens,
-            predicted_remaining_tool_s=predicted_tool_s,
+        self._admission.plan(
+            _request(rollout_id, traj_id, rollout, worker_id, predicted_tokens, predicted_tool_s)
         )
-        self._admission.plan(request)
         return self.start_admitted(event)
 
     def place_ready(self, event: Event) -> list[Output]:
@@ -138,16 +131,11 @@ class InitialPlacement:
             trajectory = rollout.trajectories[traj_id]
             trajectory.priority = rollout.priorities.pop(traj_id, trajectory.priority)
             trajectory.rank = assignment.rank
-            request = AdmissionRequest(
-                key=(rollout_id, traj_id),
-                planned_worker_id=assignment.worker_id,
-                submitted_at=rollout.submitted_at,
-                index=trajectory.spec.index,
-                context_tokens=trajectory.context_tokens,
-                predicted_remaining_tokens=rollout.first_predictions.get(traj_id, 0.0),
-                predicted_remaining_tool_s=rollout.first_tool_predictions.get(traj_id, 0.0),
+            tokens = rollout.first_predictions.get(traj_id, 0.0)
+            tool_s = rollout.first_tool_predictions.get(traj_id, 0.0)
+            self._admission.plan(
+                _request(rollout_id, traj_id, rollout, assignment.worker_id, tokens, tool_s)
             )
-            self._admission.plan(request)
         rollout.priorities.clear()
         return self.start_admitted(event)
 
@@ -165,3 +153,24 @@ class InitialPlacement:
             )
             for traj_id, trajectory in ordered
         ]
+
+
+def _request(
+    rollout_id: str,
+    traj_id: str,
+    rollout: RolloutRecord,
+    worker_id: str,
+    predicted_tokens: float,
+    predicted_tool_s: float,
+) -> AdmissionRequest:
+    """What admission is asked to plan for a trajectory on its planned worker."""
+    trajectory = rollout.trajectories[traj_id]
+    return AdmissionRequest(
+        key=(rollout_id, traj_id),
+        planned_worker_id=worker_id,
+        submitted_at=rollout.submitted_at,
+        index=trajectory.spec.index,
+        context_tokens=trajectory.context_tokens,
+        predicted_remaining_tokens=predicted_tokens,
+        predicted_remaining_tool_s=predicted_tool_s,
+    )

@@ -41,9 +41,9 @@ class FailureReplacement:
         trajectory = rollout.trajectories.get(event.traj_id) if rollout is not None else None
         if rollout is None or rollout.placer is None or trajectory is None:
             return []
-        placer, worker_id = rollout.placer, event.worker_id
+        rollout_id, traj_id = event.rollout_id, event.traj_id
         return self._replace(
-            event, event.rollout_id, placer, event.traj_id, trajectory, avoid=worker_id
+            event, rollout_id, rollout.placer, traj_id, trajectory, avoid=event.worker_id
         )
 
     def _replace(
