@@ -13,7 +13,7 @@ from heddle.consumers.slots import BundleFactory, SlotDeciders
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
 from heddle.control.resources import HistoryRates
-from heddle.policy.cost.model import CostModel, preset
+from heddle.policy.cost.model import CostModel, preset, weight_load_s
 from heddle.policy.prediction import Predictor
 from heddle.policy.prediction.online import OnlinePredictor
 from heddle.traces import TraceTrajectory
@@ -40,6 +40,7 @@ def control_options(
         observation_ratio=rates.observation_ratio,
         tool_s_per_token=rates.tool_s_per_token,
         tool_call_s=rates.tool_call_s,
+        weight_load_s_for_tp=functools.partial(weight_load_s, cost_model),
     )
 
 

@@ -45,10 +45,10 @@ class ControlOptions:
     observation_ratio: float = DEFAULT_OBSERVATION_RATIO
     """Observation tokens per output token (``heddle.control.resources.observation_ratio``)."""
     tool_s_per_token: float = 0.0
+    """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
     tool_call_s: float = 0.0
     """Mean seconds of a tool call in earlier rollouts (KV admission's prior, before the
     rollout's own calls are seen; 0: none known)."""
-    """Tool seconds per output token for the planners (``AgenticCostModel``; 0: token-only)."""
     pps_relative_change: float = 0.05
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
     admission: AdmissionConfig = AdmissionConfig()
@@ -59,6 +59,9 @@ class ControlOptions:
     nothing to hedge against), ``DEFAULT_PLACEMENT_HEDGE`` for every other predictor; the
     simulator and the live control plane decide it here, so a re-simulation of a recorded
     rollout places as the rollout did."""
+    weight_load_s_for_tp: Callable[[int], float] | None = None
+    """Seconds a worker of each TP degree pauses to load a weight version (placement's estimate
+    of a swapping worker's wait); None: the pause is not counted."""
 
     @property
     def engine(self) -> EngineModel:
@@ -98,7 +101,12 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     # the router's request goes out first and the priority decider's Reprioritize, carrying the
     # priority that event set, lands after it rather than being overwritten by it.
     admission = _admission(spec, options)
-    deciders.append(PlacementDecider(_placer_factory(spec, options), admission=admission))
+    placement = PlacementDecider(
+        _placer_factory(spec, options),
+        admission=admission,
+        weight_load_s_for_tp=options.weight_load_s_for_tp,
+    )
+    deciders.append(placement)
     deciders.append(PriorityDecider(policy, PriorityConfig(min_relative_change=hysteresis)))
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))

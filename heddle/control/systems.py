@@ -85,12 +85,12 @@ class SystemSpec:
     agents under KV pressure: 1,783 s preempting, 735 s not; the best baseline 1,744 s);
     they still admit by priority. Baselines preempt as their own code does."""
     admission: bool = True
-    rebalance: bool = True
-    """Presorted placement with migration also moves a trajectory in its tool gap when that
-    shortens its batch's finish (``heddle.policy.placement.rebalance``)."""
     """Presorted placement starts a trajectory only when a worker's projected KV has room for
     it (``heddle.control.placement.kv_admission``); routed placements (the baselines, and the
     ablations that replace placement) start everything at once."""
+    rebalance: bool = True
+    """Presorted placement with migration also moves a trajectory in its tool gap when that
+    shortens its batch's finish (``heddle.policy.placement.rebalance``)."""
 
     @property
     def uses_predictions(self) -> bool:

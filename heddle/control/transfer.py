@@ -1,7 +1,8 @@
 """The transfer decider: schedules migrations' KV transfers, endpoint-exclusive, longest first.
 
 Consumes ``MigrationRequested`` (queue it; a newer request for the same trajectory replaces a
-pending one), ``ToolCalled`` / ``ToolReturned`` (a trajectory can move only in a tool gap, when it
+pending one; its KV moves when the engines can move KV and the request does not call it
+stale), ``ToolCalled`` / ``ToolReturned`` (a trajectory can move only in a tool gap, when it
 holds no GPU: paper s.5.3), ``Migrated`` (its endpoints are free again), ``Completed`` / ``Failed``
 (drop its request; free its endpoints if it was moving). After each event it starts every
 pending transfer that ``heddle.policy.migration.transfers.schedule_transfers`` allows among
@@ -33,6 +34,7 @@ class _Request:
     """Its ``traj_id`` is ``_transfer_id(key)``: unique across rollouts."""
     migration_id: str
     traj_id: str
+    transfer_kv: bool = True
 
 
 def _transfer_id(key: tuple[str, str]) -> str:
@@ -68,7 +70,8 @@ class TransferDecider:
                     event.predicted_remaining_tokens,
                 )
                 migration_id = derive_id(event.event_id, "migration")
-                self._pending[key] = _Request(transfer, migration_id, event.traj_id)
+                transfer_kv = self.transfer_kv and event.transfer_kv
+                self._pending[key] = _Request(transfer, migration_id, event.traj_id, transfer_kv)
                 return self._start(event, only=key) if key in self._in_gap else []
             case ToolCalled():
                 self._in_gap.add(key)
@@ -113,7 +116,7 @@ class TransferDecider:
                     traj_id=request.traj_id,
                     target_worker_id=transfer.target_id,
                     migration_id=request.migration_id,
-                    transfer_kv=self.transfer_kv,
+                    transfer_kv=request.transfer_kv,
                 )
             )
         return outputs

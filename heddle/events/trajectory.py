@@ -199,6 +199,9 @@ class MigrationRequested(
     target_worker_id: str
     predicted_remaining_tokens: float = 0.0
     new_rank: int = 0
+    transfer_kv: bool = True
+    """False: the trajectory's KV is stale (computed under weights older than the latest
+    published, which a swap drops), so none is moved and the target prefills its context."""
 
 
 class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):

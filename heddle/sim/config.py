@@ -6,7 +6,14 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from heddle.policy.cost.model import HARDWARE, MODELS, AnalyticCostModel, CostModel, preset
+from heddle.policy.cost.model import (
+    HARDWARE,
+    MODELS,
+    AnalyticCostModel,
+    CostModel,
+    preset,
+    weight_load_s,
+)
 from heddle.policy.engine_models import EngineModel, engine_model
 from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 
@@ -16,9 +23,6 @@ from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
-# Loading new weights: each GPU of a worker reads its 1/TP shard at this rate (a checkpoint on
-# local NVMe or in the page cache, SGLang's ``/update_weights_from_disk``). Assumption.
-DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU = 5e9
 
 SIM_PREDICTORS = (*PREDICTORS, CONTEXT_PREDICTOR)
 """The registry's predictors, and the context model (given to ``simulate`` as a function)."""
@@ -75,7 +79,7 @@ class SimConfig:
     """Per-worker cap on concurrent generations (KV capacity usually binds first)."""
     weight_load_s: float | None = None
     """Seconds a worker pauses to swap in new weights (None: the model's weight bytes over
-    ``DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU`` per GPU of its TP degree)."""
+    ``heddle.policy.cost.model.WEIGHT_LOAD_BYTES_S_PER_GPU`` per GPU of its TP degree)."""
     record_worker_timelines: bool = False
     record_events: bool = False
     """Keep every event in order (decider replay tests; memory grows with the rollout)."""
@@ -116,7 +120,7 @@ class SimConfig:
         """How long a worker of ``tp_degree`` GPUs pauses to load a weight version."""
         if self.weight_load_s is not None:
             return self.weight_load_s
-        return MODELS[self.model].weight_bytes / (tp_degree * DEFAULT_WEIGHT_LOAD_BYTES_S_PER_GPU)
+        return weight_load_s(self.model, tp_degree)
 
     @property
     def engine(self) -> EngineModel:

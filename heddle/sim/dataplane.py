@@ -217,6 +217,7 @@ class SimDataPlane:
         t.wants_next_step = False
         t.phase = TrajectoryPhase.MIGRATING
         if command.transfer_kv and self._config.engine.kv_transfer:
+            t.migration_kv_version = self.weights.workers[t.worker_id].version
             send_kv(t, self._worker_of(t), self._config, self._timer, now)
             return []
         target = self.workers[t.migration_target]
@@ -230,7 +231,7 @@ class SimDataPlane:
         if t.phase is not TrajectoryPhase.MIGRATING:
             return []
         target = self.workers[t.migration_target]
-        if t.migration_tokens:
+        if t.migration_tokens and self.weights.accepts_kv(target.worker_id, t.migration_kv_version):
             target.model.import_cache(t.traj_id, t.migration_tokens, now)
             self._dirty.add(target.worker_id)
         source_id = t.worker_id

@@ -81,6 +81,7 @@ def control_for(
         observation_ratio=ratio,
         tool_s_per_token=tool_rate,
         tool_call_s=rates.tool_call_s,
+        weight_load_s_for_tp=config.weight_load_s_for_tp,
     )
     return build_control_plane(spec, options), list(tp_degrees)
 

@@ -41,6 +41,8 @@ class SimTrajectory:
     """A migration asked while generating; it starts at the next tool gap."""
     migration_target: str = ""
     migration_tokens: int = 0
+    migration_kv_version: int = 0
+    """The weight version its moving KV was computed under (the source's at the export)."""
     warmup_request_id: str = ""
     """A migration without KV transfer: the target's prefill-only request, while it runs."""
     migration_started_at: float = 0.0

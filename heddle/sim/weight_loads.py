@@ -12,6 +12,9 @@ serves or is loading is ignored.
 The bound: a generation that would run on version ``c`` for a trajectory whose oldest tokens
 came from version ``o < c - max_staleness`` is refused and the trajectory fails as stale (what a
 live worker does: ``heddle.workers.agent.caps.staleness_error``).
+
+A migration's KV is imported only where it is valid (``accepts_kv``): a target serving other
+weights, or about to swap, drops it and the step re-prefills.
 """
 
 from __future__ import annotations
@@ -168,6 +171,13 @@ class WeightLoads:
             state.loading_since = state.pending_since
             state.loading_version, state.pending = state.pending.weight_version, None
             state.ready_at = start_s + load_s
+
+    def accepts_kv(self, worker_id: str, kv_version: int) -> bool:
+        """Whether KV computed under ``kv_version`` is valid at ``worker_id``: it serves that
+        version and is not about to swap (a live engine refuses KV of other weights, the torch
+        engine by its weights' fingerprint; the step then re-prefills)."""
+        state = self.workers[worker_id]
+        return state.version == kv_version and not state.is_holding
 
     def take_version(self, t: SimTrajectory) -> str | None:
         """Why ``t``'s next generation, on its worker's version, would break the bound (then it

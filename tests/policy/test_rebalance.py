@@ -23,28 +23,31 @@ def _step(cost: CostModel, batch: int, context: int) -> float:
 
 def brute_target(
     mover: float,
-    queues: dict[str, tuple[int, list[float]]],
+    queues: dict[str, tuple[int, list[float], float]],
     source: str,
     context: int,
     kv_transfer: bool,
     margin: float,
 ) -> str | None:
     """Every other worker tried with explicit lists: the mover's finish and the target's
-    longest before and after the move; the largest relative gain above ``margin`` wins."""
-    tp, on_source = queues[source]
-    mover_before = mover * _step(COSTS[tp], len(on_source), context)
+    longest before and after the move, each after its worker's pause (nothing waits on an
+    empty worker); the largest relative gain above ``margin`` wins."""
+    tp, on_source, source_pause = queues[source]
+    mover_before = source_pause + mover * _step(COSTS[tp], len(on_source), context)
     best, best_gain = None, -math.inf
-    for worker, (tp, remaining) in queues.items():
+    for worker, (tp, remaining, pause) in queues.items():
         if worker == source:
             continue
         cost = COSTS[tp]
-        before = max(
-            mover_before, max(remaining, default=0.0) * _step(cost, len(remaining), context)
-        )
+        residents_before = 0.0
+        if remaining:
+            residents_before = pause + max(remaining) * _step(cost, len(remaining), context)
+        before = max(mover_before, residents_before)
         moved = [*remaining, mover]
         step = _step(cost, len(moved), context)
         prefill = 0.0 if kv_transfer else cost.prefill_s(context)
-        after = max(max(remaining, default=0.0) * step, mover * step + prefill)
+        residents_after = pause + max(remaining) * step if remaining else 0.0
+        after = max(residents_after, pause + mover * step + prefill)
         if before > 0 and after < before * (1 - margin) and 1 - after / before > best_gain:
             best, best_gain = worker, 1 - after / before
     return best
@@ -56,6 +59,7 @@ def brute_target(
         st.tuples(
             st.sampled_from([1, 2, 4]),
             st.lists(st.floats(0, 20_000, allow_nan=False), min_size=0, max_size=12),
+            st.sampled_from([0.0, 0.0, 3.3, 60.0]),
         ),
         min_size=2,
         max_size=6,
@@ -66,18 +70,20 @@ def brute_target(
     margin=st.sampled_from([0.0, 0.1, 0.3]),
 )
 def test_the_target_matches_a_brute_force(
-    workers: list[tuple[int, list[float]]],
+    workers: list[tuple[int, list[float], float]],
     mover: float,
     context: int,
     kv_transfer: bool,
     margin: float,
 ) -> None:
-    queues = {f"w{i}": (tp, list(remaining)) for i, (tp, remaining) in enumerate(workers)}
+    queues = {
+        f"w{i}": (tp, list(remaining), pause) for i, (tp, remaining, pause) in enumerate(workers)
+    }
     queues["w0"][1].append(mover)  # the mover sits on w0
 
     def queue(worker: str) -> WorkerQueue:
-        tp, remaining = queues[worker]
-        return WorkerQueue(worker, COSTS[tp], len(remaining), max(remaining, default=0.0))
+        tp, remaining, pause = queues[worker]
+        return WorkerQueue(worker, COSTS[tp], len(remaining), max(remaining, default=0.0), pause)
 
     others = [queue(w) for w in queues if w != "w0"]
     got = rebalance_target(

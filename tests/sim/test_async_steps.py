@@ -13,7 +13,7 @@ from sim_traces import traces as sim_traces
 from sim_traces import trajectory
 
 from heddle.control.systems import system_spec
-from heddle.events import Completed, Failed, Generated, WeightsLoaded
+from heddle.events import Completed, Failed, Generated, Migrated, WeightsLoaded
 from heddle.sim import SimConfig, simulate
 from heddle.sim.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.sim.run import control_for
@@ -238,3 +238,27 @@ def test_a_rollout_that_ends_mid_swap_hands_the_next_swap_on() -> None:
     assert busy.pending is None and busy.loading_version == 2
     assert busy.ready_at == pytest.approx(1000.0 + 4.0) and busy.num_loads == 1
     assert busy.drain_s == pytest.approx(1000.0 - 1.0)
+
+
+def test_kv_computed_under_older_weights_never_moves() -> None:
+    """Heddle on the engine model whose migrations move KV, two versions published mid-rollout:
+    a trajectory that last generated on weights older than the latest moves without its KV
+    (the placement decider marks the request stale), every other move takes it along."""
+    trace = generate("math", 64, seed=1)
+    config = SimConfig(model=MODEL, num_gpus=4, engine_model="torch", record_events=True)
+    control, tp = control_for(trace, system_spec("heddle"), config)
+    publications = ((30.0, 1), (60.0, 2))
+    run = Simulator(trace, control, tp, config, WeightPlan(publications=publications)).run()
+    last_version: dict[str, int] = {}
+    moves = {True: 0, False: 0}
+    for event in run.events:
+        if isinstance(event, Generated):
+            last_version[event.traj_id] = event.weight_version
+        if isinstance(event, Migrated):
+            latest = max((v for at, v in publications if at < event.occurred_at), default=0)
+            is_stale = last_version.get(event.traj_id, 0) < latest
+            assert event.kv_transferred is not is_stale
+            moves[is_stale] += 1
+    assert moves[True] and moves[False]  # both kinds happen in this rollout
+    assert all(run.weights.accepts_kv(w, 2) for w in run.weights.workers)
+    assert not any(run.weights.accepts_kv(w, 1) for w in run.weights.workers)

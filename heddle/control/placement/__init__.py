@@ -5,7 +5,8 @@ Map:
 
 - ``decider``: ``PlacementDecider``, which keeps the records and hands each event to a strategy.
 - ``state``: those records (workers, in-flight requests, draining workers, rollouts and their
-  trajectories), shared by the strategies.
+  trajectories), shared by the strategies; ``weight_swaps`` (``WeightSwaps``): which workers
+  must still swap weights and whose KV a swap makes stale.
 - The strategies, one per kind of decision:
   ``initial`` (``InitialPlacement``: a ready rollout's placement, then admission's starts),
   ``routing`` (``StepRouting``: each step's worker), ``migration`` (``MigrationRequests``: moves

@@ -12,6 +12,8 @@ Consumes:
 - ``Generated``, ``ToolCalled``, ``ToolReturned``: ``StepRouting``.
 - a later ``Predicted`` and ``Migrated``: ``MigrationRequests``.
 - a retryable ``Failed``: ``FailureReplacement`` places the trajectory again.
+- ``WeightsPublished`` / ``WeightsLoaded``: which workers must still swap weights and whose KV
+  a swap makes stale (``WeightSwaps``), for the moves a later prediction calls for.
 - ``Completed`` / a final ``Failed``: the trajectory is forgotten; once all of a rollout's
   are (and no resubmission a stale one's ``Failed`` announced is still to come), the rollout
   is, and its later events are ignored.
@@ -34,6 +36,7 @@ from heddle.control.placement.placer import Placer
 from heddle.control.placement.replacement import FailureReplacement
 from heddle.control.placement.routing import StepRouting
 from heddle.control.placement.state import PlacementState, is_first_prediction
+from heddle.control.placement.weight_swaps import WeightSwaps
 from heddle.events import (
     Completed,
     Event,
@@ -46,6 +49,8 @@ from heddle.events import (
     ToolCalled,
     ToolReturned,
     TrajectorySubmitted,
+    WeightsLoaded,
+    WeightsPublished,
     WorkerDrainRequested,
     WorkerFailed,
     WorkerRegistered,
@@ -71,15 +76,23 @@ class PlacementDecider:
             Migrated,
             Completed,
             Failed,
+            WeightsPublished,
+            WeightsLoaded,
         }
     )
 
     def __init__(
-        self, make_placer: Callable[[], Placer], *, admission: Admission | None = None
+        self,
+        make_placer: Callable[[], Placer],
+        *,
+        admission: Admission | None = None,
+        weight_load_s_for_tp: Callable[[int], float] | None = None,
     ) -> None:
         """``make_placer`` builds one placer per rollout (fresh state, seeded randomness);
-        ``admission``: when placed trajectories start (default ``AdmitAll``: at once)."""
-        self._state = PlacementState()
+        ``admission``: when placed trajectories start (default ``AdmitAll``: at once);
+        ``weight_load_s_for_tp``: a swapping worker's load pause, by TP degree (None: not
+        counted)."""
+        self._state = PlacementState(WeightSwaps(weight_load_s_for_tp))
         self._admission: Admission = admission if admission is not None else AdmitAll()
         self._initial = InitialPlacement(self._state, self._admission, make_placer)
         self._routing = StepRouting(self._state, self._admission)
@@ -95,6 +108,10 @@ class PlacementDecider:
         if event.rollout_id in self._state.ended:
             return []
         match event:
+            case WeightsPublished():
+                self._state.weights.published(event)
+            case WeightsLoaded():
+                self._state.weights.loaded(event)
             case WorkerRegistered():
                 return self._worker_registered(event)
             case WorkerFailed():
@@ -135,21 +152,24 @@ class PlacementDecider:
     def snapshot(self) -> tuple[object, ...]:
         """The state, as a comparable value (replay tests): workers, in-flight counts, per
         rollout its trajectories, first predictions and the placer's view of them, ended
-        rollouts, admission's state, draining workers."""
-        workers, in_flight, rollouts, ended, draining = self._state.snapshot()
-        return workers, in_flight, rollouts, ended, self._admission.snapshot(), draining
+        rollouts, admission's state, draining workers, weight swaps."""
+        workers, in_flight, rollouts, ended, draining, weights = self._state.snapshot()
+        admission = self._admission.snapshot()
+        return workers, in_flight, rollouts, ended, admission, draining, weights
 
     def _start_admitted(self, event: Event) -> list[Output]:
         return self._initial.start_admitted(event)
 
     def _worker_registered(self, event: WorkerRegistered) -> list[Output]:
         self._drain.forget(event.worker_id)
+        self._state.weights.registered(event.worker_id)
         if self._state.add_worker(event.worker_id, event.tp_degree):
             self._admission.add_worker(event.worker_id, event.max_kv_tokens)
         return self._initial.place_ready(event) + self._start_admitted(event)
 
     def _worker_failed(self, event: WorkerFailed) -> list[Output]:
         self._drain.forget(event.worker_id)
+        self._state.weights.forget(event.worker_id)
         if event.worker_id not in self._state.workers:
             return []
         return self._replacement.replace(event) + self._start_admitted(event)

@@ -1,7 +1,9 @@
 """Migration requests: a new prediction of a placed trajectory may make its placer call for a
 move, emitted as ``MigrationRequested`` (once per target; the transfer decider schedules it) when
-the target is live, not draining, and admission says it has room. ``Migrated``: the trajectory
-now lives on the target."""
+the target is live, not draining, and admission says it has room. The placer weighs the weight
+swaps pending (``WeightSwaps``): a swapping worker's load pause, and a trajectory whose KV a swap
+makes stale re-prefilling wherever it runs; such a move transfers no KV (``transfer_kv``).
+``Migrated``: the trajectory now lives on the target."""
 
 from __future__ import annotations
 
@@ -32,11 +34,15 @@ class MigrationRequests:
             + event.predicted_remaining_tokens
             + placer.token_equivalents(tool_s)
         )
+        weights = self._state.weights
+        is_stale = weights.is_stale(trajectory.kv_version)
         request = placer.on_prediction(
             event.traj_id,
             predicted_total,
             remaining_tokens=event.predicted_remaining_tokens,
             context_tokens=trajectory.context_tokens,
+            kv_is_stale=is_stale,
+            pauses=weights.pauses(self._state.workers),
         )
         if request is None or request.target_id in ("", trajectory.requested_target):
             return []
@@ -56,6 +62,7 @@ class MigrationRequests:
                 target_worker_id=request.target_id,
                 predicted_remaining_tokens=request.predicted_remaining_tokens,
                 new_rank=request.rank,
+                transfer_kv=not is_stale,
             )
         ]
 

@@ -63,9 +63,14 @@ class Placer(Protocol):
         *,
         remaining_tokens: float = 0.0,
         context_tokens: int = 0,
+        kv_is_stale: bool = False,
+        pauses: Mapping[str, float] | None = None,
     ) -> MigrationRequest | None:
         """A new predicted length (output tokens plus ``token_equivalents`` of tool time), with
-        the predicted remaining output and the context now (what a move would cost)."""
+        the predicted remaining output and the context now (what a move would cost);
+        ``kv_is_stale``: a weight swap drops the trajectory's KV before its next step, so it
+        re-prefills wherever it runs; ``pauses``: per worker that must swap weights first, the
+        seconds its load pauses it (None: none)."""
         ...
 
     def token_equivalents(self, tool_s: float) -> float:

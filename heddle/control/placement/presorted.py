@@ -13,13 +13,16 @@ prediction errors, and a memory-bound rollout is spread by LPT list scheduling i
 contiguous groups (no rank shares then, so no rank migrations). Where the rank planner leaves a
 trajectory in place, a re-balancing move (``heddle.policy.placement.rebalance``) may still send it
 to a worker where it and that worker's longest finish sooner: ranks are only as good as the first
-predictions, batch sizes are known.
+predictions, batch sizes are known. Both kinds of move weigh weight swaps: the load pause of a
+worker that must swap first, and no re-prefill penalty for a trajectory whose KV a swap makes
+stale (it re-prefills wherever it runs).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from heddle.control.placement.placer import Assignment, PlacementRequest, WorkerInfo
 from heddle.control.placement.remaining import RemainingByWorker
@@ -41,6 +44,21 @@ from heddle.policy.placement.blocks import Partition
 from heddle.policy.placement.presorted import partition_heterogeneous
 from heddle.policy.placement.rebalance import WorkerQueue, rebalance_target
 from heddle.policy.placement.robust import hedged, interleaved, is_memory_bound
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """What a move of the trajectory just predicted would cost and wait for."""
+
+    remaining_tokens: float
+    context_tokens: int
+    costs_no_prefill: bool
+    """Its KV moves with it, or a weight swap makes it stale wherever it runs."""
+    pauses: Mapping[str, float] | None
+    """Per worker that must swap weights first, its load pause."""
+
+    def pause_s(self, worker_id: str) -> float:
+        return self.pauses.get(worker_id, 0.0) if self.pauses else 0.0
 
 
 class PresortedPlacer:
@@ -156,30 +174,27 @@ class PresortedPlacer:
         *,
         remaining_tokens: float = 0.0,
         context_tokens: int = 0,
+        kv_is_stale: bool = False,
+        pauses: Mapping[str, float] | None = None,
     ) -> MigrationRequest | None:
         if traj_id not in self._predicted:
             return None
         self._predicted[traj_id] = predicted
         self._remaining.set(traj_id, self._worker_of[traj_id], remaining_tokens)
+        move = _Move(remaining_tokens, context_tokens, self._kv_transfer or kv_is_stale, pauses)
         if self._planner is not None:
             request = self._planner.update(traj_id, predicted)
-            if (
-                request is not None
-                and self._migration
-                and self._rank_move_pays(request, remaining_tokens, context_tokens)
-            ):
+            if request is not None and self._migration and self._rank_move_pays(request, move):
                 return request
-        return self._rebalancing_move(traj_id, remaining_tokens, predicted, context_tokens)
+        return self._rebalancing_move(traj_id, predicted, move)
 
-    def _rank_move_pays(
-        self, request: MigrationRequest, remaining_tokens: float, context_tokens: int
-    ) -> bool:
+    def _rank_move_pays(self, request: MigrationRequest, move: _Move) -> bool:
         if request.by_rescaling and self._is_slower(request.target_id, request.source_id):
             return False  # others finishing must not push a straggler onto a lower TP degree
-        return self._pays(request, remaining_tokens, context_tokens)
+        return self._pays(request, move)
 
     def _rebalancing_move(
-        self, traj_id: str, remaining_tokens: float, predicted: float, context_tokens: int
+        self, traj_id: str, predicted: float, move: _Move
     ) -> MigrationRequest | None:
         if not self._rebalance:
             return None
@@ -190,17 +205,18 @@ class PresortedPlacer:
                 self._cost_of[worker_id],
                 self._remaining.num_on(worker_id),
                 self._remaining.longest_on(worker_id),
+                move.pause_s(worker_id),
             )
             for worker_id in self._tp_of
         }
         if source_id not in queues or not queues[source_id].batch:
             return None
         target = rebalance_target(
-            remaining_tokens,
+            move.remaining_tokens,
             queues[source_id],
             [queue for worker_id, queue in queues.items() if worker_id != source_id],
-            context_tokens=context_tokens,
-            kv_transfer=self._kv_transfer,
+            context_tokens=move.context_tokens,
+            kv_transfer=move.costs_no_prefill,
         )
         if target is None:
             return None
@@ -210,7 +226,7 @@ class PresortedPlacer:
     def _is_slower(self, target_id: str, source_id: str) -> bool:
         return self._tp_of.get(target_id, 0) < self._tp_of.get(source_id, 0)
 
-    def _pays(self, request: MigrationRequest, remaining_tokens: float, context: int) -> bool:
+    def _pays(self, request: MigrationRequest, move: _Move) -> bool:
         """A move happens only when its predicted gain exceeds its cost (``estimate_move``)."""
         source_tp = self._tp_of.get(request.source_id)
         target_tp = self._tp_of.get(request.target_id)
@@ -221,9 +237,11 @@ class PresortedPlacer:
             self._cost_for_tp(target_tp),
             source_batch=self._num_on[request.source_id],
             target_batch=self._num_on[request.target_id],
-            context_tokens=context,
-            remaining_tokens=remaining_tokens,
-            kv_transfer=self._kv_transfer,
+            context_tokens=move.context_tokens,
+            remaining_tokens=move.remaining_tokens,
+            kv_transfer=move.costs_no_prefill,
+            source_pause_s=move.pause_s(request.source_id),
+            target_pause_s=move.pause_s(request.target_id),
         )
         return estimate.pays
 

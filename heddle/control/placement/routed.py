@@ -91,6 +91,8 @@ class RouterPlacer:
         *,
         remaining_tokens: float = 0.0,
         context_tokens: int = 0,
+        kv_is_stale: bool = False,
+        pauses: Mapping[str, float] | None = None,
     ) -> MigrationRequest | None:
         return None
 

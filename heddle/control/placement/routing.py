@@ -28,6 +28,7 @@ class StepRouting:
             return
         trajectory.context_tokens += len(event.output_token_ids)
         trajectory.output_tokens += len(event.output_token_ids)
+        trajectory.kv_version = event.weight_version
         self._admission.generated(event)
         self._admission.grew((event.rollout_id, event.traj_id), trajectory.context_tokens)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from heddle.control.placement.placer import Placer, WorkerInfo
+from heddle.control.placement.weight_swaps import WeightSwaps
 from heddle.events import Predicted, Prioritized, TrajectorySpec
 
 
@@ -28,6 +29,8 @@ class TrajectoryRecord:
     step: int = 0
     """The step it runs next (or is running)."""
     is_generating: bool = False
+    kv_version: int = 0
+    """The weight version of its last generation: the one its KV was computed under."""
     requested_target: str = ""
     """The target of the last MigrationRequested not yet Migrated ("" when none)."""
     rank: int = 0
@@ -63,7 +66,9 @@ class RolloutRecord:
 class PlacementState:
     """Workers and rollouts; the strategies read and update them in place."""
 
-    def __init__(self) -> None:
+    def __init__(self, weights: WeightSwaps | None = None) -> None:
+        self.weights = weights if weights is not None else WeightSwaps()
+        """Which workers must swap weights, and whose KV a swap makes stale."""
         self.workers: dict[str, WorkerInfo] = {}
         self.in_flight: dict[str, int] = {}
         """Per worker, the trajectories generating there (the routers' load)."""
@@ -117,7 +122,7 @@ class PlacementState:
 
     def snapshot(self) -> tuple[object, ...]:
         """Workers, in-flight counts, and per rollout its trajectories, first predictions and the
-        placer's view of them; ended rollouts; draining workers."""
+        placer's view of them; ended rollouts; draining workers; weight swaps."""
         rollouts = {
             rollout_id: (
                 rollout.num_trajectories,
@@ -130,4 +135,5 @@ class PlacementState:
             for rollout_id, rollout in self.rollouts.items()
         }
         workers, draining = dict(self.workers), frozenset(self.draining)
-        return workers, dict(self.in_flight), rollouts, frozenset(self.ended), draining
+        ended = frozenset(self.ended)
+        return workers, dict(self.in_flight), rollouts, ended, draining, self.weights.snapshot()

@@ -181,3 +181,17 @@ def preset(model: str, hardware: str = "h200", tp_degree: int = 1) -> AnalyticCo
     if hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; choose one of {sorted(HARDWARE)}")
     return AnalyticCostModel(MODELS[model], HARDWARE[hardware], tp_degree)
+
+
+WEIGHT_LOAD_BYTES_S_PER_GPU = 5e9
+"""Loading a new weight version: each GPU of a worker reads its 1/TP shard at this rate (a
+checkpoint on local NVMe or in the page cache, SGLang's ``/update_weights_from_disk``).
+Assumption: no published figure."""
+
+
+def weight_load_s(model: str, tp_degree: int) -> float:
+    """Seconds a worker of ``tp_degree`` GPUs serving ``model`` pauses to load a weight version
+    (``WEIGHT_LOAD_BYTES_S_PER_GPU``)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+    return MODELS[model].weight_bytes / (max(1, tp_degree) * WEIGHT_LOAD_BYTES_S_PER_GPU)

@@ -212,7 +212,8 @@ class MoveEstimate:
 
     gain_s: float
     """Its predicted remaining tokens times how much faster a token is at the target (its
-    batch there, one more, against its batch at the source)."""
+    batch there, one more, against its batch at the source), plus the weight-swap pause it
+    no longer waits for at the source, less the one it meets at the target."""
     cost_s: float
     """Re-prefilling its context at the target when the engines cannot move KV (the prefill
     stalls the target's batch, the trajectory included); 0 when the KV moves in the tool gap."""
@@ -231,13 +232,17 @@ def estimate_move(
     context_tokens: int,
     remaining_tokens: float,
     kv_transfer: bool,
+    source_pause_s: float = 0.0,
+    target_pause_s: float = 0.0,
 ) -> MoveEstimate:
     """Gain and cost of moving one trajectory of ``context_tokens`` from a worker running
     ``source_batch`` trajectories (itself included) to one running ``target_batch`` (without
-    it); every trajectory's context counts as ``context_tokens`` (a representative size)."""
+    it); every trajectory's context counts as ``context_tokens`` (a representative size).
+    ``kv_transfer``: the move costs no re-prefill (the KV moves, or it is stale anyway); the
+    pauses: seconds each worker waits for a weight swap before its next step."""
     before = source.decode_step_s(max(1, source_batch), max(1, source_batch) * context_tokens)
     after_batch = target_batch + 1
     after = target.decode_step_s(after_batch, after_batch * context_tokens)
-    gain_s = max(0.0, remaining_tokens) * (before - after)
+    gain_s = max(0.0, remaining_tokens) * (before - after) + source_pause_s - target_pause_s
     cost_s = 0.0 if kv_transfer else target.prefill_s(context_tokens)
     return MoveEstimate(gain_s, cost_s)

@@ -180,7 +180,7 @@ def test_an_ended_rollout_is_forgotten_and_not_placed_again() -> None:
     assert len(starts(outputs)) == 2
     decider.decide(b.completed("t0", 1, 5))
     decider.decide(b.completed("t1", 1, 5))
-    workers, _, rollouts, ended, _, _ = decider.snapshot()
+    workers, _, rollouts, ended, *_ = decider.snapshot()
     assert rollouts == {} and ended == frozenset({b.ROLLOUT}) and "w0" in workers
     assert feed(decider, opening(2, [("w0", 1)])) == []  # a redelivered submission
 
