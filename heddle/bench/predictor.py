@@ -52,6 +52,10 @@ class Cell:
     """Predictor name -> {"pearson_r": [step1, 2, 3], "long_tail_recall": [...]}."""
     train_s: float
     num_train_examples: int
+    best_epoch: int = 0
+    """The epoch training kept (0: the numeric model's answers)."""
+    win_share: float | None = None
+    """``TrainReport.win_share``: how surely the best epoch beat epoch 0 on held-out data."""
 
 
 def cell_traces(
@@ -130,7 +134,16 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
         if name != "oracle":
             fit(predictor, train_trace)
         figures[name] = _figures(test_trace, _numeric_guesses(predictor, test_trace))
-    return Cell(family, signal_name, signal, figures, report.train_s, report.num_train_examples)
+    return Cell(
+        family,
+        signal_name,
+        signal,
+        figures,
+        report.train_s,
+        report.num_train_examples,
+        report.best_epoch,
+        report.win_share,
+    )
 
 
 def time_training(num_examples: int, config: BenchConfig, folder: Path) -> tuple[float, int]:

@@ -42,6 +42,8 @@ def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) 
                 "signal": cell.signal,
                 "num_train_examples": cell.num_train_examples,
                 "train_s": round(cell.train_s, 3),
+                "best_epoch": cell.best_epoch,
+                "win_share": cell.win_share,
                 "predictors": cell.figures,
             }
             typer.echo(json.dumps({f"{family}@{signal}": entry}), err=True)  # progress

@@ -96,6 +96,13 @@ def train_command(
         f"({report.num_trajectories} trajectories) in {report.train_s:.1f} s "
         f"(encoding {report.encode_s:.1f} s); model in {out}"
     )
+    if report.best_epoch:
+        kept = f"epoch {report.best_epoch}'s correction"
+    else:
+        kept = "the numeric model's answers (no epoch surely beat them)"
+    if report.win_share is not None:
+        kept += f"; the best epoch won {report.win_share:.0%} of held-out resamples"
+    console.print(f"  kept {kept}")
     for figures in report.steps:
         console.print(
             f"  after step {figures.num_steps}: pearson_r {figures.pearson_r}, "

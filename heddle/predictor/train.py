@@ -7,7 +7,9 @@ standardized ``log1p`` targets (lengths are heavy-tailed; the log keeps the long
 dominating); training keeps the head of the epoch whose predictions rank the held-out
 trajectories best (Pearson r of remaining output tokens, the paper's figure), epoch 0 included:
 the untrained head answers as the numeric model does, so text that tells nothing leaves it
-there.
+there. The best of many epochs on a few hundred held-out trajectories can beat epoch 0 by
+chance, so its correction is kept only when it also ranks them better in ``min_win_share`` of
+paired bootstrap resamples of the held-out trajectories (``metrics.bootstrap_win_share``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from heddle.predictor.examples import (
     split_by_trajectory,
     target_matrix,
 )
-from heddle.predictor.metrics import long_tail_recall, pearson_r
+from heddle.predictor.metrics import bootstrap_win_share, long_tail_recall, pearson_r
 from heddle.predictor.model import (
     ContextModel,
     ModelConfig,
@@ -59,6 +61,9 @@ class TrainConfig:
     weight_decay: float = 5e-2
     validation_share: float = 0.2
     """Share of trajectories held out (their examples score the head)."""
+    min_win_share: float = 0.95
+    """The best epoch's correction is kept only when it beats the numeric model's answers
+    (epoch 0) in at least this share of bootstrap resamples of the held-out trajectories."""
     max_examples: int | None = 20_000
     seed: int = 0
     device: str = "cpu"
@@ -68,6 +73,8 @@ class TrainConfig:
             raise UserError(f"validation_share must be in (0, 1), got {self.validation_share}")
         if self.num_epochs < 1 or self.batch_size < 1 or self.hidden < 1:
             raise UserError("num_epochs, batch_size and hidden must be >= 1")
+        if not 0 <= self.min_win_share <= 1:
+            raise UserError(f"min_win_share must be in [0, 1], got {self.min_win_share}")
 
 
 class StepFigures(msgspec.Struct, frozen=True):
@@ -86,10 +93,13 @@ class TrainReport(msgspec.Struct, frozen=True):
     train_s: float
     """Wall seconds of the whole training (encoding included)."""
     best_epoch: int
-    """0: no epoch beat the numeric model's answers on held-out trajectories."""
+    """0: no epoch beat the numeric model's answers on held-out trajectories (surely enough)."""
     validation_r: float
-    """Pearson r of the held-out remaining output tokens at the best epoch."""
+    """Pearson r of the held-out remaining output tokens at the kept epoch."""
     steps: list[StepFigures]
+    win_share: float | None = None
+    """Share of bootstrap resamples of the held-out trajectories in which the best epoch beat
+    epoch 0 (None: no epoch beat it on the held-out set itself)."""
 
 
 def train(trajectories: Sequence[TraceTrajectory], out: Path, config: TrainConfig) -> TrainReport:
@@ -110,7 +120,7 @@ def train_model(
     encoder = TextEncoder(config.base, config.max_length, device=config.device)
     encoder.encode([text for e in examples for text in e.parts])
     encode_s = time.perf_counter() - started
-    model_config, head, best_epoch, best_r = _fit_head(encoder, train_set, validation_set, config)
+    model_config, head, fit = _fit_head(encoder, train_set, validation_set, config)
     model = ContextModel(model_config, head, encoder)
     report = TrainReport(
         num_trajectories=len(trajectories),
@@ -119,9 +129,10 @@ def train_model(
         num_validation_examples=len(validation_set),
         encode_s=round(encode_s, 3),
         train_s=round(time.perf_counter() - started, 3),
-        best_epoch=best_epoch,
-        validation_r=round(best_r, 4),
+        best_epoch=fit.epoch,
+        validation_r=round(fit.validation_r, 4),
         steps=step_figures(model, validation_set),
+        win_share=fit.win_share,
     )
     save_model(out, model_config, head, report)
     return report, model
@@ -131,12 +142,19 @@ def _raw_inputs(encoder: TextEncoder, examples: Sequence[Example]) -> np.ndarray
     return raw_inputs(encoder, [e.parts for e in examples], [e.features for e in examples])
 
 
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    epoch: int
+    validation_r: float
+    win_share: float | None
+
+
 def _fit_head(
     encoder: TextEncoder,
     train_set: Sequence[Example],
     validation_set: Sequence[Example],
     config: TrainConfig,
-) -> tuple[ModelConfig, ResidualHead, int, float]:
+) -> tuple[ModelConfig, ResidualHead, _Fit]:
     torch.manual_seed(config.seed)
     raw_train, raw_validation = (
         _raw_inputs(encoder, train_set),
@@ -160,14 +178,22 @@ def _fit_head(
     x_validation, _ = tensors(raw_validation, y_validation)
     truth = np.expm1(y_validation[:, 0])
     head = build_head(x_train.shape[1] - len(TARGETS), config.hidden).to(config.device)
+    stats = (float(target_mean[0]), float(target_std[0]))
+    untrained = _snapshot(head)
+    base_guess = _validation_guess(head, x_validation, *stats)
     best_epoch, best_r, best_state = _run_epochs(
-        head,
-        (x_train, t_train),
-        (x_validation, truth),
-        (float(target_mean[0]), float(target_std[0])),
-        config,
+        head, (x_train, t_train), (x_validation, truth), stats, config
     )
     head.load_state_dict(best_state)
+    fit = _Fit(best_epoch, best_r, None)
+    if best_epoch > 0:
+        groups = [e.traj_id for e in validation_set]
+        guess = _validation_guess(head, x_validation, *stats)
+        share = bootstrap_win_share(truth, base_guess, guess, groups, seed=config.seed)
+        fit = _Fit(best_epoch, best_r, round(share, 4))
+        if share < config.min_win_share:  # not surely better: keep the numeric answers
+            head.load_state_dict(untrained)
+            fit = _Fit(0, _validation_r(head, (x_validation, truth), *stats), fit.win_share)
     head.eval()
     model_config = ModelConfig(
         base=config.base,
@@ -179,7 +205,19 @@ def _fit_head(
         target_mean=target_mean.tolist(),
         target_std=target_std.tolist(),
     )
-    return model_config, head, best_epoch, best_r
+    return model_config, head, fit
+
+
+def _snapshot(head: ResidualHead) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in head.state_dict().items()}
+
+
+def _validation_guess(head: ResidualHead, x: torch.Tensor, mean: float, std: float) -> np.ndarray:
+    """The remaining output tokens the head predicts for the validation inputs ``x``."""
+    head.eval()
+    with torch.inference_mode():
+        scaled = head(x)[:, 0].cpu().numpy()
+    return np.expm1(scaled * std + mean)
 
 
 def _validation_r(
@@ -187,10 +225,8 @@ def _validation_r(
 ) -> float:
     """Pearson r of the remaining output tokens the head predicts for the validation examples
     (the figure the model is judged by; nan counts as 0)."""
-    head.eval()
-    with torch.inference_mode():
-        scaled = head(validation[0])[:, 0].cpu().numpy()
-    r = pearson_r(validation[1].tolist(), np.expm1(scaled * std + mean).tolist())
+    guess = _validation_guess(head, validation[0], mean, std)
+    r = pearson_r(validation[1].tolist(), guess.tolist())
     return 0.0 if math.isnan(r) else r
 
 
@@ -210,10 +246,7 @@ def _run_epochs(
     x_train, t_train = train_data
     generator = torch.Generator().manual_seed(config.seed)
 
-    def snapshot() -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in head.state_dict().items()}
-
-    best = (0, _validation_r(head, validation, *target_stats), snapshot())
+    best = (0, _validation_r(head, validation, *target_stats), _snapshot(head))
     for epoch in range(1, config.num_epochs + 1):
         head.train()
         order = torch.randperm(x_train.shape[0], generator=generator)
@@ -225,7 +258,7 @@ def _run_epochs(
             optimizer.step()
         r = _validation_r(head, validation, *target_stats)
         if r > best[1]:
-            best = (epoch, r, snapshot())
+            best = (epoch, r, _snapshot(head))
     return best
 
 

@@ -17,7 +17,7 @@ from heddle.predictor.examples import (
 )
 from heddle.predictor.metrics import long_tail_recall, pearson_r
 from heddle.predictor.model import CONFIG_FILE, VALIDATION_FILE, ContextModel
-from heddle.predictor.train import TrainConfig, train
+from heddle.predictor.train import TrainConfig, TrainReport, train
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.text import with_text
 from heddle.workloads.zoo import zoo_family
@@ -110,6 +110,28 @@ def test_train_writes_a_model_that_reads_the_text(tiny_encoder: Path, tmp_path: 
     # The training trajectories' remaining lengths are learned (a head that ignores its input
     # predicts a constant, and a constant has no correlation).
     assert pearson_r(truth, predicted[:, 0].tolist()) > 0.3
+
+
+def test_a_correction_that_is_not_surely_better_is_not_kept(
+    tiny_encoder: Path, tmp_path: Path
+) -> None:
+    """Text without signal: an epoch that beats the numeric answers on the held-out set does so
+    by chance (here epoch 4, in 59% of resamples), and the guard keeps epoch 0; text with signal
+    wins every resample and its correction is kept."""
+
+    def trained(signal: float, name: str, **options: float) -> TrainReport:
+        config = TrainConfig(base=str(tiny_encoder), hidden=32, **options)  # type: ignore[arg-type]
+        return train(_trace(signal, 120), tmp_path / name, config)
+
+    unguarded = trained(0.0, "unguarded", min_win_share=0.0)
+    guarded = trained(0.0, "guarded")
+    assert unguarded.best_epoch > 0 and unguarded.win_share is not None
+    assert unguarded.win_share < 0.95 and guarded.win_share == unguarded.win_share
+    assert guarded.best_epoch == 0 and guarded.validation_r < unguarded.validation_r
+    strong = trained(0.95, "strong")
+    assert strong.best_epoch > 0 and strong.win_share is not None and strong.win_share >= 0.95
+    with pytest.raises(UserError, match="min_win_share"):
+        TrainConfig(min_win_share=1.5)
 
 
 def test_too_few_trajectories_is_a_user_error(tiny_encoder: Path, tmp_path: Path) -> None:
