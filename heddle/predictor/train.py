@@ -181,8 +181,9 @@ def _fit_head(
     stats = (float(target_mean[0]), float(target_std[0]))
     untrained = _snapshot(head)
     base_guess = _validation_guess(head, x_validation, *stats)
+    base_r = _r(truth, base_guess)
     best_epoch, best_r, best_state = _run_epochs(
-        head, (x_train, t_train), (x_validation, truth), stats, config
+        head, (x_train, t_train), (x_validation, truth), stats, config, (base_r, untrained)
     )
     head.load_state_dict(best_state)
     fit = _Fit(best_epoch, best_r, None)
@@ -193,7 +194,7 @@ def _fit_head(
         fit = _Fit(best_epoch, best_r, round(share, 4))
         if share < config.min_win_share:  # not surely better: keep the numeric answers
             head.load_state_dict(untrained)
-            fit = _Fit(0, _validation_r(head, (x_validation, truth), *stats), fit.win_share)
+            fit = _Fit(0, base_r, fit.win_share)
     head.eval()
     model_config = ModelConfig(
         base=config.base,
@@ -225,8 +226,12 @@ def _validation_r(
 ) -> float:
     """Pearson r of the remaining output tokens the head predicts for the validation examples
     (the figure the model is judged by; nan counts as 0)."""
-    guess = _validation_guess(head, validation[0], mean, std)
-    r = pearson_r(validation[1].tolist(), guess.tolist())
+    return _r(validation[1], _validation_guess(head, validation[0], mean, std))
+
+
+def _r(truth: np.ndarray, guess: np.ndarray) -> float:
+    """Pearson r, nan counted as 0."""
+    r = pearson_r(truth.tolist(), guess.tolist())
     return 0.0 if math.isnan(r) else r
 
 
@@ -236,17 +241,19 @@ def _run_epochs(
     validation: tuple[torch.Tensor, np.ndarray],
     target_stats: tuple[float, float],
     config: TrainConfig,
+    untrained: tuple[float, dict[str, torch.Tensor]],
 ) -> tuple[int, float, dict[str, torch.Tensor]]:
-    """Minibatch AdamW epochs; the epoch (0: untrained, the numeric model's answers), the
-    validation r and the weights of the epoch with the best validation r: a correction that
-    does not make held-out rankings better is not kept."""
+    """Minibatch AdamW epochs; the epoch (0: untrained, the numeric model's answers, whose
+    validation r and weights are ``untrained``), the validation r and the weights of the epoch
+    with the best validation r: a correction that does not make held-out rankings better is
+    not kept."""
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
     x_train, t_train = train_data
     generator = torch.Generator().manual_seed(config.seed)
 
-    best = (0, _validation_r(head, validation, *target_stats), _snapshot(head))
+    best = (0, *untrained)
     for epoch in range(1, config.num_epochs + 1):
         head.train()
         order = torch.randperm(x_train.shape[0], generator=generator)

@@ -76,7 +76,7 @@ class WeightSwaps:
         if self._load_s_for_tp is None or not self._swapping:
             return _NO_PAUSES
         load_s = self._load_s_for_tp
-        return {w: load_s(workers[w].tp_degree) for w in sorted(self._swapping) if w in workers}
+        return {w: load_s(workers[w].tp_degree) for w in self._swapping if w in workers}
 
     def snapshot(self) -> tuple[int, dict[str, int], frozenset[str]]:
         """The state, as a comparable value (replay tests)."""

@@ -176,11 +176,16 @@ class AnalyticCostModel:
 
 def preset(model: str, hardware: str = "h200", tp_degree: int = 1) -> AnalyticCostModel:
     """A named calibrated model, e.g. ``preset("qwen3-32b", "h100", 2)``."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+    shape = _model_shape(model)
     if hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; choose one of {sorted(HARDWARE)}")
-    return AnalyticCostModel(MODELS[model], HARDWARE[hardware], tp_degree)
+    return AnalyticCostModel(shape, HARDWARE[hardware], tp_degree)
+
+
+def _model_shape(model: str) -> ModelShape:
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+    return MODELS[model]
 
 
 WEIGHT_LOAD_BYTES_S_PER_GPU = 5e9
@@ -192,6 +197,4 @@ Assumption: no published figure."""
 def weight_load_s(model: str, tp_degree: int) -> float:
     """Seconds a worker of ``tp_degree`` GPUs serving ``model`` pauses to load a weight version
     (``WEIGHT_LOAD_BYTES_S_PER_GPU``)."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-    return MODELS[model].weight_bytes / (max(1, tp_degree) * WEIGHT_LOAD_BYTES_S_PER_GPU)
+    return _model_shape(model).weight_bytes / (max(1, tp_degree) * WEIGHT_LOAD_BYTES_S_PER_GPU)
