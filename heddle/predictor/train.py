@@ -143,7 +143,10 @@ def _raw_inputs(encoder: TextEncoder, examples: Sequence[Example]) -> np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
-class _Fit:
+class Fit:
+    """The kept epoch (0: the untrained head), its held-out Pearson r and, for a trained epoch,
+    the share of bootstrap resamples in which it beat the untrained head."""
+
     epoch: int
     validation_r: float
     win_share: float | None
@@ -154,7 +157,7 @@ def _fit_head(
     train_set: Sequence[Example],
     validation_set: Sequence[Example],
     config: TrainConfig,
-) -> tuple[ModelConfig, ResidualHead, _Fit]:
+) -> tuple[ModelConfig, ResidualHead, Fit]:
     torch.manual_seed(config.seed)
     raw_train, raw_validation = (
         _raw_inputs(encoder, train_set),
@@ -186,15 +189,13 @@ def _fit_head(
         head, (x_train, t_train), (x_validation, truth), stats, config, (base_r, untrained)
     )
     head.load_state_dict(best_state)
-    fit = _Fit(best_epoch, best_r, None)
+    fit = Fit(best_epoch, best_r, None)
     if best_epoch > 0:
-        groups = [e.traj_id for e in validation_set]
+        held_out = HeldOut(truth, base_guess, [e.traj_id for e in validation_set])
         guess = _validation_guess(head, x_validation, *stats)
-        share = bootstrap_win_share(truth, base_guess, guess, groups, seed=config.seed)
-        fit = _Fit(best_epoch, best_r, round(share, 4))
-        if share < config.min_win_share:  # not surely better: keep the numeric answers
+        fit = guarded_fit(fit, held_out, guess, config)
+        if fit.epoch == 0:
             head.load_state_dict(untrained)
-            fit = _Fit(0, base_r, fit.win_share)
     head.eval()
     model_config = ModelConfig(
         base=config.base,
@@ -207,6 +208,28 @@ def _fit_head(
         target_std=target_std.tolist(),
     )
     return model_config, head, fit
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """The held-out examples' true remaining tokens, the untrained head's answers for them (the
+    numeric model's) and each one's trajectory."""
+
+    truth: np.ndarray
+    untrained_guess: np.ndarray
+    groups: Sequence[str]
+
+
+def guarded_fit(best: Fit, held_out: HeldOut, guess: np.ndarray, config: TrainConfig) -> Fit:
+    """``best`` (an epoch > 0, whose held-out answers are ``guess``) with its bootstrap win
+    share over the untrained head; epoch 0 with the untrained r when that share is below
+    ``config.min_win_share`` (not surely better: the numeric answers are kept)."""
+    share = bootstrap_win_share(
+        held_out.truth, held_out.untrained_guess, guess, held_out.groups, seed=config.seed
+    )
+    if share < config.min_win_share:
+        return Fit(0, _r(held_out.truth, held_out.untrained_guess), round(share, 4))
+    return Fit(best.epoch, best.validation_r, round(share, 4))
 
 
 def _snapshot(head: ResidualHead) -> dict[str, torch.Tensor]:
