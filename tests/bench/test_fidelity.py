@@ -51,7 +51,7 @@ def test_bench_fidelity_end_to_end(tmp_path: Path) -> None:
     args = ["--data-dir", str(tmp_path), "bench", "fidelity", "--json",
             "--trajectories", "8", "--workers", "2", "--time-scale", "400",
             "--overhead-trajectories", "48", "--overhead-workers", "4", "--steps-per-s", "24",
-            "--duration-s", "20", "--warmup-s", "4", "--timeout-s", "200"]  # fmt: skip
+            "--duration-s", "6", "--warmup-s", "2", "--timeout-s", "200"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)

@@ -173,15 +173,16 @@ async def test_handler_bug_stops_the_runner_and_the_batch_comes_back(bus: Bus) -
     async def broken(batch: list[Delivery[EventT]]) -> None:
         raise RuntimeError("bug")
 
+    crashing = spec(ack_wait_s=1.0)  # the unacked batch comes back once its ack wait passes
     with pytest.raises(RuntimeError, match="bug"):
-        await bus.batch_runner(spec(), decode_event, broken).run()
+        await bus.batch_runner(crashing, decode_event, broken).run()
     got: list[int] = []
 
     async def fixed(batch: list[Delivery[EventT]]) -> None:
         got.extend(d.num_delivered for d in batch)
 
-    await asyncio.sleep(0.2)
-    await bus.batch_runner(spec(), decode_event, fixed).run(until_idle=True)
+    await asyncio.sleep(1.2)
+    await bus.batch_runner(crashing, decode_event, fixed).run(until_idle=True)
     assert len(got) == 2 and min(got) >= 2
 
 

@@ -218,7 +218,11 @@ async def test_a_full_queue_answers_503_and_the_retry_gets_in_once_room_frees() 
         async with SglangClient(small.url, retry=patient) as sglang:
             running, queued = body(LONG), body(LONG)
             tasks = [asyncio.create_task(sglang.generate(b)) for b in (running, queued)]
-            await poll_until(lambda: len(small.scheduler.waiting) == 1, what="a full queue")
+            # Both in (one running, one queued): an abort sent before a request arrives is lost.
+            await poll_until(
+                lambda: len(small.scheduler.in_flight) == 2 and len(small.scheduler.waiting) == 1,
+                what="a full queue",
+            )
             third = asyncio.create_task(sglang.generate(body(2)))
             await asyncio.sleep(0.1)  # a few refused attempts
             assert not third.done() and len(small.bodies) == 2
