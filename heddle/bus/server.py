@@ -38,6 +38,13 @@ def find_nats_server() -> Path:
     )
 
 
+_PORT_ATTEMPTS = 5
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind a port: another process holds it."""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,6 +68,8 @@ class EmbeddedNatsServer:
         extra_config: str = "",
     ):
         self.store_dir = Path(store_dir)
+        self._picks_ports = port == 0 and monitor_port in (0, None)
+        """Every port is ours to pick: a port another process took first is picked again."""
         self.port = port or free_port()
         self.monitor_port = monitor_port
         """HTTP monitoring port (``/varz``, ``/connz``); 0 picks a free one, None disables."""
@@ -91,11 +100,28 @@ class EmbeddedNatsServer:
         return self.store_dir / "nats-server.log"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedNatsServer:
+        """Start the server and wait until it says it is ready. A picked port that another
+        process bound between the pick and the server's start (free ports are only free when
+        asked) is picked again, up to ``_PORT_ATTEMPTS`` times; a given port that is taken is
+        an error."""
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout_s)
+            except PortTaken:
+                if not self._picks_ports or attempt == _PORT_ATTEMPTS:
+                    raise
+                self.port = free_port()
+                if self.monitor_port is not None:
+                    self.monitor_port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> EmbeddedNatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         config = self.store_dir / "nats-server.conf"
         limit = self.max_payload_bytes
         limit_line = f"max_payload: {limit}\n" if limit is not None else ""
         config.write_text(limit_line + self.extra_config)
+        log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 [
@@ -117,29 +143,33 @@ class EmbeddedNatsServer:
                 # clients drain.
                 start_new_session=True,
             )
-        self._wait_ready(timeout_s)
+        self._wait_ready(timeout_s, log_offset)
         return self
 
-    def _log_tail(self) -> str:
+    def _log_since(self, offset: int) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-2000:]
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
         except OSError:
             return ""
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def _wait_ready(self, timeout_s: float, log_offset: int) -> None:
+        """Until this start's log says ``Server is ready`` (a client port that answers may be
+        another process's: a server that cannot bind logs why and exits)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            log = self._log_since(log_offset)
             if self._process is not None and self._process.poll() is not None:
-                raise RuntimeError(
-                    f"nats-server exited with {self._process.returncode}: {self._log_tail()}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.02)
+                self._process = None
+                if "address already in use" in log:
+                    raise PortTaken(f"nats-server could not listen: {log[-500:]}")
+                raise RuntimeError(f"nats-server exited: {log[-2000:]}")
+            if "Server is ready" in log:
+                return
+            time.sleep(0.02)
         self.stop()
-        raise TimeoutError(f"nats-server did not listen on port {self.port} within {timeout_s} s")
+        raise TimeoutError(f"nats-server did not become ready on port {self.port} in {timeout_s} s")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         process, self._process = self._process, None

@@ -115,3 +115,26 @@ async def test_starter_leaving_first_keeps_the_server_for_the_others(tmp_path: P
             assert late.url == guest.url
     assert not (tmp_path / RECORD_NAME).exists()
     assert not is_alive(record.pid) or _is_zombie(record.pid)
+
+
+def test_a_taken_port_is_never_mistaken_for_the_server_and_a_picked_one_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client port that answers can be another process's: the server is up only once its own
+    log says so. A port picked for it that is taken by then is picked again; a given one is an
+    error."""
+    from heddle.bus import server as server_module
+
+    with server_module.EmbeddedNatsServer(tmp_path / "first") as first:
+        given = server_module.EmbeddedNatsServer(tmp_path / "given", port=first.port)
+        with pytest.raises(server_module.PortTaken, match="address already in use"):
+            given.start()
+        assert not given.is_running
+        picks = iter([first.port])
+        real_free_port = server_module.free_port
+        monkeypatch.setattr(
+            server_module, "free_port", lambda: next(picks, None) or real_free_port()
+        )
+        with server_module.EmbeddedNatsServer(tmp_path / "picked") as picked:
+            assert picked.port != first.port and picked.is_running
+            assert "Server is ready" in picked.log_path.read_text()
