@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import io
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -28,6 +30,8 @@ from heddle.workers.agent.transport import run_agents
 from heddle.workers.engines import create_engine
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class InProcessOptions:
@@ -37,6 +41,10 @@ class InProcessOptions:
     heartbeat_s: float = 0.5
     control_plane: ControlPlaneConfig = field(default_factory=ControlPlaneConfig)
     ready_timeout_s: float = 60.0
+    stop_timeout_s: float = 30.0
+    """How long each part (workers and tools, then the control plane) may take to stop once
+    asked; what is still running then is cancelled, with a warning that shows where it was
+    (everything it acknowledged was committed first, so cancelling loses nothing)."""
 
 
 class InProcessDeployment:
@@ -106,13 +114,33 @@ class InProcessDeployment:
         self._stop_workers.set()
         if self._executor is not None:
             self._executor.stop()
-        workers_and_tools = self._tasks[1:]
-        await asyncio.gather(*workers_and_tools, return_exceptions=True)
+        await self._stopped(self._tasks[1:], "workers and tools")
         self._stop_control.set()
-        await asyncio.gather(self._tasks[0], return_exceptions=True)
+        await self._stopped(self._tasks[:1], "control plane")
         if self._bus is not None:
             with contextlib.suppress(Exception):
                 await self._bus.close()
+
+    async def _stopped(self, tasks: Sequence[asyncio.Task[object]], what: str) -> None:
+        """Wait for ``tasks`` to end, cancelling (with a warning) those still running after
+        ``stop_timeout_s``."""
+        if not tasks:
+            return
+        _, running = await asyncio.wait(tasks, timeout=self.options.stop_timeout_s)
+        if running:
+            stacks = io.StringIO()  # every task still pending: the stuck one may be awaited
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task() and not task.done():
+                    task.print_stack(file=stacks)
+            log.warning(
+                "in-process %s did not stop within %g s; cancelling:\n%s",
+                what,
+                self.options.stop_timeout_s,
+                stacks.getvalue(),
+            )
+            for task in running:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _started(bus: Bus) -> Bus:
