@@ -10,10 +10,12 @@ weights and publishes them as the next version; every worker loads them between 
 the next rollout runs on them.
 
 With ``--overlap`` the next step's rollout is submitted as soon as this step's completions are
-in, and runs while the trainer trains (partial rollout): its trajectories may come from the
-previous version; each one's staleness is the trainer's version when it trains on it minus the
-oldest version its tokens came from (``Completed.weight_versions``), and a trajectory staler
-than ``--max-staleness`` is left out of the step (counted). One JSON object per step with
+in, and runs while the trainer trains (partial rollout, bounded by ``--max-staleness``); the
+trainer publishes each version without waiting for the workers to load it (they swap between
+generations). Its trajectories may come from the previous version; each one's staleness is
+the trainer's version when it trains on it minus the oldest version its tokens came from
+(``Completed.weight_versions``), and a trajectory staler than ``--max-staleness`` is left out
+of the step (counted). One JSON object per step with
 ``--json``: ``step, weight_version, reward_mean, num_trajectories, max_staleness_seen,
 rollout_s, train_s, overlap_s``.
 """
@@ -67,6 +69,8 @@ class StepReport:
     max_staleness_seen: int
     rollout_s: float
     train_s: float
+    """Wall seconds of the step's training and publishing, and without ``overlap`` of the
+    wait until every worker loaded the new version."""
     overlap_s: float
     """Wall seconds this step's rollout ran while the previous step trained (0 without
     ``overlap``)."""
@@ -103,8 +107,10 @@ def tasks(config: GrpoConfig) -> list[dict[str, int]]:
 
 
 async def submit_step(client: HeddleClient, config: GrpoConfig, step: int) -> str:
+    bound = config.max_staleness if config.overlap else None
     options = TaskOptions(group_size=config.group_size, max_steps=1, max_new_tokens=1,
-                          max_total_tokens=64, temperature=1.0, seed=step * 100_003)  # fmt: skip
+                          max_total_tokens=64, temperature=1.0, seed=step * 100_003,
+                          max_staleness=bound)  # fmt: skip
     return await client.submit(tasks(config), environment="token_class", task_options=options)
 
 
@@ -133,7 +139,8 @@ async def run(config: GrpoConfig, settings: Settings, folder: Path) -> list[Step
             started = time.time()
             path = await asyncio.to_thread(trainer.train, fresh)
             await client.publish_weights(trainer.version, path)
-            await client.wait_weights_loaded(trainer.version, config.num_workers, timeout_s=120)
+            if not config.overlap:  # the next rollout must run on the new weights only
+                await client.wait_weights_loaded(trainer.version, config.num_workers, 120)
             last_train = (started, time.time())
             if not config.overlap and not is_last:
                 pending = (await submit_step(client, config, step + 1), time.time(),
