@@ -5,10 +5,10 @@ thousands of rows per second, so the statements are compiled once per table and 
 plain tuples (``msgspec.structs.astuple`` of row structs whose fields are the table's columns,
 in order). On SQLite the rows go as multi-row ``VALUES`` lists, as many rows per statement as
 the variable limit allows: the driver's ``executemany`` releases and retakes the GIL for every
-row, so beside a busy event loop (the projector decoding its next batch) each row waited for
-the GIL, and a batch's trajectory upserts took 5x their own time. A multi-row ``INSERT ... ON
-CONFLICT`` applies its rows in order, as ``executemany`` would. Tables with JSON columns take
-the ordinary SQLAlchemy path, which serialises them.
+row, and beside a busy event loop (the projector decoding its next batch) a batch's trajectory
+upserts took 5x their own time (docs/benchmarks.md, "Event bus and ledger"). A multi-row
+``INSERT ... ON CONFLICT`` applies its rows in order, as ``executemany`` would. Tables with JSON
+columns take the ordinary SQLAlchemy path, which serialises them.
 """
 
 from __future__ import annotations
