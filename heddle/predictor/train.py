@@ -191,7 +191,7 @@ def _fit_head(
     head.load_state_dict(best_state)
     fit = Fit(best_epoch, best_r, None)
     if best_epoch > 0:
-        held_out = HeldOut(truth, base_guess, [e.traj_id for e in validation_set])
+        held_out = HeldOut(truth, base_guess, base_r, [e.traj_id for e in validation_set])
         guess = _validation_guess(head, x_validation, *stats)
         fit = guarded_fit(fit, held_out, guess, config)
         if fit.epoch == 0:
@@ -213,10 +213,11 @@ def _fit_head(
 @dataclass(frozen=True, slots=True)
 class HeldOut:
     """The held-out examples' true remaining tokens, the untrained head's answers for them (the
-    numeric model's) and each one's trajectory."""
+    numeric model's) and their Pearson r, and each example's trajectory."""
 
     truth: np.ndarray
     untrained_guess: np.ndarray
+    untrained_r: float
     groups: Sequence[str]
 
 
@@ -228,7 +229,7 @@ def guarded_fit(best: Fit, held_out: HeldOut, guess: np.ndarray, config: TrainCo
         held_out.truth, held_out.untrained_guess, guess, held_out.groups, seed=config.seed
     )
     if share < config.min_win_share:
-        return Fit(0, _r(held_out.truth, held_out.untrained_guess), round(share, 4))
+        return Fit(0, held_out.untrained_r, round(share, 4))
     return Fit(best.epoch, best.validation_r, round(share, 4))
 
 

@@ -124,7 +124,7 @@ def test_a_correction_that_is_not_surely_better_is_not_kept() -> None:
     untrained = truth + rng.normal(0, 2 * truth.std(), 120)
     by_chance = untrained + rng.normal(0, 0.05 * truth.std(), 120)
     better = truth + rng.normal(0, 0.3 * truth.std(), 120)
-    held_out = HeldOut(truth, untrained, groups)
+    held_out = HeldOut(truth, untrained, pearson_r(truth, untrained), groups)
     trained = Fit(epoch=4, validation_r=0.5, win_share=None)
 
     def guarded(guess: np.ndarray, min_win_share: float) -> Fit:
