@@ -11,6 +11,14 @@ length for length-based priorities, by submission for FCFS, and tied (arrival or
 fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the previous
 rollout, and every homogeneous baseline runs on its best degree for the workload. A bundle with a
 fixed degree (Fix-1, Fix-8) keeps it.
+
+The profile check cannot see what a presorted bundle's control plane does while the rollout runs
+(KV admission, migrations, re-balancing moves), so for those bundles the candidates it rates
+within ``SHORTLIST_SHARE`` of its best (at most ``SHORTLIST_SIZE``) are also simulated in full on
+the history, the whole control plane included (``full_check_makespans``, its predictor
+cross-fitted so that it never predicts a trajectory it learned from), and the profile's pick
+gives way only to a plan the full simulation rates ``SWITCH_MARGIN`` faster: one sample of a
+rollout is a noisy judge, and a plan that wins by less on it is as likely to lose on the next.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from heddle.control.resources import (
 from heddle.control.systems import PRESORTED, SystemSpec
 from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.engine_models import engine_model
-from heddle.policy.prediction import Predictor, Progress
+from heddle.policy.prediction import CONTEXT_PREDICTOR, Predictor, Progress
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import canonical
 from heddle.sim.config import SimConfig
@@ -39,6 +47,14 @@ from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 
 Groups = list[list[TraceTrajectory]]
+
+SHORTLIST_SHARE = 0.10
+"""Candidates whose profile makespan is within this share of the best are checked in full."""
+SHORTLIST_SIZE = 3
+"""At most this many candidates (the profile's fastest) are checked in full."""
+SWITCH_MARGIN = 0.02
+"""The full check replaces the profile's pick only with a plan this much faster on the history
+(docs/benchmarks.md, "The plan check simulates the control plane")."""
 
 
 def choose_workers(
@@ -85,7 +101,63 @@ def choose_workers(
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
     best = min(range(len(candidates)), key=lambda index: (scores[index], index))
-    return list(candidates[best])
+    if not checks_in_full(spec):
+        return list(candidates[best])
+    shortlist = shortlisted(scores)
+    if len(shortlist) < 2:
+        return list(candidates[best])
+    full = full_check_makespans(history, spec, config, [candidates[i] for i in shortlist])
+    return list(candidates[shortlist[switched_pick(full)]])
+
+
+def checks_in_full(spec: SystemSpec) -> bool:
+    """Whether the bundle's plan check also simulates its whole control plane: presorted
+    placement, whose admission, migrations and re-balancing the profile check does not model."""
+    return spec.placement == PRESORTED
+
+
+def shortlisted(scores: Sequence[float]) -> list[int]:
+    """Indices of the candidates to check in full, the profile's fastest first (ties by index):
+    those within ``SHORTLIST_SHARE`` of the best, at most ``SHORTLIST_SIZE``."""
+    order = sorted(range(len(scores)), key=lambda index: (scores[index], index))
+    limit = scores[order[0]] * (1 + SHORTLIST_SHARE)
+    return [index for index in order if scores[index] <= limit][:SHORTLIST_SIZE]
+
+
+def switched_pick(full_makespans: Sequence[float]) -> int:
+    """Position of the plan to run among shortlisted candidates (the profile's pick first):
+    the full check's fastest if it beats the profile's pick by ``SWITCH_MARGIN``, else 0."""
+    fastest = min(range(len(full_makespans)), key=lambda index: (full_makespans[index], index))
+    if full_makespans[fastest] < full_makespans[0] * (1 - SWITCH_MARGIN):
+        return fastest
+    return 0
+
+
+def full_check_makespans(
+    history: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    candidates: Sequence[Sequence[int]],
+) -> list[float]:
+    """The bundle's simulated makespan of the history on each candidate plan, its predictor
+    cross-fitted on that history (``heddle.sim.run.cross_fitted``: fitted in-sample, it would
+    rank the history better than it ranks a new rollout; the context model is not asked, the
+    online model stands in)."""
+    from heddle.sim.run import cross_fitted, simulate  # run builds on this module
+
+    if config.predictor == CONTEXT_PREDICTOR:
+        config = replace(config, predictor="online")
+    return [
+        simulate(
+            history,
+            spec,
+            config,
+            history=history,
+            tp_degrees=list(tps),
+            predictor=cross_fitted(history, config),
+        ).makespan_s
+        for tps in candidates
+    ]
 
 
 def plan_workers(

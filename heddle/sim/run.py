@@ -25,6 +25,7 @@ from heddle.policy.prediction import (
     fit,
     make_predictor,
 )
+from heddle.policy.prediction.cross_fit import NUM_FOLDS, CrossFitted, folds_of, held_out_of
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import Progress as ProgressCallback
@@ -42,13 +43,15 @@ def simulate(
     progress: ProgressCallback | None = None,
     tp_degrees: Sequence[int] | None = None,
     context: ContextAnswer | None = None,
+    predictor: Predictor | None = None,
 ) -> SimResult:
     """One rollout of ``trace`` under ``system`` (a registry name or a spec), on the workers
     of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster).
-    ``context``: the context model, for ``config.predictor == "context"``."""
+    ``context``: the context model, for ``config.predictor == "context"``; ``predictor``: a
+    fresh predictor in place of the configured one (the plan check's ``cross_fitted``)."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
-    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees, context)
+    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees, context, predictor)
     run = Simulator(trace, control, tp_degrees, config).run(progress)
     return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
 
@@ -60,12 +63,14 @@ def control_for(
     history: Sequence[TraceTrajectory] = (),
     tp_degrees: Sequence[int] | None = None,
     context: ContextAnswer | None = None,
+    predictor: Predictor | None = None,
 ) -> tuple[ControlPlane, list[int]]:
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
-    workers (``tp_degrees`` when given, else the bundle's resource plan); ``context`` as for
-    ``simulate``."""
-    predictor = None
-    if spec.uses_predictions:
+    workers (``tp_degrees`` when given, else the bundle's resource plan); ``context`` and
+    ``predictor`` as for ``simulate``."""
+    if not spec.uses_predictions:
+        predictor = None
+    elif predictor is None:
         predictor = make_simulation_predictor(trace, config, history, context)
     rates = HistoryRates.of(history)
     ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
@@ -119,6 +124,18 @@ def make_simulation_predictor(
     fallback = fit(make_predictor("online", options), history)
     latency_s = config.predictor_latency_ms / 1000
     return TimedContextPredictor(fallback, context, latency_s, tool_duration)
+
+
+def cross_fitted(trace: Sequence[TraceTrajectory], config: SimConfig) -> Predictor:
+    """The configured predictor for a simulation of ``trace`` by a check that has nothing else
+    to learn from: cross-fitted on ``trace`` itself (``heddle.policy.prediction.cross_fit``),
+    so it never predicts a trajectory it observed. Not for the context model."""
+    folds = folds_of(trace, NUM_FOLDS)
+    models = tuple(
+        make_simulation_predictor(trace, config, held_out_of(trace, folds, fold))
+        for fold in range(NUM_FOLDS)
+    )
+    return CrossFitted(models, dict(zip(build_trajectories(trace), folds, strict=True)))
 
 
 def lower_bound_s(

@@ -37,7 +37,9 @@ a request for the service).
 Modules: ``base`` (the protocol, ``Progress``, ``Outcome``), ``oracles``, ``baselines``,
 ``online`` with ``online_features`` (the ridge model and its features), ``context`` (the served
 context model's stand-in), ``trace_oracle`` (the oracle of live runs), ``quality`` (long-tail
-recall, correlation), ``registry`` (``PREDICTORS``, ``make_predictor``, ``fit``). The control
+recall, correlation), ``registry`` (``PREDICTORS``, ``make_predictor``, ``fit``), ``cross_fit``
+(``CrossFitted``: one model per fold of a history, none asked about what it learned from; the
+plan check's simulations of the history). The control
 plane's side is ``heddle.control.prediction``.
 """
 
