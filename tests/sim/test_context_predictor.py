@@ -114,8 +114,13 @@ def test_with_no_latency_the_run_is_the_plain_context_run(
     assert reader.texts and all(plan for plan, _ in reader.texts)
     assert any(tool for _, tool in reader.texts)
     plain_reader = TextReader()
+    configured = sim_run.make_simulation_predictor
 
-    def always_context(*args: object) -> Predictor:
+    def always_context(
+        simulated: Sequence[TraceTrajectory], config: SimConfig, *args: object
+    ) -> Predictor:
+        if simulated is not trace:  # the plan check's runs on the history ask the online model
+            return configured(simulated, config, *args)  # type: ignore[arg-type]
         fallback = sim_run.fit(sim_run.make_predictor("online"), history)
         return AlwaysContext(fallback, plain_reader)
 
