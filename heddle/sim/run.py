@@ -25,7 +25,7 @@ from heddle.policy.prediction import (
     fit,
     make_predictor,
 )
-from heddle.policy.prediction.cross_fit import NUM_FOLDS, CrossFitted, folds_of, held_out_of
+from heddle.policy.prediction.cross_fit import NUM_FOLDS, CrossFitted, folds_of, outside_fold
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import Progress as ProgressCallback
@@ -132,7 +132,7 @@ def cross_fitted(trace: Sequence[TraceTrajectory], config: SimConfig) -> Predict
     so it never predicts a trajectory it observed. Not for the context model."""
     folds = folds_of(trace, NUM_FOLDS)
     models = tuple(
-        make_simulation_predictor(trace, config, held_out_of(trace, folds, fold))
+        make_simulation_predictor(trace, config, outside_fold(trace, folds, fold))
         for fold in range(NUM_FOLDS)
     )
     return CrossFitted(models, dict(zip(build_trajectories(trace), folds, strict=True)))

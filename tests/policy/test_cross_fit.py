@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.policy.prediction import Outcome, Progress, PromptOnlyPredictor, fit
-from heddle.policy.prediction.cross_fit import CrossFitted, folds_of, held_out_of
+from heddle.policy.prediction.cross_fit import CrossFitted, folds_of, outside_fold
 from heddle.traces import TraceStep, TraceTrajectory
 
 
@@ -30,7 +30,7 @@ histories = st.lists(
 def cross_fitted_prompt_only(history: list[TraceTrajectory], num_folds: int) -> CrossFitted:
     folds = folds_of(history, num_folds)
     models = tuple(
-        fit(PromptOnlyPredictor(1000.0), held_out_of(history, folds, fold))
+        fit(PromptOnlyPredictor(1000.0), outside_fold(history, folds, fold))
         for fold in range(num_folds)
     )
     return CrossFitted(models, {t.id: fold for t, fold in zip(history, folds, strict=True)})

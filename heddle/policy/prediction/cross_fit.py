@@ -37,7 +37,7 @@ def folds_of(trajectories: Sequence[TraceTrajectory], num_folds: int = NUM_FOLDS
     return folds
 
 
-def held_out_of(
+def outside_fold(
     trajectories: Sequence[TraceTrajectory], folds: Sequence[int], fold: int
 ) -> list[TraceTrajectory]:
     """The trajectories fold ``fold``'s model learns from: those of every other fold."""
