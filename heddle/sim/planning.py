@@ -23,6 +23,7 @@ rollout is a noisy judge, and a plan that wins by less on it is as likely to los
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from collections.abc import Sequence
@@ -100,12 +101,9 @@ def choose_workers(
     scores = [
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
-    best = min(range(len(candidates)), key=lambda index: (scores[index], index))
-    if not checks_in_full(spec):
-        return list(candidates[best])
-    shortlist = shortlisted(scores)
-    if len(shortlist) < 2:
-        return list(candidates[best])
+    shortlist = shortlisted(scores)  # the profile's pick first
+    if not checks_in_full(spec) or len(shortlist) < 2:
+        return list(candidates[shortlist[0]])
     full = full_check_makespans(history, spec, config, [candidates[i] for i in shortlist])
     return list(candidates[shortlist[switched_pick(full)]])
 
@@ -147,6 +145,7 @@ def full_check_makespans(
 
     if config.predictor == CONTEXT_PREDICTOR:
         config = replace(config, predictor="online")
+    fitted = cross_fitted(history, config)  # fitted once; each run learns on its own copy
     return [
         simulate(
             history,
@@ -154,7 +153,7 @@ def full_check_makespans(
             config,
             history=history,
             tp_degrees=list(tps),
-            predictor=cross_fitted(history, config),
+            predictor=copy.deepcopy(fitted),
         ).makespan_s
         for tps in candidates
     ]

@@ -25,7 +25,7 @@ from heddle.policy.prediction import (
     fit,
     make_predictor,
 )
-from heddle.policy.prediction.cross_fit import NUM_FOLDS, CrossFitted, folds_of, outside_fold
+from heddle.policy.prediction.cross_fit import cross_fit
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import Progress as ProgressCallback
@@ -130,12 +130,11 @@ def cross_fitted(trace: Sequence[TraceTrajectory], config: SimConfig) -> Predict
     """The configured predictor for a simulation of ``trace`` by a check that has nothing else
     to learn from: cross-fitted on ``trace`` itself (``heddle.policy.prediction.cross_fit``),
     so it never predicts a trajectory it observed. Not for the context model."""
-    folds = folds_of(trace, NUM_FOLDS)
-    models = tuple(
-        make_simulation_predictor(trace, config, outside_fold(trace, folds, fold))
-        for fold in range(NUM_FOLDS)
+    return cross_fit(
+        trace,
+        list(build_trajectories(trace)),
+        lambda learned_from: make_simulation_predictor(trace, config, learned_from),
     )
-    return CrossFitted(models, dict(zip(build_trajectories(trace), folds, strict=True)))
 
 
 def lower_bound_s(

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.policy.prediction import Outcome, Progress, PromptOnlyPredictor, fit
-from heddle.policy.prediction.cross_fit import CrossFitted, folds_of, outside_fold
+from heddle.policy.prediction.cross_fit import CrossFitted, cross_fit, folds_of
 from heddle.traces import TraceStep, TraceTrajectory
 
 
@@ -28,12 +28,12 @@ histories = st.lists(
 
 
 def cross_fitted_prompt_only(history: list[TraceTrajectory], num_folds: int) -> CrossFitted:
-    folds = folds_of(history, num_folds)
-    models = tuple(
-        fit(PromptOnlyPredictor(1000.0), outside_fold(history, folds, fold))
-        for fold in range(num_folds)
+    return cross_fit(
+        history,
+        [t.id for t in history],
+        lambda learned_from: fit(PromptOnlyPredictor(1000.0), learned_from),
+        num_folds,
     )
-    return CrossFitted(models, {t.id: fold for t, fold in zip(history, folds, strict=True)})
 
 
 def at_submission(t: TraceTrajectory) -> Progress:

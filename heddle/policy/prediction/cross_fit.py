@@ -12,7 +12,7 @@ ones; it learns it when it completes, as the rollout's model learns a new sample
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from heddle.policy.prediction.base import Outcome, Predictor, Progress, predict_tool_s
@@ -42,6 +42,19 @@ def outside_fold(
 ) -> list[TraceTrajectory]:
     """The trajectories fold ``fold``'s model learns from: those of every other fold."""
     return [t for t, other in zip(trajectories, folds, strict=True) if other != fold]
+
+
+def cross_fit(
+    trajectories: Sequence[TraceTrajectory],
+    ids: Sequence[str],
+    fitted: Callable[[list[TraceTrajectory]], Predictor],
+    num_folds: int = NUM_FOLDS,
+) -> CrossFitted:
+    """``CrossFitted`` over ``trajectories`` (known to the run as ``ids``, in order): fold
+    ``k``'s model is ``fitted(outside_fold(..., k))``."""
+    folds = folds_of(trajectories, num_folds)
+    models = tuple(fitted(outside_fold(trajectories, folds, fold)) for fold in range(num_folds))
+    return CrossFitted(models, dict(zip(ids, folds, strict=True)))
 
 
 @dataclass(frozen=True, slots=True)
