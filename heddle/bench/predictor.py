@@ -4,7 +4,9 @@ Per cell (family, signal): one parameter draw of the family; a training trace (e
 test trace of the same prompts (epoch 1: new samples, as an RL run revisits its dataset), both
 with the text layer at that signal. The context model trains on the training trace; the numeric
 predictors (``online``, and the paper's two prompt-only baselines ``prompt_only`` and
-``history``) observe it; the ``oracle`` knows the test trace. Each then predicts the test
+``history``) observe it; the ``oracle`` knows the test trace; the ``text_reader``
+(``heddle.bench.text_reader``) reads the numbers each text was written from, what reading the
+text could earn at best (an estimate of the context model's ceiling). Each then predicts the test
 trajectories still running after 1, 2 and 3 steps: Pearson r of the remaining output tokens,
 and long-tail recall (the top 10% by total length, ranked by generated + predicted remaining).
 """
@@ -19,13 +21,20 @@ from pathlib import Path
 
 import numpy as np
 
+from heddle.bench.text_reader import Quantities, TextReader
 from heddle.policy.prediction import Predictor, PredictorOptions, fit, make_predictor, progress_of
 from heddle.policy.prediction.online import OnlinePredictor
 from heddle.predictor.metrics import long_tail_recall, pearson_r
 from heddle.predictor.model import ContextModel
 from heddle.predictor.train import REPORTED_STEPS, TrainConfig, train, train_model
 from heddle.traces import TraceTrajectory
-from heddle.workloads.text import SIGNAL_LEVELS, text_kind_of, with_text
+from heddle.workloads.text import (
+    BENCH_SIGNALS,
+    SIGNAL_LEVELS,
+    reported_quantities,
+    text_kind_of,
+    with_text,
+)
 from heddle.workloads.zoo import zoo_family
 
 NUMERIC_PREDICTORS = ("online", "prompt_only", "history", "oracle")
@@ -34,7 +43,7 @@ NUMERIC_PREDICTORS = ("online", "prompt_only", "history", "oracle")
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
     families: tuple[str, ...] = ("swe", "search", "math")
-    signals: tuple[str, ...] = tuple(SIGNAL_LEVELS)
+    signals: tuple[str, ...] = BENCH_SIGNALS
     num_trajectories: int = 512
     """Per trace (training and test alike)."""
     max_train_examples: int = 4000
@@ -62,15 +71,32 @@ def cell_traces(
     family: str, signal: float, config: BenchConfig
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
     """The cell's training and test traces (same prompts, new samples), with text."""
+    kind = text_kind_of(family)
+    (train, train_seed), (test, test_seed) = _bare_traces(family, config)
+    return with_text(train, kind, signal, train_seed), with_text(test, kind, signal, test_seed)
+
+
+def cell_quantities(
+    family: str, signal: float, config: BenchConfig
+) -> tuple[Quantities, Quantities]:
+    """What each text of ``cell_traces``' two traces was written from (``reported_quantities``)."""
+    kind = text_kind_of(family)
+    (train, train_seed), (test, test_seed) = _bare_traces(family, config)
+    return (
+        reported_quantities(train, kind, signal, train_seed),
+        reported_quantities(test, kind, signal, test_seed),
+    )
+
+
+def _bare_traces(
+    family: str, config: BenchConfig
+) -> tuple[tuple[list[TraceTrajectory], int], tuple[list[TraceTrajectory], int]]:
+    """The training and test traces without text, each with the seed of its text layer."""
     zoo = zoo_family(family)
     params = zoo.draw(random.Random(config.seed))
-    kind = text_kind_of(family)
     train_trace = zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=0)
     test_trace = zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=1)
-    return (
-        with_text(train_trace, kind, signal, config.seed),
-        with_text(test_trace, kind, signal, config.seed + 1),
-    )
+    return (train_trace, config.seed), (test_trace, config.seed + 1)
 
 
 def _figures(
@@ -111,6 +137,22 @@ def _context_guesses(
     return guesses
 
 
+def _reader_guesses(
+    reader: TextReader,
+    online: OnlinePredictor,
+    test_trace: Sequence[TraceTrajectory],
+    quantities: Quantities,
+) -> dict[int, list[float]]:
+    return {
+        k: [
+            reader.predict(online.predict(progress_of(t, k)), quantities[t.id], k)
+            for t in test_trace
+            if len(t.steps) > k
+        ]
+        for k in REPORTED_STEPS
+    }
+
+
 def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -> Cell:
     signal = SIGNAL_LEVELS[signal_name]
     train_trace, test_trace = cell_traces(family, signal, config)
@@ -134,6 +176,11 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
         if name != "oracle":
             fit(predictor, train_trace)
         figures[name] = _figures(test_trace, _numeric_guesses(predictor, test_trace))
+    train_quantities, test_quantities = cell_quantities(family, signal, config)
+    reader = TextReader.fit(train_trace, train_quantities, REPORTED_STEPS)
+    figures["text_reader"] = _figures(
+        test_trace, _reader_guesses(reader, online, test_trace, test_quantities)
+    )
     return Cell(
         family,
         signal_name,

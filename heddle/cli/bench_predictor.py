@@ -16,7 +16,7 @@ from rich.table import Table
 
 from heddle.cli.apps import bench_app
 from heddle.errors import UserError
-from heddle.workloads.text import SIGNAL_LEVELS
+from heddle.workloads.text import BENCH_SIGNALS, SIGNAL_LEVELS
 
 
 def _split(value: str, choices: Any, what: str) -> tuple[str, ...]:
@@ -96,7 +96,7 @@ def bench_predictor(
     ] = "swe,search,math",
     signals: Annotated[
         str, typer.Option(help=f"Text signal strengths: {', '.join(SIGNAL_LEVELS)}")
-    ] = ",".join(SIGNAL_LEVELS),
+    ] = ",".join(BENCH_SIGNALS),
     num_trajectories: Annotated[int, typer.Option(help="Per training and test trace")] = 512,
     max_train_examples: Annotated[int, typer.Option(help="Per cell's training")] = 4000,
     num_timing_examples: Annotated[

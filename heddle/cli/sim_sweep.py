@@ -186,7 +186,7 @@ def sweep(
         float, typer.Option(help="context: the prediction service's round trip (ms)")
     ] = 0.0,
     text_signal: Annotated[
-        str, typer.Option(help="Text layer on the traces: none, weak, strong or 0..1")
+        str, typer.Option(help=f"Text layer on the traces: {', '.join(SIGNAL_LEVELS)} or 0..1")
     ] = "",
 ) -> None:
     """Every system on zoo cells (family x draw x model x GPUs x KV pressure); ratios to heddle."""

@@ -20,7 +20,8 @@ per-trajectory draw, half a per-step one). ``z`` picks the text's wording (one o
 effort, each with several paraphrases, and a closing remark that halves each level: ten degrees
 in all) and its list length. At ``signal = 0`` the text is
 independent of the future: a predictor that reads it can only learn to ignore it. Everything is a
-pure function of (trace, kind, signal, seed).
+pure function of (trace, kind, signal, seed); ``reported_quantities`` gives the ``z`` each text
+was written from (what a reader of the words could at best recover: the benchmarks' text reader).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ import numpy as np
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.text_vocabulary import TEXT_KINDS, TextVocabulary
 
-SIGNAL_LEVELS: dict[str, float] = {"none": 0.0, "weak": 0.5, "strong": 0.9}
-"""Named signal strengths (the predictor bench's grid)."""
+SIGNAL_LEVELS: dict[str, float] = {"none": 0.0, "weak": 0.5, "strong": 0.9, "full": 1.0}
+"""Named signal strengths; ``full``: the text reports the steps to come without noise (a
+ceiling study, outside the predictor bench's default grid ``BENCH_SIGNALS``)."""
+BENCH_SIGNALS = ("none", "weak", "strong")
 _LEVEL_CUTS = (-0.84, -0.25, 0.25, 0.84)
 """Standard-normal quintile cuts: ``z`` below the first is level 0 (least work left)."""
 _HALF_CUTS = (-1.28, -0.52, 0.0, 0.52, 1.28)
@@ -61,6 +64,26 @@ def with_text(
     trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
 ) -> list[TraceTrajectory]:
     """The trace with every step's ``output_text`` and ``tool_text`` written (numbers kept)."""
+    return [texted for texted, _ in _texted_trace(trace, kind, signal, seed)]
+
+
+StepQuantities = tuple[float, float | None]
+"""The ``z`` of one step's ``output_text`` and of its ``tool_text`` (None after the last step)."""
+
+
+def reported_quantities(
+    trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
+) -> dict[str, list[StepQuantities]]:
+    """Per trajectory id, per step, the ``z`` that ``with_text`` (same arguments) wrote each of
+    the step's texts from."""
+    return {
+        texted.id: quantities for texted, quantities in _texted_trace(trace, kind, signal, seed)
+    }
+
+
+def _texted_trace(
+    trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
+) -> list[tuple[TraceTrajectory, list[StepQuantities]]]:
     if kind not in TEXT_KINDS:
         raise ValueError(f"unknown text kind {kind!r}; choose one of {', '.join(TEXT_KINDS)}")
     if not (0.0 <= signal <= 1.0):
@@ -107,18 +130,21 @@ def _texted(
     signal: float,
     scale: _LogScale,
     seed: int,
-) -> TraceTrajectory:
+) -> tuple[TraceTrajectory, list[StepQuantities]]:
     rng = np.random.default_rng([seed, zlib.crc32(trajectory.id.encode())])
     reporter = _Reporter(signal, scale, float(rng.standard_normal()), rng)
     num_steps = len(trajectory.steps)
     steps: list[TraceStep] = []
+    quantities: list[StepQuantities] = []
     for index, step in enumerate(trajectory.steps):
         levels = vocabulary.plans if index == 0 else vocabulary.notes
-        output_text = _phrase(levels, reporter.z(num_steps - index), vocabulary, rng)
-        tool_text = ""
+        output_z = reporter.z(num_steps - index)
+        output_text = _phrase(levels, output_z, vocabulary, rng)
+        tool_text, tool_z = "", None
         if index < num_steps - 1:
-            z = reporter.z(num_steps - index - 1)
-            tool_text = _phrase(vocabulary.results, z, vocabulary, rng)
+            tool_z = reporter.z(num_steps - index - 1)
+            tool_text = _phrase(vocabulary.results, tool_z, vocabulary, rng)
+        quantities.append((output_z, tool_z))
         steps.append(
             TraceStep(
                 output_tokens=step.output_tokens,
@@ -128,12 +154,13 @@ def _texted(
                 tool_text=tool_text,
             )
         )
-    return TraceTrajectory(
+    texted = TraceTrajectory(
         id=trajectory.id,
         group=trajectory.group,
         prompt_tokens=trajectory.prompt_tokens,
         steps=steps,
     )
+    return texted, quantities
 
 
 def _phrase(

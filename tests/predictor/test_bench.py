@@ -38,7 +38,14 @@ def test_bench_prints_the_issue_s_shape(tiny_encoder: Path) -> None:
     assert set(figures["families"]) == {"search@none", "search@strong"}
     cell = figures["families"]["search@strong"]
     assert cell["signal"] == 0.9
-    assert set(cell["predictors"]) == {"context", "online", "prompt_only", "history", "oracle"}
+    assert set(cell["predictors"]) == {
+        "context",
+        "online",
+        "prompt_only",
+        "history",
+        "oracle",
+        "text_reader",
+    }
     assert len(cell["predictors"]["context"]["pearson_r"]) == 3
     assert cell["predictors"]["oracle"]["long_tail_recall"][0] == 1.0
     serve = figures["serve"]

@@ -5,7 +5,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.workloads.text import SIGNAL_LEVELS, TEXT_KINDS, text_kind_of, with_text
+from heddle.workloads.text import (
+    SIGNAL_LEVELS,
+    TEXT_KINDS,
+    reported_quantities,
+    text_kind_of,
+    with_text,
+)
 from heddle.workloads.zoo import zoo_family
 
 
@@ -52,6 +58,35 @@ def test_plan_wording_tracks_length_as_strongly_as_the_signal_says(kind: str) ->
     assert abs(correlations["none"]) < 0.15
     assert correlations["strong"] > correlations["weak"] > correlations["none"] + 0.1
     assert correlations["strong"] > 0.5
+
+
+@pytest.mark.parametrize("signal", [0.0, 0.5, 0.9])
+def test_reported_quantities_are_what_the_words_were_written_from(signal: float) -> None:
+    trace = _trace("swe", 60)
+    texted = with_text(trace, "swe", signal, seed=4)
+    quantities = reported_quantities(trace, "swe", signal, seed=4)
+    quintile_cuts = (-0.84, -0.25, 0.25, 0.84)
+    for trajectory in texted:
+        steps = quantities[trajectory.id]
+        assert len(steps) == len(trajectory.steps)
+        assert steps[-1][1] is None
+        assert all(tool_z is not None for _, tool_z in steps[:-1])
+        plan_z = steps[0][0]
+        level = sum(plan_z > cut for cut in quintile_cuts)
+        assert _plan_level(trajectory.steps[0].output_text, "swe") == level
+
+
+def test_full_signal_reports_the_steps_left_exactly() -> None:
+    trace = _trace("search", 80)
+    quantities = reported_quantities(trace, "search", 1.0, seed=0)
+    logs = np.log1p([len(t.steps) for t in trace])
+    mean, std = logs.mean(), max(logs.std(), 0.25)
+    for trajectory in trace:
+        left = len(trajectory.steps)
+        for index, (output_z, tool_z) in enumerate(quantities[trajectory.id]):
+            assert output_z == pytest.approx((np.log1p(left - index) - mean) / std)
+            if tool_z is not None:
+                assert tool_z == pytest.approx((np.log1p(left - index - 1) - mean) / std)
 
 
 def test_kind_names() -> None:

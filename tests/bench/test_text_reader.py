@@ -1,0 +1,51 @@
+import pytest
+
+from heddle.bench.predictor import (
+    BenchConfig,
+    _figures,
+    _numeric_guesses,
+    _reader_guesses,
+    cell_quantities,
+    cell_traces,
+)
+from heddle.bench.text_reader import TextReader, read_after
+from heddle.policy.prediction.online import OnlinePredictor
+from heddle.predictor.train import REPORTED_STEPS
+
+
+def test_a_prediction_reads_every_output_and_the_tool_results_returned() -> None:
+    quantities = [(1.0, 10.0), (2.0, 20.0), (3.0, None)]
+    assert read_after(quantities, 1) == [1.0]
+    assert read_after(quantities, 2) == [1.0, 10.0, 2.0]
+    assert read_after(quantities, 3) == [1.0, 10.0, 2.0, 20.0, 3.0]
+    with pytest.raises(ValueError, match=">= 1 step"):
+        read_after(quantities, 0)
+
+
+def _pearson_after_two_steps(signal: float) -> tuple[float, float]:
+    """(text reader, online model) Pearson r after step 2 on a search cell at ``signal``."""
+    config = BenchConfig(families=("search",), num_trajectories=128)
+    train_trace, test_trace = cell_traces("search", signal, config)
+    train_quantities, test_quantities = cell_quantities("search", signal, config)
+    online = OnlinePredictor()
+    for trajectory in train_trace:
+        online.observe_trace(trajectory)
+    reader = TextReader.fit(train_trace, train_quantities, REPORTED_STEPS)
+    read = _figures(test_trace, _reader_guesses(reader, online, test_trace, test_quantities))
+    numeric = _figures(test_trace, _numeric_guesses(online, test_trace))
+    return read["pearson_r"][1] or 0.0, numeric["pearson_r"][1] or 0.0
+
+
+def test_the_reader_earns_what_the_text_carries_and_nothing_without_it() -> None:
+    # On search the step counts say little about the steps to come (r near 0); the text at
+    # full signal reports them, without signal it reports noise, which ranks no better.
+    told, numeric = _pearson_after_two_steps(1.0)
+    assert abs(numeric) < 0.2
+    assert told > numeric + 0.5
+    noise, _ = _pearson_after_two_steps(0.0)
+    assert abs(noise) < 0.2
+
+
+def test_fitting_needs_a_running_trajectory() -> None:
+    with pytest.raises(ValueError, match="no running trajectory"):
+        TextReader.fit([], {}, REPORTED_STEPS)
