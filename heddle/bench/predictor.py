@@ -5,8 +5,8 @@ test trace of the same prompts (epoch 1: new samples, as an RL run revisits its 
 with the text layer at that signal. The context model trains on the training trace; the numeric
 predictors (``online``, and the paper's two prompt-only baselines ``prompt_only`` and
 ``history``) observe it; the ``oracle`` knows the test trace; the ``text_reader``
-(``heddle.bench.text_reader``) reads the numbers each text was written from, what reading the
-text could earn at best (an estimate of the context model's ceiling). Each then predicts the test
+(``heddle.bench.text_reader``) reads the numbers each text was written from: an estimate of what
+reading the text can earn, beside the context model. Each then predicts the test
 trajectories still running after 1, 2 and 3 steps: Pearson r of the remaining output tokens,
 and long-tail recall (the top 10% by total length, ranked by generated + predicted remaining).
 """
@@ -143,6 +143,8 @@ def _reader_guesses(
     test_trace: Sequence[TraceTrajectory],
     quantities: Quantities,
 ) -> dict[int, list[float]]:
+    """The text reader's answers, each from the numbers of the texts read and ``online``'s
+    answer for the same step."""
     return {
         k: [
             reader.predict(online.predict(progress_of(t, k)), quantities[t.id], k)

@@ -1,18 +1,19 @@
-"""The text reader of ``heddle bench predictor``: what reading the synthetic text earns at best.
+"""The text reader of ``heddle bench predictor``: an estimate of what reading the synthetic text
+can earn.
 
 ``heddle.workloads.text`` writes every text from one number ``z`` (``signal`` parts truth, the rest
 noise), so no reader of the words knows more about the work to come than the ``z`` of the texts
 it has read. The text reader is handed those numbers exactly (``reported_quantities``) and fits,
-on the training trace by least squares, the log of the remaining output tokens on the log of the
-online model's answer (cross-fitted, as the context model's training baselines are:
-``heddle.predictor.examples.cross_fitted_baselines``), the mean of the ``z`` read so far and the
-latest one; it answers the fit times the mean of exp(residual) (the smearing correction back to
-tokens).
+on the training trace by least squares, ``log1p`` of the remaining output tokens on four
+features: a constant, the log of the online model's answer (cross-fitted, as the context model's
+training baselines are: ``heddle.predictor.examples.cross_fitted_baselines``), the mean of the
+``z`` read so far and the latest one, pooled over the step counts it is fitted at. Its answer is
+``exp(fit)`` times the mean of ``exp(residual)`` (the smearing correction), less one, at least 0.
 
-It estimates the ceiling of the context model, whose encoder must recover ``z`` from the words:
-where the two are level, a better encoder earns nothing on this text; where the reader is well
-ahead, the encoder loses what the text holds. An estimate, not a bound: a reader that used the
-numbers better (not linearly) could rank higher.
+Set beside the context model, whose encoder must recover ``z`` from the words: where the two are
+level, a better encoder earns little on this text; where the reader is well ahead, the encoder
+loses what the text holds. An estimate, not a bound: a reader that used the numbers otherwise
+(not linearly, or per step count) could rank higher.
 """
 
 from __future__ import annotations
@@ -49,16 +50,21 @@ def read_after(quantities: Sequence[StepQuantities], num_steps: int) -> list[flo
 
 @dataclass(frozen=True, slots=True)
 class TextReader:
+    """The fitted reader (``fit``), answering for one trajectory at a time (``predict``)."""
+
     coefficients: tuple[float, ...]
     """Intercept, log online answer, mean ``z`` read, latest ``z`` read."""
     smearing: float
+    """Mean of ``exp(residual)`` over the fit's samples."""
 
     @classmethod
     def fit(
         cls, trace: Sequence[TraceTrajectory], quantities: Quantities, steps: Sequence[int]
     ) -> TextReader:
         """Least squares over every (trajectory, step count in ``steps``) of ``trace`` still
-        running; ``ValueError`` when there is none."""
+        running; ``ValueError`` for a step count below 1 or when no trajectory runs."""
+        if any(num_steps < 1 for num_steps in steps):
+            raise ValueError(f"the text reader reads after >= 1 step, got steps {list(steps)}")
         baselines = cross_fitted_baselines(trace)
         rows: list[list[float]] = []
         targets: list[float] = []

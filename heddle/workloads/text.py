@@ -40,6 +40,7 @@ SIGNAL_LEVELS: dict[str, float] = {"none": 0.0, "weak": 0.5, "strong": 0.9, "ful
 """Named signal strengths; ``full``: the text reports the steps to come without noise (a
 ceiling study, outside the predictor bench's default grid ``BENCH_SIGNALS``)."""
 BENCH_SIGNALS = ("none", "weak", "strong")
+"""The predictor bench's default grid of ``SIGNAL_LEVELS`` names."""
 _LEVEL_CUTS = (-0.84, -0.25, 0.25, 0.84)
 """Standard-normal quintile cuts: ``z`` below the first is level 0 (least work left)."""
 _HALF_CUTS = (-1.28, -0.52, 0.0, 0.52, 1.28)

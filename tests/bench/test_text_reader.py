@@ -33,7 +33,9 @@ def _pearson_after_two_steps(signal: float) -> tuple[float, float]:
     reader = TextReader.fit(train_trace, train_quantities, REPORTED_STEPS)
     read = _figures(test_trace, _reader_guesses(reader, online, test_trace, test_quantities))
     numeric = _figures(test_trace, _numeric_guesses(online, test_trace))
-    return read["pearson_r"][1] or 0.0, numeric["pearson_r"][1] or 0.0
+    read_r, numeric_r = read["pearson_r"][1], numeric["pearson_r"][1]
+    assert read_r is not None and numeric_r is not None
+    return read_r, numeric_r
 
 
 def test_the_reader_earns_what_the_text_carries_and_nothing_without_it() -> None:
@@ -46,6 +48,8 @@ def test_the_reader_earns_what_the_text_carries_and_nothing_without_it() -> None
     assert abs(noise) < 0.2
 
 
-def test_fitting_needs_a_running_trajectory() -> None:
+def test_fitting_needs_a_running_trajectory_and_a_step_read() -> None:
     with pytest.raises(ValueError, match="no running trajectory"):
         TextReader.fit([], {}, REPORTED_STEPS)
+    with pytest.raises(ValueError, match=">= 1 step"):
+        TextReader.fit([], {}, (0, 1))

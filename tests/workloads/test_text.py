@@ -1,4 +1,5 @@
 import random
+import re
 
 import numpy as np
 import pytest
@@ -27,6 +28,24 @@ def _plan_level(text: str, kind: str) -> int:
             if text.startswith(template.split("{")[0]):
                 return level
     raise AssertionError(f"no level for {text!r}")
+
+
+def _levels(text: str, levels: tuple[tuple[str, ...], ...]) -> set[int]:
+    """The effort levels of ``levels`` (plans, notes or results) with a template the text fills
+    (then a closing remark): one, or two where wordings overlap ("1 failed: ..." is level 1's
+    and, with n = 1, level 2's)."""
+    return {
+        level
+        for level, paraphrases in enumerate(levels)
+        for template in paraphrases
+        if re.fullmatch(_template_pattern(template) + r" .+", text)
+    }
+
+
+def _template_pattern(template: str) -> str:
+    parts = re.split(r"(\{n\}|\{items\})", template)
+    fills = {"{n}": r"\d+", "{items}": r".+?"}
+    return "".join(fills.get(part, re.escape(part)) for part in parts)
 
 
 def test_text_keeps_numbers_and_fills_every_step() -> None:
@@ -65,15 +84,21 @@ def test_reported_quantities_are_what_the_words_were_written_from(signal: float)
     trace = _trace("swe", 60)
     texted = with_text(trace, "swe", signal, seed=4)
     quantities = reported_quantities(trace, "swe", signal, seed=4)
+    vocabulary = TEXT_KINDS["swe"]
     quintile_cuts = (-0.84, -0.25, 0.25, 0.84)
     for trajectory in texted:
         steps = quantities[trajectory.id]
         assert len(steps) == len(trajectory.steps)
         assert steps[-1][1] is None
-        assert all(tool_z is not None for _, tool_z in steps[:-1])
-        plan_z = steps[0][0]
-        level = sum(plan_z > cut for cut in quintile_cuts)
-        assert _plan_level(trajectory.steps[0].output_text, "swe") == level
+        for index, (step, (output_z, tool_z)) in enumerate(
+            zip(trajectory.steps, steps, strict=True)
+        ):
+            outputs = vocabulary.plans if index == 0 else vocabulary.notes
+            assert sum(output_z > c for c in quintile_cuts) in _levels(step.output_text, outputs)
+            if index < len(steps) - 1:
+                assert tool_z is not None
+                level = sum(tool_z > c for c in quintile_cuts)
+                assert level in _levels(step.tool_text, vocabulary.results)
 
 
 def test_full_signal_reports_the_steps_left_exactly() -> None:
@@ -82,11 +107,12 @@ def test_full_signal_reports_the_steps_left_exactly() -> None:
     logs = np.log1p([len(t.steps) for t in trace])
     mean, std = logs.mean(), max(logs.std(), 0.25)
     for trajectory in trace:
-        left = len(trajectory.steps)
+        num_steps = len(trajectory.steps)
         for index, (output_z, tool_z) in enumerate(quantities[trajectory.id]):
-            assert output_z == pytest.approx((np.log1p(left - index) - mean) / std)
+            # a step's output reports the steps from it on; its tool result those after it
+            assert output_z == pytest.approx((np.log1p(num_steps - index) - mean) / std)
             if tool_z is not None:
-                assert tool_z == pytest.approx((np.log1p(left - index - 1) - mean) / std)
+                assert tool_z == pytest.approx((np.log1p(num_steps - index - 1) - mean) / std)
 
 
 def test_kind_names() -> None:
