@@ -30,21 +30,27 @@ def _plan_level(text: str, kind: str) -> int:
     raise AssertionError(f"no level for {text!r}")
 
 
-def _levels(text: str, levels: tuple[tuple[str, ...], ...]) -> set[int]:
-    """The effort levels of ``levels`` (plans, notes or results) with a template the text fills
-    (then a closing remark): one, or two where wordings overlap ("1 failed: ..." is level 1's
-    and, with n = 1, level 2's)."""
-    return {
+def _level(text: str, levels: tuple[tuple[str, ...], ...]) -> int:
+    """The effort level of ``levels`` (plans, notes or results) whose template the text fills,
+    then one closing remark."""
+    found = {
         level
         for level, paraphrases in enumerate(levels)
         for template in paraphrases
-        if re.fullmatch(_template_pattern(template) + r" .+", text)
+        if re.fullmatch(_template_pattern(template) + _CLOSING_REMARKS, text)
     }
+    assert len(found) == 1, f"levels {sorted(found)} for {text!r}"
+    return found.pop()
+
+
+_CLOSING_REMARKS = (
+    r"(?: Straightforward\.| Should be quick\.| Harder than it looks\.| Expect surprises\.)"
+)
 
 
 def _template_pattern(template: str) -> str:
     parts = re.split(r"(\{n\}|\{items\})", template)
-    fills = {"{n}": r"\d+", "{items}": r".+?"}
+    fills = {"{n}": r"\d+", "{items}": r"[^ ,]+(?:, [^ ,]+)*"}
     return "".join(fills.get(part, re.escape(part)) for part in parts)
 
 
@@ -94,11 +100,11 @@ def test_reported_quantities_are_what_the_words_were_written_from(signal: float)
             zip(trajectory.steps, steps, strict=True)
         ):
             outputs = vocabulary.plans if index == 0 else vocabulary.notes
-            assert sum(output_z > c for c in quintile_cuts) in _levels(step.output_text, outputs)
+            assert _level(step.output_text, outputs) == sum(output_z > c for c in quintile_cuts)
             if index < len(steps) - 1:
                 assert tool_z is not None
                 level = sum(tool_z > c for c in quintile_cuts)
-                assert level in _levels(step.tool_text, vocabulary.results)
+                assert _level(step.tool_text, vocabulary.results) == level
 
 
 def test_full_signal_reports_the_steps_left_exactly() -> None:
