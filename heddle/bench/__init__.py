@@ -16,7 +16,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   with a node and then a stream leader SIGKILLed, against the single-server run
   (``stream_watch``: the stream's content and leader, as the bench observes them);
 - ``predictor`` / ``predictor_serve``: ``heddle bench predictor``, the context predictor's
-  Fig. 13 per family and text signal, and its service's latency through NATS;
+  Fig. 13 per family and text signal, and its service's latency through NATS; ``text_reader``:
+  its predictor handed the numbers each text was written from (what the text holds);
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control
