@@ -31,9 +31,9 @@ from heddle.traces import TraceTrajectory
 from heddle.workloads.text import (
     BENCH_SIGNALS,
     SIGNAL_LEVELS,
-    reported_quantities,
     text_kind_of,
     with_text,
+    with_text_and_quantities,
 )
 from heddle.workloads.zoo import zoo_family
 
@@ -67,36 +67,42 @@ class Cell:
     """``TrainReport.win_share``: how surely the best epoch beat epoch 0 on held-out data."""
 
 
+@dataclass(frozen=True, slots=True)
+class CellTexts:
+    """A cell's training and test traces with text, and what each text was written from."""
+
+    train: list[TraceTrajectory]
+    test: list[TraceTrajectory]
+    train_quantities: Quantities
+    test_quantities: Quantities
+
+
+def cell_texts(family: str, signal: float, config: BenchConfig) -> CellTexts:
+    """The cell's training and test traces (same prompts, new samples), with text."""
+    zoo = zoo_family(family)
+    params = zoo.draw(random.Random(config.seed))
+    kind = text_kind_of(family)
+    train, train_quantities = with_text_and_quantities(
+        zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=0),
+        kind,
+        signal,
+        config.seed,
+    )
+    test, test_quantities = with_text_and_quantities(
+        zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=1),
+        kind,
+        signal,
+        config.seed + 1,
+    )
+    return CellTexts(train, test, train_quantities, test_quantities)
+
+
 def cell_traces(
     family: str, signal: float, config: BenchConfig
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
-    """The cell's training and test traces (same prompts, new samples), with text."""
-    kind = text_kind_of(family)
-    (train, train_seed), (test, test_seed) = _bare_traces(family, config)
-    return with_text(train, kind, signal, train_seed), with_text(test, kind, signal, test_seed)
-
-
-def cell_quantities(
-    family: str, signal: float, config: BenchConfig
-) -> tuple[Quantities, Quantities]:
-    """What each text of ``cell_traces``' two traces was written from (``reported_quantities``)."""
-    kind = text_kind_of(family)
-    (train, train_seed), (test, test_seed) = _bare_traces(family, config)
-    return (
-        reported_quantities(train, kind, signal, train_seed),
-        reported_quantities(test, kind, signal, test_seed),
-    )
-
-
-def _bare_traces(
-    family: str, config: BenchConfig
-) -> tuple[tuple[list[TraceTrajectory], int], tuple[list[TraceTrajectory], int]]:
-    """The training and test traces without text, each with the seed of its text layer."""
-    zoo = zoo_family(family)
-    params = zoo.draw(random.Random(config.seed))
-    train_trace = zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=0)
-    test_trace = zoo.generate(params, config.num_trajectories, seed=config.seed, epoch=1)
-    return (train_trace, config.seed), (test_trace, config.seed + 1)
+    """``cell_texts``' two traces."""
+    texts = cell_texts(family, signal, config)
+    return texts.train, texts.test
 
 
 def _figures(
@@ -157,7 +163,8 @@ def _reader_guesses(
 
 def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -> Cell:
     signal = SIGNAL_LEVELS[signal_name]
-    train_trace, test_trace = cell_traces(family, signal, config)
+    texts = cell_texts(family, signal, config)
+    train_trace, test_trace = texts.train, texts.test
     train_config = TrainConfig(
         base=config.base,
         num_epochs=config.num_epochs,
@@ -178,10 +185,9 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
         if name != "oracle":
             fit(predictor, train_trace)
         figures[name] = _figures(test_trace, _numeric_guesses(predictor, test_trace))
-    train_quantities, test_quantities = cell_quantities(family, signal, config)
-    reader = TextReader.fit(train_trace, train_quantities, REPORTED_STEPS)
+    reader = TextReader.fit(train_trace, texts.train_quantities, REPORTED_STEPS)
     figures["text_reader"] = _figures(
-        test_trace, _reader_guesses(reader, online, test_trace, test_quantities)
+        test_trace, _reader_guesses(reader, online, test_trace, texts.test_quantities)
     )
     return Cell(
         family,

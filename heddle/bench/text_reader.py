@@ -3,8 +3,8 @@ can earn.
 
 ``heddle.workloads.text`` writes every text from one number ``z`` (``signal`` parts truth, the rest
 noise), so no reader of the words knows more about the work to come than the ``z`` of the texts
-it has read. The text reader is handed those numbers exactly (``reported_quantities``) and fits,
-on the training trace by least squares, ``log1p`` of the remaining output tokens on four
+it has read. The text reader is handed those numbers exactly (``with_text_and_quantities``)
+and fits, on the training trace by least squares, ``log1p`` of the remaining output tokens on four
 features: a constant, the log of the online model's answer (cross-fitted, as the context model's
 training baselines are: ``heddle.predictor.examples.cross_fitted_baselines``), the mean of the
 ``z`` read so far and the latest one, pooled over the step counts it is fitted at. Its answer is
@@ -29,7 +29,8 @@ from heddle.traces import TraceTrajectory
 from heddle.workloads.text import StepQuantities
 
 Quantities = Mapping[str, Sequence[StepQuantities]]
-"""``reported_quantities`` of a trace: per trajectory id, per step, the texts' ``z``."""
+"""What ``with_text_and_quantities`` reports of a trace: per trajectory id, per step, the
+texts' ``z``."""
 
 
 def read_after(quantities: Sequence[StepQuantities], num_steps: int) -> list[float]:

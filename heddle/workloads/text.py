@@ -20,8 +20,9 @@ per-trajectory draw, half a per-step one). ``z`` picks the text's wording (one o
 effort, each with several paraphrases, and a closing remark that halves each level: ten degrees
 in all) and its list length. At ``signal = 0`` the text is
 independent of the future: a predictor that reads it can only learn to ignore it. Everything is a
-pure function of (trace, kind, signal, seed); ``reported_quantities`` gives the ``z`` each text
-was written from (what a reader of the words could at best recover: the benchmarks' text reader).
+pure function of (trace, kind, signal, seed); ``with_text_and_quantities`` also gives the ``z``
+each text was written from (what a reader of the words could at best recover: the benchmarks'
+text reader).
 """
 
 from __future__ import annotations
@@ -65,33 +66,26 @@ def with_text(
     trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
 ) -> list[TraceTrajectory]:
     """The trace with every step's ``output_text`` and ``tool_text`` written (numbers kept)."""
-    return [texted for texted, _ in _texted_trace(trace, kind, signal, seed)]
+    return with_text_and_quantities(trace, kind, signal, seed)[0]
 
 
 StepQuantities = tuple[float, float | None]
 """The ``z`` of one step's ``output_text`` and of its ``tool_text`` (None after the last step)."""
 
 
-def reported_quantities(
+def with_text_and_quantities(
     trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
-) -> dict[str, list[StepQuantities]]:
-    """Per trajectory id, per step, the ``z`` that ``with_text`` (same arguments) wrote each of
-    the step's texts from."""
-    return {
-        texted.id: quantities for texted, quantities in _texted_trace(trace, kind, signal, seed)
-    }
-
-
-def _texted_trace(
-    trace: Sequence[TraceTrajectory], kind: str, signal: float, seed: int
-) -> list[tuple[TraceTrajectory, list[StepQuantities]]]:
+) -> tuple[list[TraceTrajectory], dict[str, list[StepQuantities]]]:
+    """``with_text``'s trace, and per trajectory id, per step, the ``z`` each of the step's texts
+    was written from."""
     if kind not in TEXT_KINDS:
         raise ValueError(f"unknown text kind {kind!r}; choose one of {', '.join(TEXT_KINDS)}")
     if not (0.0 <= signal <= 1.0):
         raise ValueError(f"signal must be in [0, 1], got {signal}")
     vocabulary = TEXT_KINDS[kind]
     scale = _LogScale.of([len(t.steps) for t in trace])
-    return [_texted(t, vocabulary, signal, scale, seed) for t in trace]
+    written = [_texted(t, vocabulary, signal, scale, seed) for t in trace]
+    return [texted for texted, _ in written], {texted.id: zs for texted, zs in written}
 
 
 @dataclass(frozen=True, slots=True)

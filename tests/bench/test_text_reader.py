@@ -5,8 +5,7 @@ from heddle.bench.predictor import (
     _figures,
     _numeric_guesses,
     _reader_guesses,
-    cell_quantities,
-    cell_traces,
+    cell_texts,
 )
 from heddle.bench.text_reader import TextReader, read_after
 from heddle.policy.prediction.online import OnlinePredictor
@@ -25,14 +24,14 @@ def test_a_prediction_reads_every_output_and_the_tool_results_returned() -> None
 def _pearson_after_two_steps(signal: float) -> tuple[float, float]:
     """(text reader, online model) Pearson r after step 2 on a search cell at ``signal``."""
     config = BenchConfig(families=("search",), num_trajectories=128)
-    train_trace, test_trace = cell_traces("search", signal, config)
-    train_quantities, test_quantities = cell_quantities("search", signal, config)
+    texts = cell_texts("search", signal, config)
     online = OnlinePredictor()
-    for trajectory in train_trace:
+    for trajectory in texts.train:
         online.observe_trace(trajectory)
-    reader = TextReader.fit(train_trace, train_quantities, REPORTED_STEPS)
-    read = _figures(test_trace, _reader_guesses(reader, online, test_trace, test_quantities))
-    numeric = _figures(test_trace, _numeric_guesses(online, test_trace))
+    reader = TextReader.fit(texts.train, texts.train_quantities, REPORTED_STEPS)
+    guesses = _reader_guesses(reader, online, texts.test, texts.test_quantities)
+    read = _figures(texts.test, guesses)
+    numeric = _figures(texts.test, _numeric_guesses(online, texts.test))
     read_r, numeric_r = read["pearson_r"][1], numeric["pearson_r"][1]
     assert read_r is not None and numeric_r is not None
     return read_r, numeric_r

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from heddle.workloads.text import (
     SIGNAL_LEVELS,
     TEXT_KINDS,
-    reported_quantities,
     text_kind_of,
     with_text,
+    with_text_and_quantities,
 )
 from heddle.workloads.zoo import zoo_family
 
@@ -88,8 +88,8 @@ def test_plan_wording_tracks_length_as_strongly_as_the_signal_says(kind: str) ->
 @pytest.mark.parametrize("signal", [0.0, 0.5, 0.9])
 def test_reported_quantities_are_what_the_words_were_written_from(signal: float) -> None:
     trace = _trace("swe", 60)
-    texted = with_text(trace, "swe", signal, seed=4)
-    quantities = reported_quantities(trace, "swe", signal, seed=4)
+    texted, quantities = with_text_and_quantities(trace, "swe", signal, seed=4)
+    assert texted == with_text(trace, "swe", signal, seed=4)
     vocabulary = TEXT_KINDS["swe"]
     quintile_cuts = (-0.84, -0.25, 0.25, 0.84)
     for trajectory in texted:
@@ -109,7 +109,7 @@ def test_reported_quantities_are_what_the_words_were_written_from(signal: float)
 
 def test_full_signal_reports_the_steps_left_exactly() -> None:
     trace = _trace("search", 80)
-    quantities = reported_quantities(trace, "search", 1.0, seed=0)
+    _, quantities = with_text_and_quantities(trace, "search", 1.0, seed=0)
     logs = np.log1p([len(t.steps) for t in trace])
     mean, std = logs.mean(), max(logs.std(), 0.25)
     for trajectory in trace:
