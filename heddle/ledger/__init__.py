@@ -22,8 +22,9 @@ Modules: ``database`` (connections, engines tuned per backend, schema checked on
 (step events), ``fold_workers`` (worker events), ``fold_records`` (rows an event makes whole:
 placements, predictions, migration requests, dead letters) and ``fold_operator`` (operator events),
 ``lean_decoder`` (an event decoder that counts token lists), ``batch_rows`` (the rows one batch
-touches), ``row_cache`` (those rows, loaded for the writer), ``upserts`` (bulk ``INSERT ... ON
-CONFLICT``), ``writer`` (``LedgerWriter``: a batch and the stream position in one transaction),
+touches), ``row_cache`` (those rows, loaded for the writer) with ``keyed_reads`` (rows by
+composite key, through the primary-key index), ``upserts`` (bulk ``INSERT ... ON CONFLICT``),
+``writer`` (``LedgerWriter``: a batch and the stream position in one transaction),
 ``queries`` (reads for the CLI, status, client and deciders), ``snapshot`` (a consistent read-only
 snapshot as of one stream position), ``compare`` (table-by-table comparison of two ledgers).
 """

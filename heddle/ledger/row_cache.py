@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
-from sqlalchemy import Connection, Table, select, tuple_
+from sqlalchemy import Connection, Table, select
 
 from heddle.events import (
     OPERATOR_EVENTS,
@@ -30,6 +30,7 @@ from heddle.events import (
 from heddle.events.trajectory import TrajectoryEvent
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.fold_steps import STEP_EVENTS
+from heddle.ledger.keyed_reads import rows_by_key
 from heddle.ledger.rows import (
     MigrationRow,
     RolloutRow,
@@ -169,30 +170,30 @@ def _select_rows(
     key_columns: tuple[str, ...],
 ) -> dict[Any, R]:
     found: dict[Any, R] = {}
-    if not keys:
-        return found
-    columns = [table.c[name] for name in key_columns]
-    target = columns[0] if len(columns) == 1 else tuple_(*columns)
     for start in range(0, len(keys), _KEYS_PER_QUERY):
         chunk = keys[start : start + _KEYS_PER_QUERY]
-        for record in connection.execute(select(table).where(target.in_(chunk))).mappings():
-            row = row_type(**record)
+        if len(key_columns) == 1:
+            query = select(table).where(table.c[key_columns[0]].in_(chunk))
+            records: Any = connection.execute(query).mappings()
+        else:
+            records = rows_by_key(connection, table, key_columns, chunk)
+        for record in records:
             key = tuple(record[name] for name in key_columns)
-            found[key[0] if len(key) == 1 else key] = row
+            found[key[0] if len(key) == 1 else key] = row_type(**record)
     return found
 
 
 def _open_migrations(
     connection: Connection, trajectories: set[TrajectoryKey]
 ) -> dict[str, MigrationRow]:
+    """Migrations still requested of these trajectories."""
     found: dict[str, MigrationRow] = {}
-    target = tuple_(_migrations.c.rollout_id, _migrations.c.traj_id)
     keys = list(trajectories)
+    requested = (("status", MigrationStatus.REQUESTED.value),)
     for start in range(0, len(keys), _KEYS_PER_QUERY):
-        query = select(_migrations).where(
-            target.in_(keys[start : start + _KEYS_PER_QUERY]),
-            _migrations.c.status == MigrationStatus.REQUESTED,
-        )
-        for record in connection.execute(query).mappings():
+        chunk = keys[start : start + _KEYS_PER_QUERY]
+        for record in rows_by_key(
+            connection, _migrations, ("rollout_id", "traj_id"), chunk, equal=requested
+        ):
             found[record["event_id"]] = MigrationRow(**record)
     return found
