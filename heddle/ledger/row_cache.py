@@ -1,9 +1,11 @@
 """The rows a batch of events touches, loaded for ``heddle.ledger.writer.LedgerWriter``.
 
 Rows of trajectories, rollouts and workers stay cached between batches (the writer is the only
-one changing them; it drops the cache whenever a transaction fails). A step row is read from the
-database only when its trajectory already went past that step: new steps cannot exist yet.
-Open migrations are read for the trajectories a ``Migrated`` event closes.
+one changing them; it drops the cache whenever a transaction fails), and so does each cached
+trajectory's latest step row: a step's events (generation started, generated, tool called, tool
+returned) usually arrive in different batches. Another step row is read from the database only
+when its trajectory already went past that step: new steps cannot exist yet. Open migrations are
+read for the trajectories a ``Migrated`` event closes.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class _Keys:
 class _Cache:
     rollouts: dict[str, RolloutRow] = field(default_factory=dict)
     trajectories: dict[TrajectoryKey, TrajectoryRow] = field(default_factory=dict)
+    latest_steps: dict[TrajectoryKey, StepRow] = field(default_factory=dict)
+    """The highest step row stored of each cached trajectory."""
     workers: dict[str, WorkerRow] = field(default_factory=dict)
 
 
@@ -99,10 +103,18 @@ class RowCache:
             keys.trajectories,
             ("rollout_id", "traj_id"),
         )
-        existing_steps = [key for key in keys.steps if _may_exist(rows, key)]
-        rows.steps = _select_rows(
-            connection, _steps, StepRow, existing_steps, ("rollout_id", "traj_id", "step")
+        steps: dict[StepKey, StepRow] = {}
+        unknown: list[StepKey] = []
+        for key in keys.steps:
+            latest = cache.latest_steps.get((key[0], key[1]))
+            if latest is not None and latest.step == key[2]:
+                steps[key] = latest
+            elif _may_exist(rows, key):
+                unknown.append(key)
+        steps.update(
+            _select_rows(connection, _steps, StepRow, unknown, ("rollout_id", "traj_id", "step"))
         )
+        rows.steps = steps
         if keys.migrating:
             rows.migrations = _open_migrations(connection, keys.migrating)
         return rows
@@ -112,9 +124,15 @@ class RowCache:
         cache = self._cache
         if len(cache.trajectories) + len(rows.trajectories) > MAX_CACHED_TRAJECTORIES:
             cache.trajectories.clear()
+            cache.latest_steps.clear()
         cache.rollouts.update(rows.rollouts)
         cache.trajectories.update(rows.trajectories)
         cache.workers.update(rows.workers)
+        latest_steps = cache.latest_steps
+        for (rollout_id, traj_id, number), step in rows.steps.items():
+            latest = latest_steps.get((rollout_id, traj_id))
+            if latest is None or number >= latest.step:
+                latest_steps[(rollout_id, traj_id)] = step
 
 
 def _keys_of(events: list[EventT]) -> _Keys:

@@ -21,6 +21,8 @@ from sqlalchemy import create_engine, inspect, text
 from heddle.errors import UserError
 from heddle.events import (
     EventT,
+    Generated,
+    GenerationStarted,
     RolloutFinished,
     WeightsLoaded,
     WeightsLoadFailed,
@@ -299,6 +301,23 @@ class TestLedgerContract:
         with reference_ledger(events) as reference:
             assert compare_ledgers(ledger, reference).mismatches == []
         _clear(ledger)
+
+    def test_a_late_report_of_an_earlier_step_updates_that_step(self, ledger: Ledger) -> None:
+        """A step's row is cached while its trajectory moves on; a report of an earlier step
+        arriving later (a publish retried outside the duplicate window) changes that step, as
+        it does in one batch."""
+        events = rollout_events("late", num_trajectories=1, num_steps=3)
+        first = next(e for e in events if isinstance(e, Generated) and e.step == 0)
+        later = next(e for e in events if isinstance(e, GenerationStarted) and e.step == 2)
+        again = msgspec.structs.replace(first, event_id=f"{first.event_id}:again", decode_s=9.0)
+        events.insert(events.index(later) + 1, again)
+        writer = LedgerWriter(ledger, "late")
+        for record in numbered(events):
+            writer.project([record])
+        with reference_ledger(numbered(events)) as reference:
+            assert compare_ledgers(ledger, reference).mismatches == []
+        step = next(s for s in queries.steps(ledger, "late", first.traj_id) if s.step == 0)
+        assert step.decode_s == 9.0
 
 
 @contextlib.contextmanager
