@@ -130,6 +130,18 @@ class PullInbox:
         finally:
             self._waiter = None
 
+    async def _gather(self, num_messages: int, timeout_s: float) -> None:
+        """Wait until ``num_messages`` are buffered, no request is open, or ``timeout_s``
+        passes (an expected end: the open requests stay open)."""
+        self._wake_at = num_messages
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(self._waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiter = None
+
     def _forget_requests(self) -> None:
         self._open.clear()
         self._num_lingering = 0
@@ -150,14 +162,17 @@ class PullInbox:
         return [buffer.popleft() for _ in range(max_messages)]
 
     async def fetch(
-        self, max_messages: int, wait_s: float, *, prefetch: bool = False
+        self, max_messages: int, wait_s: float, *, prefetch: bool = False, gather_s: float = 0.0
     ) -> list[RawMessage]:
         """Up to ``max_messages`` messages: what is available now, else wait up to ``wait_s``
         for the first to arrive. Returns ``[]`` when none came (the consumer is idle).
 
-        With ``prefetch``, a full batch is followed at once by a request for the next one, so
-        the server streams it while the caller works (the consumer's ``max_ack_pending`` must
-        allow two batches)."""
+        With ``gather_s``, a fetch that has fewer than ``max_messages`` waits up to that long
+        for the rest while a request is still open (a live stream delivers one message at a
+        time: without it, each batch is the one message that woke the reader). With
+        ``prefetch``, a full batch is followed at once by a request for the next one, so the
+        server streams it while the caller works (the consumer's ``max_ack_pending`` must allow
+        two batches)."""
         if len(self._buffer) < max_messages and not self._open:
             await self.request(max_messages - len(self._buffer))
         if len(self._buffer) < max_messages and self._open:
@@ -167,6 +182,8 @@ class PullInbox:
             if not self._open:
                 await self.request(max_messages, expires_s=wait_s)
             await self.wait(1, wait_s + _WAIT_MARGIN_S)
+        if gather_s > 0 and self._buffer and len(self._buffer) < max_messages and self._open:
+            await self._gather(max_messages, gather_s)
         taken = self.take(max_messages)
         if prefetch and len(taken) == max_messages and not self._open:
             await self.request(max_messages)

@@ -138,7 +138,10 @@ class ConsumerRunner(Generic[T]):
     async def _fetch(self, max_messages: int, *, prefetch: bool = False) -> list[RawMessage]:
         inbox = self._inbox
         assert inbox is not None, "fetch before open"
-        raws = await inbox.fetch(max_messages, self.spec.fetch_wait_s, prefetch=prefetch)
+        spec = self.spec
+        raws = await inbox.fetch(
+            max_messages, spec.fetch_wait_s, prefetch=prefetch, gather_s=spec.gather_s
+        )
         self.stats.num_fetched += len(raws)
         if raws:
             return raws

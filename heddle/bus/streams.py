@@ -169,6 +169,9 @@ class ConsumerSpec:
     """Most messages handed to one batch handler call (or fetched at once)."""
     fetch_wait_s: float = 1.0
     """How long an idle fetch lingers for new messages before the runner checks for stop."""
+    gather_s: float = 0.0
+    """How long a fetch that got fewer than ``batch_size`` messages waits for more (0: hand
+    over what came at once). For consumers that trade latency for fewer, larger batches."""
     max_ack_pending: int = 1024
     """Most delivered, unacknowledged messages; the server pauses delivery beyond it."""
     ack_wait_s: float = 30.0
@@ -196,6 +199,8 @@ class ConsumerSpec:
             )
         if self.start_sequence is not None and self.start_sequence < 1:
             raise ValueError(f"consumer {self.durable}: start_sequence must be >= 1")
+        if self.gather_s < 0:
+            raise ValueError(f"consumer {self.durable}: gather_s must be >= 0")
 
     def config(self) -> api.ConsumerConfig:
         start = self.start_sequence

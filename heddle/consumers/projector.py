@@ -49,6 +49,11 @@ class ProjectorConfig:
     batch_size: int = 1000
     """Events per transaction."""
     fetch_wait_s: float = 1.0
+    gather_s: float = 0.05
+    """How long a fetch of fewer than ``batch_size`` events waits for more: the ledger trails
+    the stream by up to this much more, and a live stream's events, which come one at a
+    time, are written in batches instead of one transaction each (docs/benchmarks.md,
+    "Projection at the live rate")."""
     nak_delay_s: float = 1.0
     """Pause before retrying a batch after a transient database error."""
     ack_wait_s: float = 60.0
@@ -95,6 +100,7 @@ class Projector:
             filter_subjects=config.filter_subjects,
             batch_size=config.batch_size,
             fetch_wait_s=config.fetch_wait_s,
+            gather_s=config.gather_s,
             max_ack_pending=2 * config.batch_size,
             ack_wait_s=config.ack_wait_s,
             nak_delay_s=config.nak_delay_s,

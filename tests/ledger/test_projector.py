@@ -71,6 +71,41 @@ async def test_poison_messages_end_in_dead_letters(bus: Bus, ledger: Ledger) -> 
     assert summary is not None and summary.num_trajectories == 3
 
 
+@pytest.mark.parametrize("gather_s", [0.0, 1.0])
+async def test_a_live_stream_is_written_in_batches_when_the_projector_gathers(
+    bus: Bus, ledger: Ledger, tmp_path: Path, gather_s: float
+) -> None:
+    """Events published one at a time: a projector that gathers for ``gather_s`` writes them
+    in a few transactions (a gather ends early with the pull request it waits on, which
+    lingers ``fetch_wait_s``), and trails the stream by no more than that; every event is
+    projected once either way."""
+    events = rollout_events("live", num_trajectories=3, num_steps=3)
+    projector = Projector(
+        bus, ledger, ProjectorConfig(batch_size=len(events), fetch_wait_s=3.0, gather_s=gather_s)
+    )
+    running = asyncio.create_task(projector.run())
+    await asyncio.sleep(0.3)  # the durable exists and its first request is open
+    for event in events:
+        await bus.publish(event)
+        await asyncio.sleep(0.01)
+    published_at = time.monotonic()
+    while _projected(ledger) < len(events):
+        assert time.monotonic() - published_at < gather_s + 5.0, "the projector fell behind"
+        await asyncio.sleep(0.02)
+    projector.stop()
+    stats = await running
+    assert stats.num_projected == len(events)
+    if gather_s:
+        assert stats.num_batches <= 3
+    reference = await rebuilt(bus, tmp_path)
+    assert compare_ledgers(ledger, reference).mismatches == []
+    reference.close()
+
+
+def _projected(ledger: Ledger) -> int:
+    return max((position.stream_sequence for position in queries.positions(ledger)), default=0)
+
+
 def big_history(num_trajectories: int, num_steps: int) -> list[EventT]:
     events: list[EventT] = worker_events()
     for index in range(num_trajectories // 50):
