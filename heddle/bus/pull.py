@@ -119,28 +119,23 @@ class PullInbox:
         A timeout forgets the open requests (their status was lost, e.g. in a reconnect), so the
         next call asks again; late messages of a forgotten request still land in the buffer.
         """
-        if len(self._buffer) >= num_messages or not self._open:
-            return
-        self._wake_at = num_messages
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(self._waiter, timeout_s)
-        except TimeoutError:
+        if not await self._waited(num_messages, timeout_s):
             self._forget_requests()
-        finally:
-            self._waiter = None
 
-    async def _gather(self, num_messages: int, timeout_s: float) -> None:
-        """Wait until ``num_messages`` are buffered, no request is open, or ``timeout_s``
-        passes (an expected end: the open requests stay open)."""
+    async def _waited(self, num_messages: int, timeout_s: float) -> bool:
+        """Wait until ``num_messages`` are buffered or no request is open (True), or until the
+        timeout passes (False); the open requests are left as they are."""
+        if len(self._buffer) >= num_messages or not self._open:
+            return True
         self._wake_at = num_messages
         self._waiter = asyncio.get_running_loop().create_future()
         try:
             await asyncio.wait_for(self._waiter, timeout_s)
         except TimeoutError:
-            pass
+            return False
         finally:
             self._waiter = None
+        return True
 
     def _forget_requests(self) -> None:
         self._open.clear()
@@ -183,7 +178,7 @@ class PullInbox:
                 await self.request(max_messages, expires_s=wait_s)
             await self.wait(1, wait_s + _WAIT_MARGIN_S)
         if gather_s > 0 and self._buffer and len(self._buffer) < max_messages and self._open:
-            await self._gather(max_messages, gather_s)
+            await self._waited(max_messages, gather_s)  # a timeout is the gather's normal end
         taken = self.take(max_messages)
         if prefetch and len(taken) == max_messages and not self._open:
             await self.request(max_messages)

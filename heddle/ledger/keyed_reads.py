@@ -10,8 +10,9 @@ index search per key::
     AND t.b = wanted.b [AND extra conditions]
 
 The statement is plain text, cached per table and number of keys (SQLAlchemy would compile a
-``values()`` construct anew for every batch, at more cost than the lookups); results come back
-as the columns' Python values (status members, booleans) as SQLAlchemy would return them.
+``values()`` construct anew for every batch, at more cost than the lookups); results go through
+the columns' own SQLAlchemy result processors (status members, SQLite's booleans), so they come
+back as a ``select`` would return them.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Table
+from sqlalchemy import Connection, Dialect, Table
 
-from heddle.ledger.statuses import StatusType
-
-_Convert = Callable[[Any], Any]
+_Process = Callable[[Any], Any]
 
 
 def rows_by_key(
@@ -45,13 +44,11 @@ def rows_by_key(
     sql = _statement(table, key_columns, extra, len(keys), placeholder)
     parameters = [value for key in keys for value in key] + [value for _, value in equal]
     names = [column.name for column in table.columns]
-    converters = _converters(table)
+    processors = _result_processors(table, connection.dialect)
     for record in connection.exec_driver_sql(sql, tuple(parameters)):
         row = dict(zip(names, record, strict=True))
-        for name, convert in converters:
-            value = row[name]
-            if value is not None:
-                row[name] = convert(value)
+        for name, process in processors:
+            row[name] = process(row[name])
         yield row
 
 
@@ -74,13 +71,10 @@ def _statement(
 
 
 @functools.cache
-def _converters(table: Table) -> tuple[tuple[str, _Convert], ...]:
-    """(column, driver value -> Python value) for the columns whose type SQLAlchemy converts
-    on reading: statuses and booleans."""
-    converters: list[tuple[str, _Convert]] = []
-    for column in table.columns:
-        if isinstance(column.type, StatusType):
-            converters.append((column.name, column.type.status_type))
-        elif isinstance(column.type, Boolean):
-            converters.append((column.name, bool))
-    return tuple(converters)
+def _result_processors(table: Table, dialect: Dialect) -> tuple[tuple[str, _Process], ...]:
+    """(column, processor) of the columns whose driver values SQLAlchemy converts on reading
+    with ``dialect``."""
+    processors = (
+        (column.name, column.type.result_processor(dialect, None)) for column in table.columns
+    )
+    return tuple((name, process) for name, process in processors if process is not None)
