@@ -109,6 +109,9 @@ class _Worker:
     load: float = 0.0
     """The residents' summed peaks."""
     residents: dict[Key, Footprint] = field(default_factory=dict)
+    fitting: dict[Footprint, bool] = field(default_factory=dict)
+    """``fits`` answers since the residents last changed: a held queue's head is asked about
+    every worker on every admission pass, and most workers did not change in between."""
 
     def room(self) -> float:
         return self.budget - self.load if self.budget > 0 else float("inf")
@@ -118,9 +121,29 @@ class _Worker:
             return True
         if footprint.peak_tokens <= self.room():
             return True  # even the summed peaks fit
-        return (
-            self.projection and projected_peak([*self.residents.values(), footprint]) <= self.budget
-        )
+        if not self.projection:
+            return False
+        answer = self.fitting.get(footprint)
+        if answer is None:
+            answer = projected_peak([*self.residents.values(), footprint]) <= self.budget
+            self.fitting[footprint] = answer
+        return answer
+
+    def put(self, key: Key, footprint: Footprint) -> None:
+        """Admit ``key`` with ``footprint``, or replace its footprint."""
+        old = self.residents.get(key)
+        self.load += footprint.peak_tokens - (old.peak_tokens if old is not None else 0.0)
+        self.residents[key] = footprint
+        self.fitting.clear()
+
+    def remove(self, key: Key) -> None:
+        old = self.residents.pop(key, None)
+        if old is None:
+            return
+        self.load -= old.peak_tokens
+        if not self.residents:
+            self.load = 0.0  # no drift from float sums
+        self.fitting.clear()
 
 
 def projected_peak(footprints: list[Footprint]) -> float:
@@ -200,8 +223,7 @@ class KvAdmission:
         if admitted is not None:
             worker = self._workers.get(admitted[0])
             if worker is not None:
-                worker.load += footprint.peak_tokens - admitted[1].peak_tokens
-                worker.residents[key] = footprint
+                worker.put(key, footprint)
             self._admitted[key] = (admitted[0], footprint)
 
     def moved(self, key: Key, worker_id: str) -> None:
@@ -275,13 +297,9 @@ class KvAdmission:
         self._admitted[key] = (worker_id, footprint)
         worker = self._workers.get(worker_id)
         if worker is not None:
-            worker.load += footprint.peak_tokens
-            worker.residents[key] = footprint
+            worker.put(key, footprint)
 
     def _leave(self, key: Key, admitted: tuple[str, Footprint]) -> None:
         worker = self._workers.get(admitted[0])
         if worker is not None:
-            worker.load -= admitted[1].peak_tokens
-            worker.residents.pop(key, None)
-            if not worker.residents:
-                worker.load = 0.0  # no drift from float sums
+            worker.remove(key)

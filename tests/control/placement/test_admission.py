@@ -212,3 +212,67 @@ def test_long_tool_calls_count_a_trajectory_by_its_duty_cycle() -> None:
     for _ in range(3):
         short_calls.tool_returned(("r", "t1"), 120.0)  # its own calls override the prior
     assert _footprint_of(short_calls, ("r", "t1")).context_tokens < 0.2 * whole.context_tokens
+
+
+projected_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("hold"), st.integers(0, 12), st.integers(1, 300), st.integers(1, 50)),
+        st.tuples(st.just("update"), st.integers(0, 12), st.integers(1, 300), st.integers(1, 50)),
+        st.tuples(st.just("release"), st.integers(0, 12)),
+        st.tuples(st.just("admit"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(ops=projected_operations, budgets=st.lists(st.integers(50, 600), min_size=1, max_size=3))
+def test_remembered_fits_answer_as_a_fresh_projection_does(
+    ops: list[tuple[object, ...]], budgets: list[int]
+) -> None:
+    """A worker remembers its ``fits`` answers until its residents change: after any sequence
+    of holds, updates, releases and admissions, every worker answers for every held footprint
+    what a projection of its residents computed now answers."""
+    admission = KvAdmission(AdmissionConfig(overcommit=1.0, projection=True))
+    workers = [f"w{i}" for i in range(len(budgets))]
+    for worker, budget in zip(workers, budgets, strict=True):
+        admission.add_worker(worker, budget)
+    for op in ops:
+        match op:
+            case ("hold", int(i), int(size), int(duration)):
+                footprint = Footprint(size / 2, size / 2, float(duration))
+                admission.hold(("r", f"t{i}"), float(i), footprint, workers[i % len(workers)])
+            case ("update", int(i), int(size), int(duration)):
+                admission.update(("r", f"t{i}"), Footprint(size / 2, size / 2, float(duration)))
+            case ("release", int(i)):
+                admission.release(("r", f"t{i}"))
+            case _:
+                admission.admit(workers)
+        for state in admission._workers.values():
+            residents = list(state.residents.values())
+            for held in admission._held.values():
+                fresh = (
+                    not residents
+                    or held.footprint.peak_tokens <= state.room()
+                    or projected_peak([*residents, held.footprint]) <= state.budget
+                )
+                assert state.fits(held.footprint) == fresh
+            assert math.isclose(state.load, sum(f.peak_tokens for f in residents), abs_tol=1e-6)
+
+
+def test_a_resident_that_grows_withdraws_a_remembered_fit() -> None:
+    """Budget 100. Resident ``a`` peaks at 60 after 10 s; ``f`` peaks at 50 and leaves after 5 s:
+    their peaks sum to 110, but together they never hold more than 95 (at 5 s), so ``f`` fits.
+    Once ``a``'s estimate grows by 10 tokens they would hold 105 at 5 s: ``f`` no longer fits,
+    whatever the worker answered before."""
+    admission = KvAdmission(AdmissionConfig(overcommit=1.0, projection=True))
+    admission.add_worker("w0", 100)
+    a, f = ("r", "a"), ("r", "f")
+    admission.hold(a, 2.0, Footprint(30, 30, 10.0), "w0")
+    assert [x.key for x in admission.admit(["w0"])] == [a]
+    candidate = Footprint(20, 30, 5.0)
+    assert admission._workers["w0"].fits(candidate)
+    admission.update(a, Footprint(40, 30, 10.0))
+    assert not admission._workers["w0"].fits(candidate)
+    admission.hold(f, 1.0, candidate, "w0")
+    assert admission.admit(["w0"]) == []
