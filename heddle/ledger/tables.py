@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from heddle.ledger.statuses import (
@@ -180,10 +180,12 @@ class Migration(Base):
     """A requested migration and, once it happened, its outcome."""
 
     __tablename__ = "migrations"
+    __table_args__ = (Index("ix_migrations_rollout_id_traj_id", "rollout_id", "traj_id"),)
+    """The projector reads a batch's open migrations by trajectory."""
 
     event_id: Mapped[str] = mapped_column(String(320), primary_key=True)
     """Id of the MigrationRequested event (of the Migrated event when none was requested)."""
-    rollout_id: Mapped[str] = mapped_column(_ID, index=True)
+    rollout_id: Mapped[str] = mapped_column(_ID)
     traj_id: Mapped[str] = mapped_column(_ID)
     source_worker_id: Mapped[str] = mapped_column(_ID)
     target_worker_id: Mapped[str] = mapped_column(_ID)
