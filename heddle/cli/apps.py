@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from heddle.config import Settings, load_settings
 
@@ -84,3 +88,18 @@ def settings_of(ctx: typer.Context) -> Settings:
     """The settings the root callback resolved (defaults when a command runs standalone)."""
     root_ctx = ctx.find_root()
     return root_ctx.obj if isinstance(root_ctx.obj, Settings) else load_settings()
+
+
+@contextlib.contextmanager
+def fresh_data_dir(base: Path, prefix: str, *, keep: bool = False) -> Iterator[Path]:
+    """A new folder under ``base`` for one benchmark run (its embedded NATS and SQLite ledger),
+    so a benchmark never writes into a deployment's stream or catches up its backlog; removed
+    afterwards unless ``keep`` (then its path goes to stderr)."""
+    base.mkdir(parents=True, exist_ok=True)
+    if keep:
+        kept = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+        Console(stderr=True).print(f"data dir kept at {kept}", highlight=False)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=base) as temporary:
+        yield Path(temporary)

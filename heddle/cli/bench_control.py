@@ -7,6 +7,11 @@ The control plane runs as a child process (`heddle up`); this process plays the 
 stored) and consumer age (event stored -> decided), p50/p99, and the events/s it decided; the
 player's end-to-end p50/p90/p99 of ToolReturned published -> ContinueTrajectory received; the
 load average; and every consumer's batch latency from the control plane's status.
+
+The run gets its own embedded NATS and SQLite ledger in a temporary folder of the data dir
+(kept with ``--keep``; its logs stay under ``<data dir>/logs``), so it never writes into a
+deployment's stream, and its projector never catches up a backlog the bench did not write; an
+external ``--nats-url`` or ``--database-url`` is used as given.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.bench.control import BenchOptions, run_control_bench
-from heddle.cli.apps import bench_app, settings_of
+from heddle.cli.apps import bench_app, fresh_data_dir, settings_of
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.workloads import generate, workload_names
@@ -42,6 +47,7 @@ def bench_control(
     policy: Annotated[str, typer.Option(help="System bundle")] = "heddle",
     ledger: Annotated[bool, typer.Option(help="Project the ledger in the control plane")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the workload and the jitter")] = 0,
+    keep: Annotated[bool, typer.Option(help="Keep the benchmark's data dir")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Measure how fast the control plane turns step events into commands."""
@@ -61,7 +67,11 @@ def bench_control(
     )
     control = replace(control, host=replace(control.host, durable_prefix=_prefix()))
     log_dir = settings.data_dir / "logs" / f"bench-control-{time.strftime('%Y%m%d-%H%M%S')}"
-    document = asyncio.run(run_control_bench(settings, trace, options, control, log_dir, policy))
+    with fresh_data_dir(settings.data_dir, "bench-control-", keep=keep) as data_dir:
+        run_settings = replace(settings, data_dir=data_dir)
+        document = asyncio.run(
+            run_control_bench(run_settings, trace, options, control, log_dir, policy)
+        )
     document["ledger_in_control_plane"] = ledger
     if as_json:
         typer.echo(json.dumps(document))

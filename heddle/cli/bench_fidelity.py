@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +31,7 @@ from rich.table import Table
 from heddle.bench.fidelity.engine import EngineFidelityOptions
 from heddle.bench.fidelity.makespan import FidelityOptions
 from heddle.bench.fidelity.overhead import OverheadOptions
-from heddle.cli.apps import bench_app, settings_of
+from heddle.cli.apps import bench_app, fresh_data_dir, settings_of
 from heddle.config import Settings
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
@@ -43,16 +42,8 @@ _LOAD = OverheadOptions()
 _ENGINE = EngineFidelityOptions()
 
 
-@contextlib.contextmanager
-def _fresh_data_dir(base: Path, keep: bool) -> Iterator[Path]:
-    base.mkdir(parents=True, exist_ok=True)
-    if keep:
-        kept = Path(tempfile.mkdtemp(prefix="bench-fidelity-", dir=base))
-        Console(stderr=True).print(f"data dir kept at {kept}", highlight=False)
-        yield kept
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-fidelity-", dir=base) as temporary:
-        yield Path(temporary)
+def _fresh_data_dir(base: Path, keep: bool) -> contextlib.AbstractContextManager[Path]:
+    return fresh_data_dir(base, "bench-fidelity-", keep=keep)
 
 
 async def _makespan(base: Path, keep: bool, options: Any) -> dict[str, Any]:

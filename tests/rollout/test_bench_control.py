@@ -28,3 +28,5 @@ def test_bench_control_reports_decision_latency_and_throughput(tmp_path: Path) -
     assert {"prediction", "priority", "placement", "transfer", "rollout"} <= set(decided)
     assert decided["placement"] >= 64  # every trajectory was placed at least once
     assert all(slot["num_rejected"] == 0 for slot in report["slots"])
+    # the run had a data dir of its own, removed after it: only the logs stay in the user's
+    assert [path.name for path in tmp_path.iterdir()] == ["logs"]
