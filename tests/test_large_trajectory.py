@@ -63,7 +63,9 @@ async def test_a_256k_token_trajectory_completes_on_a_default_limit_server(
     assert completed.response_token_ids == stream.response
     assert completed.response_logprobs == stream.logprobs
     assert completed.loss_mask == stream.mask
-    assert stream.num_references >= 3 + NUM_STEPS  # Completed's ids and logprobs, every step
+    # The Completed keeps its ids and logprobs in the object store; a step's 32,768 compressed
+    # ids and logprobs (about 5 bytes a token) fit in one event.
+    assert stream.num_references >= 2
     assert stream.largest_bytes <= settings.max_event_bytes
     ledger = open_ledger(settings.ledger_url)
     try:

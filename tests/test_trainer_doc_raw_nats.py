@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIME_SCALE = 300.0
-DTYPES = {"b64-i32le": "<i4", "b64-f32le": "<f4", "b64-u8": "u1"}
+DTYPES = {"i32le": "<i4", "f32le": "<f4", "u8": "u1"}
 
 
 def array(field: Any) -> list[float]:
@@ -31,7 +32,12 @@ def array(field: Any) -> list[float]:
     if isinstance(field, list):
         return field
     raw = base64.b64decode(field["data"])
-    return np.frombuffer(raw, DTYPES[field["enc"]]).tolist()
+    kind, layout = field["enc"].split("-", 1)
+    dtype = np.dtype(DTYPES[layout])
+    if kind == "b64z":
+        planes = np.frombuffer(zlib.decompress(raw), np.uint8)
+        raw = planes.reshape(dtype.itemsize, field["n"]).T.tobytes()
+    return np.frombuffer(raw, dtype).tolist()
 
 
 async def publish(js: Any, subject: str, event: dict[str, Any]) -> None:

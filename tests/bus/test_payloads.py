@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +25,19 @@ from heddle.ledger.lean_decoder import decode_event_lean, num_items
 NUM_TOKENS = 4096
 
 
+def token_ids(num_tokens: int) -> list[int]:
+    """Ids spread over a vocabulary: they compress little (``range`` would shrink to nothing)."""
+    rng = random.Random(7)
+    return [rng.randrange(151_936) for _ in range(num_tokens)]
+
+
+def logprobs(num_tokens: int) -> list[float]:
+    """float32 values, as engines return them (the wire keeps them exactly)."""
+    rng = random.Random(8)
+    values = [-rng.expovariate(1.5) for _ in range(num_tokens)]
+    return list(struct.unpack(f"<{num_tokens}f", struct.pack(f"<{num_tokens}f", *values)))
+
+
 @pytest.fixture
 def settings(nats_url: str, tmp_path: Path) -> Settings:
     return replace(Settings(nats_url=nats_url, data_dir=tmp_path / "data"), max_event_bytes=8192)
@@ -36,8 +51,8 @@ def completed(rollout_id: str, traj_id: str = "t000000") -> Completed:
         occurred_at=1.0,
         num_steps=1,
         prompt_token_ids=list(range(10, 30)),
-        response_token_ids=list(range(NUM_TOKENS)),
-        response_logprobs=[-0.25] * NUM_TOKENS,
+        response_token_ids=token_ids(NUM_TOKENS),
+        response_logprobs=logprobs(NUM_TOKENS),
         loss_mask=[1] * NUM_TOKENS,
         num_output_tokens=NUM_TOKENS,
     )
@@ -71,10 +86,14 @@ async def test_a_changed_or_missing_object_is_refused(settings: Settings) -> Non
     async with Bus(settings) as bus:
         await bus.publish(completed("r2"))
         [data] = await stored(bus, "r2")
-        name = json.loads(data)["response_token_ids"]["ref"]["name"]
+        reference = json.loads(data)["response_token_ids"]["ref"]
+        name = reference["name"]
         payloads = Objects(bus.js, PAYLOADS_BUCKET)
-        await payloads.put(name, b"\0" * (4 * NUM_TOKENS))
+        await payloads.put(name, b"\0" * reference["size"])
         with pytest.raises(PayloadError, match="SHA-256"):
+            await bus.resolve(decode_event(data))
+        await payloads.put(name, b"\0" * (reference["size"] + 1))
+        with pytest.raises(PayloadError, match="bytes, the event says"):
             await bus.resolve(decode_event(data))
         await payloads.delete(name)
         with pytest.raises(PayloadError, match="missing"):
@@ -102,8 +121,8 @@ async def test_small_events_stay_inline(settings: Settings) -> None:
 def replace_tokens(event: Completed, num_tokens: int) -> Completed:
     return msgspec.structs.replace(
         event,
-        response_token_ids=list(range(num_tokens)),
-        response_logprobs=[-0.25] * num_tokens,
+        response_token_ids=token_ids(num_tokens),
+        response_logprobs=logprobs(num_tokens),
         loss_mask=[1] * num_tokens,
     )
 

@@ -7,19 +7,29 @@ import base64
 import json
 import math
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.events import Completed, DecodeError, Generated, decode_event, encode
-from heddle.events.arrays import MIN_PACKED_ITEMS, count_packed
+from heddle.events.arrays import (
+    MAX_INFLATED_BYTES,
+    MIN_COMPRESSED_ITEMS,
+    MIN_PACKED_ITEMS,
+    count_packed,
+)
 from heddle.events.codec import encode_plain
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
+VOCAB_IDS = st.integers(0, 151_935) | st.sampled_from([0, 1, 13, 271, 1_024, 151_643])
+"""Ids as a tokenizer's: over a vocabulary, some very frequent (lists compress)."""
+DTYPES = {"i32le": "<i4", "f32le": "<f4", "u8": "u1"}
 FIXTURE = Path(__file__).parents[1] / "replay" / "fixtures" / "old_form_events.jsonl"
 
 
@@ -44,17 +54,59 @@ def as_float32(value: float) -> float:
     return rounded
 
 
-@given(st.lists(INT32, max_size=300))
+def reference_decode(field: dict[str, Any]) -> list[Any]:
+    """docs/trainer.md's decoder of an inline array, written with zlib and numpy only."""
+    raw = base64.b64decode(field["data"], validate=True)
+    kind, layout = field["enc"].split("-", 1)
+    dtype = np.dtype(DTYPES[layout])
+    if kind == "b64z":
+        planes = np.frombuffer(zlib.decompress(raw), np.uint8)
+        raw = planes.reshape(dtype.itemsize, field["n"]).T.tobytes()
+    values: list[Any] = np.frombuffer(raw, dtype).tolist()
+    return values
+
+
+@given(
+    st.lists(INT32, max_size=300) | st.lists(VOCAB_IDS, min_size=MIN_COMPRESSED_ITEMS, max_size=600)
+)
 def test_int32_ids_round_trip_exactly_in_the_compact_form(ids: list[int]) -> None:
     event = generated(ids, [])
     field = wire(event)["output_token_ids"]
-    if len(ids) >= MIN_PACKED_ITEMS:
-        assert field["enc"] == "b64-i32le" and field["n"] == len(ids)
-        raw = struct.pack(f"<{len(ids)}i", *ids)
-        assert field["data"] == base64.b64encode(raw).decode()  # RFC 4648 s.4, padded
-    else:
+    raw = struct.pack(f"<{len(ids)}i", *ids)
+    if len(ids) < MIN_PACKED_ITEMS:
         assert field == ids
+    elif field["enc"] == "b64-i32le":
+        assert field["data"] == base64.b64encode(raw).decode()  # RFC 4648 s.4, padded
+        assert len(ids) < MIN_COMPRESSED_ITEMS or len(compress(raw, 4)) >= len(raw)
+    else:
+        assert field["enc"] == "b64z-i32le" and len(ids) >= MIN_COMPRESSED_ITEMS
+        assert len(base64.b64decode(field["data"])) < len(raw)  # compressed only when smaller
+    if len(ids) >= MIN_PACKED_ITEMS:
+        assert field["n"] == len(ids) and reference_decode(field) == ids
     assert decode_event(encode(event)).output_token_ids == ids  # type: ignore[union-attr]
+
+
+def compress(raw: bytes, item_size: int) -> bytes:
+    """A plain zlib stream of the shuffled bytes (the writer's adds a block per plane)."""
+    return zlib.compress(b"".join(raw[offset::item_size] for offset in range(item_size)), 1)
+
+
+@given(
+    st.lists(st.floats(width=32, allow_nan=False), min_size=MIN_COMPRESSED_ITEMS, max_size=400),
+    st.lists(st.integers(0, 1), min_size=MIN_COMPRESSED_ITEMS, max_size=400),
+)
+def test_compressed_logprobs_and_masks_decode_as_the_doc_says(
+    logprobs: list[float], mask: list[int]
+) -> None:
+    event = Completed(
+        event_id="c", occurred_at=1.0, traj_id="t", num_steps=1,
+        response_token_ids=[7] * len(mask), response_logprobs=logprobs, loss_mask=mask,
+    )  # fmt: skip
+    fields = wire(event)
+    assert fields["loss_mask"]["enc"] == "b64z-u8"  # 0/1 bytes always shrink
+    assert reference_decode(fields["loss_mask"]) == mask
+    assert reference_decode(fields["response_logprobs"]) == logprobs
+    assert decode_event(encode(event)) == event
 
 
 def test_extreme_ids_and_empty_arrays() -> None:
@@ -100,7 +152,8 @@ def test_completed_arrays_round_trip(mask: list[int], ids: list[int]) -> None:
         loss_mask=mask,
     )  # fmt: skip
     if len(mask) >= MIN_PACKED_ITEMS:
-        assert wire(event)["loss_mask"]["enc"] == "b64-u8"
+        expected = "b64z-u8" if len(mask) >= MIN_COMPRESSED_ITEMS else "b64-u8"
+        assert wire(event)["loss_mask"]["enc"] == expected
     assert decode_event(encode(event)) == event
 
 
@@ -111,6 +164,12 @@ def test_counting_reads_n_without_decoding(ids: list[int]) -> None:
     assert count_packed(compact) == count_packed(plain) == len(ids)
 
 
+def zipped(raw: bytes, *, cut: int = 0, extra: bytes = b"") -> str:
+    """base64 of a zlib stream of ``raw``, its last ``cut`` bytes dropped, ``extra`` after it."""
+    stream = zlib.compress(raw)
+    return base64.b64encode(stream[: len(stream) - cut] + extra).decode()
+
+
 @pytest.mark.parametrize(
     "field",
     [
@@ -119,6 +178,12 @@ def test_counting_reads_n_without_decoding(ids: list[int]) -> None:
         {"enc": "b64-f32le", "n": 1, "data": base64.b64encode(b"\0" * 4).decode()},
         {"enc": "zstd", "n": 0, "data": ""},
         {"enc": "b64-i32le", "n": 1},
+        {"enc": "b64z-i32le", "n": 1, "data": base64.b64encode(b"\0" * 4).decode()},
+        {"enc": "b64z-i32le", "n": 2, "data": zipped(b"\0" * 4)},
+        {"enc": "b64z-i32le", "n": 1, "data": zipped(b"\0" * 8)},
+        {"enc": "b64z-i32le", "n": 1, "data": zipped(b"\0" * 4, cut=2)},
+        {"enc": "b64z-i32le", "n": 1, "data": zipped(b"\0" * 4, extra=b"x")},
+        {"enc": "b64z-f32le", "n": 1, "data": zipped(b"\0" * 4)},
         "AAAA",
         [1.5],
     ],
@@ -127,6 +192,16 @@ def test_damaged_arrays_are_refused(field: Any) -> None:
     payload = json.loads(encode(generated([1] * MIN_PACKED_ITEMS, [])))
     payload["output_token_ids"] = field
     with pytest.raises(DecodeError):
+        decode_event(json.dumps(payload).encode())
+
+
+def test_a_compressed_array_beyond_the_inflate_limit_is_refused_unread() -> None:
+    """A zip bomb: a few bytes that claim (and would inflate to) more than the limit."""
+    num_items = MAX_INFLATED_BYTES // 4 + 1
+    bomb = base64.b64encode(zlib.compress(b"\0" * (1 << 20))).decode()
+    payload = json.loads(encode(generated([1] * MIN_PACKED_ITEMS, [])))
+    payload["output_token_ids"] = {"enc": "b64z-i32le", "n": num_items, "data": bomb}
+    with pytest.raises(DecodeError, match="exceeds"):
         decode_event(json.dumps(payload).encode())
 
 
