@@ -92,6 +92,17 @@ async def test_trace_call_longer_than_the_timeout(runner: ToolRunner) -> None:
     assert "duration_s" in invalid.error
 
 
+async def test_a_replayed_call_beyond_the_executors_cap_lasts_its_recorded_time(
+    runner: ToolRunner,
+) -> None:
+    """The cap (1 s here) is for code; a trace tool of 1.5 wall s (3 model s at 2x) replays
+    whole when the worker allows it, as the worker does (twice the scaled time, plus 1 s)."""
+    request = TraceTool(duration_s=3.0, num_output_tokens=4, seed=2)
+    outcome = await runner.run(make_call(request, time_scale=2.0, timeout_s=4.0))
+    assert outcome.status == "ok" and list(outcome.output_token_ids) == pseudo_token_ids(2, 4)
+    assert outcome.duration_s >= 3.0
+
+
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=0, max_value=300))
 def test_pseudo_tokens_are_deterministic_byte_ids(seed: int, num_tokens: int) -> None:
     token_ids = pseudo_token_ids(seed, num_tokens)
