@@ -8,13 +8,18 @@ child under the launcher's log folder; ``log_tail`` quotes it when a child fails
 
 Children run in their own process group, so a Ctrl-C meant for the parent does not kill them
 before the parent has stopped them in order (``stop_all``: SIGTERM, then SIGKILL after a grace
-period).
+period). On Linux each child also gets SIGTERM when the parent dies (the parent-death signal of
+``prctl(2)``), so a launcher killed with SIGKILL or by the OOM killer leaves no control plane,
+worker or executor running on without it (a second ``heddle up`` would otherwise meet them).
+The kernel sends it when the *thread* that started the child ends: start children from the
+thread that lives as long as the launcher (its event loop's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -121,7 +126,7 @@ class Launcher:
                 stderr=log,
                 env=self._environment(role),
                 start_new_session=True,
-                preexec_fn=_niceness(nice),
+                preexec_fn=_child_setup(nice, os.getpid()),
             )
         child = Child(name, process, log_path, list(args))
         self.children[name] = child
@@ -217,14 +222,36 @@ class Launcher:
         return [child for child in self.children.values() if not child.is_running]
 
 
-def _niceness(steps: int) -> Callable[[], None] | None:
-    if steps <= 0:
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[int, int], int] | None:
+    """libc's ``prctl``, looked up before any fork (the child only calls it); None off Linux."""
+    if not sys.platform.startswith("linux"):
         return None
+    try:
+        prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
 
-    def lower_priority() -> None:
-        os.nice(steps)
 
-    return lower_priority
+_PRCTL = _parent_death_signal()
+
+
+def _child_setup(nice_steps: int, parent_pid: int) -> Callable[[], None]:
+    """What a child runs between fork and exec: ``nice_steps`` lower CPU priority, and SIGTERM
+    when the parent dies (exit at once if it died before the signal was armed)."""
+
+    def setup() -> None:
+        if nice_steps > 0:
+            os.nice(nice_steps)
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    return setup
 
 
 def signal_name(returncode: int | None) -> str:
