@@ -141,8 +141,15 @@ class _Layout(msgspec.Struct, frozen=True):
     def compressed_encoding(self) -> str:
         return COMPRESSED_PREFIX + self.encoding.removeprefix("b64-")
 
+    @property
+    def item_size(self) -> int:
+        return struct.calcsize(f"<{self.typecode}")
+
     def accepts(self, encoding: str) -> bool:
-        return encoding in (self.encoding, self.compressed_encoding)
+        return encoding == self.encoding or self.is_compressed(encoding)
+
+    def is_compressed(self, encoding: str) -> bool:
+        return encoding == self.compressed_encoding
 
 
 _LAYOUTS: dict[type, _Layout] = {
@@ -182,7 +189,7 @@ def pack_values(annotation: Any, values: Any) -> InlineArray | PackedArray | Non
     if data is None:
         return None
     if len(values) >= MIN_COMPRESSED_ITEMS:
-        compressed = _deflate_planes(data, len(data) // len(values))
+        compressed = _deflate_planes(data, layout.item_size)
         if len(compressed) < len(data):
             return InlineArray(enc=layout.compressed_encoding, n=len(values), data=compressed)
     return InlineArray(enc=layout.encoding, n=len(values), data=data)
@@ -267,8 +274,8 @@ def unpack_bytes(packed: PackedArray, raw: bytes | None = None) -> array.array[A
     if raw is None:
         raw = raw_bytes(packed)
     items = array.array(layout.typecode)
-    if packed.enc != layout.encoding and packed.n >= 0:
-        raw = _inflate_planes(raw, items.itemsize, packed.n)
+    if layout.is_compressed(packed.enc) and packed.n >= 0:
+        raw = _inflate_planes(raw, layout.item_size, packed.n)
     if packed.n < 0 or len(raw) != packed.n * items.itemsize:
         raise ValueError(f"{packed.enc} array of {len(raw)} bytes does not hold n={packed.n}")
     items.frombytes(raw)
@@ -359,7 +366,7 @@ def _holds(packed: PackedArray, size: int) -> bool:
     layout = _BY_ENCODING.get(packed.enc)
     if layout is None:
         raise ValueError(f"unknown array encoding {packed.enc!r}")
-    num_bytes = packed.n * array.array(layout.typecode).itemsize
-    if packed.enc == layout.encoding:
-        return packed.n >= 0 and size == num_bytes
-    return packed.n >= 0 and size > 0 and num_bytes <= MAX_INFLATED_BYTES
+    num_bytes = packed.n * layout.item_size
+    if layout.is_compressed(packed.enc):
+        return packed.n >= 0 and size > 0 and num_bytes <= MAX_INFLATED_BYTES
+    return packed.n >= 0 and size == num_bytes

@@ -18,7 +18,7 @@ from heddle.events.trajectory import ToolReturned
 from heddle.ids import derive_id
 from heddle.workers.tools.sandbox import SandboxRequest, SandboxResult
 from heddle.workers.tools.search import CorpusCatalog, CorpusError, format_hits
-from heddle.workers.tools.trace import run_trace_tool, trace_wait_s
+from heddle.workers.tools.trace import run_trace_tool
 
 
 class Sandbox(Protocol):
@@ -96,11 +96,10 @@ class ToolRunner:
         return ToolOutcome(status="ok", output=format_hits(hits, self.config.max_chars_per_hit))
 
     async def _trace(self, request: TraceTool, call: ToolCall) -> ToolOutcome:
-        """A replayed call waits its recorded time (scaled). The executor's cap guards against
-        code that runs away, so it never cuts a replay short of that time (a 439 s tool at 5x
-        waits 88 s); the worker's own ``timeout_s``, when shorter, still applies."""
-        recorded_s = trace_wait_s(request, call.time_scale) + 1.0
-        timeout_s = max(self.timeout_s(call), min(call.timeout_s, recorded_s))
+        """A replayed call sleeps its recorded time (scaled) and cannot run away, so the
+        executor's cap for code does not apply (it cut a 439 s tool at 5x, 88 wall s, at 60):
+        only the worker's ``timeout_s``, which the worker sizes from that time."""
+        timeout_s = call.timeout_s
         try:
             token_ids = await asyncio.wait_for(run_trace_tool(request, call.time_scale), timeout_s)
         except TimeoutError:
