@@ -89,6 +89,7 @@ class _Tracked:
     predicted_remaining_tool_s: float = 0.0
     attained_service_tokens: float = 0.0
     attained_service_s: float = 0.0
+    attained_tool_s: float = 0.0
     waited_s: float = 0.0
     """Engine queueing of its finished steps (``Generated.queue_s``), for anti-starvation;
     a step's own wait counts once it is done, when the next step is prioritised."""
@@ -105,6 +106,7 @@ class _Tracked:
             seconds_per_token=seconds_per_token,
             attained_service_tokens=self.attained_service_tokens,
             attained_service_s=self.attained_service_s,
+            attained_tool_s=self.attained_tool_s,
             arrival_s=self.arrival_s,
             step_arrival_s=self.step_arrival_s,
             waited_s=self.waited_s,
@@ -173,6 +175,7 @@ class PriorityDecider:
             case ToolReturned():
                 tracked.is_generating = True
                 tracked.step_arrival_s = event.occurred_at
+                tracked.attained_tool_s += event.duration_s
                 return self._update(event, tracked)
             case TrajectoryPlaced():
                 tracked.worker_id = event.worker_id

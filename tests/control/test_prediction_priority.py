@@ -184,6 +184,23 @@ def test_pps_ranks_by_remaining_time_at_the_measured_pace() -> None:
     decider.decide(replace(b.predicted("tester", -1, 1000.0), predicted_remaining_tool_s=70.0))
     assert decider.priority_of(b.ROLLOUT, "talker") == pytest.approx(60.0)
     assert decider.priority_of(b.ROLLOUT, "tester") == pytest.approx(80.0)  # tools: more to go
-    # 200 tokens in 10 s: 0.05 s per token from now on.
+    # 200 tokens in 10 s: 0.05 s per token from now on; its 10 engine seconds count against
+    # it (the others waited meanwhile: PPS ages by all time waited).
     decider.decide(replace(b.generated("talker", 0, 200), prefill_s=0.0, decode_s=10.0))
-    assert decider.priority_of(b.ROLLOUT, "talker") == pytest.approx(5000 * 0.05 + 10)
+    assert decider.priority_of(b.ROLLOUT, "talker") == pytest.approx(5000 * 0.05 + 10 - 10)
+
+
+def test_pps_counts_engine_and_tool_seconds_against_a_trajectory() -> None:
+    """Two trajectories submitted together: one that spent 2.5 engine seconds and a 1-second
+    tool call gives up 3.5 s of priority to one that waited all along (its requests are
+    stamped once; they need no update while they wait)."""
+    decider = PriorityDecider(priority_policy("pps"), PriorityConfig(seconds_per_token=1.0))
+    for traj_id in ("served", "waiting"):
+        decider.decide(b.submitted(traj_id, 0))
+        decider.decide(b.predicted(traj_id, -1, 100.0))
+    decider.decide(b.generated("served", 0, 30))  # prefill 0.5 s + decode 2.0 s
+    decider.decide(b.tool_called("served", 0))
+    decider.decide(b.tool_returned("served", 0))  # 1.0 s
+    decider.decide(b.predicted("served", 0, 100.0))
+    assert decider.priority_of(b.ROLLOUT, "served") == pytest.approx(100.0 - 3.5)
+    assert decider.priority_of(b.ROLLOUT, "waiting") == pytest.approx(100.0)

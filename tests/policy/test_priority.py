@@ -174,21 +174,48 @@ def test_preemption_bad_input() -> None:
         decide_preemptions([RankedRequest("x", 1.0)], [RankedRequest("x", 2.0)], 1.0)
 
 
-@settings(max_examples=100)
+_SPAN = st.floats(0, 1e4)
+
+
+@settings(max_examples=300)
 @given(
-    remaining=st.floats(0, 1e5),
-    other=st.floats(0, 1e5),
-    waited=st.floats(0, 1e4),
+    remaining=st.tuples(st.floats(0, 1e5), st.floats(0, 1e5)),
+    service=st.tuples(_SPAN, _SPAN),
+    tool=st.tuples(_SPAN, _SPAN),
+    extra_wait=st.tuples(_SPAN, _SPAN),
+    seconds_per_token=st.floats(1e-3, 0.1),
 )
-def test_pps_ages_a_waiting_trajectory_past_longer_ones(
-    remaining: float, other: float, waited: float
+def test_pps_orders_waiting_requests_by_remaining_time_plus_all_time_waited(
+    remaining: tuple[float, float],
+    service: tuple[float, float],
+    tool: tuple[float, float],
+    extra_wait: tuple[float, float],
+    seconds_per_token: float,
 ) -> None:
-    """PPS ranks by predicted remaining time plus the time already waited: one that waited
-    longer than the gap in remaining time runs first, and waiting never lowers a priority."""
+    """Two trajectories of one rollout (submitted together), both waiting now: PPS runs first
+    the one whose predicted remaining time plus every second it has waited so far (in the
+    control plane, in engine queues, the current wait included) is larger. Checked against that
+    sum computed from a clock; the policy reads none, so a request's priority never has to
+    change while it waits."""
     pps = priority_policy("pps")
-    waiting = facts(predicted_remaining_tokens=remaining, waited_s=waited)
-    fresh = facts(predicted_remaining_tokens=other)
-    gap_s = (other - remaining) * waiting.seconds_per_token
-    if waited > gap_s + 1e-6:
-        assert pps.priority(waiting) > pps.priority(fresh)
-    assert pps.priority(waiting) >= pps.priority(facts(predicted_remaining_tokens=remaining))
+    # Whatever a trajectory did not spend generating or in tools, it spent waiting.
+    now = max(s + t + w for s, t, w in zip(service, tool, extra_wait, strict=True))
+    aged = [
+        r * seconds_per_token + (now - s - t)
+        for r, s, t in zip(remaining, service, tool, strict=True)
+    ]
+    a, b = (
+        pps.priority(
+            facts(
+                predicted_remaining_tokens=r,
+                seconds_per_token=seconds_per_token,
+                attained_service_s=s,
+                attained_tool_s=t,
+            )
+        )
+        for r, s, t in zip(remaining, service, tool, strict=True)
+    )
+    if aged[0] > aged[1] + 1e-6:
+        assert a > b
+    elif aged[1] > aged[0] + 1e-6:
+        assert b > a

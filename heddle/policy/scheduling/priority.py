@@ -4,7 +4,8 @@ Each policy maps the facts of one pending generation request to a number; LARGER
 Ties are broken by the queue (earlier arrival, then id), never by the policy.
 
 * ``pps``: progressive priority scheduling; the predicted remaining *time* of the trajectory
-  (longest first, an adaptive LPT), re-ordered whenever a new prediction arrives. Preemptive.
+  (longest first, an adaptive LPT), re-ordered whenever a new prediction arrives, aged by the
+  time it has waited (``ProgressivePriority``). Preemptive.
   The paper ranks by predicted length; its own makespan formula (docs/paper.md) is queueing + tokens
   x per-token time + tool time, and agentic tool time is about half of a trajectory and
   heavy-tailed, so a trajectory with few tokens and long test runs is as critical as one with
@@ -44,6 +45,8 @@ class TrajectoryFacts:
     """Output tokens generated so far, over all its steps."""
     attained_service_s: float = 0.0
     """Engine seconds spent on it so far (decode and prefill), over all its steps."""
+    attained_tool_s: float = 0.0
+    """Tool seconds it has spent so far (its calls' ``ToolReturned.duration_s``)."""
     arrival_s: float = 0.0
     """When the trajectory was submitted."""
     step_arrival_s: float = 0.0
@@ -69,11 +72,23 @@ class PriorityPolicy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProgressivePriority:
-    """Longest predicted remaining time first, aged by the time the trajectory has already
-    waited in engine queues: a trajectory predicted short that keeps yielding to long ones
-    gains a second of priority for every second it waited, so no one waits without bound and
-    a mispredicted one catches up (exact predictions make waiting trajectories short ones,
-    which aging lets through before they become the stragglers)."""
+    """Longest predicted remaining time first, aged by every second the trajectory has
+    waited: in the control plane (KV admission), in engine queues, and in the wait going on
+    now. A trajectory predicted short that keeps yielding to long ones gains a second of
+    priority for every second it waits, so no one waits without bound and a mispredicted one
+    catches up (exact predictions make waiting trajectories short ones, which aging lets
+    through before they become the stragglers).
+
+    A policy reads no clock, so the aging is written as a key that never changes while a
+    request waits: trajectories of a rollout start together, and whatever time one did not
+    spend generating (``attained_service_s``) or in tools (``attained_tool_s``) it spent
+    waiting, so ``remaining - aging * (service + tools)`` orders the requests waiting at any
+    instant exactly as ``remaining + aging * time waited`` does (the instant's own time
+    cancels).
+
+    The key's level is not a remaining time (it falls as a trajectory is served), so an
+    engine's preemption margin relative to the running request's priority
+    (``PreemptionConfig.min_relative_gap``) is a margin on this key."""
 
     name: str = "pps"
     is_preemptive: bool = True
@@ -81,7 +96,9 @@ class ProgressivePriority:
     """Priority seconds per second waited (0: pure LPT)."""
 
     def priority(self, facts: TrajectoryFacts) -> float:
-        return remaining_time_s(facts) + self.aging * facts.waited_s
+        return remaining_time_s(facts) - self.aging * (
+            facts.attained_service_s + facts.attained_tool_s
+        )
 
 
 def remaining_time_s(facts: TrajectoryFacts) -> float:
