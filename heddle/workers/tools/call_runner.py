@@ -40,7 +40,8 @@ class ToolOutcome:
 @dataclass(frozen=True, slots=True)
 class ToolRunnerConfig:
     max_timeout_s: float = 60.0
-    """Cap on a call's ``timeout_s`` (wall seconds), whatever the worker asked."""
+    """Cap on a code or test call's ``timeout_s`` (wall seconds), whatever the worker asked
+    (a trace call is not capped: see ``ToolRunner._trace``)."""
     max_top_k: int = 20
     """Cap on a search's ``top_k``."""
     max_chars_per_hit: int = 600
@@ -97,8 +98,8 @@ class ToolRunner:
 
     async def _trace(self, request: TraceTool, call: ToolCall) -> ToolOutcome:
         """A replayed call sleeps its recorded time (scaled) and cannot run away, so the
-        executor's cap for code does not apply (it cut a 439 s tool at 5x, 88 wall s, at 60):
-        only the worker's ``timeout_s``, which the worker sizes from that time."""
+        executor's cap for code does not apply: only the worker's ``timeout_s``, which the
+        worker sizes from that time."""
         timeout_s = call.timeout_s
         try:
             token_ids = await asyncio.wait_for(run_trace_tool(request, call.time_scale), timeout_s)
