@@ -194,13 +194,15 @@ def plan_workers(
 def planning_lengths(
     trace: Sequence[TraceTrajectory], spec: SystemSpec, predictor: Predictor | None
 ) -> list[float]:
-    """The output lengths a bundle plans with, in trace order: the predictor's first
-    predictions for an annealed plan (what the control plane knows at submission), the true
-    lengths otherwise (a homogeneous plan only needs the workload's totals)."""
-    if spec.resources != "annealed":
-        return [float(t.num_output_tokens) for t in trace]
+    """The output lengths a bundle plans with, in trace order: a predicting bundle's first
+    predictions (what its control plane knows at submission, whatever its resource mode, so
+    that an ablation differs from Heddle only in what it ablates), the true lengths for the
+    bundles that do not predict (a homogeneous plan only needs the workload's totals: generous
+    to the baselines)."""
     if predictor is None:
-        raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
+        if spec.resources == "annealed":
+            raise ValueError(f"system {spec.name!r}: an annealed plan needs a predictor")
+        return [float(t.num_output_tokens) for t in trace]
     return [
         predictor.predict(Progress(t.traj_id, t.spec.group_id, t.trace.prompt_tokens))
         for t in build_trajectories(trace).values()
@@ -220,7 +222,7 @@ def _history_placement_lengths(
     trace ``i``'s planning length (for the predicting bundles, a prediction, not the history's
     own outcome, which no placer knows in advance); a history of other prompts takes the mean
     planning length of its group in the trace, or its own length when its group is new."""
-    if predictor is None or spec.resources != "annealed":
+    if predictor is None:
         return [float(t.num_output_tokens) for t in history]
     if lengths is None:
         lengths = planning_lengths(trace, spec, predictor)

@@ -174,3 +174,24 @@ def test_the_profile_check_places_the_history_by_the_rollouts_predictions() -> N
     assert _history_placement_lengths(trace, history, verl, None) == [
         float(t.num_output_tokens) for t in history
     ]
+
+
+def test_a_predicting_ablation_plans_with_what_heddle_knows() -> None:
+    """heddle-no-resource differs from heddle in its TP plan only: it plans, and places the
+    history in its plan check, by the same first predictions, never by the rollout's or the
+    history's own lengths (which only the baselines, which do not predict, are given)."""
+    trace = generate("math", 32, seed=2)
+    history = generate("math", 32, seed=2, epoch=1)
+    config = SimConfig(model=MODEL, num_gpus=8)
+    predictor = make_simulation_predictor(trace, config, history)
+    heddle = planning_lengths(trace, system_spec("heddle"), predictor)
+    ablation = system_spec("heddle-no-resource")
+    assert ablation.resources == "homogeneous"
+    assert planning_lengths(trace, ablation, predictor) == heddle
+    assert _history_placement_lengths(trace, history, ablation, predictor) == heddle
+    assert heddle != [float(t.num_output_tokens) for t in trace]
+    assert planning_lengths(trace, system_spec("verl"), None) == [
+        float(t.num_output_tokens) for t in trace
+    ]
+    with pytest.raises(ValueError, match="needs a predictor"):
+        planning_lengths(trace, system_spec("heddle"), None)
