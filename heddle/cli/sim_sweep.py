@@ -167,6 +167,13 @@ def sweep(
     steps_per_cell: Annotated[
         int, typer.Option(help="Trajectory steps per cell (sizes each cell)")
     ] = _SWEEP_DEFAULTS.steps_per_cell,
+    replications: Annotated[
+        int,
+        typer.Option(
+            help="Epochs of each cell's workload every system runs; makespans are their means "
+            "(the cost grows with it)"
+        ),
+    ] = _SWEEP_DEFAULTS.replications,
     jobs: Annotated[int, typer.Option(help="Worker processes")] = 2,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown report here")] = None,
@@ -192,6 +199,10 @@ def sweep(
     """Every system on zoo cells (family x draw x model x GPUs x KV pressure); ratios to heddle."""
     if jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
+    if replications < 1:
+        raise UserError(f"--replications must be >= 1, got {replications}")
+    if plans and replications != 1:
+        raise UserError("--replications is for the systems' sweep, not --plans")
     config = _sweep_config(
         families,
         models,
@@ -206,6 +217,7 @@ def sweep(
         steps_per_cell,
     )
     config = _with_context(config, predictor_model, predictor_latency_ms, text_signal)
+    config = replace(config, replications=replications)
     start = time.perf_counter()
     if plans:
         _plan_sweep(config, jobs, as_json, markdown, figure)

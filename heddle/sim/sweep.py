@@ -17,6 +17,13 @@ trajectories. A cell's ratio can end above its target (the unscaled cluster is a
 web's page dumps) or below it (the floor that keeps the longest trajectory on a TP1 worker),
 so each cell reports the ratio it ran at. Its cost is in docs/benchmarks.md.
 
+Replications (``replications``): each cell also runs on other epochs of its workload (new
+samples of the same prompts, each with its own history), and a system's makespan is its mean
+over them. A cell's outcome in a tail-bound family turns on which trajectories draw the long
+steps, so one sample judges a policy with noise of a few percent, and the best of five
+baselines on one sample beats an equal system on most draws; replication 0 is the single
+sample.
+
 With ``text_signal`` both traces carry text (``with_family_text``); the context model comes
 from ``run_cell(context=...)``, built above this layer (``heddle.predictor.sim_context``).
 """
@@ -24,7 +31,9 @@ from ``run_cell(context=...)``, built above this layer (``heddle.predictor.sim_c
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +45,7 @@ from heddle.control.systems import SYSTEMS
 from heddle.policy.prediction import ContextAnswer
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_pressure import KvPressure, kv_pressure, scaled_config
+from heddle.sim.results import SimResult
 from heddle.sim.run import simulate
 from heddle.sim.sweep_pool import run_in_pool
 from heddle.traces import TraceTrajectory
@@ -74,6 +84,8 @@ class SweepConfig:
     steps_per_cell: int = 4000
     min_trajectories: int = 64
     max_trajectories: int = 1024
+    replications: int = 1
+    """Epochs of each cell's workload every system runs (makespans averaged over them)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_cells <= _MAX_CELLS:
@@ -86,6 +98,8 @@ class SweepConfig:
             raise ValueError("need 1 <= min_trajectories <= max_trajectories")
         if self.steps_per_cell < 1:
             raise ValueError(f"steps_per_cell must be >= 1, got {self.steps_per_cell}")
+        if self.replications < 1:
+            raise ValueError(f"replications must be >= 1, got {self.replications}")
         if self.split not in SPLITS:
             raise ValueError(f"unknown split {self.split!r}; choose one of {SPLITS}")
         for name in ("families", "models", "gpu_counts", "kv_ratios", "systems"):
@@ -144,14 +158,20 @@ def sweep_cells(config: SweepConfig) -> list[Cell]:
 
 @dataclass(frozen=True, slots=True)
 class SystemRun:
+    """One system on one cell; with replications, the mean over them (counts: the sum;
+    ``tp_degrees``: replication 0's plan)."""
+
     makespan_s: float
     makespan_over_lb: float
+    """The mean makespan over the mean lower bound."""
     throughput_tok_s: float
     tp_degrees: list[int]
     num_failed: int
     num_preemptions: int
     num_recomputed_tokens: int
     wall_s: float
+    makespans_s: list[float] = field(default_factory=list)
+    """Per replication (empty in results written before replications)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,28 +183,31 @@ class CellResult:
     num_groups: int
     kv: KvPressure
     lower_bound_s: float | None
-    """None when no system ran."""
+    """None when no system ran; with replications, the mean of theirs."""
     runs: dict[str, SystemRun]
     errors: dict[str, str] = field(default_factory=dict)
     """Systems whose simulation raised, with the message (left out of every ratio)."""
     wall_s: float = 0.0
     cpu_s: float = 0.0
     """CPU seconds of the cell's process: its cost on an otherwise idle core."""
+    lower_bounds_s: list[float] = field(default_factory=list)
+    """Per replication."""
 
 
 def cell_traces(
-    cell: Cell, config: SweepConfig
+    cell: Cell, config: SweepConfig, replication: int = 0
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
     """The cell's rollout and its history (the same prompts, the next epoch), cut to whole
-    groups once ``steps_per_cell`` steps are reached."""
+    groups once ``steps_per_cell`` steps are reached. Replication ``r`` samples the rollout
+    from epoch ``2r`` and its history from epoch ``2r + 1``."""
     family = zoo_family(cell.family)
     params = family.draw(random.Random(cell.draw_seed))
-    full = family.generate(params, config.max_trajectories, cell.draw_seed)
+    full = family.generate(params, config.max_trajectories, cell.draw_seed, epoch=2 * replication)
     count = _num_trajectories(full, config)
-    history = family.generate(params, count, cell.draw_seed, epoch=1)
+    history = family.generate(params, count, cell.draw_seed, epoch=2 * replication + 1)
     if config.text_signal is None:
         return full[:count], history
-    signal, seed = config.text_signal, cell.draw_seed
+    signal, seed = config.text_signal, cell.draw_seed + 2 * replication
     return with_family_text(cell.family, full[:count], signal, seed), with_family_text(
         cell.family, history, signal, seed + 1
     )
@@ -227,32 +250,41 @@ ContextFor = Callable[[Sequence[TraceTrajectory], Sequence[TraceTrajectory]], Co
 
 
 def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None) -> CellResult:
-    """Every system of ``config`` on ``cell``; a system that raises is recorded, not fatal."""
+    """Every system of ``config`` on ``cell``, on each replication; a system that raises on
+    any replication is recorded, not fatal. The cell's sizes and KV pressure are replication
+    0's."""
     start, start_cpu = time.perf_counter(), time.process_time()
-    trace, history = cell_traces(cell, config)
-    answer = context(history, trace) if context is not None else None
-    sim_config, kv = cell_sim_config(cell, config, trace, history)
-    runs: dict[str, SystemRun] = {}
+    samples: dict[str, list[tuple[SimResult, float]]] = {name: [] for name in config.systems}
     errors: dict[str, str] = {}
-    lower_bound_s: float | None = None
-    for name in config.systems:
-        began = time.perf_counter()
-        try:
-            result = simulate(trace, name, sim_config, history=history, context=answer)
-        except (ValueError, RuntimeError) as exc:
-            errors[name] = f"{type(exc).__name__}: {exc}"
-            continue
-        lower_bound_s = result.lower_bound_s
-        runs[name] = SystemRun(
-            makespan_s=result.makespan_s,
-            makespan_over_lb=result.makespan_over_lb,
-            throughput_tok_s=result.throughput_tok_s,
-            tp_degrees=result.tp_degrees,
-            num_failed=result.num_failed,
-            num_preemptions=result.num_preemptions,
-            num_recomputed_tokens=result.num_recomputed_tokens,
-            wall_s=time.perf_counter() - began,
-        )
+    lower_bounds: list[float] = []
+    first: tuple[list[TraceTrajectory], KvPressure] | None = None
+    for replication in range(config.replications):
+        trace, history = cell_traces(cell, config, replication)
+        answer = context(history, trace) if context is not None else None
+        sim_config, kv = cell_sim_config(cell, config, trace, history)
+        first = first or (trace, kv)
+        bound: float | None = None
+        for name in config.systems:
+            if name in errors:
+                continue
+            began = time.perf_counter()
+            try:
+                result = simulate(trace, name, sim_config, history=history, context=answer)
+            except (ValueError, RuntimeError) as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            samples[name].append((result, time.perf_counter() - began))
+            bound = result.lower_bound_s
+        if bound is not None:
+            lower_bounds.append(bound)
+    assert first is not None
+    trace, kv = first
+    lower_bound = statistics.fmean(lower_bounds) if lower_bounds else None
+    runs = {
+        name: _mean_run(runs, lower_bound or 0.0)
+        for name, runs in samples.items()
+        if name not in errors and runs
+    }
     return CellResult(
         cell=cell,
         split=cell.split,
@@ -260,11 +292,28 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
         num_steps=sum(len(t.steps) for t in trace),
         num_groups=len({t.group for t in trace}),
         kv=kv,
-        lower_bound_s=lower_bound_s,
+        lower_bound_s=lower_bound,
         runs=runs,
         errors=errors,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - start_cpu,
+        lower_bounds_s=lower_bounds,
+    )
+
+
+def _mean_run(samples: Sequence[tuple[SimResult, float]], lower_bound: float) -> SystemRun:
+    makespans = [result.makespan_s for result, _ in samples]
+    makespan = statistics.fmean(makespans)
+    return SystemRun(
+        makespan_s=makespan,
+        makespan_over_lb=makespan / lower_bound if lower_bound > 0 else math.nan,
+        throughput_tok_s=statistics.fmean(result.throughput_tok_s for result, _ in samples),
+        tp_degrees=samples[0][0].tp_degrees,
+        num_failed=sum(result.num_failed for result, _ in samples),
+        num_preemptions=sum(result.num_preemptions for result, _ in samples),
+        num_recomputed_tokens=sum(result.num_recomputed_tokens for result, _ in samples),
+        wall_s=sum(wall for _, wall in samples),
+        makespans_s=makespans,
     )
 
 

@@ -31,7 +31,8 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
         "KV ratio (target)",
         "best baseline",
     ]
-    header += ["heddle / best", *(f"heddle / {name}" for name in others), "heddle x LB", "errors"]
+    header += ["heddle / best", "per replication"]
+    header += [*(f"heddle / {name}" for name in others), "heddle x LB", "errors"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for result in results:
         cell, ratios = result.cell, cell_ratios(result)
@@ -45,6 +46,7 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
             f"{result.kv.ratio:.2f} ({cell.kv_ratio:g})",
             ratios.best_baseline or "-",
             _ratio(ratios.heddle_over_best_baseline),
+            " ".join(_ratio(v) for v in ratios.heddle_over_best_baseline_by_replication) or "-",
             *(_ratio(ratios.heddle_over.get(name)) for name in others),
             _ratio(ratios.makespan_over_lb.get(HEDDLE)),
             ", ".join(sorted(result.errors)) or "",
@@ -71,6 +73,10 @@ def _summary_table(summary: dict[str, SplitSummary]) -> list[str]:
     )
     add("cells heddle < 0.98x best baseline", [str(summary[s].num_heddle_wins) for s in splits])
     add("cells heddle > 1.02x best baseline", [str(summary[s].num_heddle_losses) for s in splits])
+    add(
+        "... in every replication",
+        [str(summary[s].num_heddle_losses_every_replication) for s in splits],
+    )
     names = sorted({name for s in splits for name in summary[s].heddle_over})
     for name in names:
         add(
@@ -97,7 +103,8 @@ def markdown_report(
         lines += [
             f"Engine model `{config.engine_model}`, predictor `{config.predictor}`, hardware "
             f"`{config.hardware}`, {config.steps_per_cell} steps per cell, base seed "
-            f"{config.seed}, split `{config.split}`. KV ratio: the trajectories' summed final "
+            f"{config.seed}, split `{config.split}`, {config.replications} replication(s) "
+            "(makespans are means over them). KV ratio: the trajectories' summed final "
             "contexts over the cluster's KV (scaled down to reach the target; see "
             "`heddle.sim.kv_pressure`).",
             "",

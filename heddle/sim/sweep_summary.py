@@ -7,18 +7,23 @@ baseline that any system could reach in that cell (its headroom). Over cells, pe
 tuning, heldout): the geometric mean and the worst (largest) of each ratio, the median
 makespan / lower bound, and the number of cells where heddle is under 0.98x the best baseline
 (a win) or over 1.02x (a loss).
+
+With replications (``SweepConfig.replications``) every makespan above is a system's mean over
+them, so the best baseline is the one of least mean makespan; each cell also reports heddle
+over the best baseline of each replication alone (the single-sample reading), and the summary
+counts the cells heddle loses by more than 2% in every replication.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heddle.control.systems import SYSTEMS
-from heddle.sim.sweep import CellResult, SweepConfig
+from heddle.sim.sweep import CellResult, SweepConfig, SystemRun
 
 HEDDLE = "heddle"
 WIN_BELOW = 0.98
@@ -35,6 +40,8 @@ class CellRatios:
     lb_over_best_baseline: float | None
     """The lower bound over the best baseline's makespan: no system's heddle / best baseline
     can go below it."""
+    heddle_over_best_baseline_by_replication: list[float] = field(default_factory=list)
+    """Per replication, heddle over that replication's fastest baseline (empty with one)."""
 
 
 def cell_ratios(result: CellResult) -> CellRatios:
@@ -54,7 +61,21 @@ def cell_ratios(result: CellResult) -> CellRatios:
         heddle_over=over,
         makespan_over_lb={name: run.makespan_over_lb for name, run in runs.items()},
         lb_over_best_baseline=1.0 / runs[best].makespan_over_lb if best else None,
+        heddle_over_best_baseline_by_replication=_by_replication(runs, baselines),
     )
+
+
+def _by_replication(runs: Mapping[str, SystemRun], baselines: Sequence[str]) -> list[float]:
+    heddle = runs.get(HEDDLE)
+    if heddle is None or not baselines or len(heddle.makespans_s) < 2:
+        return []
+    count = len(heddle.makespans_s)
+    if any(len(runs[name].makespans_s) != count for name in baselines):
+        return []
+    return [
+        heddle.makespans_s[index] / min(runs[name].makespans_s[index] for name in baselines)
+        for index in range(count)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +106,9 @@ class SplitSummary:
     """Cells where heddle < 0.98x the best baseline."""
     num_heddle_losses: int
     """Cells where heddle > 1.02x the best baseline."""
+    num_heddle_losses_every_replication: int
+    """Cells where heddle > 1.02x the fastest baseline in every replication (with
+    replications; else the same as ``num_heddle_losses``)."""
     num_errors: int
     """System runs that raised (left out of the ratios)."""
     lb_over_best_baseline: RatioStats | None
@@ -120,11 +144,21 @@ def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
         median_makespan_over_lb=median_lb,
         num_heddle_wins=sum(1 for _, v in versus_best if v < WIN_BELOW),
         num_heddle_losses=sum(1 for _, v in versus_best if v > LOSS_ABOVE),
+        num_heddle_losses_every_replication=sum(1 for _, c in ratios if _lost_in_every(c)),
         num_errors=sum(len(r.errors) for r in results),
         lb_over_best_baseline=ratio_stats(
             [(i, c.lb_over_best_baseline) for i, c in ratios if c.lb_over_best_baseline]
         ),
     )
+
+
+def _lost_in_every(ratios: CellRatios) -> bool:
+    """Whether heddle is over ``LOSS_ABOVE`` of the fastest baseline in every replication (the
+    only one when the cell ran one)."""
+    if ratios.heddle_over_best_baseline is None:
+        return False
+    samples = ratios.heddle_over_best_baseline_by_replication or [ratios.heddle_over_best_baseline]
+    return all(ratio > LOSS_ABOVE for ratio in samples)
 
 
 def summarise_sweep(results: Sequence[CellResult]) -> dict[str, SplitSummary]:

@@ -156,6 +156,61 @@ def test_the_tiny_summary_matches_a_hand_computation(tiny_results: list[CellResu
     assert "heddle / best baseline" in report and report.count("| math |") == 2
 
 
+def test_replications_average_each_system_over_epochs_and_keep_the_single_sample(
+    tiny_results: list[CellResult],
+) -> None:
+    replicated = run_sweep(replace(TINY, replications=2), jobs=1)
+    for single, result in zip(tiny_results, replicated, strict=True):
+        assert set(result.runs) == set(TINY.systems) and not result.errors
+        assert len(result.lower_bounds_s) == 2
+        assert result.lower_bounds_s[0] == pytest.approx(single.lower_bound_s)
+        assert result.lower_bound_s == pytest.approx(sum(result.lower_bounds_s) / 2)
+        for name, run in result.runs.items():
+            first, second = run.makespans_s
+            assert first == pytest.approx(single.runs[name].makespan_s)  # replication 0
+            assert run.makespan_s == pytest.approx((first + second) / 2)
+            assert run.makespan_over_lb == pytest.approx(run.makespan_s / result.lower_bound_s)
+        ratios = cell_ratios(result)
+        runs = result.runs
+        assert ratios.best_baseline == min(
+            ("verl", "slime"), key=lambda name: (runs[name].makespan_s, name)
+        )
+        assert ratios.heddle_over_best_baseline_by_replication == pytest.approx(
+            [
+                runs["heddle"].makespans_s[i]
+                / min(runs["verl"].makespans_s[i], runs["slime"].makespans_s[i])
+                for i in (0, 1)
+            ]
+        )
+    assert cell_ratios(tiny_results[0]).heddle_over_best_baseline_by_replication == []
+    report = markdown_report(replicated, replace(TINY, replications=2))
+    assert "2 replication(s)" in report and "in every replication" in report
+
+
+def test_a_cell_counts_as_lost_in_every_replication_only_when_each_loses() -> None:
+    def result(index: int, heddle: list[float], verl: list[float]) -> CellResult:
+        runs = {
+            name: replace(_run(sum(m) / len(m)), makespans_s=m)
+            for name, m in (("heddle", heddle), ("verl", verl))
+        }
+        return replace(_result(index, {}), runs=runs)
+
+    results = [
+        result(0, [110, 110], [100, 100]),  # lost in both
+        result(1, [130, 90], [100, 100]),  # lost by the mean, won in one
+        result(2, [100, 100], [100, 100]),
+    ]
+    summary = summarise_sweep(results)["all"]
+    assert summary.num_heddle_losses == 2
+    assert summary.num_heddle_losses_every_replication == 1
+    assert cell_ratios(results[1]).heddle_over_best_baseline_by_replication == [1.3, 0.9]
+
+
+def test_replications_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="replications must be >= 1"):
+        SweepConfig(replications=0)
+
+
 def _run(makespan_s: float) -> SystemRun:
     return SystemRun(makespan_s, makespan_s / 100, 1.0, [1], 0, 0, 0, 0.0)
 

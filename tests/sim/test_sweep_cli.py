@@ -49,6 +49,8 @@ def test_sweep_writes_json_markdown_and_figure(tmp_path: Path) -> None:
         (["--engine-model", "trt"], "unknown --engine-model 'trt'"),
         (["--predictor", "psychic"], "unknown --predictor 'psychic'"),
         (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--replications", "0"], "--replications must be >= 1, got 0"),
+        (["--plans", "--replications", "2"], "--replications is for the systems' sweep"),
         (["--seed", "-1"], "the base seed must be >= 0"),
         (["--cells", "20000"], "the number of cells must be in [1, 10000]"),
         (["--text-signal", "loud"], "--text-signal: cannot read 'loud'"),
