@@ -281,9 +281,9 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
     trace, kv = first
     lower_bound = statistics.fmean(lower_bounds) if lower_bounds else None
     runs = {
-        name: _mean_run(runs, lower_bound or 0.0)
-        for name, runs in samples.items()
-        if name not in errors and runs
+        name: _mean_run(system_samples, lower_bound or 0.0)
+        for name, system_samples in samples.items()
+        if name not in errors and system_samples
     }
     return CellResult(
         cell=cell,
