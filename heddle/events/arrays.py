@@ -295,11 +295,18 @@ def count_packed(raw: bytes) -> int:
     """Items of a number list given as its raw JSON text, in either form."""
     text = raw.strip()
     if text.startswith(b"{"):
-        return _decode_packed(text).n
+        return _decode_count(text).n
     return text.count(b",") + 1 if text.strip(b"[] \t\r\n") else 0
 
 
-_decode_packed = msgspec.json.Decoder(PackedArray).decode
+class _PackedCount(msgspec.Struct, frozen=True):
+    """A ``PackedArray`` read for its count (``data`` and ``ref`` are skipped, not copied)."""
+
+    enc: str
+    n: int
+
+
+_decode_count = msgspec.json.Decoder(_PackedCount).decode
 
 
 def dec_hook(annotation: type, value: Any) -> Any:

@@ -66,15 +66,15 @@ _NO_TIMINGS = TrajectoryTimings()
 def apply(rows: BatchRows, event: EventT) -> None:
     """Fold one event into ``rows``."""
     match event:
-        case RolloutFinished() | RolloutCancelled() if event.rollout_id not in rows.rollouts:
-            pass  # the end of a rollout never submitted (a mistyped id): no phantom row
-        case RolloutSubmitted() | RolloutFinished() | RolloutCancelled():
-            _apply_rollout(rows.rollout(event.rollout_id), event)
-        case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():
+        case GenerationStarted() | Generated() | ToolCalled() | ToolReturned():  # most events
             trajectory = rows.trajectory(event.rollout_id, event.traj_id)
             apply_step(trajectory, rows.step(event.rollout_id, event.traj_id, event.step), event)
             trajectory.last_step = max(trajectory.last_step, event.step)
             trajectory.updated_at = event.occurred_at
+        case RolloutFinished() | RolloutCancelled() if event.rollout_id not in rows.rollouts:
+            pass  # the end of a rollout never submitted (a mistyped id): no phantom row
+        case RolloutSubmitted() | RolloutFinished() | RolloutCancelled():
+            _apply_rollout(rows.rollout(event.rollout_id), event)
         case (
             TrajectorySubmitted()
             | TrajectoryPlaced()

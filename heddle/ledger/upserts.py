@@ -19,6 +19,7 @@ booleans as integers: what is stored is what the adapters would have stored.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sqlite3
 from collections.abc import Callable, Iterable
@@ -95,7 +96,7 @@ class Upserts:
             many = compiled.multi_row
             for start in range(0, len(params), many.rows_per_statement):
                 chunk = params[start : start + many.rows_per_statement]
-                flat = tuple(value for row in chunk for value in row)
+                flat = tuple(itertools.chain.from_iterable(chunk))
                 connection.exec_driver_sql(many.sql(len(chunk)), flat)
         elif compiled.is_raw:
             connection.exec_driver_sql(compiled.sql, params)
