@@ -4,6 +4,14 @@ Every event and command is a frozen, keyword-only msgspec struct tagged by ``kin
 ``<family>.<kind>`` (``traj.generated``); the part after the dot is the last subject token.
 Rules: past-tense names for events, imperative for commands; new fields get defaults;
 tags are never reordered or reused.
+
+Trajectory step and decision events (every ``traj.*`` kind but ``traj.completed`` and
+``traj.failed``) and commands may leave out fields that hold their defaults (msgspec's
+``omit_defaults``, which leaves out a value that is the default object: a field never set, a
+small int): they are most of the stream's messages, and a reader fills the defaults in.
+``kind``, the id, the time and ``version`` are always written, and so is every field of the
+records a trainer reads (``traj.completed``, ``traj.failed``, ``rollout.*``, ``worker.*``,
+``weights.*``).
 """
 
 from __future__ import annotations
@@ -56,6 +64,16 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
         return tag.split(".", 1)[1]
 
 
+def _schema_version() -> int:
+    return SCHEMA_VERSION
+
+
+_VERSION = msgspec.field(default_factory=_schema_version)
+"""The schema version of a message: a factory default, so that a message that leaves out its
+defaults still writes it (a reader of a later schema must not take an old message for its own
+version)."""
+
+
 class Event(Message, frozen=True, kw_only=True):
     """An immutable fact. ``event_id`` is deterministic (see ``heddle.ids.derive_id``)."""
 
@@ -63,16 +81,16 @@ class Event(Message, frozen=True, kw_only=True):
     rollout_id: str = ""
     occurred_at: float
     """Unix time in seconds when the fact happened (the publisher's clock)."""
-    version: int = SCHEMA_VERSION
+    version: int = _VERSION
 
 
-class Command(Message, frozen=True, kw_only=True):
+class Command(Message, frozen=True, kw_only=True, omit_defaults=True):
     """An instruction to a worker or a tool executor. ``command_id`` is deterministic."""
 
     command_id: str
     rollout_id: str = ""
     issued_at: float
-    version: int = SCHEMA_VERSION
+    version: int = _VERSION
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,7 +31,10 @@ from heddle.events.base import (
 PlacementReason = Literal["initial", "migration", "replacement", "operator"]
 
 
-class TrajectoryEvent(Event, frozen=True, kw_only=True):
+class TrajectoryEvent(Event, frozen=True, kw_only=True, omit_defaults=True):
+    """An event of one trajectory; fields at their defaults are left out on the wire, but for
+    the trainer's records (``Completed``, ``Failed``), written in full."""
+
     family: ClassVar[str] = "traj"
     traj_id: str
 
@@ -214,7 +217,9 @@ class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
     transfer_s: float = 0.0
 
 
-class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"):
+class Completed(
+    TrajectoryEvent, frozen=True, kw_only=True, omit_defaults=False, tag="traj.completed"
+):
     """A trajectory's record for the trainer. ``HeddleClient.completions`` also hands a terminal
     ``Failed`` over as a ``Completed`` (its ``finish_reason`` and ``reason`` say why, the tokens
     are those generated before it failed), so a batch has a row for every trajectory."""
@@ -251,7 +256,7 @@ class Completed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.completed"
     its ``Generated.weight_version``); one item unless weights changed mid-trajectory."""
 
 
-class Failed(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.failed"):
+class Failed(TrajectoryEvent, frozen=True, kw_only=True, omit_defaults=False, tag="traj.failed"):
     step: int
     reason: str
     worker_id: str = ""

@@ -15,9 +15,15 @@ from hypothesis import strategies as st
 
 from heddle.events import (
     MAX_PAYLOAD_BYTES,
+    SCHEMA_VERSION,
+    Command,
+    Completed,
     DecodeError,
     EventT,
+    Failed,
+    Generated,
     ToolCall,
+    TrajectoryEvent,
     WorkerCommandT,
     WorkerTelemetry,
     decode_event,
@@ -133,6 +139,60 @@ def test_command_subjects_parse_back(command: Any) -> None:
         command.worker_id,
         type(command).action,
     )
+
+
+_TRAINER_RECORDS = (Completed, Failed)
+"""The trajectory events a trainer reads: written in full, like every event outside ``traj``."""
+
+
+def _default_of(field: Any) -> Any:
+    if field.default_factory is not msgspec.NODEFAULT:
+        return field.default_factory()
+    return field.default
+
+
+@given(st.one_of(events, commands))
+def test_only_step_events_and_commands_leave_out_fields(message: Any) -> None:
+    """A field is missing from the wire only where a ``traj`` step or decision event or a
+    command holds its default (msgspec leaves out a value that *is* the default object);
+    ``kind``, the id, the time and ``version`` are always there, and the events a trainer
+    reads are written in full."""
+    payload = msgspec.json.decode(encode(message))
+    omits = isinstance(message, TrajectoryEvent | Command) and not isinstance(
+        message, _TRAINER_RECORDS
+    )
+    always = {"event_id", "command_id", "occurred_at", "issued_at", "version"}
+    for field in msgspec.structs.fields(message):
+        if field.name in payload:
+            continue
+        assert omits and field.name not in always, field.name
+        assert getattr(message, field.name) == _default_of(field), field.name
+    assert payload["version"] == message.version
+    assert payload["kind"] == type(message).__struct_config__.tag
+
+
+def test_a_message_without_version_reads_as_the_current_schema() -> None:
+    generated = Generated(
+        event_id="r:t:0:generated",
+        traj_id="t",
+        occurred_at=1.0,
+        step=0,
+        worker_id="w",
+        output_token_ids=[1, 2, 3],
+    )
+    payload = msgspec.json.decode(encode(generated))
+    assert payload == {
+        "kind": "traj.generated",
+        "event_id": "r:t:0:generated",
+        "occurred_at": 1.0,
+        "version": SCHEMA_VERSION,
+        "traj_id": "t",
+        "step": 0,
+        "worker_id": "w",
+        "output_token_ids": [1, 2, 3],
+    }
+    del payload["version"]
+    assert decode_event(msgspec.json.encode(payload)) == generated
 
 
 DECODERS = [decode_event, decode_worker_command, decode_tool_call, decode_telemetry]
