@@ -5,7 +5,8 @@ Modules: ``base`` (the base structs), ``trajectory`` (events of one trajectory),
 of a whole rollout), ``worker`` (rollout worker events and telemetry), ``weights`` (weight version
 events), ``operator`` (what a person asked the running system to do), ``commands`` (worker and tool
 commands), ``subjects`` (subject names, builders and a parser), ``codec`` (the JSON codec, one typed
-decoder per channel), ``arrays`` (compact number arrays: token ids, logprobs, loss masks),
+decoder per channel), ``defaults`` (equal values made the defaults' own objects, so the codec's
+output is canonical), ``arrays`` (compact number arrays: token ids, logprobs, loss masks),
 ``references`` (finding and replacing a message's arrays by field path), ``phases`` (the trajectory
 lifecycle phase enum).
 """

@@ -6,9 +6,9 @@ Rules: past-tense names for events, imperative for commands; new fields get defa
 tags are never reordered or reused.
 
 Trajectory step and decision events (every ``traj.*`` kind but ``traj.completed`` and
-``traj.failed``) and commands may leave out fields that hold their defaults (msgspec's
-``omit_defaults``, which leaves out a value that is the default object: a field never set, a
-small int): they are most of the stream's messages, and a reader fills the defaults in.
+``traj.failed``) and commands leave out the fields that hold their defaults (msgspec's
+``omit_defaults``, after ``heddle.events.defaults`` makes equal values the default objects):
+they are most of the stream's messages, and a reader fills the defaults in.
 ``kind``, the id, the time and ``version`` are always written, and so is every field of the
 records a trainer reads (``traj.completed``, ``traj.failed``, ``rollout.*``, ``worker.*``,
 ``weights.*``).

@@ -13,6 +13,7 @@ import msgspec
 from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
+from heddle.events.defaults import with_canonical_defaults
 from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
@@ -54,8 +55,9 @@ _telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry, dec_hook=dec_hook)
 
 
 def encode(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
-    """The message's JSON, number lists in their compact form."""
-    return _encoder.encode(pack_message(message))
+    """The message's JSON, number lists in their compact form (fields at their defaults left out
+    where the message's kind leaves them out: ``heddle.events.defaults``)."""
+    return _encoder.encode(pack_message(with_canonical_defaults(message)))
 
 
 def encode_plain(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
