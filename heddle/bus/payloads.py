@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from heddle.events.arrays import ObjectRef, PackedArray, pack_message, unpack_bytes
+from heddle.events.arrays import ObjectRef, PackedArray, unpack_bytes
+from heddle.events.codec import wire_form
 from heddle.events.references import Path, inline_arrays, placeholders, replace_at
 
 M = TypeVar("M", bound=msgspec.Struct)
@@ -70,7 +71,7 @@ async def offload(
     left: the publish then reports the size as before)."""
     if len(data) <= max_bytes:
         return data
-    packed = pack_message(message)
+    packed = wire_form(message)
     rollout_id = str(getattr(message, "rollout_id", ""))
     size = len(data)
     for path, array in sorted(inline_arrays(packed), key=lambda item: -len(item[1].data)):

@@ -55,9 +55,15 @@ _telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry, dec_hook=dec_hook)
 
 
 def encode(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
-    """The message's JSON, number lists in their compact form (fields at their defaults left out
-    where the message's kind leaves them out: ``heddle.events.defaults``)."""
-    return _encoder.encode(pack_message(with_canonical_defaults(message)))
+    """The message's JSON: its ``wire_form``."""
+    return _encoder.encode(wire_form(message))
+
+
+def wire_form(message: msgspec.Struct) -> msgspec.Struct:
+    """What the encoder writes of ``message``: number lists in their compact form, and fields
+    at their defaults left out where the message's kind leaves them out
+    (``heddle.events.defaults``). Only for encoding: see ``pack_message``."""
+    return pack_message(with_canonical_defaults(message))
 
 
 def encode_plain(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:

@@ -17,7 +17,7 @@ import pytest
 from heddle.bus import PAYLOADS_BUCKET, Bus, PayloadError, ReplayQuery
 from heddle.bus.objects import Objects
 from heddle.config import Settings
-from heddle.events import Completed, decode_event, encode
+from heddle.events import Completed, Generated, decode_event, encode
 from heddle.events.arrays import unresolved
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger.lean_decoder import decode_event_lean, num_items
@@ -80,6 +80,28 @@ async def test_a_large_event_round_trips_through_the_object_store(settings: Sett
     assert resolved == event
     lean = decode_event_lean(data)
     assert isinstance(lean, Completed) and num_items(lean.response_token_ids) == NUM_TOKENS
+
+
+async def test_an_offloaded_step_event_leaves_out_its_defaults(settings: Settings) -> None:
+    """The offloaded form is the encoder's: a value equal to its default (here computed) is
+    left out, and the stored event re-encodes to the same bytes."""
+    event = Generated(
+        event_id="r2:t000000:0:generated",
+        rollout_id="r2",
+        traj_id="t000000",
+        occurred_at=1.0,
+        step=0,
+        worker_id="w0",
+        output_token_ids=token_ids(NUM_TOKENS),
+        output_logprobs=logprobs(NUM_TOKENS),
+        queue_s=float("0"),  # equal to the default, not the default object
+    )
+    async with Bus(settings) as bus:
+        await bus.publish(event)
+        [data] = await stored(bus, "r2")
+    payload = json.loads(data)
+    assert "ref" in payload["output_token_ids"] and "queue_s" not in payload
+    assert encode(decode_event(data)) == data
 
 
 async def test_a_changed_or_missing_object_is_refused(settings: Settings) -> None:
