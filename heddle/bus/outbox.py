@@ -18,7 +18,8 @@ from heddle.bus import state
 from heddle.bus.objects import PAYLOADS_BUCKET, Objects
 from heddle.bus.payloads import offload, payload_prefix, resolve
 from heddle.bus.publisher import PublishAck, Publisher
-from heddle.events import Event, ToolCall, WorkerCommand, encode
+from heddle.events import Event, ToolCall, WorkerCommand
+from heddle.events.codec import encode_wire_form, wire_form
 from heddle.events.subjects import subject_for_command, subject_for_event
 
 M = TypeVar("M", bound=Event | WorkerCommand | ToolCall)
@@ -47,10 +48,12 @@ class Outbox:
         return await window.drain()
 
     async def _envelope(self, message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
-        subject, data, message_id = envelope(message)
+        subject, message_id = address(message)
+        packed = wire_form(message)  # built once: its arrays are compressed
+        data = encode_wire_form(packed)
         if len(data) > self.max_event_bytes:
             data = await offload(
-                message,
+                packed,
                 data,
                 message_id=message_id,
                 max_bytes=self.max_event_bytes,
@@ -79,8 +82,8 @@ class Outbox:
         return len(names)
 
 
-def envelope(message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
-    """(subject, encoded message, its id for de-duplication)."""
+def address(message: Event | WorkerCommand | ToolCall) -> tuple[str, str]:
+    """(subject, the message's id for de-duplication)."""
     if isinstance(message, Event):
-        return subject_for_event(message), encode(message), message.event_id
-    return subject_for_command(message), encode(message), message.command_id
+        return subject_for_event(message), message.event_id
+    return subject_for_command(message), message.command_id

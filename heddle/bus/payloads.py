@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 import msgspec
 
 from heddle.events.arrays import ObjectRef, PackedArray, unpack_bytes
-from heddle.events.codec import wire_form
 from heddle.events.references import Path, inline_arrays, placeholders, replace_at
 
 M = TypeVar("M", bound=msgspec.Struct)
@@ -58,7 +57,7 @@ def payload_prefix(rollout_id: str) -> str:
 
 
 async def offload(
-    message: msgspec.Struct,
+    packed: msgspec.Struct,
     data: bytes,
     *,
     message_id: str,
@@ -66,13 +65,13 @@ async def offload(
     bucket: str,
     put: Put,
 ) -> bytes:
-    """``data`` (``message`` encoded) when it is at most ``max_bytes``; else the message encoded
-    with its largest arrays put (``put(name, bytes)``) in ``bucket`` until it fits (or none is
-    left: the publish then reports the size as before)."""
+    """``data`` (``packed``, a message's ``wire_form``, encoded) when it is at most
+    ``max_bytes``; else ``packed`` encoded with its largest arrays put (``put(name, bytes)``)
+    in ``bucket`` until it fits (or none is left: the publish then reports the size as
+    before)."""
     if len(data) <= max_bytes:
         return data
-    packed = wire_form(message)
-    rollout_id = str(getattr(message, "rollout_id", ""))
+    rollout_id = str(getattr(packed, "rollout_id", ""))
     size = len(data)
     for path, array in sorted(inline_arrays(packed), key=lambda item: -len(item[1].data)):
         if size <= max_bytes:

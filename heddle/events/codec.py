@@ -55,8 +55,13 @@ _telemetry_decoder = msgspec.json.Decoder(WorkerTelemetry, dec_hook=dec_hook)
 
 
 def encode(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) -> bytes:
-    """The message's JSON: its ``wire_form``."""
+    """The message's JSON: its ``wire_form``, encoded."""
     return _encoder.encode(wire_form(message))
+
+
+def encode_wire_form(packed: msgspec.Struct) -> bytes:
+    """The JSON of a message's ``wire_form`` (for a caller that keeps the form as well)."""
+    return _encoder.encode(packed)
 
 
 def wire_form(message: msgspec.Struct) -> msgspec.Struct:
