@@ -2,7 +2,11 @@
 
 Commands are JSON. Worker commands are internal: the control plane sends them; operators steer
 through the operations service (``nats req heddle.ops.worker.drain '{"worker_id":"w00"}'``,
-docs/trainer.md), which records who asked and routes the action to the right worker.
+docs/trainer.md), which records who asked and routes the action to the right worker. A worker
+sends commands to a peer only for trajectories it hands over (``MigrateIn``, and commands it
+forwards to the trajectory's new holder); those name it in ``sent_by`` and in a last subject
+token, ``heddle.cmd.worker.<worker_id>.<action>.<sent_by>``, which the server's per-worker
+permissions tie to the sender's credential (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ class WorkerCommand(Command, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     action: ClassVar[str] = ""
     worker_id: str
+    sent_by: str = ""
+    """The worker that sent this command to its peer (a hand-over, or a command forwarded to
+    the trajectory's new holder); empty when the control plane or an operator sent it. It is
+    the subject's last token, so a worker's credential can only send it as itself."""
 
 
 class StartTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.start_trajectory"):
@@ -79,7 +87,8 @@ class MigrateOut(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_out"
 
 
 class MigrateIn(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_in"):
-    """Sent by the source worker to the target: take over a trajectory (see StartTrajectory)."""
+    """Sent by the source worker to the target: take over a trajectory (see StartTrajectory).
+    ``sent_by`` is ``source_worker_id`` (the target refuses one that differs)."""
 
     action: ClassVar[str] = "migrate_in"
     traj_id: str

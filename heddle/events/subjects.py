@@ -7,6 +7,7 @@ heddle.evt.weights.<weight_version>.<kind>
 heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
 heddle.evt.deadletter
 heddle.cmd.worker.<worker_id>.<action>
+heddle.cmd.worker.<worker_id>.<action>.<sent_by>   (a worker's command to its peer)
 heddle.cmd.tool.<pool>
 heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
 """
@@ -63,6 +64,11 @@ def worker_command_subject(worker_id: str, action: str = "*") -> str:
     return f"heddle.cmd.worker.{check_token(worker_id, 'worker id')}.{action}"
 
 
+def peer_command_subject(worker_id: str, action: str, sent_by: str) -> str:
+    """A command worker ``sent_by`` sends its peer ``worker_id`` (``WorkerCommand.sent_by``)."""
+    return f"{worker_command_subject(worker_id, action)}.{check_token(sent_by, 'worker id')}"
+
+
 def tool_subject(pool: str) -> str:
     return f"heddle.cmd.tool.{check_token(pool, 'tool pool')}"
 
@@ -111,6 +117,8 @@ def subject_for_command(command: WorkerCommand | ToolCall) -> str:
     match command:
         case ToolCall():
             return tool_subject(command.pool)
+        case WorkerCommand() if command.sent_by:
+            return peer_command_subject(command.worker_id, type(command).action, command.sent_by)
         case WorkerCommand():
             return worker_command_subject(command.worker_id, type(command).action)
     raise TypeError(f"no subject for {type(command).__name__}")
@@ -128,6 +136,7 @@ class SubjectParts:
     pool: str | None = None
     weight_version: int | None = None
     executor_id: str | None = None
+    sent_by: str | None = None
 
 
 def parse_subject(subject: str) -> SubjectParts:
@@ -148,6 +157,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("deadletter")
         case ["heddle", "cmd", "worker", worker_id, action]:
             return SubjectParts("cmd.worker", action, worker_id=worker_id)
+        case ["heddle", "cmd", "worker", worker_id, action, sent_by]:
+            return SubjectParts("cmd.worker", action, worker_id=worker_id, sent_by=sent_by)
         case ["heddle", "cmd", "tool", pool]:
             return SubjectParts("cmd.tool", pool=pool)
         case ["heddle", "telemetry", "worker", worker_id]:

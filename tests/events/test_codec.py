@@ -47,13 +47,25 @@ json_values = st.recursive(
     ),
     max_leaves=10,
 )
-_ID_FIELDS = {"rollout_id", "traj_id", "worker_id", "executor_id", "pool", "event_id", "command_id"}
+_ID_FIELDS = {
+    "rollout_id",
+    "traj_id",
+    "worker_id",
+    "executor_id",
+    "pool",
+    "event_id",
+    "command_id",
+}
+_OPTIONAL_ID_FIELDS = {"sent_by"}
+"""Ids that may be empty (a worker command the control plane sent names no sender)."""
 
 
 def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:
     """Values of ``annotation`` that JSON can carry exactly (finite floats, 64-bit ints)."""
     if name in _ID_FIELDS and annotation is str:
         return ids
+    if name in _OPTIONAL_ID_FIELDS and annotation is str:
+        return st.one_of(st.just(""), ids)
     if name == "weight_version" and annotation is int:
         return st.integers(0, 2**53)  # versions are >= 0 (the decoders refuse others)
     if annotation is Any:
@@ -135,10 +147,11 @@ def test_event_subjects_parse_back(event: Any) -> None:
 @given(commands)
 def test_command_subjects_parse_back(command: Any) -> None:
     parts = parse_subject(subject_for_command(command))
-    assert (parts.family, parts.worker_id, parts.kind) == (
+    assert (parts.family, parts.worker_id, parts.kind, parts.sent_by) == (
         "cmd.worker",
         command.worker_id,
         type(command).action,
+        command.sent_by or None,
     )
 
 

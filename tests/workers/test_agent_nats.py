@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from events_factory import continue_after
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, EmbeddedNatsServer, ReplayQuery
+from heddle.bus import Bus, BusOptions, ConsumerSpec, Delivery, EmbeddedNatsServer, ReplayQuery
+from heddle.bus.publisher import PublishOptions
 from heddle.config import Settings, load_settings
 from heddle.events import (
     Completed,
@@ -52,7 +53,8 @@ from heddle.ids import derive_id
 from heddle.rollout.summary import summarize
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
 from heddle.workers.agent import WorkerConfig
-from heddle.workers.agent.transport import run_agents
+from heddle.workers.agent.agent import WorkerAgent
+from heddle.workers.agent.transport import BusPorts, is_transient_bus_error, run_agents, serve
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
 
@@ -525,3 +527,28 @@ async def test_workers_run_registers_reports_and_stays_up_drained_until_stopped(
     assert {beat.worker_id for beat in heartbeats} == drained
     assert not [e for e in worker_events if isinstance(e, WorkerHeartbeat)]  # core NATS only
     assert {report.worker_id for report in reports} == drained
+
+
+async def test_a_worker_retrying_its_registration_stops_when_told(
+    settings: Settings, nats_server: EmbeddedNatsServer
+) -> None:
+    """No stream stores the registration (the server answers "no responders"), so the worker
+    retries it: a stop (SIGTERM) must end that, where it used to wait forever."""
+    options = BusOptions(provision=False, publish=PublishOptions(ack_timeout_s=1.0))
+    async with Bus(settings, options) as bare:
+        ports = BusPorts(bare)
+        config = WorkerConfig(worker_id="w0", heartbeat_s=0.5)
+        engine = SimEngine(SimEngineOptions(time_scale=100.0))
+        agent = WorkerAgent(
+            config, engine, sink=ports, history=ports, blobs=ports,
+            transient=is_transient_bus_error,
+        )  # fmt: skip
+        stop = asyncio.Event()
+        serving = asyncio.create_task(serve(agent, bare, stop))
+        async with asyncio.timeout(STARTUP_TIMEOUT_S):
+            while True:
+                if bare.num_resent:  # the registration is being retried
+                    break
+                await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(serving, timeout=STARTUP_TIMEOUT_S)

@@ -243,11 +243,13 @@ class WorkerAgent:
         )
 
     def begin_close(self) -> None:
-        """Start no new step; cancel running ones (their commands go back unacknowledged)."""
+        """Start no new step; cancel running ones (their commands go back unacknowledged);
+        publishes stop retrying."""
         self.handler.segments.is_closing = True
         for row in self.table:
             if row.segment is not None and not row.segment.done():
                 row.segment.cancel()
+        self.publisher.close()
 
     async def close(self) -> None:
         """Stop loops and running steps (unacknowledged commands are redelivered) and the

@@ -240,6 +240,7 @@ class CommandHandler:
         forwarded = msgspec.structs.replace(
             command,
             worker_id=target_worker_id,
+            sent_by=self.worker_id,
             command_id=derive_id(command.command_id, "fwd", target_worker_id),
         )
         await self.publisher.publish(forwarded)

@@ -243,6 +243,7 @@ def migrate_in(
         rollout_id=log.rollout_id,
         issued_at=now,
         worker_id=target_worker_id,
+        sent_by=source_worker_id,
         traj_id=log.traj_id,
         spec=spec,
         source_worker_id=source_worker_id,

@@ -27,9 +27,11 @@ from heddle.bus import (
     TransientError,
 )
 from heddle.config import Settings
+from heddle.errors import UserError
 from heddle.events import (
     Event,
     EventT,
+    MigrateIn,
     ToolCall,
     WorkerCommand,
     WorkerCommandT,
@@ -50,7 +52,10 @@ logger = logging.getLogger(__name__)
 
 def is_transient_bus_error(error: BaseException) -> bool:
     """Worth retrying with the same id: an unacknowledged publish (not a refusal), a timeout, a
-    lost or reconnecting connection (the nats client's errors)."""
+    lost or reconnecting connection (the nats client's errors). A permission refusal is not:
+    the credential will not change while the worker runs."""
+    if isinstance(error, UserError):  # PublishDenied, PermissionDenied
+        return False
     if isinstance(error, PublishError):
         return error.err_code == 0 and "exceeds the server limit" not in error.reason
     if isinstance(error, (TimeoutError, ConnectionError, OSError)):
@@ -135,6 +140,11 @@ class CommandDispatcher:
             raise InvalidMessage(
                 f"command for worker {command.worker_id!r} delivered to {self.agent.worker_id!r}"
             )
+        if isinstance(command, MigrateIn) and command.sent_by != command.source_worker_id:
+            # The subject's sender token is what the server vouches for (docs/deploy.md).
+            raise InvalidMessage(
+                f"hand-over from {command.source_worker_id!r} sent by {command.sent_by!r}"
+            )
         try:
             await self.agent.handle(
                 command, is_redelivered=delivery.num_delivered > 1, arrival=arrival
@@ -156,12 +166,16 @@ async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None)
         CommandDispatcher(agent, bus),
         max_concurrent=agent.config.max_commands_in_flight,
     )
-    await agent.start()
+    # Watch from the start: a stop while the registration is still being retried (a lost
+    # server) ends it too.
     watcher = asyncio.create_task(_stop_when_done(agent, runner.stop, stop))
     try:
-        await runner.run()
-    except WorkerFailing:
-        raise
+        await agent.start()
+        if not watcher.done():  # else it stopped the runner before it ran
+            await runner.run()
+    except WorkerStopping:
+        if not stop.is_set():
+            raise
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
