@@ -63,13 +63,12 @@ async def weights_reports(
     bus: Bus, weight_version: int
 ) -> tuple[dict[str, WeightsLoaded], dict[str, WeightsLoadFailed]]:
     """The workers' ``weights.loaded`` and ``weights.load_failed`` of one version, by worker."""
-    subjects = (
-        weights_subject(weight_version, "loaded"),
-        weights_subject(weight_version, "load_failed"),
-    )
+    # One filter, so the weights publisher's role can bound its reads to weights events
+    # (heddle/deploy/roles.py); the version's ``published`` comes along and is passed over.
+    query = ReplayQuery(filter_subjects=(weights_subject(weight_version),), start_sequence=1)
     loaded: dict[str, WeightsLoaded] = {}
     failed: dict[str, WeightsLoadFailed] = {}
-    async for record in bus.replay_events(ReplayQuery(filter_subjects=subjects, start_sequence=1)):
+    async for record in bus.replay_events(query):
         match record.message:
             case WeightsLoaded() as report:
                 loaded[report.worker_id] = report

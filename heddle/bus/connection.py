@@ -5,8 +5,10 @@ Credentials, the standard NATS ways: a user and password in the URL
 (``nats://user:password@host:4222``), or a credential file (``Settings.nats_creds``) that is
 either a ``.creds`` file (a user JWT and its nkey seed, decentralised JWT auth as ``nsc``
 writes) or an nkey seed file (``SU...``: an nkey user of the server's ``authorization`` block,
-as ``heddle deploy auth`` writes). TLS: with ``Settings.nats_tls_ca`` the client verifies the
-server's certificate against that CA (the URL may say ``tls://`` or ``nats://``).
+as ``heddle deploy auth`` writes). An nkey user's reply inboxes are ``_INBOX.<its public key>.*``
+(``inbox_prefix``): the roles of ``heddle deploy auth`` may subscribe there only, so no identity
+reads the replies and pull deliveries of another. TLS: with ``Settings.nats_tls_ca`` the client
+verifies the server's certificate against that CA (the URL may say ``tls://`` or ``nats://``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import nkeys
 
 from heddle.config import Settings
 from heddle.errors import UserError
@@ -77,11 +81,18 @@ def _credential_options(path: Path) -> dict[str, Any]:
         return {"user_credentials": str(path)}
     seeds = _SEED_PATTERN.findall(text)
     if len(seeds) == 1:
-        return {"nkeys_seed_str": seeds[0]}
+        public_key = nkeys.from_seed(seeds[0].encode()).public_key.decode()
+        return {"nkeys_seed_str": seeds[0], "inbox_prefix": inbox_prefix(public_key)}
     raise UserError(
         f"{path} is neither a NATS .creds file (user JWT and seed) nor an nkey seed file "
         "(one line starting SU...)"
     )
+
+
+def inbox_prefix(public_key: str) -> str:
+    """Where an nkey user's reply inboxes live: ``_INBOX.<public key>`` (its role subscribes to
+    ``_INBOX.<public key>.>`` only; the ``nats`` CLI takes it as ``--inbox-prefix``)."""
+    return f"_INBOX.{public_key}"
 
 
 def tls_context(ca_path: Path) -> ssl.SSLContext:
@@ -101,6 +112,8 @@ def replicas_for(server_info: dict[str, Any]) -> int:
 def describe_error(exc: BaseException) -> str:
     """A connection error in words (TLS verification and authorization spelled out)."""
     text = repr(exc)
+    if "plaintext connection is refused" in str(exc):
+        return str(exc)
     if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
         return f"the server's TLS certificate is not trusted (give its CA, --nats-tls-ca): {exc}"
     if "Authorization" in text or "authorization" in text:

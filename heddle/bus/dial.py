@@ -87,6 +87,7 @@ class Dialer:
     async def connect(self, url: str) -> LeanClient:
         client = LeanClient()
         servers = [part.strip() for part in url.split(",") if part.strip()]
+        client.requires_tls = requires_tls(self.settings, servers)
         connect_timeout_s = max(1, self.options.connect_timeout_s)
         bound_s = (
             (connect_timeout_s + self.options.reconnect_wait_s)
@@ -153,6 +154,23 @@ class Dialer:
                 "nats: disconnected from %s; reconnecting",
                 self.settings.nats_url or "embedded server",
             )
+
+
+def requires_tls(settings: Settings, servers: list[str]) -> bool:
+    """Whether the connection must be encrypted: a CA was given, or a ``tls://`` URL."""
+    return settings.nats_tls_ca is not None or any(s.startswith("tls://") for s in servers)
+
+
+class _SslEofNotice(logging.Filter):
+    """Drops asyncio's notice that nats-py's stream protocol keeps a TLS connection half open
+    after the server's EOF, logged at every close of a TLS connection (asyncio's sslproto
+    closes it anyway)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+logging.getLogger("asyncio").addFilter(_SslEofNotice())
 
 
 async def _log_reconnected() -> None:

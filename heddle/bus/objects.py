@@ -7,6 +7,8 @@ message size limit; the store checks a SHA-256 digest on read.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 
 from nats.js import JetStreamContext, api
@@ -59,6 +61,19 @@ class Objects:
         info = await store.put(key, data)
         return int(info.size or 0)
 
+    async def put_once(self, key: str, data: bytes) -> int:
+        """``put``, unless the bucket holds exactly ``data`` under ``key`` already (a retried
+        publish offloads the same arrays again): an object is then never replaced, which would
+        purge its chunks, so a writer needs no purge permission (heddle/deploy/roles.py)."""
+        store = await self._open()
+        try:
+            info = await store.get_info(key)
+        except NotFoundError:
+            info = None
+        if info is not None and info.size == len(data) and info.digest == _digest(data):
+            return len(data)
+        return int((await store.put(key, data)).size or 0)
+
     async def get(self, key: str) -> bytes:
         """The object's bytes; ``ObjectNotFound`` when absent."""
         store = await self._open()
@@ -85,3 +100,8 @@ class Objects:
         except NotFoundError:
             return []  # an empty bucket
         return [info.name for info in infos if info.name.startswith(prefix)]
+
+
+def _digest(data: bytes) -> str:
+    """The object store's digest of ``data`` (``ObjectInfo.digest``)."""
+    return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()

@@ -58,7 +58,7 @@ class Outbox:
                 message_id=message_id,
                 max_bytes=self.max_event_bytes,
                 bucket=PAYLOADS_BUCKET,
-                put=self.payloads.put,
+                put=self.payloads.put_once,
             )
         return subject, data, message_id
 

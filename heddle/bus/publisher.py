@@ -287,7 +287,22 @@ class PublishWindow:
         self._in_flight.append(outgoing)
 
     async def drain(self) -> list[PublishAck]:
-        """Wait for every message sent; their acks in send order."""
-        while self._in_flight:
-            await self._publisher._settle_oldest(self._in_flight, self._acks)
+        """Wait for every message sent; their acks in send order. On the first failure the
+        others are given up (their outcome is not waited for)."""
+        try:
+            while self._in_flight:
+                await self._publisher._settle_oldest(self._in_flight, self._acks)
+        except BaseException:
+            self._give_up()
+            raise
         return [ack for ack in self._acks if ack is not None]
+
+    def _give_up(self) -> None:
+        for outgoing in self._in_flight:
+            self._publisher._forget(outgoing.token)
+            future = outgoing.future
+            if future is not None and future.done() and not future.cancelled():
+                future.exception()  # retrieved: a refusal of the same batch, already told
+            elif future is not None:
+                future.cancel()
+        self._in_flight.clear()

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NotFoundError
@@ -215,9 +216,19 @@ class ConsumerSpec:
             ack_wait=self.ack_wait_s,
             max_deliver=self.max_deliver or -1,
             max_ack_pending=self.max_ack_pending,
-            filter_subjects=list(self.filter_subjects),
+            **_filters(self.filter_subjects),
             max_waiting=512,
         )
+
+
+def _filters(subjects: tuple[str, ...]) -> dict[str, Any]:
+    """One filter as ``filter_subject``: the client then names it in the create request's
+    subject (``$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>``), which the server checks
+    against the configuration, so a role's permissions can bound what its consumers read
+    (heddle/deploy/roles.py). Several filters go in the body only."""
+    if len(subjects) == 1:
+        return {"filter_subject": subjects[0]}
+    return {"filter_subjects": list(subjects)}
 
 
 async def provision_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
@@ -253,11 +264,12 @@ def ephemeral_config(
     else:
         policy, seq = api.DeliverPolicy.ALL, None
     return api.ConsumerConfig(
+        name=f"replay-{uuid.uuid4().hex}",  # named: its filter goes in the API subject
         deliver_policy=policy,
         opt_start_seq=seq,
         opt_start_time=start_time,
         ack_policy=api.AckPolicy.NONE,
-        filter_subjects=list(filter_subjects),
+        **_filters(filter_subjects),
         mem_storage=True,
         inactive_threshold=inactive_threshold_s,
         num_replicas=1,

@@ -8,15 +8,20 @@ function. Publishing the other way, ``publish_with_id`` writes a message with it
 ``Nats-Msg-Id`` header as one ``HPUB`` frame, without nats-py's per-call subject validation and
 header building (Heddle's subjects are checked where they are made, ``heddle.bus.subject_check``).
 Everything else (connect, auth, TLS, reconnect, pings, the JetStream management API) is
-nats-py's own. The overrides hook ``Client._process_msg`` and the pending-buffer methods
-``_send_command`` / ``_flush_pending``, stable across nats-py 2.x (pyproject pins
-``nats-py<3``); only this module depends on them.
+nats-py's own, with two corrections: a client that ``requires_tls`` refuses a server that offers
+none (nats-py would go on in plaintext) and upgrades on one that merely allows it; and a
+permission violation reaches the error callback as the server wrote it (nats-py's parser
+lowercases every ``-ERR``, subjects included). The overrides hook ``Client._process_msg``,
+``_process_info``, ``_process_err`` and the pending-buffer methods ``_send_command`` /
+``_flush_pending``, stable across nats-py 2.x (pyproject pins ``nats-py<3``); only this module
+depends on them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from nats import errors
 from nats.aio.client import Client
@@ -27,6 +32,20 @@ Sink = Callable[[bytes, bytes, bytes, bytes | None], None]
 """Receives (subject, reply, payload, raw headers or None) of each message, synchronously."""
 
 _STATUS_PREFIX = b"NATS/1.0 "
+_PERMISSION_ERROR = re.compile(rb"-ERR\s+('Permissions Violation[^'\r\n]*')", re.IGNORECASE)
+_MAX_ERROR_TEXTS = 64
+_MAX_ERROR_LINE = 1024
+"""Longest ``-ERR`` line looked back for (a subject of up to ~1,000 bytes)."""
+
+
+class TlsRequired(errors.Error):
+    """The client requires TLS and the server offers none."""
+
+    def __str__(self) -> str:
+        return (
+            "the server offers no TLS, and this client requires it (a CA, --nats-tls-ca, or a "
+            "tls:// URL was given): a plaintext connection is refused"
+        )
 
 
 class LeanClient(Client):
@@ -36,6 +55,36 @@ class LeanClient(Client):
         super().__init__()
         self._sinks: dict[int, Sink] = {}
         self._ps = LeanParser(self)
+        self.requires_tls = False
+        """Refuse a server that offers no TLS (set before ``connect``)."""
+        self._error_texts: dict[str, str] = {}
+        """Permission violations as the server wrote them, by their lowercased form."""
+
+    async def _process_info(self, info: dict[str, Any], initial_connection: bool = False) -> None:
+        if initial_connection and self.requires_tls and not info.get("tls_required"):
+            if not info.get("tls_available"):
+                raise TlsRequired
+            info["tls_required"] = True  # the server allows TLS: nats-py then upgrades
+        await super()._process_info(info, initial_connection=initial_connection)
+
+    def remember_errors(self, data: bytearray, start: int = 0) -> None:
+        """Keep the permission violations in ``data[start:]`` as written (``_process_err``)."""
+        for match in _PERMISSION_ERROR.finditer(data, start):
+            text = bytes(match.group(1)).decode(errors="replace")
+            if len(self._error_texts) >= _MAX_ERROR_TEXTS:
+                self._error_texts.clear()
+            self._error_texts[text.lower()] = text
+
+    async def _process_err(self, err_msg: str) -> None:
+        original = self._error_texts.get(err_msg)
+        if original is None:
+            await super()._process_err(err_msg)
+            return
+        # A permission violation leaves the connection open (as nats-py does): report it with
+        # its subject's own case, so a refused publish can be matched to its subject.
+        error = errors.Error(f"nats: {original.strip(chr(39))}")
+        self._err = error
+        await self._error_cb(error)
 
     async def subscribe_sink(self, subject: str, sink: Sink) -> SinkSubscription:
         """Subscribe ``sink`` to ``subject`` (usually an inbox); it runs in the read loop, so it
@@ -100,6 +149,10 @@ class LeanParser(Parser):
     async def parse(self, data: bytes = b"") -> None:
         buffer = self.buf
         buffer.extend(data)
+        # The new bytes and what may precede them of a frame split across reads.
+        start = max(0, len(buffer) - len(data) - _MAX_ERROR_LINE)
+        if buffer.find(b"-ERR", start) >= 0:
+            self.nc.remember_errors(buffer, start)
         if self.state == AWAITING_CONTROL_LINE:
             consumed, is_waiting = self._deliver_to_sinks(buffer)
             if consumed:

@@ -100,8 +100,9 @@ class Launcher:
         self.log_dir = log_dir
         self.data_plane_nice = data_plane_nice
         self.credentials = dict(credentials or {})
-        """NATS credential file per role (``heddle.deploy.roles``: control_plane, worker, ...);
-        a child started with a role listed here connects with that file."""
+        """NATS credential file per identity (``heddle.deploy.roles.Identity.label``:
+        control_plane, worker-<id>, ...); a child started with one listed here connects with
+        that file."""
         self.children: dict[str, Child] = {}
 
     async def start(
@@ -153,7 +154,7 @@ class Launcher:
             *engine_args,
         ]
         return await self.start(
-            f"worker-{worker_id}", args, nice=self.data_plane_nice, role="worker"
+            f"worker-{worker_id}", args, nice=self.data_plane_nice, role=f"worker-{worker_id}"
         )
 
     async def start_worker_group(
@@ -178,9 +179,14 @@ class Launcher:
             f"--heartbeat-s={heartbeat_s}",
             *engine_args,
         ]
+        if self.credentials:
+            raise ValueError(
+                "workers sharing a process share its connection, hence one credential: with a "
+                "credential per worker, run one worker per process"
+            )
         last = first_index + num_workers - 1
         name = f"workers-{id_prefix}{first_index:02d}-{id_prefix}{last:02d}"
-        return await self.start(name, args, nice=self.data_plane_nice, role="worker")
+        return await self.start(name, args, nice=self.data_plane_nice)
 
     async def start_tool_executor(
         self, index: int, pool: str = "default", max_in_flight: int = 64

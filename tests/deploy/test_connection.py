@@ -9,23 +9,26 @@ import pytest
 
 from heddle.bus.connection import (
     connect_options,
+    inbox_prefix,
     parse_violation,
     replicas_for,
     tls_context,
 )
 from heddle.config import Settings, load_settings
-from heddle.deploy.auth import new_credential
-from heddle.deploy.roles import role
+from heddle.deploy.auth import credential, new_seed
+from heddle.deploy.roles import Identity
 from heddle.errors import UserError
 
 
-def test_an_nkey_seed_file_becomes_the_seed_option(tmp_path: Path) -> None:
-    credential = new_credential(role("worker"))
-    path = tmp_path / "worker.nk"
-    path.write_text(credential.seed + "\n")
+def test_an_nkey_seed_file_becomes_the_seed_option_and_its_own_inboxes(tmp_path: Path) -> None:
+    entry = credential(Identity("worker", "w00"), new_seed())
+    path = tmp_path / "worker-w00.nk"
+    path.write_text(entry.seed + "\n")
     options = connect_options(Settings(nats_creds=path))
-    assert options == {"nkeys_seed_str": credential.seed}
-    assert nkeys.from_seed(credential.seed.encode()).public_key.decode() == credential.public_key
+    assert options == {"nkeys_seed_str": entry.seed, "inbox_prefix": inbox_prefix(entry.public_key)}
+    assert nkeys.from_seed(entry.seed.encode()).public_key.decode() == entry.public_key
+    # The role lets it read replies under that prefix, and nowhere else.
+    assert entry.role.subscribe == (f"_INBOX.{entry.public_key}.>",)
 
 
 def test_a_creds_file_is_handed_to_nats_py_as_it_is(tmp_path: Path) -> None:

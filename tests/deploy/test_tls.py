@@ -1,10 +1,13 @@
 """Server TLS with a CA made here: a client that trusts the CA connects (with its role's
-credential), one without it is refused with a message that names the certificate."""
+credential), one without it is refused with a message that names the certificate; a client
+given a CA or a ``tls://`` URL refuses a server without TLS, and upgrades on one that merely
+allows it."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +21,9 @@ from cryptography.x509.oid import NameOID
 from heddle.bus import Bus, BusUnavailable, EmbeddedNatsServer
 from heddle.config import Settings
 from heddle.deploy.auth import AUTH_CONFIG_NAME, credential_path, write_auth
+from heddle.deploy.roles import Identity
+
+OPERATOR = Identity("operator")
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ async def test_a_client_with_the_ca_connects(tls_server: TlsServer, tmp_path: Pa
     settings = Settings(
         nats_url=tls_server.server.url,
         data_dir=tmp_path,
-        nats_creds=credential_path(tls_server.auth_dir, "operator"),
+        nats_creds=credential_path(tls_server.auth_dir, OPERATOR),
         nats_tls_ca=tls_server.certificates.ca,
     )
     async with Bus(settings) as bus:
@@ -110,8 +116,53 @@ async def test_a_client_without_the_ca_is_refused(tls_server: TlsServer, tmp_pat
     settings = Settings(
         nats_url=tls_server.server.url,
         data_dir=tmp_path,
-        nats_creds=credential_path(tls_server.auth_dir, "operator"),
+        nats_creds=credential_path(tls_server.auth_dir, OPERATOR),
     )
     with pytest.raises(BusUnavailable, match="certificate"):
         async with Bus(settings):
             pass
+
+
+def _tls_block(certificates: Certificates, extra: str = "") -> str:
+    return f'tls {{ cert_file: "{certificates.cert}", key_file: "{certificates.key}" }}\n{extra}'
+
+
+async def test_a_client_given_a_ca_refuses_a_plaintext_server(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path / "tls")
+    with EmbeddedNatsServer(tmp_path / "nats") as server:
+        settings = Settings(nats_url=server.url, data_dir=tmp_path, nats_tls_ca=certificates.ca)
+        with pytest.raises(BusUnavailable, match="plaintext connection is refused"):
+            async with Bus(settings):
+                pass
+        tls_url = Settings(nats_url=server.url.replace("nats://", "tls://"), data_dir=tmp_path)
+        with pytest.raises(BusUnavailable, match="plaintext connection is refused"):
+            async with Bus(tls_url):
+                pass
+
+
+async def test_a_client_given_a_ca_upgrades_where_tls_is_optional(tmp_path: Path) -> None:
+    certificates = make_certificates(tmp_path / "tls")
+    config = _tls_block(certificates, "allow_non_tls: true\n")
+    with EmbeddedNatsServer(tmp_path / "nats", extra_config=config) as server:
+        settings = Settings(nats_url=server.url, data_dir=tmp_path, nats_tls_ca=certificates.ca)
+        async with Bus(settings) as bus:
+            assert bus.client._transport is not None
+            ssl_object = bus.client._transport._io_writer.get_extra_info("ssl_object")
+            assert ssl_object is not None, "the connection stayed in plaintext"
+            assert (await bus.publish_raw("heddle.evt.deadletter", b"{}", "p1")).sequence == 1
+
+
+async def test_a_tls_connection_closes_without_asyncio_notices(
+    tls_server: TlsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(
+        nats_url=tls_server.server.url,
+        data_dir=tmp_path,
+        nats_creds=credential_path(tls_server.auth_dir, OPERATOR),
+        nats_tls_ca=tls_server.certificates.ca,
+    )
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):
+            async with Bus(settings) as bus:
+                await bus.publish_raw("heddle.evt.deadletter", b"{}", None)
+    assert not [r for r in caplog.records if "eof_received" in r.getMessage()]
