@@ -21,6 +21,7 @@ from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_e
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, Objects
 from heddle.bus.outbox import Outbox
+from heddle.bus.positions import Positions
 from heddle.bus.publisher import PublishAck, Publisher
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.state import ConsumerState, StreamState
@@ -62,6 +63,7 @@ class Bus:
         self._js: JetStreamContext | None = None
         self._outbox: Outbox | None = None
         self._objects: Objects | None = None
+        self._positions: Positions | None = None
         self.num_replicas = 1
         """Replicas of what this bus creates (resolved on start)."""
         self._replicas_source = ""
@@ -113,6 +115,7 @@ class Bus:
             if self.options.provision:
                 await self.provision()
             self._objects = Objects(self._js, KV_BUCKET, self.num_replicas)
+            self._positions = Positions(self._js, self.num_replicas)
             payloads = Objects(
                 self._js, PAYLOADS_BUCKET, self.num_replicas, self.options.payload_max_age_s
             )
@@ -289,6 +292,13 @@ class Bus:
     async def get_bucket_object(self, bucket: str, name: str) -> bytes:
         """The object ``name`` of ``bucket``; ``heddle.bus.ObjectNotFound`` when absent."""
         return await Objects(self.js, bucket).get(name)
+
+    @property
+    def positions(self) -> Positions:
+        """Consumer positions recorded apart from their durables (``heddle.bus.positions``)."""
+        if self._positions is None:
+            raise RuntimeError("the bus is not started")
+        return self._positions
 
     def _require_objects(self) -> Objects:
         if self._objects is None:

@@ -120,6 +120,26 @@ def _print_control_plane(snapshot: StatusSnapshot, console: Console) -> None:
         f"policies {', '.join(control.policies) or '-'}",
         highlight=False,
     )
+    for line in durable_warnings(snapshot):
+        console.print(line, style="bold red", highlight=False)
+
+
+def durable_warnings(snapshot: StatusSnapshot) -> list[str]:
+    """What ``heddle status`` says about durables that disappeared."""
+    lines = []
+    for c in snapshot.consumers:
+        if c.is_missing:
+            lines.append(
+                f"durable {c.consumer} is MISSING on the server (deleted, or lost): the control "
+                f"plane recreates it after #{c.position} when it notices or restarts"
+            )
+        if c.num_durable_losses:
+            when = time.strftime("%H:%M:%S", time.localtime(c.durable_lost_at))
+            lines.append(
+                f"durable {c.consumer} disappeared {c.num_durable_losses} time(s), last at "
+                f"{when}; recreated after #{c.recreated_after} (nothing skipped)"
+            )
+    return lines
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -230,6 +250,8 @@ def _consumers_table(snapshot: StatusSnapshot) -> Table:
     table = _table("consumers", "consumer", "position", "lag", "live", "batch ms p50/p99")
     for c in snapshot.consumers:
         live = "-" if c.is_live is None else ("yes" if c.is_live else "no")
+        if c.is_missing:
+            live = "MISSING"
         latency = (
             "-" if c.batch_ms_p50 is None else f"{c.batch_ms_p50:.2f}/{c.batch_ms_p99 or 0:.2f}"
         )

@@ -12,7 +12,10 @@ slot run alone) is named after that unit: ``<prefix>-<slot>``.
 Lifecycle of ``DeciderConsumer.run()``:
 
 1. **Position.** The durable's ack floor is the last event whose outputs are stored. A durable
-   that does not exist yet adopts the stream as it is: everything already in it counts as
+   that is missing but whose position was recorded (``heddle.bus.positions``: the control plane
+   records it as it goes) was deleted, or lost by the server, while the control plane was down:
+   it is recreated from that position, and the loss is logged and counted (``heddle status``).
+   A durable never recorded adopts the stream as it is: everything already in it counts as
    handled, so a control plane started on an old data dir does not re-place old rollouts.
 2. **Replay.** Every event of the units' kinds up to that position is decoded once and folded
    into each unit that handles it, outputs discarded (they were published the first time): the
@@ -24,6 +27,10 @@ Lifecycle of ``DeciderConsumer.run()``:
    decide, every output is published with ids derived from its input (a re-run after a crash
    stores nothing twice), and batches are acknowledged in order, each only once its outputs are
    stored.
+
+A durable that disappears while live (``DurableLost``: every event taken from it is decided and
+stored) is recreated after the last of them, and deciding goes on from the same state: nothing
+is replayed, and nothing published meanwhile is skipped.
 
 A delivery at or below the position is a redelivery of an event already decided (an ack lost in
 a reconnect): it is acknowledged without deciding it again. An event a unit refuses (a
@@ -37,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -47,15 +53,15 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery, ReplayRecord
+from heddle.consumers.consumer_stats import ConsumerStats
 from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
-from heddle.consumers.latency import LatencyHistogram
-from heddle.consumers.pipeline import PipelinedRunner, Stage
+from heddle.consumers.pipeline import DurableLost, PipelinedRunner, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import EventT
@@ -64,7 +70,6 @@ from heddle.observability.metrics import BatchObserver
 
 log = logging.getLogger(__name__)
 
-_LATENCY_WINDOW = 4096
 PLANE = "plane"
 """Durable suffix of a consumer hosting several units (``<prefix>-plane``)."""
 
@@ -90,35 +95,6 @@ class HostConfig:
 
     def durable(self, name: str) -> str:
         return f"{self.durable_prefix}-{name}"
-
-
-@dataclass(slots=True)
-class ConsumerStats:
-    """What ``heddle status`` shows of one consumer (see ``heddle.consumers.status``)."""
-
-    durable: str
-    position: int = 0
-    """Stream sequence of the last event folded into the state."""
-    num_replayed: int = 0
-    num_decided: int = 0
-    num_outputs: int = 0
-    num_rejected: int = 0
-    num_redelivered: int = 0
-    num_pending: int = 0
-    """Events of the units' kinds in the stream after the last delivery (the lag)."""
-    is_live: bool = False
-    batch_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
-    """Recent batches: time spent deciding them, all units and stages (milliseconds)."""
-    age_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
-    """Recent events: their age when decided, from the stream storing them (the server's clock)
-    to the start of their batch's decisions (ours): delivery and queueing delay, milliseconds."""
-    ages: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Every event's age (as ``age_ms``) since the consumer started."""
-    decisions: LatencyHistogram = field(default_factory=LatencyHistogram)
-    """Every event with outputs since the consumer started: its decision latency, from its
-    arrival in this process to its outputs stored (their publish acknowledged), milliseconds."""
-    units: dict[str, UnitStats] = field(default_factory=dict)
-    """Per hosted unit: events decided, outputs, refusals and time spent."""
 
 
 class DeciderConsumer:
@@ -150,6 +126,7 @@ class DeciderConsumer:
         self._wall = wall
         self._on_batch = on_batch
         self._runner: PipelinedRunner | None = None
+        self._stored_position = 0
         self._stopping = False
 
     def stop(self) -> None:
@@ -167,9 +144,27 @@ class DeciderConsumer:
         await self.replay(position)
         if on_replayed is not None:
             await on_replayed()
-        if self._stopping:
-            return self.stats
-        spec = ConsumerSpec(
+        self._stored_position = position
+        while not self._stopping:
+            runner = self._runner = PipelinedRunner(
+                self.bus, self._spec(position + 1), self._decode, self._decide,
+                on_stored=self._on_stored,
+            )  # fmt: skip
+            self.stats.is_live = True
+            try:
+                await runner.run()
+                break
+            except DurableLost:
+                position = runner.acked_sequence
+                self._lost(position, "while live")
+            finally:
+                self.stats.is_live = False
+                self._stored_position = runner.acked_sequence
+                self._runner = None
+        return self.stats
+
+    def _spec(self, start_sequence: int) -> ConsumerSpec:
+        return ConsumerSpec(
             durable=self.durable,
             stream=EVENTS_STREAM,
             filter_subjects=self.filter_subjects,
@@ -178,18 +173,15 @@ class DeciderConsumer:
             max_ack_pending=self.config.max_ack_pending,
             ack_wait_s=self.config.ack_wait_s,
             ack_all=True,
-            start_sequence=position + 1,
+            start_sequence=start_sequence,
         )
-        self._runner = PipelinedRunner(
-            self.bus, spec, self._decode, self._decide, on_stored=self._on_stored
-        )
-        self.stats.is_live = True
-        try:
-            await self._runner.run()
-        finally:
-            self.stats.is_live = False
-            self._runner = None
-        return self.stats
+
+    @property
+    def stored_position(self) -> int:
+        """The last stream sequence whose outputs are stored and acknowledged (what the
+        control plane records apart from the durable, ``heddle.bus.positions``)."""
+        runner = self._runner
+        return runner.acked_sequence if runner is not None else self._stored_position
 
     async def position(self) -> int:
         """The last stream sequence whose outputs are stored (see the module docstring)."""
@@ -197,7 +189,30 @@ class DeciderConsumer:
         state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
         if state is not None:
             return max(state.ack_floor_sequence, floor)
+        recorded = await self._recorded_position()
+        if recorded is not None:
+            self._lost(recorded, "while the control plane was down")
+            return max(recorded, floor)
         return max((await self.bus.stream_state()).last_sequence, floor)
+
+    async def _recorded_position(self) -> int | None:
+        try:
+            return await self.bus.positions.recorded(self.durable)
+        except Exception as exc:  # a credential without the bucket: adopt the stream
+            log.warning("%s: no recorded position readable (%r)", self.durable, exc)
+            return None
+
+    def _lost(self, position: int, when: str) -> None:
+        """Say that the durable disappeared, and where it is recreated."""
+        stats = self.stats
+        stats.num_durable_losses += 1
+        stats.durable_lost_at = self._wall()
+        stats.recreated_after = position
+        log.error(
+            "durable %s of %s disappeared %s (deleted, or lost by the server): recreating it "
+            "after #%d, the last event whose outputs are stored, not at the stream's end",
+            self.durable, EVENTS_STREAM, when, position,
+        )  # fmt: skip
 
     async def replay(self, position: int) -> None:
         """Fold every event of the units' kinds up to ``position`` into the state."""

@@ -16,8 +16,12 @@ decision latency. This loop keeps the round trips off the critical path:
   refused events dead-lettered): the consumer acknowledges all up to a sequence at once, so an
   acknowledgement never covers an event whose outputs are not stored.
 
-A batch whose outputs cannot be stored stops the loop with ``ConsumerFailed`` (its decisions are
-in the state already; the host rebuilds the state from the stream). So does a gap in the
+A durable that disappears (deleted, or lost by the server: its pull requests end with 409 or
+503 and the server no longer knows it) stops the loop with ``DurableLost`` once every batch
+taken is stored and acknowledged: the state is intact, and the host recreates the durable after
+the last event it decided. A batch whose outputs cannot be stored stops the loop with
+``ConsumerFailed`` (its decisions are in the state already; the host rebuilds the state from
+the stream). So does a gap in the
 consumer's delivery sequence: deliveries lost in transit (a cluster node died with a pull
 response on its way) would otherwise be covered by the next acknowledgement and never decided;
 the batches before the gap are acknowledged, the rebuilt consumer resumes right after them.
@@ -30,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -40,18 +43,18 @@ from heddle.bus.pull import PullInbox, RawMessage, delivery_after
 from heddle.bus.streams import provision_consumer
 from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import parse_ack_subject
+from heddle.consumers.refusals import Refused, dead_letter, merge
 from heddle.control import Output
-from heddle.events import DeadLettered, EventT
-from heddle.events.subjects import parse_subject
-from heddle.ids import derive_id
+from heddle.events import EventT
 
 log = logging.getLogger(__name__)
 
 _ACK = b"+ACK"
 _TERM = b"+TERM"
 _NAK = b"-NAK"
+_CONSUMER_TROUBLE = (b"409", b"503")
+"""Statuses that end pull requests to a consumer that may be gone."""
 _WAIT_MARGIN_S = 2.0
-_MAX_PAYLOAD_CHARS = 4096
 
 
 class Stage(NamedTuple):
@@ -76,15 +79,8 @@ class ConsumerFailed(RuntimeError):
     """A consumer's state can no longer be trusted (outputs unpublished); rebuild it."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Refused:
-    """An event to dead-letter: undecodable, or refused by the deciders."""
-
-    subject: str
-    reply: str
-    sequence: int
-    data: bytes
-    reason: str
+class DurableLost(RuntimeError):
+    """The durable is gone; every event taken from it is decided and its outputs stored."""
 
 
 @dataclass(slots=True)
@@ -121,6 +117,9 @@ class PipelinedRunner:
         """Consumer sequence the next delivery must have (the durable is recreated at
         ``start_sequence``, so its deliveries count from 1); None: not checked."""
         self._gap = ""
+        self._is_lost = False
+        self.acked_sequence = (spec.start_sequence or 1) - 1
+        """Stream sequence up to which every event's outputs are stored and acknowledged."""
 
     def stop(self) -> None:
         self._stopping = True
@@ -138,6 +137,11 @@ class PipelinedRunner:
         try:
             while not self._stopping and not acking.done():
                 raws = await self._take(inbox)
+                if not raws and inbox.last_status in _CONSUMER_TROUBLE:
+                    inbox.last_status = b""
+                    if await self._is_gone():
+                        self._is_lost = True
+                        break
                 if raws and not self._continues_delivery(raws):
                     break
                 if raws:
@@ -152,6 +156,17 @@ class PipelinedRunner:
         acking.result()  # raises ConsumerFailed when outputs could not be stored
         if self._gap:
             raise ConsumerFailed(self._gap)
+        if self._is_lost:
+            raise DurableLost(f"durable {self.spec.durable} of {self.spec.stream} is gone")
+
+    async def _is_gone(self) -> bool:
+        """Whether the server no longer knows the durable (a cluster electing its leader
+        answers late or not at all: not gone)."""
+        try:
+            return await self.bus.consumer_state(self.spec.stream, self.spec.durable) is None
+        except Exception as exc:
+            log.info("%s: consumer info unavailable (%r)", self.spec.durable, exc)
+        return False
 
     def _continues_delivery(self, raws: Sequence[RawMessage]) -> bool:
         """Whether ``raws`` are exactly the durable's next deliveries (else the gap is noted)."""
@@ -188,10 +203,10 @@ class PipelinedRunner:
         decided; queue its acknowledgement behind their storage."""
         deliveries, refused = self._decode_all(raws)
         stored: list[asyncio.Task[None]] = []
-        rejected: dict[int, _Refused] = {}
+        rejected: dict[int, Refused] = {}
         for outputs, rejections, arrivals in self._decide(deliveries) if deliveries else ():
             for rejection in rejections:
-                _merge(rejected, rejection)
+                merge(rejected, rejection)
             if outputs:
                 stored.append(asyncio.create_task(self._store(outputs, [], arrivals)))
                 await _let_writes_out()
@@ -202,9 +217,9 @@ class PipelinedRunner:
 
     def _decode_all(
         self, raws: Sequence[RawMessage]
-    ) -> tuple[list[Delivery[EventT]], list[_Refused]]:
+    ) -> tuple[list[Delivery[EventT]], list[Refused]]:
         deliveries: list[Delivery[EventT]] = []
-        refused: list[_Refused] = []
+        refused: list[Refused] = []
         for raw in raws:
             info = parse_ack_subject(raw.reply)
             subject = raw.subject.decode()
@@ -212,12 +227,12 @@ class PipelinedRunner:
                 message = self._decode(raw.data)
             except ValueError as exc:
                 reply = raw.reply.decode()
-                refused.append(_Refused(subject, reply, info.stream_sequence, raw.data, str(exc)))
+                refused.append(Refused(subject, reply, info.stream_sequence, raw.data, str(exc)))
                 continue
             mismatch = subject_mismatch(subject, message)
             if mismatch is not None:
                 reply = raw.reply.decode()
-                refused.append(_Refused(subject, reply, info.stream_sequence, raw.data, mismatch))
+                refused.append(Refused(subject, reply, info.stream_sequence, raw.data, mismatch))
                 continue
             deliveries.append(
                 Delivery(
@@ -229,7 +244,7 @@ class PipelinedRunner:
         return deliveries, refused
 
     async def _store(
-        self, outputs: list[Output], refused: list[_Refused], arrivals: Sequence[float] = ()
+        self, outputs: list[Output], refused: list[Refused], arrivals: Sequence[float] = ()
     ) -> None:
         try:
             if outputs:
@@ -237,28 +252,10 @@ class PipelinedRunner:
                 if self._on_stored is not None:
                     self._on_stored(arrivals)
             for event in refused:
-                await self.bus.publish(self._dead_letter(event))
+                await self.bus.publish(dead_letter(event, self.spec.durable, self.spec.stream))
                 await self.bus.client.publish(event.reply, _TERM)
         except (PublishError, TimeoutError, ConnectionError) as exc:
             raise ConsumerFailed(f"{self.spec.durable}: outputs not stored: {exc}") from exc
-
-    def _dead_letter(self, event: _Refused) -> DeadLettered:
-        try:
-            rollout_id = parse_subject(event.subject).rollout_id or ""
-        except ValueError:
-            rollout_id = ""
-        durable, sequence = self.spec.durable, event.sequence
-        log.warning("%s dead-letters %s #%d: %s", durable, event.subject, sequence, event.reason)
-        return DeadLettered(
-            event_id=derive_id("deadletter", durable, self.spec.stream, sequence),
-            rollout_id=rollout_id,
-            occurred_at=time.time(),
-            consumer=durable,
-            subject=event.subject,
-            stream_sequence=sequence,
-            reason=event.reason[:2000],
-            payload=event.data[:_MAX_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
-        )
 
     async def _acknowledge(self) -> None:
         """Acknowledge batches in order, each once its outputs are stored. Batches queued
@@ -279,6 +276,7 @@ class PipelinedRunner:
                 await self._stored(following)
                 batch = following
             await self.bus.client.publish(batch.last_reply.decode(), _ACK)
+            self.acked_sequence = parse_ack_subject(batch.last_reply).stream_sequence
 
     async def _stored(self, batch: _InFlight) -> None:
         """Wait for the batch's outputs to be stored; ``ConsumerFailed`` stops the loop."""
@@ -288,20 +286,6 @@ class PipelinedRunner:
         except ConsumerFailed:
             self.stop()
             raise
-
-
-def _merge(rejected: dict[int, _Refused], rejection: Rejection) -> None:
-    """One dead letter per refused event, whatever number of deciders refused it."""
-    d = rejection.delivery
-    earlier = rejected.get(d.stream_sequence)
-    reason = rejection.reason
-    if earlier is not None:
-        if reason in earlier.reason:
-            return
-        reason = f"{earlier.reason}; {reason}"
-    rejected[d.stream_sequence] = _Refused(
-        d.subject, d.ack_subject, d.stream_sequence, d.data, reason
-    )
 
 
 async def _let_writes_out() -> None:

@@ -13,7 +13,9 @@ server), then supervises, concurrently:
   replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
   once every event stored before it is folded in;
 - the ledger projector (``heddle.consumers.projector.Projector``), unless disabled;
-- ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``;
+- ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``, and the deciders'
+  stored position recorded apart from their durable (``heddle.bus.positions``), from which a
+  durable that disappears is recreated (``heddle.consumers.host``);
 - the operations service (``heddle.consumers.operations``: the ``heddle`` NATS micro service),
   answering from the ``OperationsView`` unit the deciders' consumer hosts beside the slots.
 
@@ -89,6 +91,7 @@ class ControlPlaneService:
         self._ledger: Ledger | None = None
         self._history: list[TraceTrajectory] = []
         self._stopping = False
+        self._recorded_position = -1
         self._liveness_checked = False
         self._options: ControlOptions | None = None
         self.metrics = Metrics()
@@ -259,9 +262,24 @@ class ControlPlaneService:
                 self.ready.set()
                 log.info("control plane ready")
             self._write_status()
+            await self._record_position()
             # Poll fast until ready: a launcher waits for the file to say so.
             interval_s = self.config.status_interval_s if self.ready.is_set() else 0.1
             await asyncio.sleep(interval_s)
+
+    async def _record_position(self) -> None:
+        consumer = self.consumers.get(DECIDERS)
+        if consumer is None or not consumer.stats.is_live or self._bus is None:
+            return
+        position = consumer.stored_position
+        if position == self._recorded_position:
+            return
+        try:
+            await self._bus.positions.record(consumer.durable, position)
+        except Exception as exc:  # next time: a durable lost meanwhile resumes a bit earlier
+            log.warning("cannot record the deciders' position: %r", exc)
+            return
+        self._recorded_position = position
 
     def _write_status(self) -> None:
         try:

@@ -74,6 +74,13 @@ class ConsumerLine(msgspec.Struct, frozen=True, kw_only=True):
     is_live: bool | None
     batch_ms_p50: float | None = None
     batch_ms_p99: float | None = None
+    is_missing: bool = False
+    """NATS was reached and does not know the control plane's durable (deleted, or lost by the
+    server; the control plane recreates it where it stopped)."""
+    num_durable_losses: int = 0
+    """Times its process found the durable missing and recreated it (the control plane's)."""
+    durable_lost_at: float = 0.0
+    recreated_after: int = 0
 
 
 class ExecutorLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -280,6 +287,10 @@ def _consumers(
                 is_live=report.is_live if report is not None else None,
                 batch_ms_p50=report.batch_ms_p50 if report is not None else None,
                 batch_ms_p99=report.batch_ms_p99 if report is not None else None,
+                is_missing=report is not None and stream is not None and probed is None,
+                num_durable_losses=report.num_durable_losses if report is not None else 0,
+                durable_lost_at=report.durable_lost_at if report is not None else 0.0,
+                recreated_after=report.recreated_after if report is not None else 0,
             )
         )
     return lines

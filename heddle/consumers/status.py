@@ -38,6 +38,12 @@ class ConsumerReport(msgspec.Struct, frozen=True, kw_only=True):
     num_rejected: int
     num_restarts: int = 0
     is_live: bool
+    num_durable_losses: int = 0
+    """Times the durable was found missing (deleted, or lost by the server) and recreated."""
+    durable_lost_at: float = 0.0
+    recreated_after: int = 0
+    """The stream sequence it was last recreated after (the last event whose outputs were
+    stored)."""
     batch_ms_p50: float = 0.0
     batch_ms_p99: float = 0.0
     batch_ms_max: float = 0.0
@@ -104,6 +110,9 @@ def consumer_report(stats: ConsumerStats, num_restarts: int = 0) -> ConsumerRepo
         num_rejected=stats.num_rejected,
         num_restarts=num_restarts,
         is_live=stats.is_live,
+        num_durable_losses=stats.num_durable_losses,
+        durable_lost_at=stats.durable_lost_at,
+        recreated_after=stats.recreated_after,
         batch_ms_p50=_quantile(latencies, 0.5),
         batch_ms_p99=_quantile(latencies, 0.99),
         batch_ms_max=latencies[-1] if latencies else 0.0,

@@ -66,8 +66,10 @@ def _migrate(ledger_url: str) -> None:
 
 
 async def delete_control_durables(bus: Bus, prefix: str) -> None:
-    """Remove the durable of an isolated control plane run (``<prefix>-plane``)."""
+    """Remove the durable of an isolated control plane run (``<prefix>-plane``) and the
+    position it recorded (a later run of that prefix starts afresh)."""
     await bus.delete_consumer(EVENTS_STREAM, f"{prefix}-{PLANE}")
+    await bus.positions.forget(f"{prefix}-{PLANE}")
 
 
 class LocalDeployment:
