@@ -10,6 +10,7 @@ own option type.
 from __future__ import annotations
 
 import re
+import shlex
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,9 +33,9 @@ KUBERNETES_DIR = DEPLOY / "kubernetes"
 DOCKERFILES = DEPLOY / "docker"
 PROJECT_IMAGES = ("heddle", "heddle-sglang")
 """Images built from this repository: ``deploy/docker/<name>.Dockerfile``."""
-CREDENTIAL_ROLES = ("control", "projector", "worker", "executor", "trainer", "operator")
-"""``heddle deploy auth --out DIR`` writes ``DIR/nats-auth.conf`` and ``DIR/<role>.creds``."""
 _EXPANSION = re.compile(r"\$\((\w+)\)")
+_AUTH_COMMAND = re.compile(r"^#\s+(heddle deploy auth .*)$", re.MULTILINE)
+_AUTH_DIR = "${AUTH_DIR:-./auth}/"
 
 
 def project_version() -> str:
@@ -49,6 +50,9 @@ class Process:
     argv: list[str]
     env: dict[str, str]
     """Variable name -> value (``valueFrom`` entries as ``<from ...>``)."""
+    credentials: dict[str, str]
+    """Container path -> the file of ``heddle deploy auth``'s output mounted there (a name
+    with ``$(VAR)`` where Kubernetes expands it per pod)."""
 
 
 def load_compose() -> dict[str, Any]:
@@ -77,8 +81,27 @@ def compose_processes() -> list[Process]:
         command = service.get("command", [])
         argv = command if isinstance(command, list) else command.split()
         env = {key: str(value) for key, value in (service.get("environment") or {}).items()}
-        processes.append(Process(f"compose.yaml:{name}", service["image"], list(argv), env))
+        credentials = {}
+        for volume in service.get("volumes", []):
+            source, target = split_volume(volume)
+            if source.startswith(_AUTH_DIR):
+                credentials[target] = source.removeprefix(_AUTH_DIR)
+        processes.append(
+            Process(f"compose.yaml:{name}", service["image"], list(argv), env, credentials)
+        )
     return processes
+
+
+def split_volume(entry: str) -> tuple[str, str]:
+    """(source, target) of a compose volume, with ``${VAR:-default}`` sources kept whole."""
+    masked = re.sub(r"\$\{[^}]*\}", lambda m: m.group(0).replace(":", "\0"), entry)
+    source, target = masked.split(":")[:2]
+    return source.replace("\0", ":"), target.replace("\0", ":")
+
+
+def documented_auth_commands(text: str) -> list[list[str]]:
+    """The ``heddle deploy auth`` command lines a file's comments give, as argv."""
+    return [shlex.split(line) for line in _AUTH_COMMAND.findall(text)]
 
 
 def _pod_spec(document: dict[str, Any]) -> dict[str, Any] | None:
@@ -109,8 +132,37 @@ def kubernetes_processes() -> list[Process]:
                 env = config_env | env
             argv = [*container.get("command", []), *container.get("args", [])]
             where = f"{name}:{document['metadata']['name']}/{container['name']}"
-            processes.append(Process(where, container["image"], argv, env))
+            credentials = _secret_files(pod or {}, container)
+            processes.append(Process(where, container["image"], argv, env, credentials))
     return processes
+
+
+def _secret_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """Container path -> secret key of each file the container sees of ``heddle-nats-creds``
+    (the volume's items, or the one key a ``subPathExpr`` mount picks)."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"], {}).get("secret", {})
+        if secret.get("secretName") != "heddle-nats-creds":
+            continue
+        if "subPathExpr" in mount or "subPath" in mount:
+            files[mount["mountPath"]] = mount.get("subPathExpr") or mount["subPath"]
+            continue
+        for item in secret.get("items", []):
+            files[f"{mount['mountPath']}/{item['path']}"] = item["key"]
+    return files
+
+
+def kubernetes_pod_names() -> dict[str, list[str]]:
+    """Pod names of each StatefulSet (``<name>-<ordinal>``), by StatefulSet name."""
+    return {
+        document["metadata"]["name"]: [
+            f"{document['metadata']['name']}-{i}" for i in range(document["spec"]["replicas"])
+        ]
+        for _, document in kubernetes_documents()
+        if document["kind"] == "StatefulSet"
+    }
 
 
 def expanded_names(argv: list[str]) -> set[str]:

@@ -6,6 +6,8 @@ environment variable they name exists in this project."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -13,10 +15,12 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from typer.testing import CliRunner
+
+from heddle.cli.apps import app
 
 from .manifests import (
     COMPOSE_FILE,
-    CREDENTIAL_ROLES,
     DEPLOY,
     DOCKERFILES,
     KUBERNETES_DIR,
@@ -25,13 +29,16 @@ from .manifests import (
     Process,
     check_heddle_argv,
     compose_processes,
+    documented_auth_commands,
     expanded_names,
     heddle_env_names,
     kubernetes_documents,
+    kubernetes_pod_names,
     kubernetes_processes,
     kustomize_tags,
     load_compose,
     project_version,
+    split_volume,
 )
 
 KUBERNETES_VERSION = "1.33.0"
@@ -113,15 +120,115 @@ def test_every_heddle_environment_variable_is_read_by_the_project() -> None:
                 assert name in expanded_names(process.argv), f"{process.where}: {name} is unused"
 
 
-def test_every_process_talks_to_nats_with_its_own_role_credential() -> None:
+def _identity_of(process: Process) -> str:
+    """The credential a process must present: its command's identity (heddle/deploy/roles.py)."""
+    argv = process.argv
+    if argv[1] == "worker":
+        return f"worker-{argv[argv.index('--id') + 1]}"
+    return {"up": "control_plane", "db": "ledger_projector", "tools": "tool_executor"}[argv[1]]
+
+
+def test_every_process_talks_to_nats_with_its_own_identity_credential() -> None:
     for process in _heddle_processes():
         if process.argv[1:3] == ["db", "upgrade"]:
-            continue  # the migration touches only PostgreSQL
-        creds = process.env.get("HEDDLE_NATS_CREDS", "")
-        assert Path(creds).name in {f"{role}.creds" for role in CREDENTIAL_ROLES}, process.where
-        role = Path(creds).stem
-        expected = {"up": "control", "db": "projector", "worker": "worker", "tools": "executor"}
-        assert role == expected[process.argv[1]], f"{process.where} uses {role}.creds"
+            assert not process.credentials, process.where  # PostgreSQL only
+            continue
+        path = process.env.get("HEDDLE_NATS_CREDS", "")
+        assert path in process.credentials, f"{process.where}: nothing mounted at {path!r}"
+        assert list(process.credentials) == [path], f"{process.where} sees other credentials"
+        assert process.credentials[path] == f"{_identity_of(process)}.nk", process.where
+
+
+def _run_documented(command: list[str], out: Path) -> None:
+    assert command[:3] == ["heddle", "deploy", "auth"], command
+    args = list(command[1:])
+    args[args.index("--out") + 1] = str(out)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+
+def test_compose_mounts_what_heddle_deploy_auth_writes_as_documented(tmp_path: Path) -> None:
+    """The header's command, run as written: every file a service mounts from its output
+    exists, and the NATS config includes the one the nodes mount."""
+    (command,) = documented_auth_commands(COMPOSE_FILE.read_text())
+    out = tmp_path / "auth"
+    _run_documented(command, out)
+    nats_conf = (DEPLOY / "compose" / "nats" / "nats.conf").read_text()
+    include = next(line.split()[1] for line in nats_conf.splitlines() if line.startswith("include"))
+    mounted: set[str] = set()
+    for name, service in load_compose()["services"].items():
+        for volume in service.get("volumes", []):
+            source, target = split_volume(volume)
+            if source.startswith("${AUTH_DIR:-./auth}/"):
+                file_name = source.split("/")[-1]
+                assert (out / file_name).is_file(), f"{name} mounts {file_name}, not written"
+                mounted.add(file_name)
+                if name.startswith("nats-"):
+                    assert str(Path("/etc/nats") / include).endswith(target.lstrip("/")), target
+    assert "auth.conf" in mounted
+    assert {p.name for p in out.glob("*.nk")} >= {m for m in mounted if m.endswith(".nk")}
+
+
+def test_compose_seeds_are_readable_by_their_containers_user(tmp_path: Path) -> None:
+    """After the header's steps (the command, then chown), each service's user reads its seed
+    (mode 0600): the heddle image runs as 10001 (its Dockerfile's USER), heddle-sglang as
+    root."""
+    text = COMPOSE_FILE.read_text()
+    (command,) = documented_auth_commands(text)
+    out = tmp_path / "auth"
+    _run_documented(command, out)
+    chown = re.search(r"^#\s+chown (\d+) deploy/compose/auth/\*\.nk", text, re.MULTILINE)
+    assert chown is not None, "the header no longer says who owns the seeds"
+    owner = int(chown.group(1))
+    if os.geteuid() == 0:
+        for seed in out.glob("*.nk"):
+            os.chown(seed, owner, -1)
+    users = {image: _dockerfile_user(image) for image in PROJECT_IMAGES}
+    for name, service in load_compose()["services"].items():
+        user = int(
+            str(service.get("user", users.get(service["image"].split(":")[0], 0))).split(":")[0]
+        )
+        for volume in service.get("volumes", []):
+            source = split_volume(volume)[0]
+            if not source.endswith(".nk"):
+                continue
+            mode = (out / source.split("/")[-1]).stat().st_mode
+            assert mode & 0o077 == 0, f"{source} is readable by others"
+            assert user in (0, owner), f"{name} runs as {user}, the seeds belong to {owner}"
+
+
+def _dockerfile_user(image: str) -> int:
+    lines = (DOCKERFILES / f"{image}.Dockerfile").read_text().splitlines()
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    return int(users[-1]) if users else 0
+
+
+def test_kubernetes_mounts_what_heddle_deploy_auth_writes_as_documented(tmp_path: Path) -> None:
+    """config.yaml's command, run as written: every secret key a container mounts (a worker's
+    per pod name) and the NATS auth config the Helm values include are in its output, and the
+    documentation gives the same command."""
+    text = (KUBERNETES_DIR / "config.yaml").read_text()
+    (command,) = documented_auth_commands(text)
+    assert " ".join(command) in (ROOT / "docs" / "deploy-kubernetes.md").read_text()
+    out = tmp_path / "auth"
+    _run_documented(command, out)
+    pods = kubernetes_pod_names()
+    for process in kubernetes_processes():
+        for key in process.credentials.values():
+            if "$(POD_NAME)" in key:
+                statefulset = process.where.split(":")[1].split("/")[0]
+                names = [key.replace("$(POD_NAME)", pod) for pod in pods[statefulset]]
+            else:
+                names = [key]
+            for file_name in names:
+                assert (out / file_name).is_file(), f"{process.where} mounts {file_name}"
+    values = yaml.safe_load((KUBERNETES_DIR / "nats" / "values.yaml").read_text())
+    included = Path(values["config"]["merge"]["00$include"]).name
+    assert (out / included).is_file()
+    assert (
+        f"--from-file={included}=DIR/{included}"
+        in (KUBERNETES_DIR / "nats" / "values.yaml").read_text()
+    )
 
 
 def test_project_images_are_built_here_at_the_project_version() -> None:
@@ -169,18 +276,6 @@ def test_workers_request_as_many_gpus_as_their_tensor_parallel_degree() -> None:
             assert len(devices) == tp
 
 
-def test_compose_mounts_the_auth_output_by_its_file_names() -> None:
-    text = COMPOSE_FILE.read_text()
-    nats_conf = (DEPLOY / "compose" / "nats" / "nats.conf").read_text()
-    assert "include ./auth/nats-auth.conf" in nats_conf
-    for service in load_compose()["services"].values():
-        for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
-            if source.endswith(".creds"):
-                assert Path(source).stem in CREDENTIAL_ROLES
-    assert "heddle deploy auth --out" in text
-
-
 # Keys of the official chart's values.yaml (nats-io/k8s, helm/charts/nats, chart 2.x) used by
 # nats/values.yaml; under `merge` and `patch` the content is free-form nats.conf / JSON patch.
 _CHART_KEYS = {
@@ -218,6 +313,6 @@ def test_nats_helm_values_ask_for_a_three_node_jetstream_cluster_on_files() -> N
     jetstream = values["config"]["jetstream"]
     assert jetstream["enabled"] and jetstream["fileStore"]["enabled"]
     assert not jetstream["memoryStore"]["enabled"]
-    assert values["config"]["merge"]["00$include"].endswith("/nats-auth.conf")
+    assert values["config"]["merge"]["00$include"].endswith("/auth.conf")
     config_env = next(d["data"] for _, d in kubernetes_documents() if d["kind"] == "ConfigMap")
     assert config_env["HEDDLE_NATS_URL"] == "nats://heddle-nats:4222"  # the release's service
