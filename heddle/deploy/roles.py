@@ -63,6 +63,9 @@ OWNED_DURABLES = {CONTROL_DURABLE: CONTROL_PLANE, LEDGER_CONSUMER: LEDGER_PROJEC
 projector itself unless ``--no-ledger``, and operators) may create, delete, pull and ack."""
 TRAINER_ENDPOINTS = ("submit", "cancel")
 """A trainer's requests to the operations service, ``heddle.ops.<endpoint>.<trainer>``."""
+UPLOAD_BUCKET_PREFIX = "heddle-submit-"
+"""A trainer uploads a submission too large for one request to its own object-store bucket
+``heddle-submit-<trainer>`` first (the operations service reads it, then deletes it)."""
 PEER_ACTIONS = ("run", "reprioritize", "preempt", "migrate_out", "migrate_in", "abort")
 """Commands a worker sends its peers: the ``MigrateIn`` of a hand-over, and the trajectory
 commands it forwards to the worker it handed a trajectory to (heddle/workers/agent/commands.py)."""
@@ -245,6 +248,11 @@ def trainer_stream(trainer: str) -> str:
     return f"HEDDLE_OUT_{check_token(trainer, 'trainer name')}"
 
 
+def upload_bucket(trainer: str) -> str:
+    """The object-store bucket a trainer uploads large submissions to."""
+    return f"{UPLOAD_BUCKET_PREFIX}{check_token(trainer, 'trainer name')}"
+
+
 # ---- the roles ---------------------------------------------------------------------------
 
 
@@ -383,13 +391,15 @@ def _trainer(identity: Identity, replies: str) -> Role:
     return Role(
         identity,
         f"a training loop as trainer {trainer!r} (heddle.client): submits and cancels its "
-        f"rollouts through the operations service, reads its records on {stream}",
+        f"rollouts through the operations service (uploads to bucket {upload_bucket(trainer)}), "
+        f"reads its records on {stream}",
         publish=(
             "$JS.API.INFO",
             *(f"{OPS_PREFIX}.{endpoint}.{trainer}" for endpoint in TRAINER_ENDPOINTS),
             *stream_reads(stream),
             *any_consumer(stream),
             *bucket_reads(PAYLOADS_BUCKET),
+            *bucket_owns(upload_bucket(trainer)),
         ),
         subscribe=(replies,),
         publish_deny=owned_durables_but(TRAINER),

@@ -155,6 +155,9 @@ def matrix(server: AuthServer) -> list[Row]:
                 "$JS.ACK.HEDDLE_OUT_grpo.batches.1.5.5.0.0",
                 "$JS.API.DIRECT.GET.OBJ_heddle-payloads.$O.heddle-payloads.M.bmFtZQ==",
                 "$JS.API.CONSUMER.CREATE.OBJ_heddle-payloads",
+                "$JS.API.STREAM.CREATE.OBJ_heddle-submit-grpo",  # its upload bucket
+                "$O.heddle-submit-grpo.M.cjE=",
+                "$JS.API.STREAM.PURGE.OBJ_heddle-submit-grpo",
             ],
             denied=[
                 *owned_durable_uses(CONTROL),
@@ -178,6 +181,9 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.cmd.tool.default",
                 "$O.heddle-payloads.M.bmFtZQ==",  # read only: no overwriting a payload
                 "$O.heddle-weights.M.djE=",
+                "$O.heddle-submit-ppo.M.cjE=",  # another trainer's uploads
+                "$JS.API.STREAM.PURGE.OBJ_heddle-submit-ppo",
+                "$JS.API.DIRECT.GET.OBJ_heddle-submit-ppo",
             ],
             subscribe_allowed=[inbox("trainer-grpo")],
             subscribe_denied=["_INBOX.>", inbox("trainer-ppo"), "heddle.>", "heddle.out.grpo.>"],

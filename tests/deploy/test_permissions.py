@@ -48,13 +48,13 @@ async def test_a_connection_without_credentials_is_refused(server: AuthServer) -
 async def test_a_worker_may_not_command_or_cancel(server: AuthServer, operator_bus: Bus) -> None:
     command = Abort(command_id="c1", worker_id="w01", traj_id="t1", issued_at=time.time())
     cancel = RolloutCancelled(
-        event_id="e1", rollout_id="r1", occurred_at=time.time(), reason="a worker says so"
+        event_id="e1", rollout_id="Run-A1", occurred_at=time.time(), reason="a worker says so"
     )
     async with server.bus("worker-w00") as worker:
         # The subject is named as the server wrote it (nats-py lowercases its errors).
         with pytest.raises(PublishDenied, match=r"'heddle\.cmd\.worker\.w01\.abort'"):
             await worker.publish(command)
-        with pytest.raises(PublishDenied, match=r"permissions violation"):
+        with pytest.raises(PublishDenied, match=r"'heddle\.evt\.rollout\.Run-A1\.cancelled'"):
             await worker.publish(cancel)
         # Even a hand-over in its own name is refused once it names another sender.
         forged = Abort(
