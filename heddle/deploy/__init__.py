@@ -1,5 +1,6 @@
-"""Deployment helpers: per-role NATS permissions and their credentials (``heddle deploy``).
+"""Deployment helpers: NATS permissions per identity and their credentials (``heddle deploy``).
 
-Modules: ``roles`` (what each kind of Heddle process may publish and subscribe to), ``auth``
-(``heddle deploy auth``: a nats-server authorization config and one credential per role).
+Modules: ``roles`` (what each identity may publish and subscribe to: the shared roles, each
+worker, each trainer), ``auth`` (``heddle deploy auth``: a nats-server authorization config and
+one credential per identity).
 """
