@@ -24,7 +24,6 @@ model tokens, 0 for tool tokens), ``reward``, ``finish_reason``, ``timings`` (mo
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -33,19 +32,18 @@ from typing import Any
 import msgspec
 
 from heddle.bus import Bus, BusOptions
-from heddle.completions import CompletionStream, deployment_time_scale, is_over
+from heddle.completions import CompletionStream, is_over
 from heddle.config import Settings, load_settings
 from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.ids import check_token
-from heddle.rollout.control_plane import cancel_rollout, require_control_plane
 from heddle.rollout.submission import (
     RolloutPlan,
     TaskOptions,
     TaskPrompts,
-    submit,
     task_specs,
     trace_specs,
 )
+from heddle.rollout.submit import SubmissionRefused, cancel, submit
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 from heddle.traces import TraceTrajectory, read_trace
 from heddle.weights import publish_weights, wait_weights_loaded
@@ -96,7 +94,7 @@ class HeddleClient:
         tasks: Sequence[Mapping[str, Any]] | None = None,
         *,
         environment: str | None = None,
-        trace: Sequence[TraceTrajectory] | Path | None = None,
+        trace: Sequence[TraceTrajectory] | Path | str | None = None,
         policy: str = "heddle",
         task_options: TaskOptions | None = None,
         tokenizer: str = "byte",
@@ -107,14 +105,18 @@ class HeddleClient:
         rollout_id: str | None = None,
     ) -> str:
         """Submit ``tasks`` of ``environment`` (each sampled ``task_options.group_size``
-        times) or a ``trace`` (trajectories or a JSONL file); returns the rollout id.
+        times) or a ``trace`` (trajectories, or the path of a JSONL file); returns the rollout
+        id.
 
         A task's prompt is the environment's, tokenized with ``tokenizer`` (the workers'),
         unless the trainer gives its own, one per task: ``prompt_token_ids`` (checked against
         the tokenizer's vocabulary) or chat ``messages`` (``{"role", "content"}``; the workers
-        apply their model's chat template). ``time_scale`` is the deployment's (its workers'
-        registrations); a value that differs from it is refused. ``ValueError`` names what is
-        wrong with a task, a prompt, the trace, the time scale or the policy."""
+        apply their model's chat template). The control plane's operations service checks the
+        submission against the deployment before the rollout exists (``heddle.ops.submit.
+        <trainer>``; a large one is uploaded to the trainer's bucket first). ``time_scale`` is
+        the deployment's (its workers' registrations); a value that differs from it is refused.
+        ``ValueError`` (``SubmissionRefused`` from the service) names what is wrong with a task,
+        a prompt, the trace, the time scale or the policy."""
         if (tasks is None) == (trace is None):
             raise ValueError("give tasks (with environment) or a trace, not both")
         if tasks is not None:
@@ -126,22 +128,14 @@ class HeddleClient:
             source = f"tasks:{environment}"
         else:
             assert trace is not None
-            trajectories = read_trace(trace) if isinstance(trace, Path) else list(trace)
+            if isinstance(trace, (str, Path)):
+                trajectories, source = read_trace(Path(trace)), f"trace:{trace}"
+            else:
+                trajectories, source = list(trace), "trace"
             specs = trace_specs(trajectories)
-            source = f"trace:{trace}" if isinstance(trace, Path) else "trace"
-        plan = RolloutPlan(policy, specs, source, time_scale or 1.0, dict(labels or {}))
-        await require_control_plane(self.bus)
-        plan = dataclasses.replace(plan, time_scale=await self._time_scale(time_scale))
-        return await submit(self.bus, plan, rollout_id)
-
-    async def _time_scale(self, requested: float | None) -> float:
-        deployed = await deployment_time_scale(self.bus)
-        if requested is not None and deployed is not None and requested != deployed:
-            raise ValueError(
-                f"time_scale {requested:g} differs from the deployment's {deployed:g} (its "
-                "workers' registrations): leave it out"
-            )
-        return requested if requested is not None else (deployed or 1.0)
+        plan = RolloutPlan(policy, specs, source, time_scale, dict(labels or {}))
+        reply = await submit(self.bus, plan, rollout_id, trainer=self.trainer)
+        return reply.rollout_id
 
     # ---- weights ---------------------------------------------------------------------------
 
@@ -162,10 +156,15 @@ class HeddleClient:
         return await wait_weights_loaded(self.bus, weight_version, num_workers, timeout_s)
 
     async def cancel(self, rollout_id: str, reason: str = "cancelled by the trainer") -> None:
-        """Cancel a running rollout; a rollout that already ended (finished or cancelled) is
-        left as it is, so it never has both terminal events."""
-        if not await is_over(self.bus, rollout_id):
-            await cancel_rollout(self.bus, rollout_id, reason)
+        """Cancel one of this trainer's running rollouts (through the operations service,
+        ``heddle.ops.cancel.<trainer>``); a rollout that already ended (finished or cancelled)
+        is left as it is, so it never has both terminal events. ``SubmissionRefused`` for an
+        unknown rollout or another trainer's."""
+        try:
+            await cancel(self.bus, rollout_id, reason, trainer=self.trainer)
+        except SubmissionRefused as refusal:
+            if refusal.code != 409:  # 409: it has ended already
+                raise
 
     # ---- results ---------------------------------------------------------------------------
 

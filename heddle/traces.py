@@ -11,6 +11,11 @@ traces without text read and write as before; the context predictor reads them. 
 workloads write this format (``heddle.workloads.text`` adds their text), ``heddle replay
 --export-trace`` writes it from a recorded rollout, and the simulator, the ``trace`` environment
 and the oracle predictor read it. A bad file raises ``TraceError`` naming the line and the field.
+
+Bounds (a line past them is refused, not run): a line holds at most ``MAX_LINE_BYTES``; a
+trajectory's whole context (prompt, generations, observations) at most ``MAX_CONTEXT_TOKENS``
+tokens; a tool call at most ``MAX_TOOL_S`` model seconds. A trace that asks more is a mistake
+(a huge integer, a unit slip), and would otherwise run forever or fail inside a worker.
 """
 
 from __future__ import annotations
@@ -20,6 +25,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+
+MAX_LINE_BYTES = 1024 * 1024
+"""Longest line of a trace (or task) file: one trajectory, as large as NATS's default message."""
+MAX_CONTEXT_TOKENS = 1 << 24
+"""Most tokens a trace trajectory's context may reach (16,777,216: beyond any model's)."""
+MAX_TOOL_S = 86_400.0
+"""Longest recorded tool call, in model seconds (one day)."""
 
 
 class TraceStep(
@@ -71,8 +83,8 @@ def _check(trajectory: TraceTrajectory) -> str | None:
     """The first semantic problem of a decoded line, as 'field: reason', or None."""
     if not trajectory.id:
         return "id: must not be empty"
-    if trajectory.prompt_tokens < 0:
-        return "prompt_tokens: must be >= 0"
+    if not 0 <= trajectory.prompt_tokens <= MAX_CONTEXT_TOKENS:
+        return f"prompt_tokens: must be in [0, {MAX_CONTEXT_TOKENS}]"
     if not trajectory.steps:
         return "steps: needs at least one step"
     for index, step in enumerate(trajectory.steps):
@@ -80,8 +92,13 @@ def _check(trajectory: TraceTrajectory) -> str | None:
             return f"steps[{index}].output_tokens: must be >= 0"
         if step.tool_output_tokens < 0:
             return f"steps[{index}].tool_output_tokens: must be >= 0"
-        if not math.isfinite(step.tool_s) or step.tool_s < 0:
-            return f"steps[{index}].tool_s: must be a finite number >= 0"
+        if not math.isfinite(step.tool_s) or not 0 <= step.tool_s <= MAX_TOOL_S:
+            return f"steps[{index}].tool_s: must be a number of seconds in [0, {MAX_TOOL_S:g}]"
+    if trajectory.num_context_tokens > MAX_CONTEXT_TOKENS:
+        return (
+            f"steps: the context reaches {trajectory.num_context_tokens} tokens, more than "
+            f"{MAX_CONTEXT_TOKENS}"
+        )
     return None
 
 
@@ -100,22 +117,40 @@ def parse_trace_line(
     return trajectory
 
 
+def iter_lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a JSONL file, blank lines skipped; ``ValueError`` for a line
+    over ``MAX_LINE_BYTES`` (read no further than that: a runaway line is not loaded whole)."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot open {what} ({exc.strerror})") from None
+    with handle:
+        line_number = 0
+        while line := handle.readline(MAX_LINE_BYTES + 2):
+            line_number += 1
+            if len(line.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+                raise ValueError(
+                    f"{path}:{line_number}: the line is longer than {MAX_LINE_BYTES} bytes "
+                    "(one trajectory or task per line)"
+                )
+            if line.strip():
+                yield line_number, line
+
+
 def iter_trace(path: Path) -> Iterator[TraceTrajectory]:
     """Trajectories of a JSONL trace file, in order; blank lines are skipped."""
     seen: set[str] = set()
     try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot open trace file ({exc.strerror})") from None
-    with handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+        for line_number, line in iter_lines(path, "trace file"):
             trajectory = parse_trace_line(line, line_number, str(path))
             if trajectory.id in seen:
                 raise TraceError(f"{path}:{line_number}: id: duplicate id {trajectory.id!r}")
             seen.add(trajectory.id)
             yield trajectory
+    except TraceError:
+        raise
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
 
 
 def read_trace(path: Path) -> list[TraceTrajectory]:

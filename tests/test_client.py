@@ -155,4 +155,5 @@ async def test_aborted_trajectories_arrive_as_completions_with_their_reason(
     assert {t.finish_reason for t in ended} == {"aborted"}
     assert all(t.reason.startswith("aborted") and t.reward == 0.0 for t in ended)
     assert all(len(t.prompt_token_ids) == 10 for t in ended)
-    assert kinds == ["RolloutSubmitted", "RolloutCancelled"]
+    # through the operations service: the trainer's request, then the cancellation
+    assert kinds == ["RolloutSubmitted", "RolloutCancelRequested", "RolloutCancelled"]

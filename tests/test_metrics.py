@@ -52,6 +52,7 @@ from heddle.observability import (
     PredictionTracker,
     start_metrics_server,
 )
+from heddle.workers.environments import validate_task
 
 
 def generated(traj: str, step: int, num_tokens: int, **extra: object) -> Generated:
@@ -327,7 +328,9 @@ async def test_control_plane_serves_consumer_lag(nats_url: str, tmp_path: Path) 
 
     port = free_port()
     settings = Settings(nats_url=nats_url, data_dir=tmp_path)
-    service = ControlPlaneService(settings, ControlPlaneConfig(metrics_port=port))
+    service = ControlPlaneService(
+        settings, ControlPlaneConfig(metrics_port=port), check_task=validate_task
+    )
     stop = asyncio.Event()
     running = asyncio.create_task(service.run(stop))
     try:

@@ -1,7 +1,7 @@
 """docs/trainer.md's "Any language" path, run as a non-Python trainer would: nothing of heddle
-on the trainer's side, only raw nats-py calls the doc names (publish with ``Nats-Msg-Id``, a
-durable pull consumer, explicit acks, the array encodings), against a whole Heddle in one
-process. Chat messages and token ids are both accepted; the completions carry the terminal
+on the trainer's side, only raw nats-py calls the doc names (a request to the operations
+service, a durable pull consumer, explicit acks, the array encodings), against a whole Heddle in
+one process. Chat messages and token ids are both accepted; the completions carry the terminal
 reason, group and index; a cancelled rollout's terminal events are the ones the doc lists."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -40,31 +39,17 @@ def array(field: Any) -> list[float]:
     return np.frombuffer(raw, dtype).tolist()
 
 
-async def publish(js: Any, subject: str, event: dict[str, Any]) -> None:
-    await js.publish(
-        subject, json.dumps(event).encode(), headers={"Nats-Msg-Id": event["event_id"]}
-    )
-
-
-async def deployment_time_scale(js: Any) -> float:
-    """As the doc says: the ``time_scale`` of the workers' ``worker.registered`` events."""
-    sub = await js.subscribe("heddle.evt.worker.*.registered", ordered_consumer=True)
-    event = json.loads((await sub.next_msg(timeout=5)).data)
-    await sub.unsubscribe()
-    return float(event["time_scale"])
-
-
-async def submit(js: Any, rid: str, trajectories: list[dict[str, Any]], scale: float) -> None:
-    now = time.time()
-    opening = {"kind": "rollout.submitted", "event_id": f"{rid}:submitted", "rollout_id": rid,
-               "occurred_at": now, "policy": "heddle", "num_trajectories": len(trajectories),
-               "time_scale": scale}  # fmt: skip
-    await publish(js, f"heddle.evt.rollout.{rid}.submitted", opening)
-    for index, spec in enumerate(trajectories):
-        tid = f"t{index:06d}"
-        event = {"kind": "traj.submitted", "event_id": f"{rid}:{tid}:submitted", "rollout_id": rid,
-                 "traj_id": tid, "occurred_at": now, "spec": {"index": index, **spec}}  # fmt: skip
-        await publish(js, f"heddle.evt.traj.{rid}.{tid}.submitted", event)
+async def submit(nc: Any, rid: str, trajectories: list[dict[str, Any]]) -> dict[str, Any]:
+    """As the doc says: one request to ``heddle.ops.submit.<trainer>``; the service's reply
+    (its time scale is the deployment's)."""
+    body = {
+        "rollout_id": rid,
+        "policy": "heddle",
+        "trajectories": [{"index": index, **spec} for index, spec in enumerate(trajectories)],
+    }
+    reply = await nc.request("heddle.ops.submit.raw", json.dumps(body).encode(), timeout=30)
+    assert "Nats-Service-Error" not in (reply.headers or {}), reply.headers
+    return json.loads(reply.data)  # type: ignore[no-any-return]
 
 
 async def receive(js: Any, rid: str, count: int) -> dict[str, dict[str, Any]]:
@@ -113,7 +98,6 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
         nc = await nats.connect(settings.nats_url)
         js = nc.jetstream()
         try:
-            scale = await deployment_time_scale(js)
             chat = [{"role": "user", "content": "What is 2 + 2?"}]
             trajectories = [
                 {**math_task(0), "messages": chat},
@@ -121,13 +105,20 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
                 {**math_task(2), "prompt_token_ids": [72, 105, 33]},
                 {**math_task(3), "prompt_token_ids": [72, 105, 70000]},  # not in the vocabulary
             ]
-            await submit(js, "raw1", trajectories, scale)
+            opened = await submit(nc, "raw1", trajectories)
             ended = await receive(js, "raw1", len(trajectories))
             finished = await (await js.subscribe("heddle.evt.rollout.raw1.finished")).next_msg(10)
-            cancel_ends = await cancelled_rollout(nc, js, scale)
+            cancel_ends = await cancelled_rollout(nc, js)
+            typo = {"index": 0, **math_task(0), "max_stepz": 1}
+            body = json.dumps({"rollout_id": "raw3", "trajectories": [typo]}).encode()
+            refused = await nc.request("heddle.ops.submit.raw", body, timeout=30)
         finally:
             await nc.close()
-    assert scale == TIME_SCALE
+    assert (opened["rollout_id"], opened["trainer"], opened["time_scale"]) == (
+        "raw1", "raw", TIME_SCALE,
+    )  # fmt: skip
+    assert refused.headers["Nats-Service-Error-Code"] == "400"
+    assert "max_stepz" in refused.headers["Nats-Service-Error"]
     assert sorted(ended) == [f"t{i:06d}" for i in range(4)]
     for index in range(3):
         done = ended[f"t{index:06d}"]
@@ -150,16 +141,14 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
     assert {e["finish_reason"] for e in trajectory_ends.values()} == {"aborted"}
 
 
-async def cancelled_rollout(
-    nc: Any, js: Any, scale: float
-) -> tuple[list[str], dict[str, dict[str, Any]]]:
+async def cancelled_rollout(nc: Any, js: Any) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """Cancel a running rollout through the operations service; the rollout's own events and
     every trajectory's terminal event once all ended."""
     long = {"output_tokens": 100_000}
     trace = {"environment": "trace", "max_steps": 1, "max_new_tokens": 100_000}
     specs = [{**trace, "group_id": f"x{i}", "task": {"id": f"x{i}", "prompt_tokens": 8,
               "steps": [long]}} for i in range(3)]  # fmt: skip
-    await submit(js, "raw2", specs, scale)
+    await submit(nc, "raw2", specs)
     await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started")).next_msg(20)
     reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=10)
     assert "error" not in json.loads(reply.data)

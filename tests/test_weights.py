@@ -25,7 +25,8 @@ from heddle.events import (
     WeightsLoaded,
 )
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
-from heddle.rollout.submission import RolloutPlan, submit, trace_specs
+from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import submit
 from heddle.traces import TraceStep, TraceTrajectory
 
 TIME_SCALE = 50.0
@@ -116,7 +117,8 @@ async def swap_under_a_staleness_bound(
         for s in trace_specs(trace(4))
     ]
     async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
-        rollout_id = await submit(client.bus, RolloutPlan("heddle", specs, "trace", TIME_SCALE))
+        plan = RolloutPlan("heddle", specs, "trace", TIME_SCALE)
+        rollout_id = (await submit(client.bus, plan)).rollout_id
         await wait_for_generations(client, rollout_id, 4)
         await client.publish_weights(1, weights)
         await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)

@@ -37,7 +37,8 @@ from heddle.events.subjects import rollout_filter
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.processes import Child
-from heddle.rollout.submission import RolloutPlan, submit, trace_specs
+from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import submit
 from heddle.workloads import generate
 
 KINDS = ("control_plane", "projector", "worker", "tool_executor", "trainer")

@@ -35,7 +35,8 @@ from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.processes import Child
-from heddle.rollout.submission import RolloutPlan, submit, trace_specs
+from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import submit
 from heddle.workloads import generate
 
 RunKind = Literal["single", "cluster", "node_kill", "leader_kill"]

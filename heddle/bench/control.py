@@ -44,9 +44,9 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, ControlPlaneStatus, read_status
 from heddle.consumers.latency import minus, quantile_ms
-from heddle.rollout.control_plane import cancel_rollout
 from heddle.rollout.deployment import LocalDeployment, delete_control_durables
-from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit, trace_specs
+from heddle.rollout.submission import RolloutPlan, new_rollout_id, trace_specs
+from heddle.rollout.submit import cancel, submit
 from heddle.traces import TraceTrajectory
 
 
@@ -85,7 +85,7 @@ async def run_control_bench(
             beating.cancel()
             await subscription.close()
             await plane.close()
-            await cancel_rollout(bus, rollout_id, "benchmark over")
+            await cancel(bus, rollout_id, "benchmark over")
         finally:
             gc.enable()
             await deployment.stop()

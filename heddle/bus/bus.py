@@ -257,6 +257,14 @@ class Bus:
         """How many messages ``stream`` holds on ``subject`` (no wildcards)."""
         return await state.num_subject_messages(self.js, stream, subject)
 
+    async def num_matching_messages(self, stream: str, subjects: str) -> int:
+        """How many messages ``stream`` holds on the subjects ``subjects`` matches."""
+        return await state.num_matching_messages(self.js, stream, subjects)
+
+    async def last_subject_message(self, stream: str, subject: str) -> tuple[int, bytes] | None:
+        """(sequence, payload) of the last message on ``subject`` (no wildcards); None if none."""
+        return await state.last_subject_message(self.js, stream, subject)
+
     async def stream_message(self, stream: str, sequence: int) -> tuple[str, bytes] | None:
         """The subject and payload stored at ``sequence``; None when no message is there
         (deleted, expired, or never written)."""
@@ -299,6 +307,26 @@ class Bus:
         if self._positions is None:
             raise RuntimeError("the bus is not started")
         return self._positions
+
+    async def put_expiring_object(
+        self, bucket: str, name: str, data: bytes, max_age_s: float
+    ) -> int:
+        """``put_bucket_object`` into a bucket that keeps objects ``max_age_s`` (set when this
+        creates it, with this bus's replicas)."""
+        return await Objects(self.js, bucket, self.num_replicas, max_age_s).put(name, data)
+
+    async def bucket_object_size(self, bucket: str, name: str) -> int:
+        """The size of ``name`` in ``bucket`` (its metadata: nothing is read); ``ObjectNotFound``
+        when absent."""
+        return await Objects(self.js, bucket).size(name)
+
+    async def bucket_object_names(self, bucket: str, prefix: str = "") -> list[str]:
+        """Names of ``bucket``'s objects that start with ``prefix``."""
+        return await Objects(self.js, bucket).names(prefix)
+
+    async def delete_bucket_object(self, bucket: str, name: str) -> None:
+        """Remove ``name`` from ``bucket``; ``heddle.bus.ObjectNotFound`` when absent."""
+        await Objects(self.js, bucket).delete(name)
 
     def _require_objects(self) -> Objects:
         if self._objects is None:

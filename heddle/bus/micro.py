@@ -33,6 +33,9 @@ ServiceHandle = Service
 """A running service: ``await handle.stop()``; ``handle.info()``, ``handle.stats()``."""
 Handler = Callable[[bytes, Mapping[str, str]], Awaitable[bytes]]
 """Request body and headers -> reply body."""
+SubjectHandler = Callable[[str, bytes, Mapping[str, str]], Awaitable[bytes]]
+"""Subject the request came on, body and headers -> reply body (an endpoint whose subject has
+a wildcard: the subject says who or what the request is for)."""
 
 
 class ServiceRefusal(Exception):
@@ -53,12 +56,22 @@ class Endpoint:
     name: str
     """Endpoint name shown by ``nats micro info`` (letters, digits, ``-``, ``_``)."""
     subject: str
-    handler: Handler
+    handler: Handler | None = None
     description: str = ""
     is_concurrent: bool = False
     """Answer each request in its own task: the next request is taken while this one waits
     (nats-py hands a subscription's messages to its callback one at a time), so a handler that
     batches requests sees more than one."""
+    subject_handler: SubjectHandler | None = None
+    """Used instead of ``handler``: it also gets the subject the request came on."""
+
+    async def answer(self, request: Request) -> bytes:
+        headers = request.headers or {}
+        if self.subject_handler is not None:
+            return await self.subject_handler(request.subject, request.data, headers)
+        if self.handler is None:
+            raise RuntimeError(f"endpoint {self.name} has no handler")
+        return await self.handler(request.data, headers)
 
 
 async def serve_service(
@@ -90,7 +103,7 @@ def _wrap(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
 
     async def handle(request: Request) -> None:
         try:
-            reply = await endpoint.handler(request.data, request.headers or {})
+            reply = await endpoint.answer(request)
         except ServiceRefusal as refusal:
             await _refuse(request, refusal.code, refusal.message)
             return

@@ -84,6 +84,15 @@ class Objects:
             raise ObjectNotFound(key) from None
         return buffer.getvalue()
 
+    async def size(self, key: str) -> int:
+        """The object's size in bytes, read from its metadata; ``ObjectNotFound`` when absent."""
+        store = await self._open()
+        try:
+            info = await store.get_info(key)
+        except NotFoundError:
+            raise ObjectNotFound(key) from None
+        return int(info.size or 0)
+
     async def delete(self, key: str) -> None:
         """Remove the object; ``ObjectNotFound`` when absent."""
         store = await self._open()

@@ -47,6 +47,23 @@ async def num_subject_messages(js: JetStreamContext, stream: str, subject: str) 
     return int((info.state.subjects or {}).get(subject, 0))
 
 
+async def num_matching_messages(js: JetStreamContext, stream: str, subjects: str) -> int:
+    """How many messages ``stream`` holds on the subjects ``subjects`` matches (wildcards)."""
+    info = await js.stream_info(stream, subjects_filter=subjects)
+    return sum((info.state.subjects or {}).values())
+
+
+async def last_subject_message(
+    js: JetStreamContext, stream: str, subject: str
+) -> tuple[int, bytes] | None:
+    """(sequence, payload) of the last message stored on ``subject``; None when there is none."""
+    try:
+        message = await js.get_last_msg(stream, subject)
+    except NotFoundError:
+        return None
+    return message.seq or 0, message.data or b""
+
+
 async def stream_message(
     js: JetStreamContext, stream: str, sequence: int
 ) -> tuple[str, bytes] | None:

@@ -129,7 +129,8 @@ def run_command(
     engine_flags = EngineFlags(
         engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
     )
-    control, time_scale = engine_flags.control_plane()
+    control, engine_time_scale = engine_flags.control_plane()
+    time_scale: float | None = engine_time_scale
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus must be >= 1, got {gpus}")
     source = SourceFlags(
@@ -141,6 +142,8 @@ def run_command(
         pool = _planned_pool(pool, source, policy, control, gpus)
     per_process = workers_per_process or default_workers_per_process(engine)
     pool = replace(pool, workers_per_process=per_process)
+    if attach and not ({"time-scale", "time_scale"} & options.keys()):
+        time_scale = None  # the running deployment's
     run_options = RunOptions(
         plan=rollout_plan(policy, source, time_scale),
         pool=pool,

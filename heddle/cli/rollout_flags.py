@@ -41,6 +41,17 @@ RunTimeoutOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
 QuietOpt = Annotated[bool, typer.Option(help="No live progress on stderr")]
 TokenizerOpt = Annotated[str, typer.Option(help="Tokenizer of the prompts: byte or a local path")]
+TimeScaleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help="Model seconds per wall second of the deployment's sim engines (default: the "
+        "deployment's, from its workers' registrations; another value is refused)",
+    ),
+]
+TrainerOpt = Annotated[
+    str, typer.Option(help="Trainer name the rollout is submitted under (its owner)")
+]
 CostModelOpt = Annotated[
     str | None,
     typer.Option(help="Cost-model preset of the workers' model (default: the sim engine's)"),
@@ -101,7 +112,7 @@ class EngineFlags:
         return config, time_scale
 
 
-def rollout_plan(policy: str, source: Source, time_scale: float) -> RolloutPlan:
+def rollout_plan(policy: str, source: Source, time_scale: float | None) -> RolloutPlan:
     """The rollout to submit (``UserError`` when it cannot be)."""
     try:
         return RolloutPlan(policy, source.specs, source.label, time_scale)

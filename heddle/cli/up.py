@@ -39,6 +39,7 @@ from heddle.policy.cost.model import HARDWARE, MODELS
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.workers.engines import EngineOptionError, engine_entry
 from heddle.workers.engines.options import parse_options
+from heddle.workers.environments import validate_task
 
 _EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 _DEFAULTS = ControlPlaneConfig()
@@ -184,7 +185,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(stop_signal, stop.set)
-    service = ControlPlaneService(settings, config)
+    service = ControlPlaneService(settings, config, check_task=validate_task)
     serving = asyncio.create_task(service.run(stop))
     console = Console(stderr=True)
     ready = asyncio.create_task(service.ready.wait())

@@ -7,16 +7,22 @@ on ``heddle.ops.<endpoint>`` (``OPS_ENDPOINTS``), found with ``nats micro ls`` /
   stream): ``status``, ``rollout.info {rollout_id}``, ``trajectory.info {rollout_id, traj_id}``;
 - steering: ``worker.drain`` / ``worker.undrain {worker_id}``, ``trajectory.reprioritize
   {rollout_id, traj_id, priority, pin}``, ``trajectory.abort {rollout_id, traj_id}``,
-  ``rollout.cancel {rollout_id}``, each with optional ``reason``, ``operator``, ``request_id``.
+  ``rollout.cancel {rollout_id}``, each with optional ``reason``, ``operator``, ``request_id``;
+- trainers, on subjects that end with the trainer's name (its credential is bound to them):
+  ``submit.<trainer>`` opens a rollout (``heddle.consumers.submissions``: the only way one is
+  opened), ``cancel.<trainer> {rollout_id}`` cancels one of the trainer's own rollouts, as
+  ``rollout.cancel`` does (403 for another trainer's).
 
 A steering request is decoded strictly and checked against the view
 (``heddle.control.ops_requests``, ``heddle.control.operations``); a refused one gets an error reply
 (``Nats-Service-Error`` / ``Nats-Service-Error-Code``). An accepted one is published as an
 operator event (``heddle.events.operator``) and the reply gives its id and stream sequence:
 the deciders act when the event reaches them, so the event is on the stream, for the ledger and
-any replay, before anything happens. Who asked: the authenticated user when the server shares
-it (``Nats-Request-Info``, on a service import with ``share: true``), else the request's
-``operator``, else ``anonymous``.
+any replay, before anything happens. A request retried with the same ``request_id`` gets the
+first reply (its event is found on the stream: nothing is stored twice, and a target the first
+request already finished is not refused). Who asked: the authenticated user when the server
+shares it (``Nats-Request-Info``, on a service import with ``share: true``), else the request's
+``operator``, else ``anonymous``; a trainer's cancel is the trainer's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import msgspec
 import heddle
 from heddle.bus import Bus
 from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
+from heddle.consumers.submissions import Submissions, TaskCheck, trainer_of
 from heddle.control.operations import OperationsView
 from heddle.control.ops_requests import (
     AbortRequest,
@@ -48,7 +55,9 @@ from heddle.control.ops_requests import (
     operator_event,
 )
 from heddle.control.ops_views import RolloutView, TrajectoryState
-from heddle.events.subjects import subject_for_event
+from heddle.events import OperatorEventT, decode_event
+from heddle.events.subjects import EVENTS_STREAM, subject_for_event
+from heddle.ids import check_token
 
 SERVICE_NAME = "heddle"
 OPS_PREFIX = "heddle.ops"
@@ -62,7 +71,9 @@ STEERING: dict[str, type[SteeringRequest]] = {
     "rollout.cancel": CancelRequest,
 }
 QUERIES = ("status", "rollout.info", "trajectory.info")
-OPS_ENDPOINTS: tuple[str, ...] = (*QUERIES, *STEERING)
+TRAINER_ENDPOINTS = ("submit", "cancel")
+"""Endpoints whose subject ends with the trainer's name (``heddle.ops.submit.grpo``)."""
+OPS_ENDPOINTS: tuple[str, ...] = (*QUERIES, *STEERING, *(f"{e}.*" for e in TRAINER_ENDPOINTS))
 """Endpoint names, as subjects under ``heddle.ops`` (``heddle.ops.worker.drain``)."""
 
 _encode = msgspec.json.Encoder().encode
@@ -70,6 +81,11 @@ _encode = msgspec.json.Encoder().encode
 
 def ops_subject(endpoint: str) -> str:
     return f"{OPS_PREFIX}.{endpoint}"
+
+
+def trainer_cancel_subject(trainer: str) -> str:
+    """Where trainer ``trainer`` cancels its own rollouts."""
+    return ops_subject(f"cancel.{check_token(trainer, 'trainer name')}")
 
 
 def rollout_summary(rollout_id: str, rollout: RolloutView) -> dict[str, Any]:
@@ -91,15 +107,19 @@ class OperationsService:
         bus: Bus,
         view: Callable[[], OperationsView | None],
         *,
+        check_task: TaskCheck,
         position: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``view``: the control plane's current view (None until its deciders are live; a
-        rebuilt consumer brings a new one); ``position``: the stream sequence folded so far."""
+        rebuilt consumer brings a new one); ``check_task``: whether a task fits its
+        environment (``heddle.consumers.submissions``); ``position``: the stream sequence
+        folded so far."""
         self.bus = bus
         self._view = view
         self._position = position
         self._clock = clock
+        self.submissions = Submissions(bus, lambda: self.view, check_task, clock)
 
     @property
     def view(self) -> OperationsView:
@@ -121,7 +141,18 @@ class OperationsService:
             Endpoint(name.replace(".", "_"), ops_subject(name), self._steer_with(kind))
             for name, kind in STEERING.items()
         ]
-        description = "Heddle control plane: status, rollouts, trajectories, steering"
+        endpoints += [
+            Endpoint(
+                "submit", ops_subject("submit.*"), is_concurrent=True,
+                subject_handler=self.submissions.submit,
+                description="a trainer opens a rollout (subject: heddle.ops.submit.<trainer>)",
+            ),
+            Endpoint(
+                "trainer_cancel", ops_subject("cancel.*"), subject_handler=self.trainer_cancel,
+                description="a trainer cancels its own rollout (heddle.ops.cancel.<trainer>)",
+            ),
+        ]  # fmt: skip
+        description = "Heddle control plane: status, rollouts, trajectories, steering, submissions"
         return await serve_service(
             self.bus, SERVICE_NAME, heddle.__version__, description, endpoints
         )
@@ -185,29 +216,61 @@ class OperationsService:
 
         return steer
 
+    async def trainer_cancel(self, subject: str, data: bytes, headers: Mapping[str, str]) -> bytes:
+        """A trainer cancels one of its own rollouts (checks and reply of ``rollout.cancel``)."""
+        trainer = trainer_of(subject)
+        request = _decode(CancelRequest, data)
+        owner = _answer(lambda: self.view.rollout(request.rollout_id)).trainer
+        if owner != trainer:
+            raise ServiceRefusal(
+                "403", f"rollout {request.rollout_id} is not trainer {trainer!r}'s to cancel"
+            )
+        return await self._steer(request, operator=f"trainer {trainer}")
+
     async def steer(
         self, kind: type[SteeringRequest], data: bytes, headers: Mapping[str, str]
     ) -> bytes:
         """Validate, publish the operator event, reply with where it is stored."""
-        request = _decode(kind, data)
-        _answer(lambda: self.view.check(request))
+        return await self._steer(_decode(kind, data), operator=_authenticated_user(headers))
+
+    async def _steer(self, request: SteeringRequest, *, operator: str) -> bytes:
         event = operator_event(
             request,
-            operator=_authenticated_user(headers),
+            operator=operator,
             request_id=request.request_id or uuid.uuid4().hex[:16],
             now_s=self._clock(),
         )
+        if request.request_id:
+            first = await self._stored(event)
+            if first is not None:  # a retry: the first reply, whatever happened since
+                return _steering_reply(*first)
+        _answer(lambda: self.view.check(request))
         ack = await self.bus.publish(event)
-        return _encode(
-            {
-                "ok": True,
-                "event": type(event).__struct_config__.tag,
-                "event_id": event.event_id,
-                "subject": subject_for_event(event),
-                "stream_sequence": ack.sequence,
-                "operator": event.operator,
-            }
-        )
+        return _steering_reply(event, ack.sequence)
+
+    async def _stored(self, event: OperatorEventT) -> tuple[OperatorEventT, int] | None:
+        """The event of that id, as stored, with its sequence (an operator event's subject
+        holds the requests about one target: the latest is the one a retry follows)."""
+        found = await self.bus.last_subject_message(EVENTS_STREAM, subject_for_event(event))
+        if found is None:
+            return None
+        stored = decode_event(found[1])
+        if stored.event_id != event.event_id:
+            return None
+        return stored, found[0]  # type: ignore[return-value]
+
+
+def _steering_reply(event: OperatorEventT, sequence: int) -> bytes:
+    return _encode(
+        {
+            "ok": True,
+            "event": type(event).__struct_config__.tag,
+            "event_id": event.event_id,
+            "subject": subject_for_event(event),
+            "stream_sequence": sequence,
+            "operator": event.operator,
+        }
+    )
 
 
 R = TypeVar("R", bound=msgspec.Struct)

@@ -53,6 +53,7 @@ from heddle.consumers.status import (
     slot_report,
     write_status,
 )
+from heddle.consumers.submissions import TaskCheck
 from heddle.consumers.supervision import supervise
 from heddle.control import ControlOptions
 from heddle.control.operations import OperationsView
@@ -71,9 +72,18 @@ ROUTER_SLOT = "placement"
 
 
 class ControlPlaneService:
-    def __init__(self, settings: Settings, config: ControlPlaneConfig | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: ControlPlaneConfig | None = None,
+        *,
+        check_task: TaskCheck,
+    ) -> None:
+        """``check_task``: whether a submitted task fits its environment (the environments
+        live with the workers: the process that runs the control plane gives it)."""
         self.settings = settings
         self.config = config or ControlPlaneConfig()
+        self.check_task = check_task
         self.ready = asyncio.Event()
         self.started_at = time.time()
         self.consumers: dict[str, DeciderConsumer] = {}
@@ -118,7 +128,7 @@ class ControlPlaneService:
             service = None
             if self.config.serve_operations:
                 service = await OperationsService(
-                    bus, self._live_operations, position=self._position
+                    bus, self._live_operations, check_task=self.check_task, position=self._position
                 ).serve()
             # Metrics (heddle.observability): the endpoint and the consumers' lag.
             metrics_server = start_metrics_server(self.config.metrics_port, self.metrics.registry)

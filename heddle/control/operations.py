@@ -49,6 +49,7 @@ from heddle.control.ops_views import (
     WorkerState,
     WorkerView,
 )
+from heddle.control.submissions import DeploymentLimits
 from heddle.events import (
     Completed,
     Event,
@@ -114,6 +115,16 @@ class OperationsView:
             raise Refusal(404, f"unknown worker {worker_id!r}")
         return worker
 
+    def limits(self, max_event_bytes: int) -> DeploymentLimits:
+        """What a submission must fit: the live workers' time scales and smallest context."""
+        live = [w for w in self.workers.values() if w.state is not WorkerState.FAILED]
+        contexts = [w.max_context_tokens for w in live if w.max_context_tokens > 0]
+        return DeploymentLimits(
+            time_scales=tuple(sorted({w.time_scale for w in live})),
+            max_context_tokens=min(contexts, default=0),
+            max_event_bytes=max_event_bytes,
+        )
+
     def check(self, request: SteeringRequest) -> None:
         """Raise ``Refusal`` unless the request can be carried out now."""
         match request:
@@ -151,8 +162,11 @@ class OperationsView:
         if isinstance(event, RolloutSubmitted):
             self.rollouts.setdefault(
                 event.rollout_id,
-                RolloutView(event.policy, event.num_trajectories, event.occurred_at),
-            )
+                RolloutView(
+                    event.policy, event.num_trajectories, event.occurred_at,
+                    trainer=event.trainer, time_scale=event.time_scale,
+                ),
+            )  # fmt: skip
             return []
         rollout = self.rollouts.get(event.rollout_id)
         if rollout is None:
@@ -166,7 +180,10 @@ class OperationsView:
             case WorkerRegistered():
                 held = self.workers.get(event.worker_id)
                 self.workers[event.worker_id] = WorkerView(
-                    event.engine, trajectories=held.trajectories if held else set()
+                    event.engine,
+                    trajectories=held.trajectories if held else set(),
+                    time_scale=event.time_scale,
+                    max_context_tokens=event.max_context_tokens,
                 )
             case WorkerDrained():
                 worker = self.workers.get(event.worker_id)

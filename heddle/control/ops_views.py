@@ -54,6 +54,9 @@ class RolloutView:
     state: RolloutState = RolloutState.RUNNING
     trajectories: dict[str, TrajectoryView] = field(default_factory=dict)
     reason: str = ""
+    trainer: str = ""
+    """The trainer that submitted it ("" for one submitted before owners were recorded)."""
+    time_scale: float = 1.0
 
     def count(self, state: TrajectoryState) -> int:
         return sum(1 for t in self.trajectories.values() if t.state is state)
@@ -64,3 +67,6 @@ class WorkerView:
     engine: str
     state: WorkerState = WorkerState.ACTIVE
     trajectories: set[tuple[str, str]] = field(default_factory=set)
+    time_scale: float = 1.0
+    max_context_tokens: int = 0
+    """0: the worker does not say."""

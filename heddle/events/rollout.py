@@ -24,6 +24,9 @@ class RolloutSubmitted(RolloutEvent, frozen=True, kw_only=True, tag="rollout.sub
     """Model seconds per wall second (sim engines run faster than real time by this factor)."""
     labels: dict[str, str] = {}
     """Free-form metadata from the submitter (training step, experiment name, ...)."""
+    trainer: str = ""
+    """The trainer that submitted it (the operations service takes it from the subject its
+    request came on, ``heddle.ops.submit.<trainer>``; "" in streams written before)."""
 
 
 class RolloutFinished(RolloutEvent, frozen=True, kw_only=True, tag="rollout.finished"):

@@ -30,6 +30,9 @@ class WorkerRegistered(WorkerEvent, frozen=True, kw_only=True, tag="worker.regis
     time_scale: float = 1.0
     """Model seconds per wall second of the worker's engine (a sim engine runs faster than real
     time by this factor; 1.0 for real engines): a submission's time scale is the deployment's."""
+    max_context_tokens: int = 0
+    """The longest context the worker's model takes (prompt and everything after it); 0:
+    unknown. The operations service refuses a prompt that does not fit it."""
 
 
 class WorkerHeartbeat(WorkerEvent, frozen=True, kw_only=True, tag="worker.heartbeat"):

@@ -1,7 +1,7 @@
 """The control plane a rollout runs on, seen from a client: make sure one has run on this NATS
-before attaching (``require_control_plane``), refuse to start a second one on a data dir whose
-control plane is alive (``refuse_second_control_plane``), and cancel a rollout
-(``cancel_rollout``: its trajectories are aborted, no command follows).
+before attaching (``require_control_plane``), and refuse to start a second one on a data dir
+whose control plane is alive (``refuse_second_control_plane``). Submitting and cancelling go
+through its operations service (``heddle.rollout.submit``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from heddle.bus import Bus
 from heddle.bus.embedded import is_alive
 from heddle.consumers import PLANE, ControlPlaneConfig, read_status
 from heddle.errors import UserError
-from heddle.events import RolloutCancelled
 from heddle.events.subjects import EVENTS_STREAM
-from heddle.ids import derive_id
 
 _STALE_STATUS_S = 10.0
 """A status file older than this belongs to a control plane that stopped (it rewrites it every
@@ -43,15 +41,3 @@ async def require_control_plane(bus: Bus) -> None:
             f"no control plane has run on this NATS (durable {durable} missing): "
             "start `heddle up` first, or drop --attach"
         )
-
-
-async def cancel_rollout(bus: Bus, rollout_id: str, reason: str = "cancelled by the user") -> None:
-    """Publish ``RolloutCancelled``: its trajectories are aborted, no command follows."""
-    await bus.publish(
-        RolloutCancelled(
-            event_id=derive_id(rollout_id, "cancelled"),
-            rollout_id=rollout_id,
-            occurred_at=time.time(),
-            reason=reason,
-        )
-    )

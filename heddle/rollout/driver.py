@@ -30,16 +30,13 @@ from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig
 from heddle.errors import UserError
-from heddle.rollout.control_plane import (
-    cancel_rollout,
-    refuse_second_control_plane,
-    require_control_plane,
-)
+from heddle.rollout.control_plane import refuse_second_control_plane, require_control_plane
 from heddle.rollout.deployment import DeploymentError, LocalDeployment, WorkerPool
 from heddle.rollout.processes import signal_name
 from heddle.rollout.progress import ProgressState, ProgressView, RolloutFollower
 from heddle.rollout.router import RouterSpec, require_router_package, routed_policy
-from heddle.rollout.submission import RolloutPlan, new_rollout_id, submit
+from heddle.rollout.submission import RolloutPlan, new_rollout_id
+from heddle.rollout.submit import DEFAULT_TRAINER, cancel, submit
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 
 log = logging.getLogger(__name__)
@@ -65,6 +62,8 @@ class RunOptions:
     log_dir: Path | None = None
     """Child process logs (default ``<data_dir>/logs/<rollout id>``)."""
     rollout_id: str | None = None
+    trainer: str = DEFAULT_TRAINER
+    """The trainer name the rollout is submitted under (``heddle.ops.submit.<trainer>``)."""
     timeline: Path | None = None
     """Draw the rollout's timeline to this PNG at the end (with ``RunHooks.timeline_writer``)."""
 
@@ -133,18 +132,18 @@ async def run_rollout(
             before = await bus.stream_state()
             payloads_before = await bus.payload_bytes()
             since = before.last_sequence + 1
-            await submit(bus, options.plan, rollout_id)
+            reply = await submit(bus, options.plan, rollout_id, trainer=options.trainer)
             is_submitted = True
             if hooks.on_submitted is not None:
                 await hooks.on_submitted(rollout_id, deployment)
-            await _follow(bus, deployment, rollout_id, since, options, hooks)
+            await _follow(bus, deployment, rollout_id, since, options, hooks, reply.time_scale)
             summary = await rollout_summary(bus, rollout_id)
             stream_bytes = (await bus.stream_state()).num_bytes - before.num_bytes
             payload_bytes = await bus.payload_bytes() - payloads_before
             timeline = await _timeline(bus, rollout_id, options.timeline, hooks.timeline_writer)
         except BaseException as exc:
             if is_submitted:
-                await _cancel(bus, rollout_id, _reason(exc))
+                await _cancel(bus, rollout_id, _reason(exc), options.trainer)
             raise
         finally:
             await deployment.stop()
@@ -208,9 +207,11 @@ async def _follow(
     since: int,
     options: RunOptions,
     hooks: RunHooks,
+    time_scale: float,
 ) -> ProgressState:
+    """Follow the rollout to its end; ``time_scale``: the one it runs at (the service's reply)."""
     plan = options.plan
-    state = ProgressState(rollout_id, plan.num_trajectories, plan.time_scale)
+    state = ProgressState(rollout_id, plan.num_trajectories, time_scale)
     follower = await RolloutFollower(bus, state).open(since)
     deadline = None if options.timeout_s is None else time.monotonic() + options.timeout_s
     title = f"{rollout_id} ({plan.policy})"
@@ -250,10 +251,11 @@ def _check_deployment(deployment: LocalDeployment) -> None:
             child.is_reported = True
 
 
-async def _cancel(bus: Bus, rollout_id: str, reason: str) -> None:
-    """Cancel the rollout (best effort: the bus may be what failed)."""
+async def _cancel(bus: Bus, rollout_id: str, reason: str, trainer: str) -> None:
+    """Cancel the rollout through the operations service (best effort: the bus, or the control
+    plane, may be what failed)."""
     try:
-        await cancel_rollout(bus, rollout_id, reason)
+        await cancel(bus, rollout_id, reason, trainer=trainer, timeout_s=10.0)
     except Exception as exc:  # the original error matters more
         log.warning("could not cancel rollout %s: %r", rollout_id, exc)
 

@@ -28,6 +28,7 @@ from heddle.consumers import ControlPlaneConfig, ControlPlaneService
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.transport import run_agents
 from heddle.workers.engines import create_engine
+from heddle.workers.environments import validate_task
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ class InProcessDeployment:
     def __init__(self, settings: Settings, options: InProcessOptions | None = None) -> None:
         self.settings = settings
         self.options = options or InProcessOptions()
-        self.service = ControlPlaneService(settings, self.options.control_plane)
+        self.service = ControlPlaneService(
+            settings, self.options.control_plane, check_task=validate_task
+        )
         self._stop_control = asyncio.Event()
         self._stop_workers = asyncio.Event()
         self._tasks: list[asyncio.Task[object]] = []

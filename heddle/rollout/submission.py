@@ -1,9 +1,13 @@
-"""What a rollout submits: its trajectory specs, and the events that open it.
+"""What a rollout submits, its trajectory specs, and ``submit``: the request that opens it.
 
-A rollout is opened by ``RolloutSubmitted`` (policy, number of trajectories, time scale) followed
-by one ``TrajectorySubmitted`` per trajectory, in index order; the control plane places them once
-it has seen them all. Event ids derive from the rollout and trajectory ids, so a submitter that
-retries after a crash stores nothing twice.
+A rollout is opened by the control plane's operations service, the one door (docs/trainer.md,
+``heddle.consumers.submissions``): ``submit`` sends the plan as a request on
+``heddle.ops.submit.<trainer>`` (uploading it first to the trainer's bucket when it is larger
+than a request carries), and the service checks it against the deployment and publishes
+``RolloutSubmitted`` and one ``TrajectorySubmitted`` per trajectory, or refuses it
+(``SubmissionRefused``, naming the trajectory and field) with nothing stored. The rollout id is
+chosen here, so a request retried after a timeout or a restarting control plane completes the
+same rollout and gets the first reply.
 
 Specs come from a trace (``trace_specs``: each trajectory replays its trace line with the
 ``trace`` environment, the prompt is the environment's pseudo-tokens) or from tasks of a real
@@ -22,17 +26,9 @@ from typing import Any
 
 import msgspec
 
-from heddle.bus import Bus
 from heddle.control.systems import SYSTEMS
-from heddle.events import (
-    ChatMessage,
-    Event,
-    RolloutSubmitted,
-    SamplingParams,
-    TrajectorySpec,
-    TrajectorySubmitted,
-)
-from heddle.ids import check_token, derive_id, group_id, trajectory_id
+from heddle.events import ChatMessage, SamplingParams, TrajectorySpec
+from heddle.ids import group_id
 from heddle.traces import TraceTrajectory
 from heddle.workers.environments import create_environment
 from heddle.workers.environments.base import TaskError
@@ -50,14 +46,15 @@ class RolloutPlan:
     specs: list[TrajectorySpec]
     source: str = ""
     """For humans: ``workload:coding``, ``trace:FILE``, ``tasks:FILE``."""
-    time_scale: float = 1.0
-    """Model seconds per wall second of the workers that run it (sim engines)."""
+    time_scale: float | None = None
+    """Model seconds per wall second of the workers that run it (sim engines); None: the
+    deployment's (another value is refused)."""
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.specs:
             raise ValueError("a rollout needs at least one trajectory")
-        if not self.time_scale > 0:
+        if self.time_scale is not None and not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
         if self.policy not in SYSTEMS:
             raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(SYSTEMS)}")
@@ -221,39 +218,3 @@ def _prompt_token_ids(
     if tokenizer is None:
         raise TaskError(f"environment {environment!r} needs a tokenizer for its prompt")
     return observation.tokens(tokenizer)
-
-
-def submission_events(rollout_id: str, plan: RolloutPlan, now: float) -> list[Event]:
-    """``RolloutSubmitted`` then every ``TrajectorySubmitted``, with derived ids."""
-    check_token(rollout_id, "rollout id")
-    events: list[Event] = [
-        RolloutSubmitted(
-            event_id=derive_id(rollout_id, "submitted"),
-            rollout_id=rollout_id,
-            occurred_at=now,
-            policy=plan.policy,
-            num_trajectories=plan.num_trajectories,
-            source=plan.source,
-            time_scale=plan.time_scale,
-            labels=dict(plan.labels),
-        )
-    ]
-    for spec in plan.specs:
-        traj_id = trajectory_id(spec.index)
-        events.append(
-            TrajectorySubmitted(
-                event_id=derive_id(rollout_id, traj_id, "submitted"),
-                rollout_id=rollout_id,
-                occurred_at=now,
-                traj_id=traj_id,
-                spec=spec,
-            )
-        )
-    return events
-
-
-async def submit(bus: Bus, plan: RolloutPlan, rollout_id: str | None = None) -> str:
-    """Publish the rollout's opening events; returns its id."""
-    rollout_id = rollout_id or new_rollout_id()
-    await bus.publish_many(submission_events(rollout_id, plan, time.time()))
-    return rollout_id

@@ -28,6 +28,7 @@ from heddle.events import (
     decode_worker_command,
 )
 from heddle.events.subjects import COMMANDS_STREAM
+from heddle.workers.environments import validate_task
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,7 +39,7 @@ async def bus(nats_url: str, tmp_path: Path) -> AsyncIterator[Bus]:
     completed); the bus to talk to it."""
     settings = Settings(nats_url=nats_url, data_dir=tmp_path)
     config = ControlPlaneConfig(project_ledger=False, learn_from_ledger=False)
-    service = ControlPlaneService(settings, config)
+    service = ControlPlaneService(settings, config, check_task=validate_task)
     stop = asyncio.Event()
     running = asyncio.create_task(service.run(stop))
     try:

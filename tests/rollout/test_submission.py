@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from heddle.events import RolloutSubmitted, TrajectorySubmitted
 from heddle.rollout.submission import (
     RolloutPlan,
     TaskOptions,
     new_rollout_id,
-    submission_events,
     task_specs,
     trace_specs,
 )
@@ -57,17 +55,6 @@ def test_a_bad_task_names_itself() -> None:
         task_specs([{"question": "?", "answer": 1}, {"nope": 1}], "math", load_tokenizer("byte"))
 
 
-def test_events_open_the_rollout_with_derived_ids() -> None:
-    plan = RolloutPlan("slime", trace_specs([trace("a", "g", 5, [1]), trace("b", "g", 5, [2])]))
-    events = submission_events("r1", plan, now=42.0)
-    assert isinstance(events[0], RolloutSubmitted)
-    assert events[0].num_trajectories == 2 and events[0].policy == "slime"
-    ids = ["r1:submitted", "r1:t000000:submitted", "r1:t000001:submitted"]
-    assert [e.event_id for e in events] == ids
-    assert all(isinstance(e, TrajectorySubmitted) for e in events[1:])
-    assert submission_events("r1", plan, now=43.0)[1].event_id == events[1].event_id
-
-
 def test_plans_refuse_what_cannot_run() -> None:
     specs = trace_specs([trace("a", "g", 5, [1])])
     with pytest.raises(ValueError, match="unknown policy"):
@@ -76,6 +63,4 @@ def test_plans_refuse_what_cannot_run() -> None:
         RolloutPlan("heddle", [])
     with pytest.raises(ValueError, match="time_scale"):
         RolloutPlan("heddle", specs, time_scale=0)
-    with pytest.raises(ValueError, match="rollout id"):
-        submission_events("bad id", RolloutPlan("heddle", specs), now=0)
     assert new_rollout_id() != new_rollout_id()

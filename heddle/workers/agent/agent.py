@@ -163,6 +163,7 @@ class WorkerAgent:
             host=socket.gethostname(),
             incarnation=self.incarnation,
             time_scale=caps.time_scale,
+            max_context_tokens=caps.max_context_tokens,
         )
 
     async def handle(

@@ -83,6 +83,8 @@ class EngineCapabilities:
     max_running: int = 0
     """Most concurrent generations (0: bounded by KV capacity only)."""
     max_kv_tokens: int = 0
+    max_context_tokens: int = 0
+    """The longest context the model takes (0: unknown or unbounded)."""
     can_export_kv: bool = False
     can_preempt: bool = True
     native_priority_update: bool = False

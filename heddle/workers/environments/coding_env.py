@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -39,11 +39,14 @@ _SUMMARY = re.compile(r"^heddle-tests: passed=(\d+) failed=(\d+) total=(\d+)", r
 CodingReward = Literal["fraction", "all_pass"]
 
 
-class CodingTask(msgspec.Struct, frozen=True):
+class CodingTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prompt: str
     tests: str
     id: str = ""
     solution_file: str = "solution.py"
+    meta: dict[str, Any] = {}
+    """Free-form data the environment ignores (dataset, difficulty, ...): the one place for
+    extra fields, any other unknown field is refused."""
 
 
 @dataclass(frozen=True, slots=True)

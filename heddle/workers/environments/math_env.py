@@ -11,6 +11,7 @@ random model always terminates.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -39,10 +40,13 @@ PROMPT = (
 )
 
 
-class MathTask(msgspec.Struct, frozen=True):
+class MathTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     question: str
     answer: str | int | float
     id: str = ""
+    meta: dict[str, Any] = {}
+    """Free-form data the environment ignores (dataset, difficulty, ...): the one place for
+    extra fields, any other unknown field is refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ allowed turn, ends it with reward 0.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -38,11 +38,14 @@ PROMPT = (
 AnswerMatch = Literal["exact", "f1"]
 
 
-class SearchTask(msgspec.Struct, frozen=True):
+class SearchTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     question: str
     answer: str | list[str]
     id: str = ""
     corpus: str = ""
+    meta: dict[str, Any] = {}
+    """Free-form data the environment ignores (dataset, difficulty, ...): the one place for
+    extra fields, any other unknown field is refused."""
 
     @property
     def answers(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""Task files: JSONL, one task object per line, validated against the environment.
+"""Task files: JSONL, one task object per line (at most ``heddle.traces.MAX_LINE_BYTES``),
+validated against the environment.
 
 Sample files ship in ``heddle/data/tasks`` (``SAMPLE_TASKS``) for demos and tests. A trace file
 is also a task file of the ``trace`` environment (one trace line per task).
@@ -11,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from heddle.traces import iter_lines
 from heddle.workers.environments.base import TaskError
 from heddle.workers.environments.registry import validate_task
 
@@ -21,14 +23,12 @@ SAMPLE_TASKS = {name: SAMPLE_TASKS_DIR / f"{name}.jsonl" for name in ("math", "c
 def read_tasks(path: Path, environment: str) -> list[dict[str, Any]]:
     """The tasks of a JSONL file, each checked by ``environment``; ``TaskError`` names the line
     and the field of the first bad task."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise TaskError(f"{path}: cannot read the task file ({exc.strerror})") from None
     tasks = []
-    for line_number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    try:
+        lines = list(iter_lines(path, "the task file"))
+    except ValueError as exc:
+        raise TaskError(str(exc)) from None
+    for line_number, line in lines:
         try:
             task = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:

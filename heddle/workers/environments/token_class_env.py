@@ -11,6 +11,7 @@ ASCII), and a tiny model learns the mapping in a few policy-gradient steps: the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -25,9 +26,12 @@ from heddle.workers.environments.base import (
 )
 
 
-class TokenClassTask(msgspec.Struct, frozen=True):
+class TokenClassTask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     target: int
     id: str = ""
+    meta: dict[str, Any] = {}
+    """Free-form data the environment ignores (dataset, difficulty, ...): the one place for
+    extra fields, any other unknown field is refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ class SglangEngine:
             tp_degree=self._info.tp_size,
             max_running=self._queue.max_running if self._queue else self.settings.max_running,
             max_kv_tokens=self._max_kv_tokens,
+            max_context_tokens=self._info.max_context_tokens,
             can_export_kv=False,
             can_preempt=self.settings.preemptive,
             native_priority_update=False,

@@ -201,6 +201,10 @@ class ServerInfo(msgspec.Struct, frozen=True, kw_only=True):
     page_size: int | None = 1
     max_running_requests: int | None = None
     max_total_num_tokens: int | None = None
+    context_length: int | None = None
+    """The server's ``--context-length`` (None: the model's own, then read as
+    ``max_req_input_len`` of the scheduler's info where the server reports it)."""
+    max_req_input_len: int | None = None
     enable_priority_scheduling: bool = False
     schedule_low_priority_values_first: bool = False
     incremental_streaming_output: bool = False
@@ -209,6 +213,11 @@ class ServerInfo(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model_path
+
+    @property
+    def max_context_tokens(self) -> int:
+        """The longest context the server takes (0: it does not say)."""
+        return self.context_length or self.max_req_input_len or 0
 
 
 class RouterWorker(msgspec.Struct, frozen=True, kw_only=True):

@@ -75,6 +75,7 @@ class TorchEngine:
             model=self.options.model,
             max_running=self.options.max_running,
             max_kv_tokens=self.options.max_kv_tokens,
+            max_context_tokens=self._core.model.max_positions if self._core is not None else 0,
             can_export_kv=True,
             can_preempt=True,
             native_priority_update=True,
