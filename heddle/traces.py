@@ -123,7 +123,7 @@ def iter_lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
     try:
         handle = path.open("rb")
     except OSError as exc:
-        raise ValueError(f"{path}: cannot open {what} ({exc.strerror})") from None
+        raise ValueError(f"{path}: cannot read {what} ({exc.strerror})") from None
     with handle:
         line_number = 0
         while line := handle.readline(MAX_LINE_BYTES + 2):

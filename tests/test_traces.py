@@ -2,7 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from heddle.traces import TraceError, TraceStep, TraceTrajectory, read_trace, write_trace
+from heddle.traces import (
+    MAX_LINE_BYTES,
+    TraceError,
+    TraceStep,
+    TraceTrajectory,
+    read_trace,
+    write_trace,
+)
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -49,6 +56,20 @@ def test_round_trip(tmp_path: Path) -> None:
             '{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}',
             ":2: id: duplicate id",
         ),
+        # Out of range: refused when read, never run (a huge integer used to end in a
+        # traceback, a tool of 1e12 s ran forever).
+        (
+            '{"id": "a", "prompt_tokens": 100000000000000000000, "steps": [{"output_tokens": 1}]}',
+            ":2: prompt_tokens: must be in [0, 16777216]",
+        ),
+        (
+            '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 9223372036854775807}]}',
+            ":2: steps: the context reaches",
+        ),
+        (
+            '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "tool_s": 1e12}]}',
+            ":2: steps[0].tool_s: must be a number of seconds in [0, 86400]",
+        ),
     ],
 )
 def test_bad_lines_name_line_and_field(tmp_path: Path, line: str, expected: str) -> None:
@@ -61,8 +82,21 @@ def test_bad_lines_name_line_and_field(tmp_path: Path, line: str, expected: str)
     assert expected in str(info.value)
 
 
+def test_a_line_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    """A 10 MB line: refused naming its line, read no further than the limit."""
+    path = tmp_path / "long.jsonl"
+    good = '{"id": "t0", "prompt_tokens": 1, "steps": [{"output_tokens": 1}]}\n'
+    long = '{"id": "a", "prompt_tokens": 1, "steps": [{"output_tokens": 1, "output_text": "'
+    path.write_text(good + long + "y" * 10_000_000 + '"}]}\n')
+    with pytest.raises(TraceError, match=rf":2: the line is longer than {MAX_LINE_BYTES} bytes"):
+        read_trace(path)
+    path.write_text(good + '{"id": "b", "group": "' + "g" * (MAX_LINE_BYTES - 100) + '", '
+                    '"prompt_tokens": 1, "steps": [{"output_tokens": 1}]}\n')  # fmt: skip
+    assert len(read_trace(path)) == 2  # just under the limit
+
+
 def test_missing_and_empty_files(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="cannot open"):
+    with pytest.raises(TraceError, match="cannot read"):
         read_trace(tmp_path / "nope.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(TraceError, match="no trajectories"):

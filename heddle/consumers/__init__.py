@@ -15,6 +15,7 @@
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
 - ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
+  ``submissions``: its door for rollouts (``heddle.ops.submit.<trainer>``: checked, then opened);
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised
   (``supervision``), configured by ``ControlPlaneConfig`` (``plane_config``);
 - ``filters``: a consumer's filter subjects, from the event types it handles;

@@ -9,7 +9,9 @@ longest first), ``rollout`` (emits ``RolloutFinished``), ``weights`` (tells live
 latest weight version), ``operations`` (the operators' view and the decider carrying out their
 requests), ``ops_requests`` (operations service requests validated into operator events),
 ``ops_views`` (what that view knows of rollouts, trajectories and workers), ``ops_outputs`` (the
-commands or events operator events turn into), ``pace`` (a rollout's measured seconds per output
+commands or events operator events turn into), ``submit_requests`` (a trainer's submission
+request, strictly decoded), ``submissions`` (checking it against the deployment, and the events
+that open its rollout), ``pace`` (a rollout's measured seconds per output
 token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
 ``systems`` (the system bundles: Heddle, ablations, baselines), ``control_plane`` (one bundle's
 deciders in dispatch order and the engines' batching settings).

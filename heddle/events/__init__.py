@@ -8,7 +8,8 @@ commands), ``subjects`` (subject names, builders and a parser), ``codec`` (the J
 decoder per channel), ``defaults`` (equal values made the defaults' own objects, so the codec's
 output is canonical), ``arrays`` (compact number arrays: token ids, logprobs, loss masks),
 ``references`` (finding and replacing a message's arrays by field path), ``phases`` (the trajectory
-lifecycle phase enum).
+lifecycle phase enum), ``strict`` (the fields a message from outside names that its struct does
+not: a submission's misspelt field).
 """
 
 from heddle.events.base import (

@@ -1,13 +1,14 @@
 """The main job: run a rollout end to end (``heddle rollout run``), compare policies on one trace,
 submit to a running control plane; and the pieces a benchmark or a notebook reuses.
 
-- ``submission``: trajectory specs from a trace or tasks, and the events that open a rollout;
+- ``submission``: trajectory specs from a trace or tasks; ``submit``: a rollout opened, or
+  cancelled, through the control plane's operations service (the one door);
 - ``sources`` / ``flags``: what the CLI's source flags name (workload, trace file, task file);
 - ``processes`` / ``deployment``: the control plane (``heddle up``), the ledger projector,
   worker agents and tool executors as child processes, each waited for; ``worker_pool``: which
   workers, with which engine options, in how many processes; ``router``: the real
-  ``sglang-router`` in front of the SGLang servers; ``control_plane``: requiring, refusing a second,
-  and cancelling on a running control plane;
+  ``sglang-router`` in front of the SGLang servers; ``control_plane``: requiring a running
+  control plane, refusing a second;
 - ``inprocess``: the same services on one event loop (tests, notebooks);
 - ``progress``: following a rollout live (completions, tokens/s, per-worker batches);
 - ``summary``: a rollout's figures folded from its events (makespan in model seconds,

@@ -30,7 +30,6 @@ from heddle.events import (
     TrajectorySubmitted,
     WorkerRegistered,
 )
-from heddle.events.subjects import EVENTS_STREAM
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.rollout.submit import SubmissionRefused, cancel, submit
 from heddle.traces import TraceStep, TraceTrajectory
@@ -72,6 +71,17 @@ async def _until_worker_known(bus: Bus) -> None:
         while True:
             status = json.loads(await request(bus, ops_subject("status"), b""))
             if status["workers"]:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def _until_state(bus: Bus, rollout_id: str, state: str) -> None:
+    """Until the control plane's view has the rollout in ``state``."""
+    body = json.dumps({"rollout_id": rollout_id}).encode()
+    async with asyncio.timeout(30):
+        while True:
+            reply = json.loads(await request(bus, ops_subject("rollout.info"), body))
+            if reply["state"] == state:
                 return
             await asyncio.sleep(0.1)
 
@@ -224,10 +234,7 @@ async def test_heddle_rollout_cancel_goes_through_the_service(bus: Bus) -> None:
     assert unknown.exit_code != 0 and "unknown rollout" in unknown.output
     ok = await asyncio.to_thread(runner.invoke, app, [*base, "r-cli", "--reason", "test"])
     assert ok.exit_code == 0, ok.output
-    async with asyncio.timeout(30):  # the cancellation reaches the view
-        while json.loads(await request(bus, ops_subject("rollout.info"),
-                                       b'{"rollout_id":"r-cli"}'))["state"] != "cancelled":  # fmt: skip
-            await asyncio.sleep(0.1)
+    await _until_state(bus, "r-cli", "cancelled")
     again = await asyncio.to_thread(runner.invoke, app, [*base, "r-cli"])
     assert again.exit_code != 0 and "has cancelled" in again.output
     with pytest.raises(SubmissionRefused) as refused:

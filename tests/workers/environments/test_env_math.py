@@ -128,6 +128,9 @@ def test_any_model_output_terminates_within_max_turns(texts: list[str]) -> None:
 
 
 def test_math_task_fields_are_checked() -> None:
+    with pytest.raises(TaskError, match="unknown field `questoin`"):  # a typo is not ignored
+        create_environment("math").reset({"question": "q", "answer": 1, "questoin": "q2"})
+    create_environment("math").reset({"question": "q", "answer": 1, "meta": {"source": "gsm8k"}})
     with pytest.raises(TaskError, match="question"):
         create_environment("math").reset({"question": "  ", "answer": 1})
     with pytest.raises(TaskError, match="answer"):
