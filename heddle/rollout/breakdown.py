@@ -23,7 +23,10 @@ failure):
   its tool call; the last result -> the end).
 
 Every wall interval counts ``time_scale`` times in model seconds: a live run keeps its time
-scale only while these stay small. Pure: feed it events (with the stream's store times).
+scale only while these stay small. An interval is never negative: stamps of different clocks
+(hosts that disagree, a wall clock against a monotonic one) can put an end before its start,
+which counts as zero, the disagreement going to ``other_s``. Pure: feed it events (with the
+stream's store times).
 """
 
 from __future__ import annotations
@@ -139,11 +142,11 @@ class _Tiling:
         """The gap from the step's cause (an event) to the worker starting it."""
         stored = cause_stored_at or cause_at
         transfer = self._transfer_between(stored, step.command_stored_at)
-        self.messaging += stored - cause_at
-        self.control += step.command_stored_at - stored - transfer
+        self.messaging += _interval(stored - cause_at)
+        self.control += _interval(step.command_stored_at - stored - transfer)
         self.modelled += transfer
-        self.messaging += step.command_received_at - step.command_stored_at
-        self.worker_lag += step.started_at - step.command_received_at
+        self.messaging += _interval(step.command_received_at - step.command_stored_at)
+        self.worker_lag += _interval(step.started_at - step.command_received_at)
 
     def _transfer_between(self, start: float, end: float) -> float:
         return sum(s for at, s in self.transfers if start <= at <= end) / self.scale
@@ -184,16 +187,21 @@ def split_time(
         if step.command_stored_at > 0.0 and step.command_received_at > 0.0:
             tiling.command(cursor, cursor_stored, step)
         else:
-            tiling.worker_lag += step.started_at - cursor
+            tiling.worker_lag += _interval(step.started_at - cursor)
         engine_wall = step.engine_s / scale
         tiling.modelled += engine_wall
-        tiling.engine_lag += step.generated_at - step.started_at - engine_wall
+        tiling.engine_lag += _interval(step.generated_at - step.started_at - engine_wall)
         cursor, cursor_stored = step.generated_at, 0.0
         if step.called_at and step.returned_at:
             tool_wall = step.tool_s / scale
-            tiling.worker_lag += step.called_at - cursor
-            tiling.tool_queue += step.returned_at - tool_wall - step.called_at
+            tiling.worker_lag += _interval(step.called_at - cursor)
+            tiling.tool_queue += _interval(step.returned_at - tool_wall - step.called_at)
             tiling.modelled += tool_wall
             cursor, cursor_stored = step.returned_at, step.returned_stored_at
-    tiling.worker_lag += completed_at - cursor
+    tiling.worker_lag += _interval(completed_at - cursor)
     return tiling.split()
+
+
+def _interval(wall_s: float) -> float:
+    """A measured interval: a negative one is clocks disagreeing, and counts as none."""
+    return max(0.0, wall_s)

@@ -36,8 +36,9 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     """The worker's own handling between commands, results, tool calls and the end."""
     other_s: float
     """The rest of ``total_s``: time no part above explains (clock rounding, steps re-run after
-    a failure, KV transfers overlapping a tool call). At a high time scale each wall
-    millisecond of any part but the modelled ones costs ``time_scale`` model milliseconds."""
+    a failure, KV transfers overlapping a tool call); never negative (parts that overlap by
+    clock rounding leave none). At a high time scale each wall millisecond of any part but the
+    modelled ones costs ``time_scale`` model milliseconds."""
     total_s: float
     """Model seconds from its first step's arrival on a worker to its end."""
     end_s: float
@@ -88,7 +89,7 @@ def slowest_trajectory(
         tool_queue_s=split.tool_queue_s,
         engine_lag_s=split.engine_lag_s,
         worker_lag_s=split.worker_lag_s,
-        other_s=timings.total_s - _parts_s(timings) - split.overhead_s,
+        other_s=max(0.0, timings.total_s - _parts_s(timings) - split.overhead_s),
         total_s=timings.total_s,
         end_s=max(0.0, last.occurred_at - start) * scale,
         workers=list(last.worker_history),
@@ -117,7 +118,7 @@ def lag_report(
     def share(part_s: float) -> float:
         return part_s / total_s
 
-    behind_s = slowest.total_s - _slowest_modelled_s(slowest)
+    behind_s = max(0.0, slowest.total_s - _slowest_modelled_s(slowest))
     report = LagReport(
         worker_lag_fraction=share(sum(s.lag_s for s in splits.values())),
         control_lag_fraction=share(sum(s.control_s for s in splits.values())),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -126,7 +127,7 @@ class Recorder:
         timings = TrajectoryTimings(
             decode_s=sum(s.engine_s for s in steps) * SCALE,
             tool_s=sum(s.tool_s for s in steps) * SCALE,
-            total_s=(at - START) * SCALE,
+            total_s=max(0.0, at - START) * SCALE,  # the worker's one clock: never negative
         )
         completed = Completed(
             event_id=f"{self.traj}:c", rollout_id="r", occurred_at=at, traj_id=self.traj,
@@ -209,3 +210,43 @@ def test_lag_under_the_threshold_does_not_warn() -> None:
     lag = summary_of([on_time(engine_late_s=0.05)] * 2).lag
     assert 0 < lag.worker_lag_fraction < LAG_WARNING_FRACTION
     assert lag.warning == ""
+
+
+def durations(value: object, path: str = "") -> list[tuple[str, float]]:
+    """Every ``*_s`` figure of a summary's JSON, with its path."""
+    found: list[tuple[str, float]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            if key.endswith("_s") and isinstance(item, (int, float)):
+                found.append((where, float(item)))
+            found += durations(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += durations(item, f"{path}[{index}]")
+    return found
+
+
+skewed = st.floats(min_value=-0.5, max_value=0.5)  # clocks of different hosts disagree
+
+
+@settings(max_examples=80)
+@given(
+    st.lists(st.builds(StepGaps, *[skewed] * 4, gap, skewed, skewed, skewed, gap), min_size=1,
+             max_size=5),
+    skewed,
+    st.sampled_from([SCALE, 1.0, 20.0]),
+)  # fmt: skip
+def test_no_duration_of_a_summary_is_negative(
+    steps: list[StepGaps], tail_s: float, recorded_scale: float
+) -> None:
+    """Whatever the clocks say (hosts that disagree by up to half a second) and whatever time
+    scale the rollout recorded (a deployment at 100x recorded as 1x made tool queueing -570 s),
+    a summary's durations are never negative: what the stamps cannot explain is ``other_s``."""
+    recorder = Recorder("t0")
+    recorder.trajectory(steps, tail_s)
+    assert recorder.events is not None and recorder.stored is not None
+    opened = msgspec.structs.replace(rollout_submitted(), time_scale=recorded_scale)
+    summary = summarize("r", [opened, *recorder.events], [0.0, *recorder.stored])
+    negative = [(where, v) for where, v in durations(msgspec.to_builtins(summary)) if v < 0]
+    assert negative == []
