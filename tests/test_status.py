@@ -4,6 +4,7 @@ and one-line errors."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -16,9 +17,12 @@ import pytest
 from typer.testing import CliRunner
 
 from heddle.bus import Bus, ConsumerSpec
+from heddle.bus.micro import request
 from heddle.bus.streams import provision_consumer
 from heddle.cli.apps import app
+from heddle.client import HeddleClient
 from heddle.config import Settings
+from heddle.consumers.operations import ops_subject
 from heddle.consumers.snapshot import collect_status, slowest_trajectories
 from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
 from heddle.control.control_plane import ControlOptions, build_control_plane
@@ -35,8 +39,10 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger import LedgerWriter, open_ledger, queries
 from heddle.observability.probe import probe_stream, running_nats_url
+from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor
 from heddle.sim.simulator import ROLLOUT_ID
+from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
 
 NOW = 5000.0
@@ -236,3 +242,50 @@ def test_executors_show_their_sandbox_isolation_level() -> None:
     text = console.export_text()
     assert "bubblewrap 0.8.0, rootless" in text
     assert "process (UNISOLATED)" in text
+
+
+async def test_status_and_ops_status_agree_on_every_worker_mid_rollout(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """Mid-rollout, one worker draining: `heddle status` and `heddle ops status` give every
+    worker the same state and trajectories (status said every live worker was `silent` with
+    0 running while ops status had it draining with 4: heartbeats are not in the ledger)."""
+    settings = Settings(nats_url=nats_url, data_dir=tmp_path / "data")
+    long = [TraceStep(output_tokens=200_000)]  # a generation of hours: the placement holds
+    trace = [TraceTrajectory(id=f"x{i}", prompt_tokens=8, steps=long) for i in range(6)]
+    options = InProcessOptions(num_workers=2, engine_options={"time_scale": "1"})
+    runner = CliRunner()
+    base = ["--nats-url", nats_url, "--data-dir", str(settings.data_dir)]
+    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
+        rollout_id = await client.submit(trace=trace)
+        ops = await _ops_workers(client.bus, placed=6)
+        drained = json.loads(await request(client.bus, ops_subject("worker.drain"),
+                                           b'{"worker_id": "w00"}'))  # fmt: skip
+        assert drained["ok"]
+        ops = await _ops_workers(client.bus, placed=6, draining="w00")
+        result = await asyncio.to_thread(runner.invoke, app, [*base, "status", "--json"])
+        assert result.exit_code == 0, result.output
+        shown = {w["worker_id"]: w for w in json.loads(result.stdout)["workers"]}
+        await client.cancel(rollout_id)
+    for worker_id, expected in ops.items():
+        assert shown[worker_id]["state"] == expected["state"]
+        assert shown[worker_id]["num_trajectories"] == expected["num_trajectories"]
+        assert shown[worker_id]["heartbeat_age_s"] is not None
+    assert shown["w00"]["state"] == "draining" and shown["w00"]["num_trajectories"] > 0
+
+
+async def _ops_workers(
+    bus: Bus, placed: int, draining: str | None = None
+) -> dict[str, dict[str, object]]:
+    """`heddle.ops.status`'s workers, once ``placed`` trajectories are placed (and ``draining``
+    drains) and every worker has been heard from."""
+    async with asyncio.timeout(60):
+        while True:
+            workers = json.loads(await request(bus, ops_subject("status"), b""))["workers"]
+            by_id = {w["worker_id"]: w for w in workers}
+            is_placed = sum(w["num_trajectories"] for w in workers) == placed
+            is_heard = all(w["heartbeat_age_s"] is not None for w in workers)
+            is_draining = draining is None or by_id[draining]["state"] == "draining"
+            if is_placed and is_heard and is_draining:
+                return by_id
+            await asyncio.sleep(0.2)

@@ -22,11 +22,11 @@ from rich.table import Table
 
 from heddle.cli.apps import app, settings_of
 from heddle.config import Settings
-from heddle.consumers.snapshot import StatusSnapshot, collect_status, consumer_names
+from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, consumer_names
 from heddle.consumers.status import read_status
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
-from heddle.ledger.statuses import RolloutStatus, WorkerStatus
+from heddle.ledger.statuses import RolloutStatus
 from heddle.observability.probe import probe_stream
 
 _SILENT_AFTER_S = 10.0
@@ -189,8 +189,6 @@ def _workers_table(snapshot: StatusSnapshot) -> Table:
     )
     for w in snapshot.workers:
         age = "-" if w.heartbeat_age_s is None else f"{w.heartbeat_age_s:.1f} s ago"
-        is_silent = w.heartbeat_age_s is None or w.heartbeat_age_s > _SILENT_AFTER_S
-        state = "silent" if w.status is WorkerStatus.ACTIVE and is_silent else str(w.status)
         table.add_row(
             w.worker_id,
             w.engine,
@@ -200,9 +198,20 @@ def _workers_table(snapshot: StatusSnapshot) -> Table:
             str(w.num_trajectories),
             f"{w.kv_usage:.0%}",
             age,
-            state,
+            _worker_state(w),
         )
+    if any(not w.state for w in snapshot.workers):
+        table.caption = "?: the control plane did not answer; the ledger's last word"
     return table
+
+
+def _worker_state(worker: WorkerLine) -> str:
+    """The control plane's state (what `heddle ops status` says), ``silent`` for a live one not
+    heard from lately; the ledger's with a ``?`` when the control plane did not answer."""
+    if not worker.state:
+        return f"{worker.status}?"
+    is_silent = worker.heartbeat_age_s is not None and worker.heartbeat_age_s > _SILENT_AFTER_S
+    return "silent" if worker.state == "active" and is_silent else worker.state
 
 
 def _executors_table(snapshot: StatusSnapshot) -> Table:

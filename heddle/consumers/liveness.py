@@ -58,6 +58,8 @@ class _Worker:
     is_alive: bool = True
     is_drained: bool = False
     trajectories: set[tuple[str, str]] = field(default_factory=set)
+    heartbeat: WorkerHeartbeat | None = None
+    """The latest heartbeat (its load figures), for status."""
 
 
 class WorkerLiveness:
@@ -94,6 +96,14 @@ class WorkerLiveness:
     def heard(self, heartbeat: WorkerHeartbeat) -> None:
         """A heartbeat received live (core NATS): the worker was alive at its ``occurred_at``."""
         self._seen(heartbeat)
+        worker = self._workers[heartbeat.worker_id]
+        latest = worker.heartbeat
+        if latest is None or heartbeat.occurred_at >= latest.occurred_at:
+            worker.heartbeat = heartbeat
+
+    def latest_heartbeats(self) -> dict[str, WorkerHeartbeat]:
+        """Each worker's latest heartbeat heard live (workers never heard from are absent)."""
+        return {w: worker.heartbeat for w, worker in self._workers.items() if worker.heartbeat}
 
     def decide(self, event: Event) -> list[Output]:
         """Fold one event in; only a cancellation calls for outputs (its aborts): failures

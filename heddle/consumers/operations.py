@@ -54,8 +54,8 @@ from heddle.control.ops_requests import (
     decode_request,
     operator_event,
 )
-from heddle.control.ops_views import RolloutView, TrajectoryState
-from heddle.events import OperatorEventT, decode_event
+from heddle.control.ops_views import RolloutView, TrajectoryState, WorkerView
+from heddle.events import OperatorEventT, WorkerHeartbeat, decode_event
 from heddle.events.subjects import EVENTS_STREAM, subject_for_event
 from heddle.ids import check_token
 
@@ -99,6 +99,23 @@ def rollout_summary(rollout_id: str, rollout: RolloutView) -> dict[str, Any]:
     }
 
 
+def worker_summary(
+    worker_id: str, worker: WorkerView, heartbeat: WorkerHeartbeat | None, now: float
+) -> dict[str, Any]:
+    """A worker as ``status`` answers it (``heddle status`` shows the same): its state and the
+    trajectories placed on it from the view, its load from its latest heartbeat."""
+    return {
+        "worker_id": worker_id,
+        "engine": worker.engine,
+        "state": worker.state.value,
+        "num_trajectories": len(worker.trajectories),
+        "heartbeat_age_s": None if heartbeat is None else max(0.0, now - heartbeat.occurred_at),
+        "num_running": heartbeat.num_running if heartbeat is not None else 0,
+        "num_waiting": heartbeat.num_waiting if heartbeat is not None else 0,
+        "kv_usage": heartbeat.kv_usage if heartbeat is not None else 0.0,
+    }
+
+
 class OperationsService:
     """The endpoints over one view and one bus (see the module docstring)."""
 
@@ -109,15 +126,17 @@ class OperationsService:
         *,
         check_task: TaskCheck,
         position: Callable[[], int] = lambda: 0,
+        heartbeats: Callable[[], Mapping[str, WorkerHeartbeat]] = dict,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``view``: the control plane's current view (None until its deciders are live; a
         rebuilt consumer brings a new one); ``check_task``: whether a task fits its
         environment (``heddle.consumers.submissions``); ``position``: the stream sequence
-        folded so far."""
+        folded so far; ``heartbeats``: each worker's latest heartbeat (worker liveness)."""
         self.bus = bus
         self._view = view
         self._position = position
+        self._heartbeats = heartbeats
         self._clock = clock
         self.submissions = Submissions(bus, lambda: self.view, check_task, clock)
 
@@ -162,17 +181,13 @@ class OperationsService:
     async def status(self, data: bytes, headers: Mapping[str, str]) -> bytes:
         _decode(StatusQuery, data)
         view = self.view
+        heartbeats, now = self._heartbeats(), self._clock()
         return _encode(
             {
                 "position": self._position(),
                 "rollouts": [rollout_summary(rid, r) for rid, r in view.rollouts.items()],
                 "workers": [
-                    {
-                        "worker_id": worker_id,
-                        "engine": worker.engine,
-                        "state": worker.state.value,
-                        "num_trajectories": len(worker.trajectories),
-                    }
+                    worker_summary(worker_id, worker, heartbeats.get(worker_id), now)
                     for worker_id, worker in view.workers.items()
                 ],
             }

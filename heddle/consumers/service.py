@@ -58,6 +58,7 @@ from heddle.consumers.supervision import supervise
 from heddle.control import ControlOptions
 from heddle.control.operations import OperationsView
 from heddle.control.weights import WeightsDecider
+from heddle.events import WorkerHeartbeat
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
@@ -128,7 +129,11 @@ class ControlPlaneService:
             service = None
             if self.config.serve_operations:
                 service = await OperationsService(
-                    bus, self._live_operations, check_task=self.check_task, position=self._position
+                    bus,
+                    self._live_operations,
+                    check_task=self.check_task,
+                    position=self._position,
+                    heartbeats=self._heartbeats,
                 ).serve()
             # Metrics (heddle.observability): the endpoint and the consumers' lag.
             metrics_server = start_metrics_server(self.config.metrics_port, self.metrics.registry)
@@ -253,6 +258,9 @@ class ControlPlaneService:
 
     def _live_operations(self) -> OperationsView | None:
         return self.operations if self.is_ready else None
+
+    def _heartbeats(self) -> dict[str, WorkerHeartbeat]:
+        return self.liveness.latest_heartbeats() if self.liveness is not None else {}
 
     def _position(self) -> int:
         consumer = self.consumers.get(DECIDERS)

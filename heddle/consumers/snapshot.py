@@ -19,7 +19,7 @@ from heddle.events import ExecutorRegistered
 from heddle.ledger import Ledger, queries
 from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
 from heddle.ledger.statuses import RolloutStatus, TrajectoryStatus, WorkerStatus
-from heddle.observability.probe import StreamProbe
+from heddle.observability.probe import LiveWorker, StreamProbe
 
 
 class RolloutLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +47,9 @@ class WorkerLine(msgspec.Struct, frozen=True, kw_only=True):
     kv_usage: float
     heartbeat_age_s: float | None
     """Wall seconds since the last heartbeat (None: none yet)."""
+    state: str = ""
+    """The control plane's word (``heddle ops status``): active, draining, drained or failed;
+    "" when it did not answer (then ``status`` is the ledger's, and the load unknown)."""
 
 
 class TrajectoryLine(msgspec.Struct, frozen=True, kw_only=True):
@@ -145,7 +148,7 @@ def collect_status(
         ledger_url=ledger.url,
         taken_at=now,
         rollouts=rollouts,
-        workers=[_worker_line(w, now) for w in queries.workers(ledger)],
+        workers=_worker_lines(queries.workers(ledger), stream, now),
         focus_rollout_id=focus,
         slowest=slowest,
         consumers=_consumers(ledger, control, stream),
@@ -235,6 +238,37 @@ def _trajectory_line(row: TrajectoryRow, now: float, time_scale: float) -> Traje
         num_preemptions=row.num_preemptions,
         num_migrations=row.num_migrations,
     )
+
+
+def _worker_lines(
+    rows: Sequence[WorkerRow], stream: StreamProbe | None, now: float
+) -> list[WorkerLine]:
+    """The ledger's workers, with state, placements and load from the control plane when it
+    answered (the ledger holds no heartbeats), and the workers only it knows yet."""
+    lines = [_worker_line(row, now) for row in rows]
+    live = {w.worker_id: w for w in (stream.workers or [])} if stream is not None else {}
+    known = {line.worker_id for line in lines}
+    lines += [_unprojected(w) for w_id, w in live.items() if w_id not in known]
+    return [_with_live(line, live.get(line.worker_id)) for line in lines]
+
+
+def _with_live(line: WorkerLine, live: LiveWorker | None) -> WorkerLine:
+    if live is None:
+        return line
+    return msgspec.structs.replace(
+        line, state=live.state, num_trajectories=live.num_trajectories,
+        num_running=live.num_running, num_waiting=live.num_waiting, kv_usage=live.kv_usage,
+        heartbeat_age_s=live.heartbeat_age_s,
+    )  # fmt: skip
+
+
+def _unprojected(live: LiveWorker) -> WorkerLine:
+    status = WorkerStatus.FAILED if live.state == "failed" else WorkerStatus.ACTIVE
+    return WorkerLine(
+        worker_id=live.worker_id, engine=live.engine, model="", tp_degree=1, status=status,
+        num_running=0, max_running=0, num_waiting=0, num_trajectories=0, kv_usage=0.0,
+        heartbeat_age_s=None,
+    )  # fmt: skip
 
 
 def _worker_line(row: WorkerRow, now: float) -> WorkerLine:

@@ -4,6 +4,10 @@
 embedded default it connects only to a server the data dir's record names (``nats.json``) that
 is alive and answers. Anything else (no server, a refused connection) yields None and the status
 shows what the ledger and the control plane's status file know.
+
+The workers' state and load are the control plane's answer to ``heddle.ops.status`` (what
+``heddle ops status`` prints): liveness and placements are the control plane's to know (the
+ledger holds no heartbeats, which travel on core NATS), so both commands show one truth.
 """
 
 from __future__ import annotations
@@ -13,8 +17,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import msgspec
+
 from heddle.bus import Bus, BusOptions, BusUnavailable
 from heddle.bus.embedded import RECORD_NAME, answers, is_alive, read_record
+from heddle.bus.micro import ServiceRefusal, ServiceUnavailable, request
 from heddle.bus.replay import ReplayQuery
 from heddle.config import Settings
 from heddle.events import ExecutorRegistered
@@ -30,12 +37,34 @@ class DurableProbe:
     """Messages of its subjects not yet acknowledged (pending + delivered, unacked)."""
 
 
+class LiveWorker(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker as the control plane sees it (``heddle.ops.status``)."""
+
+    worker_id: str
+    engine: str
+    state: str
+    """active, draining, drained or failed."""
+    num_trajectories: int
+    """Trajectories placed on it now."""
+    heartbeat_age_s: float | None = None
+    """Seconds since its latest heartbeat the control plane heard (None: none heard)."""
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+
+
+class _OpsStatus(msgspec.Struct, frozen=True):
+    workers: list[LiveWorker] = []
+
+
 @dataclass(frozen=True, slots=True)
 class StreamProbe:
     last_sequence: int
     durables: dict[str, DurableProbe]
     executors: list[ExecutorRegistered] = field(default_factory=list)
     """Each tool executor's latest registration (its sandbox isolation level), by id."""
+    workers: list[LiveWorker] | None = None
+    """The control plane's workers (None: its operations service did not answer)."""
 
 
 def running_nats_url(settings: Settings) -> str | None:
@@ -68,11 +97,24 @@ async def probe_stream(
                         unacked = state.num_pending + state.num_ack_pending
                         found[durable] = DurableProbe(state.ack_floor_sequence, unacked)
                 executors = await _executor_registrations(bus)
-                return StreamProbe(stream.last_sequence, found, executors)
+                workers = await live_workers(bus)
+                return StreamProbe(stream.last_sequence, found, executors, workers)
     except (BusUnavailable, TimeoutError, OSError):
         return None
     except Exception as exc:  # best effort: a status must show what it can
         log.debug("stream probe failed: %r", exc)
+        return None
+
+
+async def live_workers(bus: Bus, timeout_s: float = 2.0) -> list[LiveWorker] | None:
+    """The workers of the control plane's ``heddle.ops.status``; None when it does not answer."""
+    try:
+        reply = await request(bus, "heddle.ops.status", b"", timeout_s=timeout_s)
+    except (ServiceUnavailable, ServiceRefusal):
+        return None
+    try:
+        return msgspec.json.decode(reply, type=_OpsStatus).workers
+    except msgspec.DecodeError:
         return None
 
 
