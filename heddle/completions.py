@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery, TransientError
 from heddle.events import (
     Completed,
@@ -78,7 +80,7 @@ async def completion_of_failure(bus: Bus, failed: Failed) -> Completed:
     log = rebuild(failed.rollout_id, failed.traj_id, [e for e in events if e is not failed])
     submitted = await _rollout_events(bus, rollout_subject(failed.rollout_id, "submitted"))
     scale = next((e.time_scale for e in submitted if isinstance(e, RolloutSubmitted)), 1.0)
-    return completed_record(
+    record = completed_record(
         log,
         reward=0.0,
         finish_reason=failed.finish_reason,
@@ -86,6 +88,9 @@ async def completion_of_failure(bus: Bus, failed: Failed) -> Completed:
         now=failed.occurred_at,
         reason=failed.reason,
     )
+    if log.spec is None:  # never submitted (its submission was dead-lettered): the event's
+        record = msgspec.structs.replace(record, group_id=failed.group_id, index=failed.index)
+    return record
 
 
 class CompletionStream:

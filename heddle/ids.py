@@ -37,6 +37,12 @@ def trajectory_id(index: int) -> str:
     return f"t{index:06d}"
 
 
+def trajectory_index(traj_id: str) -> int:
+    """The index ``trajectory_id`` made ``traj_id`` from (0 for an id it did not make)."""
+    digits = traj_id[1:7]
+    return int(digits) if traj_id.startswith("t") and digits.isdigit() else 0
+
+
 def resubmission_id(traj_id: str, attempt: int) -> str:
     """The id under which a trajectory's slot runs afresh for the ``attempt``-th time (a stale
     trajectory resubmitted: ``t000003`` -> ``t000003-r1`` -> ``t000003-r1-r2``)."""

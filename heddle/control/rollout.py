@@ -9,6 +9,13 @@ same spec with ``attempt`` one higher, and its slot ends with the new trajectory
 The makespan is the last trajectory's end minus the rollout's submission, in model seconds.
 A cancelled rollout (``RolloutCancelled``) never finishes: it ended cancelled, and its aborted
 trajectories' failures do not turn it into a finished one; it resubmits nothing.
+
+A submission the control plane could not read (``DeadLettered`` naming a trajectory's
+``submitted`` subject, of a known rollout, for a trajectory it never saw submitted) ends that
+trajectory: a final ``Failed`` (``error``, the dead letter's reason) that the trainer reads on its
+completion subjects, and that lets the placement place the rollout's other trajectories (it
+waits for all of them) and the rollout finish. A dead letter of a submission the control plane
+did read (another consumer's) changes nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import msgspec
 from heddle.control.decider import Output
 from heddle.events import (
     Completed,
+    DeadLettered,
     Event,
     Failed,
     RolloutCancelled,
@@ -28,7 +36,8 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
-from heddle.ids import derive_id
+from heddle.events.subjects import parse_subject
+from heddle.ids import derive_id, trajectory_index
 
 
 @dataclass(slots=True)
@@ -45,6 +54,10 @@ class _Rollout:
     """Specs of the running trajectories that have attempts left (the rest are not kept)."""
     resubmitted: set[str] = field(default_factory=set)
     """Trajectories whose slot runs on under another id."""
+    submitted: set[str] = field(default_factory=set)
+    """Every trajectory seen submitted (a dead-lettered submission is failed only if not)."""
+    refused: set[str] = field(default_factory=set)
+    """Trajectories failed for a dead-lettered submission (once, whoever dead-lettered it)."""
 
 
 class RolloutDecider:
@@ -52,7 +65,7 @@ class RolloutDecider:
 
     name = "rollout"
     handles: frozenset[type[Event]] = frozenset(
-        {RolloutSubmitted, TrajectorySubmitted, Completed, Failed, RolloutCancelled}
+        {RolloutSubmitted, TrajectorySubmitted, Completed, Failed, RolloutCancelled, DeadLettered}
     )
 
     def __init__(self) -> None:
@@ -73,9 +86,14 @@ class RolloutDecider:
                 return []
             case TrajectorySubmitted():
                 submitted = self._rollouts.get(event.rollout_id)
-                if submitted is not None and event.spec.attempt + 1 < event.spec.max_attempts:
+                if submitted is None:
+                    return []
+                submitted.submitted.add(event.traj_id)
+                if event.spec.attempt + 1 < event.spec.max_attempts:
                     submitted.resubmittable[event.traj_id] = event.spec
                 return []
+            case DeadLettered():
+                return self._refused_submission(event)
             case Completed():
                 rollout = self._rollouts.get(event.rollout_id)
                 if rollout is None or event.traj_id in rollout.completed:
@@ -95,6 +113,30 @@ class RolloutDecider:
             case _:
                 return []
         return self._maybe_finish(event, rollout)
+
+    def _refused_submission(self, event: DeadLettered) -> list[Output]:
+        try:
+            parts = parse_subject(event.subject)
+        except ValueError:
+            return []
+        rollout = self._rollouts.get(parts.rollout_id or "")
+        traj_id = parts.traj_id or ""
+        if parts.kind != "submitted" or rollout is None or rollout.is_finished:
+            return []
+        if traj_id in rollout.submitted or traj_id in rollout.failed or traj_id in rollout.refused:
+            return []
+        rollout.refused.add(traj_id)
+        return [
+            Failed(
+                event_id=derive_id(event.rollout_id, traj_id, "submission", "failed"),
+                rollout_id=event.rollout_id,
+                occurred_at=event.occurred_at,
+                traj_id=traj_id,
+                step=0,
+                reason=f"its submission could not be read ({event.reason})"[:2000],
+                index=trajectory_index(traj_id),
+            )
+        ]
 
     def _resubmit(self, event: Failed) -> list[Output]:
         rollout = self._rollouts.get(event.rollout_id)

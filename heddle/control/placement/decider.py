@@ -145,9 +145,20 @@ class PlacementDecider:
                 self._finished(event.rollout_id, event.traj_id)
                 return self._start_admitted(event)
             case Completed() | Failed():
+                if self._refused(event.rollout_id, event.traj_id):
+                    return self._initial.place_ready(event) + self._start_admitted(event)
                 self._finished(event.rollout_id, event.traj_id)
                 return self._start_admitted(event)
         return []
+
+    def _refused(self, rollout_id: str, traj_id: str) -> bool:
+        """Whether this ends a trajectory of a rollout not placed yet that was never submitted
+        (its submission dead-lettered): the rollout no longer waits for it."""
+        rollout = self._state.rollouts.get(rollout_id)
+        if rollout is None or rollout.placer is not None or traj_id in rollout.trajectories:
+            return False
+        rollout.refused.add(traj_id)
+        return True
 
     def snapshot(self) -> tuple[object, ...]:
         """The state, as a comparable value (replay tests): workers, in-flight counts, per

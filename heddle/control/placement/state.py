@@ -55,12 +55,15 @@ class RolloutRecord:
     late: set[str] = field(default_factory=set)
     """Trajectories submitted after the rollout was placed (resubmissions), waiting for their
     first prediction to be planned."""
+    refused: set[str] = field(default_factory=set)
+    """Trajectories that ended before the rollout was placed, never submitted (their
+    submission was dead-lettered): the others need not wait for them."""
 
     def has_all_trajectories(self) -> bool:
-        return len(self.trajectories) == self.num_trajectories
+        return len(self.trajectories) + len(self.refused) == self.num_trajectories
 
     def has_all_first_predictions(self) -> bool:
-        return len(self.first_predictions) == self.num_trajectories
+        return len(self.first_predictions) + len(self.refused) == self.num_trajectories
 
 
 class PlacementState:
