@@ -12,8 +12,9 @@ With nothing configured, `run` starts the embedded NATS (through the data dir), 
 plane (`heddle up`), the worker agents and tool executors as child processes, and stops them at
 the end. `--attach` uses a running `heddle up` instead (with HEDDLE_NATS_URL /
 HEDDLE_DATABASE_URL for a remote deployment); add `--workers 0` when it runs the workers too.
-Engine options follow as `--name value` (`--time-scale`, `--model`, `--tp`, ...). Makespans are
-in model seconds (wall seconds x time scale).
+Engine options follow as `--name value` (`--model`, `--tp`, ...). `--time-scale` (sim engines)
+defaults to `auto`: the fastest time scale at which this machine keeps the model clock, printed
+(``heddle.rollout.time_scale``). Makespans are in model seconds (wall seconds x time scale).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from heddle.cli.rollout_flags import (
     JsonOpt,
     QuietOpt,
     RunTimeoutOpt,
+    RunTimeScaleOpt,
     SeedOpt,
     SourceFlags,
     TasksOpt,
@@ -48,6 +50,7 @@ from heddle.cli.rollout_flags import (
     TrajectoriesOpt,
     WorkloadOpt,
     rollout_plan,
+    run_time_scale,
 )
 from heddle.cli.up import PredictorOpt, SigmaOpt, TimeoutOpt
 from heddle.cli.worker import parse_engine_args
@@ -118,6 +121,7 @@ def run_command(
     worker_timeout_s: TimeoutOpt = 6.0,
     timeout_s: RunTimeoutOpt = None,
     timeline: Annotated[Path | None, typer.Option(help="Draw the timeline to this PNG")] = None,
+    time_scale: RunTimeScaleOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -126,26 +130,30 @@ def run_command(
     options = parse_engine_args(list(ctx.args))
     if policy not in SYSTEMS:
         raise UserError(f"unknown --policy {policy!r}; choose from {', '.join(SYSTEMS)}")
-    engine_flags = EngineFlags(
-        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
-    )
-    control, engine_time_scale = engine_flags.control_plane()
-    time_scale: float | None = engine_time_scale
     if gpus is not None and gpus < 1:
         raise UserError(f"--gpus must be >= 1, got {gpus}")
     source = SourceFlags(
         workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
     ).source()
+    plan_time_scale = _attached_time_scale(time_scale) if attach else None
+    if not attach:
+        options, note = run_time_scale(time_scale, engine, options, source)
+        if note:
+            typer.echo(note, err=True)
+    engine_flags = EngineFlags(
+        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
+    )
+    control, engine_time_scale = engine_flags.control_plane()
+    if not attach:
+        plan_time_scale = engine_time_scale
     control = with_history(control, source, settings.data_dir)
     pool = _pool(workers, engine, options, heartbeat_s)
     if gpus is not None:
         pool = _planned_pool(pool, source, policy, control, gpus)
     per_process = workers_per_process or default_workers_per_process(engine)
     pool = replace(pool, workers_per_process=per_process)
-    if attach and not ({"time-scale", "time_scale"} & options.keys()):
-        time_scale = None  # the running deployment's
     run_options = RunOptions(
-        plan=rollout_plan(policy, source, time_scale),
+        plan=rollout_plan(policy, source, plan_time_scale),
         pool=pool,
         num_tool_executors=tools,
         control_plane=None if attach else control,
@@ -155,6 +163,17 @@ def run_command(
     )
     hooks = _timeline_hooks() if timeline is not None else RunHooks()
     _print_run(asyncio.run(run_rollout(settings, run_options, hooks)), as_json)
+
+
+def _attached_time_scale(flag: str | None) -> float | None:
+    """A running deployment's time scale is its own: a number given is checked against it by
+    the control plane (None, or auto: take it)."""
+    if flag is None or flag == "auto":
+        return None
+    try:
+        return float(flag)
+    except ValueError:
+        raise UserError(f"--time-scale takes a number or auto, not {flag!r}") from None
 
 
 def _timeline_hooks() -> RunHooks:
@@ -220,6 +239,7 @@ def compare_command(
         bool, typer.Option(help="Also simulate each policy on the same trace")
     ] = True,
     timeout_s: RunTimeoutOpt = None,
+    time_scale: RunTimeScaleOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -227,15 +247,18 @@ def compare_command(
     settings = settings_of(ctx)
     names = check_policies(policies.split(","))
     options = parse_engine_args(list(ctx.args))
-    engine_flags = EngineFlags(
-        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
-    )
-    control, time_scale = engine_flags.control_plane()
     if gpus is not None and workers is not None:
         raise UserError("give --gpus or --workers, not both")
     source = SourceFlags(
         workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
     ).source()
+    options, note = run_time_scale(time_scale, engine, options, source)
+    if note:
+        typer.echo(note, err=True)
+    engine_flags = EngineFlags(
+        engine, options, cost_model, hardware, predictor, sigma, seed, worker_timeout_s
+    )
+    control, engine_time_scale = engine_flags.control_plane()
     pool = _pool(workers or 0, engine, options, heartbeat_s)
     compare_options = CompareOptions(
         policies=names,
@@ -244,7 +267,7 @@ def compare_command(
         control_plane=control,
         num_gpus=None if workers is not None else (gpus or 16),
         num_tool_executors=tools,
-        time_scale=time_scale,
+        time_scale=engine_time_scale,
         timeout_s=timeout_s,
         simulate=simulate and bool(source.trace),
         show_progress=not quiet,

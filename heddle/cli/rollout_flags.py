@@ -17,6 +17,7 @@ from heddle.errors import UserError
 from heddle.rollout.flags import engine_defaults, source_from_flags
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import RolloutPlan
+from heddle.rollout.time_scale import auto_time_scale
 from heddle.workers.environments import environment_names
 from heddle.workloads import workload_names
 
@@ -47,6 +48,15 @@ TimeScaleOpt = Annotated[
         "--time-scale",
         help="Model seconds per wall second of the deployment's sim engines (default: the "
         "deployment's, from its workers' registrations; another value is refused)",
+    ),
+]
+RunTimeScaleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--time-scale",
+        help="sim engines: model seconds per wall second, or auto (the default): the fastest "
+        "at which this machine keeps the model clock (time off the model under 5%), printed; "
+        "with --attach, the deployment's",
     ),
 ]
 TrainerOpt = Annotated[
@@ -110,6 +120,31 @@ class EngineFlags:
             transfer_kv=True,
         )
         return config, time_scale
+
+
+def run_time_scale(
+    flag: str | None, engine: str, options: dict[str, str], source: Source
+) -> tuple[dict[str, str], str]:
+    """The engine options with the time scale ``--time-scale`` names (``auto`` or none: the
+    one ``heddle.rollout.time_scale`` picks for a sim engine), and the line that says which was
+    picked ("" when it was given)."""
+    if flag is not None and flag != "auto":
+        try:
+            value = float(flag)
+        except ValueError:
+            raise UserError(f"--time-scale takes a number or auto, not {flag!r}") from None
+        return {**options, "time_scale": repr(value)}, ""
+    if engine != "sim":
+        if flag == "auto":
+            raise UserError("--time-scale auto is for sim engines (real engines run at 1)")
+        return options, ""
+    check_engine_options(engine, options)
+    if not source.trace:
+        note = "time scale auto: 1x (the tasks' step lengths are unknown: give --time-scale)"
+        return {**options, "time_scale": "1.0"}, note
+    model, hardware, _ = engine_defaults(engine, options)
+    auto = auto_time_scale(source.trace, model or "qwen3-8b", hardware or "h200")
+    return {**options, "time_scale": repr(auto.time_scale)}, auto.describe()
 
 
 def rollout_plan(policy: str, source: Source, time_scale: float | None) -> RolloutPlan:

@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import app, settings_of
-from heddle.cli.worker import parse_engine_args
+from heddle.cli.worker import TimeScaleOpt, parse_engine_args, with_time_scale
 from heddle.config import Settings
 from heddle.consumers import (
     LIVE_PREDICTORS,
@@ -145,9 +145,10 @@ def up_command(
             max=5,
         ),
     ] = None,
+    time_scale: TimeScaleOpt = None,
 ) -> None:
     """Run the control plane until Ctrl-C (optionally with local workers and executors)."""
-    options = parse_engine_args(list(ctx.args))
+    options = with_time_scale(parse_engine_args(list(ctx.args)), time_scale)
     if workers:
         check_engine_options(engine, options)
     elif options:

@@ -51,6 +51,22 @@ ToolTimeoutOpt = Annotated[float, typer.Option(help="Wall-clock limit of tool ca
 InFlightOpt = Annotated[int, typer.Option(help="Most commands handled at once")]
 EngineHelpOpt = Annotated[bool, typer.Option(help="List the engine's options and exit")]
 MetricsPortOpt = Annotated[int, typer.Option(help=METRICS_PORT_HELP)]
+TimeScaleOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--time-scale",
+        help="sim engine: model seconds per wall second (default 1: real time); the workers "
+        "register it and submissions take it",
+    ),
+]
+
+
+def with_time_scale(options: dict[str, str], time_scale: float | None) -> dict[str, str]:
+    """The engine options with ``--time-scale`` (an option of its own, so that ``--help``
+    shows it) among them."""
+    if time_scale is None:
+        return options
+    return {**options, "time_scale": repr(time_scale)}
 
 
 def parse_engine_args(args: list[str]) -> dict[str, str]:
@@ -120,12 +136,13 @@ def worker_command(
     max_in_flight: InFlightOpt = _DEFAULTS.max_commands_in_flight,
     engine_help: EngineHelpOpt = False,
     metrics_port: MetricsPortOpt = 0,
+    time_scale: TimeScaleOpt = None,
 ) -> None:
     """Run a rollout worker agent: consume heddle.cmd.worker.<id>.>, drive the engine."""
     if engine_help:
         _print_engine_help(engine)
         return
-    options = parse_engine_args(list(ctx.args))
+    options = with_time_scale(parse_engine_args(list(ctx.args)), time_scale)
     _check_engine_options(engine, options)
     config = _config(
         worker_id,
@@ -172,11 +189,12 @@ def workers_run_command(
         ),
     ] = "",
     ray_cpus: Annotated[float, typer.Option(help="CPUs each worker's placement group holds")] = 1.0,
+    time_scale: TimeScaleOpt = None,
 ) -> None:
     """Run N local worker agents with the same engine options: by default all in this process,
     on one event loop and one bus connection (each its own worker id, command consumer and
     engine), so that a laptop holds a large simulated fleet; ``--processes`` for one each."""
-    options = parse_engine_args(list(ctx.args))
+    options = with_time_scale(parse_engine_args(list(ctx.args)), time_scale)
     _check_engine_options(engine, options)
     base = _config(
         f"{id_prefix}00",
