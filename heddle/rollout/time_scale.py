@@ -35,9 +35,11 @@ from heddle.policy.cost.model import preset
 from heddle.traces import TraceTrajectory
 
 OFF_MODEL_BUDGET = 0.05
-HOP_S = 0.015
-"""Wall seconds a step spends in transit on an idle machine (event stored, the control plane's
-reaction, the command's and the tool call's trips): measured, docs/benchmarks.md."""
+HOP_S = 0.02
+"""Wall seconds a step spends in transit (event stored, the control plane's reaction, the
+command's and the tool call's trips) when the CPU is not the bottleneck: 23 ms measured with 2
+trajectories under a load of 9 on 2 cores, docs/benchmarks.md (an idle machine does better:
+this errs slow)."""
 CPU_S_PER_STEP = 0.012
 """CPU seconds every process together spends per trajectory step (about 7 events: published,
 stored, decided, projected, followed): measured, docs/benchmarks.md."""
