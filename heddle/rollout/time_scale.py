@@ -9,19 +9,21 @@ machine reports a makespan that is not the policy's (the README's job at 100x on
 the slowest trajectory's time off the model).
 
 The rule, from two measured costs of the live system (docs/benchmarks.md, "Time scale"):
-``HOP_S``, the wall seconds one step spends in transit when the machine is idle, and
-``CPU_S_PER_STEP``, the CPU seconds all processes spend per trajectory step. At time scale
-``s``, ``N`` trajectories of ``M`` model seconds per step make ``N s / M`` steps per wall second,
-which keep ``N s C / M`` of the ``K`` free cores busy (utilization ``u = N s C / (K M)``); a step
-then waits about ``HOP_S / (1 - u)`` in transit (a queue's wait grows as its server fills). Its
-share off the model stays under the budget ``b`` while ``s HOP_S / (1 - u) <= b M``, that is
+``HOP_S``, the wall seconds a step spends in transit when the CPU is not the bottleneck, and
+``CPU_S_PER_STEP``, the CPU seconds all processes spend per trajectory step. The trajectories
+make ``r`` steps per model second (all their steps over the longest one's model time: most of
+them end well before it), so at time scale ``s`` they keep ``s r C`` of the ``K`` cores the
+run gets busy (utilization ``u = s r C / K``), and a step waits about ``HOP_S / (1 - u)`` in
+transit (a queue's wait grows as its server fills). Its share off the model stays under the
+budget ``b`` of a mean step of ``M`` model seconds while ``s HOP_S / (1 - u) <= b M``, that is
 
-    s <= b M / (HOP_S + b N C / K)
+    s <= b M / (HOP_S + b M r C / K)
 
-``M`` is the trajectories' mean step: tool seconds plus output tokens at the model's one-sequence
-token time (a lower bound: batching only lengthens it). ``K`` is the cores this process may use
-less the 1-minute load average of other work, at least ``MIN_FREE_CORES``. The result is rounded
-down to 1, 2 or 5 times a power of ten, between 1 and ``MAX_TIME_SCALE``.
+``M`` counts each step's tool seconds and its output tokens at the model's one-sequence token
+time (a lower bound: batching only lengthens a step). ``K`` is the cores this process may use,
+shared with other work as the scheduler shares them: the run's ``RUN_PROCESSES`` processes get
+``K n / (n + L)`` of them against a 1-minute load average ``L``. The result is rounded down to 1,
+2 or 5 times a power of ten, between 1 and ``MAX_TIME_SCALE``.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ HOP_S = 0.02
 command's and the tool call's trips) when the CPU is not the bottleneck: 23 ms measured with 2
 trajectories under a load of 9 on 2 cores, docs/benchmarks.md (an idle machine does better:
 this errs slow)."""
-CPU_S_PER_STEP = 0.012
+CPU_S_PER_STEP = 0.015
 """CPU seconds every process together spends per trajectory step (about 7 events: published,
-stored, decided, projected, followed): measured, docs/benchmarks.md."""
-MIN_FREE_CORES = 0.25
+stored, decided, projected, followed): 12-18 ms measured, docs/benchmarks.md."""
+RUN_PROCESSES = 6
+"""A run's busy processes: nats-server, the control plane, the ledger projector, the workers,
+the tool executor, the launcher."""
 MAX_TIME_SCALE = 100.0
 
 
@@ -52,16 +56,20 @@ class AutoTimeScale:
     time_scale: float
     step_s: float
     """Mean model seconds per step of the trajectories."""
+    steps_per_s: float
+    """Steps the trajectories make per model second."""
     num_trajectories: int
     free_cores: float
+    """The cores the run gets (``K``)."""
     num_cores: int
 
     def describe(self) -> str:
         """One line that says what was picked and why."""
         return (
-            f"time scale auto: {self.time_scale:g}x ({self.num_trajectories} trajectories of "
-            f"~{self.step_s:.1f} model s per step, {self.free_cores:.2g} of {self.num_cores} "
-            f"cores free: time off the model under {OFF_MODEL_BUDGET:.0%})"
+            f"time scale auto: {self.time_scale:g}x ({self.num_trajectories} trajectories, "
+            f"~{self.steps_per_s:.1f} steps per model s of ~{self.step_s:.1f} s each, "
+            f"{self.free_cores:.2g} of {self.num_cores} cores: time off the model under "
+            f"{OFF_MODEL_BUDGET:.0%})"
         )
 
 
@@ -76,22 +84,28 @@ def auto_time_scale(
     """The time scale the module docstring derives (``num_cores`` and ``load`` default to this
     machine's: the cores this process may run on, the 1-minute load average)."""
     cores = num_cores if num_cores is not None else len(os.sched_getaffinity(0))
-    busy = load if load is not None else os.getloadavg()[0]
-    free = max(MIN_FREE_CORES, cores - busy)
-    step_s = mean_step_s(trace, model, hardware)
-    bound = (
-        OFF_MODEL_BUDGET * step_s / (HOP_S + OFF_MODEL_BUDGET * len(trace) * CPU_S_PER_STEP / free)
-    )
-    return AutoTimeScale(round_down(bound), step_s, len(trace), free, cores)
+    others = load if load is not None else os.getloadavg()[0]
+    share = cores * RUN_PROCESSES / (RUN_PROCESSES + max(0.0, others))
+    step_s, steps_per_s = step_figures(trace, model, hardware)
+    queueing_s = OFF_MODEL_BUDGET * step_s * steps_per_s * CPU_S_PER_STEP / share
+    bound = OFF_MODEL_BUDGET * step_s / (HOP_S + queueing_s) if step_s > 0 else 1.0
+    return AutoTimeScale(round_down(bound), step_s, steps_per_s, len(trace), share, cores)
 
 
-def mean_step_s(trace: Sequence[TraceTrajectory], model: str, hardware: str) -> float:
-    """Mean model seconds of a step: its tool time and its output at one sequence's pace."""
+def step_figures(
+    trace: Sequence[TraceTrajectory], model: str, hardware: str
+) -> tuple[float, float]:
+    """(mean model seconds of a step, steps per model second): a step is its tool time and its
+    output at one sequence's pace; the rollout lasts its longest trajectory."""
     token_s = preset(model, hardware).solo_token_s()
-    steps = [step for trajectory in trace for step in trajectory.steps]
-    if not steps:
-        return 0.0
-    return sum(step.tool_s + step.output_tokens * token_s for step in steps) / len(steps)
+    durations = [
+        sum(step.tool_s + step.output_tokens * token_s for step in trajectory.steps)
+        for trajectory in trace
+    ]
+    num_steps = sum(len(trajectory.steps) for trajectory in trace)
+    if not num_steps or max(durations) <= 0:
+        return 0.0, 0.0
+    return sum(durations) / num_steps, num_steps / max(durations)
 
 
 def round_down(value: float) -> float:

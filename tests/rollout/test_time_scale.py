@@ -18,16 +18,16 @@ from heddle.rollout.time_scale import (
     MAX_TIME_SCALE,
     OFF_MODEL_BUDGET,
     auto_time_scale,
-    mean_step_s,
     round_down,
+    step_figures,
 )
 from heddle.workloads import generate
 
 
-def off_model_share(scale: float, num: int, step_s: float, free_cores: float) -> float:
-    """The rule's model: a step's transit (``HOP_S`` when idle, longer as the cores fill) over
-    the step, in model seconds."""
-    utilization = num * scale * CPU_S_PER_STEP / (free_cores * step_s)
+def off_model_share(scale: float, steps_per_s: float, step_s: float, free_cores: float) -> float:
+    """The rule's model: a step's transit (``HOP_S`` when the CPU is not the bottleneck, longer
+    as the cores fill) over the step, in model seconds."""
+    utilization = scale * steps_per_s * CPU_S_PER_STEP / free_cores
     if utilization >= 1:
         return 1.0
     transit_s = scale * HOP_S / (1 - utilization)
@@ -45,11 +45,18 @@ def test_the_scale_picked_keeps_the_budget_and_the_next_one_up_would_not(
 ) -> None:
     trace = (generate(workload, 8, seed=1) * (num // 8 + 1))[:num]
     auto = auto_time_scale(trace, "qwen3-8b", "h200", num_cores=cores, load=load)
-    share = off_model_share(auto.time_scale, num, auto.step_s, auto.free_cores)
-    assert auto.time_scale == 1.0 or share <= OFF_MODEL_BUDGET
+    figures = (auto.steps_per_s, auto.step_s, auto.free_cores)
+    assert auto.time_scale == 1.0 or off_model_share(auto.time_scale, *figures) <= OFF_MODEL_BUDGET
     above = [s for s in (1, 2, 5, 10, 20, 50, 100) if s > auto.time_scale]
     if above and auto.time_scale > 1.0:  # the next rounded scale would break it
-        assert off_model_share(above[0], num, auto.step_s, auto.free_cores) > OFF_MODEL_BUDGET * 0.9
+        assert off_model_share(above[0], *figures) > OFF_MODEL_BUDGET * 0.9
+
+
+def test_a_busy_machine_shares_its_cores_with_the_run() -> None:
+    trace = generate("coding", 8, seed=0)
+    assert auto_time_scale(trace, "qwen3-8b", "h200", num_cores=2, load=0.0).free_cores == 2
+    busy = auto_time_scale(trace, "qwen3-8b", "h200", num_cores=2, load=10.0)
+    assert busy.free_cores == pytest.approx(2 * 6 / 16)
 
 
 def test_more_trajectories_or_fewer_free_cores_mean_a_slower_clock() -> None:
@@ -74,8 +81,11 @@ def test_a_step_is_its_tool_time_and_its_output_at_one_sequences_pace() -> None:
     trace = generate("coding", 8, seed=3)
     steps = [s for t in trace for s in t.steps]
     tool_only = sum(s.tool_s for s in steps) / len(steps)
-    assert mean_step_s(trace, "qwen3-8b", "h200") > tool_only
-    assert mean_step_s(trace, "qwen3-32b", "h200") > mean_step_s(trace, "qwen3-8b", "h200")
+    step_s, steps_per_s = step_figures(trace, "qwen3-8b", "h200")
+    assert step_s > tool_only
+    assert step_figures(trace, "qwen3-32b", "h200")[0] > step_s
+    longest_s = max(sum(s.tool_s for s in t.steps) for t in trace)
+    assert steps_per_s < len(steps) / longest_s  # the longest lasts beyond its tools
 
 
 def test_rollout_run_picks_auto_by_default_and_says_so() -> None:
