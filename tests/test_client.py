@@ -15,7 +15,7 @@ from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import TaskOptions
-from heddle.traces import TraceStep, TraceTrajectory
+from heddle.traces import TraceStep, TraceTrajectory, write_trace
 
 TIME_SCALE = 400.0
 
@@ -61,9 +61,13 @@ async def test_completions_come_once_each_and_a_restarted_trainer_resumes(
     settings: Settings,
 ) -> None:
     trace = small_trace(6)
+    path = settings.data_dir / "trace.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(path, trace)
     async with deployment(settings):
         async with HeddleClient(settings, trainer="grpo") as client:
-            rollout_id = await client.submit(trace=trace, policy="heddle", time_scale=TIME_SCALE)
+            # a path as text, as a script gets it (it raised AttributeError: only a Path worked)
+            rollout_id = await client.submit(trace=str(path), time_scale=TIME_SCALE)
             first: list[str] = []
             async for trajectory in client.completions(rollout_id):
                 check_shape(trajectory)

@@ -69,3 +69,15 @@ def test_the_command_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert completed.returncode == 2
     lines = completed.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown --policy 'nope'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["rollout", "run"], ["rollout", "compare"], ["rollout", "submit"], ["up"], ["worker"],
+     ["workers", "run"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_every_command_that_takes_a_time_scale_shows_it_in_its_help(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "--time-scale" in result.output
