@@ -288,6 +288,7 @@ class SglangDouble:
             "tp_size": self.config.tp_size, "dp_size": 1, "page_size": self.config.page_size,
             "max_running_requests": self.config.max_running,
             "max_total_num_tokens": self.config.max_total_num_tokens,
+            "context_length": self.config.context_length,
             "enable_priority_scheduling": self.config.priority_scheduling,
             "schedule_policy": "fcfs",
             "abort_on_priority_when_disabled": self.config.abort_on_priority_when_disabled,

@@ -87,6 +87,7 @@ async def test_the_engine_satisfies_the_engine_protocol(engine: SglangEngine) ->
     assert capabilities.name == "sglang" and capabilities.model
     assert capabilities.tp_degree >= 1 and capabilities.max_running == 2
     assert not capabilities.can_export_kv and not capabilities.native_priority_update
+    assert capabilities.max_context_tokens == 32768  # --context-length: the workers register it
     assert await engine.export_cache("t") is None
     with pytest.raises(EngineError, match="warm_up"):
         await engine.import_cache(None)  # type: ignore[arg-type]

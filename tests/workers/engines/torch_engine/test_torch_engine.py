@@ -132,6 +132,12 @@ async def test_cache_from_another_model_is_refused(engine: TorchEngine) -> None:
     assert await engine.export_cache("traj") is None
 
 
+async def test_a_started_engine_reports_its_models_context(engine: TorchEngine) -> None:
+    """The worker registers it: the operations service refuses a prompt that does not fit
+    (the tiny model takes 32,768 positions)."""
+    assert engine.capabilities.max_context_tokens == 32768
+
+
 async def test_abort_resolves_generate_with_the_partial_output(engine: TorchEngine) -> None:
     task = asyncio.create_task(engine.generate(_request("r1", "t1", _prompt(4), max_new=10_000)))
     await _wait_running(engine, 1)
