@@ -52,7 +52,11 @@ def options(*, attach: bool) -> RunOptions:
     trace = generate("search", NUM_TRAJECTORIES, seed=7)
     return RunOptions(
         plan=RolloutPlan("heddle", trace_specs(trace), "workload:search", TIME_SCALE),
-        pool=None if attach else WorkerPool(len(WORKER_IDS), "sim", {"model": "qwen3-8b"}),
+        pool=None
+        if attach
+        else WorkerPool(
+            len(WORKER_IDS), "sim", {"model": "qwen3-8b", "time_scale": str(TIME_SCALE)}
+        ),  # the plan's time scale: the control plane refuses another than the workers'
         num_tool_executors=0 if attach else 1,
         control_plane=None
         if attach

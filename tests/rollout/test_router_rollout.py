@@ -28,7 +28,6 @@ from sglang_double import DoubleConfig, SglangDouble
 
 pytestmark = pytest.mark.timeout(240)
 NUM_TRAJECTORIES = 6
-TIME_SCALE = 10.0
 
 
 @pytest.fixture
@@ -45,7 +44,8 @@ def doubles() -> Iterator[list[SglangDouble]]:
 def options(policy: str, urls: list[str]) -> RunOptions:
     trace = generate("search", NUM_TRAJECTORIES, seed=1)
     return RunOptions(
-        plan=RolloutPlan(policy, trace_specs(trace), "workload:search", TIME_SCALE),
+        # SGLang engines run in real time: the rollout takes the deployment's time scale, 1
+        plan=RolloutPlan(policy, trace_specs(trace), "workload:search"),
         pool=WorkerPool(len(urls), "sglang", {"url": ",".join(urls)}, heartbeat_s=0.5),
         control_plane=ControlPlaneConfig(
             cost_model="qwen3-8b", predictor=PredictorConfig("noisy_oracle")
