@@ -49,6 +49,7 @@ from heddle.cli.rollout_flags import (
     TraceOpt,
     TrajectoriesOpt,
     WorkloadOpt,
+    attached_time_scale,
     rollout_plan,
     run_time_scale,
 )
@@ -135,8 +136,10 @@ def run_command(
     source = SourceFlags(
         workload, trace, tasks, env, trajectories, seed, group_size, tokenizer
     ).source()
-    plan_time_scale = _attached_time_scale(time_scale) if attach else None
-    if not attach:
+    plan_time_scale: float | None = None
+    if attach:
+        options, plan_time_scale = attached_time_scale(time_scale, options)
+    else:
         options, note = run_time_scale(time_scale, engine, options, source)
         if note:
             typer.echo(note, err=True)
@@ -163,17 +166,6 @@ def run_command(
     )
     hooks = _timeline_hooks() if timeline is not None else RunHooks()
     _print_run(asyncio.run(run_rollout(settings, run_options, hooks)), as_json)
-
-
-def _attached_time_scale(flag: str | None) -> float | None:
-    """A running deployment's time scale is its own: a number given is checked against it by
-    the control plane (None, or auto: take it)."""
-    if flag is None or flag == "auto":
-        return None
-    try:
-        return float(flag)
-    except ValueError:
-        raise UserError(f"--time-scale takes a number or auto, not {flag!r}") from None
 
 
 def _timeline_hooks() -> RunHooks:

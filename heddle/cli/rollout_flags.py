@@ -147,6 +147,21 @@ def run_time_scale(
     return {**options, "time_scale": repr(auto.time_scale)}, auto.describe()
 
 
+def attached_time_scale(
+    flag: str | None, options: dict[str, str]
+) -> tuple[dict[str, str], float | None]:
+    """``--attach``: a running deployment's time scale is its own. A number given is checked
+    against it by the control plane, and given to the workers the run starts beside it; None
+    or ``auto``: the deployment's (the plan names none)."""
+    if flag is None or flag == "auto":
+        return options, None
+    try:
+        value = float(flag)
+    except ValueError:
+        raise UserError(f"--time-scale takes a number or auto, not {flag!r}") from None
+    return {**options, "time_scale": repr(value)}, value
+
+
 def rollout_plan(policy: str, source: Source, time_scale: float | None) -> RolloutPlan:
     """The rollout to submit (``UserError`` when it cannot be)."""
     try:

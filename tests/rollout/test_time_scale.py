@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.cli.rollout_flags import run_time_scale
+from heddle.cli.rollout_flags import attached_time_scale, run_time_scale
 from heddle.errors import UserError
 from heddle.rollout.sources import Source
 from heddle.rollout.submission import trace_specs
@@ -101,3 +101,12 @@ def test_rollout_run_picks_auto_by_default_and_says_so() -> None:
     with pytest.raises(UserError, match="sim engines"):
         run_time_scale("auto", "torch", {}, source)
     assert run_time_scale(None, "torch", {}, source) == ({}, "")
+
+
+def test_an_attached_run_takes_the_deployments_time_scale_or_checks_the_one_given() -> None:
+    assert attached_time_scale(None, {"model": "qwen3-8b"}) == ({"model": "qwen3-8b"}, None)
+    assert attached_time_scale("auto", {}) == ({}, None)
+    # a number is the plan's (checked by the control plane) and the started workers' too
+    assert attached_time_scale("50", {}) == ({"time_scale": "50.0"}, 50.0)
+    with pytest.raises(UserError, match="number or auto"):
+        attached_time_scale("x", {})
