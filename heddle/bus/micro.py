@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.micro import add_service
@@ -26,6 +27,7 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER, Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
 
 from heddle.bus.bus import Bus
+from heddle.bus.connection import PermissionDenied
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +124,11 @@ async def _refuse(request: Request, code: str, message: str) -> None:
 
 
 async def request(bus: Bus, subject: str, body: bytes, timeout_s: float = 5.0) -> bytes:
-    """Send one request; the reply body, ``ServiceRefusal`` for an error reply."""
+    """Send one request; the reply body, ``ServiceRefusal`` for an error reply,
+    ``PermissionDenied`` when the server refused this credential the subject (the request
+    then gets no reply: it is not worth asking again)."""
     try:
-        reply = await bus.client.request(subject, body, timeout=timeout_s)
+        reply = await _answered(bus, subject, body, timeout_s)
     except NoRespondersError:
         raise ServiceUnavailable(f"no service answers on {subject}") from None
     except NatsTimeout:
@@ -133,3 +137,23 @@ async def request(bus: Bus, subject: str, body: bytes, timeout_s: float = 5.0) -
     if ERROR_CODE_HEADER in headers:
         raise ServiceRefusal(headers[ERROR_CODE_HEADER], headers.get(ERROR_HEADER, ""))
     return reply.data
+
+
+_DENIAL_CHECK_S = 0.1
+
+
+async def _answered(bus: Bus, subject: str, body: bytes, timeout_s: float) -> Msg:
+    """The reply; ``PermissionDenied`` as soon as the server reports the request refused (a
+    denied request is dropped, and would otherwise wait out its timeout)."""
+    pending = asyncio.ensure_future(bus.client.request(subject, body, timeout=timeout_s))
+    try:
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=_DENIAL_CHECK_S)
+            if done:
+                return pending.result()
+            for violation in bus.violations:
+                if violation.operation == "publish" and violation.subject == subject:
+                    raise PermissionDenied(violation.message())
+    finally:
+        if not pending.done():
+            pending.cancel()

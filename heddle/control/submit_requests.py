@@ -24,6 +24,7 @@ from heddle.events import TrajectorySpec
 from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.defaults import with_canonical_defaults
 from heddle.events.strict import unknown_fields
+from heddle.ids import check_token
 
 MAX_INLINE_BYTES = 256 * 1024
 """Largest request sent inline; larger ones are uploaded (NATS's default ``max_payload`` is
@@ -39,8 +40,8 @@ UPLOAD_MAX_AGE_S = 24 * 3600.0
 
 def upload_bucket(trainer: str) -> str:
     """The object-store bucket a trainer uploads its large submissions to (its own: a trainer's
-    credential reaches only its bucket)."""
-    return f"{UPLOAD_BUCKET_PREFIX}{trainer}"
+    credential reaches only its bucket, ``heddle.deploy.roles``)."""
+    return f"{UPLOAD_BUCKET_PREFIX}{check_token(trainer, 'trainer name')}"
 
 
 class SubmitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

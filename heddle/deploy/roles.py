@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET
 from heddle.consumers.host import PLANE, HostConfig
-from heddle.consumers.operations import OPS_PREFIX
+from heddle.consumers.operations import OPS_PREFIX, TRAINER_ENDPOINTS
+from heddle.control.submit_requests import upload_bucket
 from heddle.events.subjects import (
     COMMANDS_STREAM,
     DEADLETTER_SUBJECT,
@@ -61,11 +62,6 @@ CONTROL_DURABLE = HostConfig().durable(PLANE)
 OWNED_DURABLES = {CONTROL_DURABLE: CONTROL_PLANE, LEDGER_CONSUMER: LEDGER_PROJECTOR}
 """Durables of ``HEDDLE_EVENTS`` only their owner (and the control plane, which runs the
 projector itself unless ``--no-ledger``, and operators) may create, delete, pull and ack."""
-TRAINER_ENDPOINTS = ("submit", "cancel")
-"""A trainer's requests to the operations service, ``heddle.ops.<endpoint>.<trainer>``."""
-UPLOAD_BUCKET_PREFIX = "heddle-submit-"
-"""A trainer uploads a submission too large for one request to its own object-store bucket
-``heddle-submit-<trainer>`` first (the operations service reads it, then deletes it)."""
 PEER_ACTIONS = ("run", "reprioritize", "preempt", "migrate_out", "migrate_in", "abort")
 """Commands a worker sends its peers: the ``MigrateIn`` of a hand-over, and the trajectory
 commands it forwards to the worker it handed a trajectory to (heddle/workers/agent/commands.py)."""
@@ -246,11 +242,6 @@ def provision_checks() -> tuple[str, ...]:
 def trainer_stream(trainer: str) -> str:
     """The stream of one trainer's terminal records, ``heddle.out.<trainer>.>``."""
     return f"HEDDLE_OUT_{check_token(trainer, 'trainer name')}"
-
-
-def upload_bucket(trainer: str) -> str:
-    """The object-store bucket a trainer uploads large submissions to."""
-    return f"{UPLOAD_BUCKET_PREFIX}{check_token(trainer, 'trainer name')}"
 
 
 # ---- the roles ---------------------------------------------------------------------------

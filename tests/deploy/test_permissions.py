@@ -18,6 +18,7 @@ from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.events import Abort, RolloutCancelled
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
+from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
 
 from .auth_server import AuthServer, auth_server
@@ -118,6 +119,36 @@ async def test_a_trainer_runs_a_rollout_on_its_own_credential(
     finally:
         await deployment.stop()
     assert sorted(received) == sorted(t.traj_id for t in trace)
+
+
+async def test_a_trainer_submits_and_cancels_its_rollouts_through_the_service(
+    server: AuthServer, operator_bus: Bus, tmp_path: Path
+) -> None:
+    """On trainer grpo's own credential: a rollout submitted (inline, and a large one uploaded
+    to its bucket) is stored with grpo as owner at the deployment's time scale, and grpo
+    cancels it; the subjects of another trainer's name are refused at once."""
+    from heddle.rollout.submission import RolloutPlan, trace_specs
+    from heddle.rollout.submit import cancel, submit
+
+    deployment = LocalDeployment(operator_bus, tmp_path / "logs", server.credential_files())
+    try:
+        await deployment.start_control_plane(ControlPlaneConfig(cost_model="qwen3-8b"))
+        options = {"time_scale": "200", "model": "qwen3-8b"}
+        await deployment.start_workers(WorkerPool(1, "sim", options, heartbeat_s=0.5))
+        long = [TraceStep(output_tokens=100_000)]
+        small = [TraceTrajectory(id="a", prompt_tokens=8, steps=long)]
+        large = [TraceTrajectory(id=f"b{i}", prompt_tokens=30_000, steps=long) for i in range(4)]
+        async with server.bus("trainer-grpo", provision=False) as bus:
+            opened = await submit(bus, RolloutPlan("heddle", trace_specs(small)), trainer="grpo")
+            uploaded = await submit(bus, RolloutPlan("heddle", trace_specs(large)), trainer="grpo")
+            cancelled = await cancel(bus, opened.rollout_id, "done", trainer="grpo")
+            with pytest.raises(PermissionDenied, match=r"heddle\.ops\.submit\.ppo"):
+                await submit(bus, RolloutPlan("heddle", trace_specs(small)), trainer="ppo")
+    finally:
+        await deployment.stop()
+    assert (opened.trainer, opened.time_scale) == ("grpo", 200.0)
+    assert (uploaded.trainer, uploaded.num_trajectories) == ("grpo", 4)
+    assert b'"operator":"trainer grpo"' in cancelled
 
 
 async def test_a_worker_before_the_control_plane_is_told_to_start_it_first(
