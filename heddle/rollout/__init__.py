@@ -11,6 +11,7 @@ submit to a running control plane; and the pieces a benchmark or a notebook reus
   control plane, refusing a second;
 - ``inprocess``: the same services on one event loop (tests, notebooks);
 - ``progress``: following a rollout live (completions, tokens/s, per-worker batches);
+- ``time_scale``: ``--time-scale auto``, the fastest time scale this machine keeps;
 - ``summary``: a rollout's figures folded from its events (makespan in model seconds,
   throughput, re-placements and their re-prefill); ``slowest``: the slowest trajectory's
   breakdown and how far a live run fell behind its time scale; ``breakdown``: where a
