@@ -18,7 +18,8 @@ All or nothing: the control plane places a rollout only once every one of its tr
 stored, and the events' ids derive from the rollout id the trainer chose, so a request retried
 after a failure (a timeout, a control plane that stopped half way) completes the same rollout:
 it stores what is missing and gets the first reply. A rollout id another trainer owns is refused
-(403), and so is a different submission under a rollout id already stored (409).
+(403), and so is a different submission under a rollout id already stored (409: another policy
+or number of trajectories; a retry must send the same request).
 """
 
 from __future__ import annotations
