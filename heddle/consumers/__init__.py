@@ -6,7 +6,8 @@
   ``control-plane``): replay to its position, then decide live (``fanout``: each event decoded
   once and handed to every unit that handles it, the router first; ``pipeline``: outputs stored
   while the next batch is decided, acknowledgements in order after storage; ``decider_decoders``:
-  token lists the deciders only count are not parsed);
+  token lists the deciders only count are not parsed; ``refusals``: what the pipeline
+  dead-letters; ``consumer_stats``: what ``heddle status`` shows of the consumer);
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
   ``liveness_checks``: when the control plane runs that check;
 - ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
