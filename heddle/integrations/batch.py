@@ -71,13 +71,14 @@ async def run_batch(client: HeddleClient, request: BatchRequest) -> BatchResult:
         by_index.setdefault(trajectory.index, trajectory)
     summary = await client.wait(rollout_id)
     total = len(request.tasks) * request.task_options.group_size
-    trajectories = [by_index.get(i) or _no_event(rollout_id, i, request) for i in range(total)]
+    trajectories = [by_index.get(i) or no_event_row(rollout_id, i, request) for i in range(total)]
     metrics = batch_metrics(trajectories, summary)
     metrics["heddle/wall_s"] = time.perf_counter() - started
     return BatchResult(rollout_id, trajectories, metrics)
 
 
-def _no_event(rollout_id: str, index: int, request: BatchRequest) -> Completed:
+def no_event_row(rollout_id: str, index: int, request: BatchRequest) -> Completed:
+    """The ``aborted`` row of trajectory ``index``, which ended with no event."""
     group = index // request.task_options.group_size
     return Completed(
         event_id=f"{rollout_id}:t{index:06d}:no-event",

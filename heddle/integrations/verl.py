@@ -26,6 +26,7 @@ workers load weights between generations by themselves.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from heddle.client import HeddleClient
 from heddle.config import load_settings
 from heddle.events import WeightsPublished
-from heddle.integrations import verl_compat
+from heddle.integrations import verl_compat, verl_v1
 from heddle.integrations.batch import BatchResult, run_batch, run_sync
 from heddle.integrations.verl_batch import request_of, to_data_proto
 
@@ -73,6 +74,10 @@ class HeddleAgentLoopManager:
         self.heddle = heddle_section(config)
         self.reward_loop_worker_handles = reward_loop_worker_handles
         self.last_result: BatchResult | None = None
+        self.sink: verl_v1.TransferQueueSink | None = None
+        self.streams: list[threading.Thread] = []
+        self.rollout_ids: list[str] = []
+        """The V1 trainer's rollouts, in submission order."""
 
     @classmethod
     def create(cls, *args: Any, **kwargs: Any) -> HeddleAgentLoopManager:
@@ -80,9 +85,30 @@ class HeddleAgentLoopManager:
         return cls(*args, **kwargs)
 
     def generate_sequences(self, prompts: Any) -> Any:
-        """One Heddle rollout for ``prompts``; verl's ``DataProto`` of its trajectories, one
-        row per input row, in order. Callable with or without ``await``, as verl's own."""
+        """One Heddle rollout for ``prompts``. The legacy trainer's ``DataProto``: verl's
+        ``DataProto`` of its trajectories, one row per input row, in order (callable with or
+        without ``await``, as verl's own). The V1 trainer's ``TensorDict``: None once the
+        rollout is submitted; its trajectories go to TransferQueue as they finish
+        (``heddle.integrations.verl_v1``)."""
+        if not verl_compat.is_data_proto(prompts):
+            return self._generate_into_transfer_queue(prompts)
         return _auto_generate(self, prompts)
+
+    def _generate_into_transfer_queue(self, prompts: Any) -> None:
+        batch = verl_v1.prompt_batch(prompts, self.rollout_config)
+        request = verl_v1.request_of_rows(batch, self.rollout_config, self.heddle)
+        rollout = verl_v1.V1Rollout(
+            batch, request, _client(self.heddle, "verl"), self._sink(),
+            int(self.rollout_config.response_length),
+        )  # fmt: skip
+        rollout_id, thread = verl_v1.start(rollout)
+        self.streams.append(thread)
+        self.rollout_ids.append(rollout_id)
+
+    def _sink(self) -> verl_v1.TransferQueueSink:
+        if self.sink is None:
+            self.sink = verl_v1.TransferQueueSink()
+        return self.sink
 
     async def generate_sequences_async(self, prompts: Any) -> Any:
         request = request_of(prompts, self.rollout_config, self.heddle)

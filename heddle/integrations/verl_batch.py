@@ -54,19 +54,25 @@ def group_size_of(non_tensor: Mapping[str, Any], num_rows: int) -> int:
     return size if runs_even else 1
 
 
-def _messages(raw_prompt: Any) -> list[dict[str, str]]:
+def messages_of(raw_prompt: Any) -> list[dict[str, str]]:
+    """verl's ``raw_prompt`` (a chat) as Heddle's ``{"role", "content"}`` messages."""
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in list(raw_prompt)]
 
 
-def _task(non_tensor: Mapping[str, Any], row: int, messages: list[dict[str, str]]) -> Any:
-    extra = non_tensor.get("extra_info")
-    extra_row = dict(extra[row]) if extra is not None and extra[row] is not None else {}
+def task_of(extra_info: Any, reward_model: Any, messages: list[dict[str, str]]) -> Any:
+    """A row's environment task: ``extra_info.heddle_task``, else ``{"question": <last user
+    message>, "answer": reward_model.ground_truth}``."""
+    extra_row = dict(extra_info) if extra_info is not None else {}
     if "heddle_task" in extra_row:
         return dict(extra_row["heddle_task"])
-    reward_model = non_tensor.get("reward_model")
-    answer = reward_model[row].get("ground_truth", "") if reward_model is not None else ""
+    answer = reward_model.get("ground_truth", "") if reward_model is not None else ""
     users = [m["content"] for m in messages if m["role"] == "user"]
     return {"question": users[-1] if users else "", "answer": answer}
+
+
+def _column(non_tensor: Mapping[str, Any], key: str, row: int) -> Any:
+    column = non_tensor.get(key)
+    return None if column is None else column[row]
 
 
 def request_of(prompts: Any, rollout: Any, heddle: Mapping[str, Any]) -> BatchRequest:
@@ -79,8 +85,12 @@ def request_of(prompts: Any, rollout: Any, heddle: Mapping[str, Any]) -> BatchRe
     size = group_size_of(non_tensor, num_rows)
     firsts = range(0, num_rows, size)
     raw = non_tensor.get("raw_prompt")
-    chats = [_messages(raw[row]) for row in firsts] if raw is not None else None
-    tasks = [_task(non_tensor, row, chats[i] if chats else []) for i, row in enumerate(firsts)]
+    chats = [messages_of(raw[row]) for row in firsts] if raw is not None else None
+    tasks = [
+        task_of(_column(non_tensor, "extra_info", row), _column(non_tensor, "reward_model", row),
+                chats[i] if chats else [])
+        for i, row in enumerate(firsts)
+    ]  # fmt: skip
     validate = bool(prompts.meta_info.get("validate", False))
     temperature = rollout.val_kwargs.temperature if validate else rollout.temperature
     response_length = int(rollout.response_length)

@@ -55,3 +55,39 @@ def position_ids(attention_mask: Any) -> Any:
     from verl.utils.model import compute_position_id_with_mask
 
     return compute_position_id_with_mask(attention_mask)
+
+
+def tensordict_rows(batch: Any) -> list[dict[str, Any]]:
+    """The rows of a ``TensorDict`` of prompts as verl's TQ agent-loop worker reads them
+    (``AgentLoopWorkerTQ.generate_sequences``): a tensor's row, a ``NonTensorStack``'s item,
+    a ``NonTensorData``'s one value for every row."""
+    import torch
+    from tensordict import NonTensorData, NonTensorStack
+
+    columns = dict(batch.items())
+    rows: list[dict[str, Any]] = []
+    for i in range(len(batch)):
+        row: dict[str, Any] = {}
+        for key, value in columns.items():
+            if isinstance(value, torch.Tensor):
+                row[key] = value[i]
+            elif isinstance(value, NonTensorStack):
+                row[key] = value[i].data
+            elif isinstance(value, NonTensorData):
+                row[key] = value.data
+        rows.append(row)
+    return rows
+
+
+def list_of_dict_to_tensordict(rows: list[dict[str, Any]]) -> Any:
+    """verl's ``list_of_dict_to_tensordict`` (``verl.utils.tensordict_utils``): what its TQ
+    worker stores per trajectory."""
+    require_verl()
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict as to_tensordict
+
+    return to_tensordict(rows)
+
+
+def is_data_proto(batch: Any) -> bool:
+    """Whether ``batch`` is a legacy ``DataProto`` (the V1 trainer passes a ``TensorDict``)."""
+    return hasattr(batch, "non_tensor_batch")
