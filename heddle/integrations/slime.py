@@ -1,83 +1,112 @@
-"""slime's rollout function on Heddle: ``--rollout-function-path
-heddle.integrations.slime.generate_rollout``.
+"""slime on Heddle: its rollout function and its weight sync.
 
-``generate_rollout(args, rollout_id, data_buffer, evaluation=False)`` takes
-``args.rollout_batch_size`` groups from ``data_buffer.get_samples`` (slime's data source: each
-group holds ``args.n_samples_per_prompt`` copies of one prompt's ``Sample``), runs them as one
-Heddle rollout (group size = the group's length) and returns the same groups, each sample filled
-as slime's ``Sample`` contract asks (docs/integrations.md, with its source):
+- ``--rollout-function-path heddle.integrations.slime.generate_rollout``:
+  ``generate_rollout(args, rollout_id, data_source, evaluation=False)`` runs slime's rollout
+  loop on Heddle (``heddle.integrations.slime_loop``: over-sampling, dynamic filter, sample
+  hooks, reward, aborted groups) and returns ``rollout_batch_size`` groups of filled samples
+  (``heddle.integrations.slime_samples``), as slime's ``RolloutFnTrainOutput`` with the
+  rollout's metrics when slime is importable, else the plain list (slime's ``call_rollout_fn``
+  wraps it). Each group is one prompt's ``n_samples_per_prompt`` samples (group size = the
+  group's length).
+- ``--update-weight-transport disk --update-weight-disk-dir DIR
+  --custom-update-weight-post-write-path heddle.integrations.slime.publish_weights``: after
+  slime writes the actor's weights to ``DIR/weight_v<N>`` (``N`` counting up from 1, the launch
+  weights), rank 0 publishes that folder as Heddle weight version ``N``; with
+  ``heddle_wait_workers: W`` it waits until W workers loaded it. A sample's
+  ``weight_versions`` are then slime's own version numbers.
 
-- ``tokens`` = prompt ids + response ids, ``response_length`` = len(response ids),
-  ``loss_mask`` and ``rollout_log_probs`` over the response (Heddle's loss mask: 1 for model
-  tokens, 0 for tool observations), ``reward``, ``weight_versions`` (as strings);
-- ``status`` from Heddle's finish reason: ``stop`` / ``environment_done`` -> COMPLETED,
-  ``length`` / ``max_steps`` -> TRUNCATED, ``aborted`` -> ABORTED, ``tool_error`` / ``error``
-  -> FAILED. An aborted or failed sample keeps its tokens but its loss mask is all 0 (nothing of
-  it is trained on) and its reward is 0.0;
-- ``metadata["heddle"]``: traj_id, rollout_id, group_id, finish_reason, reason, logprob_mask,
-  timings.
-
-The samples' own class is used (``type(sample).Status``), so slime's ``Sample`` comes back.
 Prompts: the samples' ``tokens`` when every group has them (the trainer's ids), else their
 ``prompt`` when every one is a chat (``[{"role", "content"}]``), else the environment builds the
 prompt from the task. The task is ``metadata["heddle_task"]`` when given, else
 ``{"question": <prompt text>, "answer": label}``. Options come from ``args`` (slime's flags and
 ``heddle_*`` keys of a ``--custom-config-path`` file; ``rollout_options``). ``evaluation=True``
-raises ``ValueError``: slime's ``--eval-function-path`` keeps its own evaluation rollout.
+raises ``ValueError``: slime's ``--eval-function-path`` keeps its own evaluation rollout, and so
+does ``--custom-generate-function-path`` (Heddle's workers generate).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from heddle.client import HeddleClient
 from heddle.config import load_settings
-from heddle.events import Completed
-from heddle.integrations.batch import BatchRequest, BatchResult, run_batch, run_sync
+from heddle.integrations.batch import BatchRequest, run_sync
+from heddle.integrations.slime_hooks import after_rollout
+from heddle.integrations.slime_loop import LoopResult, SlimeLoop
+from heddle.integrations.slime_samples import STATUS_OF_FINISH_REASON, fill_groups
+from heddle.integrations.weights import WeightSync, publish_and_wait
 from heddle.rollout.submission import TaskOptions
 
-STATUS_OF_FINISH_REASON: dict[str, str] = {
-    "stop": "COMPLETED",
-    "environment_done": "COMPLETED",
-    "length": "TRUNCATED",
-    "max_steps": "TRUNCATED",
-    "aborted": "ABORTED",
-    "stale": "ABORTED",  # stale on its last attempt (earlier ones run afresh by themselves)
-    "tool_error": "FAILED",
-    "error": "FAILED",
-}
-"""slime ``Sample.Status`` member name for each Heddle finish reason."""
-
-UNTRAINED_STATUSES = frozenset({"ABORTED", "FAILED"})
+__all__ = ["STATUS_OF_FINISH_REASON", "fill_groups", "generate_rollout", "publish_weights"]
 
 
-def generate_rollout(
-    args: Any, rollout_id: int, data_buffer: Any, evaluation: bool = False
-) -> list[list[Any]]:
-    """slime's rollout function (module docstring): groups of filled samples, one per group
-    taken from ``data_buffer``; slime's ``call_rollout_fn`` accepts this list as the train
-    output. The last batch's metrics are in each sample's ``metadata["heddle_metrics"]``."""
+def generate_rollout(args: Any, rollout_id: int, data_buffer: Any, evaluation: bool = False) -> Any:
+    """slime's rollout function (module docstring). Groups left over go back to
+    ``data_buffer`` with ``--partial-rollout``, as slime's own rollout does."""
     if evaluation:
         raise ValueError(
             "heddle.integrations.slime runs training rollouts; keep slime's evaluation with "
             "--eval-function-path slime.rollout.sglang_rollout.generate_rollout"
         )
-    groups: list[list[Any]] = data_buffer.get_samples(int(args.rollout_batch_size))
-    if not groups:
-        return []
-    request = batch_request(args, groups, rollout_id)
-    result = run_sync(_run(args, request))
-    return fill_groups(groups, result)
+    if getattr(args, "custom_generate_function_path", None):
+        raise ValueError("--custom-generate-function-path has no effect: Heddle's workers generate")
+    result = run_sync(_run(args, rollout_id, data_buffer))
+    if result.leftovers:
+        data_buffer.add_samples(result.leftovers)
+    for group in result.data:
+        for sample in group:
+            sample.metadata["heddle_metrics"] = result.metrics
+    return _train_output(result)
 
 
-async def _run(args: Any, request: BatchRequest) -> BatchResult:
+async def _run(args: Any, rollout_id: int, data_buffer: Any) -> LoopResult:
     settings = load_settings(nats_url=getattr(args, "heddle_nats_url", None))
     trainer = str(getattr(args, "heddle_trainer", "slime"))
     async with HeddleClient(settings, trainer=trainer) as client:
-        return await run_batch(client, request)
+        loop = SlimeLoop(args, rollout_id, data_buffer, client,
+                         lambda groups: batch_request(args, groups, rollout_id))  # fmt: skip
+        result = await loop.run()
+    after_rollout(args, result.data, result.every, data_buffer)
+    return result
+
+
+def _train_output(result: LoopResult) -> Any:
+    try:
+        from slime.rollout.base_types import RolloutFnTrainOutput
+    except ImportError:
+        return result.data
+    return RolloutFnTrainOutput(samples=result.data, metrics=result.metrics)
+
+
+_VERSION_DIR = re.compile(r"weight_v(\d+)$")
+
+
+def publish_weights(args: Any, version_dir: str, rollout_engines: Any = None) -> None:
+    """slime's post-write hook (module docstring); every trainer rank calls it, rank 0
+    publishes. ``ValueError`` for a folder not named as slime names its versions."""
+    if not _is_rank_zero():
+        return
+    match = _VERSION_DIR.search(Path(version_dir).name)
+    if match is None:
+        raise ValueError(f"{version_dir!r} is not slime's weight_v<N> folder")
+    sync = WeightSync(
+        nats_url=getattr(args, "heddle_nats_url", None),
+        trainer=str(getattr(args, "heddle_trainer", "slime")),
+        wait_workers=int(getattr(args, "heddle_wait_workers", 0) or 0),
+        wait_timeout_s=float(getattr(args, "heddle_wait_timeout_s", 600.0) or 600.0),
+    )
+    run_sync(publish_and_wait(sync, int(match.group(1)), Path(version_dir)))
+
+
+def _is_rank_zero() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return True
+    return not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
 
 
 def rollout_options(args: Any, group_size: int) -> TaskOptions:
@@ -128,44 +157,3 @@ def _task(sample: Any) -> Mapping[str, Any]:
         users = [m["content"] for m in prompt if m.get("role") == "user"]
         prompt = users[-1] if users else ""
     return {"question": str(prompt), "answer": "" if sample.label is None else sample.label}
-
-
-def fill_groups(groups: Sequence[Sequence[Any]], result: BatchResult) -> list[list[Any]]:
-    """Each sample of ``groups`` filled from its trajectory (group ``g``, sample ``k`` is
-    trajectory ``g * len(group) + k``); the groups, in order."""
-    filled: list[list[Any]] = []
-    for g, group in enumerate(groups):
-        row = []
-        for k, sample in enumerate(group):
-            trajectory = result.trajectories[g * len(group) + k]
-            row.append(fill_sample(sample, trajectory, result.metrics))
-        filled.append(row)
-    return filled
-
-
-def fill_sample(sample: Any, trajectory: Completed, metrics: Mapping[str, float]) -> Any:
-    """``sample`` with the fields of slime's contract set from ``trajectory``."""
-    status_name = STATUS_OF_FINISH_REASON.get(trajectory.finish_reason, "FAILED")
-    response = list(trajectory.response_token_ids)
-    sample.tokens = list(trajectory.prompt_token_ids) + response
-    sample.response_length = len(response)
-    trained = status_name not in UNTRAINED_STATUSES
-    sample.loss_mask = list(trajectory.loss_mask) if trained else [0] * len(response)
-    sample.rollout_log_probs = list(trajectory.response_logprobs)
-    sample.reward = float(trajectory.reward) if trained else 0.0
-    sample.weight_versions = [str(v) for v in trajectory.weight_versions]
-    sample.status = type(sample).Status[status_name]
-    sample.metadata = {
-        **(sample.metadata or {}),
-        "heddle": {
-            "traj_id": trajectory.traj_id,
-            "rollout_id": trajectory.rollout_id,
-            "group_id": trajectory.group_id,
-            "finish_reason": trajectory.finish_reason,
-            "reason": trajectory.reason,
-            "logprob_mask": list(trajectory.logprob_mask),
-            "timings": msgspec.to_builtins(trajectory.timings),
-        },
-        "heddle_metrics": metrics,
-    }
-    return sample

@@ -26,9 +26,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heddle.integrations import verl_compat
+
+if TYPE_CHECKING:
+    from heddle.integrations.weights import WeightSync
 
 ROLLOUT_NAME = "heddle"
 SERVER_ADAPTER = "heddle.integrations.verl_rollout.HeddleServerAdapter"
@@ -91,19 +94,16 @@ def save_weights(tensors: Mapping[str, Any], folder: Path) -> Path:
     return folder
 
 
-async def publish_and_wait(settings: Mapping[str, Any], version: int, folder: Path) -> None:
-    """Publish ``folder`` as Heddle weight version ``version``; wait for ``wait_workers``."""
-    from heddle.client import HeddleClient
-    from heddle.config import load_settings
+def weight_sync(settings: Mapping[str, Any]) -> WeightSync:
+    """``engine_kwargs.heddle`` as a ``WeightSync``."""
+    from heddle.integrations.weights import WeightSync
 
-    heddle_settings = load_settings(nats_url=settings.get("nats_url"))
-    trainer = str(settings.get("trainer", "verl"))
-    async with HeddleClient(heddle_settings, trainer=trainer) as client:
-        await client.publish_weights(version, folder)
-        wait_workers = int(settings.get("wait_workers", 0))
-        if wait_workers > 0:
-            timeout_s = float(settings.get("wait_timeout_s", 600.0))
-            await client.wait_weights_loaded(version, wait_workers, timeout_s)
+    return WeightSync(
+        nats_url=settings.get("nats_url"),
+        trainer=str(settings.get("trainer", "verl")),
+        wait_workers=int(settings.get("wait_workers", 0)),
+        wait_timeout_s=float(settings.get("wait_timeout_s", 600.0)),
+    )
 
 
 def _base_rollout() -> type:
@@ -148,7 +148,9 @@ class HeddleServerAdapter(_base_rollout()):  # type: ignore[misc]
         tensors = on_cpu(weights)
         folder = Path(str(weights_dir)) / f"v{version}"
         await asyncio.to_thread(save_weights, tensors, folder)
-        await publish_and_wait(self.heddle, version, folder)
+        from heddle.integrations.weights import publish_and_wait
+
+        await publish_and_wait(weight_sync(self.heddle), version, folder)
         self.published.append(version)
 
 

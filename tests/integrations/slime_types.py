@@ -4,7 +4,8 @@ Copied field for field from THUDM/slime ``slime/utils/types.py`` (``Sample`` and
 enum, commit 624b824a, 2026-08-21; fields unrelated to text rollouts, multimodal and top-p
 replay, left out) and ``slime/rollout/data_source.py`` (``RolloutDataSource.get_samples``:
 ``n_samples_per_prompt`` deep copies of each prompt sample, ``group_index`` / ``index`` counted
-up). docs/integrations.md states the contract."""
+up; ``RolloutDataSourceWithBuffer``: ``add_samples`` keeps groups in a buffer that
+``get_samples`` serves first, oldest first). docs/integrations.md states the contract."""
 
 from __future__ import annotations
 
@@ -48,8 +49,18 @@ class DataSource:
         self.prompts = prompts
         self.n_samples_per_prompt = n_samples_per_prompt
         self.offset = self.sample_group_index = self.sample_index = 0
+        self.buffer: list[list[Sample]] = []
+
+    def add_samples(self, samples: list[list[Sample]]) -> None:
+        for group in samples:
+            assert len(group) == self.n_samples_per_prompt
+            self.buffer.append(group)
 
     def get_samples(self, num_samples: int) -> list[list[Sample]]:
+        from_buffer, self.buffer = self.buffer[:num_samples], self.buffer[num_samples:]
+        return from_buffer + self._fresh(num_samples - len(from_buffer))
+
+    def _fresh(self, num_samples: int) -> list[list[Sample]]:
         taken = self.prompts[self.offset : self.offset + num_samples]
         self.offset += num_samples
         groups = []
