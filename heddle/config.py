@@ -105,3 +105,46 @@ def child_variables(settings: Settings) -> dict[str, str | None]:
         "HEDDLE_NATS_TLS_CA": str(settings.nats_tls_ca) if settings.nats_tls_ca else None,
         "HEDDLE_NATS_REPLICAS": str(settings.nats_replicas) if settings.nats_replicas else None,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """What a training run keeps in the stream (``heddle.lifecycle.retention``): the newest
+    ``keep_rollouts`` rollouts (``HEDDLE_RETENTION_KEEP_ROLLOUTS``) and those ended less than
+    ``keep_days`` ago (``HEDDLE_RETENTION_KEEP_DAYS``); None: no such bound. Expired rollouts
+    are archived under ``archive_dir`` (``HEDDLE_ARCHIVE_DIR``) before they are purged."""
+
+    keep_rollouts: int | None = None
+    keep_days: float | None = None
+    archive_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep_rollouts is not None and self.keep_rollouts < 0:
+            raise UserError(f"keep_rollouts must be >= 0, not {self.keep_rollouts}")
+        if self.keep_days is not None and self.keep_days < 0:
+            raise UserError(f"keep_days must be >= 0, not {self.keep_days}")
+
+    @property
+    def is_set(self) -> bool:
+        return self.keep_rollouts is not None or self.keep_days is not None
+
+
+def load_retention(
+    *,
+    keep_rollouts: int | None = None,
+    keep_days: float | None = None,
+    archive_dir: Path | None = None,
+) -> RetentionPolicy:
+    """A retention policy from explicit values (CLI flags) over ``HEDDLE_RETENTION_*`` and
+    ``HEDDLE_ARCHIVE_DIR``."""
+    rollouts = os.environ.get("HEDDLE_RETENTION_KEEP_ROLLOUTS")
+    days = os.environ.get("HEDDLE_RETENTION_KEEP_DAYS")
+    try:
+        return RetentionPolicy(
+            keep_rollouts=keep_rollouts if keep_rollouts is not None else (
+                int(rollouts) if rollouts else None),
+            keep_days=keep_days if keep_days is not None else (float(days) if days else None),
+            archive_dir=archive_dir or _env_path("HEDDLE_ARCHIVE_DIR"),
+        )  # fmt: skip
+    except ValueError as exc:
+        raise UserError(f"HEDDLE_RETENTION_*: {exc}") from None

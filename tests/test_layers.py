@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "heddle.completions": 8,
     "heddle.weights": 8,
     "heddle.client": 9,
+    "heddle.lifecycle": 9,
     # what runs on top of a deployment
     "heddle.bench": 10,
     "heddle.deploy": 10,

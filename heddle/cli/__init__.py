@@ -5,7 +5,8 @@ compare``), ``rollout_submit`` (``submit | cancel | delete-payloads`` on a runni
 ``up`` (the long-lived control plane), ``status`` (``heddle status``), ``ops`` (the operations
 service from the shell), ``worker`` (``heddle worker``, ``heddle workers run N``), ``tools``
 (``heddle tools exec | serve``), ``predictor`` (``heddle predictor train | serve``), ``replay``
-(``heddle replay``), ``db`` (ledger administration), ``deploy`` (``heddle deploy``), ``sim``
+(``heddle replay``), ``lifecycle`` (``heddle archive``, ``heddle purge``), ``db`` (ledger
+administration), ``deploy`` (``heddle deploy``), ``sim``
 (``heddle sim compare``), ``sim_sweep`` (``heddle sim sweep``), ``sim_figures`` (``heddle sim
 figures``), and the benchmarks ``bench_bus``, ``bench_control``, ``bench_engine``,
 ``bench_fidelity``, ``bench_chaos``, ``bench_cluster``, ``bench_tools``, ``bench_predictor``,
@@ -53,6 +54,7 @@ _COMMAND_MODULES = (
     "predictor",
     "bench_predictor",
     "bench_integrations",
+    "lifecycle",
 )
 
 for _name in _COMMAND_MODULES:

@@ -131,6 +131,7 @@ def _replay_summary(session: ReplaySession) -> dict[str, Any]:
     stats = session.stats
     return {
         "rollout_id": session.rollout_id,
+        "from_snapshot": session.from_snapshot,
         "events": stats.num_events,
         "skipped_messages": stats.num_skipped,
         "last_sequence": stats.last_sequence,

@@ -40,6 +40,7 @@ from heddle.config import Settings
 from heddle.consumers.bundles import control_options, slot_deciders
 from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
+from heddle.consumers.ledger_restore import restore_if_empty
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.liveness_checks import LivenessChecks
 from heddle.consumers.operations import OperationsService
@@ -116,6 +117,8 @@ class ControlPlaneService:
             self._bus = bus
             if self.config.project_ledger or self.config.learn_from_ledger:
                 self._ledger = await asyncio.to_thread(open_ledger, self.settings.ledger_url)
+            if self.config.project_ledger and self._ledger is not None:
+                await restore_if_empty(bus, self._ledger)  # a purged stream: its snapshot
             units: list[tuple[str, Callable[[], Awaitable[None]]]] = [
                 (DECIDERS, self._run_deciders)
             ]

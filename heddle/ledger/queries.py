@@ -92,6 +92,12 @@ def rollout_ids(ledger: Ledger, *, limit: int = 50) -> list[str]:
     return (ids + [rollout for rollout in others if rollout not in ids])[:limit]
 
 
+def rollouts(ledger: Ledger) -> list[RolloutRow]:
+    """Every rollout row, oldest submission first (retention's candidates)."""
+    query = select(_rollouts).order_by(_rollouts.c.submitted_at, _rollouts.c.rollout_id)
+    return _all(ledger, query, RolloutRow)
+
+
 def rollout_summary(ledger: Ledger, rollout_id: str) -> RolloutSummary | None:
     """Counts and totals of one rollout; None when the ledger knows nothing of it."""
     t = _trajectories

@@ -11,6 +11,10 @@ the projector commits rows and position together, so the snapshot is the live le
 position S. The scratch ledger is rebuilt up to exactly S (most of it before the snapshot is
 taken, the rest while it is held) and the two are compared; the report names S. Events the live
 projector has not reached yet are left out of both (``unprojected_messages``).
+
+When old rollouts were purged from the stream (``heddle purge``), the rebuild starts from the
+latest ledger snapshot (``heddle.bus.snapshots``: the ledger as of sequence ``from_snapshot``,
+itself a rebuild that matched the live ledger when taken) and folds the events after it.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heddle.bus import Bus
+from heddle.bus.snapshots import latest_snapshot
 from heddle.config import Settings
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.snapshot import open_read_only, position_in, snapshot
-from heddle.replay.rebuild import RebuildStats, rebuild_ledger
+from heddle.ledger.snapshot_store import seed_file
+from heddle.replay.rebuild import REPLAY_CONSUMER, RebuildStats, rebuild_ledger
 from heddle.replay.trace_export import export_trace
 
 
@@ -60,6 +66,8 @@ class ReplaySession:
     """The connection the session read the stream with, open as long as the session is (for
     analyses that read the stream again: timelines, what-if runs)."""
     live_consumer: str = LEDGER_CONSUMER
+    from_snapshot: int = 0
+    """The sequence of the ledger snapshot the rebuild started from (0: the stream's start)."""
 
     async def verify(self) -> VerifyReport:
         """Compare the live ledger, as of its position S, with the rebuild up to S."""
@@ -103,12 +111,16 @@ async def open_replay(
             if live_ledger is not None:
                 end_sequence = await asyncio.to_thread(_live_position, live_ledger)
             with tempfile.TemporaryDirectory(prefix="heddle-replay-") as folder:
-                fresh = await asyncio.to_thread(
-                    open_ledger, f"sqlite:///{Path(folder) / 'replay.db'}"
-                )
+                path = Path(folder) / "replay.db"
+                snapshot = await latest_snapshot(bus)
+                if snapshot is not None:
+                    seed_file(snapshot.sequence, snapshot.database, path, REPLAY_CONSUMER)
+                fresh = await asyncio.to_thread(open_ledger, f"sqlite:///{path}")
                 try:
                     stats = await rebuild_ledger(bus, fresh, rollout_id, end_sequence=end_sequence)
-                    yield ReplaySession(fresh, stats, rollout_id, live_ledger, bus)
+                    start = snapshot.sequence if snapshot is not None else 0
+                    yield ReplaySession(fresh, stats, rollout_id, live_ledger, bus,
+                                        from_snapshot=start)  # fmt: skip
                 finally:
                     fresh.close()
     finally:
