@@ -13,7 +13,11 @@ anything else is refused with the reason (``PurgeRefused``), and nothing is remo
    trainers' durable consumers of it (``trainer-<name>-<rollout>``) deleted, and its messages
    purged from each per-trainer delivery stream (``HEDDLE_OUT_*``, subjects
    ``heddle.out.<trainer>.<rollout>.>``);
-4. ``purged.json`` beside the archive's manifest records the purge.
+4. ``purged.json`` beside the archive's manifest records the purge;
+5. worker commands (``HEDDLE_CMDS``, one subject per worker, so not purgeable per rollout)
+   stored more than ``COMMANDS_MARGIN_S`` before the oldest rollout still in the stream was
+   submitted are purged: they served rollouts that are gone (a worker that restarts is sent the
+   latest weight version again, and its trajectories are placed afresh).
 
 ``heddle replay --verify`` then starts from the snapshot; a control plane with an empty ledger
 restores it (``heddle.consumers.ledger_restore``).
@@ -22,25 +26,35 @@ restores it (``heddle.consumers.ledger_restore``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
-from heddle.bus import Bus
+from heddle.bus import Bus, ReplayQuery, ReplayRecord
 from heddle.bus.purge import consumer_names, count_messages, purge_subject, stream_names
 from heddle.bus.snapshots import Snapshot, store_snapshot
 from heddle.completions import is_over
 from heddle.config import Settings
 from heddle.errors import UserError
-from heddle.events.subjects import EVENTS_STREAM
+from heddle.events.subjects import (
+    COMMANDS_STREAM,
+    COMMANDS_SUBJECTS,
+    EVENTS_STREAM,
+)
 from heddle.ledger.snapshot import open_read_only
 from heddle.ledger.snapshot_store import position, sqlite_bytes
 from heddle.lifecycle.archive import ArchiveError, Manifest, rollout_subjects, verify_archive
 from heddle.replay import open_replay
 
 OUT_STREAM_PREFIX = "HEDDLE_OUT_"
+COMMANDS_MARGIN_S = 60.0
+"""Commands this much older than the oldest kept rollout's submission are purged (clock skew
+between a cluster's servers stays far below it)."""
 PURGED_FILE = "purged.json"
 
 
@@ -61,6 +75,8 @@ class PurgeReport:
     elapsed_s: float
     skipped: list[str] = field(default_factory=list)
     """Rollouts already purged (nothing left in the stream)."""
+    num_commands: int = 0
+    """Worker commands removed from HEDDLE_CMDS."""
 
 
 async def purge_rollouts(
@@ -83,9 +99,11 @@ async def purge_rollouts(
                                             consumers + counts[2])  # fmt: skip
             record = {"snapshot_sequence": snapshot.sequence, "purged_at": time.time()}
             (archive_dir / manifest.rollout_id / PURGED_FILE).write_text(json.dumps(record))
+        commands = await purge_old_commands(bus)
     ids = [manifest.rollout_id for manifest in manifests]
     elapsed = time.perf_counter() - started
-    return PurgeReport(ids, snapshot.sequence, size, removed, payloads, consumers, elapsed, skipped)
+    return PurgeReport(ids, snapshot.sequence, size, removed, payloads, consumers, elapsed,
+                       skipped, commands)  # fmt: skip
 
 
 async def _checked(
@@ -162,5 +180,36 @@ async def _purge_one(bus: Bus, rollout_id: str, snapshot_sequence: int) -> tuple
     return removed, payloads, consumers
 
 
-def report_json(report: PurgeReport) -> dict[str, object]:
-    return asdict(report)
+async def purge_old_commands(bus: Bus) -> int:
+    """Purge worker commands stored ``COMMANDS_MARGIN_S`` before the oldest rollout still in
+    the stream was submitted (before now, when none is); how many went."""
+    oldest = await _first_record(bus, EVENTS_STREAM, "heddle.evt.rollout.*.submitted", None)
+    cutoff = (oldest.stored_at if oldest is not None else time.time()) - COMMANDS_MARGIN_S
+    when = datetime.datetime.fromtimestamp(max(cutoff, 0.0), datetime.UTC)
+    first_kept = await _first_record(bus, COMMANDS_STREAM, COMMANDS_SUBJECTS, when)
+    below = first_kept.stream_sequence if first_kept is not None else None
+    if below is None:
+        below = (await bus.stream_state(COMMANDS_STREAM)).last_sequence + 1
+    if below < 2:
+        return 0
+    before = (await bus.stream_state(COMMANDS_STREAM)).num_messages
+    await purge_subject(bus, COMMANDS_STREAM, COMMANDS_SUBJECTS, below)
+    return before - (await bus.stream_state(COMMANDS_STREAM)).num_messages
+
+
+async def _first_record(
+    bus: Bus, stream: str, subject: str, since: datetime.datetime | None
+) -> ReplayRecord[bytes] | None:
+    query = ReplayQuery((subject,), start_sequence=None if since else 1, start_time=since,
+                        batch_size=1)  # fmt: skip
+    reader = bus.replay(query, _raw, stream=stream)
+    batches = cast(AsyncGenerator[list[ReplayRecord[bytes]]], reader.batches())
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            if batch:
+                return batch[0]
+    return None
+
+
+def _raw(data: bytes) -> bytes:
+    return data
