@@ -8,7 +8,10 @@ optional local workers and tool executors as child processes.
 
 Engine options follow as ``--name value`` (see ``heddle worker --engine NAME --engine-help``).
 SIGTERM or Ctrl-C stops the children, then the control plane after its current batches. A
-SIGKILLed control plane restarted on the same NATS resumes where its consumers stopped.
+SIGKILLed control plane restarted on the same NATS resumes where its consumers stopped. With a
+retention policy configured (``HEDDLE_RETENTION_KEEP_ROLLOUTS`` / ``_KEEP_DAYS`` and
+``HEDDLE_ARCHIVE_DIR``), it archives and purges old rollouts every ``--retention-every-s``
+(``heddle.lifecycle.retention``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from rich.console import Console
 
 from heddle.cli.apps import app, settings_of
 from heddle.cli.worker import TimeScaleOpt, parse_engine_args, with_time_scale
-from heddle.config import Settings
+from heddle.config import RetentionPolicy, Settings, load_retention
 from heddle.consumers import (
     LIVE_PREDICTORS,
     ControlPlaneConfig,
@@ -146,6 +149,14 @@ def up_command(
         ),
     ] = None,
     time_scale: TimeScaleOpt = None,
+    retention_every_s: Annotated[
+        float,
+        typer.Option(
+            help="Apply the retention policy (HEDDLE_RETENTION_KEEP_ROLLOUTS / _KEEP_DAYS, "
+            "HEDDLE_ARCHIVE_DIR) this often: archive, then purge (0: never)",
+            min=0,
+        ),
+    ] = 300.0,
 ) -> None:
     """Run the control plane until Ctrl-C (optionally with local workers and executors)."""
     options = with_time_scale(parse_engine_args(list(ctx.args)), time_scale)
@@ -176,11 +187,19 @@ def up_command(
     settings = settings_of(ctx)
     if replicas is not None:
         settings = dataclasses.replace(settings, nats_replicas=replicas)
-    asyncio.run(_serve(settings, config, pool, tools))
+    retention = load_retention()
+    if retention.is_set and retention.archive_dir is None:
+        raise UserError("a retention policy archives before it purges: set HEDDLE_ARCHIVE_DIR")
+    every_s = retention_every_s if retention.is_set else 0.0
+    asyncio.run(_serve(settings, config, pool, tools, (retention, every_s)))
 
 
 async def _serve(
-    settings: Settings, config: ControlPlaneConfig, pool: WorkerPool, tools: int
+    settings: Settings,
+    config: ControlPlaneConfig,
+    pool: WorkerPool,
+    tools: int,
+    retention: tuple[RetentionPolicy, float] = (RetentionPolicy(), 0.0),
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -201,9 +220,16 @@ async def _serve(
         "Ctrl-C stops",
         highlight=False,
     )
+    policy, every_s = retention
+    if every_s > 0:
+        from heddle.lifecycle.retention import retention_loop  # pyarrow: only when used
+
+        serving_retention = asyncio.create_task(retention_loop(settings, policy, every_s, stop))
     if pool.num_workers or tools:
         await _with_children(settings, pool, tools, stop)
     await serving
+    if every_s > 0:
+        await serving_retention
 
 
 async def _with_children(

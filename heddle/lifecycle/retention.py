@@ -13,6 +13,7 @@ policy comes from ``HEDDLE_RETENTION_KEEP_ROLLOUTS``, ``HEDDLE_RETENTION_KEEP_DA
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from heddle.lifecycle.archive import ArchiveError, archive_rollout, verify_archi
 from heddle.lifecycle.purge import PURGED_FILE, PurgeReport, purge_rollouts
 
 _SECONDS_PER_DAY = 86_400.0
+log = logging.getLogger(__name__)
 
 
 def expired(rollouts: Sequence[RolloutRow], policy: RetentionPolicy, now: float) -> list[str]:
@@ -34,7 +36,8 @@ def expired(rollouts: Sequence[RolloutRow], policy: RetentionPolicy, now: float)
     ended = {RolloutStatus.FINISHED, RolloutStatus.CANCELLED}
     kept_by_count = set()
     if policy.keep_rollouts is not None:
-        newest = ordered[len(ordered) - policy.keep_rollouts :] if policy.keep_rollouts else []
+        newest = ordered[max(0, len(ordered) - policy.keep_rollouts) :]
+        newest = newest if policy.keep_rollouts else []
         kept_by_count = {row.rollout_id for row in newest}
     out = []
     for row in ordered:
@@ -83,3 +86,25 @@ async def apply_retention(settings: Settings, policy: RetentionPolicy) -> Retent
                 archived.append(rollout_id)
     archive_s = time.perf_counter() - started
     return RetentionReport(archived, await purge_rollouts(settings, due, folder), archive_s)
+
+
+async def retention_loop(
+    settings: Settings, policy: RetentionPolicy, every_s: float, stop: asyncio.Event
+) -> None:
+    """Apply ``policy`` every ``every_s`` seconds until ``stop`` (``heddle up``); a refused or
+    failed pass is logged and tried again next time, never stopping the control plane."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+            return
+        except TimeoutError:
+            pass
+        try:
+            report = await apply_retention(settings, policy)
+        except Exception:
+            log.exception("retention pass failed; trying again in %g s", every_s)
+            continue
+        if report.purge is not None and report.purge.rollout_ids:
+            log.info("retention archived %d and purged %d rollouts (snapshot at %d)",
+                     len(report.archived), len(report.purge.rollout_ids),
+                     report.purge.snapshot_sequence)  # fmt: skip
