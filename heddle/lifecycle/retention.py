@@ -37,7 +37,6 @@ def expired(rollouts: Sequence[RolloutRow], policy: RetentionPolicy, now: float)
     kept_by_count = set()
     if policy.keep_rollouts is not None:
         newest = ordered[max(0, len(ordered) - policy.keep_rollouts) :]
-        newest = newest if policy.keep_rollouts else []
         kept_by_count = {row.rollout_id for row in newest}
     out = []
     for row in ordered:
