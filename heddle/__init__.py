@@ -10,7 +10,8 @@ predictor), ``replay/`` (ledgers rebuilt from the stream, trace export), ``timel
 timelines of recorded rollouts), ``whatif/`` (re-simulating a recorded rollout), ``observability/``
 (Prometheus metrics), ``deploy/`` (per-role NATS permissions), ``integrations/`` (slime and verl on
 Heddle), ``examples/`` (a GRPO loop), ``bench/`` (benchmarks and the paper's figures), ``cli/`` (the
-``heddle`` command).
+``heddle`` command), ``lifecycle/`` (archiving rollouts to Parquet, purging them behind a ledger
+snapshot, retention).
 
 Modules: ``client`` (the trainers' Python API), ``completions`` (the terminal events
 ``HeddleClient.completions`` reads), ``weights`` (publishing weight versions, the trainer's side),

@@ -18,6 +18,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
 - ``predictor`` / ``predictor_serve``: ``heddle bench predictor``, the context predictor's
   Fig. 13 per family and text signal, and its service's latency through NATS; ``text_reader``:
   its predictor handed the numbers each text was written from (what the text holds);
+- ``lifecycle``: ``heddle bench lifecycle``, the disk a simulated training run leaves with and
+  without retention, archive and purge throughput;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control

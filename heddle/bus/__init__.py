@@ -62,8 +62,11 @@ for busy inboxes), ``streams`` (the streams and idempotent provisioning of strea
 ``state`` (stream and consumer state queries), ``publisher`` (de-duplicated publishing, bounded
 windows, retries), ``outbox`` (each message on its subject, large arrays offloaded), ``payloads``
 (moving an event's biggest arrays to the object store), ``objects`` (blobs on the JetStream object
-store), ``positions`` (consumer positions kept apart from the durables, to recreate a lost one), ``telemetry`` (best-effort core NATS load reports and heartbeats), ``runner`` (the
-pull-consumer runner contract), ``batch_runner`` (``BatchRunner``: one handler call per batch),
+store), ``positions`` (consumer positions kept apart from the durables, to recreate a lost one),
+``purge`` (purging a subject's messages, listing streams, consumers and bucket objects: the data
+lifecycle's clean-up), ``snapshots`` (ledger snapshots kept in the object store), ``telemetry``
+(best-effort core NATS load reports and heartbeats), ``runner`` (the pull-consumer runner
+contract), ``batch_runner`` (``BatchRunner``: one handler call per batch),
 ``message_runner`` (``MessageRunner``: one call per message, bounded concurrency), ``pull`` (pull
 requests and the inbox buffering them), ``delivery`` (what a handler receives and how it reports
 failure), ``transient`` (JetStream API errors that pass, e.g. during leader elections),

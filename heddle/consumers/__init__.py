@@ -11,6 +11,7 @@
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
   ``liveness_checks``: when the control plane runs that check;
 - ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
+- ``ledger_restore``: an empty ledger starts from the latest ledger snapshot (a purged stream);
 - ``bundles``: the system bundles (and each slot's deciders) built with the live deployment's
   options;
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds

@@ -26,7 +26,9 @@ touches), ``row_cache`` (those rows, loaded for the writer) with ``keyed_reads``
 composite key, through the primary-key index), ``upserts`` (bulk ``INSERT ... ON CONFLICT``),
 ``writer`` (``LedgerWriter``: a batch and the stream position in one transaction),
 ``queries`` (reads for the CLI, status, client and deciders), ``snapshot`` (a consistent read-only
-snapshot as of one stream position), ``compare`` (table-by-table comparison of two ledgers).
+snapshot as of one stream position), ``snapshot_store`` (ledger snapshots: a rebuild's SQLite
+file, seeding a replay, restoring an empty ledger), ``compare`` (table-by-table comparison of
+two ledgers).
 """
 
 from heddle.ledger import queries
