@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heddle.policy.batching import BatchingConfig, CacheKind
+from heddle.policy.bound_facts import PromptSharing
 from heddle.policy.scheduling.preemption import PreemptionConfig
 
 
@@ -45,6 +46,13 @@ class EngineModel:
     preemption_keeps_kv: bool
     kv_transfer: bool
     """A migration moves the KV (torch), or the target re-prefills (sglang)."""
+
+    @property
+    def prompt_sharing(self) -> PromptSharing:
+        """What its prefix cache saves on a group's prompt (``heddle.policy.bound_facts``): the
+        radix tree holds it once and prefills it once; the per-trajectory store keeps a copy
+        each."""
+        return "group" if self.cache == "radix" else "none"
 
     def batching_config(
         self,

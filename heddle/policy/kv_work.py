@@ -1,27 +1,37 @@
 """Decode work that a KV capacity forces: a lower bound on GPU-seconds per decoded token.
 
 Claim. Let a decode step on a worker of ``p`` GPUs (cost model ``m``) run a batch ``S`` whose
-contexts ``c_i`` are resident in its KV cache, so ``C = sum_i c_i <= cap = m.max_kv_tokens``.
-Let ``m.decode_floor_terms(b) = (fixed(b), k)`` bound the step from below
+contexts ``c_i`` are resident in its KV cache. Sequence ``i`` holds at least ``c_i - s_i`` of
+that KV itself, where ``s_i`` is the part of its prompt others may hold for it (a GRPO group's
+prompt, held once for the group: ``heddle.policy.bound_facts``), so the KV in use is
+``R >= sum_i (c_i - s_i)`` and ``R <= cap = m.max_kv_tokens``. The step reads every sequence's
+whole context, ``C = sum_i c_i`` (which may exceed ``cap`` when prompts are shared). Let
+``m.decode_floor_terms(b) = (fixed(b), k)`` bound the step from below
 (``decode_step_s(b, C) >= fixed(b) + k C``), and let ``F >= 0`` and ``beta`` satisfy
 ``fixed(b) >= F + beta b`` for every batch the capacity admits. Then
 
-    step >= F + beta |S| + k C  >=  F C / cap + beta |S| + k C  =  sum_i (beta + (F / cap + k) c_i)
+    step >= F + beta |S| + k C  >=  F R / cap + beta |S| + k C
+         >=  sum_i (beta + F (c_i - s_i) / cap + k c_i)
 
-because ``C / cap <= 1`` and ``F >= 0``. The step holds ``p`` GPUs, so every token it decodes at
-context ``c`` costs at least ``g_p(c) = p (beta + (F / cap + k) c)`` GPU-seconds, and at least
-``g(c) = min_p g_p(c)`` whatever degree runs it. Summed over every decode token of a workload this
-bounds the decode GPU-seconds of any schedule, placement, priority, migration or TP plan.
+because ``R / cap <= 1`` and ``F >= 0``. The step holds ``p`` GPUs, so every token it decodes at
+context ``c`` with shared part ``s`` costs at least ``g_p(c, s) = p (beta + F (c - s) / cap + k
+c)`` GPU-seconds, and at least ``g(c, s) = min_p g_p(c, s)`` whatever degree runs it. Summed over
+every decode token of a workload this bounds the decode GPU-seconds of any schedule, placement,
+priority, migration or TP plan. (Counting ``c_i`` for the KV a sequence holds, as this module did
+before, is wrong when prompts are shared: a group of 16 on a 3,000-token prompt holds 16 x 3,000
+tokens of context in 3,000 + its own tokens of KV.)
 
 Why it is tighter than the per-step floor alone: the fixed cost ``F`` (kernel launches and the
 weights read once per step) is shared by a batch, and a batch can only be as large as the KV
 holds. Long agentic contexts fill the KV with few sequences, so ``F`` is shared by few tokens:
-the term ``F c / cap`` charges each token its share of the step in proportion to the KV it
-occupies. For Qwen3-32B on H200 at TP8, ``F / cap`` adds about a quarter to the KV read cost ``k``.
+the term ``F (c - s) / cap`` charges each token its share of the step in proportion to the KV it
+occupies. For Qwen3-32B on H200 at TP8, ``F / cap`` adds about a quarter to the KV read cost
+``k``.
 
 ``F`` and ``beta`` come from the floor: exact from ``decode_linear_terms`` where a model has it
 (``AnalyticCostModel``: its floor is linear in the batch); for other models the steepest line
-through ``fixed(1)`` below every enumerated ``fixed(b)`` (``F`` clipped at 0). A model without
+through ``fixed(1)`` below every enumerated ``fixed(b)`` (``F`` clipped at 0), over the batches
+of sequences holding at least ``min_resident_tokens`` each. A model without
 ``decode_floor_terms``, or with too many admissible batches to enumerate, gets no line (callers
 then skip this bound).
 """
@@ -50,21 +60,36 @@ class LinearDecodeFloor(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TokenCostLine:
-    """GPU-seconds of one decode token at context ``c`` on one TP degree: ``base + slope c``."""
+    """GPU-seconds of one decode token at context ``c`` on one TP degree: ``base + slope c``,
+    less ``per_resident_gpu_s`` for each context token it need not hold (``shifted``)."""
 
     tp_degree: int
     base_gpu_s: float
     per_context_gpu_s: float
+    """``p (F / cap + k)``: the KV it holds and the KV the step reads, per context token."""
+    per_resident_gpu_s: float = 0.0
+    """``p F / cap``: the share of the step's fixed cost a held KV token pays."""
 
     def at(self, context_tokens: float) -> float:
         return self.base_gpu_s + self.per_context_gpu_s * context_tokens
 
+    def shifted(self, shared_tokens: float) -> TokenCostLine:
+        """The line of a token whose context has ``shared_tokens`` held by others."""
+        if not shared_tokens:
+            return self
+        base = self.base_gpu_s - self.per_resident_gpu_s * shared_tokens
+        return TokenCostLine(self.tp_degree, base, self.per_context_gpu_s, self.per_resident_gpu_s)
 
-def token_cost_line(tp_degree: int, model: CostModel, min_context: int) -> TokenCostLine | None:
+
+def token_cost_line(
+    tp_degree: int, model: CostModel, min_resident_tokens: float, max_batch: int | None = None
+) -> TokenCostLine | None:
     """The line ``g_p`` of the module docstring; None when the model gives no valid one.
 
-    ``min_context`` (tokens every running sequence holds at least, e.g. the shortest prompt)
-    bounds the admissible batches by ``max_kv_tokens // min_context``."""
+    ``min_resident_tokens`` (KV every running sequence holds at least: the shortest prompt, less
+    what others may hold of it) bounds the admissible batches by ``max_kv_tokens /
+    min_resident_tokens``, and ``max_batch`` (the engines' running cap, the workload's
+    trajectories) bounds them too."""
     cap = model.max_kv_tokens
     if cap <= 0:
         return None
@@ -73,8 +98,10 @@ def token_cost_line(tp_degree: int, model: CostModel, min_context: int) -> Token
         if shared_s < 0.0:
             return None
     else:
-        limit = cap // max(1, min_context)
-        if not isinstance(model, DecodeFloor) or limit > MAX_ENUMERATED_BATCH:
+        if not isinstance(model, DecodeFloor):
+            return None
+        limit = max_batch_size(cap, min_resident_tokens, max_batch)
+        if limit is None:
             return None
         fixed = [model.decode_floor_terms(b)[0] for b in range(1, max(2, limit) + 1)]
         per_context_s = model.decode_floor_terms(1)[1]
@@ -83,7 +110,23 @@ def token_cost_line(tp_degree: int, model: CostModel, min_context: int) -> Token
         tp_degree,
         tp_degree * per_sequence_s,
         tp_degree * (shared_s / cap + per_context_s),
+        tp_degree * shared_s / cap,
     )
+
+
+def max_batch_size(
+    max_kv_tokens: int, min_resident_tokens: float, max_batch: int | None
+) -> int | None:
+    """The largest batch of sequences holding ``min_resident_tokens`` of KV each that fits
+    ``max_kv_tokens`` and ``max_batch``; None when unbounded or beyond
+    ``MAX_ENUMERATED_BATCH``."""
+    limit = max_batch
+    if min_resident_tokens > 0:
+        by_kv = max(1, math.floor(max_kv_tokens / min_resident_tokens))
+        limit = by_kv if limit is None else min(limit, by_kv)
+    if limit is None or limit > MAX_ENUMERATED_BATCH:
+        return None
+    return limit
 
 
 def _linear_minorant(fixed: Sequence[float]) -> tuple[float, float]:
@@ -99,9 +142,16 @@ def _linear_minorant(fixed: Sequence[float]) -> tuple[float, float]:
     return 0.0, min(value / b for b, value in enumerate(fixed, start=1))
 
 
-def token_cost_lines(cost_models: Mapping[int, CostModel], min_context: int) -> list[TokenCostLine]:
+def token_cost_lines(
+    cost_models: Mapping[int, CostModel],
+    min_resident_tokens: float,
+    max_batch: int | None = None,
+) -> list[TokenCostLine]:
     """One line per usable degree; empty if any degree has none (the bound needs them all)."""
-    lines = [token_cost_line(tp, model, min_context) for tp, model in cost_models.items()]
+    lines = [
+        token_cost_line(tp, model, min_resident_tokens, max_batch)
+        for tp, model in cost_models.items()
+    ]
     return [line for line in lines if line is not None] if all(lines) else []
 
 
@@ -156,6 +206,18 @@ def _crossing(a: TokenCostLine, b: TokenCostLine) -> float:
     return (b.base_gpu_s - a.base_gpu_s) / (a.per_context_gpu_s - b.per_context_gpu_s)
 
 
-def kv_decode_gpu_s(ranges: Iterable[tuple[int, int]], envelope: Envelope) -> float:
-    """``sum g(c)`` over decode-token context ranges ``(first_context, num_tokens)``."""
-    return math.fsum(envelope.range_gpu_s(first, count) for first, count in ranges if count > 0)
+def kv_decode_gpu_s(
+    ranges: Iterable[tuple[int, int, float]], lines: Sequence[TokenCostLine]
+) -> float:
+    """``sum g(c, s)`` over decode-token context ranges ``(first_context, num_tokens,
+    shared_tokens)``: one envelope per distinct ``s`` (a workload has few prompt shapes)."""
+    envelopes: dict[float, Envelope] = {}
+    total: list[float] = []
+    for first, count, shared in ranges:
+        if count <= 0:
+            continue
+        envelope = envelopes.get(shared)
+        if envelope is None:
+            envelope = envelopes[shared] = Envelope([line.shifted(shared) for line in lines])
+        total.append(envelope.range_gpu_s(first, count))
+    return math.fsum(total)

@@ -141,13 +141,18 @@ def lower_bound_s(
     trace: Sequence[TraceTrajectory], config: SimConfig, *, kv_aware: bool = True
 ) -> float:
     """The makespan no policy of this simulator can beat (``heddle.policy.lower_bound``), with
-    the options its engines allow: one prefix per trajectory (prompts are prefilled by each
-    sample) and prefill that stalls decoding. ``kv_aware=False``: the bound as reported before
-    its KV term (and with the engine-agnostic options), for comparison."""
+    the options its engines allow: the engine model's prompt sharing (a group's prompt held and
+    prefilled once by SGLang's radix cache, a copy per trajectory in the torch engine), prefill
+    that stalls decoding and the engines' running cap. ``kv_aware=False``: the same bound
+    without its KV term (the compute-only bound, for comparison)."""
     models = {tp: config.cost_for_tp(tp) for tp in TP_DEGREES if tp <= config.num_gpus}
-    if not kv_aware:
-        return makespan_lower_bound(trace, config.num_gpus, models, kv_aware=False).makespan_s
     bound = makespan_lower_bound(
-        trace, config.num_gpus, models, shared_prompts=False, overlapped_prefill=False
+        trace,
+        config.num_gpus,
+        models,
+        prompt_sharing=config.engine.prompt_sharing,
+        overlapped_prefill=False,
+        kv_aware=kv_aware,
+        max_batch=config.max_running,
     )
     return bound.makespan_s

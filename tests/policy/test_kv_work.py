@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -114,10 +115,66 @@ def test_kv_work_never_exceeds_a_kv_limited_engine(
         return
     line = token_cost_line(1, model, min(p for p, _, _ in jobs))
     assert line is not None
-    decode_gpu_s = kv_decode_gpu_s(((p, o) for p, o, _ in jobs), Envelope([line]))
+    decode_gpu_s = kv_decode_gpu_s(((p, o, 0.0) for p, o, _ in jobs), [line])
     prefill_s = model.prefill_s(sum(p for p, _, _ in jobs))
     # The engine decodes every output token (o steps from context p) and prefills each prompt.
     assert decode_gpu_s + prefill_s <= _run_worker(model, jobs, seed) * (1 + 1e-9)
+
+
+def _run_radix_worker(
+    model: AnalyticCostModel, jobs: list[tuple[int, int, int]], prompts: list[int], seed: int
+) -> float:
+    """Serve ``(group, output, arrival_s)`` jobs, each on its group's prompt (``prompts``), on
+    one batching model with SGLang's radix cache: a group's prompt is held once."""
+    rng = random.Random(seed)
+    config = BatchingConfig(preemptive=rng.random() < 0.5, cache="radix", preemption_keeps_kv=False)
+    engine = BatchingModel(model, config)
+    pending = sorted((a, i, g, o) for i, (g, o, a) in enumerate(jobs))
+    last = 0.0
+    while pending or engine.next_event_time() is not None:
+        wake = engine.next_event_time()
+        if pending and (wake is None or pending[0][0] <= wake):
+            arrival, index, group, output = pending.pop(0)
+            prompt = prompts[group]
+            job = GenerationJob(
+                f"j{index}", f"t{index}", prompt, prompt, output, rng.random(), f"g{group}", prompt
+            )
+            engine.submit(job, float(arrival))
+            continue
+        assert wake is not None
+        for done in engine.advance(wake):
+            last = max(last, done.finished_at)
+        assert engine.invariant_violations() == []
+    return last
+
+
+@settings(max_examples=60)
+@given(
+    prompts=st.lists(st.integers(1, 1500), min_size=1, max_size=3),
+    jobs=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 200), st.integers(0, 2)),
+        min_size=1,
+        max_size=16,
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_kv_work_with_shared_prompts_never_exceeds_a_radix_engine(
+    prompts: list[int], jobs: list[tuple[int, int, int]], seed: int
+) -> None:
+    """Grouped jobs hold their prompt once in the KV but read it each: the line charges a token
+    the KV it holds (its context less the share of the prompt its siblings may hold)."""
+    model = AnalyticCostModel(QWEN3_8B, SMALL, 1)
+    jobs = [(g % len(prompts), o, a) for g, o, a in jobs]
+    jobs = [(g, o, a) for g, o, a in jobs if prompts[g] + o <= model.max_kv_tokens]
+    if not jobs:
+        return
+    sizes = Counter(g for g, _, _ in jobs)
+    line = token_cost_line(1, model, min(prompts[g] / sizes[g] for g in sizes))
+    assert line is not None
+    ranges = ((prompts[g], o, prompts[g] * (1 - 1 / sizes[g])) for g, o, _ in jobs)
+    decode_gpu_s = kv_decode_gpu_s(ranges, [line])
+    prefill_s = model.prefill_s(sum(prompts[g] for g in sizes))
+    assert decode_gpu_s + prefill_s <= _run_radix_worker(model, jobs, prompts, seed) * (1 + 1e-9)
 
 
 def test_kv_term_binds_when_long_contexts_fill_the_cache() -> None:
@@ -134,7 +191,7 @@ def test_kv_term_binds_when_long_contexts_fill_the_cache() -> None:
         TraceTrajectory(id=f"t{i}", prompt_tokens=p, steps=[TraceStep(output_tokens=o)])
         for i, (p, o, _) in enumerate(jobs)
     ]
-    options = {"shared_prompts": False, "overlapped_prefill": False}
+    options = {"prompt_sharing": "none", "overlapped_prefill": False}
     old = makespan_lower_bound(workload, 1, {1: model}, kv_aware=False, **options)
     new = makespan_lower_bound(workload, 1, {1: model}, **options)
     assert new.makespan_s == new.kv_work_s <= simulated

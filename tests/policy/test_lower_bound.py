@@ -25,6 +25,7 @@ class Step:
 class Trajectory:
     prompt_tokens: int
     steps: list[Step] = field(default_factory=list)
+    group: str = ""
 
 
 @dataclass
@@ -105,9 +106,10 @@ def test_bound_never_exceeds_a_simulated_makespan(
     # The reference prefills every prompt and stalls decoding while it prefills, so every
     # option combination must stay below it. These workloads fit the KV cache (a few thousand
     # tokens of ~377k), so the reference respects it and the KV-aware term applies too.
-    shared, overlapped = data.draw(st.booleans()), data.draw(st.booleans())
+    sharing = data.draw(st.sampled_from(["none", "any"]))
+    overlapped = data.draw(st.booleans())
     bound = makespan_lower_bound(
-        workload, sum(worker_tps), models, shared_prompts=shared, overlapped_prefill=overlapped
+        workload, sum(worker_tps), models, prompt_sharing=sharing, overlapped_prefill=overlapped
     )
     assert bound.makespan_s <= makespan * (1 + 1e-9)
     assert bound.makespan_s == max(bound.solo_s, bound.work_s)
@@ -130,7 +132,7 @@ def test_many_trajectories_on_one_gpu_are_bounded_by_work() -> None:
     # KV-aware term, which charges what a capacity-respecting engine must pay, is left out.
     loose = makespan_lower_bound(workload, 1, {1: model}, kv_aware=False)
     tight = makespan_lower_bound(
-        workload, 1, {1: model}, shared_prompts=False, overlapped_prefill=False, kv_aware=False
+        workload, 1, {1: model}, prompt_sharing="none", overlapped_prefill=False, kv_aware=False
     )
     assert loose.work_s > loose.solo_s
     assert loose.makespan_s <= tight.makespan_s <= simulated

@@ -120,7 +120,9 @@ def test_no_run_beats_the_kv_aware_bound_when_memory_binds(seed: int) -> None:
 def test_the_kv_term_is_what_binds_on_a_memory_bound_trace() -> None:
     trace = generate("coding", 64, seed=2)
     config = SimConfig(model="qwen3-32b", hardware="h100", num_gpus=2, seed=2)
-    assert lower_bound_s(trace, config) > 1.3 * lower_bound_s(trace, config, kv_aware=False)
+    # 906 s against 704 s: each group of 8 holds its prompt once (the radix cache), so a token
+    # pays the step's fixed cost for its own KV only (971 s when every copy was counted).
+    assert lower_bound_s(trace, config) > 1.25 * lower_bound_s(trace, config, kv_aware=False)
 
 
 def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
