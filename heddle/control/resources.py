@@ -90,8 +90,8 @@ class AgenticCostModel:
     def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
         return self.inner.decode_step_s(batch_size, total_context_tokens)
 
-    def prefill_s(self, num_tokens: int) -> float:
-        return self.inner.prefill_s(num_tokens)
+    def prefill_s(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
+        return self.inner.prefill_s(num_tokens, num_cached_tokens)
 
     def solo_token_s(self, context_tokens: int = 0) -> float:
         return self.inner.solo_token_s(context_tokens) + self.tool_s_per_token

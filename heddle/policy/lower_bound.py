@@ -27,10 +27,12 @@ and context ``c_s = P + sum_{s' < s} (o_s' + u_s')`` at the start of step ``s`` 
   ``N * min_{p,b} p f_p(b) / b  +  min_p (p k_p) * W`` GPU-seconds, where ``N = sum d_s`` is the
   decode-token count and ``W = sum_s (d_s c_s + d_s (d_s - 1) / 2)`` the context those tokens
   read; independently, at least ``N * min_{p,b} p decode_step_s(b, b P_min) / b`` (every
-  context holds at least the shortest prompt). Prefill needs at least ``min_p p prefill_s_p``
-  of every token the workload must prefill once (a shared prompt once per group) GPU-seconds
-  (prefill cost is subadditive: linear in the shipped models). The budget supplies
-  ``num_gpus`` GPU-seconds per second.
+  context holds at least the shortest prompt). Prefill needs at least ``min_p p sum_s
+  prefill_s_p(n_s, c_s - n_s)`` GPU-seconds over every step's ``n_s`` new tokens the workload
+  must prefill once (a shared prompt once per group, attending to nothing before it; an
+  observation attending to the context before it): a prefill batch costs the sum of its
+  sequences', and a sequence re-prefilled after losing its cache only prefills more, each token
+  attending to no less. The budget supplies ``num_gpus`` GPU-seconds per second.
 
 Options:
 
@@ -62,8 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import cast
+from typing import Protocol, cast, runtime_checkable
 
 from heddle.policy.bound_facts import (
     PromptSharing,
@@ -72,7 +73,7 @@ from heddle.policy.bound_facts import (
     TrajectoryShape,
     workload_facts,
 )
-from heddle.policy.cost.model import CostModel
+from heddle.policy.cost.model import CostModel, attended_pairs
 from heddle.policy.kv_work import (
     MAX_ENUMERATED_BATCH,
     DecodeFloor,
@@ -174,22 +175,36 @@ class _BatchLimits:
 
 
 def _prefill_gpu_s(facts: Sequence[TrajectoryFacts], cost_models: Mapping[int, CostModel]) -> float:
-    num_tokens = sum(step.prefill_tokens for f in facts for step in f.steps)
-    return min(tp * model.prefill_s(num_tokens) for tp, model in cost_models.items())
+    steps = [step for f in facts for step in f.steps if step.prefill_tokens]
+    num_tokens = sum(step.prefill_tokens for step in steps)
+    num_pairs = math.fsum(attended_pairs(s.prefill_tokens, s.cached_tokens) for s in steps)
+
+    def gpu_s(tp: int, model: CostModel) -> float:
+        if isinstance(model, PrefillTerms):
+            per_token_s, per_pair_s = model.prefill_terms()
+            return tp * (per_token_s * num_tokens + per_pair_s * num_pairs)
+        return tp * math.fsum(model.prefill_s(s.prefill_tokens, s.cached_tokens) for s in steps)
+
+    return min(gpu_s(tp, model) for tp, model in cost_models.items())
+
+
+@runtime_checkable
+class PrefillTerms(Protocol):
+    def prefill_terms(self) -> tuple[float, float]: ...
 
 
 class _SoloPricer:
-    """The cheapest usable degree's time for one step alone (memoised prefill)."""
+    """The cheapest usable degree's time for one step alone."""
 
     def __init__(self, cost_models: Mapping[int, CostModel]) -> None:
         self._models = list(cost_models.values())
         self._floors = [_floor_of(model, 1) for model in self._models]
-        self._prefill = [lru_cache(maxsize=1 << 14)(model.prefill_s) for model in self._models]
 
     def step_s(self, step: StepFacts) -> float:
+        new, cached = step.solo_prefill_tokens, step.cached_tokens
         return min(
-            _solo_decode_s(model, floor, step) + prefill(step.solo_prefill_tokens)
-            for model, floor, prefill in zip(self._models, self._floors, self._prefill, strict=True)
+            _solo_decode_s(model, floor, step) + model.prefill_s(new, cached)
+            for model, floor in zip(self._models, self._floors, strict=True)
         )
 
 

@@ -43,8 +43,8 @@ class SmallKv:
     def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
         return self.inner.decode_step_s(batch_size, total_context_tokens)
 
-    def prefill_s(self, num_tokens: int) -> float:
-        return self.inner.prefill_s(num_tokens)
+    def prefill_s(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
+        return self.inner.prefill_s(num_tokens, num_cached_tokens)
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
         return self.inner.interference(batch_size, mean_context_tokens)
@@ -162,7 +162,9 @@ def test_next_turn_prefills_only_what_the_cache_lacks() -> None:
     model.submit(turn, 100.0)
     (done,) = drain(model)
     assert done.num_cached_tokens == 1100 and done.num_recomputed_tokens == 0
-    assert done.prefill_s == pytest.approx(COST.prefill_s(200))
+    # The 200 new tokens attend to the 1,100 cached: more than a fresh 200-token prefill.
+    assert done.prefill_s == pytest.approx(COST.prefill_s(200, 1100))
+    assert done.prefill_s > COST.prefill_s(200)
     model.release("t-a")
     again = job("c", 1400, 10, new=50, traj="t-a")
     model.submit(again, 200.0)
@@ -318,7 +320,7 @@ class Reference:
         while self.waiting and len(self.running) + len(admitted) < self.max_running:
             admitted.append(self.waiting.pop(0))
         self.running += admitted
-        self.clock += COST.prefill_s(sum(ref.job.num_context_tokens for ref in admitted))
+        self.clock += sum(COST.prefill_s(ref.job.num_context_tokens) for ref in admitted)
         return bool(admitted)
 
     def _finish(self, result: dict[str, float]) -> None:

@@ -50,7 +50,9 @@ def simulate_worker(trajectories: list[Trajectory], model: CostModel) -> float:
         if not ready:
             clock = min(i.ready_s for i in live if i.done_s is None)
             continue
-        clock += model.prefill_s(sum(i.pending_prefill for i in ready))
+        clock += sum(
+            model.prefill_s(i.pending_prefill, i.context - i.pending_prefill) for i in ready
+        )
         for item in ready:
             item.pending_prefill = 0
         clock += model.decode_step_s(len(ready), sum(i.context for i in ready))

@@ -52,7 +52,11 @@ def test_json_profile_fields_and_context_term() -> None:
     profile = parse_profile(json.dumps(JSON), "json", source="p.json")
     model = profile.cost_model(1)
     assert model.max_kv_tokens == 380000
-    assert model.prefill_s(40000) == pytest.approx(1.0)
+    # The measured rate prices the linear layers; attention over the context is the preset's.
+    assert model.prefill_terms()[0] * 40000 == pytest.approx(1.0)
+    attention_s = preset("qwen3-8b", "h100").prefill_terms()[1] * (40000 * 40001 / 2)
+    assert model.prefill_s(40000) == pytest.approx(1.0 + attention_s)
+    assert model.prefill_s(100, 8000) > model.prefill_s(100)
     # At or below the measured context the profile stands; beyond it KV reads add time.
     assert model.solo_token_s(512) == pytest.approx(7.9e-3)
     assert model.solo_token_s(100) == pytest.approx(7.9e-3)

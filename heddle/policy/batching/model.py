@@ -13,8 +13,9 @@ reads a clock. Contract:
   perfect output-length estimate, so a running job is never retracted for memory (only by
   priority preemption); every system simulated gets the same (optimistic) engine.
 - Admission prefills what the trajectory's prefix cache lacks, in one prefill batch that stalls
-  decoding (SGLang's default prefill-first iteration); a job whose cache was lost re-prefills
-  its whole context and counts those tokens as recomputed.
+  decoding (SGLang's default prefill-first iteration), each job's part costing more the longer
+  the context its new tokens attend to (``CostModel.prefill_s``); a job whose cache was lost
+  re-prefills its whole context and counts those tokens as recomputed.
 - With ``preemptive`` set, a waiting job that beats the lowest running ones by the margin of
   ``heddle.policy.scheduling.preemption`` preempts just enough of them to fit (PPS, paper s.4.2).
   With ``preemption_keeps_kv`` a preempted job keeps its KV as a prefix-cache record and resumes

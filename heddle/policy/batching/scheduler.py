@@ -125,7 +125,12 @@ class BatchScheduler:
         self._running.add(state, self.num_steps)
 
     def _prefill(self, admitted: list[JobRecord]) -> None:
-        prefill_s = self.cost.prefill_s(sum(state.prefill_tokens for state in admitted))
+        """One prefill forward for the admitted jobs: each prefills what its cache lacks,
+        attending to what it had (the cost of a batch is the sum of its sequences')."""
+        prefill_s = sum(
+            self.cost.prefill_s(state.prefill_tokens, state.context - state.prefill_tokens)
+            for state in admitted
+        )
         self.clock_s += prefill_s
         self.busy_s += prefill_s
         for state in admitted:

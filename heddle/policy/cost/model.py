@@ -8,8 +8,16 @@ Vidur's H100 operator profiles for prefill)::
     t_step(S, p) = a(p) + W / (p * BW) + beta(p) * |S| + kv_bytes_per_token * sum(ctx) / (p * BW)
 
 bounded below by the compute time 2 * params * |S| / (p * decode_flops) once linear layers turn
-compute bound (~256 sequences). Measured profiles (``heddle.policy.cost.profiles``) replace the
-analytic batch term with interpolation in a user's own ITL table.
+compute bound (~256 sequences). Prefill of ``n`` new tokens of a sequence whose first ``c`` are
+cached computes its linear layers (``2 * params`` FLOPs a token) and attention over the context:
+each new token's scores and weighted values against every token before it and itself, ``4 *
+layers * query_heads * head_dim`` FLOPs per (new token, attended token) pair, ``n c + n (n + 1)
+/ 2`` pairs (causal), both at the prefill rate (docs/calibration.md s.1, "Prefill attention")::
+
+    t_prefill(n, c, p) = (2 * params * n + 4 * L * H_q * d_head * (n c + n (n + 1) / 2)) / rate(p)
+
+Measured profiles (``heddle.policy.cost.profiles``) replace the analytic batch term with
+interpolation in a user's own ITL table.
 """
 
 from __future__ import annotations
@@ -53,11 +61,22 @@ class ModelShape:
     """layers * kv_heads(8) * head_dim(128) * 2 (K and V) * 2 bytes (docs/calibration.md s.1)."""
     beta_tp1_s: float
     """Per-sequence non-KV cost per decode step at TP1 (docs/calibration.md s.1)."""
+    num_layers: int
+    num_query_heads: int
+    head_dim: int = 128
+    """Attention shape (docs/calibration.md s.1): a prefill's attention FLOPs grow with the
+    context it attends to (``attention_flops_per_pair``)."""
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs of one new token attending to one context token, over all layers: ``Q K^T``
+        and the weighted sum of ``V``, ``2 * head_dim`` multiply-adds per query head each."""
+        return 4.0 * self.num_layers * self.num_query_heads * self.head_dim
 
 
-QWEN3_8B = ModelShape("qwen3-8b", 8.2e9, 16.4 * GB, 144 * KIB, 0.06e-3)
-QWEN3_14B = ModelShape("qwen3-14b", 14.8e9, 29.6 * GB, 160 * KIB, 0.07e-3)
-QWEN3_32B = ModelShape("qwen3-32b", 32.8e9, 65.6 * GB, 256 * KIB, 0.11e-3)
+QWEN3_8B = ModelShape("qwen3-8b", 8.2e9, 16.4 * GB, 144 * KIB, 0.06e-3, 36, 32)
+QWEN3_14B = ModelShape("qwen3-14b", 14.8e9, 29.6 * GB, 160 * KIB, 0.07e-3, 40, 40)
+QWEN3_32B = ModelShape("qwen3-32b", 32.8e9, 65.6 * GB, 256 * KIB, 0.11e-3, 64, 64)
 MODELS: dict[str, ModelShape] = {m.name: m for m in (QWEN3_8B, QWEN3_14B, QWEN3_32B)}
 
 # Fixed per-step overhead a(p) (docs/calibration.md s.1: 2.44, 3.71, 4.97 ms at TP 1, 2, 4; TP adds
@@ -86,7 +105,11 @@ class CostModel(Protocol):
         """One decode iteration producing one token for each of ``batch_size`` sequences."""
         ...
 
-    def prefill_s(self, num_tokens: int) -> float: ...
+    def prefill_s(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
+        """Prefill ``num_tokens`` new tokens of one sequence whose first ``num_cached_tokens``
+        are already in its KV (the new tokens attend to those and to each other). A prefill
+        batch costs the sum of its sequences' (the shipped models have no per-batch term)."""
+        ...
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
         """F(b) = ITL(b) / ITL(1) at the given context length (>= 1, non-decreasing in b)."""
@@ -156,15 +179,21 @@ class AnalyticCostModel:
         per_sequence_s = self.decode_floor_terms(2)[0] - one
         return one - per_sequence_s, per_sequence_s, per_context_token_s
 
-    def prefill_s(self, num_tokens: int) -> float:
+    def prefill_s(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
         if num_tokens <= 0:
             return 0.0
+        per_token_s, per_pair_s = self.prefill_terms()
+        return per_token_s * num_tokens + per_pair_s * attended_pairs(num_tokens, num_cached_tokens)
+
+    def prefill_terms(self) -> tuple[float, float]:
+        """``(per_token_s, per_pair_s)``: ``prefill_s(n, c) = per_token_s * n + per_pair_s *
+        attended_pairs(n, c)`` (``heddle.policy.lower_bound`` sums them in closed form)."""
         rate = (
             self.tp_degree
             * self.hardware.prefill_flops
             * _PREFILL_EFFICIENCY_PER_DOUBLING**self._doublings
         )
-        return 2 * self.model.num_params * num_tokens / rate
+        return 2 * self.model.num_params / rate, self.model.attention_flops_per_pair / rate
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
         solo = self.decode_step_s(1, mean_context_tokens)
@@ -172,6 +201,15 @@ class AnalyticCostModel:
 
     def solo_token_s(self, context_tokens: int = 0) -> float:
         return self.decode_step_s(1, context_tokens)
+
+
+def attended_pairs(num_tokens: int, num_cached_tokens: int) -> float:
+    """(new token, attended token) pairs of a causal prefill of ``num_tokens`` after
+    ``num_cached_tokens``: each new token attends to the cache, the new tokens before it and
+    itself."""
+    if num_tokens <= 0:
+        return 0.0
+    return num_tokens * max(0, num_cached_tokens) + num_tokens * (num_tokens + 1) / 2
 
 
 def preset(model: str, hardware: str = "h200", tp_degree: int = 1) -> AnalyticCostModel:

@@ -23,7 +23,9 @@ JSON (what ``heddle bench engine`` writes for the torch engine)::
   the calibrated preset named by ``model`` and ``hardware`` (``heddle.policy.cost.model``), and
   a profile that has neither is rejected.
 * ``context_tokens``: the mean context per sequence during the measurement (default 0). With a
-  preset, each context token beyond it adds the preset's KV-read time per decode step.
+  preset, each context token beyond it adds the preset's KV-read time per decode step, and a
+  prefill's attention over its context costs the preset's time per attended pair (the measured
+  rate is a short forward's, whose attention is negligible).
 
 Between measured batch sizes the ITL is interpolated linearly; beyond the largest it follows the
 last segment's slope; below the smallest it stays at the smallest's value. Measurement noise that
@@ -39,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from heddle.policy.cost.model import HARDWARE, MODELS, AnalyticCostModel
+from heddle.policy.cost.model import HARDWARE, MODELS, AnalyticCostModel, attended_pairs
 from heddle.policy.field_checks import (
     non_negative,
     object_field,
@@ -88,6 +90,8 @@ class ProfiledCostModel:
     context_tokens: int = 0
     kv_read_s_per_token: float = 0.0
     """Added decode-step time per context token beyond ``context_tokens`` per sequence."""
+    attention_s_per_pair: float = 0.0
+    """Prefill time per (new token, attended token) pair (``AnalyticCostModel.prefill_terms``)."""
 
     def decode_step_s(self, batch_size: int, total_context_tokens: int) -> float:
         if batch_size <= 0:
@@ -101,8 +105,15 @@ class ProfiledCostModel:
         per_token = self.kv_read_s_per_token
         return self.curve.at(batch_size) - per_token * batch_size * self.context_tokens, per_token
 
-    def prefill_s(self, num_tokens: int) -> float:
-        return max(0, num_tokens) / self.prefill_tokens_per_s
+    def prefill_s(self, num_tokens: int, num_cached_tokens: int = 0) -> float:
+        per_token_s, per_pair_s = self.prefill_terms()
+        return per_token_s * max(0, num_tokens) + per_pair_s * attended_pairs(
+            num_tokens, num_cached_tokens
+        )
+
+    def prefill_terms(self) -> tuple[float, float]:
+        """``(per_token_s, per_pair_s)``, as ``AnalyticCostModel.prefill_terms``."""
+        return 1.0 / self.prefill_tokens_per_s, self.attention_s_per_pair
 
     def interference(self, batch_size: int, mean_context_tokens: int = 0) -> float:
         solo = self.decode_step_s(1, mean_context_tokens)
@@ -139,6 +150,7 @@ class Profile:
             max_kv_tokens=self._kv_capacity(tp_degree, preset),
             context_tokens=self.context_tokens,
             kv_read_s_per_token=_kv_read_s_per_token(preset),
+            attention_s_per_pair=preset.prefill_terms()[1] if preset is not None else 0.0,
         )
 
     def _preset(self, tp_degree: int) -> AnalyticCostModel | None:
@@ -150,7 +162,7 @@ class Profile:
         if tp_degree in self.prefill_tokens_per_s:
             return self.prefill_tokens_per_s[tp_degree]
         if preset is not None:
-            return 1.0 / preset.prefill_s(1)
+            return 1.0 / preset.prefill_terms()[0]
         raise ValueError(
             f"prefill_tokens_per_s has no tp {tp_degree} and model/hardware name no preset "
             f"(models {sorted(MODELS)}, hardware {sorted(HARDWARE)})"

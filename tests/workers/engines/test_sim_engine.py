@@ -110,7 +110,7 @@ async def test_next_turn_reuses_the_prefix_cache(engine: SimEngine) -> None:
     turn = await engine.generate(_request("b", "t1", context=350, target=10))
     assert turn.num_cached_tokens == 300
     assert turn.num_recomputed_tokens == 0
-    assert turn.prefill_s == pytest.approx(engine.cost.prefill_s(50))
+    assert turn.prefill_s == pytest.approx(engine.cost.prefill_s(50, 300))
 
 
 @pytest.mark.parametrize("engine_model", ["torch", "sglang"])
@@ -215,7 +215,7 @@ async def test_kv_export_and_import_warm_the_target() -> None:
         await target.import_cache(snapshot)
         warm = await target.generate(_request("b", "t", 650, target=10))
         assert (warm.num_cached_tokens, warm.num_recomputed_tokens) == (600, 0)
-        assert warm.prefill_s == pytest.approx(target.cost.prefill_s(50))
+        assert warm.prefill_s == pytest.approx(target.cost.prefill_s(50, 600))
         unwarmed = await cold.generate(_request("b", "t", 650, target=10))
         assert unwarmed.num_cached_tokens == 0
         assert unwarmed.prefill_s == pytest.approx(cold.cost.prefill_s(650))
@@ -241,7 +241,7 @@ async def test_the_sglang_model_exports_nothing_and_warms_up_instead() -> None:
         assert (await target.load()).num_cached_trajectories == 1
         turn = await target.generate(_request("b", "t", 650, target=10))
         assert (turn.num_cached_tokens, turn.num_recomputed_tokens) == (600, 0)
-        assert turn.prefill_s == pytest.approx(target.cost.prefill_s(50))
+        assert turn.prefill_s == pytest.approx(target.cost.prefill_s(50, 600))
         with pytest.raises(ValueError, match="non-empty"):
             await target.warm_up("t", [])
     finally:
