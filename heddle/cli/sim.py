@@ -147,13 +147,15 @@ def _print_table(document: dict[str, Any]) -> None:
         "LB s",
         "x LB",
         "TP",
-        "slowest q/gen/tool/mig s",
+        "slowest's columns s",
     ):
         table.add_column(column, justify="left" if column == "system" else "right")
     for name, row in document["systems"].items():
         slow = row["slowest"]
-        breakdown = "/".join(
-            f"{slow[key]:.0f}" for key in ("queue_s", "generation_s", "tool_s", "migration_s")
+        breakdown = " ".join(
+            f"{key.removesuffix('_s')} {slow[key]:.0f}"
+            for key in slow["columns"]
+            if round(slow[key]) > 0
         )
         table.add_row(
             name,
@@ -213,6 +215,12 @@ def compare(
         float | None,
         typer.Option(help="Seconds a worker pauses to load weights (default: from model size)"),
     ] = None,
+    control_latency_p50_ms: Annotated[
+        float, typer.Option(help="Median delay of every command the control plane sends (ms)")
+    ] = _DEFAULTS.control_latency_p50_ms,
+    control_latency_p99_ms: Annotated[
+        float, typer.Option(help="Its 99th percentile (ms; both 0: commands arrive at once)")
+    ] = _DEFAULTS.control_latency_p99_ms,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Simulate each system on the same trace; makespan, throughput and the lower bound."""
@@ -226,6 +234,14 @@ def compare(
         if weight_load_s < 0:
             raise UserError(f"--weight-load-s must be >= 0, got {weight_load_s}")
         config = replace(config, weight_load_s=weight_load_s)
+    try:
+        config = replace(
+            config,
+            control_latency_p50_ms=control_latency_p50_ms,
+            control_latency_p99_ms=control_latency_p99_ms,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     rollout, past, source = _traces(workload, trace, history, trajectories, seed)
     if async_steps:
         trainer = trainer_time(trainer_s, trainer_fraction)

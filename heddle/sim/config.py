@@ -24,6 +24,15 @@ DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
 
+# The control plane's decision and routing latency, live (docs/benchmarks.md, "Live system
+# fidelity and control-plane overhead"): a step's routing, ToolReturned -> next
+# GenerationStarted, has a median of 2.0-3.0 wall ms at time scales 10-50; at 6,400 live
+# trajectories (`heddle bench control`, ~3,000 events/s) a decision takes 1.9-4.8 ms at the
+# median and 53-70 ms at the 99th percentile on the loaded 2-core VM (6.7 ms on a quiet 16-core
+# host). We take the loaded figures: a median of 3 ms and a p99 of 60 ms.
+DEFAULT_CONTROL_LATENCY_P50_MS = 3.0
+DEFAULT_CONTROL_LATENCY_P99_MS = 60.0
+
 SIM_PREDICTORS = (*PREDICTORS, CONTEXT_PREDICTOR)
 """The registry's predictors, and the context model (given to ``simulate`` as a function)."""
 
@@ -80,6 +89,11 @@ class SimConfig:
     weight_load_s: float | None = None
     """Seconds a worker pauses to swap in new weights (None: the model's weight bytes over
     ``heddle.policy.cost.model.WEIGHT_LOAD_BYTES_S_PER_GPU`` per GPU of its TP degree)."""
+    control_latency_p50_ms: float = DEFAULT_CONTROL_LATENCY_P50_MS
+    """Median delay from an event to the command it causes reaching the worker, for every
+    command of every system (``heddle.sim.command_delays``); 0 with the p99 at 0: none."""
+    control_latency_p99_ms: float = DEFAULT_CONTROL_LATENCY_P99_MS
+    """Its 99th percentile (a lognormal through both)."""
     record_worker_timelines: bool = False
     record_events: bool = False
     """Keep every event in order (decider replay tests; memory grows with the rollout)."""
@@ -110,6 +124,11 @@ class SimConfig:
             raise ValueError("num_warm_executors must be >= 0")
         if self.max_running < 1:
             raise ValueError(f"max_running must be >= 1, got {self.max_running}")
+        if not 0 <= self.control_latency_p50_ms <= self.control_latency_p99_ms < math.inf:
+            raise ValueError(
+                "need 0 <= control_latency_p50_ms <= control_latency_p99_ms (finite), got "
+                f"{self.control_latency_p50_ms} and {self.control_latency_p99_ms}"
+            )
         if self.weight_load_s is not None and not self.weight_load_s >= 0:
             raise ValueError(f"weight_load_s must be >= 0, got {self.weight_load_s}")
 

@@ -25,6 +25,7 @@ from heddle.events import (
 )
 from heddle.policy.batching import CapacityError, FinishedGeneration
 from heddle.sim import facts
+from heddle.sim.accounting import Column
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_moves import send_kv, warm_up
 from heddle.sim.sim_worker import SimWorker, generation_job
@@ -55,10 +56,22 @@ class SimDataPlane:
 
     # ---- commands ------------------------------------------------------------------------------
 
-    def apply(self, command: WorkerCommand, now: float) -> list[Event]:
-        """Carry out one command at ``now``; the events it causes at once."""
+    def sent(self, command: WorkerCommand, now: float) -> None:
+        """The control plane sent ``command`` at ``now``; it arrives later (``apply``). A
+        trajectory waiting for it is in the ``control`` column meanwhile."""
+        t = self._runs(command)
+        if t is not None:
+            t.num_commands_in_flight += 1
+            t.file_wait(now)
+
+    def apply(self, command: WorkerCommand, now: float, *, was_sent: bool = False) -> list[Event]:
+        """Carry out one command at ``now``; the events it causes at once. ``was_sent``: it
+        was announced to ``sent`` when the control plane sent it."""
         if isinstance(command, LoadWeights):
             return self.weights.command(command, now)
+        if was_sent and (runs := self._runs(command)) is not None:
+            runs.num_commands_in_flight -= 1
+            runs.file_wait(now)
         t = self.trajectories.get(getattr(command, "traj_id", ""))
         if t is None or t.phase is TrajectoryPhase.DONE:
             return []
@@ -101,6 +114,7 @@ class SimDataPlane:
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
             t.phase = TrajectoryPhase.READY
+            t.account.abandon(now, Column.HELD)
         t.move_to(command.worker_id)
         if t.phase in (TrajectoryPhase.PENDING, TrajectoryPhase.READY):
             return self._submit(t, now)
@@ -108,7 +122,9 @@ class SimDataPlane:
 
     def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
         if self.weights.hold(t):
+            t.file_wait(now)
             return []
+        t.is_waiting_for_weights = False  # a hold elsewhere ended with its move here
         if (stale := self.weights.take_version(t)) is not None:
             return self._fail(t, stale, now)
         worker = self._worker_of(t)
@@ -121,6 +137,7 @@ class SimDataPlane:
             return self._fail(t, str(exc), now)
         t.request_id = request_id
         t.phase = TrajectoryPhase.GENERATING
+        t.account.enter(Column.ENGINE, now)
         self._dirty.add(worker.worker_id)
         return []
 
@@ -128,6 +145,12 @@ class SimDataPlane:
         if t.phase is TrajectoryPhase.GENERATING:
             self._worker_of(t).model.abort(t.request_id, now)
             self._dirty.add(t.worker_id)
+            t.account.abandon(now, None)
+        elif t.account.column is Column.TOOL:
+            t.account.enter(None, now)
+            t.file_cold_start()
+        else:
+            t.account.enter(None, now)
         t.phase = TrajectoryPhase.DONE
         t.finished_at = now
         self.weights.start_if_drained(t.worker_id, now)
@@ -160,9 +183,7 @@ class SimDataPlane:
     def _finish_step(
         self, t: SimTrajectory, worker: SimWorker, done: FinishedGeneration
     ) -> list[Event]:
-        t.queue_s += done.queue_s
-        t.prefill_s += done.prefill_s
-        t.decode_s += done.decode_s
+        t.account.settle(done, done.finished_at, None if t.is_last_step else Column.TOOL)
         t.num_output_tokens += done.num_output_tokens
         t.num_preemptions += done.num_preemptions
         t.num_recomputed_tokens += done.num_recomputed_tokens
@@ -177,8 +198,8 @@ class SimDataPlane:
             events.append(facts.completed(self.rollout_id, t))
             return events
         t.phase = TrajectoryPhase.IN_TOOL
-        t.tool_duration_s = t.trace.steps[t.step].tool_s + self._tools.acquire()
-        t.tool_s += t.tool_duration_s
+        t.tool_cold_start_s = self._tools.acquire()
+        t.tool_duration_s = t.trace.steps[t.step].tool_s + t.tool_cold_start_s
         events.append(facts.tool_called(self.rollout_id, t, now))
         self._timer.at(now + t.tool_duration_s, TimerKind.TOOL, t.traj_id)
         if t.pending_migration is not None:
@@ -199,8 +220,11 @@ class SimDataPlane:
         t.tool_returned_at = now
         if t.phase is TrajectoryPhase.MIGRATING:
             t.has_tool_returned = True
+            t.account.enter(Column.MIGRATION, now)
         else:
             t.phase = TrajectoryPhase.READY
+            t.file_wait(now)
+        t.file_cold_start()
         return [facts.tool_returned(self.rollout_id, t, step, t.tool_duration_s, now)]
 
     # ---- migrations ------------------------------------------------------------------------------
@@ -216,6 +240,8 @@ class SimDataPlane:
         t.has_tool_returned = t.phase is TrajectoryPhase.READY
         t.wants_next_step = False
         t.phase = TrajectoryPhase.MIGRATING
+        if t.has_tool_returned:
+            t.account.enter(Column.MIGRATION, now)
         if command.transfer_kv and self._config.engine.kv_transfer:
             t.migration_kv_version = self.weights.workers[t.worker_id].version
             send_kv(t, self._worker_of(t), self._config, self._timer, now)
@@ -240,8 +266,8 @@ class SimDataPlane:
         t.num_migrations += 1
         events: list[Event] = [facts.migrated(self.rollout_id, t, source_id, num_bytes, now)]
         if t.has_tool_returned:
-            t.migration_s += now - t.tool_returned_at
             t.phase = TrajectoryPhase.READY
+            t.file_wait(now)
             if t.wants_next_step:
                 events += self._submit(t, now)
         else:
@@ -269,3 +295,12 @@ class SimDataPlane:
 
     def _worker_of(self, t: SimTrajectory) -> SimWorker:
         return self.workers[t.worker_id]
+
+    # ---- accounting ------------------------------------------------------------------------------
+
+    def _runs(self, command: WorkerCommand) -> SimTrajectory | None:
+        """The trajectory a start or continue command would run (None for other commands)."""
+        if not isinstance(command, (StartTrajectory, ContinueTrajectory)):
+            return None
+        t = self.trajectories.get(command.traj_id)
+        return None if t is None or t.phase is TrajectoryPhase.DONE else t

@@ -5,24 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from heddle.sim.accounting import COLUMN_KEYS
 from heddle.sim.simulator import Run
 from heddle.sim.trajectories import SimTrajectory
 
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
-    """Where one trajectory's time went (seconds). ``queue_s + generation_s + tool_s +
-    migration_s == total_s``: a step is always queued, generating, in a tool or moving."""
+    """Where one trajectory's time went (seconds): a column for every state it can be in
+    (``heddle.sim.accounting``, whose ``COLUMN_KEYS`` name them), which sum to ``total_s``."""
 
     trace_id: str
     traj_id: str
     total_s: float
+    admission_s: float
+    held_s: float
+    control_s: float
+    weights_s: float
     queue_s: float
-    generation_s: float
-    """Prefill plus decode."""
     prefill_s: float
     decode_s: float
+    rerun_s: float
     tool_s: float
+    tool_queue_s: float
     migration_s: float
     num_steps: int
     num_output_tokens: int
@@ -36,18 +41,36 @@ class Breakdown:
             trace_id=t.trace.id,
             traj_id=t.traj_id,
             total_s=t.finished_at,
-            queue_s=t.queue_s,
-            generation_s=t.prefill_s + t.decode_s,
-            prefill_s=t.prefill_s,
-            decode_s=t.decode_s,
-            tool_s=t.tool_s,
-            migration_s=t.migration_s,
+            **t.account.columns(),
             num_steps=len(t.trace.steps),
             num_output_tokens=t.num_output_tokens,
             num_preemptions=t.num_preemptions,
             num_migrations=t.num_migrations,
             worker_history=list(t.worker_history),
         )
+
+    @property
+    def columns(self) -> dict[str, float]:
+        """Every column by its key, in report order."""
+        return {key: getattr(self, key) for key in COLUMN_KEYS}
+
+    @property
+    def generation_s(self) -> float:
+        """Prefill plus decode."""
+        return self.prefill_s + self.decode_s
+
+    def summary(self) -> dict[str, object]:
+        """The JSON form: every column, their names (``columns``: they sum to ``total_s``),
+        ``generation_s`` (prefill + decode) and the counts."""
+        return {
+            "trace_id": self.trace_id,
+            "total_s": self.total_s,
+            **self.columns,
+            "generation_s": self.generation_s,
+            "columns": list(COLUMN_KEYS),
+            "num_preemptions": self.num_preemptions,
+            "num_migrations": self.num_migrations,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +97,6 @@ class SimResult:
 
     def summary(self) -> dict[str, object]:
         """The headline figures as a JSON-ready dict (``heddle sim compare --json``)."""
-        slowest = self.slowest
         return {
             "makespan_s": self.makespan_s,
             "throughput_tok_s": self.throughput_tok_s,
@@ -83,16 +105,7 @@ class SimResult:
             "tp_degrees": self.tp_degrees,
             "num_failed": self.num_failed,
             "num_output_tokens": self.num_output_tokens,
-            "slowest": {
-                "trace_id": slowest.trace_id,
-                "total_s": slowest.total_s,
-                "queue_s": slowest.queue_s,
-                "generation_s": slowest.generation_s,
-                "tool_s": slowest.tool_s,
-                "migration_s": slowest.migration_s,
-                "num_preemptions": slowest.num_preemptions,
-                "num_migrations": slowest.num_migrations,
-            },
+            "slowest": self.slowest.summary(),
             "num_preemptions": self.num_preemptions,
             "num_migrations": self.num_migrations,
             "num_recomputed_tokens": self.num_recomputed_tokens,

@@ -4,8 +4,9 @@ virtual clock.
 One heap of timed happenings (a worker's next finish, a tool's return, a transfer's end) drives
 the data plane; every event it publishes goes through the deciders of the system bundle
 (``heddle.control.systems``) in a FIFO cascade at that instant: an event is delivered to each
-decider that handles it, in bundle order; the events they emit join the cascade and the commands
-they emit are carried out by the data plane at once. So the deciders see events in time order,
+decider that handles it, in bundle order; the events they emit join the cascade, and the commands
+they emit reach the data plane after the control plane's modelled latency
+(``heddle.sim.command_delays``; at once when it is zero). So the deciders see events in time order,
 exactly as the live consumers see the stream. After each cascade the workers whose engines
 changed re-arm their timers, so requests submitted at one instant share an admission. With a
 ``WeightPlan`` the trainer's ``WeightsPublished`` land at their times and the weights decider
@@ -41,6 +42,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.policy.batching import BatchingConfig, BatchingModel
+from heddle.sim.command_delays import CommandDelays
 from heddle.sim.config import SimConfig
 from heddle.sim.dataplane import SimDataPlane
 from heddle.sim.sim_worker import SimWorker
@@ -115,6 +117,11 @@ class Simulator:
                 self.at(time_s, TimerKind.PUBLISH, str(version))
             else:
                 self._due_versions.append(version)
+        self._delays = CommandDelays(
+            config.control_latency_p50_ms, config.control_latency_p99_ms, config.seed
+        )
+        self._in_flight: dict[str, WorkerCommand] = {}
+        """Commands sent and not yet arrived, by their timer key."""
         self._events: list[Event] = []
         self._num_events = 0
         self._num_active = len(self._trajectories)
@@ -159,6 +166,9 @@ class Simulator:
                 events = self._dataplane.transfer_done(key, time_s)
             elif kind is TimerKind.WEIGHTS:
                 events = self._dataplane.weights_loaded(key, time_s)
+            elif kind is TimerKind.COMMAND:
+                command = self._in_flight.pop(key)
+                events = self._dataplane.apply(command, time_s, was_sent=True)
             else:
                 events = [published(int(key), time_s)]
             if events:
@@ -231,10 +241,21 @@ class Simulator:
                 self._observe(event)
             for decider in table.get(type(event), ()):
                 for output in decider.decide(event):
-                    if isinstance(output, WorkerCommand):
+                    if not isinstance(output, WorkerCommand):
+                        queue.append(output)
+                    elif self._delays.is_instant:
                         queue.extend(apply(output, self._now))
                     else:
-                        queue.append(output)
+                        self._send(output)
+
+    def _send(self, command: WorkerCommand) -> None:
+        """The command leaves the control plane now and reaches the data plane after its
+        delay (``heddle.sim.command_delays``)."""
+        key = str(self._sequence + 1)
+        self._in_flight[key] = command
+        arrival_s = self._delays.arrival_s(command.command_id, command.worker_id, self._now)
+        self.at(arrival_s, TimerKind.COMMAND, key)
+        self._dataplane.sent(command, self._now)
 
     def _observe(self, event: Event) -> None:
         if isinstance(event, RolloutFinished):

@@ -17,6 +17,8 @@ class TimerKind(enum.IntEnum):
     """The trainer publishes a weight version (key: the version)."""
     WEIGHTS = 4
     """A worker's weight swap ends (key: worker id)."""
+    COMMAND = 5
+    """A command the control plane sent reaches the data plane (key: its send number)."""
 
 
 class Timer(Protocol):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec, TrajectoryTimings
 from heddle.ids import group_id, trajectory_id
+from heddle.sim.accounting import Column, TimeAccount, waiting_column
 from heddle.traces import TraceTrajectory
 
 
@@ -32,6 +33,10 @@ class SimTrajectory:
     num_requests: int = 0
     tool_duration_s: float = 0.0
     """The current tool call's duration (trace time plus any cold start)."""
+    tool_cold_start_s: float = 0.0
+    """The part of it spent waiting for an executor."""
+    num_commands_in_flight: int = 0
+    """Commands to run it (start, continue) sent by the control plane, not yet arrived."""
     tool_returned_at: float = 0.0
     has_tool_returned: bool = False
     """During a migration: the tool result is back and the step waits for the transfer."""
@@ -48,12 +53,8 @@ class SimTrajectory:
     migration_started_at: float = 0.0
     worker_history: list[str] = field(default_factory=list)
     finished_at: float = 0.0
-    queue_s: float = 0.0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    tool_s: float = 0.0
-    migration_s: float = 0.0
-    """Time a ready step waited for its trajectory's transfer (exposed migration time)."""
+    account: TimeAccount = field(default_factory=TimeAccount)
+    """Where its time went, column by column (``heddle.sim.accounting``)."""
     num_output_tokens: int = 0
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0
@@ -71,6 +72,44 @@ class SimTrajectory:
         self.worker_id = worker_id
         if not self.worker_history or self.worker_history[-1] != worker_id:
             self.worker_history.append(worker_id)
+
+    @property
+    def queue_s(self) -> float:
+        return self.account.of(Column.QUEUE)
+
+    @property
+    def prefill_s(self) -> float:
+        return self.account.of(Column.PREFILL)
+
+    @property
+    def decode_s(self) -> float:
+        return self.account.of(Column.DECODE)
+
+    @property
+    def tool_s(self) -> float:
+        """Its tool calls' time, waits for an executor included (what ``ToolReturned`` says)."""
+        return self.account.of(Column.TOOL) + self.account.of(Column.TOOL_QUEUE)
+
+    @property
+    def migration_s(self) -> float:
+        """Time a ready step waited for its trajectory's move (exposed migration time)."""
+        return self.account.of(Column.MIGRATION)
+
+    def file_wait(self, now: float) -> None:
+        """Re-file it, if it is ready but not generating (``heddle.sim.accounting``)."""
+        if self.phase not in (TrajectoryPhase.PENDING, TrajectoryPhase.READY):
+            return
+        column = waiting_column(
+            has_started=self.phase is TrajectoryPhase.READY,
+            is_waiting_for_weights=self.is_waiting_for_weights,
+            has_command=self.num_commands_in_flight > 0,
+        )
+        self.account.enter(column, now)
+
+    def file_cold_start(self) -> None:
+        """Its tool call's cold start was a wait for an executor, not the tool running."""
+        self.account.move(self.tool_cold_start_s, Column.TOOL, Column.TOOL_QUEUE)
+        self.tool_cold_start_s = 0.0
 
     def timings(self) -> TrajectoryTimings:
         return TrajectoryTimings(

@@ -23,6 +23,10 @@ from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
+INSTANT = {"control_latency_p50_ms": 0.0, "control_latency_p99_ms": 0.0}
+"""Commands arrive when sent: the loop's arithmetic below is exact only then (with latency, a
+rollout's starts queue behind the weight commands sent just before them, which shifts its
+batches by a few ms)."""
 
 
 def epochs(
@@ -54,7 +58,7 @@ def check_schedule(loop: LoopReport) -> None:
 @pytest.mark.parametrize("system", ["heddle", "verl"])
 def test_stop_the_world_is_sequential_rollouts_plus_trainer_times(system: str) -> None:
     traces, histories = epochs(3)
-    config = SimConfig(model=MODEL, num_gpus=4, weight_load_s=0.0)
+    config = SimConfig(model=MODEL, num_gpus=4, weight_load_s=0.0, **INSTANT)
     loop = simulate_loop(traces, histories, system, config, 0, TrainerTime(seconds=300.0))
     _, tp = control_for(traces[0], system_spec(system), config, histories[0])
     rollouts = [
@@ -71,8 +75,8 @@ def test_stop_the_world_is_sequential_rollouts_plus_trainer_times(system: str) -
 
 def test_stop_the_world_charges_a_weight_load_before_each_later_rollout() -> None:
     traces, histories = epochs(3)
-    free = SimConfig(model=MODEL, num_gpus=4, weight_load_s=0.0)
-    paid = SimConfig(model=MODEL, num_gpus=4, weight_load_s=40.0)
+    free = SimConfig(model=MODEL, num_gpus=4, weight_load_s=0.0, **INSTANT)
+    paid = SimConfig(model=MODEL, num_gpus=4, weight_load_s=40.0, **INSTANT)
     trainer = TrainerTime(seconds=100.0)
     without = simulate_loop(traces, histories, "heddle", free, 0, trainer)
     with_loads = simulate_loop(traces, histories, "heddle", paid, 0, trainer)
@@ -225,7 +229,13 @@ def test_a_rollout_that_ends_mid_swap_hands_the_next_swap_on() -> None:
     """One trajectory on two TP1 workers: the other one is still swapping to version 1, with 2
     commanded, when the rollout ends; ``settle`` chains the second swap after the first."""
     trace = long_trace(1)
-    config = SimConfig(model=MODEL, num_gpus=2, weight_load_s=4.0, predictor="oracle")
+    config = SimConfig(
+        model=MODEL,
+        num_gpus=2,
+        weight_load_s=4.0,
+        predictor="oracle",
+        **INSTANT,  # the load is commanded at the publication, 1.0 s
+    )
     control, tp = control_for(trace, system_spec("fix-1"), config)
     assert tp == [1, 1]
     plan = WeightPlan(loading={"w01": (1, 1000.0)}, publications=((1.0, 2),))

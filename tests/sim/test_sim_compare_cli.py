@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from heddle.cli import app
+from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
+from heddle.sim.accounting import COLUMN_KEYS
 from heddle.traces import write_trace
 from heddle.workloads import generate
 
@@ -47,6 +49,25 @@ def test_compare_prints_one_json_object_per_run(tmp_path: Path) -> None:
     assert set(document["throughput_ratios"]) == {"heddle_over_verl", "heddle_over_slime"}
 
 
+def test_every_system_s_slowest_has_every_column_and_they_sum_to_its_total(
+    tmp_path: Path,
+) -> None:
+    trace, history = tmp_path / "trace.jsonl", tmp_path / "history.jsonl"
+    write_trace(trace, generate("math", 16, seed=2))
+    write_trace(history, generate("math", 16, seed=2, epoch=1))
+    args = ["--trace", str(trace), "--history", str(history), "--model", "8b", "--gpus", "2"]
+    result = CliRunner().invoke(app, ["sim", "compare", *args, "--systems", "all", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document["systems"]) == set(SYSTEMS)
+    for name, row in document["systems"].items():
+        slowest = row["slowest"]
+        assert slowest["columns"] == list(COLUMN_KEYS)
+        total = sum(slowest[key] for key in slowest["columns"])
+        assert total == pytest.approx(slowest["total_s"], rel=1e-9), name
+        assert row["makespan_s"] >= row["lower_bound_s"]
+
+
 def test_a_bad_trace_exits_2_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prompt_tokens": 3, "steps": []}\n')
@@ -63,6 +84,10 @@ def test_a_bad_trace_exits_2_with_one_line(tmp_path: Path) -> None:
         (["--workload", "coding", "--model", "70b"], "unknown --model '70b'"),
         (["--workload", "coding", "--gpus", "0"], "num_gpus must be >= 1"),
         (["--workload", "coding", "--hardware", "b200"], "unknown --hardware 'b200'"),
+        (
+            ["--workload", "coding", "--control-latency-p50-ms", "90"],
+            "control_latency_p50_ms <= control_latency_p99_ms",
+        ),
         ([], "give exactly one of --workload or --trace"),
     ],
 )

@@ -1,0 +1,174 @@
+"""Every second of a simulated trajectory is in one column of its breakdown: on random small
+rollouts (groups, tools with cold starts, KV pressure, weight swaps mid-rollout, control-plane
+latency, every system and engine model), each trajectory's columns sum to its total."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from heddle.control.systems import SYSTEMS, system_spec
+from heddle.events import Migrated, TrajectoryPlaced
+from heddle.policy.engine_models import ENGINE_MODELS
+from heddle.sim import SimConfig, Simulator, simulate
+from heddle.sim.accounting import COLUMN_KEYS, Column
+from heddle.sim.kv_pressure import scaled_config
+from heddle.sim.results import Breakdown
+from heddle.sim.run import control_for
+from heddle.sim.weight_loads import WeightPlan
+from heddle.traces import TraceStep, TraceTrajectory
+from heddle.workloads import generate
+
+MODEL = "qwen3-8b"
+
+steps = st.lists(
+    st.builds(
+        TraceStep,
+        output_tokens=st.integers(1, 200),
+        tool_s=st.sampled_from([0.0, 0.05, 1.0, 8.0]),
+        tool_output_tokens=st.integers(0, 300),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@st.composite
+def rollouts(draw: st.DrawFn) -> list[TraceTrajectory]:
+    """1-3 groups of 1-8 samples sharing a prompt."""
+    trace: list[TraceTrajectory] = []
+    for group in range(draw(st.integers(1, 3))):
+        prompt = draw(st.integers(1, 2000))
+        for sample in range(draw(st.integers(1, 8))):
+            trace.append(
+                TraceTrajectory(
+                    id=f"g{group}-s{sample}",
+                    group=f"g{group}",
+                    prompt_tokens=prompt,
+                    steps=draw(steps),
+                )
+            )
+    return trace
+
+
+@st.composite
+def configs(draw: st.DrawFn, trace: list[TraceTrajectory]) -> SimConfig:
+    p50 = draw(st.sampled_from([0.0, 3.0, 50.0]))
+    config = SimConfig(
+        model=MODEL,
+        num_gpus=draw(st.sampled_from([1, 2, 4])),
+        engine_model=draw(st.sampled_from(sorted(ENGINE_MODELS))),
+        predictor="oracle",
+        num_warm_executors=draw(st.sampled_from([None, 0, 2])),
+        tool_cold_start_s=draw(st.sampled_from([0.0, 0.7])),
+        control_latency_p50_ms=p50,
+        control_latency_p99_ms=p50 * draw(st.sampled_from([1.0, 20.0])),
+        weight_load_s=draw(st.sampled_from([0.5, 5.0])),
+        seed=draw(st.integers(0, 3)),
+        record_events=True,
+    )
+    headroom = draw(st.sampled_from([1.1, 3.0, None]))
+    if headroom is None:
+        return config
+    longest = max(t.num_context_tokens for t in trace)
+    return scaled_config(config, min(1.0, headroom * longest / config.cost_for_tp(1).max_kv_tokens))
+
+
+def assert_accounted(breakdown: Breakdown, trajectory: TraceTrajectory) -> None:
+    columns = breakdown.columns
+    assert list(columns) == list(COLUMN_KEYS)
+    assert min(columns.values()) >= -1e-9, columns
+    assert math.fsum(columns.values()) == pytest.approx(breakdown.total_s, rel=1e-9, abs=1e-9)
+    if breakdown.num_output_tokens == trajectory.num_output_tokens:  # completed
+        tools_s = math.fsum(step.tool_s for step in trajectory.steps[:-1])
+        assert breakdown.tool_s == pytest.approx(tools_s, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), trace=rollouts(), system=st.sampled_from(sorted(SYSTEMS)))
+def test_every_trajectory_s_columns_sum_to_its_total(
+    data: st.DataObject, trace: list[TraceTrajectory], system: str
+) -> None:
+    config = data.draw(configs(trace))
+    control, tp_degrees = control_for(trace, system_spec(system), config)
+    publications = data.draw(st.sampled_from([(), ((0.5, 1),), ((0.2, 1), (3.0, 2))]))
+    run = Simulator(trace, control, tp_degrees, config, WeightPlan(publications=publications)).run()
+    placed: dict[str, float] = {}
+    for event in run.events:
+        if isinstance(event, TrajectoryPlaced):
+            placed.setdefault(event.traj_id, event.occurred_at)
+    for t in run.trajectories:
+        assert t.account.column is None  # every trajectory ended
+        assert_accounted(Breakdown.of(t), t.trace)
+        if t.traj_id in placed:  # waited for placement until the control plane placed it
+            assert t.account.of(Column.ADMISSION) == pytest.approx(placed[t.traj_id], abs=1e-9)
+
+
+def test_the_slowest_of_every_system_has_every_column() -> None:
+    """What ``heddle sim compare --json`` prints: each system's slowest trajectory with every
+    column, their names, and their sum equal to its total."""
+    trace = [
+        TraceTrajectory(
+            id=f"s{i}",
+            group=f"g{i % 3}",
+            prompt_tokens=900,
+            steps=[TraceStep(output_tokens=150, tool_s=2.0, tool_output_tokens=200)] * 3,
+        )
+        for i in range(12)
+    ]
+    config = scaled_config(SimConfig(model=MODEL, num_gpus=2, predictor="oracle"), 0.004)
+    for system in SYSTEMS:
+        slowest = simulate(trace, system, config).summary()["slowest"]
+        assert isinstance(slowest, dict)
+        assert slowest["columns"] == list(COLUMN_KEYS)
+        total = math.fsum(slowest[key] for key in slowest["columns"])
+        assert total == pytest.approx(slowest["total_s"], rel=1e-9), system
+
+
+def test_held_by_admission_and_control_latency_are_columns() -> None:
+    """Heddle's KV admission holds trajectories before placing them: that wait is the
+    ``admission`` column (it was in no column before); each start waits for its command."""
+    trace = [
+        TraceTrajectory(
+            id=f"s{i}",
+            group=f"g{i}",
+            prompt_tokens=1500,
+            steps=[TraceStep(output_tokens=300, tool_s=1.0, tool_output_tokens=300)] * 2,
+        )
+        for i in range(8)
+    ]
+    base = scaled_config(SimConfig(model=MODEL, num_gpus=1, predictor="oracle"), 0.006)
+    config = dataclasses.replace(base, control_latency_p50_ms=20.0, control_latency_p99_ms=20.0)
+    control, tp = control_for(trace, system_spec("heddle"), config)
+    run = Simulator(trace, control, tp, config).run()
+    admitted_late = [t for t in run.trajectories if t.account.of(Column.ADMISSION) > 1.0]
+    assert admitted_late
+    for t in run.trajectories:
+        # A start and one continue per later step, each 20 ms on its way.
+        assert t.account.of(Column.CONTROL) == pytest.approx(0.02 * len(t.trace.steps), rel=1e-6)
+        assert_accounted(Breakdown.of(t), t.trace)
+
+
+def test_a_step_that_waits_for_its_move_is_in_the_migration_column() -> None:
+    """Heddle with a noisy predictor migrates; on SGLang the target warms the context up with
+    a prefill, and a step whose tool returned before that prefill ended waits in
+    ``migration`` (the torch engine's KV transfers hide in the tool gaps on this trace)."""
+    trace = generate("coding", 96, seed=5)
+    config = SimConfig(
+        model=MODEL,
+        num_gpus=8,
+        predictor="noisy_oracle",
+        predictor_sigma=1.0,
+        engine_model="sglang",
+        record_events=True,
+    )
+    control, tp = control_for(trace, system_spec("heddle"), config)
+    run = Simulator(trace, control, tp, config).run()
+    assert any(isinstance(event, Migrated) for event in run.events)
+    assert sum(t.account.of(Column.MIGRATION) for t in run.trajectories) > 1.0
+    for t in run.trajectories:
+        assert_accounted(Breakdown.of(t), t.trace)
