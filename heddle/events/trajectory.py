@@ -118,6 +118,11 @@ class GenerationStarted(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.ge
     before the step into the control plane's reaction and the command's delivery."""
     command_received_at: float = 0.0
     """Unix time (the worker's clock) when the worker took that command from its consumer."""
+    command_issued_at: float = 0.0
+    """The command's ``issued_at``: the time of the event the control plane decided it on. Later
+    than the step's cause (the submission, the tool result) when the control plane held the
+    trajectory meanwhile (KV admission, a paused program): the summary's ``admission`` and
+    ``held``."""
 
 
 class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"):
@@ -142,6 +147,9 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     weight_version: int = 0
     """The weight version that produced these tokens (0: the weights the worker started with;
     see ``heddle.events.weights``)."""
+    weights_wait_s: float = 0.0
+    """Model seconds the generation waited on its worker for a weight swap before the engine
+    took it (outside ``queue_s``)."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):

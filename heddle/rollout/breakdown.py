@@ -1,19 +1,26 @@
 """Where a trajectory's live time went beyond what the cost model and the tools account for.
 
-A trajectory's total (``Completed.timings.total_s``: submission to end) is its modelled parts
-(queue, prefill, decode, tool, migration) plus time the simulator does not have. This module
-splits the rest from the timestamps of the trajectory's own events: each stamped by its
-publisher (``occurred_at``), by the stream server when stored (``stored_at`` of the replayed
-record), or by the worker when it took a command (``GenerationStarted.command_*_at``). The
-intervals tile the trajectory's timeline from its submission to its end, so the parts sum to
-the total (``other_s`` keeps what no interval explains: clock rounding, a step re-run after a
+A trajectory's total (submission to end) is its modelled parts (the worker's
+``Completed.timings``: queue, prefill, decode, tool, migration) plus the rest, which this module
+splits from the timestamps of the trajectory's own events: each stamped by its publisher
+(``occurred_at``), by the stream server when stored (``stored_at`` of the replayed record), or by
+the worker when it took a command (``GenerationStarted.command_*_at``). The intervals tile the
+trajectory's timeline from its submission to its end, so the parts sum to the total (the
+summary's ``other_s`` keeps what no interval explains: clock rounding, a step re-run after a
 failure):
 
+- ``admission`` (before its first step) and ``held`` (before a later one): the control plane
+  held the trajectory: from its cause being stored to the event the start or continue was
+  decided on (the command's ``issued_at``, ``GenerationStarted.command_issued_at``): KV
+  admission or a concurrency cap waiting for room, a program paused between steps;
 - ``messaging``: an event on its way into the stream (published -> stored: the submission, a
   tool result) and a command on its way to the worker (stored -> taken by the worker);
 - ``control``: the control plane's reaction, from the event being stored to the command it
   caused being stored (its delivery to the control plane, its queue, the decision, the
-  command's publish), less any KV transfer in that gap (counted as migration);
+  command's publish), less any hold above and any KV transfer in that gap (counted as
+  migration);
+- ``weights``: a generation waiting on its worker for a weight swap
+  (``Generated.weights_wait_s``);
 - ``tool_queue``: ``ToolCalled`` -> the tool's start (``ToolReturned`` minus the tool's own
   duration): the call's trip through the tools stream and the wait for an executor;
 - ``engine_lag``: ``GenerationStarted`` -> ``Generated`` minus the engine's queue, prefill and
@@ -49,6 +56,9 @@ from heddle.events import (
 class TimeSplit(msgspec.Struct, frozen=True, kw_only=True):
     """Model seconds of one trajectory's time outside its modelled parts (module docstring)."""
 
+    admission_s: float = 0.0
+    held_s: float = 0.0
+    weights_s: float = 0.0
     control_s: float = 0.0
     messaging_s: float = 0.0
     tool_queue_s: float = 0.0
@@ -56,6 +66,14 @@ class TimeSplit(msgspec.Struct, frozen=True, kw_only=True):
     worker_lag_s: float = 0.0
     modelled_s: float = 0.0
     """Engine queue + prefill + decode, tool durations and KV transfers seen on the timeline."""
+    span_s: float = 0.0
+    """The span tiled: from the submission (or the first step, when the submission was not
+    seen) to the end."""
+
+    @property
+    def holds_s(self) -> float:
+        """The policy's and the trainer's holds: admission, held, weights (not lag)."""
+        return self.admission_s + self.held_s + self.weights_s
 
     @property
     def lag_s(self) -> float:
@@ -64,7 +82,7 @@ class TimeSplit(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def overhead_s(self) -> float:
-        """Everything the simulator does not have."""
+        """Everything but the modelled parts and the holds: the live system's own time."""
         return self.control_s + self.messaging_s + self.tool_queue_s + self.lag_s
 
 
@@ -73,9 +91,12 @@ class _Step:
     started_at: float = 0.0
     command_stored_at: float = 0.0
     command_received_at: float = 0.0
+    command_issued_at: float = 0.0
     generated_at: float = 0.0
     engine_s: float = 0.0
     """Model seconds: the engine's queue + prefill + decode."""
+    weights_wait_s: float = 0.0
+    """Model seconds it waited for a weight swap before the engine took it."""
     called_at: float = 0.0
     returned_at: float = 0.0
     returned_stored_at: float = 0.0
@@ -105,10 +126,12 @@ class TrajectoryTimeline:
                 step.started_at = event.occurred_at
                 step.command_stored_at = event.command_stored_at
                 step.command_received_at = event.command_received_at
+                step.command_issued_at = event.command_issued_at
             case Generated():
                 step = self._step(event.step)
                 step.generated_at = event.occurred_at
                 step.engine_s = event.queue_s + event.prefill_s + event.decode_s
+                step.weights_wait_s = event.weights_wait_s
             case ToolCalled():
                 self._step(event.step).called_at = event.occurred_at
             case ToolReturned():
@@ -131,6 +154,9 @@ class _Tiling:
 
     scale: float
     transfers: list[tuple[float, float]]
+    admission: float = 0.0
+    held: float = 0.0
+    weights: float = 0.0
     control: float = 0.0
     messaging: float = 0.0
     tool_queue: float = 0.0
@@ -138,12 +164,21 @@ class _Tiling:
     worker_lag: float = 0.0
     modelled: float = 0.0
 
-    def command(self, cause_at: float, cause_stored_at: float, step: _Step) -> None:
-        """The gap from the step's cause (an event) to the worker starting it."""
+    def command(self, cause_at: float, cause_stored_at: float, step: _Step, is_first: bool) -> None:
+        """The gap from the step's cause (an event; ``is_first``: the submission) to the
+        worker starting it."""
         stored = cause_stored_at or cause_at
         transfer = self._transfer_between(stored, step.command_stored_at)
+        reaction = _interval(step.command_stored_at - stored - transfer)
+        hold = 0.0
+        if step.command_issued_at > 0.0:  # decided on a later event: held until then
+            hold = min(_interval(step.command_issued_at - stored), reaction)
+        if is_first:
+            self.admission += hold
+        else:
+            self.held += hold
         self.messaging += _interval(stored - cause_at)
-        self.control += _interval(step.command_stored_at - stored - transfer)
+        self.control += reaction - hold
         self.modelled += transfer
         self.messaging += _interval(step.command_received_at - step.command_stored_at)
         self.worker_lag += _interval(step.started_at - step.command_received_at)
@@ -154,6 +189,9 @@ class _Tiling:
     def split(self) -> TimeSplit:
         scale = self.scale
         return TimeSplit(
+            admission_s=self.admission * scale,
+            held_s=self.held * scale,
+            weights_s=self.weights * scale,
             control_s=self.control * scale,
             messaging_s=self.messaging * scale,
             tool_queue_s=self.tool_queue * scale,
@@ -161,6 +199,9 @@ class _Tiling:
             worker_lag_s=self.worker_lag * scale,
             modelled_s=self.modelled * scale,
         )
+
+    def spanning(self, span: float) -> TimeSplit:
+        return msgspec.structs.replace(self.split(), span_s=span * self.scale)
 
 
 def split_time(
@@ -180,17 +221,22 @@ def split_time(
         cursor, cursor_stored = min(starts, default=completed_at), 0.0
     if started_at is not None and started_at > cursor:
         cursor, cursor_stored = started_at, 0.0
+    origin, is_first = cursor, True
     for index in sorted(timeline.steps):
         step = timeline.steps[index]
         if not step.started_at or not step.generated_at:
             continue
         if step.command_stored_at > 0.0 and step.command_received_at > 0.0:
-            tiling.command(cursor, cursor_stored, step)
+            tiling.command(cursor, cursor_stored, step, is_first)
         else:
             tiling.worker_lag += _interval(step.started_at - cursor)
-        engine_wall = step.engine_s / scale
+        is_first = False
+        engine_wall, weights_wall = step.engine_s / scale, step.weights_wait_s / scale
         tiling.modelled += engine_wall
-        tiling.engine_lag += _interval(step.generated_at - step.started_at - engine_wall)
+        tiling.weights += weights_wall
+        tiling.engine_lag += _interval(
+            step.generated_at - step.started_at - engine_wall - weights_wall
+        )
         cursor, cursor_stored = step.generated_at, 0.0
         if step.called_at and step.returned_at:
             tool_wall = step.tool_s / scale
@@ -199,7 +245,7 @@ def split_time(
             tiling.modelled += tool_wall
             cursor, cursor_stored = step.returned_at, step.returned_stored_at
     tiling.worker_lag += _interval(completed_at - cursor)
-    return tiling.split()
+    return tiling.spanning(completed_at - origin)
 
 
 def _interval(wall_s: float) -> float:

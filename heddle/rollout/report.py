@@ -46,6 +46,11 @@ def print_summary(result: RolloutResult, console: Console) -> None:
             f"{slow.decode_s:.0f} / tool {slow.tool_s:.0f} / migration {slow.migration_s:.0f} s",
         )
         table.add_row(
+            "... held",
+            f"admission {slow.admission_s:.0f} / between steps {slow.held_s:.0f} / weights "
+            f"{slow.weights_s:.0f} s",
+        )
+        table.add_row(
             "... beyond the model",
             f"control {slow.control_s:.0f} / messaging {slow.messaging_s:.0f} / tool queue "
             f"{slow.tool_queue_s:.0f} / engine lag {slow.engine_lag_s:.0f} / worker lag "

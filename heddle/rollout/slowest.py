@@ -23,6 +23,14 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     decode_s: float
     tool_s: float
     migration_s: float
+    admission_s: float = 0.0
+    """Submitted, not yet started: the control plane held it (KV admission, a concurrency cap)
+    until the event its start was decided on."""
+    held_s: float = 0.0
+    """Between steps, ready: the control plane held it until the event its continue was
+    decided on (a paused program)."""
+    weights_s: float = 0.0
+    """Its generations waited on their worker for weight swaps."""
     control_s: float = 0.0
     """The control plane's reactions: an event stored -> the command it caused stored."""
     messaging_s: float = 0.0
@@ -40,7 +48,8 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     clock rounding leave none). At a high time scale each wall millisecond of any part but the
     modelled ones costs ``time_scale`` model milliseconds."""
     total_s: float
-    """Model seconds from its first step's arrival on a worker to its end."""
+    """Model seconds from its submission to its end (from its first step's arrival on a worker
+    when the submission was not seen): the sum of every part above."""
     end_s: float
     """Model seconds from the rollout's submission to its end (the makespan, for the slowest)."""
     workers: list[str]
@@ -75,6 +84,7 @@ def slowest_trajectory(
     last = max(completed.values(), key=lambda c: (c.occurred_at, c.traj_id))
     timings: TrajectoryTimings = last.timings
     split = splits[last.traj_id]
+    total_s = split.span_s if split.span_s > 0 else timings.total_s
     return SlowestTrajectory(
         traj_id=last.traj_id,
         num_steps=last.num_steps,
@@ -84,13 +94,16 @@ def slowest_trajectory(
         decode_s=timings.decode_s,
         tool_s=timings.tool_s,
         migration_s=timings.migration_s,
+        admission_s=split.admission_s,
+        held_s=split.held_s,
+        weights_s=split.weights_s,
         control_s=split.control_s,
         messaging_s=split.messaging_s,
         tool_queue_s=split.tool_queue_s,
         engine_lag_s=split.engine_lag_s,
         worker_lag_s=split.worker_lag_s,
-        other_s=max(0.0, timings.total_s - _parts_s(timings) - split.overhead_s),
-        total_s=timings.total_s,
+        other_s=max(0.0, total_s - _parts_s(timings) - split.holds_s - split.overhead_s),
+        total_s=total_s,
         end_s=max(0.0, last.occurred_at - start) * scale,
         workers=list(last.worker_history),
     )
@@ -111,7 +124,10 @@ def lag_report(
 ) -> LagReport:
     """The shares of the completed trajectories' time spent behind the scaled clock, with the
     warning ``lag_warning`` gives."""
-    total_s = sum(c.timings.total_s for c in completed.values())
+    total_s = sum(
+        splits[t].span_s if splits[t].span_s > 0 else c.timings.total_s
+        for t, c in completed.items()
+    )
     if total_s <= 0 or slowest is None:
         return LagReport()
 
@@ -130,9 +146,10 @@ def lag_report(
 
 
 def _slowest_modelled_s(slowest: SlowestTrajectory) -> float:
+    """Its time on the model: the modelled parts and the holds the simulator has too."""
     return (
         slowest.queue_s + slowest.prefill_s + slowest.decode_s + slowest.tool_s
-        + slowest.migration_s
+        + slowest.migration_s + slowest.admission_s + slowest.held_s + slowest.weights_s
     )  # fmt: skip
 
 

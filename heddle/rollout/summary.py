@@ -6,10 +6,11 @@ reads them from the stream; a recorded list works the same). Times:
 - ``makespan_s`` is in MODEL seconds: wall seconds from the submission to the last trajectory's
   end times the rollout's ``time_scale`` (sim engines run faster than real time), the unit of
   ``heddle sim``; ``wall_s`` is the same span on the wall clock;
-- the slowest trajectory's breakdown (queue, prefill, decode, tool, migration) is what its worker
-  reported in ``Completed.timings``, also model seconds; the rest of its time is split into
-  control, messaging, tool queueing and the workers' lag from its events' timestamps
-  (``heddle.rollout.breakdown``), leaving ``other_s`` for what no timestamp explains;
+- the slowest trajectory's breakdown, from its submission to its end: queue, prefill, decode,
+  tool and migration are what its worker reported in ``Completed.timings``, also model seconds;
+  the rest of its time is split into admission, held, weights, control, messaging, tool
+  queueing and the workers' lag from its events' timestamps (``heddle.rollout.breakdown``),
+  leaving ``other_s`` for what no timestamp explains;
 - ``lag``: how far the run fell behind its time scale (``LagReport``), with a warning above
   ``LAG_WARNING_FRACTION`` (both in ``heddle.rollout.slowest``): a makespan measured behind the
   clock is not the policy's.
@@ -174,12 +175,7 @@ def _build(fold: _Fold) -> RolloutSummary:
     num_ended = len(fold.completed) + len(fold.failed)
     workers = sorted({w for c in fold.completed.values() for w in c.worker_history})
     splits = {
-        traj_id: split_time(
-            fold.timelines.get(traj_id, TrajectoryTimeline()),
-            c.occurred_at,
-            scale,
-            started_at=c.occurred_at - c.timings.total_s / (scale if scale > 0 else 1.0),
-        )
+        traj_id: split_time(fold.timelines.get(traj_id, TrajectoryTimeline()), c.occurred_at, scale)
         for traj_id, c in fold.completed.items()
     }
     slowest = slowest_trajectory(fold.completed, splits, start, scale)

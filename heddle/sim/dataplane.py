@@ -190,7 +190,7 @@ class SimDataPlane:
         t.context_tokens = done.num_context_tokens
         t.new_tokens = 0
         now = done.finished_at
-        events: list[Event] = [facts.generated(self.rollout_id, t, done)]
+        events: list[Event] = [facts.generated(self.rollout_id, t, done, t.take_weights_wait_s())]
         if t.is_last_step:
             t.phase = TrajectoryPhase.DONE
             t.finished_at = now
@@ -225,7 +225,9 @@ class SimDataPlane:
             t.phase = TrajectoryPhase.READY
             t.file_wait(now)
         t.file_cold_start()
-        return [facts.tool_returned(self.rollout_id, t, step, t.tool_duration_s, now)]
+        # The tool's own time, as a live executor reports it (a cold start is queueing).
+        tool_s = t.trace.steps[step].tool_s
+        return [facts.tool_returned(self.rollout_id, t, step, tool_s, now)]
 
     # ---- migrations ------------------------------------------------------------------------------
 

@@ -24,7 +24,9 @@ from heddle.sim.trajectories import SimTrajectory
 TOOL_NAME = "trace"
 
 
-def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Generated:
+def generated(
+    rollout_id: str, t: SimTrajectory, done: FinishedGeneration, weights_wait_s: float = 0.0
+) -> Generated:
     return Generated(
         event_id=f"{rollout_id}:{t.traj_id}:{t.step}:generated",
         rollout_id=rollout_id,
@@ -41,6 +43,7 @@ def generated(rollout_id: str, t: SimTrajectory, done: FinishedGeneration) -> Ge
         num_preemptions=done.num_preemptions,
         num_recomputed_tokens=done.num_recomputed_tokens,
         weight_version=t.weight_versions[-1] if t.weight_versions else 0,
+        weights_wait_s=weights_wait_s,
     )
 
 

@@ -35,6 +35,8 @@ class SimTrajectory:
     """The current tool call's duration (trace time plus any cold start)."""
     tool_cold_start_s: float = 0.0
     """The part of it spent waiting for an executor."""
+    weights_reported_s: float = 0.0
+    """Its ``weights`` column when its last ``Generated`` was published."""
     num_commands_in_flight: int = 0
     """Commands to run it (start, continue) sent by the control plane, not yet arrived."""
     tool_returned_at: float = 0.0
@@ -87,8 +89,9 @@ class SimTrajectory:
 
     @property
     def tool_s(self) -> float:
-        """Its tool calls' time, waits for an executor included (what ``ToolReturned`` says)."""
-        return self.account.of(Column.TOOL) + self.account.of(Column.TOOL_QUEUE)
+        """Its tool calls' own time (what ``ToolReturned.duration_s`` says; waits for an
+        executor are ``tool_queue``)."""
+        return self.account.of(Column.TOOL)
 
     @property
     def migration_s(self) -> float:
@@ -105,6 +108,13 @@ class SimTrajectory:
             has_command=self.num_commands_in_flight > 0,
         )
         self.account.enter(column, now)
+
+    def take_weights_wait_s(self) -> float:
+        """Seconds it waited for weight swaps since its last ``Generated`` (the generation's
+        ``weights_wait_s``)."""
+        waited = self.account.of(Column.WEIGHTS) - self.weights_reported_s
+        self.weights_reported_s += waited
+        return waited
 
     def file_cold_start(self) -> None:
         """Its tool call's cold start was a wait for an executor, not the tool running."""

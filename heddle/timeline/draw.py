@@ -2,7 +2,8 @@
 
 Each worker is a horizontal lane; inside it, every visit of a trajectory (its consecutive
 segments on that worker) gets a row, packed so that rows are few (``layout.pack_rows``). Colours
-tell queueing, generation, tool calls and migrations apart. The figure is built on a bare
+tell the segment kinds apart (``heddle.timeline.segments``: holds, control, weights, queueing,
+prefill, decode, tool queueing, tool calls, migrations). The figure is built on a bare
 ``Figure`` with the Agg canvas: no pyplot global state, safe in any process or thread.
 """
 
@@ -21,8 +22,14 @@ from heddle.timeline.layout import pack_rows
 from heddle.timeline.segments import Segment, SegmentKind, Timeline
 
 COLOURS = {
+    SegmentKind.ADMISSION: "#cbd5e0",
+    SegmentKind.HELD: "#a0aec0",
+    SegmentKind.CONTROL: "#805ad5",
+    SegmentKind.WEIGHTS: "#4a5568",
     SegmentKind.QUEUE: "#f2b134",
-    SegmentKind.GENERATION: "#2b6cb0",
+    SegmentKind.PREFILL: "#63b3ed",
+    SegmentKind.DECODE: "#2b6cb0",
+    SegmentKind.TOOL_QUEUE: "#c6f6d5",
     SegmentKind.TOOL: "#7cc47f",
     SegmentKind.MIGRATION: "#d64545",
 }
@@ -110,7 +117,7 @@ def draw_timeline(timeline: Timeline, path: Path, *, dpi: int = 110) -> Path:
         handles=handles,
         loc="lower right",
         bbox_to_anchor=(1.0, 1.0),
-        ncols=4,
+        ncols=5,
         fontsize="small",
         frameon=False,
     )

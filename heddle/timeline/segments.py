@@ -4,15 +4,24 @@ Pure fold over the rollout's events (the stream is the source of truth; the simu
 recorded events work too). Times are model seconds since the rollout was submitted:
 ``(occurred_at - submitted_at) * time_scale``; durations inside events are already model time.
 
-For each step of a trajectory:
+The kinds are the breakdown's columns (``heddle.sim.accounting``, ``heddle.rollout.slowest``).
+For each step of a trajectory, from the moment it could run (its submission, the previous tool's
+return, the end of a migration) to its ``Generated``:
 
-- ``generation``: the ``prefill_s + decode_s`` before ``Generated`` (on its worker);
-- ``queue``: from the moment the step could run (placement, the previous tool's return, or the
-  end of a migration) until its generation began: every wait (control plane, worker queue,
-  engine queue, preemption) in one segment;
-- ``tool``: ``ToolCalled`` to ``ToolReturned`` (drawn on the worker that called it, which holds
-  no GPU for it meanwhile);
+- ``admission`` (first step) / ``held`` (later steps): until the control plane decided to run it
+  (its ``TrajectoryPlaced``, or ``GenerationStarted.command_issued_at``);
+- ``control``: the command's way to the worker and the worker's handling (every other wait
+  before the engine);
+- ``weights``, ``queue``, ``prefill``, ``decode``: ``Generated.weights_wait_s``, ``queue_s``,
+  ``prefill_s`` and ``decode_s``, back to back before ``Generated`` (on its worker);
+- ``tool_queue``: from its generation to the tool's start (``ToolReturned`` minus the tool's
+  own duration): the call's way to an executor and its wait for one;
+- ``tool``: the tool's own duration (drawn on the worker that called it, which holds no GPU for
+  it meanwhile);
 - ``migration``: the transfer before ``Migrated`` (on the target worker).
+
+So a trajectory's segments cover its whole life; what only a migration covers is the transfer
+its tool gap did not hide.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from dataclasses import dataclass, field
 from heddle.events import (
     Event,
     Generated,
+    GenerationStarted,
     Migrated,
     RolloutFinished,
     RolloutSubmitted,
@@ -35,8 +45,14 @@ from heddle.events import (
 
 
 class SegmentKind(enum.Enum):
+    ADMISSION = "admission"
+    HELD = "held"
+    CONTROL = "control"
+    WEIGHTS = "weights"
     QUEUE = "queue"
-    GENERATION = "generation"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    TOOL_QUEUE = "tool_queue"
     TOOL = "tool"
     MIGRATION = "migration"
 
@@ -74,6 +90,11 @@ class Timeline:
 class _Trajectory:
     ready_s: float = 0.0
     """When the next generation could start."""
+    decided_s: float | None = None
+    """When the control plane decided to run the next step (None: at once)."""
+    generated_s: float = 0.0
+    """When its last generation ended (its tool call's wait starts there)."""
+    has_started: bool = False
     tool_calls: dict[int, tuple[str, float]] = field(default_factory=dict)
     """Step -> (worker, called at) of tool calls not yet returned."""
     generated_steps: set[int] = field(default_factory=set)
@@ -115,9 +136,17 @@ class _Builder:
                 self.origin_s = event.occurred_at
             case RolloutFinished():
                 self.makespan_s = event.makespan_s
-            case TrajectorySubmitted() | TrajectoryPlaced():
+            case TrajectorySubmitted():
                 state = self.trajectory(event.traj_id)
                 state.ready_s = max(state.ready_s, self.at(event.occurred_at))
+            case TrajectoryPlaced():
+                state = self.trajectory(event.traj_id)
+                if not state.has_started and state.decided_s is None:
+                    state.decided_s = self.at(event.occurred_at)
+            case GenerationStarted() if event.command_issued_at > 0.0:
+                state = self.trajectory(event.traj_id)
+                if event.step not in state.generated_steps:
+                    state.decided_s = self.at(event.command_issued_at)
             case Generated():
                 self._generated(event)
             case ToolCalled():
@@ -138,20 +167,36 @@ class _Builder:
         if event.step in state.generated_steps:
             return
         state.generated_steps.add(event.step)
-        end_s = self.at(event.occurred_at)
-        start_s = max(state.ready_s, end_s - (event.prefill_s + event.decode_s))
-        self.add(event.traj_id, event.worker_id, SegmentKind.QUEUE, state.ready_s, start_s)
-        self.add(event.traj_id, event.worker_id, SegmentKind.GENERATION, start_s, end_s)
-        state.ready_s = max(state.ready_s, end_s)
+        ready_s, end_s = state.ready_s, max(state.ready_s, self.at(event.occurred_at))
+        engine = (
+            (SegmentKind.DECODE, event.decode_s),
+            (SegmentKind.PREFILL, event.prefill_s),
+            (SegmentKind.QUEUE, event.queue_s),
+            (SegmentKind.WEIGHTS, event.weights_wait_s),
+        )
+        cursor_s = end_s
+        for kind, duration_s in engine:  # back to back, ending at the result
+            start_s = max(ready_s, cursor_s - duration_s)
+            self.add(event.traj_id, event.worker_id, kind, start_s, cursor_s)
+            cursor_s = start_s
+        hold = SegmentKind.HELD if state.has_started else SegmentKind.ADMISSION
+        decided_s = min(max(ready_s, state.decided_s or ready_s), cursor_s)
+        self.add(event.traj_id, event.worker_id, hold, ready_s, decided_s)
+        self.add(event.traj_id, event.worker_id, SegmentKind.CONTROL, decided_s, cursor_s)
+        state.has_started, state.decided_s = True, None
+        state.ready_s = state.generated_s = end_s
 
     def _tool_returned(self, event: ToolReturned) -> None:
         state = self.trajectory(event.traj_id)
         called = state.tool_calls.pop(event.step, None)
         if called is None:
             return  # a duplicate return, or a call recorded before this replay began
-        worker_id, start_s = called
-        end_s = max(start_s, self.at(event.occurred_at))
-        self.add(event.traj_id, worker_id, SegmentKind.TOOL, start_s, end_s)
+        worker_id, called_s = called
+        waited_from_s = min(state.generated_s or called_s, called_s)
+        end_s = max(called_s, self.at(event.occurred_at))
+        tool_start_s = max(waited_from_s, end_s - event.duration_s)
+        self.add(event.traj_id, worker_id, SegmentKind.TOOL_QUEUE, waited_from_s, tool_start_s)
+        self.add(event.traj_id, worker_id, SegmentKind.TOOL, tool_start_s, end_s)
         state.ready_s = max(state.ready_s, end_s)
 
 

@@ -1,7 +1,8 @@
 """The slowest trajectory's breakdown: every interval of its timeline is attributed to one part
-(modelled, control, messaging, tool queueing, engine lag, worker lag), so the parts sum to its
-total; a run behind its scaled clock reports the lag and warns. Timelines are built from gaps
-chosen by the test (or by hypothesis), and the expected parts are summed from those gaps."""
+(modelled, admission, held, weights, control, messaging, tool queueing, engine lag, worker lag),
+so the parts sum to its total; a run behind its scaled clock reports the lag and warns.
+Timelines are built from gaps chosen by the test (or by hypothesis), and the expected parts are
+summed from those gaps."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ class StepGaps:
     to_tool_s: float  # result -> tool call
     tool_queue_s: float  # tool call -> tool start
     tool_s: float  # the tool's own duration
+    hold_s: float = 0.0  # cause stored -> the event the command was decided on (a hold)
+    weights_s: float = 0.0  # the generation waited for a weight swap
 
 
 gap = st.floats(min_value=0.0, max_value=0.5)
-step_gaps = st.builds(StepGaps, gap, gap, gap, gap, gap, gap, gap, gap, gap)
+step_gaps = st.builds(StepGaps, gap, gap, gap, gap, gap, gap, gap, gap, gap, gap, gap)
 
 
 @dataclass
@@ -79,12 +82,13 @@ class Recorder:
             assert pending_cause is not None
             self.add(*pending_cause)
             stored_at = pending_cause[1]
-            command_stored = stored_at + step.control_s
+            issued_at = stored_at + step.hold_s
+            command_stored = issued_at + step.control_s
             received = command_stored + step.delivery_s
             started_at = received + step.handling_s
-            self.add(self._started(index, started_at, command_stored, received))
-            generated_at = started_at + step.engine_s + step.engine_late_s
-            self.add(self._generated(index, generated_at, step.engine_s * SCALE))
+            self.add(self._started(index, started_at, command_stored, received, issued_at))
+            generated_at = started_at + step.weights_s + step.engine_s + step.engine_late_s
+            self.add(self._generated(index, generated_at, step.engine_s, step.weights_s))
             called_at = generated_at + step.to_tool_s
             self.add(self._called(index, called_at))
             returned_at = called_at + step.tool_queue_s + step.tool_s
@@ -98,17 +102,20 @@ class Recorder:
         completed_at = self.now + tail_s
         return self._completed(len(steps), completed_at, steps)
 
-    def _started(self, step: int, at: float, stored: float, received: float) -> Event:
+    def _started(
+        self, step: int, at: float, stored: float, received: float, issued: float
+    ) -> Event:
         return GenerationStarted(
             event_id=f"{self.traj}:{step}:gs", rollout_id="r", occurred_at=at,
             traj_id=self.traj, step=step, worker_id="w00", num_context_tokens=1,
-            command_stored_at=stored, command_received_at=received,
+            command_stored_at=stored, command_received_at=received, command_issued_at=issued,
         )  # fmt: skip
 
-    def _generated(self, step: int, at: float, engine_model_s: float) -> Event:
+    def _generated(self, step: int, at: float, engine_s: float, weights_s: float) -> Event:
         return Generated(
             event_id=f"{self.traj}:{step}:g", rollout_id="r", occurred_at=at, traj_id=self.traj,
-            step=step, worker_id="w00", output_token_ids=[1], decode_s=engine_model_s,
+            step=step, worker_id="w00", output_token_ids=[1], decode_s=engine_s * SCALE,
+            weights_wait_s=weights_s * SCALE,
         )  # fmt: skip
 
     def _called(self, step: int, at: float) -> Event:
@@ -159,6 +166,9 @@ def test_the_parts_are_each_measured_and_sum_to_the_total(
     slow = summary_of(steps, tail_s).slowest
     assert slow is not None
     approx = pytest.approx  # float rounding only: the gaps are exact by construction
+    assert slow.admission_s == approx(steps[0].hold_s * SCALE, abs=1e-6)
+    assert slow.held_s == approx(sum(s.hold_s for s in steps[1:]) * SCALE, abs=1e-6)
+    assert slow.weights_s == approx(sum(s.weights_s for s in steps) * SCALE, abs=1e-6)
     assert slow.control_s == approx(sum(s.control_s for s in steps) * SCALE, abs=1e-6)
     assert slow.messaging_s == approx(
         sum(s.publish_s + s.delivery_s for s in steps) * SCALE, abs=1e-6
@@ -170,11 +180,13 @@ def test_the_parts_are_each_measured_and_sum_to_the_total(
     )
     parts = (
         slow.queue_s + slow.prefill_s + slow.decode_s + slow.tool_s + slow.migration_s
+        + slow.admission_s + slow.held_s + slow.weights_s
         + slow.control_s + slow.messaging_s + slow.tool_queue_s + slow.engine_lag_s
         + slow.worker_lag_s
     )  # fmt: skip
     assert parts == approx(slow.total_s, abs=1e-6)
     assert slow.other_s == approx(0.0, abs=1e-6)
+    assert slow.total_s == approx(slow.end_s, abs=1e-6)  # submitted with the rollout
 
 
 def on_time(engine_late_s: float = 0.0, control_s: float = 0.0) -> StepGaps:

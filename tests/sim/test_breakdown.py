@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import defaultdict
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from heddle.control.systems import SYSTEMS, system_spec
-from heddle.events import Migrated, TrajectoryPlaced
+from heddle.events import Event, Migrated, TrajectoryPlaced
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.sim import SimConfig, Simulator, simulate
 from heddle.sim.accounting import COLUMN_KEYS, Column
@@ -20,6 +21,7 @@ from heddle.sim.kv_pressure import scaled_config
 from heddle.sim.results import Breakdown
 from heddle.sim.run import control_for
 from heddle.sim.weight_loads import WeightPlan
+from heddle.timeline import SegmentKind, build_timeline
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
 
@@ -101,11 +103,36 @@ def test_every_trajectory_s_columns_sum_to_its_total(
     for event in run.events:
         if isinstance(event, TrajectoryPlaced):
             placed.setdefault(event.traj_id, event.occurred_at)
+    drawn = timeline_columns(run.events)
     for t in run.trajectories:
         assert t.account.column is None  # every trajectory ended
         assert_accounted(Breakdown.of(t), t.trace)
         if t.traj_id in placed:  # waited for placement until the control plane placed it
             assert t.account.of(Column.ADMISSION) == pytest.approx(placed[t.traj_id], abs=1e-9)
+        if t.num_output_tokens == t.trace.num_output_tokens:  # the timeline draws the same
+            for kind in DRAWN:
+                expected = t.account.of(kind)
+                if kind is Column.CONTROL:
+                    expected += t.account.of(Column.HELD) + t.account.of(Column.RERUN)
+                assert drawn[t.traj_id][kind] == pytest.approx(expected, abs=1e-6), kind
+
+
+DRAWN = (
+    Column.ADMISSION, Column.CONTROL, Column.WEIGHTS, Column.QUEUE, Column.PREFILL,
+    Column.DECODE, Column.TOOL_QUEUE, Column.TOOL,
+)  # fmt: skip
+"""The columns a timeline of a simulation tells apart: with no ``GenerationStarted`` in the
+recording, a hold between steps and an abandoned generation are drawn as control."""
+
+
+def timeline_columns(events: list[Event]) -> dict[str, dict[Column, float]]:
+    """Per trajectory, the timeline's seconds of each kind (``heddle.timeline``)."""
+    drawn: dict[str, dict[Column, float]] = defaultdict(lambda: defaultdict(float))
+    for segment in build_timeline(events).segments:
+        if segment.kind is not SegmentKind.MIGRATION:
+            kind = Column.CONTROL if segment.kind is SegmentKind.HELD else Column[segment.kind.name]
+            drawn[segment.traj_id][kind] += segment.duration_s
+    return drawn
 
 
 def test_the_slowest_of_every_system_has_every_column() -> None:

@@ -53,6 +53,6 @@ async def test_timeline_of_a_rollout_recorded_in_the_stream(nats_url: str, tmp_p
         events = await read_rollout_events(bus, "sim")
         assert build_timeline(events) == expected
         path = await write_rollout_timeline(bus, "sim", tmp_path / "sim.png")
-        assert has_colour(imread(path), SegmentKind.GENERATION)
+        assert has_colour(imread(path), SegmentKind.DECODE)
         with pytest.raises(ValueError, match="no events of rollout 'other'"):
             await read_rollout_events(bus, "other")

@@ -54,6 +54,7 @@ def generation_started(
         priority=priority,
         command_stored_at=arrival.stored_at if arrival is not None else 0.0,
         command_received_at=arrival.received_at if arrival is not None else 0.0,
+        command_issued_at=arrival.issued_at if arrival is not None else 0.0,
     )
 
 
@@ -68,6 +69,7 @@ def generated(
     now: float,
     num_warmed_tokens: int = 0,
     weight_version: int = 0,
+    weights_wait_s: float = 0.0,
 ) -> Generated:
     return Generated(
         event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
@@ -88,6 +90,7 @@ def generated(
         num_cached_tokens=result.num_cached_tokens,
         num_warmed_tokens=num_warmed_tokens,
         weight_version=weight_version,
+        weights_wait_s=weights_wait_s,
     )
 
 

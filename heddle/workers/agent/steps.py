@@ -217,7 +217,9 @@ class StepRunner:
     async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationResult:
         log, spec = hosted.log, hosted.spec
         request = generation_request(hosted, context, self.tokenizer.eos_token_id)
+        asked_at = self.clock()
         async with self.weights.generating() as weight_version:
+            hosted.weights_wait_s = max(0.0, self.clock() - asked_at) * self.time_scale
             stale = caps.staleness_error(log, spec, weight_version)
             if stale is not None:
                 raise StepError(stale, finish_reason="stale")
@@ -254,4 +256,5 @@ class StepRunner:
             num_warmed_tokens=num_warmed,
             now=self.clock(),
             weight_version=hosted.weight_version,
+            weights_wait_s=hosted.weights_wait_s,
         )

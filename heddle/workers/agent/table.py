@@ -27,6 +27,8 @@ class CommandArrival:
 
     stored_at: float
     received_at: float
+    issued_at: float = 0.0
+    """The command's ``issued_at`` (the time of the event the control plane decided it on)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -38,6 +40,8 @@ class HostedTrajectory:
     next_observation: Observation | None = None
     """What to append before the next generation (its tokens, its target length)."""
     request_id: str | None = None
+    weights_wait_s: float = 0.0
+    """Model seconds the current generation waited for a weight swap (``WeightGate``)."""
     """The generation in the engine, while one is."""
     is_running: bool = False
     """A segment of steps (generate, step the environment, publish) is in progress."""

@@ -135,7 +135,9 @@ class CommandDispatcher:
 
     async def __call__(self, delivery: Delivery[WorkerCommandT]) -> None:
         command = await self.bus.resolve(delivery.message)
-        arrival = CommandArrival(stored_at=delivery.stored_at, received_at=time.time())
+        arrival = CommandArrival(
+            stored_at=delivery.stored_at, received_at=time.time(), issued_at=command.issued_at
+        )
         if command.worker_id != self.agent.worker_id:
             raise InvalidMessage(
                 f"command for worker {command.worker_id!r} delivered to {self.agent.worker_id!r}"
