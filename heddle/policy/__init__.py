@@ -12,6 +12,7 @@ One package per mechanism of the paper (docs/paper.md), each with its map:
 - ``batching``: continuous batching of one worker (the simulator's engine model), and
   ``engine_models``: the engine behaviour a run sets for every system (prefix cache, what
   preemption does to KV, whether a migration moves KV).
-- ``lower_bound`` (with ``kv_work``): the makespan lower bound every benchmark reports against.
+- ``lower_bound`` (with ``kv_work``, and ``bound_facts``: what it reads of a workload and what
+  each engine's prompt sharing saves): the makespan lower bound every benchmark reports against.
 - ``field_checks``: validation of user-written file fields.
 """
