@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast, runtime_checkable
+from typing import cast
 
 from heddle.policy.bound_facts import (
     PromptSharing,
@@ -73,7 +73,7 @@ from heddle.policy.bound_facts import (
     TrajectoryShape,
     workload_facts,
 )
-from heddle.policy.cost.model import CostModel, attended_pairs
+from heddle.policy.cost.model import CostModel, PrefillTerms, attended_pairs
 from heddle.policy.kv_work import (
     MAX_ENUMERATED_BATCH,
     DecodeFloor,
@@ -186,11 +186,6 @@ def _prefill_gpu_s(facts: Sequence[TrajectoryFacts], cost_models: Mapping[int, C
         return tp * math.fsum(model.prefill_s(s.prefill_tokens, s.cached_tokens) for s in steps)
 
     return min(gpu_s(tp, model) for tp, model in cost_models.items())
-
-
-@runtime_checkable
-class PrefillTerms(Protocol):
-    def prefill_terms(self) -> tuple[float, float]: ...
 
 
 class _SoloPricer:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 GB = 1e9
 KIB = 1024
@@ -118,6 +118,14 @@ class CostModel(Protocol):
     def solo_token_s(self, context_tokens: int = 0) -> float:
         """T: per-token time of one sequence alone on this worker."""
         ...
+
+
+@runtime_checkable
+class PrefillTerms(Protocol):
+    """A cost model whose prefill is linear in tokens and in attended pairs (``prefill_s(n, c)
+    = per_token_s * n + per_pair_s * attended_pairs(n, c)``)."""
+
+    def prefill_terms(self) -> tuple[float, float]: ...
 
 
 @dataclass(frozen=True, slots=True)
