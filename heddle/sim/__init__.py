@@ -6,21 +6,21 @@ simulated data plane of batching-model workers, elastic tools and KV transfers.
 
 Modules: ``run`` (``simulate``: one rollout of a trace under one system bundle), ``simulator`` (the
 event loop: deciders and data plane on a virtual clock), ``command_delays`` (when a command the
-control plane sends arrives), ``timers`` (the call-backs the data plane asks for), ``config`` (``SimConfig``: cluster, predictor, transfers, tools), ``dataplane`` (the
-simulated data plane), ``sim_worker`` (a simulated worker: a batching model and its generation
-jobs), ``tool_pool`` (elastic warm tool executors with cold starts), ``kv_moves`` (how a migrating
-context reaches its target), ``weight_loads`` (weight loads and the staleness bound), ``facts`` (the
-events the data plane publishes), ``trajectories`` (a simulated trajectory), ``accounting`` (where its time went, column by
-column),
-``results`` (what a simulated rollout reports), ``planning`` (choosing TP degrees, checked by
-``profile`` simulation), ``profile`` (simulating each worker group on its own), ``plan_validation``
-(plan estimate against simulated makespan), ``async_steps`` (the training loop: stop-the-world
-against partial rollout), ``study`` (every system under every predictor, as markdown tables),
-``sweep`` (``heddle sim sweep``: every system over the workload zoo) with ``sweep_pool`` (running
-cells in worker processes), ``sweep_summary`` (ratios per cell and their summary), ``sweep_report``
-(markdown report and figure), ``sweep_plans`` (``--plans``: every TP plan per cell), ``sweep_gain``
-(one predictor's gain over another, family by family) and ``kv_pressure`` (a cell's KV
-oversubscription, and a cluster scaled to reach one).
+control plane sends arrives), ``timers`` (the call-backs the data plane asks for), ``config``
+(``SimConfig``: cluster, predictor, transfers, tools), ``dataplane`` (the simulated data plane),
+``sim_worker`` (a simulated worker: a batching model and its generation jobs), ``tool_pool``
+(elastic warm tool executors with cold starts), ``kv_moves`` (how a migrating context reaches its
+target), ``weight_loads`` (weight loads and the staleness bound), ``facts`` (the events the data
+plane publishes), ``trajectories`` (a simulated trajectory), ``accounting`` (where its time went,
+column by column), ``results`` (what a simulated rollout reports), ``planning`` (choosing TP
+degrees, checked by ``profile`` simulation), ``profile`` (simulating each worker group on its own),
+``plan_validation`` (plan estimate against simulated makespan), ``async_steps`` (the training loop:
+stop-the-world against partial rollout), ``study`` (every system under every predictor, as markdown
+tables), ``sweep`` (``heddle sim sweep``: every system over the workload zoo) with ``sweep_pool``
+(running cells in worker processes), ``sweep_summary`` (ratios per cell and their summary),
+``sweep_report`` (markdown report and figure), ``sweep_plans`` (``--plans``: every TP plan per
+cell), ``sweep_gain`` (one predictor's gain over another, family by family) and ``kv_pressure`` (a
+cell's KV oversubscription, and a cluster scaled to reach one).
 """
 
 from heddle.sim.config import SimConfig
