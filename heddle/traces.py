@@ -11,6 +11,9 @@ traces without text read and write as before; the context predictor reads them. 
 workloads write this format (``heddle.workloads.text`` adds their text), ``heddle replay
 --export-trace`` writes it from a recorded rollout, and the simulator, the ``trace`` environment
 and the oracle predictor read it. A bad file raises ``TraceError`` naming the line and the field.
+A path ending in ``.gz`` is read and written gzip-compressed (the regression corpus,
+``heddle.sim.corpus``, keeps its traces so; written with no timestamp, so the same trace gives
+the same bytes).
 
 Bounds (a line past them is refused, not run): a line holds at most ``MAX_LINE_BYTES``; a
 trajectory's whole context (prompt, generations, observations) at most ``MAX_CONTEXT_TOKENS``
@@ -20,9 +23,11 @@ tokens; a tool call at most ``MAX_TOOL_S`` model seconds. A trace that asks more
 
 from __future__ import annotations
 
+import gzip
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -118,15 +123,16 @@ def parse_trace_line(
 
 
 def iter_lines(path: Path, what: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) of a JSONL file, blank lines skipped; ``ValueError`` for a line
-    over ``MAX_LINE_BYTES`` (read no further than that: a runaway line is not loaded whole)."""
+    """(line number, line) of a JSONL file (gzip'd when its name ends in ``.gz``), blank lines
+    skipped; ``ValueError`` for a line over ``MAX_LINE_BYTES`` (read no further than that: a
+    runaway line is not loaded whole) or a corrupt compressed file."""
     try:
-        handle = path.open("rb")
+        handle = _open(path, "rb")
     except OSError as exc:
         raise ValueError(f"{path}: cannot read {what} ({exc.strerror})") from None
     with handle:
         line_number = 0
-        while line := handle.readline(MAX_LINE_BYTES + 2):
+        while line := _readline(handle, path, what):
             line_number += 1
             if len(line.rstrip(b"\r\n")) > MAX_LINE_BYTES:
                 raise ValueError(
@@ -163,9 +169,25 @@ def read_trace(path: Path) -> list[TraceTrajectory]:
 def write_trace(path: Path, trajectories: Iterable[TraceTrajectory]) -> int:
     """Write trajectories as JSONL; returns how many were written."""
     count = 0
-    with path.open("wb") as handle:
+    with _open(path, "wb") as handle:
         for trajectory in trajectories:
             handle.write(_encoder.encode(trajectory))
             handle.write(b"\n")
             count += 1
     return count
+
+
+def _readline(handle: BinaryIO, path: Path, what: str) -> bytes:
+    """The next line of ``handle``, read no further than ``MAX_LINE_BYTES`` past its start;
+    a corrupt compressed file is a ``ValueError``."""
+    try:
+        return handle.readline(MAX_LINE_BYTES + 2)
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{path}: cannot read {what} ({exc})") from None
+
+
+def _open(path: Path, mode: str) -> BinaryIO:
+    """``path`` opened in binary ``mode``, through gzip when it ends in ``.gz``."""
+    if path.suffix == ".gz":
+        return gzip.GzipFile(path, mode, mtime=0)  # type: ignore[return-value]
+    return path.open(mode)  # type: ignore[return-value]

@@ -134,3 +134,32 @@ def test_text_round_trips_and_old_lines_still_load(tmp_path: Path) -> None:
     assert b'"tool_text":"1 failed"' in lines[1]
     assert read_trace(path) == [old, texted]
     assert texted.has_text
+
+
+def test_a_gz_path_is_compressed_and_reads_back_the_same(tmp_path: Path) -> None:
+    trace = [
+        TraceTrajectory(
+            id=f"t{i}",
+            group="g",
+            prompt_tokens=100,
+            steps=[TraceStep(output_tokens=50, tool_s=1.5, tool_output_tokens=20)] * 40
+            + [TraceStep(output_tokens=7)],
+        )
+        for i in range(20)
+    ]
+    plain, packed = tmp_path / "t.jsonl", tmp_path / "t.jsonl.gz"
+    write_trace(plain, trace)
+    write_trace(packed, trace)
+    assert read_trace(packed) == trace == read_trace(plain)
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"
+    assert packed.stat().st_size * 5 < plain.stat().st_size
+    first = packed.read_bytes()
+    write_trace(packed, trace)
+    assert packed.read_bytes() == first  # no timestamp: the same trace, the same bytes
+
+
+def test_a_corrupt_gz_file_is_a_trace_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(TraceError, match="cannot read trace file"):
+        read_trace(path)

@@ -8,10 +8,10 @@ service from the shell), ``worker`` (``heddle worker``, ``heddle workers run N``
 (``heddle replay``), ``lifecycle`` (``heddle archive``, ``heddle purge``), ``db`` (ledger
 administration), ``deploy`` (``heddle deploy``), ``sim``
 (``heddle sim compare``), ``sim_sweep`` (``heddle sim sweep``), ``sim_figures`` (``heddle sim
-figures``), and the benchmarks ``bench_bus``, ``bench_control``, ``bench_engine``,
-``bench_fidelity``, ``bench_chaos``, ``bench_cluster``, ``bench_tools``, ``bench_predictor``,
-``bench_integrations``, ``bench_lifecycle`` (``heddle bench <name>``) and ``bench_policy``
-(``heddle bench placement | annealing``).
+figures``), ``sim_hunt`` (``heddle sim hunt``), and the benchmarks ``bench_bus``,
+``bench_control``, ``bench_engine``, ``bench_fidelity``, ``bench_chaos``, ``bench_cluster``,
+``bench_tools``, ``bench_predictor``, ``bench_integrations``, ``bench_lifecycle`` (``heddle bench
+<name>``) and ``bench_policy`` (``heddle bench placement | annealing``).
 
 Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``rollout_flags``
 (the flags ``rollout run`` and ``compare`` share), ``sim_choices`` (model and system name checks of
@@ -37,6 +37,7 @@ _COMMAND_MODULES = (
     "sim",
     "sim_sweep",
     "sim_figures",
+    "sim_hunt",
     "tools",
     "bench_tools",
     "worker",

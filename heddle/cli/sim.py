@@ -3,9 +3,10 @@
     heddle sim compare --workload coding --model qwen3-32b --gpus 16 --trajectories 1024 \\
         --systems heddle,verl,slime --json
 
-The trace is a synthetic workload (``--workload``; learning predictors are fitted on another
-epoch of the same prompts, the previous training step) or a JSONL trace file (``--trace``, with
-an optional ``--history`` file). Prints one JSON object with ``--json``, a table otherwise;
+The trace is a synthetic workload (``--workload``; learning predictors are fitted on the history
+``--workload-history`` names, ``heddle.workloads.history``: by default the previous training step,
+other prompts of the same workload) or a JSONL trace file (``--trace``, with an optional
+``--history`` file). Prints one JSON object with ``--json``, a table otherwise;
 progress goes to stderr. Bad flags or a bad trace print one line and exit 2. With
 ``--async-steps S`` it simulates S training steps per system instead, the stop-the-world loop
 against partial rollout with ``--max-staleness`` (``heddle.cli.sim_loop``).
@@ -36,15 +37,22 @@ from heddle.policy.prediction import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
 from heddle.traces import TraceError, TraceTrajectory, read_trace
 from heddle.workloads import generate, workload_names
+from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, history_kind, make_history
 
 DEFAULT_SYSTEMS = "heddle,verl,slime"
 _DEFAULTS = SimConfig()
 
 
 def _traces(
-    workload: str | None, trace: Path | None, history: Path | None, num: int, seed: int
+    workload: str | None,
+    trace: Path | None,
+    history: Path | None,
+    num: int,
+    seed: int,
+    workload_history: str = DEFAULT_HISTORY,
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory], str]:
-    """The rollout's trace, the history predictors learn from, and a label for the source."""
+    """The rollout's trace, the history predictors learn from (a workload's of the kind
+    ``workload_history`` names), and a label for the source."""
     if (workload is None) == (trace is None):
         raise UserError("give exactly one of --workload or --trace")
     try:
@@ -55,7 +63,13 @@ def _traces(
         if workload not in workload_names():
             raise UserError(f"unknown --workload {workload!r}; choose one of {workload_names()}")
         current = generate(workload, num, seed)
-        return current, generate(workload, num, seed, epoch=1), f"workload:{workload}"
+        name = workload
+
+        def sample(sample_seed: int, epoch: int) -> list[TraceTrajectory]:
+            return generate(name, num, sample_seed, epoch=epoch)
+
+        past = make_history(history_kind(workload_history), sample, seed)
+        return current, past, f"workload:{workload}"
     except (TraceError, ValueError) as exc:
         raise UserError(str(exc)) from None
 
@@ -184,6 +198,13 @@ def compare(
     hardware: Annotated[str, typer.Option(help="h100 or h200")] = "h200",
     gpus: Annotated[int, typer.Option(help="GPU budget")] = 16,
     trajectories: Annotated[int, typer.Option(help="Trajectories (with --workload)")] = 1024,
+    workload_history: Annotated[
+        str,
+        typer.Option(
+            help=f"With --workload, the history: {', '.join(HISTORY_KINDS)} (other: other "
+            "prompts, the previous step; same: the same prompts, an epoch back)"
+        ),
+    ] = DEFAULT_HISTORY,
     seed: Annotated[int, typer.Option(help="Seed of the workload and the simulator")] = 0,
     systems: Annotated[
         str, typer.Option(help=f"Comma-separated, or all: {', '.join(SYSTEMS)}")
@@ -242,7 +263,7 @@ def compare(
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    rollout, past, source = _traces(workload, trace, history, trajectories, seed)
+    rollout, past, source = _traces(workload, trace, history, trajectories, seed, workload_history)
     if async_steps:
         trainer = trainer_time(trainer_s, trainer_fraction)
         traces, histories = step_traces(workload, rollout, past, async_steps, seed)
@@ -254,6 +275,7 @@ def compare(
     meta = {
         "source": source,
         "num_trajectories": len(rollout),
+        "history": workload_history if trace is None else ("file" if history else "none"),
         "config": {
             key: value
             for key, value in asdict(config).items()

@@ -1,6 +1,7 @@
 """`heddle sim sweep`: every system over the workload zoo (``heddle.sim.sweep``), one cell per
-family x draw x model x GPUs x KV pressure, ratios to heddle; with ``--plans``, every candidate
-TP plan per cell instead of the systems. Bad flags print one line and exit 2.
+family x draw x model x GPUs x KV pressure x history, ratios to heddle, and the regression
+corpus' cells beside them (``heddle.sim.corpus``); with ``--plans``, every candidate TP plan per
+cell instead of the systems. Bad flags print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from heddle.errors import UserError
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.policy.prediction import CONTEXT_PREDICTOR
 from heddle.sim.config import SIM_PREDICTORS
-from heddle.sim.sweep import SPLITS, CellResult, SweepConfig, run_sweep
+from heddle.sim.sweep import SPLITS, CellResult, SweepConfig, run_sweep, sweep_cells
 from heddle.sim.sweep_plans import (
     plan_markdown,
     plan_sweep_document,
@@ -34,6 +35,7 @@ from heddle.sim.sweep_plans import (
 )
 from heddle.sim.sweep_report import markdown_report, write_figure
 from heddle.sim.sweep_summary import sweep_document
+from heddle.workloads.history import HISTORY_KINDS, HistoryKind, history_kind
 from heddle.workloads.text import SIGNAL_LEVELS
 from heddle.workloads.zoo import ZOO
 
@@ -125,12 +127,12 @@ def _run_with_progress(
     with Progress(
         *columns, console=Console(stderr=True), disable=not sys.stderr.isatty()
     ) as progress:
-        task = progress.add_task(what, total=config.num_cells)
+        task = progress.add_task(what, total=len(sweep_cells(config)))
 
         def done(result: Any) -> None:
             progress.advance(task)
             cell = result.cell
-            label = f"cell {cell.index} {cell.family} {cell.model} x{cell.num_gpus}"
+            label = f"cell {cell.index} {cell.family} {cell.model} x{cell.num_gpus} {cell.history}"
             progress.console.print(f"{label} done in {result.wall_s:.0f} s")
 
         return run(config, jobs=jobs, on_done=done)
@@ -150,10 +152,29 @@ def sweep(
     kv_ratios: Annotated[
         str, typer.Option(help="Target KV footprint / capacity ratios")
     ] = ",".join(map(str, _SWEEP_DEFAULTS.kv_ratios)),
-    cells: Annotated[int, typer.Option(help="Number of cells")] = _SWEEP_DEFAULTS.num_cells,
+    cells: Annotated[
+        int, typer.Option(help="Tuning cells (the grid earlier sweeps ran)")
+    ] = _SWEEP_DEFAULTS.num_cells,
+    heldout_cells: Annotated[
+        int, typer.Option(help="Fresh held-out cells (draw seeds no decision has seen)")
+    ] = _SWEEP_DEFAULTS.num_heldout_cells,
+    histories: Annotated[
+        str,
+        typer.Option(
+            help=f"Histories each zoo cell is judged with, comma-separated: "
+            f"{', '.join(HISTORY_KINDS)} (other: other prompts, the previous step)"
+        ),
+    ] = ",".join(_SWEEP_DEFAULTS.histories),
+    corpus: Annotated[
+        bool, typer.Option("--corpus/--no-corpus", help="Run the regression corpus' cells too")
+    ] = _SWEEP_DEFAULTS.with_corpus,
+    corpus_dir: Annotated[
+        Path | None, typer.Option(help="The corpus folder (default: the package's)")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Base seed of the grid and the parameter draws")] = 0,
     split: Annotated[
-        str, typer.Option(help="tuning, heldout or all (held-out draws: never tune on them)")
+        str,
+        typer.Option(help="tuning, heldout, corpus or all (held-out draws: never tune on them)"),
     ] = "all",
     systems: Annotated[str, typer.Option(help="Comma-separated systems (default: all)")] = ",".join(
         SYSTEMS
@@ -217,6 +238,7 @@ def sweep(
         steps_per_cell,
     )
     config = _with_context(config, predictor_model, predictor_latency_ms, text_signal)
+    config = _with_cells(config, heldout_cells, histories, corpus, corpus_dir)
     config = replace(config, replications=replications)
     start = time.perf_counter()
     if plans:
@@ -252,6 +274,33 @@ def _with_context(
         raise UserError(f"--predictor-model {model}: not a model folder (no config.json)")
     return replace(
         config, predictor_model=model, predictor_latency_ms=latency_ms, text_signal=signal
+    )
+
+
+def _with_cells(
+    config: SweepConfig,
+    heldout_cells: int,
+    histories: str,
+    corpus: bool,
+    corpus_dir: Path | None,
+) -> SweepConfig:
+    """The held-out count, the histories and the corpus flags (the context model needs a
+    history and texts: no ``none`` history, no corpus with it)."""
+    kinds: tuple[HistoryKind, ...] = _sweep_list("--histories", histories, history_kind)
+    if heldout_cells < 0:
+        raise UserError("--heldout-cells must be >= 0")
+    if corpus_dir is not None and not corpus_dir.is_dir():
+        raise UserError(f"--corpus-dir {corpus_dir}: not a folder")
+    if config.predictor == CONTEXT_PREDICTOR:
+        if "none" in kinds:
+            raise UserError("--predictor context learns from a history: drop none from --histories")
+        corpus = False
+    return replace(
+        config,
+        num_heldout_cells=heldout_cells,
+        histories=kinds,
+        with_corpus=corpus,
+        corpus_dir=str(corpus_dir or ""),
     )
 
 

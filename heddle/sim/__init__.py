@@ -20,7 +20,10 @@ tables), ``sweep`` (``heddle sim sweep``: every system over the workload zoo) wi
 (running cells in worker processes), ``sweep_summary`` (ratios per cell and their summary),
 ``sweep_report`` (markdown report and figure), ``sweep_plans`` (``--plans``: every TP plan per
 cell), ``sweep_gain`` (one predictor's gain over another, family by family) and ``kv_pressure`` (a
-cell's KV oversubscription, and a cluster scaled to reach one).
+cell's KV oversubscription, and a cluster scaled to reach one); ``hunt`` (``heddle sim hunt``: a
+search for the cells where heddle loses most) with ``hunt_space`` (its points: a workload, a seed,
+a cluster), ``hunt_report`` (its JSON and table) and ``hunt_corpus`` (its worst cells into the
+corpus); ``corpus`` (the regression corpus the sweep runs beside the zoo).
 """
 
 from heddle.sim.config import SimConfig

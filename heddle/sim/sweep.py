@@ -1,14 +1,19 @@
 """The zoo sweep: every system on many workloads it was never tuned on (``heddle sim sweep``).
 
 A cell is one zoo family x one parameter draw (by seed) x one model x one GPU count x one KV
-pressure. Its rollout is the family's trace of that draw; its history, the previous training
-step (same prompts, another epoch) that the online predictor learns from. Every system of the
-sweep runs the same cell on the same engine model and predictor (``SweepConfig``).
+pressure, judged with one history. Its rollout is the family's trace of that draw; its history
+(``heddle.workloads.history``), the previous training step that the online predictor learns
+from and the plan check simulates: other prompts of the same family (``other``, the realistic
+one and the default) or the same prompts an epoch back (``same``); ``histories`` runs each cell
+under each kind given (the report then has a summary per kind). Every system of the sweep runs
+the same cell on the same engine model and predictor (``SweepConfig``).
 
-Held-out split: a parameter draw is held out iff its seed hashes to 0 mod 4 (``is_heldout``), a
-quarter of all draw seeds whatever the sweep's base seed. Held-out cells are never to be used
-for tuning the policy: tune on ``--split tuning``, report on ``--split heldout`` (the summary
-reports both).
+Splits: ``tuning`` are the grid's cells of draw seeds ``seed * 100000 + k`` (the cells every
+earlier sweep ran; decisions were made on them, including on the quarter once called held out);
+``heldout`` are fresh cells whose draw seeds come from a namespace no run had used before
+(``HELDOUT_SEED_BASE``: never tune on them; when a decision has looked at them, bump
+``HELDOUT_GENERATION`` and say so); ``corpus`` are the regression cases the hunter found
+(``heddle.sim.corpus``), each with its own history. The summary reports each split.
 
 Size: a cell runs as many trajectories as it takes for ``steps_per_cell`` steps (whole GRPO
 groups, within ``[min, max]_trajectories``), since a simulation's cost grows with its steps; the
@@ -36,10 +41,9 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
-
-import numpy as np
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from heddle.control.systems import SYSTEMS
 from heddle.policy.prediction import ContextAnswer
@@ -49,11 +53,22 @@ from heddle.sim.results import SimResult
 from heddle.sim.run import simulate
 from heddle.sim.sweep_pool import run_in_pool
 from heddle.traces import TraceTrajectory
+from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, HistoryKind, make_history
 from heddle.workloads.zoo import BROAD_FAMILIES, with_family_text, zoo_family
 
-Split = Literal["tuning", "heldout", "all"]
-SPLITS: tuple[Split, ...] = ("tuning", "heldout", "all")
+if TYPE_CHECKING:
+    from heddle.sim.corpus import CorpusEntry
+
+CellSplit = Literal["tuning", "heldout", "corpus"]
+Split = Literal["tuning", "heldout", "corpus", "all"]
+SPLITS: tuple[Split, ...] = ("tuning", "heldout", "corpus", "all")
 _DRAW_SEEDS_PER_BASE_SEED = 100_000
+HELDOUT_GENERATION = 1
+"""Bumped whenever a decision (a rule, a threshold, a default) has been made by looking at the
+held-out cells: their draw seeds then move to a namespace never run before."""
+HELDOUT_SEED_BASE = HELDOUT_GENERATION << 40
+"""Held-out draw seeds are ``HELDOUT_SEED_BASE + seed * 100000 + k``: no sweep, probe or
+decision before generation 1 (this commit's) ran one; the tuning seeds stay below 2**40."""
 _SIM_DEFAULTS = SimConfig()
 _MAX_CELLS = 10_000  # either split then fits in one base seed's draw seeds
 _R = TypeVar("_R")
@@ -69,6 +84,16 @@ class SweepConfig:
     kv_ratios: tuple[float, ...] = (0.5, 2.0)
     """Target footprint / capacity ratios (``heddle.sim.kv_pressure``)."""
     num_cells: int = 40
+    """Tuning cells (the grid every earlier sweep ran)."""
+    num_heldout_cells: int = 10
+    """Fresh held-out cells (``HELDOUT_SEED_BASE``)."""
+    histories: tuple[HistoryKind, ...] = (DEFAULT_HISTORY,)
+    """The histories each zoo cell is judged with (``heddle.workloads.history``); a corpus
+    cell keeps its own."""
+    with_corpus: bool = True
+    """Whether the corpus' cells (``heddle.sim.corpus``) run beside the zoo's."""
+    corpus_dir: str = ""
+    """The corpus' folder (empty: the one in the package)."""
     seed: int = 0
     """Base seed: shuffles the grid and numbers the parameter draws."""
     split: Split = "all"
@@ -88,10 +113,11 @@ class SweepConfig:
     """Epochs of each cell's workload every system runs (makespans averaged over them)."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.num_cells <= _MAX_CELLS:
-            raise ValueError(
-                f"the number of cells must be in [1, {_MAX_CELLS}], got {self.num_cells}"
-            )
+        for name in ("num_cells", "num_heldout_cells"):
+            if not 0 <= getattr(self, name) <= _MAX_CELLS:
+                raise ValueError(f"{name} must be in [0, {_MAX_CELLS}], got {getattr(self, name)}")
+        if any(kind not in HISTORY_KINDS for kind in self.histories):
+            raise ValueError(f"unknown history in {self.histories}; choose from {HISTORY_KINDS}")
         if self.seed < 0:
             raise ValueError(f"the base seed must be >= 0, got {self.seed}")
         if not 1 <= self.min_trajectories <= self.max_trajectories:
@@ -102,11 +128,20 @@ class SweepConfig:
             raise ValueError(f"replications must be >= 1, got {self.replications}")
         if self.split not in SPLITS:
             raise ValueError(f"unknown split {self.split!r}; choose one of {SPLITS}")
-        for name in ("families", "models", "gpu_counts", "kv_ratios", "systems"):
+        for name in ("families", "models", "gpu_counts", "kv_ratios", "systems", "histories"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must not be empty")
         for family in self.families:
             zoo_family(family)
+
+
+class CellSource(Protocol):
+    """Where a cell's traces come from when they are not a zoo draw (the hunter's cells, the
+    corpus): a frozen, picklable value."""
+
+    def traces(
+        self, cell: Cell, replication: int
+    ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,24 +153,41 @@ class Cell:
     num_gpus: int
     kv_ratio: float
     """The target KV ratio."""
-
-    @property
-    def split(self) -> Split:
-        return "heldout" if is_heldout(self.draw_seed) else "tuning"
-
-
-def is_heldout(draw_seed: int) -> bool:
-    """Whether a parameter draw belongs to the held-out split (never used for tuning)."""
-    return int(np.random.SeedSequence([draw_seed, 0xC0FFEE]).generate_state(1)[0]) % 4 == 0
+    split: CellSplit = "tuning"
+    history: HistoryKind = DEFAULT_HISTORY
+    source: CellSource | None = None
+    """Its traces, when not the zoo family's draw of ``draw_seed``."""
 
 
 def sweep_cells(config: SweepConfig) -> list[Cell]:
-    """The first ``num_cells`` cells of the split: the grid (families x models x GPU counts x
-    KV ratios) in rounds of one cell per family (each family's settings shuffled by the base
-    seed), repeated; cell ``k`` draws its parameters from seed ``seed * 100000 + k``; the
-    cells of the other split are skipped. So any number of cells spreads evenly over the
-    families."""
-    rng = random.Random(config.seed)
+    """The cells of the split, each once per history of ``histories`` (corpus cells once, with
+    their own): ``num_cells`` tuning cells, then ``num_heldout_cells`` held-out ones, then the
+    corpus' (numbered on). Tuning and held-out cells walk the grid (families x models x GPU
+    counts x KV ratios) in rounds of one cell per family (each family's settings shuffled by
+    the base seed), so any number of cells spreads evenly over the families; tuning cell ``k``
+    draws its parameters from seed ``seed * 100000 + k``, held-out cell ``k`` from
+    ``HELDOUT_SEED_BASE + seed * 100000 + k``."""
+    workloads: list[Cell] = []
+    if config.split in ("tuning", "all"):
+        base = config.seed * _DRAW_SEEDS_PER_BASE_SEED
+        workloads += _grid_cells(config, "tuning", config.num_cells, base, config.seed)
+    if config.split in ("heldout", "all"):
+        base = HELDOUT_SEED_BASE + config.seed * _DRAW_SEEDS_PER_BASE_SEED
+        workloads += _grid_cells(config, "heldout", config.num_heldout_cells, base, base)
+    cells = [
+        replace(cell, index=index, history=history)
+        for index, cell in enumerate(workloads)
+        for history in config.histories
+    ]
+    if config.with_corpus and config.split in ("corpus", "all"):
+        cells += _corpus_cells(config, len(workloads))
+    return cells
+
+
+def _grid_cells(
+    config: SweepConfig, split: CellSplit, num_cells: int, base_seed: int, order_seed: int
+) -> list[Cell]:
+    rng = random.Random(order_seed)
     settings = list(itertools.product(config.models, config.gpu_counts, config.kv_ratios))
     orders = {family: rng.sample(settings, len(settings)) for family in config.families}
     grid = [
@@ -143,17 +195,33 @@ def sweep_cells(config: SweepConfig) -> list[Cell]:
         for index in range(len(settings))
         for family in config.families
     ]
-    cells: list[Cell] = []
-    for k in range(_DRAW_SEEDS_PER_BASE_SEED):
-        family, model, gpus, ratio = grid[k % len(grid)]
-        cell = Cell(
-            len(cells), family, config.seed * _DRAW_SEEDS_PER_BASE_SEED + k, model, gpus, ratio
-        )
-        if config.split in ("all", cell.split):
-            cells.append(cell)
-        if len(cells) == config.num_cells:
-            break
-    return cells
+    return [
+        Cell(k, family, base_seed + k, model, gpus, ratio, split)
+        for k in range(num_cells)
+        for family, model, gpus, ratio in (grid[k % len(grid)],)
+    ]
+
+
+def _corpus_cells(config: SweepConfig, first_index: int) -> list[Cell]:
+    from heddle.sim.corpus import CORPUS_DIR, read_corpus  # it builds on Cell
+
+    entries = read_corpus(Path(config.corpus_dir) if config.corpus_dir else CORPUS_DIR)
+    return [corpus_cell(entry, first_index + offset) for offset, entry in enumerate(entries)]
+
+
+def corpus_cell(entry: CorpusEntry, index: int) -> Cell:
+    """The sweep's cell of a corpus entry: its settings, its history, its stored traces."""
+    return Cell(
+        index=index,
+        family=entry.name,
+        draw_seed=entry.seed,
+        model=entry.model,
+        num_gpus=entry.num_gpus,
+        kv_ratio=entry.kv_ratio,
+        split="corpus",
+        history=entry.history,
+        source=entry.source(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,15 +265,22 @@ class CellResult:
 def cell_traces(
     cell: Cell, config: SweepConfig, replication: int = 0
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
-    """The cell's rollout and its history (the same prompts, the next epoch), cut to whole
-    groups once ``steps_per_cell`` steps are reached. Replication ``r`` samples the rollout
-    from epoch ``2r`` and its history from epoch ``2r + 1``."""
+    """The cell's rollout and its history (of the cell's kind, as many trajectories), cut to
+    whole groups once ``steps_per_cell`` steps are reached. Replication ``r`` samples the
+    rollout from epoch ``2r`` (``heddle.workloads.history.make_history``: a ``same`` history
+    is epoch ``2r + 1``). A cell with a ``source`` takes its traces from there."""
+    if cell.source is not None:
+        return cell.source.traces(cell, replication)
     family = zoo_family(cell.family)
     params = family.draw(random.Random(cell.draw_seed))
     full = family.generate(params, config.max_trajectories, cell.draw_seed, epoch=2 * replication)
     count = _num_trajectories(full, config)
-    history = family.generate(params, count, cell.draw_seed, epoch=2 * replication + 1)
-    if config.text_signal is None:
+
+    def sample(seed: int, epoch: int) -> list[TraceTrajectory]:
+        return family.generate(params, count, seed, epoch=epoch)
+
+    history = make_history(cell.history, sample, cell.draw_seed, replication)
+    if config.text_signal is None or not history:
         return full[:count], history
     signal, seed = config.text_signal, cell.draw_seed + 2 * replication
     return with_family_text(cell.family, full[:count], signal, seed), with_family_text(

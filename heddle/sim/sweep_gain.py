@@ -20,15 +20,24 @@ from typing import Any
 
 def _cell_key(cell: Mapping[str, Any]) -> tuple[object, ...]:
     c = cell["cell"]
-    return (c["index"], c["family"], c["draw_seed"], c["model"], c["num_gpus"], c["kv_ratio"])
+    history = c.get("history", "same")  # sweeps before histories judged with the same prompts
+    return (
+        c["index"],
+        c["family"],
+        c["draw_seed"],
+        c["model"],
+        c["num_gpus"],
+        c["kv_ratio"],
+        history,
+    )
 
 
 def predictor_gain(
     base: Mapping[str, Any], other: Mapping[str, Any], system: str = "heddle"
 ) -> dict[str, dict[str, Any]]:
     """Per family, ``system``'s makespan in ``other`` over ``base``, over the cells both ran
-    (a cell is matched by its index, family, draw, model, GPUs and KV ratio; ``ValueError`` if
-    the documents share none)."""
+    (a cell is matched by its index, family, draw, model, GPUs, KV ratio and history;
+    ``ValueError`` if the documents share none)."""
     base_cells = {_cell_key(c): c for c in base["cells"]}
     pairs: dict[str, list[tuple[int, float, float, float]]] = {}
     for cell in other["cells"]:

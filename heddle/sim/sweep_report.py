@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from heddle.sim.sweep import CellResult, SweepConfig
-from heddle.sim.sweep_summary import HEDDLE, RatioStats, SplitSummary, cell_ratios, summarise_sweep
+from heddle.sim.sweep_summary import (
+    HEDDLE,
+    RatioStats,
+    SplitSummary,
+    cell_ratios,
+    summaries_by_history,
+    summarise_sweep,
+)
 
 
 def _ratio(value: float | None) -> str:
@@ -24,6 +31,7 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
     header = [
         "cell",
         "split",
+        "history",
         "family",
         "model",
         "GPUs",
@@ -39,6 +47,7 @@ def _cells_table(results: Sequence[CellResult], others: list[str]) -> list[str]:
         row = [
             str(cell.index),
             result.split,
+            cell.history,
             cell.family,
             cell.model,
             str(cell.num_gpus),
@@ -103,15 +112,29 @@ def markdown_report(
         lines += [
             f"Engine model `{config.engine_model}`, predictor `{config.predictor}`, hardware "
             f"`{config.hardware}`, {config.steps_per_cell} steps per cell, base seed "
-            f"{config.seed}, split `{config.split}`, {config.replications} replication(s) "
+            f"{config.seed}, split `{config.split}`, histories "
+            f"{', '.join(f'`{h}`' for h in config.histories)}, "
+            f"{config.replications} replication(s) "
             "(makespans are means over them). KV ratio: the trajectories' summed final "
             "contexts over the cluster's KV (scaled down to reach the target; see "
             "`heddle.sim.kv_pressure`).",
             "",
         ]
-    lines += ["## Summary", ""]
-    lines += _summary_table(summarise_sweep(results))
-    lines += ["", "Ratios are makespans: below 1, heddle is faster.", "", "## Cells", ""]
+    summaries = (
+        summaries_by_history(config, results)
+        if config is not None
+        else {"every history": summarise_sweep(results)}
+    )
+    for history, summary in summaries.items():
+        lines += [f"## Summary (zoo cells judged with history `{history}`)", ""]
+        lines += [*_summary_table(summary), ""]
+    lines += [
+        "Ratios are makespans: below 1, heddle is faster. The corpus column is the hunter's "
+        "regression cells, each with its own history (never in `all`).",
+        "",
+        "## Cells",
+        "",
+    ]
     lines += _cells_table(results, others)
     return "\n".join(lines) + "\n"
 
@@ -125,13 +148,13 @@ def write_figure(results: Sequence[CellResult], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
-    families = sorted({r.cell.family for r in results})
+    families = sorted({_family(r) for r in results})
     colours = {family: f"C{index}" for index, family in enumerate(families)}
     for result in results:
         ratio = cell_ratios(result).heddle_over_best_baseline
         if ratio is None:
             continue
-        colour = colours[result.cell.family]
+        colour = colours[_family(result)]
         face = "none" if result.split == "heldout" else colour
         left.scatter(result.cell.index, ratio, edgecolors=colour, facecolors=face, s=28)
     for family, colour in colours.items():
@@ -153,3 +176,8 @@ def write_figure(results: Sequence[CellResult], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def _family(result: CellResult) -> str:
+    """The figure's colour key: the zoo family, or ``corpus`` for every corpus cell."""
+    return "corpus" if result.split == "corpus" else result.cell.family

@@ -3,10 +3,13 @@
 Per cell: heddle over the best baseline (the ``baseline`` bundle of least makespan, named),
 heddle over each ablation and each variant (``SystemSpec.kind``), each system's makespan over
 the cell's lower bound, and the lower bound over the best baseline: the smallest heddle / best
-baseline that any system could reach in that cell (its headroom). Over cells, per split (all,
-tuning, heldout): the geometric mean and the worst (largest) of each ratio, the median
-makespan / lower bound, and the number of cells where heddle is under 0.98x the best baseline
-(a win) or over 1.02x (a loss).
+baseline that any system could reach in that cell (its headroom). Over cells, per split (all:
+the zoo's tuning and held-out cells; tuning; heldout; corpus: the hunter's regression cells,
+never in ``all``, since they were chosen for heddle's losses): the geometric mean and the worst
+(largest) of each ratio, the median makespan / lower bound, and the number of cells where
+heddle is under 0.98x the best baseline (a win) or over 1.02x (a loss). The zoo's splits take
+the cells judged with one history (``summarise_sweep(history=...)``; the sweep's JSON has a
+summary per history it ran), the corpus split every corpus cell (each with its own).
 
 With replications (``SweepConfig.replications``) every makespan above is a system's mean over
 them, so the best baseline is the one of least mean makespan; each cell also reports heddle
@@ -24,6 +27,7 @@ from typing import Any
 
 from heddle.control.systems import SYSTEMS
 from heddle.sim.sweep import CellResult, SweepConfig, SystemRun
+from heddle.workloads.history import HistoryKind
 
 HEDDLE = "heddle"
 WIN_BELOW = 0.98
@@ -161,26 +165,45 @@ def _lost_in_every(ratios: CellRatios) -> bool:
     return all(ratio > LOSS_ABOVE for ratio in samples)
 
 
-def summarise_sweep(results: Sequence[CellResult]) -> dict[str, SplitSummary]:
-    """The summary of all cells and of each split."""
+def summarise_sweep(
+    results: Sequence[CellResult], history: HistoryKind | None = None
+) -> dict[str, SplitSummary]:
+    """The summary of the zoo's cells (judged with ``history``; None: every one), of each of
+    its splits, and of the corpus' cells."""
+    zoo = [
+        r for r in results if r.split != "corpus" and (history is None or r.cell.history == history)
+    ]
     return {
-        "all": summarise_split(results),
-        "tuning": summarise_split([r for r in results if r.split == "tuning"]),
-        "heldout": summarise_split([r for r in results if r.split == "heldout"]),
+        "all": summarise_split(zoo),
+        "tuning": summarise_split([r for r in zoo if r.split == "tuning"]),
+        "heldout": summarise_split([r for r in zoo if r.split == "heldout"]),
+        "corpus": summarise_split([r for r in results if r.split == "corpus"]),
     }
+
+
+def summaries_by_history(
+    config: SweepConfig, results: Sequence[CellResult]
+) -> dict[str, dict[str, SplitSummary]]:
+    """``summarise_sweep`` for each history the sweep judged its zoo cells with."""
+    return {history: summarise_sweep(results, history) for history in config.histories}
 
 
 def sweep_document(
     config: SweepConfig, results: Sequence[CellResult], wall_s: float, jobs: int
 ) -> dict[str, Any]:
     """The ``--json`` object: the config (engine model and predictor included), the cells with
-    their ratios, and the summary per split."""
+    their ratios, the summary per split of the first history's cells (``summary``) and of each
+    history's (``summary_by_history``)."""
     cells = [{**asdict(r), "ratios": asdict(cell_ratios(r))} for r in results]
-    summary = {split: asdict(s) for split, s in summarise_sweep(results).items()}
+    by_history = {
+        history: {split: asdict(s) for split, s in summary.items()}
+        for history, summary in summaries_by_history(config, results).items()
+    }
     return {
         "config": {**asdict(config), "jobs": jobs},
         "wall_s": wall_s,
         "cpu_s": sum(r.cpu_s for r in results),
         "cells": cells,
-        "summary": summary,
+        "summary": by_history[config.histories[0]],
+        "summary_by_history": by_history,
     }

@@ -11,7 +11,9 @@ Modules: ``spec`` (``WorkloadSpec``: a workload's parameters), ``catalog`` (the 
 trajectories into traces), ``stats`` (summary statistics of a trace), ``text`` (the synthetic text
 layer, with a stated share of signal) and ``text_vocabulary`` (its words), ``zoo`` (parameterised
 agent families) with ``zoo_params`` (their parameter records), ``zoo_ranges`` (the documented ranges
-they are drawn from) and ``agent_shape`` (the concrete shape and sampler a record becomes).
+they are drawn from), ``agent_shape`` (the concrete shape and sampler a record becomes) and
+``zoo_wide`` (the hunter's wide family); ``history`` (the history a rollout is judged with: other
+prompts, the same prompts, or none).
 """
 
 from __future__ import annotations

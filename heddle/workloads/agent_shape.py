@@ -84,6 +84,10 @@ class AgentShape:
     """Per-prompt factor (the catalog's assumption, ``heddle.workloads.spec``)."""
     effort: LogNormal = LogNormal(1.0, 0.35)
     """Per-sample factor."""
+    tool_burst: float = 0.0
+    """Probability that a tool call repeats the previous call's kind instead of drawing one by
+    weight: runs of test-suite calls (a fix-and-retest loop) or of quick calls. The share of
+    each kind stays its weight; 0 draws every call independently (and no extra numbers)."""
 
     @property
     def most_turns(self) -> int:
@@ -101,6 +105,8 @@ class AgentShape:
             raise ValueError(f"shape {self.name!r} needs at least one tool")
         if min(self.max_output_tokens_per_turn, self.max_response_tokens) < 1:
             raise ValueError("token caps must be >= 1")
+        if not 0 <= self.tool_burst < 1:
+            raise ValueError(f"tool_burst must be in [0, 1), got {self.tool_burst}")
 
 
 def sample_shape(
@@ -143,7 +149,7 @@ def _draw_steps(
     observations = np.clip(
         np.rint(shape.observation_tokens.sample(rng, num_turns)), 1, shape.max_observation_tokens
     ).astype(np.int64)
-    tool_times_s = _draw_tool_times(shape.tools, rng, num_turns)
+    tool_times_s = _draw_tool_times(shape.tools, rng, num_turns, shape.tool_burst)
     return _assemble(shape, prompt_tokens, outputs, observations, tool_times_s)
 
 
@@ -160,12 +166,18 @@ def _draw_num_turns(
 
 
 def _draw_tool_times(
-    tools: tuple[ToolModel, ...], rng: np.random.Generator, num_calls: int
+    tools: tuple[ToolModel, ...], rng: np.random.Generator, num_calls: int, burst: float = 0.0
 ) -> np.ndarray:
-    """One tool kind per call (by weight), then its lognormal time (to 0.1 ms), cut at its
-    timeout."""
+    """One tool kind per call (by weight; with probability ``burst`` the previous call's kind),
+    then its lognormal time (to 0.1 ms), cut at its timeout."""
     weights = np.array([tool.weight for tool in tools])
     kinds = rng.choice(len(tools), size=num_calls, p=weights / weights.sum())
+    if burst > 0:
+        # Repeating the previous kind keeps each kind's stationary share at its weight.
+        repeats = rng.random(num_calls) < burst
+        for index in range(1, num_calls):
+            if repeats[index]:
+                kinds[index] = kinds[index - 1]
     medians = np.array([tool.time_s.median for tool in tools])[kinds]
     sigmas = np.array([tool.time_s.sigma for tool in tools])[kinds]
     timeouts = np.array([tool.max_time_s for tool in tools])[kinds]

@@ -9,7 +9,9 @@ tuned on.
     >>> history = family.generate(params, 256, seed=7, epoch=1)  # same prompts, new samples
 
 Families (``ZOO``): ``swe``, ``search``, ``math``, ``web`` (records and ranges in
-``heddle.workloads.zoo_params``) and ``mix`` (2-4 of them in drawn proportions). Presets narrow a
+``heddle.workloads.zoo_params``) and ``mix`` (2-4 of them in drawn proportions); ``wide``
+(``heddle.workloads.zoo_wide``) is the hunter's search space, not a realistic family: it runs
+when named and never joins a mix. Presets narrow a
 family's ranges to a case described in words; the three below are the agent workloads on which
 Heddle lost to verl before, regenerated from their descriptions:
 
@@ -39,8 +41,9 @@ from heddle.workloads.zoo_params import (
     WebParams,
 )
 from heddle.workloads.zoo_ranges import Range, draw_params
+from heddle.workloads.zoo_wide import WideParams
 
-LeafParams = SweParams | SearchParams | MathParams | WebParams
+LeafParams = SweParams | SearchParams | MathParams | WebParams | WideParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +177,17 @@ _PRESET_DESCRIPTIONS = {
 }
 
 
+WIDE = "wide"
+_WIDE_DESCRIPTION = "the hunter's space: every dimension of issue 36, far past realistic ranges"
+
+
 def _build_zoo() -> dict[str, Family]:
     zoo = {
         name: Family(name, _DESCRIPTIONS[name], partial(draw_params, cls))
         for name, cls in _LEAVES.items()
     }
     zoo["mix"] = Family("mix", "mixtures of swe, search, math and web in drawn shares", _draw_mix)
+    zoo[WIDE] = Family(WIDE, _WIDE_DESCRIPTION, partial(draw_params, WideParams))
     for name, (base, ranges) in PRESET_RANGES.items():
         draw = partial(draw_params, _LEAVES[base], overrides=ranges)
         zoo[name] = Family(name, _PRESET_DESCRIPTIONS[name], draw)
@@ -202,6 +210,8 @@ def zoo_family(name: str) -> Family:
 
 def leaf_params_type(name: str) -> type[LeafParams] | None:
     """The parameter record of a leaf family or preset (None for ``mix``)."""
+    if name == WIDE:
+        return WideParams
     base = PRESET_RANGES[name][0] if name in PRESET_RANGES else name
     return _LEAVES.get(base)
 

@@ -26,6 +26,8 @@ CONFIG = SweepConfig(
     steps_per_cell=40,
     min_trajectories=16,
     max_trajectories=24,
+    num_heldout_cells=0,
+    with_corpus=False,
 )
 
 

@@ -169,8 +169,8 @@ def test_a_sweep_cell_runs_the_context_model_it_is_given() -> None:
     readers: list[TextReader] = []
 
     def trained_on(history: Sequence[TraceTrajectory], trace: Sequence[TraceTrajectory]):
-        assert {t.id for t in history} == {t.id for t in trace}  # same prompts, another epoch
-        assert history != list(trace)
+        assert not {t.id for t in history} & {t.id for t in trace}  # the previous step's prompts
+        assert len(history) == len(trace)
         readers.append(TextReader())
         return readers[-1]
 
@@ -186,6 +186,8 @@ def test_a_sweep_cell_runs_the_context_model_it_is_given() -> None:
         steps_per_cell=50,
         min_trajectories=16,
         max_trajectories=32,
+        num_heldout_cells=0,
+        with_corpus=False,
     )
     [result] = run_sweep(config, jobs=1, run=lambda cell, c: _run(cell, c, trained_on))
     assert result.errors == {} and "heddle" in result.runs

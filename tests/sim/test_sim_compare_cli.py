@@ -121,3 +121,21 @@ def test_compare_async_steps_refuses_two_trainer_times() -> None:
     )
     assert result.returncode == 2
     assert "at most one of --trainer-s and --trainer-fraction" in result.stderr
+
+
+def test_a_workload_s_history_is_other_prompts_unless_named() -> None:
+    from heddle.cli.sim import _traces
+
+    rollout, other, _ = _traces("math", None, None, 16, 3)
+    assert not {t.group for t in other} & {t.group for t in rollout}
+    _, same, _ = _traces("math", None, None, 16, 3, "same")
+    assert [t.group for t in same] == [t.group for t in rollout]
+    assert _traces("math", None, None, 16, 3, "none")[1] == []
+    with pytest.raises(UserError, match="unknown history 'yesterday'"):
+        _traces("math", None, None, 16, 3, "yesterday")
+    base = ["--workload", "math", "--trajectories", "16", "--model", "8b", "--gpus", "4"]
+    result = CliRunner().invoke(
+        app, ["sim", "compare", *base, "--systems", "verl", "--workload-history", "same", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["history"] == "same"

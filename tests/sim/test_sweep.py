@@ -1,5 +1,5 @@
-"""The zoo sweep: cells and the held-out split, KV pressure, a tiny sweep's summary checked by
-hand, and the ratio arithmetic on hand-made results."""
+"""The zoo sweep: cells, the fresh held-out split and the histories, KV pressure, a tiny sweep's
+summary checked by hand, and the ratio arithmetic on hand-made results."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from heddle.sim.kv_pressure import (
     scaled_config,
 )
 from heddle.sim.sweep import (
+    HELDOUT_SEED_BASE,
     Cell,
     CellResult,
     SweepConfig,
     SystemRun,
-    is_heldout,
+    cell_traces,
     run_sweep,
     sweep_cells,
 )
@@ -43,45 +44,89 @@ TINY = SweepConfig(
     steps_per_cell=40,
     min_trajectories=8,
     max_trajectories=24,
+    num_heldout_cells=0,
+    with_corpus=False,
 )
 
 
 @settings(max_examples=20)
-@given(seed=st.integers(min_value=0, max_value=10_000), num_cells=st.integers(1, 60))
-def test_tuning_and_heldout_draws_are_disjoint_and_partition_all(seed: int, num_cells: int) -> None:
-    config = SweepConfig(seed=seed, num_cells=num_cells)
+@given(
+    seed=st.integers(min_value=0, max_value=10_000),
+    num_cells=st.integers(0, 60),
+    num_heldout=st.integers(0, 30),
+)
+def test_tuning_cells_are_the_old_grid_and_heldout_ones_a_fresh_namespace(
+    seed: int, num_cells: int, num_heldout: int
+) -> None:
+    config = SweepConfig(
+        seed=seed, num_cells=num_cells, num_heldout_cells=num_heldout, with_corpus=False
+    )
     tuning = sweep_cells(replace(config, split="tuning"))
     heldout = sweep_cells(replace(config, split="heldout"))
-    assert len(tuning) == len(heldout) == num_cells
+    assert len(tuning) == num_cells and len(heldout) == num_heldout
     assert all(c.split == "tuning" for c in tuning) and all(c.split == "heldout" for c in heldout)
-    assert not {c.draw_seed for c in tuning} & {c.draw_seed for c in heldout}
+    # Tuning cell k keeps the draw every earlier sweep ran (the old held-out quarter included).
+    assert [c.draw_seed for c in tuning] == [seed * 100_000 + k for k in range(num_cells)]
+    assert all(c.draw_seed < HELDOUT_SEED_BASE for c in tuning)
+    assert [c.draw_seed for c in heldout] == [
+        HELDOUT_SEED_BASE + seed * 100_000 + k for k in range(num_heldout)
+    ]
     every = sweep_cells(config)
-    for cell in every:
-        assert cell.split == ("heldout" if is_heldout(cell.draw_seed) else "tuning")
-    for split, cells in (("tuning", tuning), ("heldout", heldout)):
-        mine = [c.draw_seed for c in every if c.split == split]
-        assert mine == [c.draw_seed for c in cells[: len(mine)]]
+    assert [c.index for c in every] == list(range(num_cells + num_heldout))
+    assert [c.draw_seed for c in every] == [c.draw_seed for c in tuning + heldout]
 
 
-def test_about_a_quarter_of_draw_seeds_are_held_out() -> None:
-    share = sum(is_heldout(seed) for seed in range(4000)) / 4000
-    assert 0.22 <= share <= 0.28
+def test_each_history_judges_every_zoo_cell_under_the_same_index() -> None:
+    config = SweepConfig(num_cells=3, num_heldout_cells=2, with_corpus=False)
+    assert {c.history for c in sweep_cells(config)} == {"other"}  # the realistic default
+    both = sweep_cells(replace(config, histories=("other", "same")))
+    assert [(c.index, c.history) for c in both] == [
+        (index, history) for index in range(5) for history in ("other", "same")
+    ]
+    with pytest.raises(ValueError, match="unknown history"):
+        SweepConfig(histories=("yesterday",))  # type: ignore[arg-type]
 
 
-def test_default_sweep_has_forty_cells_covering_the_grid() -> None:
-    cells = sweep_cells(SweepConfig())
-    assert len(cells) >= 40 and [c.index for c in cells] == list(range(len(cells)))
+def test_a_cell_s_histories_are_other_prompts_the_same_prompts_or_none() -> None:
+    cell = sweep_cells(replace(TINY, num_cells=1))[0]
+    rollout, other = cell_traces(cell, TINY)
+    _, same = cell_traces(replace(cell, history="same"), TINY)
+    _, none = cell_traces(replace(cell, history="none"), TINY)
+    assert none == [] and len(other) == len(same) == len(rollout)
+    assert [t.group for t in same] == [t.group for t in rollout]
+    assert [t.prompt_tokens for t in same] == [t.prompt_tokens for t in rollout]
+    assert not {t.group for t in other} & {t.group for t in rollout}
+    assert [t.prompt_tokens for t in other] != [t.prompt_tokens for t in rollout]
+    again, other_again = cell_traces(cell, TINY)
+    assert (again, other_again) == (rollout, other)
+    _, next_other = cell_traces(cell, TINY, replication=1)
+    assert [t.prompt_tokens for t in next_other] != [t.prompt_tokens for t in other]
+
+
+def test_default_sweep_has_forty_tuning_cells_covering_the_grid_and_ten_heldout() -> None:
+    every = sweep_cells(replace(SweepConfig(), with_corpus=False))
+    cells = [c for c in every if c.split == "tuning"]
+    heldout = [c for c in every if c.split == "heldout"]
+    assert len(cells) == 40 and [c.index for c in every] == list(range(50))
+    assert Counter(c.family for c in heldout) == dict.fromkeys(
+        ("swe", "search", "math", "web", "mix"), 2
+    )
     assert Counter(c.family for c in cells) == dict.fromkeys(
         ("swe", "search", "math", "web", "mix"), 8
     )
     assert {c.model for c in cells} == {"qwen3-8b", "qwen3-32b"}
     assert {c.num_gpus for c in cells} == {8, 16, 64}
-    assert len({c.draw_seed for c in cells}) == len(cells)
-    assert sweep_cells(SweepConfig()) == cells
+    assert len({c.draw_seed for c in every}) == len(every)
+    assert sweep_cells(replace(SweepConfig(), with_corpus=False)) == every
 
 
 def test_named_presets_run_only_those() -> None:
-    config = SweepConfig(families=("search-tail", "swe-long", "math-python"), num_cells=12)
+    config = SweepConfig(
+        families=("search-tail", "swe-long", "math-python"),
+        num_cells=12,
+        num_heldout_cells=0,
+        with_corpus=False,
+    )
     families = Counter(c.family for c in sweep_cells(config))
     assert families == dict.fromkeys(("search-tail", "swe-long", "math-python"), 4)
     assert {"search-tail", "swe-long", "math-python"} <= set(ZOO)
@@ -150,7 +195,10 @@ def test_the_tiny_summary_matches_a_hand_computation(tiny_results: list[CellResu
     parsed = json.loads(json.dumps(document, allow_nan=False))
     assert parsed["config"]["engine_model"] == "sglang"
     assert parsed["config"]["predictor"] == "online"
-    assert set(parsed["summary"]) == {"all", "tuning", "heldout"}
+    assert set(parsed["summary"]) == {"all", "tuning", "heldout", "corpus"}
+    assert set(parsed["summary_by_history"]) == {"other"}
+    assert parsed["summary_by_history"]["other"] == parsed["summary"]
+    assert parsed["cells"][0]["cell"]["history"] == "other"
     assert len(parsed["cells"]) == 2 and "ratios" in parsed["cells"][0]
     report = markdown_report(tiny_results)
     assert "heddle / best baseline" in report and report.count("| math |") == 2
@@ -238,6 +286,7 @@ def test_ratios_pick_the_best_baseline_by_kind_and_summarise_per_split() -> None
     assert (everything.worst, everything.worst_cell) == (2.0, 1)
     assert summary["all"].num_heddle_wins == 1 and summary["all"].num_heddle_losses == 1
     assert summary["tuning"].num_cells == 2 and summary["heldout"].num_cells == 1
+    assert summary["corpus"].num_cells == 0
     fix1 = summary["tuning"].heddle_over["fix-1"]
     assert fix1.geomean == pytest.approx(math.sqrt(0.5 * 3.0)) and fix1.worst == 3.0
     assert summary["all"].median_makespan_over_lb["heddle"] == pytest.approx(0.99)
@@ -245,3 +294,25 @@ def test_ratios_pick_the_best_baseline_by_kind_and_summarise_per_split() -> None
     headroom = summary["all"].lb_over_best_baseline
     assert headroom is not None and headroom.geomean == pytest.approx((100 / 55) ** (1 / 3))
     assert ratio_stats([]) is None
+
+
+def test_corpus_cells_stay_out_of_the_zoo_s_splits_and_each_history_has_its_summary() -> None:
+    zoo = [_result(0, {"heddle": 90, "verl": 100}), _result(1, {"heddle": 99, "verl": 100})]
+    same = [replace(r, cell=replace(r.cell, history="same")) for r in zoo]
+    same = [replace(same[0], runs={n: _run(m) for n, m in (("heddle", 120), ("verl", 100))})]
+    corpus = replace(_result(5, {"heddle": 150, "verl": 100}), split="corpus")
+    results = [*zoo, *same, corpus]
+    other_summary = summarise_sweep(results, "other")
+    assert other_summary["all"].num_cells == 2 and other_summary["corpus"].num_cells == 1
+    stats = other_summary["all"].heddle_over_best_baseline
+    assert stats is not None and stats.worst == pytest.approx(0.99)
+    corpus_stats = other_summary["corpus"].heddle_over_best_baseline
+    assert corpus_stats is not None and corpus_stats.worst == pytest.approx(1.5)
+    same_stats = summarise_sweep(results, "same")["all"].heddle_over_best_baseline
+    assert same_stats is not None and same_stats.worst == pytest.approx(1.2)
+    config = replace(TINY, histories=("other", "same"))
+    document = sweep_document(config, results, wall_s=1.0, jobs=1)
+    assert set(document["summary_by_history"]) == {"other", "same"}
+    assert document["summary"] == document["summary_by_history"]["other"]
+    report = markdown_report(results, config)
+    assert "history `other`" in report and "history `same`" in report

@@ -16,6 +16,7 @@ from heddle.errors import UserError
 HEDDLE = [sys.executable, "-c", "from heddle.cli import main; main()"]
 TINY = ["--families", "math", "--models", "8b", "--gpus", "4", "--cells", "2"]
 TINY += ["--systems", "heddle,verl", "--steps-per-cell", "20", "--jobs", "1"]
+TINY += ["--heldout-cells", "0", "--no-corpus"]
 
 
 def test_sweep_writes_json_markdown_and_figure(tmp_path: Path) -> None:
@@ -52,7 +53,11 @@ def test_sweep_writes_json_markdown_and_figure(tmp_path: Path) -> None:
         (["--replications", "0"], "--replications must be >= 1, got 0"),
         (["--plans", "--replications", "2"], "--replications is for the systems' sweep"),
         (["--seed", "-1"], "the base seed must be >= 0"),
-        (["--cells", "20000"], "the number of cells must be in [1, 10000]"),
+        (["--cells", "20000"], "num_cells must be in [0, 10000], got 20000"),
+        (["--heldout-cells", "-1"], "--heldout-cells must be >= 0"),
+        (["--histories", "yesterday"], "--histories: cannot read 'yesterday'"),
+        (["--corpus-dir", "/nonexistent"], "--corpus-dir /nonexistent: not a folder"),
+        (["--predictor", "context", "--histories", "none"], "drop none from --histories"),
         (["--text-signal", "loud"], "--text-signal: cannot read 'loud'"),
         (["--text-signal", "1.5"], "--text-signal must be in [0, 1]"),
         (["--predictor-latency-ms", "-1"], "--predictor-latency-ms must be >= 0"),
@@ -70,9 +75,8 @@ def test_a_bad_flag_exits_2_with_one_line() -> None:
         [*HEDDLE, "sim", "sweep", "--split", "test"], capture_output=True, text=True
     )
     assert result.returncode == 2
-    assert (
-        result.stderr.strip() == "error: unknown --split 'test'; choose one of tuning, heldout, all"
-    )
+    expected = "error: unknown --split 'test'; choose one of tuning, heldout, corpus, all"
+    assert result.stderr.strip() == expected
 
 
 def test_the_text_signal_and_latency_reach_the_sweep_s_config() -> None:
@@ -81,3 +85,21 @@ def test_the_text_signal_and_latency_reach_the_sweep_s_config() -> None:
     assert result.exit_code == 0, result.output
     config = json.loads(result.stdout)["config"]
     assert (config["text_signal"], config["predictor_latency_ms"]) == (0.0, 250.0)
+
+
+def test_heldout_cells_and_both_histories_are_reported() -> None:
+    args = [*TINY[:-3], "--cells", "1", "--heldout-cells", "1", "--no-corpus"]
+    args += ["--histories", "other,same", "--json"]
+    result = CliRunner().invoke(app, ["sim", "sweep", *args])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["config"]["histories"] == ["other", "same"]
+    cells = [(c["cell"]["index"], c["split"], c["cell"]["history"]) for c in document["cells"]]
+    assert cells == [
+        (0, "tuning", "other"),
+        (0, "tuning", "same"),
+        (1, "heldout", "other"),
+        (1, "heldout", "same"),
+    ]
+    for summary in document["summary_by_history"].values():
+        assert (summary["tuning"]["num_cells"], summary["heldout"]["num_cells"]) == (1, 1)

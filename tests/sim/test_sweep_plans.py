@@ -28,6 +28,8 @@ TINY = SweepConfig(
     steps_per_cell=40,
     min_trajectories=8,
     max_trajectories=16,
+    num_heldout_cells=0,
+    with_corpus=False,
 )
 
 

@@ -1,0 +1,191 @@
+"""The hunter's search space (``heddle sim hunt``): a point is a workload of the zoo's ``wide``
+family (``heddle.workloads.zoo_wide``: turns, output lengths, tools, observations, contexts,
+prompts, groups), a seed, and the cluster it runs on: the model, 8-64 GPUs, 1-128 trajectories
+per GPU, a KV footprint / capacity ratio of 0.2-5 (``heddle.sim.kv_pressure``) and the history
+it is judged with (``heddle.workloads.history``: none, other prompts, the same prompts). Same
+point, same traces: a cell is its parameters and its seed.
+
+Size: a point asks for ``trajectories_per_gpu * num_gpus`` trajectories, but a cell runs at
+most ``max_steps`` steps (the sweep's reason: a simulation's cost grows with its steps), so the
+rollout is cut after the last whole trajectory within them; the density a cell ran at is
+reported with it (``HuntFinding``).
+
+``draw_point`` draws every dimension uniformly (log-uniformly where its range is log);
+``mutate_point`` moves one to three dimensions of a point by a normal step of ``step`` of their
+(log) range, and with probability ``reseed_probability`` draws a new seed, which tells a
+workload that loses from a sample that loses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from heddle.sim.sweep import Cell
+from heddle.traces import TraceTrajectory
+from heddle.workloads.history import HISTORY_KINDS, HistoryKind, make_history
+from heddle.workloads.zoo import WIDE, LeafParams, zoo_family
+from heddle.workloads.zoo_ranges import Range, draw_params, log_range
+from heddle.workloads.zoo_wide import WideParams
+
+HUNT_MODELS = ("qwen3-8b", "qwen3-32b")
+HUNT_GPU_COUNTS = (8, 16, 32, 64)
+TRAJECTORIES_PER_GPU = log_range(1, 128)
+KV_RATIOS = log_range(0.2, 5.0)
+HUNT_SEED_BASE = 2 << 40
+"""Hunt seeds are ``HUNT_SEED_BASE + hunt seed * 10**6 + k``: apart from the sweep's tuning
+seeds (below 2**40) and its held-out ones (``heddle.sim.sweep.HELDOUT_SEED_BASE``)."""
+SEEDS_PER_HUNT = 10**6
+MUTATION_STEP = 0.15
+RESEED_PROBABILITY = 0.25
+_CLUSTER_DIMENSIONS = ("model", "num_gpus", "trajectories_per_gpu", "kv_ratio", "history")
+_Map = Callable[[float], float]
+
+
+@dataclass(frozen=True, slots=True)
+class HuntPoint:
+    """One cell of the hunter's space: a workload, its seed and its cluster."""
+
+    params: WideParams
+    seed: int
+    model: str
+    num_gpus: int
+    trajectories_per_gpu: float
+    kv_ratio: float
+    """The target KV ratio."""
+    history: HistoryKind
+
+    @property
+    def num_trajectories(self) -> int:
+        """Trajectories asked for (at least one)."""
+        return max(1, round(self.trajectories_per_gpu * self.num_gpus))
+
+    def source(self, max_steps: int) -> GeneratedSource:
+        """Its traces, cut to ``max_steps`` steps."""
+        return GeneratedSource(WIDE, self.params, self.num_trajectories, max_steps)
+
+    def cell(self, index: int, max_steps: int) -> Cell:
+        return Cell(
+            index=index,
+            family=WIDE,
+            draw_seed=self.seed,
+            model=self.model,
+            num_gpus=self.num_gpus,
+            kv_ratio=self.kv_ratio,
+            history=self.history,
+            source=self.source(max_steps),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedSource:
+    """A cell's traces drawn from a leaf family's parameter record: ``num_trajectories`` of
+    epoch ``2r`` (replication ``r``) cut to ``max_steps`` steps (None: not cut), and the
+    cell's kind of history of as many trajectories."""
+
+    family: str
+    params: LeafParams
+    num_trajectories: int
+    max_steps: int | None
+
+    def traces(
+        self, cell: Cell, replication: int
+    ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
+        family = zoo_family(self.family)
+        drawn = family.generate(
+            self.params, self.num_trajectories, cell.draw_seed, epoch=2 * replication
+        )
+        trace = drawn if self.max_steps is None else within_steps(drawn, self.max_steps)
+
+        def sample(seed: int, epoch: int) -> list[TraceTrajectory]:
+            return family.generate(self.params, len(trace), seed, epoch=epoch)
+
+        return trace, make_history(cell.history, sample, cell.draw_seed, replication)
+
+
+def within_steps(trace: list[TraceTrajectory], max_steps: int) -> list[TraceTrajectory]:
+    """The longest prefix of ``trace`` with at most ``max_steps`` steps (at least one
+    trajectory)."""
+    steps = 0
+    for index, trajectory in enumerate(trace):
+        steps += len(trajectory.steps)
+        if steps > max_steps:
+            return trace[: max(1, index)]
+    return trace
+
+
+def hunt_seed(hunt_seed_base: int, index: int) -> int:
+    """The seed of a hunt's ``index``-th drawn point."""
+    return HUNT_SEED_BASE + hunt_seed_base * SEEDS_PER_HUNT + index
+
+
+def draw_point(rng: random.Random, seed: int) -> HuntPoint:
+    """A point with every dimension drawn from its range (uniform choices for the model, the
+    GPU count and the history)."""
+    return HuntPoint(
+        params=draw_params(WideParams, rng),
+        seed=seed,
+        model=rng.choice(HUNT_MODELS),
+        num_gpus=rng.choice(HUNT_GPU_COUNTS),
+        trajectories_per_gpu=TRAJECTORIES_PER_GPU.draw(rng),
+        kv_ratio=KV_RATIOS.draw(rng),
+        history=rng.choice(HISTORY_KINDS),
+    )
+
+
+def mutate_point(
+    point: HuntPoint,
+    rng: random.Random,
+    new_seed: int,
+    step: float = MUTATION_STEP,
+    reseed_probability: float = RESEED_PROBABILITY,
+) -> HuntPoint:
+    """``point`` with one to three dimensions moved (``step``: the normal step's standard
+    deviation, as a share of the dimension's range) and, with ``reseed_probability``, the seed
+    ``new_seed``."""
+    names = [item.name for item in fields(WideParams)] + list(_CLUSTER_DIMENSIONS)
+    workload: dict[str, Any] = {}
+    cluster: dict[str, Any] = {}
+    for name in rng.sample(names, rng.randint(1, 3)):
+        if name in WideParams.RANGES:
+            span = WideParams.RANGES[name]
+            workload[name] = moved(span, getattr(point.params, name), rng, step)
+        else:
+            cluster[name] = _moved_cluster(point, name, rng, step)
+    seed = new_seed if rng.random() < reseed_probability else point.seed
+    return replace(point, params=replace(point.params, **workload), seed=seed, **cluster)
+
+
+def moved(span: Range, value: float, rng: random.Random, step: float) -> float | int:
+    """``value`` moved by a normal step of ``step`` of ``span`` (in log space for a log range),
+    kept inside it (integer for an integer range)."""
+    to_unit, from_unit = _unit_maps(span)
+    unit = min(1.0, max(0.0, to_unit(value) + rng.gauss(0.0, step)))
+    result = min(span.high, max(span.low, from_unit(unit)))
+    return round(result) if span.is_integer else result
+
+
+def _unit_maps(span: Range) -> tuple[_Map, _Map]:
+    if span.is_log:
+        low, high = math.log(span.low), math.log(span.high)
+        return (
+            lambda v: (math.log(v) - low) / (high - low),
+            lambda u: math.exp(low + u * (high - low)),
+        )
+    width = span.high - span.low or 1.0
+    return (lambda v: (v - span.low) / width, lambda u: span.low + u * width)
+
+
+def _moved_cluster(point: HuntPoint, name: str, rng: random.Random, step: float) -> object:
+    if name == "model":
+        return HUNT_MODELS[1 - HUNT_MODELS.index(point.model)]
+    if name == "num_gpus":
+        index = HUNT_GPU_COUNTS.index(point.num_gpus) + rng.choice((-1, 1))
+        return HUNT_GPU_COUNTS[min(len(HUNT_GPU_COUNTS) - 1, max(0, index))]
+    if name == "history":
+        return rng.choice([kind for kind in HISTORY_KINDS if kind != point.history])
+    span = TRAJECTORIES_PER_GPU if name == "trajectories_per_gpu" else KV_RATIOS
+    return moved(span, getattr(point, name), rng, step)
