@@ -67,7 +67,7 @@ def _progress(finding: HuntFinding, stage: str) -> None:
     ratios += f", / best ablation {finding.over_best_ablation:.3f}"
     errors = f", {len(result.errors)} system errors" if result.errors else ""
     print(
-        f"{stage} cell {finding.index}: {point.model} x {point.num_gpus}, "
+        f"{stage} cell {finding.index}: {point.model} x {result.cell.num_gpus}, "
         f"{result.num_trajectories} traj, {result.num_steps} steps, KV {result.kv.ratio:.2f}, "
         f"history {point.history}: {ratios}{errors} ({result.wall_s:.0f} s)",
         file=sys.stderr,

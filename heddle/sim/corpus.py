@@ -124,11 +124,12 @@ def write_entry(
     directory: Path,
     name: str,
     point: HuntPoint,
+    num_gpus: int,
     traces: tuple[list[TraceTrajectory], list[TraceTrajectory]],
     found: dict[str, Any],
 ) -> CorpusEntry:
-    """A new entry ``name`` under ``directory`` from a hunt point and its (replication 0)
-    traces; ``FileExistsError`` if the entry exists."""
+    """A new entry ``name`` under ``directory`` from a hunt point, the GPUs its cell ran on and
+    its (replication 0) traces; ``FileExistsError`` if the entry exists."""
     folder = directory / name
     folder.mkdir(parents=True, exist_ok=False)
     trace, history = traces
@@ -137,7 +138,7 @@ def write_entry(
         "params": asdict(point.params),
         "seed": point.seed,
         "model": point.model,
-        "num_gpus": point.num_gpus,
+        "num_gpus": num_gpus,
         "kv_ratio": point.kv_ratio,
         "history": point.history,
         "num_trajectories": len(trace),

@@ -32,7 +32,7 @@ def point_of(record: Mapping[str, Any]) -> HuntPoint:
         params=WideParams(**record["params"]),
         seed=int(record["seed"]),
         model=record["model"],
-        num_gpus=int(record["num_gpus"]),
+        num_gpus=int(record["num_gpus_asked"]),
         trajectories_per_gpu=float(record["trajectories_per_gpu_asked"]),
         kv_ratio=float(record["kv_ratio_target"]),
         history=history_kind(record["history"]),
@@ -82,12 +82,13 @@ def add_to_corpus(
         if (directory / name).exists():
             existing.append(name)
             continue
-        traces = point.source(max_steps).traces(point.cell(record["index"], max_steps), 0)
+        cell = point.cell(record["index"], max_steps)
+        traces = point.source(max_steps).traces(cell, 0)
         found = {
             **provenance,
             "hunt_cell": record["index"],
             "search": record["search"],
             "confirmed": record["confirmed"],
         }
-        written.append(write_entry(directory, name, point, traces, found))
+        written.append(write_entry(directory, name, point, cell.num_gpus, traces, found))
     return written, existing

@@ -2,8 +2,8 @@
 the worst cells with every ratio, makespan and parameter) and a markdown table of the worst.
 
 A cell's record: the point (parameters, seed, cluster, history), the size it ran at (the
-trajectories and steps kept within the hunter's ``max_steps``, their density per GPU, the KV
-ratio reached), heddle over the best baseline (named) and over each ``heddle-*`` ablation,
+trajectories and steps kept within the hunter's ``max_steps``, the GPUs and the density per GPU,
+the KV ratio reached), heddle over the best baseline (named) and over each ``heddle-*`` ablation,
 every system's makespan and the lower bound, and for confirmed cells the same on the
 confirmation's epochs (makespans averaged; heddle over the fastest baseline of each epoch).
 """
@@ -51,11 +51,12 @@ def finding_record(finding: HuntFinding) -> dict[str, Any]:
         "score": _round(finding.score),
         "seed": point.seed,
         "model": point.model,
-        "num_gpus": point.num_gpus,
+        "num_gpus_asked": point.num_gpus,
+        "num_gpus": result.cell.num_gpus,
         "history": point.history,
         "trajectories_per_gpu_asked": point.trajectories_per_gpu,  # unrounded: the point
         "num_trajectories": result.num_trajectories,
-        "trajectories_per_gpu": round(result.num_trajectories / point.num_gpus, 3),
+        "trajectories_per_gpu": round(result.num_trajectories / result.cell.num_gpus, 3),
         "num_steps": result.num_steps,
         "kv_ratio_target": point.kv_ratio,
         "kv_ratio": _round(result.kv.ratio, 3),
@@ -139,8 +140,8 @@ def _row(finding: HuntFinding) -> str:
     cells = [
         str(finding.index),
         finding.phase,
-        f"{point.model} x {point.num_gpus}",
-        f"{result.num_trajectories / point.num_gpus:.1f}",
+        f"{point.model} x {result.cell.num_gpus}",
+        f"{result.num_trajectories / result.cell.num_gpus:.1f}",
         str(result.num_steps),
         f"{result.kv.ratio:.2f}",
         point.history,

@@ -7,8 +7,11 @@ point, same traces: a cell is its parameters and its seed.
 
 Size: a point asks for ``trajectories_per_gpu * num_gpus`` trajectories, but a cell runs at
 most ``max_steps`` steps (the sweep's reason: a simulation's cost grows with its steps), so the
-rollout is cut after the last whole trajectory within them; the density a cell ran at is
-reported with it (``HuntFinding``).
+rollout is cut after the last whole trajectory within them. The density per GPU is what makes
+batches and queues contend, so when the cut leaves too few trajectories for it, the cell runs on
+the GPU count of ``HUNT_GPU_COUNTS`` (at most the one asked) whose density is nearest the one
+asked (``gpus_for``); the GPUs and the density a cell ran at are reported with it
+(``heddle.sim.hunt_report``).
 
 ``draw_point`` draws every dimension uniformly (log-uniformly where its range is log);
 ``mutate_point`` moves one to three dimensions of a point by a normal step of ``step`` of their
@@ -43,6 +46,7 @@ MUTATION_STEP = 0.15
 RESEED_PROBABILITY = 0.25
 _CLUSTER_DIMENSIONS = ("model", "num_gpus", "trajectories_per_gpu", "kv_ratio", "history")
 _Map = Callable[[float], float]
+_FIRST_DRAW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +72,14 @@ class HuntPoint:
         return GeneratedSource(WIDE, self.params, self.num_trajectories, max_steps)
 
     def cell(self, index: int, max_steps: int) -> Cell:
+        """The cell it runs as: its rollout cut to ``max_steps``, on ``gpus_for`` GPUs."""
+        kept = len(self.source(max_steps).rollout(self.seed, epoch=0))
         return Cell(
             index=index,
             family=WIDE,
             draw_seed=self.seed,
             model=self.model,
-            num_gpus=self.num_gpus,
+            num_gpus=gpus_for(kept, self.trajectories_per_gpu, self.num_gpus),
             kv_ratio=self.kv_ratio,
             history=self.history,
             source=self.source(max_steps),
@@ -94,16 +100,28 @@ class GeneratedSource:
     def traces(
         self, cell: Cell, replication: int
     ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
+        trace = self.rollout(cell.draw_seed, 2 * replication)
         family = zoo_family(self.family)
-        drawn = family.generate(
-            self.params, self.num_trajectories, cell.draw_seed, epoch=2 * replication
-        )
-        trace = drawn if self.max_steps is None else within_steps(drawn, self.max_steps)
 
         def sample(seed: int, epoch: int) -> list[TraceTrajectory]:
             return family.generate(self.params, len(trace), seed, epoch=epoch)
 
         return trace, make_history(cell.history, sample, cell.draw_seed, replication)
+
+    def rollout(self, seed: int, epoch: int) -> list[TraceTrajectory]:
+        """The rollout of ``seed`` at ``epoch``: the first ``num_trajectories`` cut to
+        ``max_steps``. Drawn in doubling prefixes (a leaf family's shorter trace is a prefix of
+        a longer one), so a cut rollout never draws the thousands of trajectories asked."""
+        family = zoo_family(self.family)
+        if self.max_steps is None:
+            return family.generate(self.params, self.num_trajectories, seed, epoch=epoch)
+        count = min(self.num_trajectories, _FIRST_DRAW)
+        while True:
+            drawn = family.generate(self.params, count, seed, epoch=epoch)
+            kept = within_steps(drawn, self.max_steps)
+            if len(kept) < len(drawn) or count == self.num_trajectories:
+                return kept
+            count = min(self.num_trajectories, 2 * count)
 
 
 def within_steps(trace: list[TraceTrajectory], max_steps: int) -> list[TraceTrajectory]:
@@ -115,6 +133,14 @@ def within_steps(trace: list[TraceTrajectory], max_steps: int) -> list[TraceTraj
         if steps > max_steps:
             return trace[: max(1, index)]
     return trace
+
+
+def gpus_for(num_trajectories: int, trajectories_per_gpu: float, most_gpus: int) -> int:
+    """The count of ``HUNT_GPU_COUNTS`` up to ``most_gpus`` on which ``num_trajectories`` come
+    nearest ``trajectories_per_gpu`` (in ratio; a tie goes to more GPUs)."""
+    counts = [count for count in HUNT_GPU_COUNTS if count <= most_gpus] or [min(HUNT_GPU_COUNTS)]
+    target = math.log(trajectories_per_gpu)
+    return min(counts, key=lambda c: (abs(math.log(num_trajectories / c) - target), -c))
 
 
 def hunt_seed(hunt_seed_base: int, index: int) -> int:

@@ -41,8 +41,9 @@ def _point(index: int, history: str = "other") -> HuntPoint:
 
 def _write(directory: Path, index: int, history: str = "other") -> HuntPoint:
     point = _point(index, history)
-    traces = point.source(MAX_STEPS).traces(point.cell(index, MAX_STEPS), 0)
-    write_entry(directory, entry_name(point), point, traces, {"by": "a test"})
+    cell = point.cell(index, MAX_STEPS)
+    traces = point.source(MAX_STEPS).traces(cell, 0)
+    write_entry(directory, entry_name(point), point, cell.num_gpus, traces, {"by": "a test"})
     return point
 
 
@@ -109,7 +110,7 @@ def _record(index: int, search: float, confirmed: float | None) -> dict[str, Any
         "index": index,
         "seed": point.seed,
         "model": point.model,
-        "num_gpus": point.num_gpus,
+        "num_gpus_asked": point.num_gpus,
         "history": point.history,
         "params": asdict(point.params),
         "trajectories_per_gpu_asked": point.trajectories_per_gpu,

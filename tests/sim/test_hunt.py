@@ -5,6 +5,7 @@ ratio, confirmation on more epochs) and its JSON document."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import fields, replace
 
@@ -21,6 +22,7 @@ from heddle.sim.hunt_space import (
     TRAJECTORIES_PER_GPU,
     HuntPoint,
     draw_point,
+    gpus_for,
     hunt_seed,
     mutate_point,
     within_steps,
@@ -29,6 +31,7 @@ from heddle.sim.kv_pressure import KvPressure
 from heddle.sim.sweep import CellResult, SystemRun
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.history import HISTORY_KINDS
+from heddle.workloads.zoo import zoo_family
 from heddle.workloads.zoo_wide import WideParams
 
 seeds = st.integers(min_value=0, max_value=2**45)
@@ -87,6 +90,38 @@ def test_within_steps_keeps_the_longest_prefix_under_the_cap(lengths: list[int],
     kept = within_steps(trace, cap)
     fits = [k for k in range(1, len(trace) + 1) if sum(lengths[:k]) <= cap]
     assert kept == trace[: max(fits, default=1)]
+
+
+@settings(max_examples=60)
+@given(
+    kept=st.integers(1, 5000),
+    per_gpu=st.floats(1, 128),
+    most=st.sampled_from(HUNT_GPU_COUNTS),
+)
+def test_a_cut_cell_keeps_its_density_on_fewer_gpus(kept: int, per_gpu: float, most: int) -> None:
+    gpus = gpus_for(kept, per_gpu, most)
+    assert gpus in HUNT_GPU_COUNTS and gpus <= most
+    miss = abs(math.log(kept / gpus / per_gpu))
+    assert all(
+        miss <= abs(math.log(kept / c / per_gpu)) + 1e-12 for c in HUNT_GPU_COUNTS if c <= most
+    )
+    if kept == round(per_gpu * most):  # not cut: the GPUs asked
+        assert gpus == most or abs(math.log(kept / most / per_gpu)) == pytest.approx(miss)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=seeds, max_steps=st.integers(20, 3000))
+def test_a_rollout_drawn_in_doubling_prefixes_is_the_whole_draw_cut(
+    seed: int, max_steps: int
+) -> None:
+    point = replace(draw_point(random.Random(seed), seed), num_gpus=8)
+    point = replace(point, trajectories_per_gpu=min(point.trajectories_per_gpu, 40.0))
+    source = point.source(max_steps)
+    whole = zoo_family("wide").generate(point.params, point.num_trajectories, seed, epoch=2)
+    assert source.rollout(seed, 2) == within_steps(whole, max_steps)
+    cell = point.cell(0, max_steps)
+    kept = len(source.rollout(seed, 0))
+    assert cell.num_gpus == gpus_for(kept, point.trajectories_per_gpu, point.num_gpus)
 
 
 def test_a_cell_s_traces_are_its_parameters_and_seed_within_the_steps() -> None:
