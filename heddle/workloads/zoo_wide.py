@@ -11,8 +11,10 @@ Every field is drawn from its ``Range`` like the other families' (``zoo_ranges.d
   shares its fate;
 * output tokens per step 50-16k: a median of 50-4000 for later steps, a first step 0.25-8x that,
   and up to 15% of steps a long reasoning step of 4k-16k tokens (16k per-step cap);
-* tools: mostly sub-second calls (median 0.05-1 s), up to 30% test runs of 30-300 s (median),
-  and bursts (a call repeats the previous call's kind with probability up to 0.8);
+* tools: mostly sub-second calls (median 0.05-1 s), rare test runs (up to 10% of calls) of
+  30-300 s (median), and bursts (a call repeats the previous call's kind with probability up to
+  0.8: runs of test runs). Up to 30% made the random draws mostly tool-bound: one trajectory's
+  hour of test runs set every system's makespan, and every system tied;
 * observations of 10-16k tokens per step (median 10-8000, capped at 1k-16k), contexts up to
   16k-128k tokens (Qwen3's native 40k to its 128k YaRN limit: the scaffold stops there);
 * prompts of 100-20k tokens, groups of 1-16 samples.
@@ -93,7 +95,7 @@ class WideParams:
         "max_observation_tokens": _log_int_range(1024, 16384),
         "quick_median_s": log_range(0.05, 1.0),
         "quick_sigma": Range(0.3, 1.2),
-        "test_share": Range(0.0, 0.3),
+        "test_share": Range(0.0, 0.1),
         "test_median_s": log_range(30, 300),
         "test_sigma": Range(0.3, 1.0),
         "tool_burst": Range(0.0, 0.8),
