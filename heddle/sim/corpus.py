@@ -87,6 +87,25 @@ class CorpusSource:
         return read_trace(folder / TRACE_FILE), read_trace(folder / HISTORY_FILE)
 
 
+def corpus_cells(directory: Path, first_index: int) -> list[Cell]:
+    """The sweep's cells of the entries under ``directory`` (numbered from ``first_index``):
+    each entry's settings, its history, its stored traces."""
+    return [
+        Cell(
+            index=first_index + offset,
+            family=entry.name,
+            draw_seed=entry.seed,
+            model=entry.model,
+            num_gpus=entry.num_gpus,
+            kv_ratio=entry.kv_ratio,
+            split="corpus",
+            history=entry.history,
+            source=entry.source(),
+        )
+        for offset, entry in enumerate(read_corpus(directory))
+    ]
+
+
 def read_corpus(directory: Path = CORPUS_DIR) -> list[CorpusEntry]:
     """Every entry under ``directory``, by name (none when it does not exist)."""
     if not directory.is_dir():

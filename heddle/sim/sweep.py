@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from heddle.control.systems import SYSTEMS
 from heddle.policy.prediction import ContextAnswer
@@ -55,9 +55,6 @@ from heddle.sim.sweep_pool import run_in_pool
 from heddle.traces import TraceTrajectory
 from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, HistoryKind, make_history
 from heddle.workloads.zoo import BROAD_FAMILIES, with_family_text, zoo_family
-
-if TYPE_CHECKING:
-    from heddle.sim.corpus import CorpusEntry
 
 CellSplit = Literal["tuning", "heldout", "corpus"]
 Split = Literal["tuning", "heldout", "corpus", "all"]
@@ -203,25 +200,9 @@ def _grid_cells(
 
 
 def _corpus_cells(config: SweepConfig, first_index: int) -> list[Cell]:
-    from heddle.sim.corpus import CORPUS_DIR, read_corpus  # it builds on Cell
+    from heddle.sim.corpus import CORPUS_DIR, corpus_cells  # it builds on Cell
 
-    entries = read_corpus(Path(config.corpus_dir) if config.corpus_dir else CORPUS_DIR)
-    return [corpus_cell(entry, first_index + offset) for offset, entry in enumerate(entries)]
-
-
-def corpus_cell(entry: CorpusEntry, index: int) -> Cell:
-    """The sweep's cell of a corpus entry: its settings, its history, its stored traces."""
-    return Cell(
-        index=index,
-        family=entry.name,
-        draw_seed=entry.seed,
-        model=entry.model,
-        num_gpus=entry.num_gpus,
-        kv_ratio=entry.kv_ratio,
-        split="corpus",
-        history=entry.history,
-        source=entry.source(),
-    )
+    return corpus_cells(Path(config.corpus_dir) if config.corpus_dir else CORPUS_DIR, first_index)
 
 
 @dataclass(frozen=True, slots=True)
