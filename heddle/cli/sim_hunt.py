@@ -75,9 +75,10 @@ def _progress(finding: HuntFinding, stage: str) -> None:
     )
 
 
-def _provenance(document: dict[str, Any]) -> dict[str, Any]:
+def _commit() -> str:
+    """The checkout's commit, or "" outside a git checkout."""
     try:
-        commit = subprocess.run(
+        return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
@@ -85,9 +86,13 @@ def _provenance(document: dict[str, Any]) -> dict[str, Any]:
             cwd=Path(__file__).parent,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = ""
+        return ""
+
+
+def _provenance(document: dict[str, Any]) -> dict[str, Any]:
     config = document["config"]
     command = f"heddle sim hunt --budget {config['budget']} --seed {config['seed']}"
+    commit = document.get("commit") or _commit()
     return {"by": command, "commit": commit, "engine_model": config["engine_model"]}
 
 
@@ -144,7 +149,7 @@ def hunt(
             predictor,
         )
         result = run_hunt(config, jobs, _progress)
-        document = hunt_document(result, jobs)
+        document = {**hunt_document(result, jobs), "commit": _commit()}
         if markdown is not None:
             markdown.write_text(hunt_markdown(result))
         if not as_json:

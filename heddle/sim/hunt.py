@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -36,6 +36,8 @@ from heddle.sim.sweep_pool import run_in_pool
 from heddle.sim.sweep_summary import HEDDLE, CellRatios, cell_ratios
 
 Phase = Literal["random", "local"]
+_REDRAWS = 20
+SAME_FINDING = 0.005
 _SWEEP_DEFAULTS = SweepConfig()
 
 
@@ -196,31 +198,59 @@ def _children(
     findings: Sequence[HuntFinding], size: int, config: HuntConfig
 ) -> list[tuple[int, int | None, HuntPoint]]:
     """The next round: ``size`` mutations of the worst cells so far (alternately the worst by
-    each ratio), child ``k`` from its own seed."""
+    each ratio), child ``k`` from its own seed; a mutation that lands on a point already run
+    (a step clipped at a range's end, a field the workload ignores) is drawn again."""
     parents = worst_of_both(findings, config.num_parents)
+    seen = {finding.point for finding in findings}
     children: list[tuple[int, int | None, HuntPoint]] = []
     for offset in range(size):
         index = len(findings) + offset
         parent = parents[offset % len(parents)]
         seed = hunt_seed(config.seed, index)
-        child = mutate_point(parent.point, random.Random(seed), seed)
+        rng = random.Random(seed)
+        child = mutate_point(parent.point, rng, seed)
+        for _ in range(_REDRAWS):
+            if child not in seen:
+                break
+            child = mutate_point(parent.point, rng, seed)
+        seen.add(child)
         children.append((index, parent.index, child))
     return children
 
 
 def worst_of_both(findings: Iterable[HuntFinding], count: int) -> list[HuntFinding]:
     """Up to ``count`` distinct cells, alternately the next worst by heddle / best baseline
-    and by heddle / best ablation (ties: the earlier cell)."""
+    and by heddle / best ablation (ties: the earlier cell); a cell that is the same finding as
+    one chosen (``is_same_finding``) is passed over."""
     ranked = [
         sorted(findings, key=lambda f: (-key(f), f.index))
         for key in (_over_baseline, _over_ablation)
     ]
     chosen: dict[int, HuntFinding] = {}
-    for rank in range(max(len(r) for r in ranked)):
+    for rank in range(max((len(r) for r in ranked), default=0)):
         for order in ranked:
-            if rank < len(order) and len(chosen) < count:
-                chosen.setdefault(order[rank].index, order[rank])
+            if rank >= len(order) or len(chosen) == count or order[rank].index in chosen:
+                continue
+            candidate = order[rank]
+            if not any(_same(candidate, other) for other in chosen.values()):
+                chosen[candidate.index] = candidate
     return list(chosen.values())
+
+
+def is_same_finding(
+    first: Mapping[str, float], second: Mapping[str, float], tolerance: float = SAME_FINDING
+) -> bool:
+    """Whether two cells' makespans by system (the same systems, each within ``tolerance``)
+    say the same thing: a mutation that barely moved the workload (cell 44 of the first hunt
+    ran cell 33 again, a test-time spread 0.4% of its range apart)."""
+    return first.keys() == second.keys() and all(
+        abs(first[name] / second[name] - 1) <= tolerance for name in first
+    )
+
+
+def _same(first: HuntFinding, second: HuntFinding) -> bool:
+    makespans = [{n: r.makespan_s for n, r in f.result.runs.items()} for f in (first, second)]
+    return is_same_finding(*makespans)
 
 
 def _over_baseline(finding: HuntFinding) -> float:

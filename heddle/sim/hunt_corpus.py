@@ -6,9 +6,11 @@ the point (parameters, seed, cluster, history) and the hunt's ``max_steps``, and
 drawn again from them, as the hunt drew them.
 
 Only confirmed cells are added (the search's maximum of noisy samples is biased up), worst
-first by the larger of heddle / best baseline and heddle / best ablation, and only losses:
-that ratio above ``LOSS_ABOVE`` (the sweep's 2%). An entry is named ``wide-`` and the first 10
-hex digits of the SHA-256 of its point, so adding the same cell twice finds it there.
+first by the larger of heddle / best baseline and heddle / best ablation, only losses (that
+ratio above ``LOSS_ABOVE``, the sweep's 2%), and never two that are the same finding
+(``heddle.sim.hunt.is_same_finding`` on their search makespans). An entry is named ``wide-``
+and the first 10 hex digits of the SHA-256 of its point, so adding the same cell twice finds it
+there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from heddle.sim.corpus import CorpusEntry, write_entry
+from heddle.sim.hunt import is_same_finding
 from heddle.sim.hunt_space import HuntPoint
 from heddle.sim.sweep_summary import LOSS_ABOVE
 from heddle.workloads.history import history_kind
@@ -64,7 +67,12 @@ def confirmed_losses(document: Mapping[str, Any]) -> list[dict[str, Any]]:
         return max(ratios)
 
     records = [r for r in document["worst_confirmed"] if r["confirmed"] and loss(r) > LOSS_ABOVE]
-    return sorted(records, key=lambda r: (-loss(r), r["index"]))
+    chosen: list[dict[str, Any]] = []
+    for record in sorted(records, key=lambda r: (-loss(r), r["index"])):
+        makespans = record["search"]["makespans_s"]
+        if not any(is_same_finding(makespans, c["search"]["makespans_s"]) for c in chosen):
+            chosen.append(record)
+    return chosen
 
 
 def add_to_corpus(

@@ -105,7 +105,11 @@ def test_the_package_s_corpus_reads() -> None:
 def _record(index: int, search: float, confirmed: float | None) -> dict[str, Any]:
     """A cell's record as the hunt's JSON has it (``hunt_report.finding_record``)."""
     point = _point(index)
-    judged = {"heddle_over_best_baseline": search, "heddle_over": {"heddle-no-sched": 1.0}}
+    judged = {
+        "heddle_over_best_baseline": search,
+        "heddle_over": {"heddle-no-sched": 1.0},
+        "makespans_s": {"heddle": 100.0 * search, "verl": 100.0},
+    }
     return {
         "index": index,
         "seed": point.seed,
@@ -129,6 +133,7 @@ def test_only_confirmed_losses_go_in_worst_first_and_once(tmp_path: Path) -> Non
             _record(0, 1.30, 1.05),
             _record(1, 1.20, 1.15),
             _record(2, 1.40, 1.01),  # not a loss once confirmed
+            _record(100, 1.2001, 1.1),  # the same finding as cell 1 (makespans within 0.5%)
         ],
     }
     document["worst_confirmed"].append(_record(3, 1.5, None))  # never confirmed

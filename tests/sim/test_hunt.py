@@ -24,6 +24,7 @@ from heddle.sim.hunt_space import (
     draw_point,
     gpus_for,
     hunt_seed,
+    moved,
     mutate_point,
     within_steps,
 )
@@ -172,6 +173,11 @@ def test_parents_alternate_the_worst_by_each_ratio_without_repeats() -> None:
     assert findings[1].score == pytest.approx(1.3)
     assert [f.index for f in worst_of_both(findings, 3)] == [1, 2, 3]
     assert [f.index for f in worst_of_both(findings, 10)] == [1, 2, 3, 0]
+    again = _finding(4, 129.9, 100.1, 140)  # cell 1 once more, within 0.5% of every makespan
+    assert [f.index for f in worst_of_both([*findings, again], 10)] == [1, 2, 0, 3]
+    apart = _finding(5, 129, 100, 140)  # 0.8% apart: another finding
+    assert [f.index for f in worst_of_both([*findings, apart], 2)] == [1, 2]
+    assert 5 in [f.index for f in worst_of_both([*findings, apart], 10)]
 
 
 @pytest.fixture(scope="module")
@@ -192,14 +198,16 @@ def test_a_tiny_hunt_searches_then_confirms_its_worst(tiny_hunt) -> None:  # typ
     findings = tiny_hunt.findings
     assert [f.index for f in findings] == [0, 1, 2]
     assert [f.phase for f in findings] == ["random", "random", "local"]
-    assert findings[2].parent == worst_of_both(findings[:2], 2)[0].index
+    searched = [replace(f, confirmed=None) for f in findings[:2]]  # the parents' view
+    assert findings[2].parent == worst_of_both(searched, 2)[0].index
     for finding in findings[:2]:
         assert finding.point == draw_point(random.Random(finding.point.seed), finding.point.seed)
     for finding in findings:
         assert set(finding.result.runs) == {"heddle", "verl", "heddle-no-sched"}
         assert finding.result.num_steps <= 40 or finding.result.num_trajectories == 1
     confirmed = [f for f in findings if f.confirmed is not None]
-    assert len(confirmed) == 1 and confirmed[0].index == worst_of_both(findings, 1)[0].index
+    searched = [replace(f, confirmed=None) for f in findings]
+    assert len(confirmed) == 1 and confirmed[0].index == worst_of_both(searched, 1)[0].index
     (run,) = {len(r.makespans_s) for r in confirmed[0].confirmed.runs.values()}  # type: ignore[union-attr]
     assert run == 2
     assert confirmed[0].confirmed.runs["heddle"].makespans_s[0] == pytest.approx(  # type: ignore[union-attr]
@@ -224,3 +232,18 @@ def test_the_hunt_s_document_has_its_budget_wall_time_and_worst_cells(tiny_hunt)
     ]
     assert ranked == sorted(ranked, reverse=True)
     assert hunt_markdown(tiny_hunt).startswith("# Hunt: budget 3")
+
+
+@settings(max_examples=60)
+@given(seed=seeds, name=st.sampled_from(sorted(WideParams.RANGES)))
+def test_a_move_is_at_least_a_third_of_a_step_unless_it_meets_the_range_s_end(
+    seed: int, name: str
+) -> None:
+    span = WideParams.RANGES[name]
+    value = span.draw(random.Random(seed))
+    new = moved(span, value, random.Random(seed + 1), 0.15)
+    assert span.contains(new)
+    if not span.is_integer and new not in (span.low, span.high):
+        scale = math.log if span.is_log else float
+        width = scale(span.high) - scale(span.low)
+        assert abs(scale(new) - scale(value)) / width >= 0.05 - 1e-9
