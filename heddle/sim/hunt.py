@@ -249,8 +249,11 @@ def is_same_finding(
 
 
 def _same(first: HuntFinding, second: HuntFinding) -> bool:
-    makespans = [{n: r.makespan_s for n, r in f.result.runs.items()} for f in (first, second)]
-    return is_same_finding(*makespans)
+    return is_same_finding(_makespans(first), _makespans(second))
+
+
+def _makespans(finding: HuntFinding) -> dict[str, float]:
+    return {name: run.makespan_s for name, run in finding.result.runs.items()}
 
 
 def _over_baseline(finding: HuntFinding) -> float:
