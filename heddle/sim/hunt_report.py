@@ -1,5 +1,11 @@
 """What a hunt reports (``heddle sim hunt``): the ``--json`` document (its budget, its wall time,
-the worst cells with every ratio, makespan and parameter) and a markdown table of the worst.
+the headline ``worst`` figures, the worst cells with every ratio, makespan and parameter) and a
+markdown table of the worst.
+
+The headline (``worst``): the largest heddle / best baseline and heddle / best ``heddle-*``
+ablation over the searched cells, each with its cell, the system it loses to and the epochs
+behind it: a confirmed cell counts with its confirmation's figure (the search's one-epoch
+maximum is biased up), an unconfirmed one with its search figure.
 
 A cell's record: the point (parameters, seed, cluster, history), the size it ran at (the
 trajectories and steps kept within the hunter's ``max_steps``, the GPUs and the density per GPU,
@@ -85,6 +91,37 @@ def _ranked(findings: Sequence[HuntFinding], key: str) -> list[HuntFinding]:
     return sorted(findings, key=lambda f: (-value(f), f.index))[:NUM_WORST]
 
 
+def _worst_over_baseline(findings: Sequence[HuntFinding]) -> dict[str, Any] | None:
+    ranked = _ranked(findings, "over_best_baseline")
+    if not ranked or ranked[0].over_best_baseline <= 0:
+        return None
+    worst = ranked[0]
+    return {
+        "value": _round(worst.over_best_baseline),
+        "cell": worst.index,
+        "against": worst.ratios.best_baseline,
+        "epochs": _epochs(worst),
+    }
+
+
+def _worst_over_ablation(findings: Sequence[HuntFinding]) -> dict[str, Any] | None:
+    ranked = _ranked(findings, "over_best_ablation")
+    if not ranked or ranked[0].over_best_ablation <= 0:
+        return None
+    worst = ranked[0]
+    ablations = ablation_ratios(worst.ratios)
+    return {
+        "value": _round(worst.over_best_ablation),
+        "cell": worst.index,
+        "against": max(ablations, key=lambda name: (ablations[name], name)),
+        "epochs": _epochs(worst),
+    }
+
+
+def _epochs(finding: HuntFinding) -> int:
+    return len(finding.judged.lower_bounds_s) or 1
+
+
 def hunt_document(hunt: Hunt, jobs: int) -> dict[str, Any]:
     """The ``--json`` object."""
     findings = hunt.findings
@@ -99,6 +136,10 @@ def hunt_document(hunt: Hunt, jobs: int) -> dict[str, Any]:
         "num_cells": len(findings),
         "num_confirmed": len(confirmed),
         "num_system_errors": sum(len(f.result.errors) for f in findings),
+        "worst": {
+            "heddle_over_best_baseline": _worst_over_baseline(findings),
+            "heddle_over_best_ablation": _worst_over_ablation(findings),
+        },
         "heddle_over_best_baseline_geomean": _round(
             stats.geomean if (stats := ratio_stats(versus)) else None
         ),
@@ -115,6 +156,9 @@ def hunt_markdown(hunt: Hunt) -> str:
         f"# Hunt: budget {hunt.config.budget}, seed {hunt.config.seed}, "
         f"{hunt.wall_s:.0f} s wall, {hunt.cpu_s:.0f} CPU s",
         "",
+        _headline("heddle / best baseline", _worst_over_baseline(hunt.findings)),
+        _headline("heddle / best heddle-* ablation", _worst_over_ablation(hunt.findings)),
+        "",
         "| cell | phase | model x GPUs | traj/GPU | steps | KV ratio | history | heddle / best "
         "baseline | heddle / best ablation | confirmed (epochs) |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -123,6 +167,15 @@ def hunt_markdown(hunt: Hunt) -> str:
         lines.append(_row(finding))
     lines += ["", "Ratios are makespans: above 1, heddle is slower."]
     return "\n".join(lines) + "\n"
+
+
+def _headline(ratio: str, worst: dict[str, Any] | None) -> str:
+    if worst is None:
+        return f"- Worst {ratio}: - (no cell ran both)"
+    return (
+        f"- Worst {ratio}: **{worst['value']:.3f}** (cell {worst['cell']}, "
+        f"to {worst['against']}, {worst['epochs']} epoch(s))"
+    )
 
 
 def _row(finding: HuntFinding) -> str:

@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.sim.hunt import HuntConfig, HuntFinding, hunt_systems, run_hunt, worst_of_both
+from heddle.sim.hunt import (
+    Hunt,
+    HuntConfig,
+    HuntFinding,
+    hunt_systems,
+    run_hunt,
+    worst_of_both,
+)
 from heddle.sim.hunt_report import hunt_document, hunt_markdown
 from heddle.sim.hunt_space import (
     HUNT_GPU_COUNTS,
@@ -178,6 +185,29 @@ def test_parents_alternate_the_worst_by_each_ratio_without_repeats() -> None:
     apart = _finding(5, 129, 100, 140)  # 0.8% apart: another finding
     assert [f.index for f in worst_of_both([*findings, apart], 2)] == [1, 2]
     assert 5 in [f.index for f in worst_of_both([*findings, apart], 10)]
+
+
+def test_the_headline_is_the_worst_cell_by_each_ratio_confirmed_figures_first() -> None:
+    lucky = _finding(1, 130, 100, 140)  # 1.30 to verl on one epoch ...
+    settled = replace(_finding(1, 110, 100, 140).result, lower_bounds_s=[1.0, 1.0, 1.0])
+    findings = [
+        replace(lucky, confirmed=settled),  # ... 1.10 on three: the confirmed figure counts
+        _finding(2, 120, 100, 200),  # 1.20 to verl, unconfirmed
+        _finding(3, 100, 110, 80),  # 1.25 to heddle-no-sched
+    ]
+    config = HuntConfig(budget=3, systems=("heddle", "verl", "heddle-no-sched"))
+    document = hunt_document(Hunt(config, findings, 1.0, 1.0), jobs=1)
+    assert document["worst"] == {
+        "heddle_over_best_baseline": {"value": 1.2, "cell": 2, "against": "verl", "epochs": 1},
+        "heddle_over_best_ablation": {
+            "value": 1.25,
+            "cell": 3,
+            "against": "heddle-no-sched",
+            "epochs": 1,
+        },
+    }
+    markdown = hunt_markdown(Hunt(config, findings[:1], 1.0, 1.0))
+    assert "Worst heddle / best baseline: **1.100** (cell 1, to verl, 3 epoch(s))" in markdown
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,9 @@ def test_a_hunt_prints_its_budget_wall_time_and_worst_cells(tmp_path: Path) -> N
     # Two cells, both confirmed unless the mutation ran the same finding again.
     assert document["num_cells"] == 2 and document["num_confirmed"] in (1, 2)
     assert "random cell 0" in result.stderr and "confirm cell" in result.stderr
+    headline = document["worst"]["heddle_over_best_baseline"]
+    assert headline["value"] > 0 and headline["against"] == "verl"
+    assert document["worst"]["heddle_over_best_ablation"]["against"] == "heddle-no-sched"
     worst = document["worst_vs_baseline"][0]
     assert {"params", "search", "confirmed", "seed", "history"} <= set(worst)
     assert markdown.read_text().startswith("# Hunt: budget 2")
