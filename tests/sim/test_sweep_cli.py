@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,9 @@ from typer.testing import CliRunner
 
 from heddle.cli import app
 from heddle.errors import UserError
+from heddle.sim.corpus import write_entry
+from heddle.sim.hunt_corpus import entry_name
+from heddle.sim.hunt_space import draw_point, hunt_seed
 
 HEDDLE = [sys.executable, "-c", "from heddle.cli import main; main()"]
 TINY = ["--families", "math", "--models", "8b", "--gpus", "4", "--cells", "2"]
@@ -103,3 +108,21 @@ def test_heldout_cells_and_both_histories_are_reported() -> None:
     ]
     for summary in document["summary_by_history"].values():
         assert (summary["tuning"]["num_cells"], summary["heldout"]["num_cells"]) == (1, 1)
+
+
+def test_replications_run_the_zoo_and_the_corpus_beside_it(tmp_path: Path) -> None:
+    seed = hunt_seed(7, 0)
+    point = replace(draw_point(random.Random(seed), seed), model="qwen3-8b", num_gpus=4)
+    cell = point.cell(0, 40)
+    traces = point.source(40).traces(cell, 0)
+    write_entry(tmp_path, entry_name(point), point, cell.num_gpus, traces, {"by": "a test"})
+    args = [*TINY[:-1], "--cells", "1", "--replications", "3", "--corpus-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, ["sim", "sweep", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert [c["split"] for c in document["cells"]] == ["tuning", "corpus"]
+    corpus = document["cells"][1]
+    assert corpus["cell"]["family"] == entry_name(point)
+    assert {len(run["makespans_s"]) for run in corpus["runs"].values()} == {3}
+    assert document["summary"]["corpus"]["num_cells"] == 1
+    assert document["summary"]["all"]["num_cells"] == 1  # the corpus is never in all
