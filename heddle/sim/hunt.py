@@ -30,7 +30,14 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from heddle.control.systems import SYSTEMS
-from heddle.sim.hunt_space import HuntPoint, draw_point, hunt_seed, mutate_point
+from heddle.sim.hunt_space import (
+    MAX_HUNT_SEED,
+    SEEDS_PER_HUNT,
+    HuntPoint,
+    draw_point,
+    hunt_seed,
+    mutate_point,
+)
 from heddle.sim.sweep import CellResult, SweepConfig, run_cell
 from heddle.sim.sweep_pool import run_in_pool
 from heddle.sim.sweep_summary import HEDDLE, CellRatios, cell_ratios
@@ -78,8 +85,13 @@ class HuntConfig:
             raise ValueError(f"random_share must be in (0, 1], got {self.random_share}")
         if self.num_confirm < 0 or self.confirm_replications < 1:
             raise ValueError("need num_confirm >= 0 and confirm_replications >= 1")
-        if self.max_steps < 1 or self.seed < 0:
-            raise ValueError("max_steps must be >= 1 and seed >= 0")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if not 0 <= self.seed <= MAX_HUNT_SEED or self.budget > SEEDS_PER_HUNT:
+            raise ValueError(
+                f"need a seed in [0, {MAX_HUNT_SEED}] and a budget of at most {SEEDS_PER_HUNT} "
+                "(a hunt's draw seeds stay in its namespace)"
+            )
         names = self.systems or hunt_systems()
         if HEDDLE not in names or not any(SYSTEMS[n].kind == "baseline" for n in names):
             raise ValueError("a hunt needs heddle and at least one baseline")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from heddle.sim.sweep import Cell
+from heddle.sim.sweep import SEED_NAMESPACE, Cell
 from heddle.traces import TraceTrajectory
 from heddle.workloads.history import HISTORY_KINDS, HistoryKind, make_history
 from heddle.workloads.zoo import WIDE, LeafParams, zoo_family
@@ -38,10 +38,12 @@ HUNT_MODELS = ("qwen3-8b", "qwen3-32b")
 HUNT_GPU_COUNTS = (8, 16, 32, 64)
 TRAJECTORIES_PER_GPU = log_range(1, 128)
 KV_RATIOS = log_range(0.2, 5.0)
-HUNT_SEED_BASE = 2 << 40
+HUNT_SEED_BASE = 2 * SEED_NAMESPACE
 """Hunt seeds are ``HUNT_SEED_BASE + hunt seed * 10**6 + k``: apart from the sweep's tuning
-seeds (below 2**40) and its held-out ones (``heddle.sim.sweep.HELDOUT_SEED_BASE``)."""
+seeds (below 2**40) and its held-out ones (odd namespaces, ``heddle.sim.sweep.SEED_NAMESPACE``)."""
 SEEDS_PER_HUNT = 10**6
+MAX_HUNT_SEED = SEED_NAMESPACE // SEEDS_PER_HUNT - 1
+"""The largest hunt seed whose draws stay in the hunter's namespace."""
 MUTATION_STEP = 0.15
 RESEED_PROBABILITY = 0.25
 _CLUSTER_DIMENSIONS = ("model", "num_gpus", "trajectories_per_gpu", "kv_ratio", "history")

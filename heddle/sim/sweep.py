@@ -63,7 +63,20 @@ _DRAW_SEEDS_PER_BASE_SEED = 100_000
 HELDOUT_GENERATION = 1
 """Bumped whenever a decision (a rule, a threshold, a default) has been made by looking at the
 held-out cells: their draw seeds then move to a namespace never run before."""
-HELDOUT_SEED_BASE = HELDOUT_GENERATION << 40
+SEED_NAMESPACE = 1 << 40
+"""Draw seeds come in namespaces this wide: the tuning seeds stay below it, held-out generation
+``g`` takes the ``2g - 1``-th (odd multiples), the hunter the even ones
+(``heddle.sim.hunt_space.HUNT_SEED_BASE``): a bump never lands on cells the hunter ran."""
+
+
+def heldout_seed_base(generation: int) -> int:
+    """The first held-out draw seed of ``generation`` (>= 1)."""
+    if generation < 1:
+        raise ValueError(f"held-out generations start at 1, got {generation}")
+    return (2 * generation - 1) * SEED_NAMESPACE
+
+
+HELDOUT_SEED_BASE = heldout_seed_base(HELDOUT_GENERATION)
 """Held-out draw seeds are ``HELDOUT_SEED_BASE + seed * 100000 + k``: no sweep, probe or
 decision before generation 1 (this commit's) ran one; the tuning seeds stay below 2**40."""
 _SIM_DEFAULTS = SimConfig()

@@ -25,7 +25,10 @@ from heddle.sim.hunt_report import hunt_document, hunt_markdown
 from heddle.sim.hunt_space import (
     HUNT_GPU_COUNTS,
     HUNT_MODELS,
+    HUNT_SEED_BASE,
     KV_RATIOS,
+    MAX_HUNT_SEED,
+    SEEDS_PER_HUNT,
     TRAJECTORIES_PER_GPU,
     HuntPoint,
     draw_point,
@@ -36,7 +39,13 @@ from heddle.sim.hunt_space import (
     within_steps,
 )
 from heddle.sim.kv_pressure import KvPressure
-from heddle.sim.sweep import CellResult, SystemRun
+from heddle.sim.sweep import (
+    HELDOUT_SEED_BASE,
+    SEED_NAMESPACE,
+    CellResult,
+    SystemRun,
+    heldout_seed_base,
+)
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.history import HISTORY_KINDS
 from heddle.workloads.zoo import zoo_family
@@ -155,6 +164,19 @@ def test_hunt_systems_are_heddle_the_baselines_and_heddle_ablations() -> None:
     assert not {"rr", "fix-1", "fix-8"} & set(names)
     with pytest.raises(ValueError, match="needs heddle and at least one baseline"):
         HuntConfig(systems=("heddle", "heddle-no-sched"))
+
+
+def test_hunt_seeds_never_meet_held_out_seeds_of_any_generation() -> None:
+    assert HELDOUT_SEED_BASE == 2**40  # generation 1 keeps the fresh cells' seeds
+    first, last = hunt_seed(0, 0), hunt_seed(MAX_HUNT_SEED, SEEDS_PER_HUNT - 1)
+    assert first == HUNT_SEED_BASE and last < HUNT_SEED_BASE + SEED_NAMESPACE
+    for generation in range(1, 65):
+        base = heldout_seed_base(generation)  # a held-out draw seed is below base + namespace
+        assert base + SEED_NAMESPACE <= first or base > last
+    with pytest.raises(ValueError, match="in its namespace"):
+        HuntConfig(seed=MAX_HUNT_SEED + 1)
+    with pytest.raises(ValueError, match="generations start at 1"):
+        heldout_seed_base(0)
 
 
 def _finding(index: int, heddle: float, verl: float, ablation: float) -> HuntFinding:
