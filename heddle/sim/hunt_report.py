@@ -81,6 +81,8 @@ def _brief(finding: HuntFinding) -> dict[str, Any]:
         "heddle_over_best_baseline": _round(finding.over_best_baseline),
         "heddle_over_best_ablation": _round(finding.over_best_ablation),
         "num_errors": len(finding.result.errors),
+        "cpu_s": round(finding.result.cpu_s, 2),
+        "confirm_cpu_s": round(finding.confirmed.cpu_s, 2) if finding.confirmed else None,
     }
 
 

@@ -272,6 +272,8 @@ def test_the_hunt_s_document_has_its_budget_wall_time_and_worst_cells(tiny_hunt)
     assert document["budget"] == 3 and document["wall_s"] > 0 and document["cpu_s"] > 0
     assert document["config"]["systems"] == ["heddle", "verl", "heddle-no-sched"]
     assert len(document["cells"]) == 3 and document["num_confirmed"] == 1
+    spent = [c["cpu_s"] + (c["confirm_cpu_s"] or 0) for c in document["cells"]]
+    assert sum(spent) == pytest.approx(document["cpu_s"], abs=0.1)  # what each cell cost
     (worst,) = document["worst_confirmed"]
     assert worst["confirmed"]["replications"] == 2
     assert set(worst["search"]["makespans_s"]) == {"heddle", "verl", "heddle-no-sched"}
