@@ -30,6 +30,12 @@ from heddle.sim.hunt_corpus import add_to_corpus
 from heddle.sim.hunt_report import hunt_document, hunt_markdown
 
 _DEFAULTS = HuntConfig()
+_SEARCH_FLAGS = (
+    ("--max-steps", "max_steps"),
+    ("--confirm", "num_confirm"),
+    ("--confirm-replications", "confirm_replications"),
+)
+"""What else decides a hunt's cells (named in a corpus entry's ``by`` when not the default)."""
 
 
 def _hunt_config(
@@ -94,6 +100,9 @@ def _commit() -> str:
 def _provenance(document: dict[str, Any]) -> dict[str, Any]:
     config = document["config"]
     command = f"heddle sim hunt --budget {config['budget']} --seed {config['seed']}"
+    for flag, key in _SEARCH_FLAGS:
+        if config.get(key, getattr(_DEFAULTS, key)) != getattr(_DEFAULTS, key):
+            command += f" {flag} {config[key]}"
     commit = document.get("commit") or _commit()
     return {"by": command, "commit": commit, "engine_model": config["engine_model"]}
 

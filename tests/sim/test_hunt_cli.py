@@ -48,7 +48,9 @@ def _fill_corpus(tmp_path: Path, document: dict) -> None:  # type: ignore[type-a
     assert result.exit_code == 0, result.output
     assert "corpus: added wide-" in result.stderr
     (entry,) = read_corpus(corpus)
-    assert entry.found["search"] and entry.found["by"].startswith("heddle sim hunt --budget 2")
+    assert entry.found["search"] and entry.found["by"] == (
+        "heddle sim hunt --budget 2 --seed 0 --max-steps 30 --confirm 2 --confirm-replications 2"
+    )
     again = CliRunner().invoke(app, [*args, "--corpus-dir", str(corpus)])
     assert "is there already" in again.stderr and len(read_corpus(corpus)) == 1
 
