@@ -131,6 +131,16 @@ class Bus:
         return self._outbox.publisher.num_resent if self._outbox is not None else 0
 
     @property
+    def reconnected_at_s(self) -> float:
+        """Wall-clock time this connection last came back after a loss (-inf: never lost)."""
+        return self._dialer.reconnected_at_s
+
+    @property
+    def is_connection_lost(self) -> bool:
+        """The connection is down, or coming back (its subscriptions not yet restored)."""
+        return self._dialer.is_connection_lost
+
+    @property
     def violations(self) -> list[Violation]:
         """Permission violations the server reported on this connection (newest last)."""
         return self._dialer.violations

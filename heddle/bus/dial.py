@@ -17,6 +17,7 @@ import contextlib
 import logging
 import re
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -81,6 +82,12 @@ class Dialer:
         """Set by the bus while it closes: disconnects and errors are expected then."""
         self.violations: list[Violation] = []
         """Permission violations the server reported on this connection (newest last)."""
+        self.reconnected_at_s = float("-inf")
+        """Wall-clock time of the latest reconnection (-inf: never reconnected): whoever
+        counts others' silence discounts the time this connection was down."""
+        self.is_connection_lost = False
+        """True from a disconnection until the reconnection is complete (subscriptions
+        restored and flushed)."""
         self._last_error: Exception | None = None
         self._tls_refused = asyncio.Event()
 
@@ -106,7 +113,7 @@ class Dialer:
                     allow_reconnect=True,
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnected,
-                    reconnected_cb=_log_reconnected,
+                    reconnected_cb=self._on_reconnected,
                     **connect_options(self.settings),
                 ),
                 self._tls_refused,
@@ -149,11 +156,17 @@ class Dialer:
             log.warning("nats: %r", exc)
 
     async def _on_disconnected(self) -> None:
+        self.is_connection_lost = True
         if not self.is_closing:
             log.warning(
                 "nats: disconnected from %s; reconnecting",
                 self.settings.nats_url or "embedded server",
             )
+
+    async def _on_reconnected(self) -> None:
+        self.reconnected_at_s = time.time()
+        self.is_connection_lost = False
+        log.info("nats: reconnected")
 
 
 def requires_tls(settings: Settings, servers: list[str]) -> bool:
@@ -171,10 +184,6 @@ class _SslEofNotice(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_SslEofNotice())
-
-
-async def _log_reconnected() -> None:
-    log.info("nats: reconnected")
 
 
 def without_password(url: str) -> str:

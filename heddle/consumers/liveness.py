@@ -12,7 +12,9 @@ Heartbeats arrive on core NATS (``heard``), not from the stream (``heddle.bus.te
 why); ``WorkerHeartbeat`` events of older streams still fold in. A control plane that (re)starts
 has heard none of the heartbeats sent while it was down, so ``start_listening(now)`` counts every
 worker as heard from then: a worker that went silent while the control plane was down is failed
-one timeout after the restart, and a live one never is.
+one timeout after the restart, and a live one never is. The same holds when the control plane's
+own connection comes back after a loss (a nats-server restart): heartbeats sent meanwhile never
+reached it, so ``start_listening`` is called again with the reconnection time.
 
 A drained worker (``WorkerDrained``) is never declared failed for its silence: it stays
 registered as drained until an operator undrains it (``WorkerUndrainRequested``: it is watched
@@ -90,8 +92,9 @@ class WorkerLiveness:
         self._listening_since_s = float("-inf")
 
     def start_listening(self, now_s: float) -> None:
-        """Heartbeats are received from ``now_s`` on: silence counts from then at the earliest."""
-        self._listening_since_s = now_s
+        """Heartbeats are received from ``now_s`` on: silence counts from then at the earliest
+        (an earlier time than the latest given changes nothing)."""
+        self._listening_since_s = max(self._listening_since_s, now_s)
 
     def heard(self, heartbeat: WorkerHeartbeat) -> None:
         """A heartbeat received live (core NATS): the worker was alive at its ``occurred_at``."""

@@ -7,6 +7,11 @@ events, but only once every event stored before the check (every heartbeat sent 
 folded in: the consumer being busy (batches awaiting acknowledgement) does not delay a check,
 the consumer lagging (events stored, not yet delivered) skips it. ``on_checked`` is called
 after each check that ran.
+
+Silence while the control plane's own connection was down is not the workers': each check
+counts it from the bus's latest reconnection at the earliest (``Bus.reconnected_at_s``), and
+none runs while the connection is down, so a nats-server restart fails no live worker,
+whichever side reconnects first.
 """
 
 from __future__ import annotations
@@ -64,6 +69,9 @@ class LivenessChecks:
             return
         if not await _folded(consumer, state.delivered_sequence, self.interval_s):
             return
+        if self.bus.is_connection_lost:
+            return  # heartbeats cannot reach us now: silence is not the workers'
+        self.liveness.start_listening(self.bus.reconnected_at_s)
         failures = self.liveness.check(now_s)
         if failures:
             for failure in failures:

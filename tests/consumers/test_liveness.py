@@ -143,3 +143,16 @@ def test_silence_counts_from_the_start_of_listening() -> None:
     liveness.heard(heartbeat("w1", 102.5))
     assert [f.worker_id for f in liveness.check(103.5)] == ["w0"]
     assert [f.worker_id for f in liveness.check(106.0)] == ["w1"]
+
+
+def test_a_reconnection_restarts_the_silence_and_an_earlier_time_does_not() -> None:
+    """The control plane's connection came back at 200 (``start_listening`` again): silence
+    before it was its own, not the worker's; a stale reconnection time changes nothing."""
+    liveness = WorkerLiveness(timeout_s=3.0)
+    liveness.decide(registered("w0", 0.0))
+    liveness.start_listening(100.0)
+    liveness.heard(heartbeat("w0", 150.0))
+    liveness.start_listening(200.0)
+    liveness.start_listening(120.0)
+    assert liveness.check(202.9) == []
+    assert [f.worker_id for f in liveness.check(203.5)] == ["w0"]
