@@ -19,9 +19,11 @@ from heddle.cli.apps import settings_of, tools_app
 from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.workers.tools.call_runner import ToolRunnerConfig
+from heddle.workers.tools.isolation import Isolation
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.sandbox import SandboxError, SandboxRequest
-from heddle.workers.tools.sandbox_calls import run_once
+from heddle.workers.tools.sandbox_calls import resolve_isolation, run_once
+from heddle.workers.tools.sandbox_protocol import SandboxResult
 from heddle.workers.tools.search import SAMPLE_CORPUS
 
 if TYPE_CHECKING:
@@ -106,7 +108,8 @@ def exec_command(
     hide: HideOpt = None,
 ) -> None:
     """Run one snippet from stdin in the sandbox; print one JSON object (status, exit_code,
-    stdout, stderr, duration_s, reason)."""
+    stdout, stderr, duration_s, reason, and the isolation level it ran at: isolation,
+    isolation_detail)."""
     code = sys.stdin.read()
     if not code.strip():
         raise UserError("no code on stdin: pipe a Python snippet, e.g. echo 'print(1)' | ...")
@@ -118,7 +121,7 @@ def exec_command(
             max_output_bytes=max_output_bytes,
         )
         config = sandbox_config(isolation, allow_unisolated, hide, limits)
-        result = asyncio.run(run_once(SandboxRequest(code=code, mode=tool.value), config))
+        level, result = asyncio.run(_exec(SandboxRequest(code=code, mode=tool.value), config))
     except (ValueError, SandboxError) as exc:
         raise UserError(str(exc)) from None
     report = {
@@ -128,8 +131,16 @@ def exec_command(
         "stderr": result.stderr,
         "duration_s": round(result.duration_s, 6),
         "reason": result.reason,
+        "isolation": level.level,
+        "isolation_detail": level.describe(),
     }
     typer.echo(json.dumps(report))
+
+
+async def _exec(request: SandboxRequest, config: SandboxConfig) -> tuple[Isolation, SandboxResult]:
+    """The isolation the call ran at (resolved as ``auto`` or named), and its result."""
+    isolation = await resolve_isolation(config)
+    return isolation, await run_once(request, config, isolation)
 
 
 _EXECUTOR_DEFAULTS = ToolRunnerConfig()

@@ -2,7 +2,8 @@
 
 Modules: ``limits`` (typed limits and config), ``isolation`` (how a sandbox process is confined),
 ``bwrap`` (bubblewrap's command line), ``sandbox_child`` (the child script), ``sandbox_mounts``
-(its file-system confinement and the runtime's paths), ``sandbox_protocol``
+(its file-system confinement and the runtime's paths), ``sandbox_seccomp`` (the process level's
+network block), ``sandbox_protocol``
 (request, status record, result), ``sandbox`` (one process, one call), ``sandbox_calls`` (a cold
 call, the isolation probe), ``pool`` (pre-warmed processes scaled with demand), ``output``
 (capped capture), ``search`` (BM25 over a local corpus), ``trace`` (pseudo-token replay),
@@ -33,26 +34,30 @@ executor's ``ExecutorRegistered`` event (``heddle status`` lists it).
   127.0.0.1; abstract unix sockets of the host are unreachable;
 - a new PID namespace: the code sees only its own processes, and when the call ends its PID 1
   exits, so the kernel kills every process the code left behind (including ``setsid`` escapees);
-- a private mount namespace: ``/`` is remounted read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm``,
-  ``/run/lock`` get private size-capped tmpfs mounts that vanish with the call (the scratch dir is
-  ``/tmp/sandbox`` there); directories others cannot enter (``/root``) are covered by an empty
-  tmpfs too; the Python runtime (prefixes and import path) is bound back read-only wherever
-  one of these mounts covered it;
+- a private mount namespace with a read-only root that holds only what a call needs
+  (``sandbox_mounts``): ``/usr``, ``/etc`` and the ``/lib*`` folders, the Python runtime (its
+  prefixes and site folders), ``/dev`` and a ``/proc`` of the sandbox; nothing else of the host
+  exists there (home folders, ``/root``, ``/srv``, ``/var``, a repository checkout and its
+  ``.git``); ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock`` get private size-capped tmpfs
+  mounts that vanish with the call (the scratch dir is ``/tmp/sandbox`` there);
 - the code runs under its own unprivileged uid (``uid_base`` + n, no groups, no capabilities), so
   RLIMIT_NPROC caps processes and threads per call (a fork bomb fails to fork) and files of other
   users stay untouchable.
 
-Not guaranteed: reads of world-readable host files are allowed (the code can read the
-repository); filesystem unix sockets that are world-writable stay reachable; there is no seccomp
-filter, so kernel attack surface is that of an unprivileged process.
+Not guaranteed: reads of world-readable files under what the sandbox shows (``/usr``, ``/etc``,
+the runtime); world-writable filesystem unix sockets there stay reachable; there is no seccomp
+filter at these levels, so kernel attack surface is that of an unprivileged process. ``bwrap``
+builds the same root (``heddle.workers.tools.bwrap``).
 
 ``process`` isolation (the fallback where namespaces are unavailable) keeps the "always" list
-and adds only: a Python audit hook installed before the code runs refuses socket creation and use
-(C extensions or ctypes can bypass it: it is not a security boundary); when running as root with a
+and adds only: a seccomp filter (``sandbox_seccomp``) that refuses every socket but ``AF_UNIX``,
+and io_uring, to the code and every process it starts (``Isolation.blocks_network`` says
+whether this machine takes one; where it does not, the network is open and the level says so),
+with a Python audit hook that names the cause to Python code; when running as root with a
 Python runtime other uids can read, the per-call uid as above (else RLIMIT_NPROC is the user's,
 and for root it is not enforced, so fork bombs are only stopped by the timeout); leftover
-processes are killed by process group (and by uid when one was assigned). Writes outside the
-scratch dir are limited only by the user's file permissions.
+processes are killed by process group (and by uid when one was assigned). Reads and writes
+outside the scratch dir are limited only by the user's file permissions.
 
 The unit-test runner shares its process with the code under test: its summary line is honest for
 honest code but is not a guard against a model that deliberately forges it.

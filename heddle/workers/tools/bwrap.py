@@ -2,13 +2,13 @@
 
 bwrap builds the sandbox before the child script starts: new network (only a loopback of its
 own), PID, IPC, UTS and cgroup namespaces, and, run by an unprivileged user, a new user
-namespace (the rootless case: a Kubernetes pod without root). Filesystem: ``/`` bound
-read-only, a fresh ``/dev`` and ``/proc``, private size-capped tmpfs mounts over the
-world-writable directories, empty tmpfs mounts over directories other uids cannot enter and
-over the paths the operator hides (credentials), and the Python runtime bound back read-only
-wherever one of those mounts covered it. The code gets no capabilities; run by root, bwrap
-keeps only CAP_SETUID, CAP_SETGID and CAP_CHOWN in the waiter so the runner can drop to the
-call's own uid (and with it every capability).
+namespace (the rootless case: a Kubernetes pod without root). Filesystem: an empty root that
+holds only what a call needs (``heddle.workers.tools.sandbox_mounts``: the system folders and
+the Python runtime bound read-only, a fresh ``/dev`` and ``/proc``, private size-capped tmpfs
+mounts on the world-writable folders), and empty tmpfs mounts (folders) or ``/dev/null``
+(files) over the paths the operator hides (credentials) wherever those would show. The code
+gets no capabilities; run by root, bwrap keeps only CAP_SETUID, CAP_SETGID and CAP_CHOWN in the
+waiter so the runner can drop to the call's own uid (and with it every capability).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 
-from heddle.workers.tools.sandbox_mounts import WRITABLE_DIRS, hidden_ancestor, is_under
+from heddle.workers.tools.sandbox_mounts import WRITABLE_DIRS, is_under, system_paths
 
 _HIDDEN_TMPFS_BYTES = 1 << 20
 _ROOT_CHILD_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN")
@@ -38,14 +38,30 @@ def bwrap_version(binary: str) -> str:
     return done.stdout.strip() or done.stderr.strip()
 
 
-def _parents_below(path: str, root: str) -> list[str]:
-    """The directories strictly between ``root`` and ``path``, outermost first."""
-    parents = []
-    current = os.path.dirname(path)
-    while current != root and is_under(current, root):
-        parents.append(current)
-        current = os.path.dirname(current)
-    return parents[::-1]
+class _Root:
+    """The arguments that assemble the sandbox's root, each mount point's missing parents
+    made first (0755: bwrap would make them 0700, and the call's uid could not pass them)."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self._made = {"/"}
+        self.shown: list[str] = []
+        """Host folders bound whole: what lies under them exists in the sandbox already."""
+
+    def parents(self, path: str) -> None:
+        missing = []
+        current = os.path.dirname(path)
+        while current not in self._made and not any(is_under(current, s) for s in self.shown):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for parent in reversed(missing):
+            self.args += ["--perms", "0755", "--dir", parent]
+            self._made.add(parent)
+
+    def add(self, path: str, *mount: str) -> None:
+        self.parents(path)
+        self.args += [*mount, path]
+        self._made.add(path)
 
 
 def bwrap_arguments(
@@ -62,40 +78,34 @@ def bwrap_arguments(
     args += ["--unshare-cgroup-try"]
     if rootless:
         args.append("--unshare-user")
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    unreachable = {above for path in runtime_dirs if (above := hidden_ancestor(path))}
-    hidden_dirs = {p for p in hidden_paths if os.path.isdir(p)}
-    # A hidden folder that holds the runtime is covered before the runtime is bound back into
-    # it; every other hidden path is covered last, so that no later mount (a scratch tmpfs, the
-    # runtime bound back from under /tmp) shows it again.
-    holding = {p for p in hidden_dirs if any(is_under(r, p) for r in runtime_dirs)}
-    covers = sorted(unreachable | holding)
-    for path in covers:
-        args += ["--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", path]
-    writable = [path for path in WRITABLE_DIRS if os.path.isdir(path)]
-    for path in writable:
-        args += ["--perms", "1777", "--size", str(scratch_bytes), "--tmpfs", path]
-    args += _runtime_binds(runtime_dirs, covers + writable)
-    visible = [p for p in hidden_paths if p not in holding]
-    for path in sorted(p for p in visible if os.path.isdir(p)):
-        args += ["--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs", path]
-    for path in sorted(p for p in visible if os.path.isfile(p)):
-        args += ["--ro-bind", "/dev/null", path]
+    root = _Root()
+    for path in system_paths():
+        if os.path.islink(path):
+            root.add(path, "--symlink", os.readlink(path))
+        else:
+            root.add(path, "--ro-bind", path)
+            root.shown.append(path)
+    root.add("/dev", "--dev")
+    root.add("/proc", "--proc")
+    hidden_dirs = sorted(p for p in hidden_paths if os.path.isdir(p))
+    # A hidden folder that holds the runtime is covered before the runtime is bound into it;
+    # every other hidden path is covered last, so that no later mount shows it again.
+    holding = [p for p in hidden_dirs if any(is_under(r, p) for r in runtime_dirs)]
+    for path in holding:
+        root.add(path, "--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs")
+    for path in WRITABLE_DIRS:
+        root.add(path, "--perms", "1777", "--size", str(scratch_bytes), "--tmpfs")
+    for path in sorted(runtime_dirs):
+        if not any(is_under(path, system) for system in root.shown):
+            root.add(path, "--ro-bind", path)
+    for path in hidden_dirs:
+        if path not in holding:
+            root.add(path, "--perms", "0755", "--size", str(_HIDDEN_TMPFS_BYTES), "--tmpfs")
+    for path in sorted(p for p in hidden_paths if os.path.isfile(p)):
+        root.add(path, "--ro-bind", "/dev/null")
+    args += root.args
     if not rootless:
         args += ["--cap-drop", "ALL"]
         for capability in _ROOT_CHILD_CAPABILITIES:
             args += ["--cap-add", capability]
-    return args
-
-
-def _runtime_binds(runtime_dirs: tuple[str, ...], roots: list[str]) -> list[str]:
-    """The runtime folders bound back read-only where a tmpfs of ``roots`` covers them."""
-    args: list[str] = []
-    for path in runtime_dirs:
-        root = next((root for root in roots if is_under(path, root)), None)
-        if root is not None:
-            # bwrap would make the missing parents 0700: the call's uid could not pass them.
-            for parent in _parents_below(path, root):
-                args += ["--perms", "0755", "--dir", parent]
-            args += ["--ro-bind", path, path]
     return args

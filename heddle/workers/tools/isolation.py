@@ -5,8 +5,10 @@ Three isolation levels, strongest first (the guarantees are listed in ``heddle.w
   CAP_SYS_ADMIN) and util-linux.
 - ``bwrap``: the child is wrapped by bubblewrap (``heddle.workers.tools.bwrap``); it needs the
   ``bwrap`` binary and, without root, unprivileged user namespaces: the level for pods.
-- ``process``: a plain child process, *unisolated*: model code can reach the network and the
-  filesystem. Used only when asked for by name or allowed explicitly (``allow_unisolated``).
+- ``process``: a plain child process, *unisolated*: model code can reach the filesystem, and the
+  network unless a seccomp filter holds it off for the code and its children
+  (``heddle.workers.tools.sandbox_seccomp``; ``Isolation.blocks_network`` says which). Used only
+  when asked for by name or allowed explicitly (``allow_unisolated``).
 Whether a level works is decided by a probe that runs a real call
 (``heddle.workers.tools.sandbox.resolve_isolation``), never by assumption.
 """
@@ -14,9 +16,12 @@ Whether a level works is decided by a probe that runs a real call
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -25,8 +30,9 @@ from heddle.workers.tools.bwrap import bwrap_arguments, bwrap_binary, bwrap_vers
 from heddle.workers.tools.sandbox_mounts import hidden_ancestor, runtime_dirs
 
 CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
-CHILD_FILES = (CHILD_SCRIPT, CHILD_SCRIPT.with_name("sandbox_mounts.py"))
-"""The child script and the sibling module it loads (a copy of the script needs both)."""
+SECCOMP_SCRIPT = CHILD_SCRIPT.with_name("sandbox_seccomp.py")
+CHILD_FILES = (CHILD_SCRIPT, CHILD_SCRIPT.with_name("sandbox_mounts.py"), SECCOMP_SCRIPT)
+"""The child script and the sibling modules it loads (a copy of the script needs them all)."""
 
 IsolationLevel = Literal["namespace", "bwrap", "process"]
 ISOLATED_LEVELS: tuple[IsolationLevel, ...] = ("namespace", "bwrap")
@@ -50,13 +56,21 @@ class Isolation:
     must not see, e.g. the executor's NATS credential."""
     detail: str = ""
     """What runs it, in words (``bubblewrap 0.8.0, rootless``), for events and logs."""
+    blocks_network: bool = True
+    """No call reaches the network, nor any process it starts (isolated levels: a network
+    namespace; ``process``: a seccomp filter, where this machine takes one)."""
 
     @property
     def is_isolated(self) -> bool:
         return self.level != "process"
 
     def describe(self) -> str:
-        """The level and its detail in one phrase, for logs."""
+        """The level and its detail in one phrase, for logs and ``heddle tools exec``."""
+        if not self.is_isolated and self.blocks_network:
+            return (
+                "process (UNISOLATED: model code can reach the filesystem; the network is "
+                "refused to it and its children by a seccomp filter)"
+            )
         if not self.is_isolated:
             return "process (UNISOLATED: model code can reach the network and the filesystem)"
         return f"{self.level} ({self.detail})" if self.detail else self.level
@@ -111,9 +125,27 @@ def bwrap_candidate(hidden_paths: tuple[str, ...] = ()) -> Isolation | None:
 
 def process_isolation() -> Isolation:
     """Process isolation; as root it drops privileges only when the interpreter is readable by
-    other uids (namespace isolation exposes a hidden one itself, see ``sandbox_child``)."""
+    other uids (namespace isolation exposes a hidden one itself, see ``sandbox_child``). It
+    blocks the network only where a real child process could install the seccomp filter."""
     readable = not any(hidden_ancestor(path) for path in runtime_dirs())
-    return Isolation(level="process", drops_privileges=os.geteuid() == 0 and readable)
+    return Isolation(
+        level="process",
+        drops_privileges=os.geteuid() == 0 and readable,
+        blocks_network=can_deny_network(),
+    )
+
+
+@functools.cache
+def can_deny_network() -> bool:
+    """Whether a child process installs the process level's seccomp filter here (asked once
+    per process: a Python started on ``sandbox_seccomp.py`` answers by its exit status)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", str(SECCOMP_SCRIPT)], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 class UidAllocator:

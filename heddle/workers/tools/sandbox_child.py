@@ -37,9 +37,11 @@ from typing import Any, NoReturn
 
 if __package__:  # imported by Heddle's modules (for the constants below)
     from heddle.workers.tools.sandbox_mounts import confine_filesystem
+    from heddle.workers.tools.sandbox_seccomp import deny_network
 else:  # the sandbox's script (python -I keeps this folder off the import path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from sandbox_mounts import confine_filesystem  # type: ignore[import-not-found,no-redef]
+    from sandbox_seccomp import deny_network  # type: ignore[import-not-found,no-redef]
 
 EXIT_MEMORY_LIMIT = 120
 """Runner exit code meaning "an allocation hit the memory limit" (MemoryError)."""
@@ -77,8 +79,9 @@ def drop_privileges(uid: int) -> None:
 
 
 def block_sockets() -> None:
-    """Fallback network block for ``process`` isolation: refuse socket creation and use from
-    Python code. C extensions and ctypes can bypass it; it is not a security boundary."""
+    """``process`` isolation's network block in words for Python code: refuse socket creation
+    and use with a clear error. The boundary is the seccomp filter (``deny_network``), which
+    holds for C code and child processes too; this hook only names the cause."""
 
     def refuse(event: str, args: tuple[Any, ...]) -> None:
         if event.startswith("socket.") and event != "socket.gethostname":
@@ -183,6 +186,7 @@ def run_call(request: dict[str, Any], isolation: str) -> NoReturn:
         os.environ["HOME"] = os.environ["TMPDIR"] = request["scratch_dir"]
         if isolation == "process":
             block_sockets()
+            deny_network()  # where it fails here, process_isolation() claimed no block
         write_files(request.get("files", {}))
     except Exception:
         traceback.print_exc()

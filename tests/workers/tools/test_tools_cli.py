@@ -20,7 +20,9 @@ from heddle.config import Settings, load_settings
 from heddle.events import PythonTool, ToolCall, ToolReturned
 from heddle.events.subjects import trajectory_subject
 from heddle.observability.probe import probe_stream
-from heddle.workers.tools.isolation import Isolation
+from heddle.workers.tools.isolation import CHILD_SCRIPT, Isolation
+from heddle.workers.tools.limits import SandboxConfig
+from heddle.workers.tools.sandbox_calls import resolve_isolation
 
 runner = CliRunner()
 
@@ -35,6 +37,23 @@ def test_exec_prints_one_json_object() -> None:
     assert report["stdout"] == "2\n"
     assert report["exit_code"] == 0
     assert set(report) >= {"status", "exit_code", "stdout", "stderr", "duration_s"}
+
+
+def test_exec_names_the_isolation_level_it_ran_at() -> None:
+    """auto names the level its probe picked; process names itself and what it leaves open."""
+    auto = runner.invoke(app, ["tools", "exec", "python"], input="print(1)\n")
+    assert auto.exit_code == 0, auto.output
+    expected = asyncio.run(resolve_isolation(SandboxConfig()))
+    assert json.loads(auto.stdout)["isolation"] == expected.level
+    assert json.loads(auto.stdout)["isolation_detail"] == expected.describe()
+    process = runner.invoke(
+        app,
+        ["tools", "exec", "python", "--isolation", "process", "--allow-unisolated"],
+        input="print(1)\n",
+    )
+    report = json.loads(process.stdout)
+    assert report["isolation"] == "process"
+    assert "UNISOLATED" in report["isolation_detail"]
 
 
 def test_exec_reports_a_timeout() -> None:
@@ -67,22 +86,26 @@ def test_process_isolation_needs_the_explicit_flag() -> None:
 
 
 def test_hidden_paths_are_hidden_from_the_code(bwrap_isolation: Isolation) -> None:
-    """A folder the code could otherwise list (outside /tmp, which the sandbox covers anyway)
-    is empty in the sandbox; a mistyped --hide is refused."""
-    secret = Path(tempfile.mkdtemp(prefix="hidden-", dir=Path(__file__).parent))
+    """A folder outside what a call needs (here, next to this file) does not exist in the
+    sandbox; one inside it (here, in the sandbox's own scripts folder, which bwrap shows) is
+    shown empty with --hide; a mistyped --hide is refused."""
+    outside = Path(tempfile.mkdtemp(prefix="outside-", dir=Path(__file__).parent))
+    inside = Path(tempfile.mkdtemp(prefix="hidden-", dir=CHILD_SCRIPT.parent))
     try:
-        secret.chmod(0o755)
-        (secret / "executor.creds").write_text("SEED")
-        code = f"import os\nprint(os.listdir({str(secret)!r}))\n"
+        for secret in (outside, inside):
+            secret.chmod(0o755)
+            (secret / "executor.creds").write_text("SEED")
+        code = f"import os\nprint(os.path.exists({str(outside)!r}), os.listdir({str(inside)!r}))\n"
         command = ["tools", "exec", "python", "--isolation", "bwrap"]
         shown = runner.invoke(app, command, input=code)
-        assert json.loads(shown.stdout)["stdout"] == "['executor.creds']\n", shown.output
-        hidden = runner.invoke(app, [*command, "--hide", str(secret)], input=code)
-        assert json.loads(hidden.stdout)["stdout"] == "[]\n", hidden.output
-        typo = runner.invoke(app, [*command, "--hide", f"{secret}-typo"], input=code)
+        assert json.loads(shown.stdout)["stdout"] == "False ['executor.creds']\n", shown.output
+        hidden = runner.invoke(app, [*command, "--hide", str(inside)], input=code)
+        assert json.loads(hidden.stdout)["stdout"] == "False []\n", hidden.output
+        typo = runner.invoke(app, [*command, "--hide", f"{inside}-typo"], input=code)
         assert "--hide: no such path" in str(typo.exception)
     finally:
-        shutil.rmtree(secret, ignore_errors=True)
+        shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(inside, ignore_errors=True)
 
 
 async def test_serve_runs_calls_until_terminated(
