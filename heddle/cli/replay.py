@@ -50,7 +50,8 @@ def replay(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Rebuild a fresh ledger from the stream; optionally verify, export, draw the timeline and
-    re-simulate under other policies. Exits 1 when --verify finds differences."""
+    re-simulate under other policies. Exits 1 when --verify finds differences or a damaged
+    live ledger (a verdict either way, never a traceback)."""
     if rollout_id is not None:
         try:
             check_token(rollout_id, "rollout id")
@@ -156,6 +157,8 @@ def _print(result: dict[str, Any]) -> None:
                 f"#{result['sequence']} ({sum(result['rows_compared'].values())} rows compared; "
                 f"{result['unprojected_messages']} later messages not projected yet)"
             )
+        elif result.get("error"):
+            console.print(f"[red]not consistent[/red]: {result['error']}", highlight=False)
         else:
             console.print(
                 f"[red]{result['num_mismatches']} mismatches[/red] as of #{result['sequence']}:"

@@ -22,10 +22,12 @@ from rich.table import Table
 
 from heddle.cli.apps import app, settings_of
 from heddle.config import Settings
+from heddle.consumers.ledger_health import LedgerHealth, read_health
 from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, consumer_names
 from heddle.consumers.status import read_status
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
+from heddle.ledger.integrity import LedgerCorrupt, reading
 from heddle.ledger.statuses import RolloutStatus
 from heddle.observability.probe import probe_stream
 
@@ -68,20 +70,25 @@ def status_command(
     if slowest < 0 or rollouts < 1:
         raise UserError("--slowest must be >= 0 and --rollouts >= 1")
     settings = settings_of(ctx)
+    health = read_health(settings.data_dir)
     ledger = open_existing_ledger(settings)
     try:
-        control = read_status(settings.data_dir)
-        durables = consumer_names(ledger, control)
-        stream = asyncio.run(probe_stream(settings, durables)) if nats else None
-        snapshot = collect_status(
-            ledger,
-            control,
-            now=time.time(),
-            rollout_id=rollout_id,
-            max_rollouts=rollouts,
-            num_slowest=slowest,
-            stream=stream,
-        )
+        with reading(ledger.url):
+            control = read_status(settings.data_dir)
+            durables = consumer_names(ledger, control)
+            stream = asyncio.run(probe_stream(settings, durables)) if nats else None
+            snapshot = collect_status(
+                ledger,
+                control,
+                now=time.time(),
+                rollout_id=rollout_id,
+                max_rollouts=rollouts,
+                num_slowest=slowest,
+                stream=stream,
+                ledger_health=health,
+            )
+    except LedgerCorrupt as exc:
+        raise UserError(f"{exc}{_health_hint(health)}") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
     finally:
@@ -96,6 +103,8 @@ def print_status(snapshot: StatusSnapshot, console: Console) -> None:
     head = snapshot.stream_last_sequence
     stream = f"; events stream at #{head}" if head is not None else "; NATS not reached"
     console.print(f"ledger: {snapshot.ledger_url}{stream}", highlight=False)
+    if snapshot.ledger_health is not None:
+        console.print(describe_health(snapshot.ledger_health), highlight=False)
     _print_control_plane(snapshot, console)
     console.print(_rollouts_table(snapshot))
     console.print(_workers_table(snapshot))
@@ -105,6 +114,30 @@ def print_status(snapshot: StatusSnapshot, console: Console) -> None:
         console.print(_slowest_table(snapshot))
     console.print(_consumers_table(snapshot))
     console.print(f"dead letters: {snapshot.num_dead_letters}", highlight=False)
+
+
+def describe_health(health: LedgerHealth) -> str:
+    """The keeper's report in one line (red while the figures below are not whole)."""
+    copy = f"; the damaged file is at {health.corrupt_copy}" if health.corrupt_copy else ""
+    if health.state == "stopped":
+        return f"[red]ledger projection STOPPED: {health.reason}; the figures below are stale[/]"
+    if health.state == "rebuilding":
+        return (
+            f"[red]ledger damaged ({health.reason}): rebuilding it from the stream, at "
+            f"#{health.position} of #{health.target_sequence}{copy}; the figures below are "
+            "partial until then[/]"
+        )
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(health.updated_at))
+    return f"ledger rebuilt from the stream at {when} after damage ({health.reason}){copy}"
+
+
+def _health_hint(health: LedgerHealth | None) -> str:
+    if health is not None and health.state == "stopped":
+        return f"; projection stopped: {health.reason}"
+    return (
+        "; a running projector (heddle up, heddle rollout run) moves it aside and rebuilds it "
+        "from the stream"
+    )
 
 
 def _print_control_plane(snapshot: StatusSnapshot, console: Console) -> None:

@@ -16,6 +16,8 @@
   options;
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
+  ``ledger_recovery``: its keeper, which rebuilds a damaged ledger from the stream or stops with
+  the reason (``ledger_health``: what it reports to ``heddle status``);
 - ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
   ``submissions``: its door for rollouts (``heddle.ops.submit.<trainer>``: checked, then opened);
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised

@@ -1,5 +1,8 @@
 """The live ledger projector: a durable pull consumer of ``heddle.evt.>`` feeding ``LedgerWriter``.
 
+A damaged ledger makes ``run()`` raise ``heddle.ledger.integrity.LedgerCorrupt``; the projector's
+keeper (``heddle.consumers.ledger_recovery``) rebuilds it from the stream or stops.
+
 Each fetched batch is written with its stream position in one transaction, then acknowledged
 (one ack per batch: the consumer acks all, since it handles messages strictly in order). A batch
 that does not continue the stored position (another process took the messages in between) is
@@ -28,9 +31,11 @@ from sqlalchemy.exc import OperationalError
 from heddle.bus import BatchRunner, Bus, ConsumerSpec, Delivery, TransientError
 from heddle.config import Settings, load_settings
 from heddle.consumers.projector_gaps import batch_start
+from heddle.errors import UserError
 from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 from heddle.ledger.database import Ledger, open_ledger
+from heddle.ledger.integrity import reading
 from heddle.ledger.lean_decoder import decode_event_lean
 from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict
 
@@ -83,6 +88,11 @@ class Projector:
         self._stop_requested = False
         self._runner: BatchRunner[EventT] | None = None
 
+    @property
+    def position(self) -> int:
+        """The ledger's stream position as of the last batch written (0 before the first)."""
+        return self._writer.position if self._writer is not None else 0
+
     def stop(self) -> None:
         """Finish the current batch, then return from ``run()``."""
         self._stop_requested = True
@@ -91,9 +101,10 @@ class Projector:
 
     async def run(self, *, until_idle: bool = False) -> ProjectorStats:
         config = self.config
-        writer = self._writer = await asyncio.to_thread(
-            LedgerWriter, self._ledger, config.consumer, EVENTS_STREAM
-        )
+        with reading(self._ledger.url):
+            writer = self._writer = await asyncio.to_thread(
+                LedgerWriter, self._ledger, config.consumer, EVENTS_STREAM
+            )
         spec = ConsumerSpec(
             durable=config.durable or config.consumer,
             stream=EVENTS_STREAM,
@@ -132,7 +143,10 @@ class Projector:
             floor=self.config.first_sequence,
         )
         try:
-            num_projected = await asyncio.to_thread(writer.project, records, first_sequence=first)
+            with reading(self._ledger.url):
+                num_projected = await asyncio.to_thread(
+                    writer.project, records, first_sequence=first
+                )
         except PositionConflict as exc:
             # Resume right after the stored position (re-read by the writer): a gap is filled
             # from there, and what another writer already projected is skipped.
@@ -158,16 +172,19 @@ async def catch_up(
 
 async def serve(settings: Settings, config: ProjectorConfig, *, until_idle: bool) -> ProjectorStats:
     """Run a projector process: stops on SIGTERM / SIGINT after the current batch."""
+    from heddle.consumers.ledger_recovery import LedgerKeeper  # it builds on this module
+
     ledger = await asyncio.to_thread(open_ledger, settings.ledger_url)
+    keeper: LedgerKeeper | None = None
     try:
         async with Bus(settings) as bus:
-            projector = Projector(bus, ledger, config)
+            keeper = LedgerKeeper(bus, settings, ledger, config)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, projector.stop)
-            return await projector.run(until_idle=until_idle)
+                loop.add_signal_handler(signum, keeper.stop)
+            return await keeper.run(until_idle=until_idle)
     finally:
-        ledger.close()
+        (keeper.ledger if keeper is not None else ledger).close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -192,7 +209,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         nats_tls_ca=args.nats_tls_ca,
     )
     config = ProjectorConfig(consumer=args.consumer, batch_size=args.batch_size)
-    stats = asyncio.run(serve(settings, config, until_idle=args.until_idle))
+    try:
+        stats = asyncio.run(serve(settings, config, until_idle=args.until_idle))
+    except UserError as exc:  # a stopped projection (damaged ledger), an unreachable server
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
     print(
         f"projected {stats.num_projected} events in {stats.num_batches} batches; "
         f"position {stats.position}",

@@ -12,7 +12,9 @@ server), then supervises, concurrently:
   (``heddle.consumers.predictors``), taught at start by the history trace files and, after the
   replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
   once every event stored before it is folded in;
-- the ledger projector (``heddle.consumers.projector.Projector``), unless disabled;
+- the ledger projector (``heddle.consumers.projector.Projector``), unless disabled, under its
+  keeper (``heddle.consumers.ledger_recovery``: a damaged ledger is rebuilt from the stream, or
+  projection stops with the reason in ``<data_dir>/ledger-health.json``);
 - ``<data_dir>/control-plane.json`` rewritten every ``status_interval_s``, and the deciders'
   stored position recorded apart from their durable (``heddle.bus.positions``), from which a
   durable that disappears is recreated (``heddle.consumers.host``);
@@ -40,13 +42,13 @@ from heddle.config import Settings
 from heddle.consumers.bundles import control_options, slot_deciders
 from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
+from heddle.consumers.ledger_recovery import LedgerKeeper, ProjectionStopped
 from heddle.consumers.ledger_restore import restore_if_empty
 from heddle.consumers.liveness import WorkerLiveness
 from heddle.consumers.liveness_checks import LivenessChecks
 from heddle.consumers.operations import OperationsService
 from heddle.consumers.plane_config import ControlPlaneConfig
 from heddle.consumers.predictors import PredictionHooks
-from heddle.consumers.projector import Projector
 from heddle.consumers.slots import SLOTS, SlotDeciders
 from heddle.consumers.status import (
     ControlPlaneStatus,
@@ -62,6 +64,7 @@ from heddle.control.weights import WeightsDecider
 from heddle.events import WorkerHeartbeat
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
+from heddle.ledger.integrity import LedgerCorrupt, reading
 from heddle.observability import ConsumerLagTracker, ConsumerRef, Metrics, start_metrics_server
 from heddle.traces import TraceTrajectory, read_trace
 
@@ -98,7 +101,8 @@ class ControlPlaneService:
         self.weights: WeightsDecider | None = None
         """Weight versions: which one is published, which worker loaded which."""
         """The operators' view (None until the deciders' consumer is live)."""
-        self.projector: Projector | None = None
+        self.keeper: LedgerKeeper | None = None
+        """The ledger projector's keeper (rebuilds a damaged ledger from the stream)."""
         self._bus: Bus | None = None
         self._ledger: Ledger | None = None
         self._history: list[TraceTrajectory] = []
@@ -119,14 +123,18 @@ class ControlPlaneService:
                 self._ledger = await asyncio.to_thread(open_ledger, self.settings.ledger_url)
             if self.config.project_ledger and self._ledger is not None:
                 await restore_if_empty(bus, self._ledger)  # a purged stream: its snapshot
-            units: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-                (DECIDERS, self._run_deciders)
+            units: list[tuple[str, Callable[[], Awaitable[None]], str]] = [
+                (DECIDERS, self._run_deciders, "rebuilding it from the stream")
             ]
             if self.config.project_ledger:
-                units.append(("projector", self._run_projector))
+                units.append(
+                    ("projector", self._run_projector, "resuming at the ledger's position")
+                )
             tasks = [
-                asyncio.create_task(supervise(name, unit, self._is_stopping, self.restarts))
-                for name, unit in units
+                asyncio.create_task(
+                    supervise(name, unit, self._is_stopping, self.restarts, recovery)
+                )
+                for name, unit, recovery in units
             ]
             tasks.append(asyncio.create_task(self._report_status()))
             service = None
@@ -160,8 +168,8 @@ class ControlPlaneService:
         self._stopping = True
         for consumer in self.consumers.values():
             consumer.stop()
-        if self.projector is not None:
-            self.projector.stop()
+        if self.keeper is not None:
+            self.keeper.stop()
 
     # ---- units ------------------------------------------------------------------------------
 
@@ -215,8 +223,17 @@ class ControlPlaneService:
 
     async def _run_projector(self) -> None:
         assert self._ledger is not None
-        self.projector = Projector(self._require_bus(), self._ledger)
-        await self.projector.run()
+        keeper = LedgerKeeper(
+            self._require_bus(), self.settings, self._ledger, on_new_ledger=self._use_ledger
+        )
+        self.keeper = keeper
+        try:
+            await keeper.run()
+        except ProjectionStopped:
+            return  # logged and in ledger-health.json (heddle status): the deciders run on
+
+    def _use_ledger(self, ledger: Ledger) -> None:
+        self._ledger = ledger
 
     def _lag_tracker(self, bus: Bus) -> ConsumerLagTracker:
         durables = [self.config.host.durable(PLANE)]
@@ -234,14 +251,20 @@ class ControlPlaneService:
         return hooks
 
     async def _learn_from_ledger(self, hooks: PredictionHooks, deciders: SlotDeciders) -> None:
-        if self._ledger is None:
+        ledger = self._ledger
+        if ledger is None:
             return
-        history = await asyncio.to_thread(
-            ledger_history,
-            self._ledger,
-            exclude_rollouts=deciders.rollouts_seen,
-            max_rollouts=self.config.predictor.max_history_rollouts,
-        )
+        try:
+            with reading(ledger.url):
+                history = await asyncio.to_thread(
+                    ledger_history,
+                    ledger,
+                    exclude_rollouts=deciders.rollouts_seen,
+                    max_rollouts=self.config.predictor.max_history_rollouts,
+                )
+        except LedgerCorrupt as exc:
+            log.warning("the predictor learns nothing from the ledger: %s", exc)
+            return
         count = hooks.learn_history(history)
         log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
 

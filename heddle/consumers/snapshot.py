@@ -1,7 +1,8 @@
 """What ``heddle status`` shows: a snapshot of the ledger and of the running control plane.
 
-Sources: the ledger (rollouts, workers, trajectories, the projector's position, dead letters)
-and ``<data_dir>/control-plane.json``, which a running control plane rewrites about once a
+Sources: the ledger (rollouts, workers, trajectories, the projector's position, dead letters),
+``<data_dir>/ledger-health.json`` (a damaged ledger: rebuilding, rebuilt or stopped) and
+``<data_dir>/control-plane.json``, which a running control plane rewrites about once a
 second (its consumers' positions, lag and batch latencies), and, when NATS answers, the tool
 executors' registrations in the events stream (the sandbox isolation level of each). Times in
 the ledger are the publishers' Unix clocks; durations are model seconds (wall seconds x the
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from heddle.consumers.ledger_health import LedgerHealth
 from heddle.consumers.status import ControlPlaneStatus
 from heddle.events import ExecutorRegistered
 from heddle.ledger import Ledger, queries
@@ -121,6 +123,9 @@ class StatusSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """The events stream's head, when NATS was reachable."""
     executors: list[ExecutorLine] = []
     """Tool executors' latest registrations (read from NATS; empty when it was not reached)."""
+    ledger_health: LedgerHealth | None = None
+    """The projector keeper's report when the ledger was damaged (rebuilding, rebuilt, or
+    stopped); None when nothing happened."""
 
 
 def collect_status(
@@ -132,6 +137,7 @@ def collect_status(
     max_rollouts: int = 10,
     num_slowest: int = 5,
     stream: StreamProbe | None = None,
+    ledger_health: LedgerHealth | None = None,
 ) -> StatusSnapshot:
     """Read everything ``heddle status`` shows. ValueError when ``rollout_id`` is unknown."""
     ids = queries.rollout_ids(ledger, limit=max_rollouts)
@@ -156,6 +162,7 @@ def collect_status(
         control_plane=_control_plane(control, now),
         stream_last_sequence=stream.last_sequence if stream is not None else None,
         executors=[_executor_line(e, now) for e in (stream.executors if stream else [])],
+        ledger_health=ledger_health,
     )
 
 

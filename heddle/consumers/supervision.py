@@ -19,8 +19,10 @@ async def supervise(
     unit: Callable[[], Awaitable[None]],
     is_stopping: Callable[[], bool],
     restarts: dict[str, int],
+    recovery: str = "rebuilding it from the stream",
 ) -> None:
-    """Run ``unit`` until it returns or ``is_stopping()``; count each rebuild in ``restarts``."""
+    """Run ``unit`` until it returns or ``is_stopping()``; count each rebuild in ``restarts``.
+    ``recovery`` says in the log what calling the unit again does."""
     backoff_s = 0.5
     while not is_stopping():
         try:
@@ -31,7 +33,7 @@ async def supervise(
         except Exception:
             if is_stopping():
                 return
-            log.exception("control plane: %s failed; rebuilding it from the stream", name)
+            log.exception("control plane: %s failed; %s in %.1f s", name, recovery, backoff_s)
             restarts[name] = restarts.get(name, 0) + 1
             await asyncio.sleep(backoff_s)
             backoff_s = min(MAX_BACKOFF_S, backoff_s * 2)

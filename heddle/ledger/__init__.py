@@ -28,7 +28,7 @@ composite key, through the primary-key index), ``upserts`` (bulk ``INSERT ... ON
 ``queries`` (reads for the CLI, status, client and deciders), ``snapshot`` (a consistent read-only
 snapshot as of one stream position), ``snapshot_store`` (ledger snapshots: a rebuild's SQLite
 file, seeding a replay, restoring an empty ledger), ``compare`` (table-by-table comparison of
-two ledgers).
+two ledgers), ``integrity`` (a damaged database recognised, checked for, and set aside).
 """
 
 from heddle.ledger import queries

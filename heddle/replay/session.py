@@ -31,6 +31,7 @@ from heddle.bus.snapshots import latest_snapshot
 from heddle.config import Settings
 from heddle.ledger import LEDGER_CONSUMER, Ledger, open_ledger
 from heddle.ledger.compare import compare_ledgers
+from heddle.ledger.integrity import LedgerCorrupt, quick_check, reading
 from heddle.ledger.snapshot import open_read_only, position_in, snapshot
 from heddle.ledger.snapshot_store import seed_file
 from heddle.replay.rebuild import REPLAY_CONSUMER, RebuildStats, rebuild_ledger
@@ -52,6 +53,8 @@ class VerifyReport:
     """Messages stored after S when the comparison ran (the live projector's lag)."""
     skipped_messages: int
     """Undecodable messages in the stream (dead-lettered, so absent from both ledgers)."""
+    error: str = ""
+    """Why the live ledger could not be compared (it is damaged: not consistent then)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +71,30 @@ class ReplaySession:
     live_consumer: str = LEDGER_CONSUMER
     from_snapshot: int = 0
     """The sequence of the ledger snapshot the rebuild started from (0: the stream's start)."""
+    live_error: str = ""
+    """Why the live ledger could not be opened or positioned (damaged), if so."""
 
     async def verify(self) -> VerifyReport:
-        """Compare the live ledger, as of its position S, with the rebuild up to S."""
-        if self.live is None or self.bus is None:
+        """Compare the live ledger, as of its position S, with the rebuild up to S. A damaged
+        live ledger is a verdict too: not consistent, with the database's words."""
+        if self.bus is None or (self.live is None and not self.live_error):
             raise ValueError("verify needs a session opened with live=True")
-        with snapshot(self.live) as live_view:
-            sequence = position_in(live_view, self.live_consumer)
-            more = await rebuild_ledger(
-                self.bus, self.ledger, self.rollout_id, end_sequence=sequence
-            )
-            comparison = await asyncio.to_thread(
-                compare_ledgers, live_view, self.ledger, rollout_id=self.rollout_id
-            )
+        if self.live is None:
+            return await self._unreadable(self.live_error)
+        damage = await asyncio.to_thread(quick_check, self.live)
+        if damage is not None:  # pages no comparison reads (an index) are damaged too
+            return await self._unreadable(str(LedgerCorrupt(self.live.url, damage)))
+        try:
+            with reading(self.live.url), snapshot(self.live) as live_view:
+                sequence = position_in(live_view, self.live_consumer)
+                more = await rebuild_ledger(
+                    self.bus, self.ledger, self.rollout_id, end_sequence=sequence
+                )
+                comparison = await asyncio.to_thread(
+                    compare_ledgers, live_view, self.ledger, rollout_id=self.rollout_id
+                )
+        except LedgerCorrupt as exc:
+            return await self._unreadable(str(exc))
         last = (await self.bus.stream_state()).last_sequence
         return VerifyReport(
             events=self.stats.num_events + more.num_events,
@@ -91,6 +105,21 @@ class ReplaySession:
             sequence=sequence,
             unprojected_messages=max(0, last - sequence),
             skipped_messages=self.stats.num_skipped + more.num_skipped,
+        )
+
+    async def _unreadable(self, reason: str) -> VerifyReport:
+        assert self.bus is not None
+        last = (await self.bus.stream_state()).last_sequence
+        return VerifyReport(
+            events=self.stats.num_events,
+            consistent=False,
+            mismatches=[reason],
+            num_mismatches=1,
+            rows_compared={},
+            sequence=0,
+            unprojected_messages=last,
+            skipped_messages=self.stats.num_skipped,
+            error=reason,
         )
 
     def export_trace(self, path: Path) -> int:
@@ -104,12 +133,13 @@ async def open_replay(
 ) -> AsyncIterator[ReplaySession]:
     """Rebuild the stream (or one rollout) into a scratch ledger. With ``live``, the rebuild
     stops at the live ledger's current position, ready for ``verify()``."""
-    live_ledger = await asyncio.to_thread(open_read_only, settings.ledger_url) if live else None
+    live_ledger, end_sequence, live_error = None, None, ""
+    if live:
+        live_ledger, end_sequence, live_error = await asyncio.to_thread(
+            _open_live, settings.ledger_url
+        )
     try:
         async with Bus(settings) as bus:
-            end_sequence = None
-            if live_ledger is not None:
-                end_sequence = await asyncio.to_thread(_live_position, live_ledger)
             with tempfile.TemporaryDirectory(prefix="heddle-replay-") as folder:
                 path = Path(folder) / "replay.db"
                 snapshot = await latest_snapshot(bus)
@@ -120,12 +150,28 @@ async def open_replay(
                     stats = await rebuild_ledger(bus, fresh, rollout_id, end_sequence=end_sequence)
                     start = snapshot.sequence if snapshot is not None else 0
                     yield ReplaySession(fresh, stats, rollout_id, live_ledger, bus,
-                                        from_snapshot=start)  # fmt: skip
+                                        from_snapshot=start, live_error=live_error)  # fmt: skip
                 finally:
                     fresh.close()
     finally:
         if live_ledger is not None:
             live_ledger.close()
+
+
+def _open_live(url: str) -> tuple[Ledger | None, int | None, str]:
+    """The live ledger and its position; a damaged one is (None, None, why): the whole stream
+    is then rebuilt and ``verify`` says why nothing was compared."""
+    try:
+        with reading(url):
+            ledger = open_read_only(url)
+    except LedgerCorrupt as exc:
+        return None, None, str(exc)
+    try:
+        with reading(url):
+            return ledger, _live_position(ledger), ""
+    except LedgerCorrupt as exc:
+        ledger.close()
+        return None, None, str(exc)
 
 
 def _live_position(ledger: Ledger) -> int:
