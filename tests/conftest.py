@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from heddle.bench.small_disk import NoSmallDisk, SmallDisk
 from heddle.bus import Bus, BusOptions, PublishOptions
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.config import Settings
@@ -119,3 +120,18 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
             "or HEDDLE_TEST_DOCKER=1"
         )
     return str(request.getfixturevalue("_postgres_container_url"))
+
+
+@pytest.fixture
+def server_on_a_small_disk(tmp_path: Path) -> Iterator[tuple[EmbeddedNatsServer, SmallDisk]]:
+    """A nats-server whose store is a 24 MiB tmpfs, to fill (root only: skipped otherwise)."""
+    disk = SmallDisk(tmp_path / "store", 24 << 20)
+    try:
+        disk.mount()
+    except NoSmallDisk as exc:
+        pytest.skip(str(exc))
+    try:
+        with EmbeddedNatsServer(disk.path, monitor_port=0) as server:
+            yield server, disk
+    finally:
+        disk.unmount()

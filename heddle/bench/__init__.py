@@ -12,6 +12,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   migration costs (their types in ``engine_figures``, a cheap import);
 - ``chaos`` / ``chaos_trainer``: ``heddle bench chaos``, rollouts while processes are SIGKILLed
   at random, and the trainer whose record is counted against what was submitted;
+  ``chaos_faults``: its faults of the bus (nats-server restarts, a full disk), ``small_disk``:
+  the tmpfs it fills;
 - ``cluster``: ``heddle bench cluster``, a rollout on a 3-node JetStream cluster (R3 streams)
   with a node and then a stream leader SIGKILLed, against the single-server run
   (``stream_watch``: the stream's content and leader, as the bench observes them);

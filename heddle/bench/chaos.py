@@ -14,6 +14,12 @@ never handed to the trainer, ``duplicates`` handed twice to one trainer process 
 promises once per iteration), and ``redelivered_after_restart``: the trajectory a killed trainer
 had in hand, handed again to its successor (the client documents this; ``traj_id`` dedupes it).
 The live ledger is verified against the stream as of its position (``heddle replay --verify``).
+
+Faults of the bus itself (``heddle.bench.chaos_faults``): ``num_nats_restarts`` restarts of the
+nats-server, each down for ``nats_down_s``, spread over the rollouts after their kills; with
+``disk_full``, the JetStream store's disk (a small tmpfs) filled during the middle rollout and
+freed once the control plane reported the refusal; the report adds ``nats_restarts`` and
+``disk_full``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heddle.bench.chaos_faults import BusFaults, DiskFullReport
 from heddle.bench.chaos_trainer import count_record
 from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, ReplayQuery
@@ -65,6 +72,16 @@ class ChaosConfig:
     worker_timeout_s: float = 3.0
     heartbeat_s: float = 0.5
     rollout_timeout_s: float = 600.0
+    num_nats_restarts: int = 0
+    """Restarts of the nats-server, spread over the rollouts like the kills."""
+    nats_down_s: float = 5.0
+    """Wall seconds the nats-server stays down per restart (longer than the worker timeout)."""
+    disk_full: bool = False
+    """Fill the JetStream store's disk (a tmpfs, root only) during the middle rollout."""
+    disk_full_hold_s: float = 5.0
+    """Wall seconds the disk stays full after the control plane reports it."""
+    store_bytes: int = 256 << 20
+    """Size of that tmpfs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +100,9 @@ class ChaosReport:
     """Completed events beyond one per trajectory in the stream (the client hides them)."""
     ledger_sequence: int
     wall_s: float
+    nats_restarts: int = 0
+    disk_full: dict[str, Any] | None = None
+    """``heddle.bench.chaos_faults.DiskFullReport`` (with ``--disk-full``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -188,6 +208,14 @@ class Cluster:
 
 
 async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> ChaosReport:
+    store_bytes = config.store_bytes if config.disk_full else None
+    async with BusFaults(work_dir, settings.nats_store_dir, store_bytes) as faults:
+        return await _run_chaos(settings, config, work_dir, faults)
+
+
+async def _run_chaos(
+    settings: Settings, config: ChaosConfig, work_dir: Path, faults: BusFaults
+) -> ChaosReport:
     started = time.monotonic()
     rng = random.Random(config.seed)
     tag = secrets.token_hex(3)
@@ -198,18 +226,30 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
     trace = generate(config.workload, config.num_trajectories, seed=config.seed)
     source = f"workload:{config.workload}"
     plan = RolloutPlan("heddle", trace_specs(trace), source, config.time_scale)
+    disk_report: DiskFullReport | None = None
     async with Bus(settings) as bus:
         deployment = LocalDeployment(bus, work_dir / "logs")
         cluster = Cluster(deployment, config, trainer_args)
         try:
             await cluster.start()
-            for rollout_id, num_kills in zip(
-                rollout_ids, kills_per_rollout(config.num_kills, config.num_rollouts), strict=True
+            restarts = kills_per_rollout(config.num_nats_restarts, config.num_rollouts)
+            for index, (rollout_id, num_kills) in enumerate(
+                zip(
+                    rollout_ids,
+                    kills_per_rollout(config.num_kills, config.num_rollouts),
+                    strict=True,
+                )
             ):
                 await submit(bus, plan, rollout_id)
                 for _ in range(num_kills):
                     await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
                     await cluster.kill_and_restart(schedule.pop(0), rng)
+                for _ in range(restarts[index]):
+                    await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
+                    await faults.restart(config.nats_down_s)
+                if config.disk_full and index == config.num_rollouts // 2:
+                    hold_s, timeout_s = config.disk_full_hold_s, config.rollout_timeout_s
+                    disk_report = await faults.disk_full(hold_s, timeout_s)
                 await wait_finished(bus, rollout_id, config.rollout_timeout_s)
             await cluster.wait_trainer(config.rollout_timeout_s)
             finished_at = await wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
@@ -234,6 +274,8 @@ async def run_chaos(settings: Settings, config: ChaosConfig, work_dir: Path) -> 
         stream_duplicate_completions=stream_duplicates,
         ledger_sequence=verified.sequence,
         wall_s=round(time.monotonic() - started, 1),
+        nats_restarts=faults.num_restarts,
+        disk_full=disk_report.to_json() if disk_report is not None else None,
     )
 
 

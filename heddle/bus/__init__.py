@@ -73,7 +73,8 @@ failure), ``transient`` (JetStream API errors that pass, e.g. during leader elec
 ``subject_check`` (whether a message belongs on its subject), ``replay`` (ordered replay of a
 stream), ``micro`` (NATS micro services and their clients), ``embedded`` (the one ``nats-server``
 shared by a data dir's processes), ``server`` (an embedded ``nats-server`` on a free loopback port),
-``cluster`` (a loopback JetStream cluster, for tests and ``heddle bench cluster``).
+``store_health`` (whether its JetStream store takes writes, and the reset of one a full disk
+wedged), ``cluster`` (a loopback JetStream cluster, for tests and ``heddle bench cluster``).
 """
 
 from heddle.bus.batch_runner import BatchRunner

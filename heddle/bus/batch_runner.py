@@ -29,6 +29,7 @@ from heddle.bus.delivery import BatchHandler, Decoder, Delivery, TransientError
 from heddle.bus.pull import RawMessage, delivery_after
 from heddle.bus.runner import _ACK, ConsumerRunner, DeadLetterPublisher
 from heddle.bus.streams import ConsumerSpec, provision_consumer
+from heddle.bus.transient import retry_storage_refusals
 from heddle.bus.wire import LeanClient, parse_ack_subject
 
 T = TypeVar("T")
@@ -141,7 +142,8 @@ class BatchRunner(ConsumerRunner[T]):
                 await self._ack(delivery)
 
     async def _provision(self, spec: ConsumerSpec) -> None:
-        await provision_consumer(self._js, spec)
+        what = f"consumer {spec.durable}"
+        await retry_storage_refusals(lambda: provision_consumer(self._js, spec), what)
         self._next_delivery = 1 if spec.start_sequence is not None and spec.ack_all else None
 
     def _continues_delivery(self, raws: list[RawMessage]) -> bool:

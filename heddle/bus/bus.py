@@ -140,6 +140,15 @@ class Bus:
         """The connection is down, or coming back (its subscriptions not yet restored)."""
         return self._dialer.is_connection_lost
 
+    def hold_publishes(self, is_held: bool) -> None:
+        """While held, an unacknowledged publish is sent again past its retry deadline instead
+        of failing (the caller knows the stream refuses writes for now: a full disk)."""
+        self._require_outbox().publisher.is_held = is_held
+
+    def unacknowledged_s(self) -> float:
+        """How long this connection's oldest unacknowledged publish has waited (0.0: none)."""
+        return self._outbox.publisher.unacknowledged_s() if self._outbox is not None else 0.0
+
     @property
     def violations(self) -> list[Violation]:
         """Permission violations the server reported on this connection (newest last)."""

@@ -100,6 +100,22 @@ def release_embedded_server(shared: SharedServer) -> None:
         shared.record_path.unlink(missing_ok=True)
 
 
+def restart_embedded_server(shared: SharedServer, down_s: float) -> None:
+    """Stop the server this process started, wait ``down_s``, start it again on the same port
+    and store, and record its new pid (an operator's restart, for fault benchmarks)."""
+    if shared.server is None:
+        raise RuntimeError("only the process that started the embedded server restarts it")
+    # Under the data dir's lock throughout: a process that starts meanwhile would otherwise
+    # find the recorded server dead and start a second one on the same store.
+    with _locked(shared.record_path.parent / _LOCK_NAME):
+        shared.server.restart(down_s)
+        pid = shared.server.pid
+        assert pid is not None
+        record = read_record(shared.record_path)
+        if record is not None:
+            _write_record(shared.record_path, msgspec.structs.replace(record, pid=pid))
+
+
 def read_record(path: Path) -> ServerRecord | None:
     try:
         return msgspec.json.decode(path.read_bytes(), type=ServerRecord)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import nats.errors
 
+from heddle.bus.transient import STORAGE_REFUSALS
 from heddle.bus.wire import LeanClient, SinkSubscription, status_of
 from heddle.errors import UserError
 
@@ -121,15 +122,19 @@ class Publisher:
         self.options = options or PublishOptions()
         self._prefix = client.new_inbox()
         self._tokens = itertools.count()
-        self._waiting: dict[bytes, tuple[asyncio.Future[PublishAck], str]] = {}
-        """Per reply subject of an awaited publish, its future and the subject it went to (to
-        fail those the server refuses)."""
+        self._waiting: dict[bytes, tuple[asyncio.Future[PublishAck], str, float]] = {}
+        """Per reply subject of an awaited publish, its future, the subject it went to (to
+        fail those the server refuses) and when its message was first sent."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscription: SinkSubscription | None = None
         self._resume_at = 0.0
         """Monotonic time before which sends pause, after the server refused one."""
         self.num_resent = 0
         """Messages sent again (same id) after a timeout or a refusal."""
+        self.is_held = False
+        """While set, an unacknowledged message is sent again past the retry deadline instead
+        of failing: its stream is known to refuse writes for now (a full disk), so publishers
+        pause until it takes them (``Bus.hold_publishes``)."""
 
     async def open(self) -> Publisher:
         self._loop = asyncio.get_running_loop()
@@ -140,7 +145,7 @@ class Publisher:
         if self._subscription is not None:
             await self._subscription.close()
             self._subscription = None
-        for future, _ in self._waiting.values():
+        for future, _, _ in self._waiting.values():
             future.cancel()
         self._waiting.clear()
 
@@ -173,7 +178,8 @@ class Publisher:
                 raise PublishDenied(outgoing.subject, exc.description) from None
             raise PublishError(outgoing.subject, exc.description, exc.err_code) from None
         except _Retry as exc:
-            if time.monotonic() - outgoing.started_at > self.options.retry_deadline_s:
+            waited_s = time.monotonic() - outgoing.started_at
+            if waited_s > self.options.retry_deadline_s and not self.is_held:
                 raise PublishError(outgoing.subject, f"not acknowledged: {exc}") from None
             self.num_resent += 1
             await self._send(outgoing)
@@ -200,7 +206,7 @@ class Publisher:
         token = reply.encode()
         loop = self._loop or asyncio.get_running_loop()
         future: asyncio.Future[PublishAck] = loop.create_future()
-        self._waiting[token] = (future, outgoing.subject)
+        self._waiting[token] = (future, outgoing.subject, outgoing.started_at)
         outgoing.sent_at = time.monotonic()
         try:
             if outgoing.msg_id:
@@ -228,10 +234,17 @@ class Publisher:
     def deny(self, subject: str, reason: str) -> None:
         """Fail every awaited publish to ``subject``: the server refused it (``PublishDenied``
         from the publish call, instead of resending it until the retry deadline)."""
-        for token, (future, waiting_subject) in list(self._waiting.items()):
+        for token, (future, waiting_subject, _) in list(self._waiting.items()):
             if waiting_subject == subject and not future.done():
                 self._forget(token)
                 future.set_exception(_Rejected(reason, _DENIED))
+
+    def unacknowledged_s(self) -> float:
+        """How long the oldest message still awaiting its acknowledgement has waited (0.0:
+        none waits): a server that answers but stores nothing shows here first."""
+        if not self._waiting:
+            return 0.0
+        return time.monotonic() - min(started for _, _, started in self._waiting.values())
 
     def _pause(self) -> None:
         self._resume_at = time.monotonic() + self.options.retry_backoff_s
@@ -254,6 +267,12 @@ class Publisher:
             return
         if reply_body.error is not None:
             error = reply_body.error
+            if error.err_code in STORAGE_REFUSALS:
+                # The store cannot take it now (a full disk, exhausted storage): pause, and
+                # send it again with the same id once it can.
+                self._pause()
+                future.set_exception(_Retry(f"the store refuses: {error.description}"))
+                return
             if error.err_code == _HEADER_TOO_LARGE:
                 # Heddle's headers are a few dozen bytes: the server read a copy garbled in a
                 # fail-over (seen when a cluster node died mid-publish); the same id again is

@@ -43,7 +43,7 @@ from heddle.bus.delivery import (
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
 from heddle.bus.subject_check import subject_mismatch
-from heddle.bus.transient import is_transient, retry_transient
+from heddle.bus.transient import is_transient, retry_storage_refusals
 from heddle.bus.wire import LeanClient, parse_ack_subject
 from heddle.events import DeadLettered
 from heddle.events.subjects import parse_subject
@@ -122,7 +122,7 @@ class ConsumerRunner(Generic[T]):
 
     async def _provision(self, spec: ConsumerSpec) -> None:
         what = f"consumer {spec.durable}"
-        await retry_transient(lambda: provision_consumer(self._js, spec), what)
+        await retry_storage_refusals(lambda: provision_consumer(self._js, spec), what)
 
     async def _open_inbox(self) -> PullInbox:
         self._inbox = await PullInbox(self._client, self.spec.stream, self.spec.durable).open()

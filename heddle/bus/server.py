@@ -14,6 +14,7 @@ from types import TracebackType
 from heddle.errors import UserError
 
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+CONFIG_NAME = "nats-server.conf"
 
 
 class NatsServerNotFound(UserError, RuntimeError):
@@ -94,6 +95,26 @@ class EmbeddedNatsServer:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def config_path(self) -> Path:
+        """The server's configuration file: JetStream is configured here, not by flags, so a
+        reload can turn it off and on (``heddle.bus.store_health.reset_jetstream``)."""
+        return self.store_dir / CONFIG_NAME
+
+    def _config_text(self, *, is_jetstream_enabled: bool) -> str:
+        limit = self.max_payload_bytes
+        limit_line = f"max_payload: {limit}\n" if limit is not None else ""
+        return (
+            limit_line + jetstream_block(self.store_dir, is_jetstream_enabled) + self.extra_config
+        )
+
+    def restart(self, down_s: float = 0.0, timeout_s: float = 10.0) -> None:
+        """Stop the server, wait ``down_s``, start it again on the same port and store (as an
+        operator's restart does; clients reconnect by themselves)."""
+        self.stop()
+        time.sleep(down_s)
+        self._start_once(timeout_s)
+
+    @property
     def log_path(self) -> Path:
         """The server's log: a file, not a pipe, so a server that outlives the process that
         started it (a shared embedded server) never blocks or dies writing to it."""
@@ -117,10 +138,7 @@ class EmbeddedNatsServer:
 
     def _start_once(self, timeout_s: float) -> EmbeddedNatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        config = self.store_dir / "nats-server.conf"
-        limit = self.max_payload_bytes
-        limit_line = f"max_payload: {limit}\n" if limit is not None else ""
-        config.write_text(limit_line + self.extra_config)
+        write_config(self.config_path, self._config_text(is_jetstream_enabled=True))
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
@@ -130,11 +148,8 @@ class EmbeddedNatsServer:
                     "127.0.0.1",
                     "-p",
                     str(self.port),
-                    "-js",
-                    "-sd",
-                    str(self.store_dir),
                     "-c",
-                    str(config),
+                    str(self.config_path),
                     *(["-m", str(self.monitor_port)] if self.monitor_port else []),
                 ],
                 stdout=subprocess.DEVNULL,
@@ -198,3 +213,17 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def jetstream_block(store_dir: Path, is_enabled: bool) -> str:
+    """The configuration's JetStream line: on with its store under ``store_dir``, or off."""
+    if not is_enabled:
+        return "jetstream: disabled\n"
+    return f'jetstream {{ store_dir: "{store_dir}" }}\n'
+
+
+def write_config(path: Path, text: str) -> None:
+    """Replace a configuration file whole (a reload never reads half of one)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)

@@ -27,6 +27,36 @@ _TRANSIENT_TYPES = (
 )
 
 
+STORAGE_REFUSALS = frozenset({10012, 10047, 10077})
+"""JetStream error codes of a store that cannot take a write now: a consumer's store could
+not be created (10012), storage resources are exhausted (10047), a stream's store failed
+(10077). A full disk answers so; the request can succeed once space is back."""
+
+
+def is_storage_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` is JetStream refusing for lack of storage (worth waiting out)."""
+    return isinstance(exc, APIError) and exc.err_code in STORAGE_REFUSALS
+
+
+async def retry_storage_refusals(
+    call: Callable[[], Awaitable[T]], what: str, *, pause_s: float = 2.0
+) -> T:
+    """``await call()`` (transient errors asked again as ``retry_transient`` does), again every
+    ``pause_s`` for as long as the store refuses for lack of space: the caller waits for the
+    space to come back (the control plane's store guard resets a wedged store)."""
+    warned = False
+    while True:
+        try:
+            return await retry_transient(call, what)
+        except APIError as exc:
+            if not is_storage_refusal(exc):
+                raise
+            if not warned:
+                log.warning("%s: the JetStream store refuses (%s); waiting for space", what, exc)
+                warned = True
+        await asyncio.sleep(pause_s)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is what a JetStream request meets during a leader election or a
     reconnect (worth asking again shortly)."""

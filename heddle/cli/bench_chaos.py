@@ -2,6 +2,7 @@
 (``heddle.bench.chaos``); prints what the trainer received and whether the ledger is consistent.
 
     heddle bench chaos --rollouts 5 --kills 30 --seed 1 --json
+    heddle bench chaos --rollouts 3 --kills 6 --nats-restarts 2 --disk-full --json   # root
 """
 
 from __future__ import annotations
@@ -37,12 +38,27 @@ def bench_chaos(
     time_scale: Annotated[
         float, typer.Option(help="Model seconds per wall second.")
     ] = _DEFAULTS.time_scale,
+    nats_restarts: Annotated[
+        int, typer.Option(help="Restarts of the nats-server (each down --nats-down-s).")
+    ] = 0,
+    nats_down_s: Annotated[
+        float, typer.Option(help="Wall seconds the nats-server stays down per restart.")
+    ] = _DEFAULTS.nats_down_s,
+    disk_full: Annotated[
+        bool,
+        typer.Option(
+            help="Fill the JetStream store's disk (a small tmpfs: needs root) mid-run, free it "
+            "once the control plane reports the refusal."
+        ),
+    ] = False,
     keep: Annotated[bool, typer.Option(help="Keep the run's folder (logs, stream).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Runs on a fresh data dir of its own (an embedded nats-server and SQLite ledger there)."""
     if rollouts < 1 or kills < 0 or trajectories < 1 or workers < 1:
         raise typer.BadParameter("need rollouts >= 1, kills >= 0, trajectories >= 1, workers >= 1")
+    if nats_restarts < 0 or not nats_down_s >= 0:
+        raise typer.BadParameter("need --nats-restarts >= 0 and --nats-down-s >= 0")
     config = dataclasses.replace(
         _DEFAULTS,
         num_rollouts=rollouts,
@@ -51,6 +67,9 @@ def bench_chaos(
         num_trajectories=trajectories,
         num_workers=workers,
         time_scale=time_scale,
+        num_nats_restarts=nats_restarts,
+        nats_down_s=nats_down_s,
+        disk_full=disk_full,
     )
     base = settings_of(ctx)
     base.data_dir.mkdir(parents=True, exist_ok=True)

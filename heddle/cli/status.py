@@ -18,6 +18,7 @@ from typing import Annotated
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from heddle.cli.apps import app, settings_of
@@ -25,6 +26,7 @@ from heddle.config import Settings
 from heddle.consumers.ledger_health import LedgerHealth, read_health
 from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, consumer_names
 from heddle.consumers.status import read_status
+from heddle.consumers.store_guard import StoreReport
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
 from heddle.ledger.integrity import LedgerCorrupt, reading
@@ -118,17 +120,18 @@ def print_status(snapshot: StatusSnapshot, console: Console) -> None:
 
 def describe_health(health: LedgerHealth) -> str:
     """The keeper's report in one line (red while the figures below are not whole)."""
-    copy = f"; the damaged file is at {health.corrupt_copy}" if health.corrupt_copy else ""
+    copy = f"; the damaged file is at {escape(health.corrupt_copy)}" if health.corrupt_copy else ""
+    reason = escape(health.reason)
     if health.state == "stopped":
-        return f"[red]ledger projection STOPPED: {health.reason}; the figures below are stale[/]"
+        return f"[red]ledger projection STOPPED: {reason}; the figures below are stale[/]"
     if health.state == "rebuilding":
         return (
-            f"[red]ledger damaged ({health.reason}): rebuilding it from the stream, at "
+            f"[red]ledger damaged ({reason}): rebuilding it from the stream, at "
             f"#{health.position} of #{health.target_sequence}{copy}; the figures below are "
             "partial until then[/]"
         )
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(health.updated_at))
-    return f"ledger rebuilt from the stream at {when} after damage ({health.reason}){copy}"
+    return f"ledger rebuilt from the stream at {when} after damage ({reason}){copy}"
 
 
 def _health_hint(health: LedgerHealth | None) -> str:
@@ -153,8 +156,28 @@ def _print_control_plane(snapshot: StatusSnapshot, console: Console) -> None:
         f"policies {', '.join(control.policies) or '-'}",
         highlight=False,
     )
+    if control.store is not None:
+        line = describe_store(control.store)
+        if line:
+            console.print(line, highlight=False)
     for line in durable_warnings(snapshot):
         console.print(line, style="bold red", highlight=False)
+
+
+def describe_store(store: StoreReport) -> str:
+    """The JetStream store's state in one line ('' when it takes writes and nothing happened)."""
+    resets = ""
+    if store.num_resets:
+        when = time.strftime("%H:%M:%S", time.localtime(store.last_reset_at))
+        resets = f"; JetStream reset {store.num_resets} time(s), last at {when}"
+    if store.is_writable:
+        return f"JetStream store: takes writes{resets}" if resets else ""
+    since = time.strftime("%H:%M:%S", time.localtime(store.since))
+    free = "" if store.free_bytes is None else f"; {store.free_bytes / (1 << 20):.1f} MiB free"
+    return (
+        f"[red]JetStream store REFUSES WRITES since {since}: {escape(store.reason)}{free}; "
+        f"producers are paused; {escape(store.action)}{resets}[/]"
+    )
 
 
 def durable_warnings(snapshot: StatusSnapshot) -> list[str]:

@@ -26,6 +26,8 @@
 - ``latency``: the control plane's cumulative latency histograms (decision latency, consumer age);
 - ``context_predictions``: the shell around the served context model: requests sent without waiting,
   each answer published as ``Predicted`` when it arrives in time;
+- ``store_guard``: the JetStream store watched (a full disk reported, producers paused, the
+  embedded server's JetStream reset once space is back);
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);
   ``snapshot``: what ``heddle status`` shows, from the ledger, that state and NATS.
 """

@@ -150,6 +150,7 @@ class LedgerKeeper:
             stream.last_sequence,
         )
         old, self.ledger = self.ledger, fresh
+        self._found = None  # what the check found was about the old file
         old.close()
         if self.on_new_ledger is not None:
             self.on_new_ledger(fresh)

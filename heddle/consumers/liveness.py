@@ -118,8 +118,12 @@ class WorkerLiveness:
                 worker = self._workers.get(event.worker_id)
                 if worker is None or event.incarnation != worker.incarnation:
                     held = worker.trajectories if worker is not None else set()
+                    # Heartbeats heard while the stream is replayed (a control plane that
+                    # restarts or rebuilds its deciders) come before the replayed registration
+                    # that they follow: they still count.
+                    seen_s = max(event.occurred_at, worker.last_seen_s if worker else 0.0)
                     self._workers[event.worker_id] = _Worker(
-                        event.incarnation, event.occurred_at, trajectories=held
+                        event.incarnation, seen_s, trajectories=held
                     )
                 else:
                     self._seen(event)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from heddle.consumers.host import HostConfig
 from heddle.consumers.predictors import PredictorConfig
+from heddle.consumers.store_guard import StoreGuardConfig
 from heddle.policy.cost.model import preset
 
 
@@ -38,6 +39,8 @@ class ControlPlaneConfig:
     """Serve Prometheus metrics on this port (0: off; see ``heddle.observability``)."""
     serve_operations: bool = True
     """Serve the operations service (``nats micro ls`` lists it as ``heddle``)."""
+    store: StoreGuardConfig = field(default_factory=StoreGuardConfig)
+    """How the JetStream store is watched (a full disk) and a wedged one reset."""
 
     def __post_init__(self) -> None:
         preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices

@@ -56,6 +56,7 @@ from heddle.consumers.status import (
     slot_report,
     write_status,
 )
+from heddle.consumers.store_guard import StoreGuard
 from heddle.consumers.submissions import TaskCheck
 from heddle.consumers.supervision import supervise
 from heddle.control import ControlOptions
@@ -101,6 +102,8 @@ class ControlPlaneService:
         self.weights: WeightsDecider | None = None
         """Weight versions: which one is published, which worker loaded which."""
         """The operators' view (None until the deciders' consumer is live)."""
+        self.store_guard: StoreGuard | None = None
+        """Watches the JetStream store (a full disk) and resets the embedded server's."""
         self.keeper: LedgerKeeper | None = None
         """The ledger projector's keeper (rebuilds a damaged ledger from the stream)."""
         self._bus: Bus | None = None
@@ -137,6 +140,12 @@ class ControlPlaneService:
                 for name, unit, recovery in units
             ]
             tasks.append(asyncio.create_task(self._report_status()))
+            guard = self.store_guard = StoreGuard(
+                bus, self.settings, self.config.store, self.metrics
+            )
+            guarding = asyncio.create_task(
+                supervise("store guard", guard.run, self._is_stopping, self.restarts, "again")
+            )
             service = None
             if self.config.serve_operations:
                 service = await OperationsService(
@@ -155,8 +164,12 @@ class ControlPlaneService:
             finally:
                 if service is not None:
                     await service.stop()
+                # The guard only watches: cancelled first, and its hold on publishes let go, so
+                # that a stop during a full disk ends (those publishes then fail).
+                guarding.cancel()
+                bus.hold_publishes(False)
                 self._stop_units()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*tasks, guarding, return_exceptions=True)
                 self._write_status()
                 if metrics_server is not None:
                     metrics_server.close()
@@ -354,6 +367,7 @@ class ControlPlaneService:
                 for consumer in self.consumers.values()
                 for stats in consumer.stats.units.values()
             ],
+            store=self.store_guard.report if self.store_guard is not None else None,
         )
 
     def _require_bus(self) -> Bus:

@@ -17,6 +17,7 @@ import msgspec
 
 from heddle.consumers.ledger_health import LedgerHealth
 from heddle.consumers.status import ControlPlaneStatus
+from heddle.consumers.store_guard import StoreReport
 from heddle.events import ExecutorRegistered
 from heddle.ledger import Ledger, queries
 from heddle.ledger.rows import RolloutRow, TrajectoryRow, WorkerRow
@@ -106,6 +107,8 @@ class ControlPlaneLine(msgspec.Struct, frozen=True, kw_only=True):
     predictor: str
     policies: list[str]
     live_workers: list[str]
+    store: StoreReport | None = None
+    """Whether the JetStream store takes writes, as the control plane last saw it."""
 
 
 class StatusSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -347,4 +350,5 @@ def _control_plane(control: ControlPlaneStatus | None, now: float) -> ControlPla
         predictor=control.predictor,
         policies=list(control.policies),
         live_workers=list(control.live_workers),
+        store=control.store,
     )

@@ -23,6 +23,7 @@ import msgspec
 from heddle.bus import Bus
 from heddle.consumers.host import ConsumerStats, UnitStats
 from heddle.consumers.latency import HistogramReport, quantile_ms
+from heddle.consumers.store_guard import StoreReport
 from heddle.events.subjects import EVENTS_STREAM
 
 STATUS_FILE = "control-plane.json"
@@ -87,6 +88,8 @@ class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
     consumers: list[ConsumerReport] = []
     slots: list[SlotReport] = []
     """The units the consumers host (slots and liveness), with their decision times."""
+    store: StoreReport | None = None
+    """Whether the JetStream store takes writes (``heddle.consumers.store_guard``)."""
 
 
 class DurablePosition(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,7 +24,10 @@ Control plane (label ``consumer`` = the decider consumer's durable name):
   ``heddle_consumer_pending_messages`` (its filtered messages not yet acknowledged);
 - ``heddle_rollout_trajectories_total{rollout, state=submitted|completed|failed}``: each
   rollout's progress as the control plane's events show it (since this process started);
-- ``heddle_dead_letters``: dead-letter records stored in the events stream.
+- ``heddle_dead_letters``: dead-letter records stored in the events stream;
+- ``heddle_stream_store_writable`` (1, or 0 while a stream refuses writes: a full disk),
+  ``heddle_stream_store_free_bytes`` (the embedded store's file system) and
+  ``heddle_stream_store_resets_total`` (``heddle.consumers.store_guard``).
 """
 
 from __future__ import annotations
@@ -144,6 +147,19 @@ class Metrics:
         self.dead_letters = self._gauge(
             "heddle_dead_letters", "Dead-letter records stored in the events stream", ()
         )
+        self.store_writable = self._gauge(
+            "heddle_stream_store_writable",
+            "1 while the JetStream store takes writes, 0 while a stream refuses them",
+            (),
+        )
+        self.store_free_bytes = self._gauge(
+            "heddle_stream_store_free_bytes",
+            "Free bytes where the embedded JetStream store lives (-1: not on this machine)",
+            (),
+        )
+        self.store_resets = self._counter(
+            "heddle_stream_store_resets", "JetStream resets after a store refused writes", ()
+        )
 
     def _gauge(self, name: str, documentation: str, labels: tuple[str, ...]) -> Gauge:
         return Gauge(name, documentation, labels, registry=self.registry)
@@ -233,6 +249,10 @@ class Metrics:
             self.observe_decision(consumer, outputs, elapsed_s)
 
         return observe
+
+    def set_store(self, is_writable: bool, free_bytes: int | None) -> None:
+        self.store_writable.set(1 if is_writable else 0)
+        self.store_free_bytes.set(-1 if free_bytes is None else free_bytes)
 
     def set_consumer_position(
         self, consumer: str, *, last_sequence: int, ack_floor: int, num_unacked: int

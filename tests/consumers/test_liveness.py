@@ -156,3 +156,14 @@ def test_a_reconnection_restarts_the_silence_and_an_earlier_time_does_not() -> N
     liveness.start_listening(120.0)
     assert liveness.check(202.9) == []
     assert [f.worker_id for f in liveness.check(203.5)] == ["w0"]
+
+
+def test_heartbeats_heard_during_a_replay_outlive_the_replayed_registration() -> None:
+    """A control plane that restarts or rebuilds its deciders listens from 50 and hears w0 at
+    100 while the replay is still folding w0's registration of 10: w0 was alive at 100."""
+    liveness = WorkerLiveness(timeout_s=3.0)
+    liveness.start_listening(50.0)
+    liveness.heard(heartbeat("w0", 100.0))
+    liveness.decide(registered("w0", 10.0))
+    assert liveness.check(102.0) == []
+    assert [f.worker_id for f in liveness.check(103.5)] == ["w0"]

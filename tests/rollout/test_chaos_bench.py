@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -55,3 +56,25 @@ def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     assert (report["lost"], report["duplicates"]) == (0, 0)
     assert report["ledger_consistent"] is True
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("chaos-")] == []
+
+
+@pytest.mark.benchmark
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_chaos_run_through_a_nats_restart_and_a_full_disk_loses_nothing(tmp_path: Path) -> None:
+    """One rollout of 8 trajectories, the nats-server down 5 s once, its store's disk (a tmpfs:
+    root only) filled until the control plane reports it, then freed."""
+    if os.geteuid() != 0:
+        pytest.skip("--disk-full mounts a tmpfs: root only")
+    options = ["--rollouts", "1", "--kills", "0", "--trajectories", "8", "--nats-restarts", "1"]
+    result = CliRunner().invoke(
+        app, ["--data-dir", str(tmp_path), "bench", "chaos", *options, "--disk-full", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["nats_restarts"] == 1
+    assert report["disk_full"]["refused_writes_seen"] is True
+    assert report["disk_full"]["recovered_s"] is not None and report["disk_full"]["num_resets"] >= 1
+    assert report["completions_received"] == report["completions_expected"] == 8
+    assert (report["lost"], report["duplicates"]) == (0, 0)
+    assert report["ledger_consistent"] is True
