@@ -98,7 +98,9 @@ class ConsumerRunner(Generic[T]):
         self._until_idle = False
 
     def stop(self) -> None:
-        """Ask the runner to finish its current work and return from ``run()``."""
+        """Ask the runner to finish its current work and return from ``run()`` (a stop asked
+        before ``run()`` makes it return at once: a process told to stop while it was still
+        starting, e.g. by SIGTERM, stops)."""
         self._stopping = True
         if self._inbox is not None:
             self._inbox.interrupt()
@@ -106,15 +108,19 @@ class ConsumerRunner(Generic[T]):
     async def run(self, *, until_idle: bool = False) -> RunnerStats:
         """Provision the durable and process messages until ``stop()``; with ``until_idle``,
         also return once the consumer has nothing pending (everything published so far is
-        handled)."""
-        self._stopping = False
+        handled). A runner may run again after it returned."""
         self._until_idle = until_idle
-        await self._provision(self.spec)
-        await self._open_inbox()
         try:
-            await self._loop()
+            if self._stopping:
+                return self.stats
+            await self._provision(self.spec)
+            await self._open_inbox()
+            try:
+                await self._loop()
+            finally:
+                await self._close_inbox()
         finally:
-            await self._close_inbox()
+            self._stopping = False
         return self.stats
 
     async def _loop(self) -> None:

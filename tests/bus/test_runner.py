@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from events_factory import generated_of, steps
+from waiting import until
 
 from heddle.bus import (
     Bus,
@@ -181,8 +182,13 @@ async def test_handler_bug_stops_the_runner_and_the_batch_comes_back(bus: Bus) -
     async def fixed(batch: list[Delivery[EventT]]) -> None:
         got.extend(d.num_delivered for d in batch)
 
-    await asyncio.sleep(1.2)
-    await bus.batch_runner(crashing, decode_event, fixed).run(until_idle=True)
+    # The batch comes back once the server's ack wait has passed: waited for, not slept on
+    # (a loaded server redelivers late; an idle check before that would see nothing pending).
+    runner = bus.batch_runner(crashing, decode_event, fixed)
+    running = asyncio.create_task(runner.run())
+    await until(lambda: len(got) >= 2, "the unacknowledged batch redelivered", 60)
+    runner.stop()
+    await asyncio.wait_for(running, 60)
     assert len(got) == 2 and min(got) >= 2
 
 
@@ -225,5 +231,27 @@ async def test_stop_is_graceful(bus: Bus) -> None:
     task = asyncio.create_task(runner.run())
     await asyncio.wait_for(all_handled.wait(), 10)
     runner.stop()
-    stats = await asyncio.wait_for(task, 5)
+    stats = await asyncio.wait_for(task, 60)
     assert stats.num_acked == 3
+
+
+async def test_a_stop_asked_before_the_run_is_kept(bus: Bus) -> None:
+    """A process told to stop while still starting (SIGTERM before its consumer runs) stops:
+    ``run()`` returns at once, and a later ``run()`` serves again."""
+    await bus.publish_many(steps("r1", 1, 2))
+    handled: list[int] = []
+
+    async def handle(batch: list[Delivery[EventT]]) -> None:
+        handled.extend(d.stream_sequence for d in batch)
+
+    async def handle_one(delivery: Delivery[EventT]) -> None:
+        handled.append(delivery.stream_sequence)
+
+    batches = bus.batch_runner(spec("c-batch"), decode_event, handle)
+    messages = bus.message_runner(spec("c-message"), decode_event, handle_one)
+    for runner in (batches, messages):
+        runner.stop()
+        await asyncio.wait_for(runner.run(), 60)
+    assert handled == []
+    await asyncio.wait_for(batches.run(until_idle=True), 60)
+    assert handled == [1, 2]
