@@ -8,10 +8,12 @@ folded in: the consumer being busy (batches awaiting acknowledgement) does not d
 the consumer lagging (events stored, not yet delivered) skips it. ``on_checked`` is called
 after each check that ran.
 
-Silence while the control plane's own connection was down is not the workers': each check
-counts it from the bus's latest reconnection at the earliest (``Bus.reconnected_at_s``), and
-none runs while the connection is down, so a nats-server restart fails no live worker,
-whichever side reconnects first.
+Silence that is the control plane's own is not the workers'. While its connection was down:
+each check counts silence from the bus's latest reconnection at the earliest
+(``Bus.reconnected_at_s``), and none runs while the connection is down, so a nats-server
+restart fails no live worker, whichever side reconnects first. While the process itself did
+not run (starved of CPU, paused): a check that wakes more than half a timeout late judges
+nothing and counts silence from then, as the heartbeats sent meanwhile wait unread.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from heddle.events.subjects import EVENTS_STREAM
 log = logging.getLogger(__name__)
 
 _FOLD_POLL_S = 0.01
+_STALL_PROBE_S = 0.1
 
 
 class LivenessChecks:
@@ -51,13 +54,31 @@ class LivenessChecks:
         """Check every ``interval_s`` until cancelled."""
         heartbeats = await self.bus.subscribe_heartbeats(self.liveness.heard)
         self.liveness.start_listening(time.time())
+        watching = asyncio.create_task(self._watch_stalls())
         try:
             while True:
                 await asyncio.sleep(self.interval_s)
                 await self.check_once()
         finally:
+            watching.cancel()
             with contextlib.suppress(Exception):
                 await heartbeats.unsubscribe()
+
+    async def _watch_stalls(self) -> None:
+        """Restart listening after this process did not run for half a timeout (CPU
+        starvation, a long pause): heartbeats that came meanwhile wait unread. A wake-up that
+        much late says so; a check suspended across the stall judges by its own earlier
+        ``now`` and a later one comes after this (it awaits the server before judging)."""
+        stall_s = self.liveness.timeout_s / 2
+        while True:
+            slept_at = time.monotonic()
+            await asyncio.sleep(_STALL_PROBE_S)
+            late_s = time.monotonic() - slept_at - _STALL_PROBE_S
+            if late_s > stall_s:
+                log.info(
+                    "the control plane did not run for %.1f s: silence counts from now", late_s
+                )
+                self.liveness.start_listening(time.time())
 
     async def check_once(self) -> None:
         consumer = self.consumer

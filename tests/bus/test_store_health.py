@@ -21,7 +21,8 @@ from heddle.config import Settings
 from heddle.events import EventT, WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM
 
-OPTIONS = BusOptions(publish=PublishOptions(ack_timeout_s=1.0, retry_deadline_s=2.0))
+SHORT = BusOptions(publish=PublishOptions(ack_timeout_s=1.0, retry_deadline_s=3.0))
+"""For publishes expected to be refused: they fail at this deadline (the others wait longer)."""
 
 
 def registered(index: int) -> EventT:
@@ -47,21 +48,21 @@ async def test_a_full_disk_wedges_the_stream_until_jetstream_is_reset(
     server, disk = server_on_a_small_disk
     assert server.monitor_port is not None and server.pid is not None
     settings = Settings(nats_url=server.url, data_dir=tmp_path / "data")
-    async with Bus(settings, OPTIONS) as bus:
+    async with Bus(settings) as bus, Bus(settings, SHORT) as short:
         await bus.publish_many([registered(i) for i in range(10)])
         assert store_health(server.monitor_port, disk.path).is_writable
         disk.fill()
-        assert await _refused(bus, registered(10)), "a write on a full disk was stored"
+        assert await _refused(short, registered(10)), "a write on a full disk was stored"
         health = store_health(server.monitor_port, disk.path)
         assert "no space left on device" in health.write_error
         assert health.free_bytes is not None and health.free_bytes < 1 << 20
 
         disk.free()
-        assert await _refused(bus, registered(10)), "the stream took writes with space back"
+        assert await _refused(short, registered(10)), "the stream took writes with space back"
         info = await bus.js.stream_info(EVENTS_STREAM)
         await bus.js.update_stream(info.config)  # a configuration update does not clear it
         server_process_reloads(server)  # nor does a reload of the same configuration
-        assert await _refused(bus, registered(10))
+        assert await _refused(short, registered(10))
         assert not store_health(server.monitor_port, disk.path).is_writable
 
         reset_jetstream(server.config_path, server.store_dir, server.pid, server.monitor_port)

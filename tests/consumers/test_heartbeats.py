@@ -91,3 +91,37 @@ async def first_failures(bus: Bus) -> list[WorkerFailed]:
         await asyncio.sleep(0.1)
         found = await failures(bus)
     return found
+
+
+async def test_a_control_plane_that_did_not_run_fails_no_worker_for_it(settings: Settings) -> None:
+    """The process stops running for twice the timeout (here: the event loop blocked); the
+    heartbeats sent meanwhile are read only after it resumes. Its silence is not the worker's."""
+    async with deployment(settings, num_workers=0), Bus(settings) as bus:
+        await bus.publish(
+            WorkerRegistered(
+                event_id="wy:registered", occurred_at=time.time(), worker_id="wy", engine="sim"
+            )
+        )
+        sequence = 0
+
+        async def beat() -> None:
+            nonlocal sequence
+            sequence += 1
+            await bus.publish_telemetry(
+                WorkerHeartbeat(
+                    event_id=f"wy:hb:{sequence}",
+                    occurred_at=time.time(),
+                    worker_id="wy",
+                    sequence=sequence,
+                )
+            )
+
+        for _ in range(10):
+            await beat()
+            await asyncio.sleep(0.1)
+        time.sleep(2 * TIMEOUT_S)  # noqa: ASYNC251 (the stall under test)
+        await asyncio.sleep(0.3)  # queued heartbeats are read a moment after it resumes
+        for _ in range(30):  # three timeouts of live heartbeats
+            await beat()
+            await asyncio.sleep(0.1)
+        assert not await failures(bus), "a live worker was failed for the control plane's stall"

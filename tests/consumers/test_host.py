@@ -114,7 +114,7 @@ async def test_a_restart_replays_to_its_position_and_decides_the_rest_once(bus: 
     (event,) = await finished(bus, "r1")
     assert isinstance(event, RolloutFinished) and event.num_completed == 3
     async with Running(bus) as third:  # nothing left to decide: no second RolloutFinished
-        await asyncio.sleep(0.3)
+        await until(lambda: third.stats.num_replayed + third.stats.num_decided >= 5, "all 5 folded")
     # Replayed: the submission, three completions and the slot's own RolloutFinished (or that
     # one live, when the second stopped before its own output came back to it).
     assert third.stats.num_replayed + third.stats.num_decided == 5

@@ -74,7 +74,7 @@ def _history() -> list[object]:
 
 
 async def _until_known(bus: Bus) -> None:
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(120):
         while True:
             try:
                 body = await request(bus, ops_subject("trajectory.info"),
@@ -116,7 +116,7 @@ async def test_a_drain_is_recorded_then_sent_to_the_worker(bus: Bus) -> None:
     )
     assert (reply["event"], reply["operator"]) == ("worker.drain_requested", "ana")
     query = ReplayQuery(filter_subjects=("heddle.cmd.worker.w0.drain",))
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(120):
         while True:
             reader = bus.replay(query, decode_worker_command, COMMANDS_STREAM)
             drains = [r.message async for r in reader if isinstance(r.message, Drain)]

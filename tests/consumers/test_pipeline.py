@@ -48,8 +48,15 @@ async def test_a_delivery_lost_in_transit_stops_the_pipeline_before_it_is_acknow
     await bus.publish_many(completions(0, 3))
     await until(lambda: _count(decided, 3))
     thief = await bus.js.pull_subscribe_bind(DURABLE, stream=EVENTS_STREAM)
-    stolen_requests = asyncio.create_task(thief.fetch(2, timeout=5))
-    await asyncio.sleep(0.2)  # the thief's pull request waits at the server beside the runner's
+    stolen_requests = asyncio.create_task(thief.fetch(2, timeout=60))
+
+    async def both_wait() -> bool:
+        state = await bus.consumer_state(EVENTS_STREAM, DURABLE)
+        return state is not None and state.num_waiting >= 2
+
+    # The thief's pull request waits at the server beside the runner's (a loaded machine
+    # takes a while to send it: waited for, not slept on).
+    await until(both_wait, "the thief's request at the server")
     await bus.publish_many(completions(3, 40))
     stolen = await stolen_requests
     with pytest.raises(ConsumerFailed, match="expected from"):

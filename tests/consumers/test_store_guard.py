@@ -22,7 +22,7 @@ from heddle.consumers.store_guard import StoreGuard, StoreGuardConfig
 from heddle.events import WorkerRegistered
 from heddle.observability import Metrics
 
-CONFIG = StoreGuardConfig(interval_s=0.2, stall_s=1.0)
+CONFIG = StoreGuardConfig(interval_s=0.2, stall_s=2.0)
 
 
 def registered(worker_id: str) -> WorkerRegistered:
@@ -55,7 +55,7 @@ async def test_refused_writes_of_a_server_heddle_does_not_run_are_reported_and_p
     server, disk = server_on_a_small_disk
     assert server.pid is not None and server.monitor_port is not None
     settings = Settings(nats_url=server.url, data_dir=tmp_path / "data")
-    options = BusOptions(publish=PublishOptions(ack_timeout_s=0.5, retry_deadline_s=2.0))
+    options = BusOptions(publish=PublishOptions(ack_timeout_s=1.0, retry_deadline_s=5.0))
     metrics = Metrics()
     async with Bus(settings, options) as bus:
         guard = StoreGuard(bus, settings, CONFIG, metrics)
@@ -68,7 +68,7 @@ async def test_refused_writes_of_a_server_heddle_does_not_run_are_reported_and_p
         assert "reload nats-server with JetStream disabled" in guard.report.action
         assert metrics.registry.get_sample_value("heddle_stream_store_writable") == 0
         stalled_at = len(producer.acks)
-        await asyncio.sleep(3 * options.publish.retry_deadline_s)
+        await asyncio.sleep(2 * options.publish.retry_deadline_s)
         assert not producing.done(), "a held publish failed at its deadline instead of pausing"
         assert len(producer.acks) == stalled_at
 

@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from waiting import until
 
 from heddle.bus import Bus, EmbeddedNatsServer
 from heddle.config import Settings
 from heddle.consumers.projector import Projector, ProjectorConfig, catch_up
 from heddle.consumers.projector_gaps import batch_start, subject_matches
 from heddle.events import EventT
-from heddle.events.subjects import trajectory_subject
+from heddle.events.subjects import EVENTS_STREAM, trajectory_subject
 from heddle.ledger import Ledger, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.lean_decoder import decode_event_lean
@@ -77,29 +78,33 @@ async def test_a_live_stream_is_written_in_batches_when_the_projector_gathers(
 ) -> None:
     """Events published one at a time: a projector that gathers for ``gather_s`` writes them
     in a few transactions (a gather ends early with the pull request it waits on, which
-    lingers ``fetch_wait_s``), and trails the stream by no more than that; every event is
-    projected once either way."""
+    lingers ``fetch_wait_s``); every event is projected once either way. (How far it trails
+    the stream is a figure of docs/benchmarks.md, not asserted here: a loaded machine
+    stretches it.)"""
     events = rollout_events("live", num_trajectories=3, num_steps=3)
     projector = Projector(
         bus, ledger, ProjectorConfig(batch_size=len(events), fetch_wait_s=3.0, gather_s=gather_s)
     )
     running = asyncio.create_task(projector.run())
-    await asyncio.sleep(0.3)  # the durable exists and its first request is open
+    await until(lambda: _has_durable(bus), "the projector's durable", 60)
     for event in events:
         await bus.publish(event)
         await asyncio.sleep(0.01)
-    published_at = time.monotonic()
-    while _projected(ledger) < len(events):
-        assert time.monotonic() - published_at < gather_s + 5.0, "the projector fell behind"
-        await asyncio.sleep(0.02)
+    await until(lambda: _projected(ledger) >= len(events), "every event projected", 120)
     projector.stop()
     stats = await running
     assert stats.num_projected == len(events)
     if gather_s:
-        assert stats.num_batches <= 3
+        # A few transactions (3 on an idle machine): far fewer than one per event, however
+        # slowly a loaded machine publishes them.
+        assert stats.num_batches <= len(events) // 4
     reference = await rebuilt(bus, tmp_path)
     assert compare_ledgers(ledger, reference).mismatches == []
     reference.close()
+
+
+async def _has_durable(bus: Bus) -> bool:
+    return await bus.consumer_state(EVENTS_STREAM, ProjectorConfig().consumer) is not None
 
 
 def _projected(ledger: Ledger) -> int:

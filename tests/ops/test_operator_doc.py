@@ -66,7 +66,7 @@ def options() -> RunOptions:
     return RunOptions(
         plan=RolloutPlan("heddle", trace_specs(trace()), "trace:operator-doc", 1.0),
         pool=WorkerPool(2, "sim", {"time_scale": "1", "model": "qwen3-8b"}, heartbeat_s=0.5),
-        control_plane=ControlPlaneConfig(cost_model="qwen3-8b", worker_timeout_s=3.0),
+        control_plane=ControlPlaneConfig(cost_model="qwen3-8b", worker_timeout_s=8.0),
         timeout_s=240,
         show_progress=False,
     )

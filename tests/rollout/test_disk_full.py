@@ -76,7 +76,7 @@ async def test_a_full_disk_is_reported_and_survived(small_disk: SmallDisk, tmp_p
             metrics = plane.service.metrics.registry
             assert metrics.get_sample_value("heddle_stream_store_writable") == 0
             command = ["--data-dir", str(settings.data_dir), "status", "--no-nats"]
-            await until(lambda: "REFUSES WRITES" in _status_text(command), "status says so", 30)
+            await until(lambda: "REFUSES WRITES" in _status_text(command), "status says so", 60)
             small_disk.free()
             summary = await client.wait(rollout_id, timeout_s=300)
             received = [t.traj_id async for t in client.completions(rollout_id)]

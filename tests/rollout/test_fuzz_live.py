@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 TIME_SCALE = 300.0
 NUM_TRAJECTORIES = 8
-DEAD_LETTER_WAIT_S = 30.0
+DEAD_LETTER_WAIT_S = 120.0
 
 
 @pytest.fixture

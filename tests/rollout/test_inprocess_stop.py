@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +28,10 @@ async def test_a_part_that_does_not_stop_is_cancelled_with_a_warning_showing_whe
     settings = Settings(nats_url=nats_url, data_dir=tmp_path / "data")
     options = InProcessOptions(num_workers=1, stop_timeout_s=1.0)
     with caplog.at_level(logging.WARNING, logger=inprocess.__name__):
-        async with InProcessDeployment(settings, options) as deployment:
-            tasks = list(deployment._tasks)
-            begin = time.monotonic()
-    assert time.monotonic() - begin < 20  # not the hang: one bound, then cancelled
+        # The hang would never end: a generous bound (a wait, not a timing assertion).
+        async with asyncio.timeout(300):
+            async with InProcessDeployment(settings, options) as deployment:
+                tasks = list(deployment._tasks)
     assert all(task.done() for task in tasks)
     assert tasks[1].cancelled() and not tasks[0].cancelled()  # the control plane stopped itself
     (warning,) = [r for r in caplog.records if "did not stop" in r.getMessage()]

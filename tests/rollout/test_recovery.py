@@ -56,7 +56,7 @@ def options(num_workers: int) -> RunOptions:
         control_plane=ControlPlaneConfig(
             cost_model="qwen3-8b",
             predictor=PredictorConfig("noisy_oracle"),
-            worker_timeout_s=3.0,
+            worker_timeout_s=8.0,  # a dead worker is noticed; a starved live one is not failed
         ),
         timeout_s=150,
         show_progress=False,

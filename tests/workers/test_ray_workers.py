@@ -116,7 +116,7 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
         plan=RolloutPlan("heddle", trace_specs(TRACE), "workload:search", TIME_SCALE),
         pool=None,  # the Ray actors are the workers
         control_plane=ControlPlaneConfig(
-            cost_model="qwen3-8b", predictor=PredictorConfig("noisy_oracle"), worker_timeout_s=3.0
+            cost_model="qwen3-8b", predictor=PredictorConfig("noisy_oracle"), worker_timeout_s=8.0
         ),
         timeout_s=150,
         show_progress=False,

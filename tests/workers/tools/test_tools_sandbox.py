@@ -62,8 +62,9 @@ async def test_infinite_loop_times_out(any_isolation: Isolation) -> None:
 
 
 async def test_sleeping_child_processes_die_with_the_call(any_isolation: Isolation) -> None:
-    code = "import subprocess\nsubprocess.Popen(['sleep', '30'])\nprint('started', flush=True)\n"
-    result = await run(code + "import time; time.sleep(30)\n", any_isolation, timeout_s=1.0)
+    code = "import subprocess\nsubprocess.Popen(['sleep', '60'])\nprint('started', flush=True)\n"
+    # The call must get to 'started' before its timeout: seconds on a loaded machine.
+    result = await run(code + "import time; time.sleep(60)\n", any_isolation, timeout_s=8.0)
     assert result.status == "timeout"
     assert result.stdout == "started\n"
 
@@ -115,7 +116,7 @@ async def test_socket_to_localhost_fails(any_isolation: Isolation, listening_por
 async def test_fork_bomb_is_contained(confined_isolation: Isolation) -> None:
     """RLIMIT_NPROC on the call's own uid stops it; the PID namespace reaps what is left."""
     code = "import os\nprint(os.getuid(), flush=True)\nwhile True:\n    os.fork()\n"
-    result = await run(code, confined_isolation, timeout_s=5.0)
+    result = await run(code, confined_isolation, timeout_s=8.0)
     assert result.status in ("error", "killed", "timeout")
     uid = int(result.stdout.split()[0])
     assert uid >= CONFIG.uid_base
