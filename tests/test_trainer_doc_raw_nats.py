@@ -150,7 +150,7 @@ async def cancelled_rollout(nc: Any, js: Any) -> tuple[list[str], dict[str, dict
               "steps": [long]}} for i in range(3)]  # fmt: skip
     await submit(nc, "raw2", specs)
     await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started")).next_msg(60)
-    reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=10)
+    reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=60)
     assert "error" not in json.loads(reply.data)
     ends = await receive(js, "raw2", len(specs))
     sub = await js.subscribe("heddle.evt.rollout.raw2.>", ordered_consumer=True)
