@@ -7,10 +7,13 @@ database (``LedgerCorrupt``), the keeper
 - rebuilds an embedded SQLite ledger: the damaged file is moved aside
   (``ledger.db.corrupt-<date>``, kept for inspection), a fresh ledger takes its place and is
   projected from the stream's first event (its durable recreated there), as the stream is the
-  source of truth. Processes sharing the file move it once (``set_aside_once``);
+  source of truth; once rollouts were purged, from the latest ledger snapshot
+  (``heddle.ledger.snapshot_store``) and the events after it. Processes sharing the file move
+  it once (``set_aside_once``);
 - stops, with the reason, where a rebuild cannot be whole or is not ours to do: a PostgreSQL
   ledger (restore it from a backup, or point ``HEDDLE_DATABASE_URL`` at an empty database to
-  rebuild it), or a stream that no longer holds its first events (retention or a purge).
+  rebuild it), or a stream that no longer holds the events after that snapshot (retention or
+  a purge past it).
 
 Damage the projector's writes have not met yet is looked for once at start, beside it
 (``quick_check``). Either way the keeper says so in its log and in
@@ -30,6 +33,7 @@ from collections.abc import Callable
 import msgspec
 
 from heddle.bus import Bus
+from heddle.bus.snapshots import latest_snapshot
 from heddle.config import Settings
 from heddle.consumers.ledger_health import LedgerHealth, health_path, read_health, write_health
 from heddle.consumers.projector import Projector, ProjectorConfig, ProjectorStats
@@ -42,6 +46,8 @@ from heddle.ledger.integrity import (
     set_aside_once,
     sqlite_file,
 )
+from heddle.ledger.snapshot_store import position as stored_position
+from heddle.ledger.snapshot_store import restore
 
 log = logging.getLogger(__name__)
 
@@ -128,19 +134,24 @@ class LedgerKeeper:
                 "backup, or point HEDDLE_DATABASE_URL at an empty database to rebuild it "
                 "from the stream",
             )
-        floor = self.config.first_sequence
+        # Purged rollouts: the latest ledger snapshot stands for the events up to its sequence.
+        snapshot = await latest_snapshot(self.bus)
+        floor = max(self.config.first_sequence, snapshot.sequence + 1 if snapshot else 0)
         if stream.num_messages and stream.first_sequence > floor:
             self._stop(
                 damage,
                 since,
                 f"the stream no longer holds events #{floor}.."
-                f"#{stream.first_sequence - 1} (retention or a purge), so a rebuild would "
-                "miss them: restore the ledger from a backup",
+                f"#{stream.first_sequence - 1} (retention or a purge past the latest ledger "
+                "snapshot), so a rebuild would miss them: restore the ledger from a backup",
             )
         assert self._file is not None
         copy = await asyncio.to_thread(set_aside_once, self._file, self._opened)
         fresh = await asyncio.to_thread(open_ledger, self.ledger.url)
         self._opened = FileIdentity.of(self._file)
+        consumer = self.config.consumer
+        if snapshot is not None and await asyncio.to_thread(stored_position, fresh, consumer) == 0:
+            await asyncio.to_thread(restore, snapshot.sequence, snapshot.database, fresh, consumer)
         where = f"moved it to {copy}" if copy is not None else "another process moved it aside"
         log.error(
             "%s; %s and rebuilding it from the stream (events #%d..#%d)",

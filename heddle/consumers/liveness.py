@@ -122,8 +122,11 @@ class WorkerLiveness:
                     # restarts or rebuilds its deciders) come before the replayed registration
                     # that they follow: they still count.
                     seen_s = max(event.occurred_at, worker.last_seen_s if worker else 0.0)
+                    beat = worker.heartbeat if worker is not None else None
+                    if beat is not None and beat.occurred_at < event.occurred_at:
+                        beat = None  # an earlier incarnation's
                     self._workers[event.worker_id] = _Worker(
-                        event.incarnation, seen_s, trajectories=held
+                        event.incarnation, seen_s, trajectories=held, heartbeat=beat
                     )
                 else:
                     self._seen(event)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from waiting import until
 
 from heddle.bus import Bus
+from heddle.bus.snapshots import Snapshot, store_snapshot
 from heddle.cli.apps import app
 from heddle.config import Settings
 from heddle.consumers.ledger_health import read_health
@@ -25,6 +27,7 @@ from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import open_ledger
 from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.integrity import FileIdentity, set_aside_once
+from heddle.ledger.snapshot_store import sqlite_bytes
 from heddle.replay import rebuild_ledger
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
@@ -144,3 +147,35 @@ async def test_a_control_plane_rebuilds_a_damaged_ledger_and_status_says_so(
 def _health_state(settings: Settings) -> str:
     health = read_health(settings.data_dir)
     return health.state if health is not None else ""
+
+
+async def test_a_damaged_ledger_of_a_purged_stream_is_rebuilt_from_its_snapshot(
+    bus: Bus, settings: Settings, tmp_path: Path
+) -> None:
+    """Old rollouts purged after a ledger snapshot (``heddle purge``): the rebuild restores the
+    snapshot and projects the events after it, matching the ledger kept whole beside it."""
+    await bus.publish_many(everything())
+    ledger = open_ledger(settings.ledger_url)
+    await catch_up(bus, ledger, CONFIG)
+    sequence = (await bus.stream_state()).last_sequence
+    await store_snapshot(bus, Snapshot(sequence, sqlite_bytes(ledger)))
+    ledger.close()
+    kept = tmp_path / "kept.db"
+    shutil.copy(settings.embedded_ledger_path, kept)
+    await bus.js.purge_stream(EVENTS_STREAM, seq=sequence + 1)  # events up to the snapshot
+    path = settings.embedded_ledger_path
+    with path.open("r+b") as handle:
+        handle.seek(path.stat().st_size - PAGE_BYTES)
+        handle.write(random.Random(8).randbytes(PAGE_BYTES))
+    await bus.publish_many(rollout_events("r9", num_trajectories=2))
+    keeper = LedgerKeeper(bus, settings, open_ledger(settings.ledger_url), CONFIG)
+    await keeper.run(until_idle=True)
+    reference = open_ledger(f"sqlite:///{kept}")
+    try:
+        await catch_up(bus, reference, CONFIG)
+        assert compare_ledgers(keeper.ledger, reference).mismatches == []
+    finally:
+        reference.close()
+        keeper.ledger.close()
+    health = read_health(settings.data_dir)
+    assert health is not None and health.state == "ok", health
