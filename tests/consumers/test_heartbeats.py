@@ -9,7 +9,8 @@ import time
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig
-from heddle.events import WorkerFailed, WorkerHeartbeat, WorkerRegistered
+from heddle.consumers.liveness import WorkerLiveness
+from heddle.events import ExecutorRegistered, WorkerFailed, WorkerHeartbeat, WorkerRegistered
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIMEOUT_S = 1.5
@@ -22,37 +23,55 @@ def deployment(settings: Settings, num_workers: int) -> InProcessDeployment:
 
 
 async def test_an_idle_deployment_appends_no_events(settings: Settings) -> None:
+    """Once every member has registered, a deployment whose workers beat for two timeouts
+    appends nothing, and its workers stay live on heartbeats alone."""
     heard: list[WorkerHeartbeat] = []
-    enough = asyncio.Event()
-
-    def hear(heartbeat: WorkerHeartbeat) -> None:
-        heard.append(heartbeat)
-        if len(heard) >= 20:  # ten heartbeats of each worker
-            enough.set()
-
     async with deployment(settings, num_workers=2) as plane, Bus(settings) as bus:
-        subscription = await bus.subscribe_heartbeats(hear)
-        assert plane.service.liveness is not None
-        # Registrations (workers', the tool executor's) are events: idle starts once both
-        # workers are live and the stream has stopped growing.
+        liveness = plane.service.liveness
+        assert liveness is not None
+        # Idle starts once the members' registrations (the only events of a start: both
+        # workers', the tool executor's) are stored and folded, however late a loaded
+        # machine starts them.
+        await asyncio.wait_for(_members_registered(bus, liveness), 120)
         before = await bus.stream_state()
-        for _ in range(600):
-            await asyncio.sleep(0.25)
-            now = await bus.stream_state()
-            workers = sorted(plane.service.liveness.live_workers())
-            if workers == ["w00", "w01"] and now.last_sequence == before.last_sequence:
-                break
-            before = now
-        heard.clear()
-        enough.clear()
-        await asyncio.wait_for(enough.wait(), 60)
+        subscription = await bus.subscribe_heartbeats(heard.append)
+        await asyncio.wait_for(_beats_span(heard, 2 * TIMEOUT_S), 120)
         after = await bus.stream_state()
         await subscription.unsubscribe()
-        assert plane.service.liveness is not None
-        assert sorted(plane.service.liveness.live_workers()) == ["w00", "w01"]
+        assert sorted(liveness.live_workers()) == ["w00", "w01"]
+        appended = await _events_after(bus, before.last_sequence)
+    assert not appended, f"an idle deployment appended {appended}"
     assert after.num_messages == before.num_messages
     assert after.last_sequence == before.last_sequence
-    assert {beat.worker_id for beat in heard} == {"w00", "w01"}
+
+
+async def _members_registered(bus: Bus, liveness: WorkerLiveness) -> None:
+    """Until both workers' and the executor's registrations are stored and the workers live."""
+    query = ReplayQuery(filter_subjects=("heddle.evt.worker.*.registered", "heddle.evt.tools.>"))
+    while True:
+        records = [record async for record in bus.replay_events(query)]
+        workers = {r.message.worker_id for r in records if isinstance(r.message, WorkerRegistered)}
+        executors = [r for r in records if isinstance(r.message, ExecutorRegistered)]
+        if workers == {"w00", "w01"} and executors and len(liveness.live_workers()) == 2:
+            return
+        await asyncio.sleep(0.25)
+
+
+async def _beats_span(heard: list[WorkerHeartbeat], span_s: float) -> None:
+    """Until each worker's heartbeats heard span ``span_s`` (their own clocks)."""
+    while True:
+        sent_at: dict[str, list[float]] = {}
+        for beat in heard:
+            sent_at.setdefault(beat.worker_id, []).append(beat.occurred_at)
+        spans = [max(times) - min(times) for times in sent_at.values()]
+        if set(sent_at) == {"w00", "w01"} and min(spans) > span_s:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _events_after(bus: Bus, sequence: int) -> list[str]:
+    query = ReplayQuery(filter_subjects=("heddle.evt.>",), start_sequence=sequence + 1)
+    return [type(r.message).__name__ async for r in bus.replay_events(query)]
 
 
 async def test_a_worker_whose_heartbeats_stop_fails_after_the_timeout(settings: Settings) -> None:
