@@ -17,9 +17,9 @@ The live ledger is verified against the stream as of its position (``heddle repl
 
 Faults of the bus itself (``heddle.bench.chaos_faults``): ``num_nats_restarts`` restarts of the
 nats-server, each down for ``nats_down_s``, spread over the rollouts after their kills; with
-``disk_full``, the JetStream store's disk (a small tmpfs) filled during the middle rollout and
-freed once the control plane reported the refusal; the report adds ``nats_restarts`` and
-``disk_full``.
+``disk_full``, the JetStream store's disk (a small tmpfs) filled right after the middle
+rollout's submission and freed once the control plane reported the refusal; the report adds
+``nats_restarts`` and ``disk_full``.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class ChaosConfig:
     nats_down_s: float = 5.0
     """Wall seconds the nats-server stays down per restart (longer than the worker timeout)."""
     disk_full: bool = False
-    """Fill the JetStream store's disk (a tmpfs, root only) during the middle rollout."""
+    """Fill the JetStream store's disk (a tmpfs, root only) right after the middle rollout's
+    submission, before its kills and restarts."""
     disk_full_hold_s: float = 5.0
     """Wall seconds the disk stays full after the control plane reports it."""
     store_bytes: int = 256 << 20
@@ -241,15 +242,17 @@ async def _run_chaos(
                 )
             ):
                 await submit(bus, plan, rollout_id)
+                if config.disk_full and index == config.num_rollouts // 2:
+                    # Filled right after the submission: the rollout has everything still to
+                    # write (filled after its kills and restarts, it could be over already).
+                    hold_s, timeout_s = config.disk_full_hold_s, config.rollout_timeout_s
+                    disk_report = await faults.disk_full(hold_s, timeout_s)
                 for _ in range(num_kills):
                     await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
                     await cluster.kill_and_restart(schedule.pop(0), rng)
                 for _ in range(restarts[index]):
                     await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
                     await faults.restart(config.nats_down_s)
-                if config.disk_full and index == config.num_rollouts // 2:
-                    hold_s, timeout_s = config.disk_full_hold_s, config.rollout_timeout_s
-                    disk_report = await faults.disk_full(hold_s, timeout_s)
                 await wait_finished(bus, rollout_id, config.rollout_timeout_s)
             await cluster.wait_trainer(config.rollout_timeout_s)
             finished_at = await wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
