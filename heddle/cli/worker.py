@@ -51,6 +51,13 @@ ToolTimeoutOpt = Annotated[float, typer.Option(help="Wall-clock limit of tool ca
 InFlightOpt = Annotated[int, typer.Option(help="Most commands handled at once")]
 EngineHelpOpt = Annotated[bool, typer.Option(help="List the engine's options and exit")]
 MetricsPortOpt = Annotated[int, typer.Option(help=METRICS_PORT_HELP)]
+NodeOpt = Annotated[
+    str,
+    typer.Option(
+        help="The node its GPUs are in, as registered (a re-shard merges workers of one node; "
+        "default: the host name)"
+    ),
+]
 TimeScaleOpt = Annotated[
     float | None,
     typer.Option(
@@ -137,6 +144,7 @@ def worker_command(
     engine_help: EngineHelpOpt = False,
     metrics_port: MetricsPortOpt = 0,
     time_scale: TimeScaleOpt = None,
+    node: NodeOpt = "",
 ) -> None:
     """Run a rollout worker agent: consume heddle.cmd.worker.<id>.>, drive the engine."""
     if engine_help:
@@ -153,6 +161,7 @@ def worker_command(
         command_ack_wait_s=ack_wait_s,
         tool_timeout_s=tool_timeout_s,
         max_commands_in_flight=max_in_flight,
+        node=node,
     )
     if _run([config], settings_of(ctx), engine, options, metrics_port):
         raise typer.Exit(1)

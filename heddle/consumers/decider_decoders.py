@@ -36,6 +36,7 @@ from heddle.events import (
     DecodeError,
     EventT,
     Generated,
+    GenerationInterrupted,
     ToolReturned,
     TrajectorySpec,
     TrajectorySubmitted,
@@ -51,12 +52,14 @@ from heddle.events.arrays import (
 _EMPTY = msgspec.Raw(b"[]")
 _COUNTED = {
     Generated: ("output_token_ids",),
+    GenerationInterrupted: ("output_token_ids",),
     ToolReturned: ("output_token_ids",),
     TrajectorySpec: ("prompt_token_ids",),
 }
 """Lists a decider may take the length of: given as zeros of the right count."""
 _DROPPED = {
     Generated: ("output_logprobs",),
+    GenerationInterrupted: ("output_logprobs",),
     Completed: (
         "prompt_token_ids",
         "response_token_ids",

@@ -18,7 +18,8 @@ reached it, so ``start_listening`` is called again with the reconnection time.
 
 A drained worker (``WorkerDrained``) is never declared failed for its silence: it stays
 registered as drained until an operator undrains it (``WorkerUndrainRequested``: it is watched
-again from then on) or it registers again.
+again from then on) or it registers again. A worker retired for a re-shard (``WorkerRetired``)
+is gone on purpose: it is no longer watched (its trajectories moved to its successor).
 
 A cancelled rollout (``RolloutCancelled``) has its trajectories aborted where they are placed:
 the fold answers it with one ``Abort`` command per trajectory it knows on a worker.
@@ -46,6 +47,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerRetired,
     WorkerUndrainRequested,
 )
 from heddle.ids import derive_id
@@ -74,6 +76,7 @@ class WorkerLiveness:
             WorkerHeartbeat,
             WorkerDrained,
             WorkerFailed,
+            WorkerRetired,
             TrajectoryPlaced,
             Migrated,
             Completed,
@@ -140,7 +143,7 @@ class WorkerLiveness:
                 if undrained is not None and undrained.is_drained:
                     undrained.is_drained = False
                     self._seen(event)  # silence counts from the undrain on
-            case WorkerFailed():
+            case WorkerFailed() | WorkerRetired():
                 worker = self._workers.get(event.worker_id)
                 if worker is not None:
                     worker.is_alive = False

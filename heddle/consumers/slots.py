@@ -1,7 +1,7 @@
 """The deciders of one control-plane slot, one instance per system bundle in use.
 
-A slot is one decider role of ``heddle.control`` (prediction, priority, placement, transfer,
-rollout), hosted by one durable consumer. Rollouts run under the bundle named by their
+A slot is one decider role of ``heddle.control`` (prediction, re-shard, priority, placement,
+transfer, rollout), hosted by one durable consumer. Rollouts run under the bundle named by their
 ``RolloutSubmitted.policy``, so the slot keeps one decider per bundle in use (built on the first
 rollout of that bundle, from the same ``build_control_plane`` the simulator uses) and routes
 each event to the decider of its rollout's bundle. Worker events concern every bundle: each
@@ -37,6 +37,7 @@ from heddle.control import (
     RolloutDecider,
     TransferDecider,
 )
+from heddle.control.reshard import ReshardDecider
 from heddle.control.systems import SYSTEMS
 from heddle.events import (
     Completed,
@@ -57,6 +58,7 @@ _OWN = (RolloutSubmitted, RolloutCancelled, RolloutFinished, Completed, Failed)
 
 SLOT_HANDLES: dict[str, frozenset[type[Event]]] = {
     PredictionDecider.name: PredictionDecider.handles,
+    ReshardDecider.name: ReshardDecider.handles,
     PriorityDecider.name: PriorityDecider.handles,
     PlacementDecider.name: PlacementDecider.handles,
     TransferDecider.name: TransferDecider.handles,

@@ -4,15 +4,16 @@ resource plans and the system bundles.
 
 Modules: ``decider`` (the decider protocol), ``prediction`` (re-predicts a trajectory's remaining
 output after every step), ``priority`` (trajectory facts -> priorities under one policy),
-``placement/`` (see above), ``transfer`` (schedules migrations' KV transfers, endpoint-exclusive,
-longest first), ``rollout`` (emits ``RolloutFinished``), ``weights`` (tells live workers to load the
-latest weight version), ``operations`` (the operators' view and the decider carrying out their
-requests), ``ops_requests`` (operations service requests validated into operator events),
-``ops_views`` (what that view knows of rollouts, trajectories and workers), ``ops_outputs`` (the
-commands or events operator events turn into), ``submit_requests`` (a trainer's submission
-request, strictly decoded), ``submissions`` (checking it against the deployment, and the events
-that open its rollout), ``pace`` (a rollout's measured seconds per output
-token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
+``placement/`` (see above), ``reshard/`` (tail re-sharding: merging a node's workers into one of a
+higher TP degree as a rollout drains, ours), ``transfer`` (schedules migrations' KV transfers,
+endpoint-exclusive, longest first), ``rollout`` (emits ``RolloutFinished``), ``weights`` (tells
+live workers to load the latest weight version), ``operations`` (the operators' view and the
+decider carrying out their requests), ``ops_requests`` (operations service requests validated into
+operator events), ``ops_views`` (what that view knows of rollouts, trajectories and workers),
+``ops_outputs`` (the commands or events operator events turn into), ``submit_requests`` (a
+trainer's submission request, strictly decoded), ``submissions`` (checking it against the
+deployment, and the events that open its rollout), ``pace`` (a rollout's measured seconds per
+output token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
 ``systems`` (the system bundles: Heddle, ablations, baselines), ``control_plane`` (one bundle's
 deciders in dispatch order and the engines' batching settings).
 """

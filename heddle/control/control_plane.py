@@ -19,6 +19,7 @@ from heddle.control.placement import (
 )
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
+from heddle.control.reshard import ReshardConfig, ReshardDecider
 from heddle.control.resources import DEFAULT_OBSERVATION_RATIO
 from heddle.control.rollout import RolloutDecider
 from heddle.control.systems import PRESORTED, SystemSpec
@@ -61,7 +62,9 @@ class ControlOptions:
     rollout places as the rollout did."""
     weight_load_s_for_tp: Callable[[int], float] | None = None
     """Seconds a worker of each TP degree pauses to load a weight version (placement's estimate
-    of a swapping worker's wait); None: the pause is not counted."""
+    of a swapping worker's wait, and a re-shard's weight load); None: the pause is not counted."""
+    reshard: ReshardConfig = ReshardConfig()
+    """Tail re-sharding, for the bundles that run it (``SystemSpec.reshard``)."""
 
     @property
     def engine(self) -> EngineModel:
@@ -97,6 +100,9 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
         if options.predictor is None:
             raise ValueError(f"system {spec.name!r} needs a predictor")
         deciders.append(PredictionDecider(options.predictor))
+    if spec.reshard:
+        # Before placement: a retired member's trajectories reach the leader after its Reshard.
+        deciders.append(ReshardDecider(options.cost_for_tp, _load_s(options), options.reshard))
     # Placement before priority: when one event moves both (a tool result under round robin),
     # the router's request goes out first and the priority decider's Reprioritize, carrying the
     # priority that event set, lands after it rather than being overwritten by it.
@@ -112,6 +118,13 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
     return ControlPlane(spec, deciders, engine_config(spec, options.engine))
+
+
+def _load_s(options: ControlOptions) -> Callable[[int], float]:
+    """A re-shard's weight load by degree (0 where the options know no load time)."""
+    if options.weight_load_s_for_tp is not None:
+        return options.weight_load_s_for_tp
+    return lambda tp_degree: 0.0
 
 
 def _admission(spec: SystemSpec, options: ControlOptions) -> KvAdmissionGate | None:

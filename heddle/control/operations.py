@@ -68,6 +68,7 @@ from heddle.events import (
     WorkerDrainRequested,
     WorkerFailed,
     WorkerRegistered,
+    WorkerRetired,
     WorkerUndrainRequested,
 )
 
@@ -84,7 +85,7 @@ class OperationsView:
         {
             RolloutSubmitted, RolloutFinished, RolloutCancelled, TrajectorySubmitted,
             TrajectoryPlaced, Migrated, Prioritized, Completed, Failed, WorkerRegistered,
-            WorkerDrained, WorkerFailed, TrajectoryReprioritizeRequested,
+            WorkerDrained, WorkerFailed, WorkerRetired, TrajectoryReprioritizeRequested,
             TrajectoryAbortRequested, RolloutCancelRequested, WorkerDrainRequested,
             WorkerUndrainRequested,
         }
@@ -154,7 +155,7 @@ class OperationsView:
     # ---- the fold -----------------------------------------------------------------------------
 
     def decide(self, event: Event) -> list[Output]:
-        if isinstance(event, (WorkerRegistered, WorkerDrained, WorkerFailed)):
+        if isinstance(event, (WorkerRegistered, WorkerDrained, WorkerFailed, WorkerRetired)):
             self._on_worker(event)
             return []
         if isinstance(event, (WorkerDrainRequested, WorkerUndrainRequested)):
@@ -175,7 +176,9 @@ class OperationsView:
             return self._on_rollout_end(event, rollout)
         return self._on_trajectory(event, rollout)
 
-    def _on_worker(self, event: WorkerRegistered | WorkerDrained | WorkerFailed) -> None:
+    def _on_worker(
+        self, event: WorkerRegistered | WorkerDrained | WorkerFailed | WorkerRetired
+    ) -> None:
         match event:
             case WorkerRegistered():
                 held = self.workers.get(event.worker_id)
@@ -193,12 +196,16 @@ class OperationsView:
                 worker = self.workers.get(event.worker_id)
                 if worker is not None:
                     worker.state = WorkerState.FAILED
+            case WorkerRetired():
+                worker = self.workers.get(event.worker_id)
+                if worker is not None:
+                    worker.state = WorkerState.RETIRED
 
     def _on_drain_request(
         self, event: WorkerDrainRequested | WorkerUndrainRequested
     ) -> list[Output]:
         worker = self.workers.get(event.worker_id)
-        if worker is None or worker.state is WorkerState.FAILED:
+        if worker is None or worker.state in (WorkerState.FAILED, WorkerState.RETIRED):
             return []
         if isinstance(event, WorkerDrainRequested):
             if worker.state is not WorkerState.ACTIVE:

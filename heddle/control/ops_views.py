@@ -30,6 +30,8 @@ class WorkerState(StrEnum):
     DRAINING = "draining"
     DRAINED = "drained"
     FAILED = "failed"
+    RETIRED = "retired"
+    """Left for a re-shard (its GPUs joined another worker)."""
 
 
 @dataclass(slots=True)

@@ -23,6 +23,9 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   paper's Fig. 15 least-load baseline).
 - ``heddle-no-rebalance``: migrations by predicted rank only (the paper's s.5.3 rule).
 - ``heddle-no-resource``: homogeneous TP instead of the annealed plan.
+- ``heddle-no-reshard``: heddle without tail re-sharding (``heddle.control.reshard``, ours, beyond
+  the paper: as the rollout drains, a node's workers merge into one of a higher TP degree when
+  the stragglers' predicted saving pays for the switch by a margin).
 - ``verl``: ``volcengine/verl`` ``verl/experimental/agent_loop/agent_loop.py``:
   ``AsyncLLMServerManager._choose_server`` keeps an LRU map request id -> server (sticky
   sessions: every turn of a trajectory goes back for its prefix cache) and sends new sessions to
@@ -91,6 +94,11 @@ class SystemSpec:
     rebalance: bool = True
     """Presorted placement with migration also moves a trajectory in its tool gap when that
     shortens its batch's finish (``heddle.policy.placement.rebalance``)."""
+    reshard: bool = False
+    """Tail re-sharding (``heddle.control.reshard``): as the rollout drains, merge a node's
+    workers into one of a higher TP degree when the stragglers' predicted saving pays for the
+    switch by a margin. Heddle and its ablations (but ``heddle-no-reshard``) run it; the
+    baselines and the fixed-TP variants do not."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -103,7 +111,8 @@ class SystemSpec:
 
 
 def _heddle(name: str, summary: str, **changes: object) -> SystemSpec:
-    return replace(SystemSpec(name=name, summary=summary), **changes)  # type: ignore[arg-type]
+    spec = SystemSpec(name=name, summary=summary, reshard=True)
+    return replace(spec, **changes)  # type: ignore[arg-type]
 
 
 def _baseline(name: str, summary: str, **changes: object) -> SystemSpec:
@@ -159,6 +168,12 @@ SYSTEMS: dict[str, SystemSpec] = {
             admission=False,
             kind="ablation",
         ),
+        _heddle(
+            "heddle-no-reshard",
+            "heddle keeping its TP plan to the end (no tail re-sharding)",
+            reshard=False,
+            kind="ablation",
+        ),
         _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
         _baseline("slime", "SGLang router's cache_aware (its default)", placement="cache_aware"),
         _baseline(
@@ -182,8 +197,20 @@ SYSTEMS: dict[str, SystemSpec] = {
             placement="least_load",
             locality_threshold_tokens=AUTELLIX_LOCALITY_THRESHOLD_TOKENS,
         ),
-        _heddle("fix-1", "heddle on homogeneous TP1", resources="homogeneous", tp_degree=1),
-        _heddle("fix-8", "heddle on homogeneous TP8", resources="homogeneous", tp_degree=8),
+        _heddle(
+            "fix-1",
+            "heddle on homogeneous TP1",
+            resources="homogeneous",
+            tp_degree=1,
+            reshard=False,
+        ),
+        _heddle(
+            "fix-8",
+            "heddle on homogeneous TP8",
+            resources="homogeneous",
+            tp_degree=8,
+            reshard=False,
+        ),
     )
 }
 """Bundles by name (the CLI's ``--systems`` choices)."""

@@ -2,10 +2,11 @@
 
 Consumes ``WeightsPublished`` (a new latest version, when above the current one), the workers'
 lifecycle (``WorkerRegistered``: a new incarnation starts on the weights it was launched with;
-``WorkerFailed``: gone) and ``WeightsLoaded`` (what a worker now serves). It emits one
-``LoadWeights`` per live worker for each new version, and one to a worker that registers (or
-re-registers) while a version is published, so a restarted worker catches up. Command ids derive
-from the version and the worker's incarnation: a re-processed event re-sends nothing new.
+``WorkerFailed``, ``WorkerRetired``: gone) and ``WeightsLoaded`` (what a worker now serves). It
+emits one ``LoadWeights`` per live worker for each new version, and one to a worker that
+registers (or re-registers) while a version is published, so a restarted worker catches up.
+Command ids derive from the version and the worker's incarnation: a re-processed event re-sends
+nothing new.
 Pure: no clock but the events' ``occurred_at``.
 """
 
@@ -21,6 +22,7 @@ from heddle.events import (
     WeightsPublished,
     WorkerFailed,
     WorkerRegistered,
+    WorkerRetired,
 )
 from heddle.ids import derive_id
 
@@ -37,7 +39,7 @@ class WeightsDecider:
     name = "weights"
     slot = "weights"
     handles: frozenset[type[Event]] = frozenset(
-        {WeightsPublished, WeightsLoaded, WorkerRegistered, WorkerFailed}
+        {WeightsPublished, WeightsLoaded, WorkerRegistered, WorkerFailed, WorkerRetired}
     )
 
     def __init__(self) -> None:
@@ -56,7 +58,7 @@ class WeightsDecider:
                 if self.latest is None:
                     return []
                 return [self._load(event.worker_id, self.latest)]
-            case WorkerFailed():
+            case WorkerFailed() | WorkerRetired():
                 self._workers.pop(event.worker_id, None)
             case WeightsLoaded():
                 worker = self._workers.get(event.worker_id)

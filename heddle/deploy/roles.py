@@ -68,6 +68,7 @@ commands it forwards to the worker it handed a trajectory to (heddle/workers/age
 WORKER_TRAJECTORY_KINDS = (
     "generation_started",
     "generated",
+    "generation_interrupted",
     "tool_called",
     "preempted",
     "migrated",
@@ -338,7 +339,7 @@ def _worker(identity: Identity, replies: str) -> Role:
             *(f"heddle.evt.traj.*.*.{kind}" for kind in WORKER_TRAJECTORY_KINDS),
             *(
                 f"heddle.evt.worker.{worker_id}.{kind}"
-                for kind in ("registered", "drained", "failed")
+                for kind in ("registered", "drained", "failed", "retired")
             ),
             "heddle.evt.weights.*.loaded",
             "heddle.evt.weights.*.load_failed",

@@ -119,6 +119,29 @@ class Undrain(WorkerCommand, frozen=True, kw_only=True, tag="cmd.undrain"):
     action: ClassVar[str] = "undrain"
 
 
+class Retire(WorkerCommand, frozen=True, kw_only=True, tag="cmd.retire"):
+    """Leave for a re-shard: interrupt the generations in flight (publishing what each produced
+    so far, ``GenerationInterrupted``), hand every hosted trajectory back, stop the engine so
+    its GPUs are free, then publish ``WorkerRetired`` naming ``successor_worker_id`` and stop
+    taking commands. Tool calls in flight go on: their results are routed to the successor."""
+
+    action: ClassVar[str] = "retire"
+    reshard_id: str
+    successor_worker_id: str
+
+
+class Reshard(WorkerCommand, frozen=True, kw_only=True, tag="cmd.reshard"):
+    """Relaunch the engine at ``tp_degree`` over ``gpu_ids`` (the worker's own and those the
+    retired members freed): interrupt the generations in flight (``GenerationInterrupted``),
+    stop the engine, start it at the new degree, register again (``WorkerRegistered``, a new
+    incarnation) and resume the hosted trajectories, each re-prefilling its context."""
+
+    action: ClassVar[str] = "reshard"
+    reshard_id: str
+    tp_degree: int
+    gpu_ids: list[int]
+
+
 class LoadWeights(WorkerCommand, frozen=True, kw_only=True, tag="cmd.load_weights"):
     """Load weight version ``weight_version`` from ``source`` at a safe point (``load_policy``),
     then publish ``weights.loaded`` (or ``weights.load_failed``)."""
@@ -140,6 +163,8 @@ WorkerCommandT = (
     | Drain
     | Undrain
     | LoadWeights
+    | Retire
+    | Reshard
 )
 WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     StartTrajectory,
@@ -152,6 +177,8 @@ WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     Drain,
     Undrain,
     LoadWeights,
+    Retire,
+    Reshard,
 )
 
 

@@ -28,7 +28,7 @@ from heddle.events.base import (
     TrajectoryTimings,
 )
 
-PlacementReason = Literal["initial", "migration", "replacement", "operator"]
+PlacementReason = Literal["initial", "migration", "replacement", "operator", "reshard"]
 
 
 class TrajectoryEvent(Event, frozen=True, kw_only=True, omit_defaults=True):
@@ -150,6 +150,27 @@ class Generated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generated"
     weights_wait_s: float = 0.0
     """Model seconds the generation waited on its worker for a weight swap before the engine
     took it (outside ``queue_s``)."""
+
+
+class GenerationInterrupted(
+    TrajectoryEvent, frozen=True, kw_only=True, tag="traj.generation_interrupted"
+):
+    """The worker stopped the step's generation before it finished (its engine stops for a
+    re-shard) and kept what it had produced: ``output_token_ids`` join the context, and the
+    step's generation continues after them wherever the trajectory resumes, re-prefilling its
+    context there. The step's ``Generated`` then carries the step's whole output, these tokens
+    first; a step may be interrupted more than once (each adds to the previous)."""
+
+    step: int
+    worker_id: str
+    output_token_ids: TokenIds = []
+    output_logprobs: Logprobs = []
+    reason: str = ""
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    """Model seconds the interrupted part of the generation spent (its ``Generated`` counts
+    only the part after the resumption)."""
 
 
 class ToolCalled(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.tool_called"):
@@ -292,6 +313,7 @@ TrajectoryEventT = (
     | TrajectoryPlaced
     | GenerationStarted
     | Generated
+    | GenerationInterrupted
     | ToolCalled
     | ToolReturned
     | Predicted
@@ -308,6 +330,7 @@ TRAJECTORY_EVENTS: tuple[type[TrajectoryEvent], ...] = (
     TrajectoryPlaced,
     GenerationStarted,
     Generated,
+    GenerationInterrupted,
     ToolCalled,
     ToolReturned,
     Predicted,

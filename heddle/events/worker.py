@@ -33,6 +33,11 @@ class WorkerRegistered(WorkerEvent, frozen=True, kw_only=True, tag="worker.regis
     max_context_tokens: int = 0
     """The longest context the worker's model takes (prompt and everything after it); 0:
     unknown. The operations service refuses a prompt that does not fit it."""
+    node: str = ""
+    """The machine whose GPUs the worker's engine runs on (a TP group never spans two): a
+    re-shard merges workers of one node only. "": unknown (the worker is never re-sharded)."""
+    gpu_ids: list[int] = []
+    """The node's GPUs the engine uses (``CUDA_VISIBLE_DEVICES``); empty: unknown."""
 
 
 class WorkerHeartbeat(WorkerEvent, frozen=True, kw_only=True, tag="worker.heartbeat"):
@@ -53,12 +58,55 @@ class WorkerFailed(WorkerEvent, frozen=True, kw_only=True, tag="worker.failed"):
     """Trajectories the worker held; the control plane re-places them."""
 
 
-WorkerEventT = WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed
+class ReshardRequested(WorkerEvent, frozen=True, kw_only=True, tag="worker.reshard_requested"):
+    """The control plane's decision to merge workers of one node into one worker of a higher TP
+    degree (``heddle.control.reshard``), on the subject of ``worker_id``, the worker that
+    relaunches at ``tp_degree`` over ``gpu_ids``; the other ``member_worker_ids`` retire
+    (``Retire``) and their trajectories move to it. The figures say why it was taken."""
+
+    reshard_id: str
+    member_worker_ids: list[str]
+    """Every worker merged, ``worker_id`` first."""
+    node: str
+    tp_degree: int
+    gpu_ids: list[int]
+    num_trajectories: int = 0
+    """Trajectories the members hosted when it was decided."""
+    predicted_current_s: float = 0.0
+    """Predicted seconds until the members' trajectories finish where they are."""
+    predicted_resharded_s: float = 0.0
+    """Predicted seconds until they finish on the merged worker, its switch cost included."""
+    switch_cost_s: float = 0.0
+    """The switch's own seconds: engines stopped and started, weights loaded, KV re-prefilled."""
+
+
+class WorkerRetired(WorkerEvent, frozen=True, kw_only=True, tag="worker.retired"):
+    """A worker stopped its engine for a re-shard (``Retire``) and hands its trajectories back:
+    generations it was running were interrupted (``GenerationInterrupted`` keeps their output),
+    and ``successor_worker_id`` takes them over. Unlike ``worker.failed`` this is expected; the
+    worker's GPUs are free once this is stored."""
+
+    reshard_id: str
+    successor_worker_id: str
+    trajectory_ids: list[str] = []
+    gpu_ids: list[int] = []
+
+
+WorkerEventT = (
+    WorkerRegistered
+    | WorkerHeartbeat
+    | WorkerDrained
+    | WorkerFailed
+    | ReshardRequested
+    | WorkerRetired
+)
 WORKER_EVENTS: tuple[type[WorkerEvent], ...] = (
     WorkerRegistered,
     WorkerHeartbeat,
     WorkerDrained,
     WorkerFailed,
+    ReshardRequested,
+    WorkerRetired,
 )
 
 

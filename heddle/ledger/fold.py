@@ -20,12 +20,14 @@ from heddle.events import (
     ExecutorRegistered,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     MigrationRequested,
     Predicted,
     Preempted,
     Prioritized,
+    ReshardRequested,
     RolloutCancelled,
     RolloutCancelRequested,
     RolloutFinished,
@@ -44,6 +46,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerRetired,
     WorkerUndrainRequested,
 )
 from heddle.events.base import TrajectoryTimings
@@ -89,8 +92,16 @@ def apply(rows: BatchRows, event: EventT) -> None:
             trajectory = rows.trajectory(event.rollout_id, event.traj_id)
             _apply_trajectory(rows, trajectory, event)
             trajectory.updated_at = event.occurred_at
-        case WorkerRegistered() | WorkerHeartbeat() | WorkerDrained() | WorkerFailed():
+        case (
+            WorkerRegistered()
+            | WorkerHeartbeat()
+            | WorkerDrained()
+            | WorkerFailed()
+            | WorkerRetired()
+        ):
             apply_worker(rows.worker(event.worker_id), event)
+        case GenerationInterrupted() | ReshardRequested():
+            pass  # the stream keeps them; the step's Generated carries its whole output
         case WeightsLoaded():
             apply_weights(rows.worker(event.worker_id), event)
         case WeightsPublished() | WeightsLoadFailed():

@@ -8,6 +8,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerRetired,
 )
 from heddle.ledger.rows import WorkerRow
 from heddle.ledger.statuses import WorkerStatus
@@ -15,7 +16,7 @@ from heddle.ledger.statuses import WorkerStatus
 
 def apply_worker(
     row: WorkerRow,
-    event: WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed,
+    event: WorkerRegistered | WorkerHeartbeat | WorkerDrained | WorkerFailed | WorkerRetired,
 ) -> None:
     match event:
         case WorkerRegistered():
@@ -43,6 +44,8 @@ def apply_worker(
         case WorkerFailed():
             row.status = WorkerStatus.FAILED
             row.failure_reason = event.reason
+        case WorkerRetired():
+            row.status = WorkerStatus.RETIRED
 
 
 def apply_weights(row: WorkerRow, event: WeightsLoaded) -> None:

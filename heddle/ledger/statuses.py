@@ -55,6 +55,8 @@ class WorkerStatus(enum.StrEnum):
     """Accepts no new trajectory (an operator drained it); undraining makes it active."""
     FAILED = "failed"
     """Declared dead (missed heartbeats or reported a failure)."""
+    RETIRED = "retired"
+    """Stopped for a re-shard: its GPUs joined another worker (``worker.retired``)."""
 
 
 class MigrationStatus(enum.StrEnum):

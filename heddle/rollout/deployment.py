@@ -143,8 +143,9 @@ class LocalDeployment:
         for group in pool.process_groups():
             options = pool.options_for(group.start)
             if len(group) == 1:
+                node = pool.node_of(group.start)
                 child = await self.launcher.start_worker(
-                    ids[group.start], pool.engine, options, pool.heartbeat_s
+                    ids[group.start], pool.engine, options, pool.heartbeat_s, node=node
                 )
             else:
                 child = await self.launcher.start_worker_group(

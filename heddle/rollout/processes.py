@@ -143,14 +143,22 @@ class Launcher:
         return await self.start("control-plane", ["up", *args], role="control_plane")
 
     async def start_worker(
-        self, worker_id: str, engine: str, options: Mapping[str, str], heartbeat_s: float
+        self,
+        worker_id: str,
+        engine: str,
+        options: Mapping[str, str],
+        heartbeat_s: float,
+        *,
+        node: str = "",
     ) -> Child:
+        """``heddle worker``; ``node``: the node it registers ("": its host's name)."""
         engine_args = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
         args = [
             "worker",
             f"--id={worker_id}",
             f"--engine={engine}",
             f"--heartbeat-s={heartbeat_s}",
+            *([f"--node={node}"] if node else []),
             *engine_args,
         ]
         return await self.start(

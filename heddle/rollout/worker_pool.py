@@ -1,7 +1,11 @@
 """The workers a local deployment starts (``WorkerPool``): their ids, each worker's engine
-options (its TP degree, its own SGLang server or launch port, a router), the engines'
+options (its TP degree, its own SGLang server or launch port, a router, its GPUs), the engines'
 preemption under a policy, and how consecutive workers with equal options share child
 processes (``process_groups``, at most ``workers_per_process`` each).
+
+With ``gpus_per_node`` the workers are packed into nodes of that many GPUs in order
+(``heddle.policy.resources.nodes``): each registers its node and GPUs, so the control plane may
+re-shard them (``heddle.control.reshard``); without, they register none and never are.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from heddle.bus.server import free_port
 from heddle.control.control_plane import engine_config
 from heddle.control.systems import system_spec
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, engine_model
+from heddle.policy.resources.nodes import Placement, pack_nodes
 
 SIM_WORKERS_PER_PROCESS = 16
 """Default agents per child process for sim engines (``heddle rollout run``): a sim engine is a
@@ -44,6 +49,9 @@ class WorkerPool:
     workers_per_process: int = 1
     """Most agents one child process holds (1: a process per worker, so one can die alone);
     consecutive workers with the same options share a process up to this many."""
+    gpus_per_node: int = 0
+    """Pack the workers into nodes of this many GPUs and tell each its node and GPUs (see the
+    module docstring); 0: they register none."""
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -54,6 +62,8 @@ class WorkerPool:
             raise ValueError("give one TP degree per worker")
         if not self.heartbeat_s > 0:
             raise ValueError("heartbeat_s must be > 0")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be >= 0, got {self.gpus_per_node}")
         num_urls = len(self._urls())
         if self.engine == "sglang" and num_urls > 1 and num_urls != self.num_workers:
             raise ValueError(
@@ -81,12 +91,25 @@ class WorkerPool:
         merged = {k: v for k, v in options.items() if k not in given}
         return replace(self, engine_options={**self.engine_options, **merged})
 
+    def node_of(self, index: int) -> str:
+        """Worker ``index``'s node ("" without ``gpus_per_node``: its host's name)."""
+        return self._placements()[index].node if self.gpus_per_node else ""
+
+    def _placements(self) -> list[Placement]:
+        options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
+        degrees = self.tp_degrees or (int(options.get("tp", "1")),) * self.num_workers
+        return pack_nodes(degrees, sum(degrees), self.gpus_per_node)
+
     def options_for(self, index: int) -> dict[str, str]:
-        """Worker ``index``'s engine options: its TP degree, and for ``sglang`` its own server
-        (the ``index``-th of a comma-separated ``url``, or its launch port)."""
+        """Worker ``index``'s engine options: its TP degree, its GPUs (with ``gpus_per_node``),
+        and for ``sglang`` its own server (the ``index``-th of a comma-separated ``url``, or its
+        launch port)."""
         options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
         if self.tp_degrees:
             options["tp"] = str(self.tp_degrees[index])
+        if self.gpus_per_node:
+            gpus = self._placements()[index].gpu_ids
+            options["gpu_ids"] = ",".join(str(gpu) for gpu in gpus)
         if self.engine == "sglang" and "," in options.get("url", ""):
             options["url"] = self._urls()[index]
         if self.server_ports:

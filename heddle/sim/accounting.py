@@ -19,7 +19,9 @@ stretch), or charged to ``RERUN`` when abandoned. The columns, in the order repo
 - ``rerun``: a generation abandoned part-way (re-placed mid-step, or failed): time lost;
 - ``tool``: its tool call runs;
 - ``tool_queue``: its tool call waits for an executor (a cold start);
-- ``migration``: its step is ready but waits for its move (KV transfer or warm-up) to land.
+- ``migration``: its step is ready but waits for its move (KV transfer or warm-up) to land;
+- ``reshard``: its step is ready but waits for a re-shard: its engine stopped (it is handed to
+  the merged worker) or relaunches at a new TP degree (``heddle.sim.reshards``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class Column(enum.IntEnum):
     TOOL = 8
     TOOL_QUEUE = 9
     MIGRATION = 10
-    ENGINE = 11
+    RESHARD = 11
+    ENGINE = 12
     """A generation in flight: settled into QUEUE, PREFILL and DECODE, or RERUN. Never
     reported."""
 
@@ -106,8 +109,16 @@ class TimeAccount:
         return {column.key: seconds[column] for column in REPORTED}
 
 
-def waiting_column(*, has_started: bool, is_waiting_for_weights: bool, has_command: bool) -> Column:
+def waiting_column(
+    *,
+    has_started: bool,
+    is_waiting_for_weights: bool,
+    has_command: bool,
+    is_waiting_for_reshard: bool = False,
+) -> Column:
     """The column of a trajectory ready to generate but not in an engine."""
+    if is_waiting_for_reshard:
+        return Column.RESHARD
     if is_waiting_for_weights:
         return Column.WEIGHTS
     if has_command:

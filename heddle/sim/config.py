@@ -23,6 +23,13 @@ from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
+# A re-shard's engine switch, weights aside: SGLang's processes stopped, then the merged server's
+# process start and imports (~10 s), NCCL set-up of its TP group (~5 s) and CUDA graph capture
+# (~15 s) for a model whose files are in the page cache. Assumption (no measurement on this
+# project's GPUs yet); docs/benchmarks.md, "Tail re-sharding", reports 10 / 30 / 90 s.
+DEFAULT_ENGINE_RESTART_S = 30.0
+# HGX H100 / H200 servers: 8 GPUs on one NVLink switch; a TP group stays inside one.
+DEFAULT_GPUS_PER_NODE = 8
 
 # The control plane's decision and routing latency, live (docs/benchmarks.md, "Live system
 # fidelity and control-plane overhead"): a step's routing, ToolReturned -> next
@@ -94,6 +101,13 @@ class SimConfig:
     command of every system (``heddle.sim.command_delays``); 0 with the p99 at 0: none."""
     control_latency_p99_ms: float = DEFAULT_CONTROL_LATENCY_P99_MS
     """Its 99th percentile (a lognormal through both)."""
+    engine_restart_s: float = DEFAULT_ENGINE_RESTART_S
+    """A re-shard's switch, weights aside: the members' engines stopped and the merged one
+    started (``DEFAULT_ENGINE_RESTART_S`` says what it stands for); its weights then load at
+    ``weight_load_s_for_tp`` of the new degree."""
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    """GPUs of one node: the plan's workers are packed into nodes in order
+    (``heddle.policy.resources.nodes``), and a re-shard merges workers of one node."""
     record_worker_timelines: bool = False
     record_events: bool = False
     """Keep every event in order (decider replay tests; memory grows with the rollout)."""
@@ -131,6 +145,10 @@ class SimConfig:
             )
         if self.weight_load_s is not None and not self.weight_load_s >= 0:
             raise ValueError(f"weight_load_s must be >= 0, got {self.weight_load_s}")
+        if not (self.engine_restart_s >= 0 and math.isfinite(self.engine_restart_s)):
+            raise ValueError(f"engine_restart_s must be >= 0, got {self.engine_restart_s}")
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
 
     def cost_for_tp(self, tp_degree: int) -> CostModel:
         return _preset(self.model, self.hardware, tp_degree)

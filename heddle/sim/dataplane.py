@@ -7,9 +7,12 @@ result after the trace's tool time, migrates a trajectory in its tool gap (relea
 source, move it over the link, install it at the target) and forwards a command addressed to a
 trajectory's old worker to the worker it went to. Future happenings (a worker's next finish, a
 tool's return, a transfer's end) are handed to a ``Timer``; the simulator calls back. Weight
-swaps and the staleness bound: ``heddle.sim.weight_loads``."""
+swaps and the staleness bound: ``heddle.sim.weight_loads``; re-shards (``Retire``, ``Reshard``):
+``heddle.sim.reshards``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from heddle.events import (
     Abort,
@@ -19,15 +22,18 @@ from heddle.events import (
     MigrateOut,
     Preempt,
     Reprioritize,
+    Reshard,
+    Retire,
     StartTrajectory,
     TrajectoryPhase,
     WorkerCommand,
 )
-from heddle.policy.batching import CapacityError, FinishedGeneration
+from heddle.policy.batching import BatchingModel, CapacityError, FinishedGeneration
 from heddle.sim import facts
 from heddle.sim.accounting import Column
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_moves import send_kv, warm_up
+from heddle.sim.reshards import Reshards
 from heddle.sim.sim_worker import SimWorker, generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.tool_pool import ToolPool
@@ -44,7 +50,10 @@ class SimDataPlane:
         config: SimConfig,
         timer: Timer,
         weight_plan: WeightPlan | None = None,
+        make_model: Callable[[int], BatchingModel] | None = None,
     ) -> None:
+        """``make_model``: a fresh engine of a TP degree (a re-shard's relaunch; None: the
+        workers never re-shard)."""
         self.rollout_id = rollout_id
         self.trajectories = trajectories
         self.workers = workers
@@ -53,6 +62,7 @@ class SimDataPlane:
         self._tools = ToolPool(config.num_warm_executors, config.tool_cold_start_s)
         self._dirty: set[str] = set()
         self.weights = WeightLoads(workers, config.weight_load_s_for_tp, timer, weight_plan)
+        self.reshards = Reshards(rollout_id, trajectories, workers, config, timer, make_model)
 
     # ---- commands ------------------------------------------------------------------------------
 
@@ -69,6 +79,9 @@ class SimDataPlane:
         was announced to ``sent`` when the control plane sent it."""
         if isinstance(command, LoadWeights):
             return self.weights.command(command, now)
+        if isinstance(command, Retire | Reshard):
+            self._dirty.add(command.worker_id)
+            return self.reshards.command(command, self._finished, now)
         if was_sent and (runs := self._runs(command)) is not None:
             runs.num_commands_in_flight -= 1
             runs.file_wait(now)
@@ -121,16 +134,20 @@ class SimDataPlane:
         return []  # in a tool call: the step runs here once the result is routed
 
     def _submit(self, t: SimTrajectory, now: float) -> list[Event]:
-        if self.weights.hold(t):
+        if t.worker_id not in self.workers:
+            return []  # its worker retired: it waits for its hand-over (``heddle.sim.reshards``)
+        if self.reshards.hold(t, now) or self.weights.hold(t):
             t.file_wait(now)
             return []
         t.is_waiting_for_weights = False  # a hold elsewhere ended with its move here
+        t.is_waiting_for_reshard = False
         if (stale := self.weights.take_version(t)) is not None:
             return self._fail(t, stale, now)
         worker = self._worker_of(t)
         t.num_requests += 1
         request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
-        job = generation_job(t, request_id, t.new_tokens, t.trace.steps[t.step].output_tokens)
+        num_output_tokens = t.trace.steps[t.step].output_tokens - t.interrupted_tokens
+        job = generation_job(t, request_id, t.new_tokens, num_output_tokens)
         try:
             worker.model.submit(job, now)
         except CapacityError as exc:
@@ -163,8 +180,15 @@ class SimDataPlane:
         worker = self.workers[worker_id]
         worker.wake_at = None
         self._dirty.add(worker_id)
+        events = self._finished(worker, worker.model.advance(now), now)
+        self.weights.start_if_drained(worker_id, now)
+        return events
+
+    def _finished(
+        self, worker: SimWorker, finishes: list[FinishedGeneration], now: float
+    ) -> list[Event]:
         events: list[Event] = []
-        for done in worker.model.advance(now):
+        for done in finishes:
             t = self.trajectories[done.traj_id]
             if t.request_id == done.request_id and t.phase is TrajectoryPhase.GENERATING:
                 events += self._finish_step(t, worker, done)
@@ -172,7 +196,6 @@ class SimDataPlane:
                 t.warmup_request_id = ""
                 t.num_recomputed_tokens += done.num_recomputed_tokens
                 events += self.transfer_done(t.traj_id, now)
-        self.weights.start_if_drained(worker_id, now)
         return events
 
     def weights_loaded(self, worker_id: str, now: float) -> list[Event]:
@@ -191,6 +214,7 @@ class SimDataPlane:
         t.new_tokens = 0
         now = done.finished_at
         events: list[Event] = [facts.generated(self.rollout_id, t, done, t.take_weights_wait_s())]
+        t.interrupted_tokens = 0
         if t.is_last_step:
             t.phase = TrajectoryPhase.DONE
             t.finished_at = now
@@ -277,13 +301,27 @@ class SimDataPlane:
         t.has_tool_returned = t.wants_next_step = False
         return events
 
+    # ---- re-shards ------------------------------------------------------------------------------
+
+    def retired_at(self, worker_id: str, now: float) -> list[Event]:
+        """A retiring member's engine has stopped: it leaves (``heddle.sim.reshards``)."""
+        self._dirty.discard(worker_id)
+        return self.reshards.retire(worker_id, now)
+
+    def relaunched(self, worker_id: str, now: float) -> list[Event]:
+        """A re-shard's leader is up at its new degree."""
+        self._dirty.add(worker_id)
+        return self.reshards.relaunched(worker_id, self._submit, now)
+
     # ---- wake-ups --------------------------------------------------------------------------------
 
     def schedule_wakeups(self) -> None:
         """Re-arm the timers of workers whose engines changed (call after each cascade, so that
         requests submitted at one instant share an admission)."""
         for worker_id in sorted(self._dirty):
-            worker = self.workers[worker_id]
+            worker = self.workers.get(worker_id)
+            if worker is None:
+                continue  # retired
             at = worker.model.next_event_time()
             if at != worker.wake_at:
                 worker.wake_at = at
@@ -292,8 +330,10 @@ class SimDataPlane:
         self._dirty.clear()
 
     def is_due(self, worker_id: str, time_s: float) -> bool:
-        """Whether a worker wake-up at ``time_s`` is still the armed one."""
-        return self.workers[worker_id].wake_at == time_s
+        """Whether a worker wake-up at ``time_s`` is still the armed one (none for a worker
+        that retired)."""
+        worker = self.workers.get(worker_id)
+        return worker is not None and worker.wake_at == time_s
 
     def _worker_of(self, t: SimTrajectory) -> SimWorker:
         return self.workers[t.worker_id]

@@ -13,12 +13,16 @@ from heddle.events import (
     Completed,
     Failed,
     Generated,
+    GenerationInterrupted,
     Migrated,
     ToolCalled,
     ToolReturned,
+    WorkerRegistered,
+    WorkerRetired,
 )
 from heddle.ids import derive_id
 from heddle.policy.batching import FinishedGeneration
+from heddle.sim.sim_worker import SimWorker
 from heddle.sim.trajectories import SimTrajectory
 
 TOOL_NAME = "trace"
@@ -27,6 +31,7 @@ TOOL_NAME = "trace"
 def generated(
     rollout_id: str, t: SimTrajectory, done: FinishedGeneration, weights_wait_s: float = 0.0
 ) -> Generated:
+    """The step's whole output: what an interrupted generation of it produced, then ``done``'s."""
     return Generated(
         event_id=f"{rollout_id}:{t.traj_id}:{t.step}:generated",
         rollout_id=rollout_id,
@@ -34,7 +39,7 @@ def generated(
         traj_id=t.traj_id,
         step=t.step,
         worker_id=t.worker_id,
-        output_token_ids=[0] * done.num_output_tokens,
+        output_token_ids=[0] * (t.interrupted_tokens + done.num_output_tokens),
         finish_reason="stop" if t.is_last_step else "tool_call",
         num_context_tokens=done.num_context_tokens,
         queue_s=done.queue_s,
@@ -120,4 +125,56 @@ def migrated(
         num_bytes=num_bytes,
         kv_transferred=num_bytes > 0,
         transfer_s=now - t.migration_started_at,
+    )
+
+
+def generation_interrupted(
+    rollout_id: str, t: SimTrajectory, part: FinishedGeneration, reason: str
+) -> GenerationInterrupted:
+    return GenerationInterrupted(
+        event_id=derive_id(rollout_id, t.traj_id, t.step, part.request_id, "interrupted"),
+        rollout_id=rollout_id,
+        occurred_at=part.finished_at,
+        traj_id=t.traj_id,
+        step=t.step,
+        worker_id=t.worker_id,
+        output_token_ids=[0] * part.num_output_tokens,
+        reason=reason,
+        queue_s=part.queue_s,
+        prefill_s=part.prefill_s,
+        decode_s=part.decode_s,
+    )
+
+
+def worker_registered(
+    worker: SimWorker, model: str, max_running: int, now: float
+) -> WorkerRegistered:
+    """A simulated worker's registration (again after a re-shard, with its new degree)."""
+    return WorkerRegistered(
+        event_id=derive_id(worker.worker_id, "registered", worker.incarnation or None),
+        occurred_at=now,
+        worker_id=worker.worker_id,
+        engine="sim",
+        model=model,
+        tp_degree=worker.tp_degree,
+        max_running=max_running,
+        max_kv_tokens=worker.model.max_kv_tokens,
+        can_export_kv=True,
+        incarnation=str(worker.incarnation) if worker.incarnation else "",
+        node=worker.node,
+        gpu_ids=list(worker.gpu_ids),
+    )
+
+
+def worker_retired(
+    worker: SimWorker, reshard_id: str, successor_id: str, hosted: list[str], now: float
+) -> WorkerRetired:
+    return WorkerRetired(
+        event_id=derive_id(worker.worker_id, reshard_id, "retired"),
+        occurred_at=now,
+        worker_id=worker.worker_id,
+        reshard_id=reshard_id,
+        successor_worker_id=successor_id,
+        trajectory_ids=hosted,
+        gpu_ids=list(worker.gpu_ids),
     )

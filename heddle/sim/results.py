@@ -29,6 +29,7 @@ class Breakdown:
     tool_s: float
     tool_queue_s: float
     migration_s: float
+    reshard_s: float
     num_steps: int
     num_output_tokens: int
     num_preemptions: int
@@ -92,6 +93,8 @@ class SimResult:
     num_evicted_tokens: int
     num_events: int
     active_over_time: list[tuple[float, int]]
+    num_reshards: int = 0
+    """Workers relaunched at a higher TP degree (tail re-sharding)."""
     worker_timelines: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
     """Per worker (time, running, waiting) after each membership change (when recorded)."""
 
@@ -109,6 +112,7 @@ class SimResult:
             "num_preemptions": self.num_preemptions,
             "num_migrations": self.num_migrations,
             "num_recomputed_tokens": self.num_recomputed_tokens,
+            "num_reshards": self.num_reshards,
         }
 
 
@@ -132,8 +136,9 @@ def summarise(system: str, run: Run, tp_degrees: list[int], lower_bound_s: float
         num_preemptions=sum(t.num_preemptions for t in trajectories),
         num_migrations=sum(t.num_migrations for t in trajectories),
         num_recomputed_tokens=sum(t.num_recomputed_tokens for t in trajectories),
-        num_evicted_tokens=sum(w.model.num_evicted_tokens for w in run.workers),
+        num_evicted_tokens=sum(m.num_evicted_tokens for w in run.workers for m in w.models),
         num_events=run.num_events,
         active_over_time=run.active_over_time,
+        num_reshards=run.num_reshards,
         worker_timelines={w.worker_id: w.model.timeline for w in run.workers if w.model.timeline},
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.reshard import ReshardConfig
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.cost.model import TP_DEGREES
@@ -87,6 +88,7 @@ def control_for(
         tool_s_per_token=tool_rate,
         tool_call_s=rates.tool_call_s,
         weight_load_s_for_tp=config.weight_load_s_for_tp,
+        reshard=ReshardConfig(restart_s=config.engine_restart_s),
     )
     return build_control_plane(spec, options), list(tp_degrees)
 

@@ -1,9 +1,9 @@
-"""A simulated rollout worker (a batching model and its armed wake-up) and the generation job
-a trajectory's step submits to it."""
+"""A simulated rollout worker (a batching model and its armed wake-up, on GPUs of one node)
+and the generation job a trajectory's step submits to it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from heddle.policy.batching import BatchingModel, GenerationJob
 from heddle.sim.trajectories import SimTrajectory
@@ -15,12 +15,24 @@ class SimWorker:
     tp_degree: int
     model: BatchingModel
     wake_at: float | None = None
+    node: str = ""
+    gpu_ids: tuple[int, ...] = ()
+    incarnation: int = 0
+    """Engine launches after the first (a re-shard relaunches it)."""
+    previous_models: list[BatchingModel] = field(default_factory=list)
+    """The engines it ran before a re-shard (their counters still count)."""
+
+    @property
+    def models(self) -> list[BatchingModel]:
+        """Every engine it ran, the current one last."""
+        return [*self.previous_models, self.model]
 
 
 def generation_job(
     t: SimTrajectory, request_id: str, num_new_tokens: int, num_output_tokens: int
 ) -> GenerationJob:
-    """A generation of ``t``'s whole context so far (its group's prompt shared in the cache)."""
+    """A generation of ``t``'s whole context so far (its group's prompt shared in the cache);
+    the context holds what an interrupted generation of the step produced already."""
     return GenerationJob(
         request_id=request_id,
         traj_id=t.traj_id,

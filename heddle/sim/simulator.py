@@ -38,10 +38,11 @@ from heddle.events import (
     WeightSource,
     WeightsPublished,
     WorkerCommand,
-    WorkerRegistered,
 )
 from heddle.ids import derive_id
 from heddle.policy.batching import BatchingConfig, BatchingModel
+from heddle.policy.resources.nodes import pack_nodes
+from heddle.sim import facts
 from heddle.sim.command_delays import CommandDelays
 from heddle.sim.config import SimConfig
 from heddle.sim.dataplane import SimDataPlane
@@ -67,6 +68,7 @@ class Run:
 
     trajectories: list[SimTrajectory]
     workers: list[SimWorker]
+    """Every worker of the rollout, those a re-shard retired last."""
     makespan_s: float
     active_over_time: list[tuple[float, int]]
     """(time, trajectories not yet finished) after every completion, starting at (0, n)."""
@@ -75,6 +77,8 @@ class Run:
     num_events: int
     weights: WeightLoads
     """The workers' weight versions, loads and their costs at the end of the rollout."""
+    num_reshards: int = 0
+    """Engines relaunched at a higher TP degree (``heddle.sim.reshards``)."""
 
 
 class Simulator:
@@ -100,15 +104,22 @@ class Simulator:
         self._table = dispatch_table(deciders)
         self._heap: list[tuple[float, int, TimerKind, str]] = []
         self._sequence = 0
+        # A plan may leave GPUs unused, never take more; a recorded cluster's degrees may sum
+        # past a default budget, so the budget is at least what they take.
+        nodes = pack_nodes(tp_degrees, max(config.num_gpus, sum(tp_degrees)), config.gpus_per_node)
         workers = {
             f"w{index:02d}": SimWorker(
-                f"w{index:02d}", tp, BatchingModel(config.cost_for_tp(tp), self._engine_config())
+                f"w{index:02d}",
+                tp,
+                self._make_model(tp),
+                node=node.node,
+                gpu_ids=node.gpu_ids,
             )
-            for index, tp in enumerate(tp_degrees)
+            for index, (tp, node) in enumerate(zip(tp_degrees, nodes, strict=True))
         }
         self._trajectories = build_trajectories(trace)
         self._dataplane = SimDataPlane(
-            ROLLOUT_ID, self._trajectories, workers, config, self, weight_plan
+            ROLLOUT_ID, self._trajectories, workers, config, self, weight_plan, self._make_model
         )
         self._due_versions: list[int] = []
         """Publications due at the start: they land before any trajectory is submitted."""
@@ -128,6 +139,10 @@ class Simulator:
         self._active: list[tuple[float, int]] = [(0.0, self._num_active)]
         self._makespan_s = 0.0
         self._now = 0.0
+
+    def _make_model(self, tp_degree: int) -> BatchingModel:
+        """A fresh engine of ``tp_degree`` GPUs (at start, and a re-shard's relaunch)."""
+        return BatchingModel(self._config.cost_for_tp(tp_degree), self._engine_config())
 
     def _engine_config(self) -> BatchingConfig:
         return replace(
@@ -169,6 +184,10 @@ class Simulator:
             elif kind is TimerKind.COMMAND:
                 command = self._in_flight.pop(key)
                 events = self._dataplane.apply(command, time_s, was_sent=True)
+            elif kind is TimerKind.RELAUNCH:
+                events = self._dataplane.relaunched(key, time_s)
+            elif kind is TimerKind.RETIRE:
+                events = self._dataplane.retired_at(key, time_s)
             else:
                 events = [published(int(key), time_s)]
             if events:
@@ -180,27 +199,19 @@ class Simulator:
         self._check_finished()
         return Run(
             trajectories=list(self._trajectories.values()),
-            workers=list(self._dataplane.workers.values()),
+            workers=[*self._dataplane.workers.values(), *self._dataplane.reshards.retired.values()],
             makespan_s=self._makespan_s,
             active_over_time=self._active,
             events=self._events,
             num_events=self._num_events,
             weights=self._dataplane.weights,
+            num_reshards=self._dataplane.reshards.num_relaunches,
         )
 
     def _opening_events(self) -> list[Event]:
+        config = self._config
         events: list[Event] = [
-            WorkerRegistered(
-                event_id=derive_id(worker.worker_id, "registered"),
-                occurred_at=0.0,
-                worker_id=worker.worker_id,
-                engine="sim",
-                model=self._config.model,
-                tp_degree=worker.tp_degree,
-                max_running=self._config.max_running,
-                max_kv_tokens=worker.model.max_kv_tokens,
-                can_export_kv=True,
-            )
+            facts.worker_registered(worker, config.model, config.max_running, 0.0)
             for worker in self._dataplane.workers.values()
         ]
         events += [published(version, 0.0) for version in self._due_versions]

@@ -19,6 +19,10 @@ class TimerKind(enum.IntEnum):
     """A worker's weight swap ends (key: worker id)."""
     COMMAND = 5
     """A command the control plane sent reaches the data plane (key: its send number)."""
+    RELAUNCH = 6
+    """A worker's engine is up again at its new TP degree after a re-shard (key: worker id)."""
+    RETIRE = 7
+    """A worker retiring for a re-shard has stopped its engine (key: worker id)."""
 
 
 class Timer(Protocol):

@@ -65,6 +65,12 @@ class SimTrajectory:
     """The weight versions its generations ran on, in the order first used."""
     is_waiting_for_weights: bool = False
     """Its next step waits for its worker's weight load (``heddle.sim.weight_loads``)."""
+    interrupted_tokens: int = 0
+    """Output of the current step produced before a re-shard stopped its engine (already in
+    ``context_tokens`` and ``num_output_tokens``): the step generates only the rest."""
+    is_waiting_for_reshard: bool = False
+    """Its next step waits for a re-shard: its engine stopped or relaunches
+    (``heddle.sim.reshards``)."""
 
     @property
     def is_last_step(self) -> bool:
@@ -106,6 +112,7 @@ class SimTrajectory:
             has_started=self.phase is TrajectoryPhase.READY,
             is_waiting_for_weights=self.is_waiting_for_weights,
             has_command=self.num_commands_in_flight > 0,
+            is_waiting_for_reshard=self.is_waiting_for_reshard,
         )
         self.account.enter(column, now)
 

@@ -21,6 +21,7 @@ from heddle.events import (
     MigrationRequested,
     Predicted,
     Prioritized,
+    ReshardRequested,
     RolloutCancelled,
     RolloutFinished,
     RolloutSubmitted,
@@ -39,6 +40,7 @@ from heddle.workloads import generate
 
 EMITS: dict[str, tuple[type[Event], ...]] = {
     "prediction": (Predicted,),
+    "reshard": (ReshardRequested,),
     "priority": (Prioritized,),
     "placement": (TrajectoryPlaced, MigrationRequested),
     "transfer": (),

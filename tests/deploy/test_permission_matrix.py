@@ -99,6 +99,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.evt.traj.r1.t1.failed",
                 "heddle.evt.worker.w00.registered",
                 "heddle.evt.worker.w00.failed",
+                "heddle.evt.worker.w00.retired",  # it leaves for a re-shard
+                "heddle.evt.traj.r1.t1.generation_interrupted",
                 "heddle.evt.weights.3.loaded",
                 "heddle.cmd.tool.default",
                 "heddle.telemetry.worker.w00",
@@ -122,6 +124,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 WEIGHTS_ANNOUNCEMENT,
                 "heddle.evt.worker.w01.registered",  # another worker's events
                 "heddle.evt.worker.w01.failed",
+                "heddle.evt.worker.w01.retired",
+                "heddle.evt.worker.w00.reshard_requested",  # the control plane decides it
                 "heddle.telemetry.heartbeat.w01",
                 "heddle.cmd.worker.w01.migrate_in.w01",  # a hand-over in another's name
                 "heddle.cmd.worker.w01.migrate_in",

@@ -274,6 +274,37 @@ def test_abort_returns_partial_tokens_and_frees_the_slot() -> None:
     assert done.request_id == "b" and model.abort("a", 2.0) == -1
 
 
+@given(
+    stop_at=st.floats(0.0, 30.0),
+    outputs=st.lists(st.integers(1, 3000), min_size=1, max_size=6),
+    max_running=st.integers(1, 4),
+)
+def test_a_stop_reports_what_finished_and_interrupts_the_rest_with_its_time(
+    stop_at: float, outputs: list[int], max_running: int
+) -> None:
+    """Nothing stays in flight; a finished job had all its tokens, an interrupted one fewer;
+    each result's time is queue + prefill + decode up to the stop."""
+    model = BatchingModel(COST, BatchingConfig(max_running=max_running))
+    for index, num_output in enumerate(outputs):
+        model.submit(job(f"r{index}", 500, num_output), 0.0)
+    done: list[FinishedGeneration] = []
+    while (at := model.next_event_time()) is not None and at < stop_at:
+        done += model.advance(at)
+    finished, interrupted = model.stop(stop_at)
+    assert model.next_event_time() is None and model.load().num_running == 0
+    assert model.invariant_violations() == []
+    target = {f"r{index}": n for index, n in enumerate(outputs)}
+    assert sorted(r.request_id for r in done + finished + interrupted) == sorted(target)
+    for result in done + finished:
+        assert result.num_output_tokens == target[result.request_id]
+    for result in interrupted:
+        assert result.num_output_tokens < target[result.request_id]
+        assert result.finished_at >= stop_at
+    for result in done + finished + interrupted:
+        spent = result.queue_s + result.prefill_s + result.decode_s
+        assert spent == pytest.approx(result.finished_at - result.submitted_at, abs=1e-9)
+
+
 # ---- a token-by-token reference ----------------------------------------------------------------
 
 

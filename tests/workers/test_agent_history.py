@@ -11,6 +11,7 @@ from heddle.events import (
     EventT,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     ToolCalled,
@@ -239,3 +240,42 @@ def test_the_kept_context_equals_a_rebuild_after_every_fold(
     copy = log.context_token_ids()
     copy.append(-1)  # a caller's copy is its own
     assert log.context_token_ids() == _brute_force_context(log)
+
+
+def _interrupted(step: int, output: list[int], part: int) -> GenerationInterrupted:
+    return GenerationInterrupted(
+        event_id=_id(step, f"interrupted{part}"),
+        rollout_id=R,
+        traj_id=T,
+        occurred_at=2.5,
+        step=step,
+        worker_id="w0",
+        output_token_ids=output,
+        output_logprobs=[-1.0] * len(output),
+    )
+
+
+@given(prompt=tokens, observation=tokens, parts=st.lists(tokens, min_size=1, max_size=3))
+def test_an_interrupted_generation_keeps_its_output_in_the_context_until_generated(
+    prompt: list[int], observation: list[int], parts: list[list[int]]
+) -> None:
+    """Interrupted parts join the context in order; the step's Generated (the whole output)
+    replaces them; a live fold and a rebuild agree, redeliveries change nothing."""
+    rest = [7, 8]
+    whole = [token for part in parts for token in part] + rest
+    history = _events(prompt, [(observation, whole, False)])
+    started, generated = history[2], history[3]
+    live = rebuild(R, T, history[:3])
+    for index, part in enumerate(parts):
+        assert live.apply(_interrupted(0, part, index))
+        assert not live.apply(_interrupted(0, part, index))  # a redelivery
+    assert live.phase is TrajectoryPhase.GENERATING
+    assert live.context_token_ids() == prompt + observation + whole[: -len(rest)]
+    assert live.steps[0].partial_logprobs == [-1.0] * (len(whole) - len(rest))
+    assert live.apply(generated)
+    assert live.context_token_ids() == prompt + observation + whole
+    assert live.steps[0].partial_token_ids == []
+    interrupted = [_interrupted(0, part, index) for index, part in enumerate(parts)]
+    rebuilt = rebuild(R, T, [*history[:2], started, *interrupted, generated])
+    assert rebuilt.context_token_ids() == live.context_token_ids()
+    assert rebuilt.response()[0] == whole  # step 0's observation belongs to the prompt

@@ -55,11 +55,12 @@ class AdmissionRequest:
 
 class Admission(Protocol):
     def add_worker(self, worker_id: str, max_kv_tokens: int) -> None:
-        """A worker registered (``max_kv_tokens``: its KV capacity, 0 unknown)."""
+        """A worker registered (``max_kv_tokens``: its KV capacity, 0 unknown); again, for one
+        relaunched at another TP degree (its capacity changes, its trajectories stay)."""
         ...
 
     def remove_worker(self, worker_id: str) -> None:
-        """A worker failed; its trajectories are ``moved`` next."""
+        """A worker failed or retired; its trajectories are ``moved`` next."""
         ...
 
     def plan(self, request: AdmissionRequest) -> None:

@@ -4,7 +4,12 @@
 Consumes:
 
 - ``WorkerRegistered``: a live worker (id, TP degree, KV capacity for admission); rollouts waiting
-  for workers are placed. ``WorkerFailed``: ``FailureReplacement``.
+  for workers are placed. A known worker registering at another TP degree (a re-shard's leader
+  relaunched) is weighed at its new degree and capacity from then on. ``WorkerFailed``:
+  ``FailureReplacement``.
+- ``ReshardRequested``: its members take no new trajectory, and no migration leaves or targets
+  them, until the leader registers again; ``WorkerRetired``: ``FailureReplacement`` hands the
+  member's trajectories to the leader.
 - ``WorkerDrainRequested`` / ``WorkerUndrainRequested``: ``OperatorDrain``.
 - ``RolloutSubmitted``, ``TrajectorySubmitted``, a first ``Predicted`` (``step = -1``):
   ``InitialPlacement``.
@@ -45,6 +50,7 @@ from heddle.events import (
     Migrated,
     Predicted,
     Prioritized,
+    ReshardRequested,
     RolloutSubmitted,
     ToolCalled,
     ToolReturned,
@@ -54,6 +60,7 @@ from heddle.events import (
     WorkerDrainRequested,
     WorkerFailed,
     WorkerRegistered,
+    WorkerRetired,
     WorkerUndrainRequested,
 )
 
@@ -64,6 +71,8 @@ class PlacementDecider:
         {
             WorkerRegistered,
             WorkerFailed,
+            ReshardRequested,
+            WorkerRetired,
             WorkerDrainRequested,
             WorkerUndrainRequested,
             RolloutSubmitted,
@@ -114,8 +123,10 @@ class PlacementDecider:
                 self._state.weights.loaded(event)
             case WorkerRegistered():
                 return self._worker_registered(event)
-            case WorkerFailed():
+            case WorkerFailed() | WorkerRetired():
                 return self._worker_failed(event)
+            case ReshardRequested():
+                self._reshard_requested(event)
             case WorkerDrainRequested():
                 self._drain.drain(event)
             case WorkerUndrainRequested():
@@ -163,27 +174,51 @@ class PlacementDecider:
     def snapshot(self) -> tuple[object, ...]:
         """The state, as a comparable value (replay tests): workers, in-flight counts, per
         rollout its trajectories, first predictions and the placer's view of them, ended
-        rollouts, admission's state, draining workers, weight swaps."""
-        workers, in_flight, rollouts, ended, draining, weights = self._state.snapshot()
+        rollouts, admission's state, draining workers, weight swaps, re-sharding members."""
+        workers, in_flight, rollouts, ended, draining, weights, resharding = self._state.snapshot()
         admission = self._admission.snapshot()
-        return workers, in_flight, rollouts, ended, admission, draining, weights
+        return workers, in_flight, rollouts, ended, admission, draining, weights, resharding
 
     def _start_admitted(self, event: Event) -> list[Output]:
         return self._initial.start_admitted(event)
 
     def _worker_registered(self, event: WorkerRegistered) -> list[Output]:
+        state = self._state
         self._drain.forget(event.worker_id)
-        self._state.weights.registered(event.worker_id)
-        if self._state.add_worker(event.worker_id, event.tp_degree):
+        self._end_reshard(event.worker_id)
+        state.weights.registered(event.worker_id)
+        if state.add_worker(event.worker_id, event.tp_degree):
             self._admission.add_worker(event.worker_id, event.max_kv_tokens)
+        elif state.resize_worker(event.worker_id, event.tp_degree):
+            self._admission.add_worker(event.worker_id, event.max_kv_tokens)
+            for rollout in state.rollouts.values():
+                if rollout.placer is not None:
+                    rollout.placer.on_worker_resized(event.worker_id, event.tp_degree)
         return self._initial.place_ready(event) + self._start_admitted(event)
 
-    def _worker_failed(self, event: WorkerFailed) -> list[Output]:
+    def _worker_failed(self, event: WorkerFailed | WorkerRetired) -> list[Output]:
         self._drain.forget(event.worker_id)
         self._state.weights.forget(event.worker_id)
+        self._state.resharding.pop(event.worker_id, None)
+        if isinstance(event, WorkerFailed):
+            self._end_reshard(event.worker_id)
         if event.worker_id not in self._state.workers:
             return []
         return self._replacement.replace(event) + self._start_admitted(event)
+
+    def _reshard_requested(self, event: ReshardRequested) -> None:
+        """The members take nothing new (the others retire; the leader relaunches)."""
+        for member in event.member_worker_ids:
+            if member in self._state.workers:
+                self._state.resharding[member] = event.worker_id
+                if member != event.worker_id:
+                    self._state.draining.add(member)
+
+    def _end_reshard(self, leader_id: str) -> None:
+        """The leader registered again or failed: its re-shard is over."""
+        resharding = self._state.resharding
+        for member in [m for m, leader in resharding.items() if leader == leader_id]:
+            del resharding[member]
 
     def _predicted(self, event: Predicted) -> list[Output]:
         if is_first_prediction(event):

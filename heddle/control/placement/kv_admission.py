@@ -179,9 +179,15 @@ class KvAdmission:
     # ---- workers -------------------------------------------------------------------------
 
     def add_worker(self, worker_id: str, max_kv_tokens: int) -> None:
-        if worker_id not in self._workers:
-            budget = self.config.overcommit * max(0, max_kv_tokens)
+        """A worker registered; one known already (relaunched at another TP degree) keeps its
+        residents under its new capacity."""
+        budget = self.config.overcommit * max(0, max_kv_tokens)
+        worker = self._workers.get(worker_id)
+        if worker is None:
             self._workers[worker_id] = _Worker(budget, self.config.projection)
+        elif worker.budget != budget:
+            worker.budget = budget
+            worker.fitting.clear()
 
     def remove_worker(self, worker_id: str) -> None:
         """A failed worker: its residents are moved (``moved``) or released by the caller."""

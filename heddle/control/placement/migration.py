@@ -1,6 +1,7 @@
 """Migration requests: a new prediction of a placed trajectory may make its placer call for a
 move, emitted as ``MigrationRequested`` (once per target; the transfer decider schedules it) when
-the target is live, not draining, and admission says it has room. The placer weighs the weight
+the target is live, not draining, and admission says it has room, and neither end is in a
+re-shard. The placer weighs the weight
 swaps pending (``WeightSwaps``): a swapping worker's load pause, and a trajectory whose KV a swap
 makes stale re-prefilling wherever it runs; such a move transfers no KV (``transfer_kv``).
 ``Migrated``: the trajectory now lives on the target."""
@@ -49,6 +50,9 @@ class MigrationRequests:
         target_id = request.target_id
         if target_id not in self._state.workers or target_id in self._state.draining:
             return []
+        resharding = self._state.resharding
+        if target_id in resharding or trajectory.worker_id in resharding:
+            return []  # its re-shard moves it (or the target) anyway
         if not self._admission.has_room(request.target_id, (event.rollout_id, event.traj_id)):
             return []  # the target cannot hold it: moving would only make it thrash there
         trajectory.requested_target = request.target_id

@@ -83,7 +83,13 @@ class Placer(Protocol):
 
     def on_finished(self, traj_id: str) -> None: ...
 
-    def on_worker_failed(self, worker_id: str) -> None: ...
+    def on_worker_failed(self, worker_id: str) -> None:
+        """The worker is gone (failed, or retired for a re-shard): no move targets it."""
+        ...
+
+    def on_worker_resized(self, worker_id: str, tp_degree: int) -> None:
+        """The worker relaunched at another TP degree (a re-shard merged others into it)."""
+        ...
 
     def snapshot(self) -> object:
         """The placer's state, as a comparable value (replay tests)."""

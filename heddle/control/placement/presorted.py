@@ -277,6 +277,12 @@ class PresortedPlacer:
         for traj_id, worker in self._worker_of.items():
             self._planner.add(traj_id, worker, self._predicted[traj_id])
 
+    def on_worker_resized(self, worker_id: str, tp_degree: int) -> None:
+        """Weigh the worker at its new degree from now on (its rank share stays its own)."""
+        if worker_id in self._tp_of:
+            self._tp_of[worker_id] = tp_degree
+            self._cost_of[worker_id] = self._cost_for_tp(tp_degree)
+
     def snapshot(self) -> object:
         ranks = None
         if self._planner is not None:

@@ -1,6 +1,9 @@
 """Failure re-placement: when a worker fails, every trajectory it held goes to the live worker with
 the fewest in-flight requests (a draining one only when no other is left):
-``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume=True)``. A trajectory a
+``TrajectoryPlaced(reason="replacement")`` + ``StartTrajectory(resume=True)``. A worker retired for
+a re-shard hands every trajectory it held to its successor, the re-shard's leader
+(``reason="reshard"``; the leader holds them until its new engine is up), or, if that one is
+gone too, to the least loaded as for a failure. A trajectory a
 worker hands back with a retryable ``Failed`` (it refused the command while draining, or its
 engine aborted the generation) is re-placed the same way, on another worker where there is one."""
 
@@ -11,7 +14,8 @@ from heddle.control.placement.admission import Admission
 from heddle.control.placement.hosting import Arrival, host
 from heddle.control.placement.placer import Assignment, Placer
 from heddle.control.placement.state import PlacementState, TrajectoryRecord
-from heddle.events import Event, Failed, WorkerFailed
+from heddle.events import Event, Failed, WorkerFailed, WorkerRetired
+from heddle.events.trajectory import PlacementReason
 
 
 class FailureReplacement:
@@ -19,9 +23,13 @@ class FailureReplacement:
         self._state = state
         self._admission = admission
 
-    def replace(self, event: WorkerFailed) -> list[Output]:
-        """Forget the (known) failed worker and re-place what it held."""
+    def replace(self, event: WorkerFailed | WorkerRetired) -> list[Output]:
+        """Forget the (known) failed or retired worker and re-place what it held."""
         state = self._state
+        successor = ""
+        reason: PlacementReason = "replacement"
+        if isinstance(event, WorkerRetired) and event.successor_worker_id in state.workers:
+            successor, reason = event.successor_worker_id, "reshard"
         del state.workers[event.worker_id]
         state.in_flight.pop(event.worker_id, None)
         self._admission.remove_worker(event.worker_id)
@@ -32,7 +40,15 @@ class FailureReplacement:
             rollout.placer.on_worker_failed(event.worker_id)
             for traj_id, trajectory in rollout.trajectories.items():
                 if trajectory.worker_id == event.worker_id:
-                    outputs += self._replace(event, rollout_id, rollout.placer, traj_id, trajectory)
+                    outputs += self._replace(
+                        event,
+                        rollout_id,
+                        rollout.placer,
+                        traj_id,
+                        trajectory,
+                        target=successor,
+                        reason=reason,
+                    )
         return outputs
 
     def retry(self, event: Failed) -> list[Output]:
@@ -55,13 +71,17 @@ class FailureReplacement:
         trajectory: TrajectoryRecord,
         *,
         avoid: str = "",
+        target: str = "",
+        reason: PlacementReason = "replacement",
     ) -> list[Output]:
+        """Host the trajectory on ``target`` (default: the least loaded candidate)."""
         candidates = self._state.candidates() or self._state.workers
         if not candidates:
             return []
-        in_flight = self._state.in_flight
-        others = [worker for worker in candidates if worker != avoid] or list(candidates)
-        target = min(others, key=lambda worker: in_flight[worker])
+        if not target:
+            in_flight = self._state.in_flight
+            others = [worker for worker in candidates if worker != avoid] or list(candidates)
+            target = min(others, key=lambda worker: in_flight[worker])
         was_generating = trajectory.is_generating
         trajectory.is_generating = False  # its old worker's count is gone
         outputs = host(
@@ -70,7 +90,7 @@ class FailureReplacement:
             rollout_id,
             Assignment(traj_id, target, 0),
             trajectory,
-            reason="replacement",
+            reason=reason,
             arrival=Arrival.RUNS_STEP if was_generating else Arrival.AWAITS_TOOL,
         )
         placer.on_moved(traj_id, target)

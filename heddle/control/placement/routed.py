@@ -109,5 +109,8 @@ class RouterPlacer:
     def on_worker_failed(self, worker_id: str) -> None:
         return None
 
+    def on_worker_resized(self, worker_id: str, tp_degree: int) -> None:
+        return None
+
     def snapshot(self) -> object:
         return list(self._worker_ids), self._router_name

@@ -77,6 +77,9 @@ class PlacementState:
         """Per worker, the trajectories generating there (the routers' load)."""
         self.draining: set[str] = set()
         """Workers an operator drains: they get no new trajectories."""
+        self.resharding: dict[str, str] = {}
+        """Members of a re-shard in progress, each to its leader (the leader to itself): no
+        migration leaves or targets them until the leader registers at its new degree."""
         self.rollouts: dict[str, RolloutRecord] = {}
         self.ended: set[str] = set()
         """Rollouts whose trajectories all ended: their state is dropped, their events ignored
@@ -94,6 +97,14 @@ class PlacementState:
             return False
         self.workers[worker_id] = WorkerInfo(worker_id, tp_degree)
         self.in_flight[worker_id] = 0
+        return True
+
+    def resize_worker(self, worker_id: str, tp_degree: int) -> bool:
+        """A known worker registered again; True when its TP degree changed."""
+        info = self.workers[worker_id]
+        if info.tp_degree == tp_degree:
+            return False
+        self.workers[worker_id] = WorkerInfo(worker_id, tp_degree)
         return True
 
     def rollout(self, rollout_id: str) -> RolloutRecord:
@@ -125,7 +136,8 @@ class PlacementState:
 
     def snapshot(self) -> tuple[object, ...]:
         """Workers, in-flight counts, and per rollout its trajectories, first predictions and the
-        placer's view of them; ended rollouts; draining workers; weight swaps."""
+        placer's view of them; ended rollouts; draining workers; weight swaps; re-sharding
+        members."""
         rollouts = {
             rollout_id: (
                 rollout.num_trajectories,
@@ -139,4 +151,6 @@ class PlacementState:
         }
         workers, draining = dict(self.workers), frozenset(self.draining)
         ended = frozenset(self.ended)
-        return workers, dict(self.in_flight), rollouts, ended, draining, self.weights.snapshot()
+        resharding = frozenset(self.resharding.items())
+        weights = self.weights.snapshot()
+        return workers, dict(self.in_flight), rollouts, ended, draining, weights, resharding

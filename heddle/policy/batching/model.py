@@ -37,6 +37,7 @@ reads a clock. Contract:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from heddle.policy.batching.cache import make_cache
 from heddle.policy.batching.jobs import (
@@ -130,6 +131,27 @@ class BatchingModel(BatchScheduler):
         self._forget(state)
         self._dirty = True
         return state.generated
+
+    def stop(self, now: float) -> tuple[list[FinishedGeneration], list[FinishedGeneration]]:
+        """The engine stops at ``now`` (a re-shard kills it): returns the generations that
+        finished by then (by the decode step in flight at ``now``), in time order, and every
+        other one in flight, interrupted at ``now``: a result with the tokens it generated so
+        far and its time up to ``now`` (a prefill in flight is cut short, its tokens lost).
+        Nothing is left in flight; the cache is of no further use (its KV goes with it)."""
+        self._sync(now)
+        finished, self._outbox = self._outbox, []
+        interrupted: list[FinishedGeneration] = []
+        for state in sorted(self._jobs.values(), key=lambda s: (s.arrival, s.job.request_id)):
+            if state.state is JobState.RUNNING:
+                self._stop_running(state)
+            else:
+                self._waiting.remove(state)
+                state.queue_s += self.clock_s - state.wait_since
+            state.state = JobState.DONE
+            self._forget(state)
+            interrupted.append(_cut_to(self._finished(state), now))
+        self._dirty = False
+        return finished, interrupted
 
     def advance(self, now: float) -> list[FinishedGeneration]:
         """Run up to ``now``; returns the jobs that finished at or before ``now``, in time order."""
@@ -281,3 +303,24 @@ class BatchingModel(BatchScheduler):
         self.num_steps += num_steps
         self._running.grow(num_steps)
         self._evict()
+
+
+def _cut_to(result: FinishedGeneration, now: float) -> FinishedGeneration:
+    """``result`` ended at ``now`` rather than at the clock past it (an admission's prefill in
+    flight moved the clock beyond ``now``): the time past ``now`` comes off its decode, then
+    its prefill, then its queue."""
+    excess = result.finished_at - max(now, result.submitted_at)
+    if excess <= 0:
+        return result
+    parts = [result.decode_s, result.prefill_s, result.queue_s]
+    for index, part_s in enumerate(parts):
+        taken = min(part_s, excess)
+        parts[index] -= taken
+        excess -= taken
+    return replace(
+        result,
+        finished_at=max(now, result.submitted_at),
+        decode_s=parts[0],
+        prefill_s=parts[1],
+        queue_s=parts[2],
+    )

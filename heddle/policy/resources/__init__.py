@@ -7,6 +7,9 @@ becomes.
 - ``plan_estimate``, ``plan_choice``: a fast makespan estimate of a plan, and the choice among
   the exact candidates by it.
 - ``annealing``: the paper's sort-initialised simulated annealing, kept as the reference.
+- ``nodes``: a plan's workers packed into nodes (which GPUs each one runs on).
+- ``reshard``: tail re-sharding's estimate (ours): whether merging a node's workers into one of
+  a higher TP degree finishes their stragglers sooner, the switch included.
 
 The control plane's side is ``heddle.control.resources``.
 """

@@ -16,7 +16,8 @@ Layout (one concern per module):
 - ``config``: one agent's configuration; ``ports``: what it needs from the outside world, as small
   protocols; ``errors``: why a command is not acknowledged, why a step cannot go on;
 - ``caps``: a trajectory's caps and endings (pure); ``weights``: ``LoadWeights`` carried out at a
-  safe point; ``publisher``: publishing that retries with the same id until stored.
+  safe point; ``reshards``: a worker's part in a re-shard (``Retire``, ``Reshard``);
+  ``publisher``: publishing that retries with the same id until stored.
 """
 
 from heddle.workers.agent.agent import WorkerAgent

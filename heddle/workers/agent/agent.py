@@ -10,7 +10,9 @@ unacknowledged commands again finds them placed elsewhere and forwards them). ``
 the hosted trajectories, refuses new ones and publishes ``WorkerDrained``; the agent stays up
 (heartbeating) until an ``Undrain`` makes it take trajectories again, or it is stopped.
 ``LoadWeights`` swaps the engine's weights between generations (``heddle.workers.agent.weights``)
-and is acknowledged once ``weights.loaded`` (or ``weights.load_failed``) is stored.
+and is acknowledged once ``weights.loaded`` (or ``weights.load_failed``) is stored. ``Retire`` and
+``Reshard`` are a re-shard's (``heddle.workers.agent.reshards``): a retired worker sets
+``resharding.retired`` and has nothing left to do; a relaunched one registers again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from heddle.events import (
     Drain,
     LoadWeights,
+    Reshard,
+    Retire,
     Undrain,
     WorkerCommandT,
     WorkerDrained,
@@ -39,12 +43,13 @@ from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink, ObjectSource
 from heddle.workers.agent.publisher import DurablePublisher, is_transient
+from heddle.workers.agent.reshards import Resharding
 from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import CommandArrival, TrajectoryTable
 from heddle.workers.agent.telemetry import Telemetry
 from heddle.workers.agent.weights import WeightGate, WeightLoading
-from heddle.workers.engines.base import Engine, EngineError
+from heddle.workers.engines.base import Engine, EngineError, Resharder
 from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -102,6 +107,17 @@ class WorkerAgent:
             publisher=self.publisher,
             clock=clock,
         )
+        self.resharding = Resharding(
+            worker_id=config.worker_id,
+            engine=engine,
+            gate=self.weights,
+            runner=self.runner,
+            handler=self.handler,
+            table=self.table,
+            publisher=self.publisher,
+            register=self._register_again,
+            clock=clock,
+        )
         self.failed = asyncio.Event()
         self.drained = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -124,6 +140,7 @@ class WorkerAgent:
             history=history,
             blobs=blobs,
             decode=self.tokenizer.decode,
+            is_engine_held=lambda: self.weights.is_held,
         )
         return CommandHandler(
             worker_id=self.config.worker_id,
@@ -150,6 +167,7 @@ class WorkerAgent:
 
     def registration(self) -> WorkerRegistered:
         caps = self.engine.capabilities
+        gpu_ids = list(self.engine.gpu_ids) if isinstance(self.engine, Resharder) else []
         return WorkerRegistered(
             event_id=derive_id(self.worker_id, self.incarnation, "registered"),
             occurred_at=self.clock(),
@@ -164,7 +182,18 @@ class WorkerAgent:
             incarnation=self.incarnation,
             time_scale=caps.time_scale,
             max_context_tokens=caps.max_context_tokens,
+            node=self.config.node or socket.gethostname(),
+            gpu_ids=gpu_ids,
         )
+
+    async def _register_again(self, reason: str) -> WorkerRegistered:
+        """Register as a new incarnation (the engine relaunched: ``reason`` names why)."""
+        self.incarnation = derive_id(self.incarnation.split(":")[0], reason)
+        self.telemetry.incarnation = self.incarnation
+        self.weight_loading.incarnation = self.incarnation
+        registration = self.registration()
+        await self.publisher.publish(registration)
+        return registration
 
     async def handle(
         self,
@@ -187,6 +216,16 @@ class WorkerAgent:
             return
         if isinstance(command, LoadWeights):
             await self.weight_loading.handle(command)
+            return
+        if isinstance(command, Retire):
+            await self.resharding.retire(command)
+            return  # WorkerRetired is stored
+        if isinstance(command, Reshard):
+            try:
+                await self.resharding.reshard(command)
+            except EngineError as exc:
+                await self._on_engine_failure(exc)
+                raise WorkerFailing(f"worker {self.worker_id} could not re-shard") from exc
             return
         await self.handler.handle(command, is_redelivered=is_redelivered, arrival=arrival)
         self._check_alive()

@@ -29,6 +29,9 @@ class WorkerConfig:
     tool calls; a trace-replay call gets at least twice its scaled recorded time."""
     publish_retry_max_s: float = 2.0
     """Longest pause between retries of a publish that failed (lost connection)."""
+    node: str = ""
+    """The machine its engine's GPUs are in, as registered (a re-shard merges workers of one
+    node); "" registers the host name."""
 
     def __post_init__(self) -> None:
         check_token(self.worker_id, "worker id")

@@ -30,3 +30,9 @@ class StepError(RuntimeError):
         super().__init__(reason)
         self.retryable = retryable
         self.finish_reason: TerminalReason = finish_reason
+
+
+class StepInterrupted(RuntimeError):
+    """The worker retires for a re-shard: the step's generation was interrupted and what it
+    produced is stored (``GenerationInterrupted``); the trajectory rests here until the control
+    plane hands it to the re-shard's leader."""

@@ -30,25 +30,31 @@ def trajectory_seed(rollout_id: str, traj_id: str) -> int:
 
 
 def generation_request(
-    hosted: HostedTrajectory, context: list[int], eos_token_id: int
+    hosted: HostedTrajectory, context: list[int], eos_token_id: int, num_generated: int = 0
 ) -> GenerationRequest:
     """The request of the trajectory's current step over ``context`` (prompt, every step so far
-    and the new input)."""
+    and the new input); ``num_generated``: tokens of the step an interrupted generation
+    produced already (at the end of ``context``): the request generates the rest. Its id
+    names the part, so a resubmission never reuses an id the engine may still hold."""
     log, spec = hosted.log, hosted.spec
     step = log.current_step  # READY while its announcement is on its way: the next step
     observation = hosted.next_observation
     target = observation.target_output_tokens if observation is not None else None
+    if target is not None:
+        target = max(1, target - num_generated)
     # Step 0's announcement may still be on its way: its whole context is the prompt.
     num_prompt = len(context) if step == 0 else log.num_prompt_tokens
     seed = spec.sampling.seed
     if seed is None:
         seed = trajectory_seed(log.rollout_id, log.traj_id)
     key = engine_key(log.rollout_id, log.traj_id)
+    part = f":p{num_generated}" if num_generated else ""  # never a prefix of another id
+    cap = caps.max_new_tokens(spec, context, num_prompt, target)
     return GenerationRequest(
-        request_id=f"{key}:{step:06d}",
+        request_id=f"{key}{part}:{step:06d}",
         trajectory_id=key,
         input_token_ids=context,
-        max_new_tokens=caps.max_new_tokens(spec, context, num_prompt, target),
+        max_new_tokens=max(1, min(cap, spec.max_new_tokens - num_generated)),
         priority=hosted.priority,
         sampling=SamplingParams(
             temperature=spec.sampling.temperature, top_p=spec.sampling.top_p, seed=seed

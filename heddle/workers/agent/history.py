@@ -11,6 +11,10 @@ Context layout (heddle/events/trajectory.py)::
     context = spec.prompt_token_ids
               + for each step: generation_started.input_token_ids + generated.output_token_ids
 
+A step whose generation a re-shard interrupted (``GenerationInterrupted``, before its
+``Generated``) has that output in the context already; its ``Generated`` then carries the step's
+whole output, the interrupted part first, and replaces it.
+
 Step 0's ``input_token_ids`` are the environment's reset observation when the spec carried no
 prompt tokens; they belong to the prompt. Later steps' inputs are tool observations (loss mask 0).
 
@@ -26,6 +30,7 @@ from heddle.events import (
     EventT,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     Preempted,
@@ -51,6 +56,26 @@ class StepLog:
     generated: Generated | None = None
     tool_called: ToolCalled | None = None
     tool_returned: ToolReturned | None = None
+    interrupted: list[GenerationInterrupted] = field(default_factory=list)
+    """Parts of the generation a re-shard stopped, in order (until ``generated`` replaces
+    them)."""
+
+    @property
+    def partial_token_ids(self) -> list[int]:
+        """What interrupted generations of the step produced (none once it is generated)."""
+        if self.generated is not None:
+            return []
+        return [token for part in self.interrupted for token in part.output_token_ids]
+
+    @property
+    def partial_logprobs(self) -> list[float]:
+        if self.generated is not None:
+            return []
+        return [
+            logprob
+            for part in self.interrupted
+            for logprob in _aligned(part.output_logprobs, len(part.output_token_ids))
+        ]
 
 
 @dataclass(slots=True)
@@ -105,7 +130,7 @@ class TrajectoryLog:
                 return True
             case GenerationStarted():
                 return self._start(event)
-            case Generated() | ToolCalled() | ToolReturned():
+            case Generated() | GenerationInterrupted() | ToolCalled() | ToolReturned():
                 return self._attach(event)
             case Preempted():
                 self.num_preemptions += 1
@@ -140,7 +165,7 @@ class TrajectoryLog:
             self._context.extend(event.input_token_ids)
         return True
 
-    def _attach(self, event: Generated | ToolCalled | ToolReturned) -> bool:
+    def _attach(self, event: Generated | GenerationInterrupted | ToolCalled | ToolReturned) -> bool:
         if event.step >= len(self.steps):
             raise HistoryError(
                 f"{self.traj_id}: {type(event).kind_name()} of step {event.step} "
@@ -149,11 +174,21 @@ class TrajectoryLog:
         step = self.steps[event.step]
         match event:
             case Generated() if step.generated is None:
+                has_partial = bool(step.interrupted)
                 step.generated = event
+                if self._context is not None and event.step == len(self.steps) - 1:
+                    if has_partial:
+                        self._context = None  # the whole output replaces the parts
+                    else:
+                        self._context.extend(event.output_token_ids)
+                else:
+                    self._context = None  # an earlier step's output: its place is inside
+            case GenerationInterrupted() if step.generated is None:
+                step.interrupted.append(event)
                 if self._context is not None and event.step == len(self.steps) - 1:
                     self._context.extend(event.output_token_ids)
                 else:
-                    self._context = None  # an earlier step's output: its place is inside
+                    self._context = None
             case ToolCalled() if step.tool_called is None:
                 step.tool_called = event
             case ToolReturned() if step.tool_returned is None:
@@ -215,6 +250,8 @@ class TrajectoryLog:
                 context.extend(step.started.input_token_ids)
                 if step.generated is not None:
                     context.extend(step.generated.output_token_ids)
+                else:
+                    context.extend(step.partial_token_ids)
             self._context, self._context_spec = context, self.spec
         return self._context
 

@@ -13,6 +13,7 @@ from heddle.events import (
     Completed,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     MigrateIn,
@@ -91,6 +92,34 @@ def generated(
         num_warmed_tokens=num_warmed_tokens,
         weight_version=weight_version,
         weights_wait_s=weights_wait_s,
+    )
+
+
+def generation_interrupted(
+    log: TrajectoryLog,
+    *,
+    step: int,
+    worker_id: str,
+    result: GenerationResult,
+    reason: str,
+    now: float,
+) -> GenerationInterrupted:
+    """What an interrupted part of the step produced; its id counts the tokens before it, so
+    each part of a step is stored once."""
+    num_before = len(log.steps[step].partial_token_ids) if step < len(log.steps) else 0
+    return GenerationInterrupted(
+        event_id=derive_id(log.rollout_id, log.traj_id, step, num_before, "interrupted"),
+        rollout_id=log.rollout_id,
+        traj_id=log.traj_id,
+        occurred_at=now,
+        step=step,
+        worker_id=worker_id,
+        output_token_ids=list(result.output_token_ids),
+        output_logprobs=list(result.output_logprobs),
+        reason=reason,
+        queue_s=result.queue_s,
+        prefill_s=result.prefill_s,
+        decode_s=result.decode_s,
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -123,12 +123,16 @@ class Resumer:
         history: HistorySource,
         blobs: BlobStore,
         decode: _Decoder,
+        is_engine_held: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``is_engine_held``: the engine swaps weights or relaunches: no warm-up then (its
+        cache is about to go, or the server is down)."""
         self.worker_id = worker_id
         self.engine = engine
         self.history = history
         self.blobs = blobs
         self.decode = decode
+        self.is_engine_held = is_engine_held
 
     async def resume(
         self,
@@ -160,7 +164,7 @@ class Resumer:
         if cache_key and await self._import(cache_key):
             return
         hosted.is_kv_lost = True
-        if isinstance(self.engine, WarmableEngine):
+        if isinstance(self.engine, WarmableEngine) and not self.is_engine_held():
             context = hosted.log.context_token_ids()
             if context:
                 key = engine_key(hosted.rollout_id, hosted.traj_id)

@@ -9,24 +9,33 @@ stream holds, and a segment can start from any point a crash may have left (see 
 
 Errors: ``EngineError`` propagates (the whole worker is failing); any other exception fails just
 this trajectory with a ``Failed`` event.
+
+Re-shards (``heddle.workers.agent.reshards``): while ``interruption`` names one, a generation the
+engine returns aborted is not a failure. What it produced is published
+(``GenerationInterrupted``) and the step goes on: on a relaunching worker it waits at the gate
+for the new engine, then generates the rest over its context and that output; on a retiring one
+(``is_leaving``) the segment ends (``StepInterrupted``) and the trajectory waits to be handed
+over. The step's ``Generated`` carries its whole output, the interrupted parts first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 
 from heddle.events import (
     Generated,
+    GenerationInterrupted,
     TerminalReason,
     ToolReturned,
     TrajectoryPhase,
     TrajectorySpec,
 )
 from heddle.workers.agent import caps, records
-from heddle.workers.agent.errors import StepError
+from heddle.workers.agent.errors import StepError, StepInterrupted
 from heddle.workers.agent.generation import generation_request
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
@@ -72,6 +81,11 @@ class StepRunner:
         """Publishes the trajectory's events (the commands' handler uses it too)."""
         self.num_output_tokens = 0
         """Tokens generated since start (telemetry derives a rate from it)."""
+        self.interruption: str | None = None
+        """A re-shard in progress (``retire: <id>`` or ``reshard: <id>``): an aborted generation
+        keeps its output and the step goes on (see the module docstring)."""
+        self.is_leaving = False
+        """The worker retires: an interrupted step waits for its hand-over instead."""
 
     # ---- segments ---------------------------------------------------------------------------
 
@@ -106,6 +120,8 @@ class StepRunner:
                 arrival = None
         except (EngineError, asyncio.CancelledError):
             raise
+        except StepInterrupted:
+            return  # the trajectory rests here until the control plane hands it over
         except StepError as exc:
             await self.events.fail(
                 hosted, str(exc), retryable=exc.retryable, finish_reason=exc.finish_reason
@@ -150,9 +166,12 @@ class StepRunner:
             result, context = await self._announce_and_generate(hosted, arrival)
         elif log.phase is TrajectoryPhase.GENERATING:
             context = log.context_token_ids()
+            num_partial = len(log.steps[-1].partial_token_ids)
+            context = context[: len(context) - num_partial]
             result = await self._generate(hosted, context)
         else:
             raise StepError(f"cannot run a step while the trajectory is {log.phase.value}")
+        result = await self._after_interruptions(hosted, context, result)
         generated = self._generated(hosted, context, result)
         return generated, hosted.env.step(self.tokenizer.decode(generated.output_token_ids))
 
@@ -215,8 +234,32 @@ class StepRunner:
         return await generation, context
 
     async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationResult:
+        """One generation of the step over ``context`` (the step's input included) and what
+        interrupted parts of it produced (once its announcement is stored)."""
+        partial = hosted.log.steps[-1].partial_token_ids if hosted.log.steps else []
+        return await self._generate_part(hosted, [*context, *partial], len(partial))
+
+    async def _after_interruptions(
+        self, hosted: HostedTrajectory, context: list[int], result: GenerationResult
+    ) -> GenerationResult:
+        """The step's whole result: while a re-shard interrupts it, keep each part and go on
+        (see the module docstring)."""
+        while result.finish_reason == "abort":
+            if self.interruption is None:
+                raise StepError("the engine aborted the generation", retryable=True)
+            if result.output_token_ids:
+                await self.events.emit(hosted, self._interrupted(hosted, result))
+            if self.is_leaving:
+                raise StepInterrupted(self.interruption)
+            hosted.is_kv_lost = True  # the engine that computed the context is gone
+            result = await self._generate(hosted, context)
+        return _whole(hosted, result)
+
+    async def _generate_part(
+        self, hosted: HostedTrajectory, context: list[int], num_generated: int
+    ) -> GenerationResult:
         log, spec = hosted.log, hosted.spec
-        request = generation_request(hosted, context, self.tokenizer.eos_token_id)
+        request = generation_request(hosted, context, self.tokenizer.eos_token_id, num_generated)
         asked_at = self.clock()
         async with self.weights.generating() as weight_version:
             hosted.weights_wait_s = max(0.0, self.clock() - asked_at) * self.time_scale
@@ -229,9 +272,20 @@ class StepRunner:
             finally:
                 hosted.request_id = None
         hosted.weight_version = weight_version
-        if result.finish_reason == "abort":
-            raise StepError("the engine aborted the generation", retryable=True)
         return result
+
+    def _interrupted(
+        self, hosted: HostedTrajectory, result: GenerationResult
+    ) -> GenerationInterrupted:
+        log = hosted.log
+        return records.generation_interrupted(
+            log,
+            step=log.current_step,
+            worker_id=self.worker_id,
+            result=result,
+            reason=self.interruption or "",
+            now=self.clock(),
+        )
 
     def _generated(
         self, hosted: HostedTrajectory, context: list[int], result: GenerationResult
@@ -240,8 +294,12 @@ class StepRunner:
         recomputed = result.num_recomputed_tokens
         if hosted.is_kv_lost:
             # Resumed without the KV cache: the engine could not know the context was computed
-            # before, so the prefix it prefilled again is counted here.
-            prior = len(context) - len(log.steps[-1].started.input_token_ids)
+            # before, so the prefix it prefilled again is counted here (with the step's input
+            # and interrupted output when a re-shard stopped the engine that computed them).
+            step = log.steps[-1]
+            prior = len(context) + sum(len(part.output_token_ids) for part in step.interrupted)
+            if not step.interrupted:
+                prior -= len(step.started.input_token_ids)
             recomputed += max(0, prior - result.num_cached_tokens - result.num_recomputed_tokens)
             hosted.is_kv_lost = False
         num_warmed, hosted.num_warmed_tokens = hosted.num_warmed_tokens, 0
@@ -258,3 +316,21 @@ class StepRunner:
             weight_version=hosted.weight_version,
             weights_wait_s=hosted.weights_wait_s,
         )
+
+
+def _whole(hosted: HostedTrajectory, result: GenerationResult) -> GenerationResult:
+    """``result`` after the step's interrupted parts: the step's whole output."""
+    step = hosted.log.steps[-1] if hosted.log.steps else None
+    if step is None or not step.partial_token_ids:
+        return result
+    return dataclasses.replace(
+        result,
+        output_token_ids=[*step.partial_token_ids, *result.output_token_ids],
+        output_logprobs=[*step.partial_logprobs, *_logprobs(result)],
+    )
+
+
+def _logprobs(result: GenerationResult) -> list[float]:
+    """The result's logprobs, one per output token (zeros where the engine gave none)."""
+    logprobs = list(result.output_logprobs)
+    return (logprobs + [0.0] * len(result.output_token_ids))[: len(result.output_token_ids)]

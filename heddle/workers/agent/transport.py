@@ -158,9 +158,9 @@ class CommandDispatcher:
 
 
 async def serve(agent: WorkerAgent, bus: Bus, stop: asyncio.Event | None = None) -> None:
-    """Start ``agent`` and feed it its commands until it fails (``WorkerFailing`` is raised) or
-    ``stop`` is set; then close it. The engine is closed too. A drained agent keeps serving
-    (an ``Undrain`` makes it take trajectories again)."""
+    """Start ``agent`` and feed it its commands until it fails (``WorkerFailing`` is raised),
+    retires for a re-shard, or ``stop`` is set; then close it. The engine is closed too. A
+    drained agent keeps serving (an ``Undrain`` makes it take trajectories again)."""
     stop = stop or asyncio.Event()
     runner = bus.message_runner(
         command_consumer(agent.config),
@@ -191,6 +191,7 @@ async def _stop_when_done(agent: WorkerAgent, stop_runner: object, stop: asyncio
     # A drained worker stays up (registered, heartbeating, drained) until undrained or stopped.
     waits = [
         asyncio.create_task(agent.failed.wait()),
+        asyncio.create_task(agent.resharding.retired.wait()),
         asyncio.create_task(stop.wait()),
     ]
     try:

@@ -25,6 +25,10 @@ from heddle.workers.agent.ports import ObjectSource
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.engines.base import Engine, EngineError, WeightLoader
 
+STOP_RETRY_S = 1.0
+"""How long ``WeightGate.exclusive`` waits for the running generations to return before asking
+them to stop again."""
+
 
 class WeightGate:
     """Generations run between swaps, never across one (see the module docstring)."""
@@ -48,6 +52,39 @@ class WeightGate:
             async with self._changed:
                 self._num_running -= 1
                 self._changed.notify_all()
+
+    @property
+    def is_held(self) -> bool:
+        """A swap (or a relaunch) waits or runs: new generations wait for it."""
+        return self._num_swaps_waiting > 0
+
+    async def exclusive(
+        self, stop_running: Callable[[], Awaitable[None]], load: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Hold new generations, call ``stop_running`` (which makes the running ones return:
+        a re-shard aborts them), run ``load`` once none runs, then let generations go on, on
+        the same version."""
+        async with self._swap_lock:
+            async with self._changed:
+                self._num_swaps_waiting += 1
+            try:
+                while not await self._stopped(stop_running):
+                    pass
+                await load()
+            finally:
+                async with self._changed:
+                    self._num_swaps_waiting -= 1
+                    self._changed.notify_all()
+
+    async def _stopped(self, stop_running: Callable[[], Awaitable[None]]) -> bool:
+        """Call ``stop_running``; True once no generation runs (False after a short wait: a
+        generation that was on its way to the engine missed the call and needs another)."""
+        await stop_running()
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STOP_RETRY_S):
+                    await self._changed.wait_for(lambda: self._num_running == 0)
+            return self._num_running == 0
 
     async def swap(self, version: int, load: Callable[[], Awaitable[None]]) -> None:
         """Run ``load`` when no generation runs, then serve ``version`` (unchanged when

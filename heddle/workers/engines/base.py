@@ -181,3 +181,35 @@ class WeightLoader(Protocol):
         (the engine then still serves the previous ones). Cached prefixes computed with the
         old weights are dropped: the next generations prefill them again."""
         ...
+
+
+@runtime_checkable
+class Resharder(Protocol):
+    """An engine that knows its GPUs and can relaunch over others at another TP degree (a
+    re-shard: ``heddle.workers.agent.reshards``). An engine without this is never re-sharded:
+    its worker registers no GPUs."""
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        """The node's GPUs the engine runs on (empty: not known, never re-sharded)."""
+        ...
+
+    async def reshard(self, tp_degree: int, gpu_ids: Sequence[int]) -> None:
+        """Stop (every generation in flight returns ``abort`` with its output so far), then
+        start again at ``tp_degree`` over ``gpu_ids``, with no cached prefix;
+        ``capabilities`` then say the new degree and capacity. ``EngineError`` when the new
+        engine does not come up."""
+        ...
+
+
+def parse_gpu_ids(text: str) -> tuple[int, ...]:
+    """``"0,1,2,3"`` as GPU ids (empty for ""); ``ValueError`` for anything else."""
+    if not text.strip():
+        return ()
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"gpu ids must be comma-separated integers, got {text!r}") from None
+    if any(gpu < 0 for gpu in ids) or len(set(ids)) != len(ids):
+        raise ValueError(f"gpu ids must be distinct integers >= 0, got {text!r}")
+    return ids

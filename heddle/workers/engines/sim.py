@@ -20,19 +20,25 @@ prefill-only request, as the sglang engine's ``max_new_tokens: 0`` warm-up does.
 
 Live requests carry no GRPO group (``GenerationRequest`` has no group id), so jobs get no
 ``group_id``: a group's shared prompt is cached per trajectory here.
+
+A re-shard (``reshard``) models a relaunch: what is in flight returns aborted with its output
+so far, the engine pauses ``restart_s`` plus the new degree's weight load
+(``heddle.policy.cost.model.weight_load_s``), then runs a fresh batching model of the new
+degree's cost model, with no cached prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 from heddle.policy.batching import BatchingModel, FinishedGeneration
-from heddle.policy.cost.model import MODELS, CostModel, ModelShape
+from heddle.policy.cost.model import MODELS, CostModel, ModelShape, weight_load_s
 from heddle.policy.engine_models import engine_model
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import (
@@ -43,6 +49,7 @@ from heddle.workers.engines.base import (
     GenerationRequest,
     GenerationResult,
     WarmUpResult,
+    parse_gpu_ids,
 )
 from heddle.workers.engines.sim_jobs import (
     Pending,
@@ -66,19 +73,8 @@ class SimEngine:
         self.options = options
         self.shape: ModelShape = MODELS[options.model]
         self.cost: CostModel = load_cost_model(options)
-        preemption = PreemptionConfig(
-            min_priority_gap=options.preemption_gap,
-            min_relative_gap=options.preemption_relative_gap,
-        )
         self.engine_model = engine_model(options.engine_model)
-        self._model = BatchingModel(
-            self.cost,
-            self.engine_model.batching_config(
-                preemptive=options.preemptive,
-                max_running=options.max_running,
-                preemption=preemption,
-            ),
-        )
+        self._model = self._new_model()
         self._clock = clock
         self._origin = clock()
         self._pending: dict[str, Pending] = {}
@@ -89,6 +85,17 @@ class SimEngine:
         self._num_warm_ups = 0
         self.weight_version = 0
         """The weight version last loaded (0: the initial weights)."""
+
+    def _new_model(self) -> BatchingModel:
+        options = self.options
+        preemption = PreemptionConfig(
+            min_priority_gap=options.preemption_gap,
+            min_relative_gap=options.preemption_relative_gap,
+        )
+        config = self.engine_model.batching_config(
+            preemptive=options.preemptive, max_running=options.max_running, preemption=preemption
+        )
+        return BatchingModel(self.cost, config)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -118,6 +125,25 @@ class SimEngine:
                 await driver
         for request_id in list(self._pending):
             self._fail(request_id, EngineError("engine closed"))
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        return parse_gpu_ids(self.options.gpu_ids)
+
+    async def reshard(self, tp_degree: int, gpu_ids: Sequence[int]) -> None:
+        """Relaunch at ``tp_degree`` (see the module docstring)."""
+        if len(gpu_ids) != tp_degree:
+            raise EngineError(f"a TP {tp_degree} engine needs {tp_degree} GPUs, got {gpu_ids}")
+        for request_id in list(self._pending):
+            await self.abort(request_id)
+        pause_s = self.options.restart_s + weight_load_s(self.shape.name, tp_degree)
+        await asyncio.sleep(pause_s / self.options.time_scale)
+        ids = ",".join(str(gpu) for gpu in gpu_ids)
+        self.options = dataclasses.replace(self.options, tp=tp_degree, gpu_ids=ids)
+        self.cost = load_cost_model(self.options)
+        self._model = self._new_model()
+        self._known_tokens.clear()
+        self._wake.set()
 
     def now_s(self) -> float:
         """Current model time in seconds."""

@@ -10,6 +10,7 @@ from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, CostModel, pr
 from heddle.policy.cost.profiles import parse_profile
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.scheduling.preemption import PreemptionConfig
+from heddle.workers.engines.base import parse_gpu_ids
 
 # Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
 # GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (docs/paper.md, the paper's
@@ -51,6 +52,16 @@ class SimEngineOptions:
     weight_load_s: float = field(
         default=0.0, metadata={"help": "model seconds a weight swap pauses the engine"}
     )
+    gpu_ids: str = field(
+        default="",
+        metadata={
+            "help": "its node's GPUs, comma-separated, one per TP rank (empty: never re-sharded)"
+        },
+    )
+    restart_s: float = field(
+        default=30.0,
+        metadata={"help": "model seconds a re-shard's relaunch takes, weights aside"},
+    )
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -64,8 +75,11 @@ class SimEngineOptions:
         for name in ("time_scale", "link_bandwidth_bytes_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
-        if not self.weight_load_s >= 0:
-            raise ValueError("weight_load_s must be >= 0")
+        if not self.weight_load_s >= 0 or not self.restart_s >= 0:
+            raise ValueError("weight_load_s and restart_s must be >= 0")
+        gpu_ids = parse_gpu_ids(self.gpu_ids)
+        if gpu_ids and len(gpu_ids) != self.tp:
+            raise ValueError(f"gpu_ids names {len(gpu_ids)} GPUs for TP {self.tp}")
         if self.engine_model not in ENGINE_MODELS:
             raise ValueError(
                 f"engine_model must be one of {sorted(ENGINE_MODELS)}, got {self.engine_model!r}"

@@ -16,10 +16,13 @@ from heddle.events import (
     Failed,
     MigrationRequested,
     Prioritized,
+    ReshardRequested,
     StartTrajectory,
     TrajectoryPlaced,
+    WorkerRetired,
 )
 from heddle.policy.cost.model import AnalyticCostModel, preset
+from heddle.policy.migration.planner import MigrationRequest
 from heddle.policy.prediction import PredictorOptions, make_predictor
 
 
@@ -235,3 +238,90 @@ def test_a_trajectory_handed_back_retryably_is_placed_again_on_another_worker() 
     assert start.worker_id == placed.worker_id != first and placed.reason == "replacement"
     assert feed(decider, [b.completed("t1", 1, 10)]) == []
     assert decider.decide(b.completed("t0", 1, 10)) == []  # it ran to its end there
+
+
+def reshard_requested(leader: str, members: list[str], tp: int) -> ReshardRequested:
+    return ReshardRequested(
+        event_id=f"reshard:{leader}",
+        occurred_at=5.0,
+        worker_id=leader,
+        reshard_id=f"reshard:{leader}",
+        member_worker_ids=members,
+        node="n0",
+        tp_degree=tp,
+        gpu_ids=list(range(tp)),
+    )
+
+
+def retired(worker_id: str, leader: str, at: float = 6.0) -> WorkerRetired:
+    return WorkerRetired(
+        event_id=f"{worker_id}:retired",
+        occurred_at=at,
+        worker_id=worker_id,
+        reshard_id=f"reshard:{leader}",
+        successor_worker_id=leader,
+    )
+
+
+def placed_on_four_workers() -> tuple[PlacementDecider, dict[str, str]]:
+    decider = presorted()
+    lengths = [9000.0, 8900.0, 8800.0, 8700.0]  # one per worker
+    workers = [(f"w{i}", 2) for i in range(4)]
+    feed(decider, opening(4, workers))
+    outputs = feed(decider, [b.predicted(f"t{i}", -1, n) for i, n in enumerate(lengths)])
+    return decider, starts(outputs)
+
+
+def test_a_retired_workers_trajectories_go_to_the_reshards_leader() -> None:
+    decider, where = placed_on_four_workers()
+    assert sorted(where.values()) == ["w0", "w1", "w2", "w3"]
+    members = ["w0", "w1", "w2", "w3"]
+    assert decider.decide(reshard_requested("w0", members, 8)) == []
+    moved_from = where["t1"]
+    leader_of = {traj: w for traj, w in where.items()}
+    outputs = decider.decide(retired(moved_from, "w0"))
+    placed = [o for o in outputs if isinstance(o, TrajectoryPlaced)]
+    assert [(p.traj_id, p.worker_id, p.reason) for p in placed] == [("t1", "w0", "reshard")]
+    (start,) = [o for o in outputs if isinstance(o, StartTrajectory)]
+    assert start.resume and start.source_worker_id == moved_from
+    assert moved_from not in decider.snapshot()[0]  # forgotten
+    assert leader_of["t0"] == "w0"
+    assert decider.snapshot()[1]["w0"] == 2  # t1 generates there now, beside t0
+
+
+class MovingPlacer(PresortedPlacer):
+    """Presorted placement that asks, on every later prediction, to move the trajectory to
+    ``target`` (the migration requests' own checks are under test)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(cost_for_tp, hysteresis=0.0)
+        self.target = target
+
+    def on_prediction(self, traj_id: str, predicted: float, **_: object) -> MigrationRequest | None:
+        source = self._worker_of.get(traj_id, "")
+        return MigrationRequest(traj_id, source, self.target, 0, predicted)
+
+
+@pytest.mark.parametrize(
+    ("traj_id", "target"), [("t0", "w3"), ("t0", "w2"), ("t3", "w0"), ("t0", "w1")]
+)
+def test_no_migration_leaves_or_targets_a_resharding_worker_until_the_leader_is_back(
+    traj_id: str, target: str
+) -> None:
+    """w2 and w3 re-shard (w2 leads): t3 may not leave w3, nothing may go to w3; others move."""
+    decider = PlacementDecider(lambda: MovingPlacer(target))
+    workers = [(f"w{i}", 2) for i in range(4)]
+    feed(decider, opening(4, workers))
+    lengths = [9000.0, 8900.0, 8800.0, 8700.0]
+    where = starts(feed(decider, [b.predicted(f"t{i}", -1, n) for i, n in enumerate(lengths)]))
+    assert where == {"t0": "w0", "t1": "w1", "t2": "w2", "t3": "w3"}
+    decider.decide(reshard_requested("w2", ["w2", "w3"], 4))
+    shrink = [b.generated(traj_id, 0, 100, where[traj_id]), b.predicted(traj_id, 0, 10.0)]
+    moves = [o for o in feed(decider, shrink) if isinstance(o, MigrationRequested)]
+    is_blocked = {where[traj_id], target} & {"w2", "w3"}
+    assert [m.target_worker_id for m in moves] == ([] if is_blocked else [target])
+    assert decider.snapshot()[-1] == frozenset({("w2", "w2"), ("w3", "w2")})
+    decider.decide(retired("w3", "w2"))
+    decider.decide(b.worker("w2", 4, at=40.0))  # the leader is back at TP4
+    assert decider.snapshot()[-1] == frozenset()
+    assert decider.snapshot()[0]["w2"].tp_degree == 4

@@ -18,6 +18,7 @@ HiCache store (docs/sglang.md).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -68,6 +69,9 @@ class SglangEngine:
         self._clock = clock
         self._segments = SegmentRunner(client, settings, clock, router)
         self._jobs: dict[str, Job] = {}
+        self._idle = asyncio.Event()
+        """Set while no generation is in flight."""
+        self._idle.set()
         self._queue: AdmissionQueue | None = None
         self._info = ServerInfo()
         self._max_kv_tokens = 0
@@ -153,6 +157,7 @@ class SglangEngine:
             raise ValueError(f"request id {request.request_id!r} is already in flight")
         job = Job(request=request, enqueued_at_s=self._clock())
         self._jobs[request.request_id] = job
+        self._idle.clear()
         queue.add(request.request_id, request.priority)
         self._dispatch()
         try:
@@ -160,6 +165,8 @@ class SglangEngine:
         finally:
             job.phase = JobPhase.DONE
             self._jobs.pop(request.request_id, None)
+            if not self._jobs:
+                self._idle.set()
             queue.remove(request.request_id)
             self._dispatch()
 

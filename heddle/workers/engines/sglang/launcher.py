@@ -10,18 +10,27 @@ scheduling only with ``fcfs`` or ``lof``), ``--priority-scheduling-preemption-th
 engine's preemption gap in SGLang's integer priority units; the largest int32 when the engine
 must not preempt, which is how Heddle's bundles run on this engine model),
 ``--radix-eviction-policy lru`` and ``--page-size 1``.
+
+A re-shard (``LaunchedSglangEngine.reshard``) stops the server and launches it again with the new
+``--tp-size`` over the union of its GPUs and those its retired peers freed, named by
+``CUDA_VISIBLE_DEVICES`` (``--base-gpu-id 0`` then counts within them); the weights loaded since
+the launch are loaded again, as after a crash. What that costs on a GPU (process start, NCCL
+set-up, weight load, CUDA graph capture) is the simulator's ``SimConfig.engine_restart_s``
+plus its weight load; it is not measured here (no GPU).
 """
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from heddle.bus.server import free_port
 from heddle.policy.scheduling.preemption import PreemptionConfig
-from heddle.workers.engines.base import EngineError
+from heddle.workers.engines.base import EngineError, EngineLoad, parse_gpu_ids
 from heddle.workers.engines.sglang.client import ClientTimeouts, RetryPolicy, SglangClient
 from heddle.workers.engines.sglang.engine import SglangEngine
 from heddle.workers.engines.sglang.options import EngineSettings, SglangEngineOptions
@@ -48,6 +57,20 @@ class LaunchSpec:
     extra_args: tuple[str, ...] = ()
     """Further launch_server flags, passed through verbatim."""
     python: str = sys.executable
+    gpu_ids: tuple[int, ...] = ()
+    """The node's GPUs it runs on (``CUDA_VISIBLE_DEVICES``, ``--base-gpu-id 0``); empty: the
+    ``tp_size`` GPUs from ``base_gpu_id`` of those visible."""
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """The GPUs it runs on."""
+        return self.gpu_ids or tuple(range(self.base_gpu_id, self.base_gpu_id + self.tp_size))
+
+    def env(self) -> dict[str, str]:
+        """Variables the server's process gets."""
+        if not self.gpu_ids:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in self.gpu_ids)}
 
     @property
     def base_url(self) -> str:
@@ -68,7 +91,7 @@ class LaunchSpec:
             "--port",
             str(self.port),
             "--base-gpu-id",
-            str(self.base_gpu_id),
+            str(0 if self.gpu_ids else self.base_gpu_id),
             *self.scheduling_args(),
             *self.extra_args,
         )
@@ -89,20 +112,28 @@ class LaunchSpec:
 
 
 def supervise(
-    command: tuple[str, ...], client: SglangClient, *, options: SglangEngineOptions
+    spec: LaunchSpec, client: SglangClient, *, options: SglangEngineOptions
 ) -> ServerSupervisor:
-    """A supervisor for ``command`` whose readiness is ``client``'s probe."""
+    """A supervisor for ``spec``'s server whose readiness is ``client``'s probe."""
     config = SupervisorConfig(
-        command=command,
+        command=spec.command(),
         ready_timeout_s=options.ready_timeout_s,
         max_restarts=options.max_restarts,
         log_path=Path(options.log_path) if options.log_path else None,
+        env=spec.env(),
     )
     return ServerSupervisor(config, client.is_ready)
 
 
+Supervise = Callable[[LaunchSpec], ServerSupervisor]
+"""A supervisor of a launch spec's server (a re-shard launches another)."""
+_ABORT_WAIT_S = 30.0
+"""How long a re-shard waits for aborted generations to return before stopping the server."""
+
+
 class LaunchedSglangEngine(SglangEngine):
-    """An ``SglangEngine`` that starts (and finally stops) its own supervised server."""
+    """An ``SglangEngine`` that starts (and finally stops) its own supervised server, and
+    relaunches it for a re-shard (see the module docstring)."""
 
     def __init__(
         self,
@@ -111,10 +142,51 @@ class LaunchedSglangEngine(SglangEngine):
         supervisor: ServerSupervisor,
         *,
         router: RouterTarget | None = None,
+        spec: LaunchSpec | None = None,
+        supervise: Supervise | None = None,
     ) -> None:
+        """``spec`` and ``supervise``: what a re-shard relaunches (None: it cannot)."""
         super().__init__(client, settings, router=router)
         self.supervisor = supervisor
         supervisor.after_restart = self._reapply_weights
+        self.spec = spec
+        self._supervise = supervise
+        self.is_relaunching = False
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        return self.spec.gpus if self.spec is not None and self._supervise else ()
+
+    async def reshard(self, tp_degree: int, gpu_ids: Sequence[int]) -> None:
+        """Stop the server and launch it at ``tp_degree`` over ``gpu_ids`` (the module
+        docstring); what was in flight returns aborted with its output so far."""
+        if self.spec is None or self._supervise is None:
+            raise EngineError("this engine did not launch its server: it cannot relaunch it")
+        if len(gpu_ids) != tp_degree:
+            raise EngineError(f"a TP {tp_degree} server needs {tp_degree} GPUs, got {gpu_ids}")
+        await self._abort_all()
+        self.is_relaunching = True
+        try:
+            await self.supervisor.stop()
+            self.spec = replace(self.spec, tp_size=tp_degree, gpu_ids=tuple(gpu_ids))
+            self.supervisor = self._supervise(self.spec)
+            self.supervisor.after_restart = self._reapply_weights
+            await self.start()
+            await self._reapply_weights()
+        finally:
+            self.is_relaunching = False
+
+    async def load(self) -> EngineLoad:
+        """No server while it relaunches: nothing runs."""
+        if self.is_relaunching:
+            return EngineLoad(num_running=0, num_waiting=0)
+        return await super().load()
+
+    async def _abort_all(self) -> None:
+        for request_id in list(self._jobs):
+            await self.abort(request_id)
+        async with asyncio.timeout(_ABORT_WAIT_S):
+            await self._idle.wait()
 
     async def _reapply_weights(self) -> None:
         """A restarted server runs the launch command's checkpoint: load the weights this
@@ -157,6 +229,7 @@ def launch_spec(options: SglangEngineOptions) -> LaunchSpec:
         preemption_threshold=server_preemption_threshold(options),
         extra_args=tuple(shlex.split(options.launch_args)),
         python=options.python or sys.executable,
+        gpu_ids=parse_gpu_ids(options.gpu_ids),
     )
 
 
@@ -181,8 +254,17 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
     )
     if spec is None:
         return SglangEngine(client, settings, router=router)
+
+    def supervise_spec(launched: LaunchSpec) -> ServerSupervisor:
+        return supervise(launched, client, options=options)
+
     return LaunchedSglangEngine(
-        client, settings, supervise(spec.command(), client, options=options), router=router
+        client,
+        settings,
+        supervise_spec(spec),
+        router=router,
+        spec=spec,
+        supervise=supervise_spec,
     )
 
 

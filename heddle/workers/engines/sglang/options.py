@@ -53,6 +53,13 @@ class SglangEngineOptions:
     port: int = field(default=0, metadata=_help("port for --launch (0: a free port)"))
     host: str = field(default="127.0.0.1", metadata=_help("interface for --launch"))
     base_gpu_id: int = field(default=0, metadata=_help("first GPU of the launched server"))
+    gpu_ids: str = field(
+        default="",
+        metadata=_help(
+            "the launched server's GPUs, comma-separated (CUDA_VISIBLE_DEVICES; default: tp "
+            "GPUs from base-gpu-id); a re-shard relaunches it over others"
+        ),
+    )
     launch_args: str = field(
         default="", metadata=_help("extra sglang.launch_server flags, shell-quoted")
     )

@@ -9,16 +9,22 @@ engine state is shared between threads except that inbox.
 
 Serialising a KV export and deserialising an import run in ``asyncio.to_thread`` so that neither
 the event loop nor the batching loop waits on large byte copies.
+
+The engine runs its model on one device, unsharded: a re-shard (``reshard``) restarts it (the
+requests in flight return aborted with their output, the thread stops, the model is loaded
+again, the KV cache is gone) and it reports the new degree and GPUs. That is the restart a real
+TP engine pays, without the sharding.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +37,7 @@ from heddle.workers.engines.base import (
     EngineLoad,
     GenerationRequest,
     GenerationResult,
+    parse_gpu_ids,
 )
 from heddle.workers.engines.torch_engine.core import EngineCore
 from heddle.workers.engines.torch_engine.loading import load_model
@@ -63,6 +70,8 @@ class TorchEngine:
         self._pending: dict[str, asyncio.Future[GenerationResult]] = {}
         self.weight_version = 0
         """The weight version last loaded (0: the weights it started with)."""
+        self._weights_path = ""
+        """Where those weights came from (a restart loads them again)."""
 
     @property
     def capabilities(self) -> EngineCapabilities:
@@ -73,6 +82,7 @@ class TorchEngine:
         return EngineCapabilities(
             name="torch",
             model=self.options.model,
+            tp_degree=self.options.tp,
             max_running=self.options.max_running,
             max_kv_tokens=self.options.max_kv_tokens,
             max_context_tokens=self._core.model.max_positions if self._core is not None else 0,
@@ -107,6 +117,24 @@ class TorchEngine:
             if not future.done():
                 future.set_exception(EngineError("torch engine closed"))
         self._pending.clear()
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        return parse_gpu_ids(self.options.gpu_ids)
+
+    async def reshard(self, tp_degree: int, gpu_ids: Sequence[int]) -> None:
+        """Restart at ``tp_degree`` over ``gpu_ids`` (the module docstring)."""
+        if len(gpu_ids) != tp_degree:
+            raise EngineError(f"a TP {tp_degree} engine needs {tp_degree} GPUs, got {gpu_ids}")
+        for request_id in list(self._pending):
+            await self.abort(request_id)
+        await self.close()
+        ids = ",".join(str(gpu) for gpu in gpu_ids)
+        self.options = dataclasses.replace(self.options, tp=tp_degree, gpu_ids=ids)
+        self._core = None
+        await self.start()
+        if self._weights_path:
+            await self.load_weights(self._weights_path, weight_version=self.weight_version)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         core = self._require_core()
@@ -165,6 +193,7 @@ class TorchEngine:
         except ValueError as exc:
             raise EngineError(f"weights of version {weight_version}: {exc}") from None
         self.weight_version = weight_version
+        self._weights_path = path
 
     # Event-loop side -------------------------------------------------------------------------
 

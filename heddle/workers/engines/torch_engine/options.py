@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from heddle.policy.scheduling.preemption import PreemptionConfig
+from heddle.workers.engines.base import parse_gpu_ids
 
 DTypeName = Literal["auto", "float32", "bfloat16", "float16"]
 ParkLocation = Literal["device", "host"]
@@ -63,6 +64,16 @@ class TorchEngineOptions:
         default=256, metadata=_help("first per-slot KV length; slots grow by doubling")
     )
     num_threads: int = field(default=0, metadata=_help("torch CPU threads (0: torch's default)"))
+    tp: int = field(
+        default=1,
+        metadata=_help("TP degree it reports (it runs on one device; a re-shard restarts it)"),
+    )
+    gpu_ids: str = field(
+        default="",
+        metadata=_help(
+            "its node's GPUs, comma-separated, one per TP rank (empty: never re-sharded)"
+        ),
+    )
 
     @property
     def preemption(self) -> PreemptionConfig:
@@ -82,3 +93,6 @@ class TorchEngineOptions:
             )
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"--device {self.device!r}: use cpu, cuda or cuda:N")
+        gpu_ids = parse_gpu_ids(self.gpu_ids)
+        if self.tp < 1 or (gpu_ids and len(gpu_ids) != self.tp):
+            raise ValueError(f"tp must be >= 1 and gpu-ids name tp GPUs, got {self.gpu_ids!r}")
