@@ -242,6 +242,10 @@ def compare(
     control_latency_p99_ms: Annotated[
         float, typer.Option(help="Its 99th percentile (ms; both 0: commands arrive at once)")
     ] = _DEFAULTS.control_latency_p99_ms,
+    engine_restart_s: Annotated[
+        float,
+        typer.Option(help="A re-shard's engine relaunch, weights aside (s; heddle re-shards)"),
+    ] = _DEFAULTS.engine_restart_s,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Simulate each system on the same trace; makespan, throughput and the lower bound."""
@@ -260,6 +264,7 @@ def compare(
             config,
             control_latency_p50_ms=control_latency_p50_ms,
             control_latency_p99_ms=control_latency_p99_ms,
+            engine_restart_s=engine_restart_s,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -63,6 +63,14 @@ TimeoutOpt = Annotated[
 TransferOpt = Annotated[
     bool, typer.Option(help="Migrations move the KV cache (else the target re-prefills)")
 ]
+RestartOpt = Annotated[
+    float,
+    typer.Option(
+        help="Seconds a worker's engine takes to relaunch, weights aside (what a re-shard "
+        "costs; heddle.control.reshard)",
+        min=0,
+    ),
+]
 HistoryOpt = Annotated[
     list[Path] | None,
     typer.Option(help="Trace file of earlier rollouts the predictor learns from (repeatable)"),
@@ -84,6 +92,7 @@ def control_plane_config(
     durable_prefix: str = "control",
     since: int = 1,
     metrics_port: int = 0,
+    engine_restart_s: float = _DEFAULTS.engine_restart_s,
 ) -> ControlPlaneConfig:
     """The config from CLI values; ``UserError`` for a bad one."""
     try:
@@ -99,6 +108,7 @@ def control_plane_config(
             history=tuple(history or ()),
             host=HostConfig(durable_prefix=durable_prefix, since_sequence=max(1, since)),
             metrics_port=metrics_port,
+            engine_restart_s=engine_restart_s,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -126,6 +136,7 @@ def up_command(
     seed: SeedOpt = _DEFAULTS.seed,
     worker_timeout_s: TimeoutOpt = _DEFAULTS.worker_timeout_s,
     transfer_kv: TransferOpt = True,
+    engine_restart_s: RestartOpt = _DEFAULTS.engine_restart_s,
     ledger: Annotated[bool, typer.Option(help="Project events into the ledger here")] = True,
     learn_ledger: Annotated[
         bool, typer.Option(help="Teach the predictor earlier rollouts from the ledger")
@@ -178,6 +189,7 @@ def up_command(
         durable_prefix=durable_prefix,
         since=since,
         metrics_port=metrics_port,
+        engine_restart_s=engine_restart_s,
     )
     try:
         pool = WorkerPool(workers, engine, options, heartbeat_s=heartbeat_s)

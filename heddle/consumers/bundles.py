@@ -12,6 +12,7 @@ from heddle.consumers.predictors import PredictionHooks
 from heddle.consumers.slots import BundleFactory, SlotDeciders
 from heddle.control import ControlOptions, build_control_plane, system_spec
 from heddle.control import ControlPlane as Bundle
+from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S, ReshardConfig
 from heddle.control.resources import HistoryRates
 from heddle.policy.cost.model import CostModel, preset, weight_load_s
 from heddle.policy.prediction import Predictor
@@ -26,6 +27,7 @@ def control_options(
     seed: int,
     transfer_kv: bool,
     history: Sequence[TraceTrajectory] = (),
+    engine_restart_s: float = DEFAULT_ENGINE_RESTART_S,
 ) -> ControlOptions:
     """Options of every bundle; the planners' observation ratio and tool seconds per token come
     from ``history`` as in ``heddle.sim.simulate``. The predictor is a placeholder: only the
@@ -41,6 +43,7 @@ def control_options(
         tool_s_per_token=rates.tool_s_per_token,
         tool_call_s=rates.tool_call_s,
         weight_load_s_for_tp=functools.partial(weight_load_s, cost_model),
+        reshard=ReshardConfig(restart_s=engine_restart_s),
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from heddle.consumers.host import HostConfig
 from heddle.consumers.predictors import PredictorConfig
 from heddle.consumers.store_guard import StoreGuardConfig
+from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S
 from heddle.policy.cost.model import preset
 
 
@@ -24,6 +25,9 @@ class ControlPlaneConfig:
     """Seeds the random routers of baseline bundles."""
     transfer_kv: bool = True
     """Migrations move the KV cache (False: the target re-prefills)."""
+    engine_restart_s: float = DEFAULT_ENGINE_RESTART_S
+    """What a re-shard's engine switch costs, weights aside (``heddle.control.reshard``): the
+    workers' engines relaunching in this deployment."""
     worker_timeout_s: float = 10.0
     """A worker silent this long is declared failed (its trajectories are re-placed)."""
     liveness_check_s: float = 0.5
@@ -46,3 +50,5 @@ class ControlPlaneConfig:
         preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices
         if not self.worker_timeout_s > 0 or not self.liveness_check_s > 0:
             raise ValueError("worker_timeout_s and liveness_check_s must be > 0")
+        if not self.engine_restart_s >= 0:
+            raise ValueError(f"engine_restart_s must be >= 0, got {self.engine_restart_s}")

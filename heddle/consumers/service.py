@@ -290,6 +290,7 @@ class ControlPlaneService:
                 seed=config.seed,
                 transfer_kv=config.transfer_kv,
                 history=self._history,
+                engine_restart_s=config.engine_restart_s,
             )
         return slot_deciders(slot, self._options, hooks)
 

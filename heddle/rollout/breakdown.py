@@ -21,6 +21,9 @@ failure):
   migration);
 - ``weights``: a generation waiting on its worker for a weight swap
   (``Generated.weights_wait_s``);
+- ``reshard``: a step a re-shard interrupted (``GenerationInterrupted``): from its start to its
+  ``Generated``, what its parts' engine time does not explain (the stop, the hand-over to the
+  merged worker, its relaunch);
 - ``tool_queue``: ``ToolCalled`` -> the tool's start (``ToolReturned`` minus the tool's own
   duration): the call's trip through the tools stream and the wait for an executor;
 - ``engine_lag``: ``GenerationStarted`` -> ``Generated`` minus the engine's queue, prefill and
@@ -45,6 +48,7 @@ import msgspec
 from heddle.events import (
     Event,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     ToolCalled,
@@ -59,6 +63,7 @@ class TimeSplit(msgspec.Struct, frozen=True, kw_only=True):
     admission_s: float = 0.0
     held_s: float = 0.0
     weights_s: float = 0.0
+    reshard_s: float = 0.0
     control_s: float = 0.0
     messaging_s: float = 0.0
     tool_queue_s: float = 0.0
@@ -72,8 +77,9 @@ class TimeSplit(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def holds_s(self) -> float:
-        """The policy's and the trainer's holds: admission, held, weights (not lag)."""
-        return self.admission_s + self.held_s + self.weights_s
+        """The policy's and the trainer's holds: admission, held, weights, re-shards (not
+        lag)."""
+        return self.admission_s + self.held_s + self.weights_s + self.reshard_s
 
     @property
     def lag_s(self) -> float:
@@ -97,6 +103,8 @@ class _Step:
     """Model seconds: the engine's queue + prefill + decode."""
     weights_wait_s: float = 0.0
     """Model seconds it waited for a weight swap before the engine took it."""
+    is_interrupted: bool = False
+    """A re-shard interrupted its generation (its parts' engine time is in ``engine_s``)."""
     called_at: float = 0.0
     returned_at: float = 0.0
     returned_stored_at: float = 0.0
@@ -130,8 +138,12 @@ class TrajectoryTimeline:
             case Generated():
                 step = self._step(event.step)
                 step.generated_at = event.occurred_at
-                step.engine_s = event.queue_s + event.prefill_s + event.decode_s
+                step.engine_s += event.queue_s + event.prefill_s + event.decode_s
                 step.weights_wait_s = event.weights_wait_s
+            case GenerationInterrupted():
+                step = self._step(event.step)
+                step.engine_s += event.queue_s + event.prefill_s + event.decode_s
+                step.is_interrupted = True
             case ToolCalled():
                 self._step(event.step).called_at = event.occurred_at
             case ToolReturned():
@@ -157,6 +169,7 @@ class _Tiling:
     admission: float = 0.0
     held: float = 0.0
     weights: float = 0.0
+    reshard: float = 0.0
     control: float = 0.0
     messaging: float = 0.0
     tool_queue: float = 0.0
@@ -192,6 +205,7 @@ class _Tiling:
             admission_s=self.admission * scale,
             held_s=self.held * scale,
             weights_s=self.weights * scale,
+            reshard_s=self.reshard * scale,
             control_s=self.control * scale,
             messaging_s=self.messaging * scale,
             tool_queue_s=self.tool_queue * scale,
@@ -233,10 +247,13 @@ def split_time(
         is_first = False
         engine_wall, weights_wall = step.engine_s / scale, step.weights_wait_s / scale
         tiling.modelled += engine_wall
-        tiling.weights += weights_wall
-        tiling.engine_lag += _interval(
-            step.generated_at - step.started_at - engine_wall - weights_wall
-        )
+        if step.is_interrupted:  # the gate's wait was the relaunch: all of it is the re-shard's
+            tiling.reshard += _interval(step.generated_at - step.started_at - engine_wall)
+        else:
+            tiling.weights += weights_wall
+            tiling.engine_lag += _interval(
+                step.generated_at - step.started_at - engine_wall - weights_wall
+            )
         cursor, cursor_stored = step.generated_at, 0.0
         if step.called_at and step.returned_at:
             tool_wall = step.tool_s / scale

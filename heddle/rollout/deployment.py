@@ -51,6 +51,7 @@ def control_plane_args(config: ControlPlaneConfig) -> list[str]:
         f"--sigma={predictor.sigma}",
         f"--seed={config.seed}",
         f"--worker-timeout-s={config.worker_timeout_s}",
+        f"--engine-restart-s={config.engine_restart_s}",
         "--transfer-kv" if config.transfer_kv else "--no-transfer-kv",
         "--ledger" if config.project_ledger else "--no-ledger",
         "--learn-ledger" if config.learn_from_ledger else "--no-learn-ledger",

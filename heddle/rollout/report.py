@@ -48,7 +48,7 @@ def print_summary(result: RolloutResult, console: Console) -> None:
         table.add_row(
             "... held",
             f"admission {slow.admission_s:.0f} / between steps {slow.held_s:.0f} / weights "
-            f"{slow.weights_s:.0f} s",
+            f"{slow.weights_s:.0f} / re-shards {slow.reshard_s:.0f} s",
         )
         table.add_row(
             "... beyond the model",

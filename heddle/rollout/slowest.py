@@ -31,6 +31,8 @@ class SlowestTrajectory(msgspec.Struct, frozen=True, kw_only=True):
     decided on (a paused program)."""
     weights_s: float = 0.0
     """Its generations waited on their worker for weight swaps."""
+    reshard_s: float = 0.0
+    """Steps a re-shard interrupted: their stop, hand-over and relaunch."""
     control_s: float = 0.0
     """The control plane's reactions: an event stored -> the command it caused stored."""
     messaging_s: float = 0.0
@@ -97,6 +99,7 @@ def slowest_trajectory(
         admission_s=split.admission_s,
         held_s=split.held_s,
         weights_s=split.weights_s,
+        reshard_s=split.reshard_s,
         control_s=split.control_s,
         messaging_s=split.messaging_s,
         tool_queue_s=split.tool_queue_s,

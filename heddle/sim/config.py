@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S
 from heddle.policy.cost.model import (
     HARDWARE,
     MODELS,
@@ -23,11 +24,6 @@ from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
-# A re-shard's engine switch, weights aside: SGLang's processes stopped, then the merged server's
-# process start and imports (~10 s), NCCL set-up of its TP group (~5 s) and CUDA graph capture
-# (~15 s) for a model whose files are in the page cache. Assumption (no measurement on this
-# project's GPUs yet); docs/benchmarks.md, "Tail re-sharding", reports 10 / 30 / 90 s.
-DEFAULT_ENGINE_RESTART_S = 30.0
 # HGX H100 / H200 servers: 8 GPUs on one NVLink switch; a TP group stays inside one.
 DEFAULT_GPUS_PER_NODE = 8
 
@@ -103,8 +99,8 @@ class SimConfig:
     """Its 99th percentile (a lognormal through both)."""
     engine_restart_s: float = DEFAULT_ENGINE_RESTART_S
     """A re-shard's switch, weights aside: the members' engines stopped and the merged one
-    started (``DEFAULT_ENGINE_RESTART_S`` says what it stands for); its weights then load at
-    ``weight_load_s_for_tp`` of the new degree."""
+    started (``heddle.control.reshard.DEFAULT_ENGINE_RESTART_S`` says what it stands for); its
+    weights then load at ``weight_load_s_for_tp`` of the new degree."""
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     """GPUs of one node: the plan's workers are packed into nodes in order
     (``heddle.policy.resources.nodes``), and a re-shard merges workers of one node."""

@@ -17,6 +17,7 @@ from heddle.events import (
     Completed,
     Event,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     RolloutSubmitted,
     ToolCalled,
@@ -25,11 +26,13 @@ from heddle.events import (
     TrajectorySubmitted,
     TrajectoryTimings,
 )
+from heddle.rollout.breakdown import TrajectoryTimeline, split_time
 from heddle.rollout.slowest import LAG_WARNING_FRACTION
 from heddle.rollout.summary import RolloutSummary, summarize
 
 SCALE = 100.0
 START = 1_000.0
+SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
 
 
 @dataclass(frozen=True)
@@ -262,3 +265,28 @@ def test_no_duration_of_a_summary_is_negative(
     summary = summarize("r", [opened, *recorder.events], [0.0, *recorder.stored])
     negative = [(where, v) for where, v in durations(msgspec.to_builtins(summary)) if v < 0]
     assert negative == []
+
+
+def test_a_step_a_reshard_interrupted_counts_its_gap_as_the_reshards() -> None:
+    """Its parts' engine time is modelled; the rest of the step (the stop, the hand-over, the
+    relaunch, whatever the gate waited for) is the re-shard's, not engine lag or weights."""
+    timeline = TrajectoryTimeline()
+    traj = dict(rollout_id="r", traj_id="t")
+    timeline.add(TrajectorySubmitted(event_id="s", occurred_at=0.0, spec=SPEC, **traj))
+    timeline.add(
+        GenerationStarted(event_id="g", occurred_at=1.0, step=0, worker_id="w1",
+                          num_context_tokens=10, **traj)
+    )  # fmt: skip
+    timeline.add(
+        GenerationInterrupted(event_id="i", occurred_at=2.0, step=0, worker_id="w1",
+                              output_token_ids=[1, 2], prefill_s=1.0, decode_s=9.0, **traj)
+    )  # fmt: skip
+    timeline.add(
+        Generated(event_id="d", occurred_at=5.0, step=0, worker_id="w0", output_token_ids=[1],
+                  decode_s=20.0, weights_wait_s=7.0, **traj)
+    )  # fmt: skip
+    split = split_time(timeline, completed_at=5.0, time_scale=10.0)
+    assert split.modelled_s == pytest.approx(30.0)
+    assert split.reshard_s == pytest.approx(40.0 - 30.0)
+    assert split.engine_lag_s == 0.0 and split.weights_s == 0.0
+    assert split.holds_s == pytest.approx(split.admission_s + split.reshard_s)

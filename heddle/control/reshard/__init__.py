@@ -9,6 +9,10 @@ The estimate itself is ``heddle.policy.resources.reshard``; the placement decide
 retired members' trajectories (``heddle.control.placement``).
 """
 
-from heddle.control.reshard.decider import ReshardConfig, ReshardDecider
+from heddle.control.reshard.decider import (
+    DEFAULT_ENGINE_RESTART_S,
+    ReshardConfig,
+    ReshardDecider,
+)
 
-__all__ = ["ReshardConfig", "ReshardDecider"]
+__all__ = ["DEFAULT_ENGINE_RESTART_S", "ReshardConfig", "ReshardDecider"]

@@ -74,11 +74,19 @@ of rollout time: sooner, a trajectory's predicted saving moves by less than a te
 switch's cost, too little to cross the margin, and each weighing costs time per trajectory."""
 
 
+DEFAULT_ENGINE_RESTART_S = 30.0
+"""A re-shard's engine switch, weights aside: SGLang's processes stopped, then the merged server's
+process start and imports (~10 s), NCCL set-up of its TP group (~5 s) and CUDA graph capture
+(~15 s) for a model whose files are in the page cache. Assumption: not measured on this project's
+GPUs yet; docs/benchmarks.md ("Tail re-sharding") reports how the gain moves at 10 / 30 / 90 s."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReshardConfig:
-    restart_s: float = 30.0
-    """Seconds to stop the members' engines and start the merged one, weights aside (the
-    simulator's ``SimConfig.engine_restart_s`` says what it stands for)."""
+    restart_s: float = DEFAULT_ENGINE_RESTART_S
+    """Seconds to stop the members' engines and start the merged one, weights aside
+    (``DEFAULT_ENGINE_RESTART_S``); the simulator charges its ``SimConfig.engine_restart_s``,
+    a live control plane assumes ``heddle up --engine-restart-s``."""
     margin: float = RESHARD_MARGIN
     """The saving must exceed the switch's cost by this fraction of it."""
 

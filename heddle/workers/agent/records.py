@@ -179,10 +179,12 @@ def completed(
     response, logprobs, mask = log.response()
     outputs = log.generated_events()
     started_at = log.submitted_at if log.submitted_at is not None else now
+    parts: list[Generated | GenerationInterrupted] = [*outputs]
+    parts += [part for step in log.steps for part in step.interrupted]
     timings = TrajectoryTimings(
-        queue_s=sum(event.queue_s for event in outputs),
-        prefill_s=sum(event.prefill_s for event in outputs),
-        decode_s=sum(event.decode_s for event in outputs),
+        queue_s=sum(event.queue_s for event in parts),
+        prefill_s=sum(event.prefill_s for event in parts),
+        decode_s=sum(event.decode_s for event in parts),
         tool_s=sum(result.duration_s for result in log.tool_results()),  # model s already
         migration_s=log.migration_s,
         total_s=max(0.0, now - started_at) * time_scale,
