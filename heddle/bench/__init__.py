@@ -22,6 +22,8 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   its predictor handed the numbers each text was written from (what the text holds);
 - ``lifecycle``: ``heddle bench lifecycle``, the disk a simulated training run leaves with and
   without retention, archive and purge throughput;
+- ``reshard``: ``heddle bench reshard``, tail re-sharding cell by cell against heddle without it,
+  at several engine restart costs;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control

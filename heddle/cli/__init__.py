@@ -10,8 +10,9 @@ administration), ``deploy`` (``heddle deploy``), ``sim``
 (``heddle sim compare``), ``sim_sweep`` (``heddle sim sweep``), ``sim_figures`` (``heddle sim
 figures``), ``sim_hunt`` (``heddle sim hunt``), and the benchmarks ``bench_bus``,
 ``bench_control``, ``bench_engine``, ``bench_fidelity``, ``bench_chaos``, ``bench_cluster``,
-``bench_tools``, ``bench_predictor``, ``bench_integrations``, ``bench_lifecycle`` (``heddle bench
-<name>``) and ``bench_policy`` (``heddle bench placement | annealing``).
+``bench_tools``, ``bench_predictor``, ``bench_integrations``, ``bench_lifecycle``,
+``bench_reshard`` (``heddle bench <name>``) and ``bench_policy`` (``heddle bench placement |
+annealing``).
 
 Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``rollout_flags``
 (the flags ``rollout run`` and ``compare`` share), ``sim_choices`` (model and system name checks of
@@ -57,6 +58,7 @@ _COMMAND_MODULES = (
     "bench_integrations",
     "lifecycle",
     "bench_lifecycle",
+    "bench_reshard",
 )
 
 for _name in _COMMAND_MODULES:

@@ -1,4 +1,5 @@
-"""What a step asks its engine: one generation's request, and the keys and seed it carries.
+"""What a step asks its engine: one generation's request, and the keys and seed it carries; and
+a step's whole result once a re-shard interrupted it (``whole_result``).
 
 ``engine_key`` names a trajectory (or a group) in the engine, unique across rollouts: it is the
 prefix-cache key and the prefix of each request id (``<key>:<step, 6 digits>``). A spec without
@@ -10,12 +11,13 @@ token off (the engine generates exactly the target, ``caps.max_new_tokens``).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from heddle.events import SamplingParams
 from heddle.ids import derive_id
 from heddle.workers.agent import caps
 from heddle.workers.agent.table import HostedTrajectory
-from heddle.workers.engines.base import GenerationRequest
+from heddle.workers.engines.base import GenerationRequest, GenerationResult
 
 
 def engine_key(rollout_id: str, traj_id: str) -> str:
@@ -64,3 +66,21 @@ def generation_request(
         group_id=engine_key(log.rollout_id, spec.group_id) if spec.group_id else "",
         num_prompt_tokens=len(spec.prompt_token_ids) if spec.group_id else 0,
     )
+
+
+def whole_result(hosted: HostedTrajectory, result: GenerationResult) -> GenerationResult:
+    """``result`` after the step's interrupted parts: the step's whole output."""
+    step = hosted.log.steps[-1] if hosted.log.steps else None
+    if step is None or not step.partial_token_ids:
+        return result
+    return replace(
+        result,
+        output_token_ids=[*step.partial_token_ids, *result.output_token_ids],
+        output_logprobs=[*step.partial_logprobs, *_logprobs(result)],
+    )
+
+
+def _logprobs(result: GenerationResult) -> list[float]:
+    """The result's logprobs, one per output token (zeros where the engine gave none)."""
+    logprobs = list(result.output_logprobs)
+    return (logprobs + [0.0] * len(result.output_token_ids))[: len(result.output_token_ids)]

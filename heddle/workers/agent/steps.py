@@ -21,7 +21,6 @@ over. The step's ``Generated`` carries its whole output, the interrupted parts f
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from heddle.events import (
 )
 from heddle.workers.agent import caps, records
 from heddle.workers.agent.errors import StepError, StepInterrupted
-from heddle.workers.agent.generation import generation_request
+from heddle.workers.agent.generation import generation_request, whole_result
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
 from heddle.workers.agent.trajectory_events import TrajectoryEvents
@@ -253,7 +252,7 @@ class StepRunner:
                 raise StepInterrupted(self.interruption)
             hosted.is_kv_lost = True  # the engine that computed the context is gone
             result = await self._generate(hosted, context)
-        return _whole(hosted, result)
+        return whole_result(hosted, result)
 
     async def _generate_part(
         self, hosted: HostedTrajectory, context: list[int], num_generated: int
@@ -316,21 +315,3 @@ class StepRunner:
             weight_version=hosted.weight_version,
             weights_wait_s=hosted.weights_wait_s,
         )
-
-
-def _whole(hosted: HostedTrajectory, result: GenerationResult) -> GenerationResult:
-    """``result`` after the step's interrupted parts: the step's whole output."""
-    step = hosted.log.steps[-1] if hosted.log.steps else None
-    if step is None or not step.partial_token_ids:
-        return result
-    return dataclasses.replace(
-        result,
-        output_token_ids=[*step.partial_token_ids, *result.output_token_ids],
-        output_logprobs=[*step.partial_logprobs, *_logprobs(result)],
-    )
-
-
-def _logprobs(result: GenerationResult) -> list[float]:
-    """The result's logprobs, one per output token (zeros where the engine gave none)."""
-    logprobs = list(result.output_logprobs)
-    return (logprobs + [0.0] * len(result.output_token_ids))[: len(result.output_token_ids)]
