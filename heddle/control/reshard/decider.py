@@ -22,9 +22,10 @@ retired stay idle for the rest of the rollout (a failure there is rare, and rela
 degree the surviving GPUs do not form would be worse). The placement decider moves the retired
 members' trajectories to the leader (``heddle.control.placement``).
 
-Placed before the placement decider in a bundle: a ``WorkerRetired`` must reach the leader as a
-``Reshard`` before the trajectories placement moves there, so they wait for the new engine
-instead of starting on the old one.
+Placed before the placement decider in a bundle, so that a ``WorkerRetired`` sends the leader
+its ``Reshard`` before placement sends it the retired member's trajectories. Either order works
+(live, the router goes first; commands take their own delays): a step started on the old engine
+is interrupted by the relaunch and resumes after it.
 """
 
 from __future__ import annotations

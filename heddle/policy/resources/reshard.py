@@ -34,11 +34,12 @@ from heddle.policy.cost.model import CostModel
 
 RESHARD_MARGIN = 1.0
 """A re-shard is taken when its predicted saving exceeds the switch's own cost by this
-fraction of that cost (1.0: it must save at least twice what it costs). The saving rests on
-predicted remaining lengths, which the online predictor misses by a factor of about two for a
-long trajectory (docs/benchmarks.md, "Tail re-sharding"), and a switch cannot be taken back:
-a margin of the cost's size keeps a switch whose saving was over-predicted from costing more
-than it saves."""
+fraction of that cost (1.0: the predicted time with the switch, its cost included, must be
+shorter by at least the cost again). The saving rests on predicted remaining lengths, whose
+log error is about 0.5 for a trajectory's remaining output (``SimConfig.predictor_sigma``;
+the online model is worse), so a saving twice too large is a common error; and a switch cannot
+be taken back: a margin of the cost's size keeps one whose saving was predicted twice too
+large from costing more than it saves."""
 RESHARD_MIN_SHARE = 0.1
 """... and by this share of the members' predicted remaining time: the prediction of a long
 horizon errs by tens of percent, so a saving of a few percent of it is noise, however large
@@ -47,7 +48,7 @@ docs/benchmarks.md, "Tail re-sharding")."""
 MAX_DRAIN_PHASES = 16
 """``drain_s`` prices at most this many batch sizes: exact for the few stragglers a re-shard is
 about, and a step time per phase rather than per trajectory while a rollout is far from its
-tail (the decider weighs every node after each trajectory's end)."""
+tail (the decider weighs every node several times a restart's time)."""
 
 
 @dataclass(frozen=True, slots=True)
