@@ -5,6 +5,7 @@ admission, a migration touches a member, a member fails, or a worker does not sa
 from __future__ import annotations
 
 import events_factory as b
+import msgspec
 
 from heddle.control.decider import Output, replay
 from heddle.control.reshard import ReshardConfig, ReshardDecider
@@ -15,6 +16,7 @@ from heddle.events import (
     ReshardRequested,
     Retire,
     TrajectoryPlaced,
+    TrajectorySubmitted,
     WorkerRegistered,
     WorkerRetired,
 )
@@ -107,6 +109,22 @@ def test_a_lone_straggler_gets_its_node_at_tp8() -> None:
 def test_a_short_straggler_is_left_where_it_is() -> None:
     outputs = decide_all(decider(), tail(straggler_tokens=1500.0))
     assert outputs == []
+
+
+def test_a_prediction_past_the_trajectory_s_token_cap_counts_only_the_room_left() -> None:
+    """A straggler predicted 500,000 more tokens (the online predictor's error on long tails:
+    ``heddle.control.reshard.view``): with its context capped 1,500 tokens past its prompt, it
+    has 1,500 at most, and is left where it is (as a short straggler is); with the default cap
+    (131,072) the node merges."""
+    capped = [
+        msgspec.structs.replace(e, spec=msgspec.structs.replace(e.spec, max_total_tokens=1600))
+        if isinstance(e, TrajectorySubmitted) and e.traj_id == "t0"
+        else e
+        for e in tail(straggler_tokens=500_000.0)
+    ]
+    assert decide_all(decider(), capped) == []
+    outputs = decide_all(decider(), tail(straggler_tokens=500_000.0))
+    assert [o.worker_id for o in outputs if isinstance(o, ReshardRequested)] == ["w0"]
 
 
 def test_a_long_restart_is_not_worth_it() -> None:

@@ -5,9 +5,16 @@ trajectories still waiting for admission, and the migrations requested but not l
 A trajectory's remaining output is its latest prediction less what it generated since
 (``Generated``, ``GenerationInterrupted``); while a step generates, what it produced so far is not
 in the stream, so it is estimated from the seconds since the step started at its worker's step
-time (``CostModel.decode_step_s`` at the worker's generating batch). Events are stamped in wall
-time and the cost model counts model seconds: a rollout's ``time_scale`` (``RolloutSubmitted``)
-converts one into the other.
+time (``CostModel.decode_step_s`` at the worker's generating batch). It is capped at the room
+its context has left (``TrajectorySpec.max_total_tokens``): the engine ends a trajectory there,
+and a prediction past it is an error that favours the merge, since attention over a long
+context is where a higher degree gains most. The online predictor, cold on a search agent's
+tail, predicted 231,310 remaining tokens for a trajectory of 19,000 at its 26th step (it had
+about 30,000 left): four Qwen3-8B TP2 workers merged into TP8 then looked 15% faster, and 5%
+slower with every context capped at 131,072; the re-shards taken cost that rollout 8-17%
+(docs/benchmarks.md, "Tail re-sharding"). Events are stamped in wall time and the cost model
+counts model seconds: a rollout's ``time_scale`` (``RolloutSubmitted``) converts one into the
+other.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class TrajectorySlot:
     remaining_tokens: float = 0.0
     """The latest prediction, less what was generated since."""
     remaining_tool_s: float = 0.0
+    max_total_tokens: int = 0
+    """Its context's cap (0: unknown, no cap)."""
     generating_since: float | None = None
     """When its current step began generating (None: in a tool call, or not running)."""
     time_scale: float = 1.0
@@ -109,7 +118,10 @@ class ReshardView:
         key = (event.rollout_id, event.traj_id)
         if key not in self.trajectories:
             self.waiting.add(key)
-            self.trajectories[key] = TrajectorySlot(context_tokens=len(event.spec.prompt_token_ids))
+            self.trajectories[key] = TrajectorySlot(
+                context_tokens=len(event.spec.prompt_token_ids),
+                max_total_tokens=event.spec.max_total_tokens,
+            )
 
     def placed(self, event: TrajectoryPlaced) -> None:
         key = (event.rollout_id, event.traj_id)
@@ -195,7 +207,11 @@ def _stragglers(slots: list[TrajectorySlot], now: float, cost: CostModel) -> lis
 
 
 def _remaining_now(slot: TrajectorySlot, now: float, step_s: float) -> float:
-    if slot.generating_since is None or step_s <= 0:
-        return slot.remaining_tokens
-    produced = max(0.0, now - slot.generating_since) * slot.time_scale / step_s
-    return max(0.0, slot.remaining_tokens - produced)
+    """Its remaining output at ``now``, at most the room its context has left."""
+    remaining = slot.remaining_tokens
+    if slot.generating_since is not None and step_s > 0:
+        produced = max(0.0, now - slot.generating_since) * slot.time_scale / step_s
+        remaining = max(0.0, remaining - produced)
+    if slot.max_total_tokens > 0:
+        remaining = min(remaining, max(0.0, slot.max_total_tokens - slot.context_tokens))
+    return remaining
