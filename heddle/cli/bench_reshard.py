@@ -5,7 +5,7 @@ same plan at several engine restart costs (``heddle.bench.reshard``); or one cel
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Annotated
 
 import typer
@@ -22,6 +22,7 @@ from heddle.bench.reshard import (
 from heddle.cli.apps import bench_app
 from heddle.cli.sim_sweep import _sweep_list
 from heddle.errors import UserError
+from heddle.policy.prediction import PREDICTORS
 from heddle.sim.sweep import Cell, SweepConfig
 from heddle.workloads.zoo import ZOO
 
@@ -44,6 +45,9 @@ def bench_reshard_command(
         str, typer.Option(help="A fixed plan for both, comma-separated TP degrees")
     ] = "",
     cold: Annotated[bool, typer.Option(help="No history: the first step of training")] = False,
+    predictor: Annotated[
+        str, typer.Option(help="Predictor of both systems (oracle: without prediction error)")
+    ] = _DEFAULTS.predictor,
     steps_per_cell: Annotated[
         int, typer.Option(help="Trajectory steps per cell (sizes each cell)", min=1)
     ] = _DEFAULTS.steps_per_cell,
@@ -53,12 +57,14 @@ def bench_reshard_command(
     """heddle vs heddle-no-reshard per cell: makespans, re-shards, cost sensitivity."""
     restarts_s = tuple(sorted(_sweep_list("--restarts", restarts, float)))
     family_names = _sweep_list("--families", families, str, ZOO)
+    if predictor not in PREDICTORS:
+        raise UserError(f"unknown --predictor {predictor!r}; choose one of {sorted(PREDICTORS)}")
     chosen = _one(cell) if cell else None
-    sweep = SweepConfig(families=family_names, num_cells=cells, steps_per_cell=steps_per_cell)
+    sweep = SweepConfig(
+        families=family_names, num_cells=cells, steps_per_cell=steps_per_cell, predictor=predictor
+    )
     if chosen is not None:
-        sweep = SweepConfig(
-            families=(chosen[0].family,), num_cells=1, steps_per_cell=steps_per_cell
-        )
+        sweep = replace(sweep, families=(chosen[0].family,), num_cells=1)
     degrees = _plan(plan) if plan else ()
     try:
         config = ReshardBenchConfig(sweep, restarts_s, cold, tuple(degrees))

@@ -18,6 +18,7 @@ from heddle.bench.reshard import (
     summary,
 )
 from heddle.cli.apps import app
+from heddle.errors import UserError
 from heddle.sim.sweep import Cell, SweepConfig
 
 SMALL = SweepConfig(families=("math",), num_cells=1, steps_per_cell=200, min_trajectories=16)
@@ -56,10 +57,16 @@ def test_the_command_prints_one_json_object() -> None:
     outcome = runner.invoke(
         app,
         ["bench", "reshard", "--cell", "math,3,qwen3-8b,8,0.5", "--plan", "2,2,2,2",
-         "--restarts", "30", "--steps-per-cell", "200", "--json"],
+         "--restarts", "30", "--steps-per-cell", "200", "--predictor", "oracle", "--json"],
     )  # fmt: skip
     assert outcome.exit_code == 0, outcome.output
     document = json.loads(outcome.output)
     assert document["restarts_s"] == [30.0]
     (cell,) = document["cells"]
     assert cell["tp_degrees"] == [2, 2, 2, 2] and set(document["summary"]) == {"30"}
+
+
+def test_an_unknown_predictor_is_a_user_error() -> None:
+    outcome = CliRunner().invoke(app, ["bench", "reshard", "--predictor", "psychic"])
+    assert isinstance(outcome.exception, UserError)
+    assert "unknown --predictor 'psychic'" in str(outcome.exception)
