@@ -7,15 +7,21 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from heddle.control.decider import Decider
 from heddle.control.placement import (
+    Admission,
     AdmissionConfig,
+    CapConfig,
     KvAdmissionGate,
     PlacementDecider,
     Placer,
     PresortedPlacer,
+    ProgramGate,
+    ProgramGateConfig,
     RouterPlacer,
+    TrajectoryCap,
 )
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
@@ -31,6 +37,9 @@ from heddle.policy.prediction import Predictor
 from heddle.policy.scheduling.priority import priority_policy
 
 DEFAULT_PLACEMENT_HEDGE = 0.5
+CapSetting = int | Literal["default", "off"]
+"""The cap of a bundle with a concurrency control (``SystemSpec.concurrency``): its code's
+default per engine, none, or a total number of units (trajectories or groups, >= 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,11 @@ class ControlOptions:
     """PPS/SPF: re-prioritise only when a prediction moves by more than this fraction."""
     admission: AdmissionConfig = AdmissionConfig()
     """KV admission of the bundles that run it (``SystemSpec.admits``)."""
+    concurrency_cap: CapSetting = "default"
+    """The cap of a bundle with a concurrency control (the simulator's plan check chooses it
+    on the history; a live control plane runs the code's default)."""
+    program_gate: ProgramGateConfig = ProgramGateConfig()
+    """ThunderAgent's scheduler settings (``SystemSpec.program_gate``)."""
     placement_hedge: float | None = None
     """How far presorted block sizes move towards equal groups against prediction errors
     (``heddle.policy.placement.robust.hedged``). None: 0 for the oracle (exact lengths leave
@@ -90,6 +104,8 @@ class ControlPlane:
     spec: SystemSpec
     deciders: list[Decider]
     engine: BatchingConfig = field(default_factory=BatchingConfig)
+    concurrency_cap: CapSetting = "default"
+    """The cap its admission runs (a bundle with a concurrency control)."""
 
 
 def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPlane:
@@ -117,7 +133,8 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
     if spec.migration:
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
-    return ControlPlane(spec, deciders, engine_config(spec, options.engine))
+    engine = engine_config(spec, options.engine)
+    return ControlPlane(spec, deciders, engine, options.concurrency_cap)
 
 
 def _load_s(options: ControlOptions) -> Callable[[int], float]:
@@ -127,8 +144,14 @@ def _load_s(options: ControlOptions) -> Callable[[int], float]:
     return lambda tp_degree: 0.0
 
 
-def _admission(spec: SystemSpec, options: ControlOptions) -> KvAdmissionGate | None:
-    """KV admission for the bundles that run it (None: the decider starts trajectories at once)."""
+def _admission(spec: SystemSpec, options: ControlOptions) -> Admission | None:
+    """The bundle's admission: KV admission (Heddle's bundles), ThunderAgent's program gate, a
+    baseline's concurrency cap, or none (the decider starts trajectories at once)."""
+    if spec.program_gate:
+        return ProgramGate(options.program_gate)
+    cap = cap_config(spec, options.concurrency_cap)
+    if cap is not None:
+        return TrajectoryCap(cap)
     if not spec.admits:
         return None
     policy = priority_policy(spec.priority)
@@ -138,6 +161,20 @@ def _admission(spec: SystemSpec, options: ControlOptions) -> KvAdmissionGate | N
         observation_ratio=options.observation_ratio,
         prior_tool_call_s=options.tool_call_s,
     )
+
+
+def cap_config(spec: SystemSpec, setting: CapSetting) -> CapConfig | None:
+    """The concurrency cap ``setting`` gives the bundle (None: it runs uncapped)."""
+    control = spec.concurrency
+    if control is None or setting == "off":
+        return None
+    if setting == "default":
+        if not control.default_per_worker:
+            return None
+        return CapConfig(per_worker=control.default_per_worker, per_group=control.per_group)
+    if setting < 1:
+        raise ValueError(f"a concurrency cap must be >= 1, got {setting}")
+    return CapConfig(max_running=setting, per_group=control.per_group)
 
 
 def engine_config(spec: SystemSpec, engine: EngineModel) -> BatchingConfig:

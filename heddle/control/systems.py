@@ -29,20 +29,44 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
 - ``verl``: ``volcengine/verl`` ``verl/experimental/agent_loop/agent_loop.py``:
   ``AsyncLLMServerManager._choose_server`` keeps an LRU map request id -> server (sticky
   sessions: every turn of a trajectory goes back for its prefix cache) and sends new sessions to
-  the head of a least-requests heap; the SGLang/vLLM server queues each turn's request FCFS
-  (step-centric: back of the queue every turn); homogeneous TP; no migration.
+  the head of a least-requests heap (verl 0.9.1 moved it to ``verl/workers/rollout/router.py``,
+  ``GlobalRequestLoadBalancer.acquire_server``: the same rule, ties at random); the SGLang/vLLM
+  server queues each turn's request FCFS (step-centric: back of the queue every turn);
+  homogeneous TP; no migration. Concurrency: the synchronous agent loop has no bound on running
+  trajectories (0.9.1 ``AgentLoopWorker.generate_sequences`` gathers its whole chunk at once;
+  ``rollout.max_num_seqs``, default 256, caps the engine's running requests, not trajectories),
+  so its default is off; its fully asynchronous rollouter bounds the prompts in flight
+  (``verl/experimental/fully_async_policy/fully_async_rollouter.py``: ``max_concurrent_samples``
+  = ``async_training.concurrent_samples_per_replica``, default 16, times the replicas; a sample
+  is a whole GRPO group), which the plan check may choose, or a cap of its own on the history
+  (``heddle.sim.caps``).
 - ``slime``: the router slime launches (PyPI ``sglang-router`` 0.3.2, the SGLang model gateway,
   ``smg-project/smg``) with its default policy, ``cache_aware``
   (``heddle.policy.placement.cache_aware``: the least-loaded worker when in-flight loads are
   imbalanced by more than 64 and 1.5x, else the worker holding the longest prefix match over 30% of
   the request, else the least loaded; checked against the real router,
-  ``tests/policy/test_router_agreement.py``), engine FCFS, homogeneous TP.
+  ``tests/policy/test_router_agreement.py``), engine FCFS, homogeneous TP. Concurrency: slime
+  generates each whole multi-turn sample under one semaphore (``THUDM/slime``
+  ``slime/rollout/sglang_rollout.py``: ``generate_and_rm`` under ``state.semaphore``, which
+  ``GenerateState`` sizes ``--sglang-server-concurrency`` times ``get_rollout_num_engines``);
+  the flag defaults to 512 per engine (``slime/backends/sglang_utils/arguments.py``) and its
+  docs advise 160 to stay within SGLang's CUDA-graph batch sizes
+  (``docs/en/examples/qwen3-4B.md``); the plan check chooses among these, off, and caps of its
+  own on the history (``heddle.sim.caps``).
 - ``slime-consistent-hash``: the same router with ``consistent_hashing`` on the session, as
   slime's docs advise for multi-turn (``docs/en/advanced/sglang-config.md``): blake3 of the key
-  modulo the live workers, as the router does outside its IGW mode.
+  modulo the live workers, as the router does outside its IGW mode; slime's semaphore.
 - ``slime-least-inflight``: slime's own ``SlimeRouter`` (``THUDM/slime``
   ``slime/router/router.py``, ``--use-slime-router``): every request to the worker with the fewest
-  in-flight requests, no stickiness, so turns re-prefill wherever they land.
+  in-flight requests, no stickiness, so turns re-prefill wherever they land; slime's semaphore.
+- ``thunderagent``: ThunderAgent (ICML 2026, arXiv 2602.13692; ``ThunderAgent-org/ThunderAgent``):
+  program-aware scheduling in front of the engines: a program starts on the backend with the
+  fewest active tokens that has room, stays there for its prefix cache, and under KV pressure
+  whole programs are paused at tool boundaries and resumed by best-fit decreasing when room frees
+  (``heddle.control.placement.program_gate``, each rule cited there); engine FCFS, homogeneous
+  TP. It reports 1.5-3.6x over vLLM in serving and 1.8-3.9x in RL rollout; an independent
+  re-measurement (``zetxqx/thunderagent-original-verification``, ``13-llm-d-router-sweep``)
+  found it equal below the point where sessions x context exceed the KV pool and 1.2-1.6x past it.
 - ``rr``: Heddle's placement and resources with step-centric round-robin scheduling.
 - ``autellix``: Autellix (arXiv 2502.13965): program-level least attained service in multi-level
   queues with promotion of starved programs, preemptive (s.4;
@@ -50,6 +74,10 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   context has grown past ``2048`` tokens stays on the engine holding its KV, shorter ones go to the
   least-loaded engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
+
+Every system's plan is checked alike on the history (``heddle.sim.planning``): its TP plan, and
+for a baseline with a concurrency control (``ConcurrencyControl``) the cap, so each baseline runs
+the configuration its users would pick with the previous step in hand.
 """
 
 from __future__ import annotations
@@ -64,6 +92,25 @@ SystemKind = Literal["heddle", "ablation", "variant", "baseline"]
 """``heddle`` itself; an ``ablation`` (one Heddle mechanism replaced); a ``variant`` (heddle with
 an option changed, or on fixed TP); a ``baseline`` (another system, run at its best)."""
 AUTELLIX_LOCALITY_THRESHOLD_TOKENS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyControl:
+    """A baseline's own bound on the trajectories it runs at once
+    (``heddle.control.placement.cap``), in the units its code counts."""
+
+    per_group: bool
+    """The unit is a GRPO group (verl's fully-async samples), else a trajectory (slime's)."""
+    default_per_worker: int = 0
+    """The code's default, per engine (0: no bound by default)."""
+    documented_per_worker: int = 0
+    """A setting its docs or other modes name, per engine (0: none)."""
+
+
+SLIME_SEMAPHORE = ConcurrencyControl(
+    per_group=False, default_per_worker=512, documented_per_worker=160
+)
+VERL_SAMPLES = ConcurrencyControl(per_group=True, default_per_worker=0, documented_per_worker=16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +146,11 @@ class SystemSpec:
     workers into one of a higher TP degree when the stragglers' predicted saving pays for the
     switch by a margin. Heddle and its ablations (but ``heddle-no-reshard``) run it; the
     baselines and the fixed-TP variants do not."""
+    concurrency: ConcurrencyControl | None = None
+    """A baseline's own cap on running trajectories (None: it has none)."""
+    program_gate: bool = False
+    """ThunderAgent's pause/resume of whole programs (``heddle.control.placement.program_gate``)
+    in place of admission."""
 
     @property
     def uses_predictions(self) -> bool:
@@ -174,15 +226,35 @@ SYSTEMS: dict[str, SystemSpec] = {
             reshard=False,
             kind="ablation",
         ),
-        _baseline("verl", "sticky sessions + least requests, engine FCFS, homogeneous TP"),
-        _baseline("slime", "SGLang router's cache_aware (its default)", placement="cache_aware"),
+        _baseline(
+            "verl",
+            "sticky sessions + least requests, engine FCFS, homogeneous TP, group cap",
+            concurrency=VERL_SAMPLES,
+        ),
+        _baseline(
+            "slime",
+            "SGLang router's cache_aware (its default), sample semaphore",
+            placement="cache_aware",
+            concurrency=SLIME_SEMAPHORE,
+        ),
         _baseline(
             "slime-consistent-hash",
             "SGLang router's consistent hashing on the session (slime's multi-turn advice)",
             placement="consistent_hash",
+            concurrency=SLIME_SEMAPHORE,
         ),
         _baseline(
-            "slime-least-inflight", "slime's own router: least in-flight", placement="least_load"
+            "slime-least-inflight",
+            "slime's own router: least in-flight",
+            placement="least_load",
+            concurrency=SLIME_SEMAPHORE,
+        ),
+        _baseline(
+            "thunderagent",
+            "program-aware pause/resume under KV pressure, sticky backends",
+            placement="least_load",
+            locality_threshold_tokens=0,
+            program_gate=True,
         ),
         _heddle(
             "rr",

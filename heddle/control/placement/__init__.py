@@ -15,13 +15,16 @@ Map:
   ``TrajectoryPlaced`` + ``StartTrajectory`` they share.
 - Admission, consulted through one interface: ``admission`` (the ``Admission`` protocol and
   ``AdmitAll``), ``kv_gate`` (``KvAdmissionGate``, Heddle's), ``kv_admission`` (its algorithm:
-  projected KV per worker, a held queue in priority order).
+  projected KV per worker, a held queue in priority order), ``cap`` (``TrajectoryCap``: a
+  baseline's own bound on running trajectories), ``program_gate`` (``ProgramGate``:
+  ThunderAgent's pause/resume of whole programs; ``programs`` keeps its records).
 - Placers, built per rollout: ``placer`` (the ``Placer`` protocol and its values), ``presorted``
   (``PresortedPlacer``, Heddle's; ``remaining`` keeps its per-worker remaining lengths),
   ``routed`` (``RouterPlacer``, the baselines' routers).
 """
 
 from heddle.control.placement.admission import Admission, AdmissionRequest, AdmitAll, Admitted
+from heddle.control.placement.cap import CapConfig, TrajectoryCap
 from heddle.control.placement.decider import PlacementDecider
 from heddle.control.placement.kv_admission import (
     MAX_PROJECTION_POINTS,
@@ -33,6 +36,7 @@ from heddle.control.placement.kv_admission import (
 from heddle.control.placement.kv_gate import KvAdmissionGate
 from heddle.control.placement.placer import Assignment, PlacementRequest, Placer, WorkerInfo
 from heddle.control.placement.presorted import PresortedPlacer
+from heddle.control.placement.program_gate import ProgramGate, ProgramGateConfig
 from heddle.control.placement.routed import RouterPlacer
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "AdmitAll",
     "Admitted",
     "Assignment",
+    "CapConfig",
     "Footprint",
     "KvAdmission",
     "KvAdmissionGate",
@@ -50,7 +55,10 @@ __all__ = [
     "PlacementRequest",
     "Placer",
     "PresortedPlacer",
+    "ProgramGate",
+    "ProgramGateConfig",
     "RouterPlacer",
+    "TrajectoryCap",
     "WorkerInfo",
     "projected_peak",
 ]

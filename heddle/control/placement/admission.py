@@ -10,7 +10,16 @@ workers. A migration goes only where ``has_room`` says the target can hold the t
 
 ``AdmitAll`` starts every planned trajectory at once on its planned worker (the bundles without
 KV admission); ``KvAdmissionGate`` (``heddle.control.placement.kv_gate``) starts one only when its
-worker's projected KV has room for it.
+worker's projected KV has room for it; ``TrajectoryCap`` (``heddle.control.placement.cap``) starts
+one while fewer than a cap run (a baseline's own concurrency control); ``ProgramGate``
+(``heddle.control.placement.program_gate``) also pauses started trajectories between steps and
+resumes them (ThunderAgent).
+
+A planned trajectory without a planned worker (``None``: a router's, which routes each first
+request when it starts) is admitted without one, and the placer routes it then. Admission also
+hears the time of every event (``tick``), and, when a tool returns, may hold the trajectory's next
+step (``holds_step``); a held step comes back from ``admit`` like a start, on the worker it resumes
+on.
 
 Trajectories are keyed ``(rollout id, trajectory id)``.
 """
@@ -28,10 +37,11 @@ Key = tuple[str, str]
 
 
 class Admitted(NamedTuple):
-    """A trajectory admission lets start now, on ``worker_id``."""
+    """A trajectory admission lets start (or resume) now, on ``worker_id`` (None: where its
+    placer routes its first request)."""
 
     key: Key
-    worker_id: str
+    worker_id: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,8 +49,8 @@ class AdmissionRequest:
     """A trajectory the initial placement placed, waiting to start."""
 
     key: Key
-    planned_worker_id: str
-    """Where the placer put it."""
+    planned_worker_id: str | None
+    """Where the placer put it (None: a router routes it when it starts)."""
     submitted_at: float
     """When its rollout was submitted."""
     index: int
@@ -51,6 +61,8 @@ class AdmissionRequest:
     """Its first prediction (0: none)."""
     predicted_remaining_tool_s: float
     """Tool seconds its first prediction counts (0: none)."""
+    group_id: str = ""
+    """Its GRPO group ("": a group of its own)."""
 
 
 class Admission(Protocol):
@@ -68,8 +80,18 @@ class Admission(Protocol):
         ...
 
     def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
-        """The waiting trajectories that start now, in the order they start, each on one of
-        ``live_workers``; each is admitted once."""
+        """The waiting trajectories that start (or whose held steps resume) now, in that order,
+        each on one of ``live_workers`` or unassigned; each start and resume is admitted once."""
+        ...
+
+    def tick(self, now_s: float) -> bool:
+        """An event of time ``now_s`` arrived: whether trajectories may start or resume now (a
+        periodic check ran), so that the decider asks ``admit``."""
+        ...
+
+    def holds_step(self, key: Key) -> bool:
+        """A started trajectory's tool returned: whether its next step waits (``admit`` returns
+        it when it may run)."""
         ...
 
     def has_room(self, worker_id: str, key: Key) -> bool:
@@ -124,6 +146,12 @@ class AdmitAll:
     def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
         planned, self._planned = self._planned, []
         return planned
+
+    def tick(self, now_s: float) -> bool:
+        return False
+
+    def holds_step(self, key: Key) -> bool:
+        return False
 
     def has_room(self, worker_id: str, key: Key) -> bool:
         return True

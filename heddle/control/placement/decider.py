@@ -25,7 +25,8 @@ Consumes:
 
 Admission (``Admission``) is asked which planned trajectories start whenever room may have
 appeared: a worker registered, was undrained or failed, a rollout was placed, a trajectory was
-re-predicted, moved or ended.
+re-predicted, moved or ended, or admission's periodic check (``Admission.tick``, told the time
+of every event) let some start or resume.
 """
 
 from __future__ import annotations
@@ -116,6 +117,12 @@ class PlacementDecider:
     def decide(self, event: Event) -> list[Output]:
         if event.rollout_id in self._state.ended:
             return []
+        outputs = self._handle(event)
+        if self._admission.tick(event.occurred_at):  # a periodic check let some run
+            outputs += self._start_admitted(event)
+        return outputs
+
+    def _handle(self, event: Event) -> list[Output]:
         match event:
             case WeightsPublished():
                 self._state.weights.published(event)

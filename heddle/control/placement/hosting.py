@@ -1,5 +1,7 @@
 """Hosting a trajectory on a worker: the ``TrajectoryPlaced`` fact and the ``StartTrajectory``
-command that every placement (initial, re-routed step, re-placement) emits."""
+command that every placement (initial, re-routed step, re-placement) emits; the
+``ContinueTrajectory`` of a step that runs where the trajectory is; and ``resume``, for a
+trajectory admission paused between steps and now lets run (on its worker or another)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ from enum import Enum
 from heddle.control.decider import Output
 from heddle.control.placement.placer import Assignment
 from heddle.control.placement.state import PlacementState, TrajectoryRecord
-from heddle.events import Event, StartTrajectory, TrajectoryPlaced
+from heddle.events import (
+    ContinueTrajectory,
+    Event,
+    StartTrajectory,
+    ToolReturned,
+    TrajectoryPlaced,
+)
 from heddle.events.trajectory import PlacementReason
 from heddle.ids import derive_id
 
@@ -64,3 +72,39 @@ def host(
         source_worker_id=source,
     )
     return [placed, start]
+
+
+def continue_step(
+    state: PlacementState, issued_at: float, trajectory: TrajectoryRecord, tool_result: ToolReturned
+) -> ContinueTrajectory:
+    """The trajectory's next step runs on its worker, fed ``tool_result``."""
+    trajectory.is_generating = True
+    state.in_flight[trajectory.worker_id] = state.in_flight.get(trajectory.worker_id, 0) + 1
+    step = tool_result.step + 1
+    return ContinueTrajectory(
+        command_id=derive_id(tool_result.rollout_id, tool_result.traj_id, step, "continue"),
+        rollout_id=tool_result.rollout_id,
+        issued_at=issued_at,
+        worker_id=trajectory.worker_id,
+        traj_id=tool_result.traj_id,
+        step=step,
+        tool_result=tool_result,
+        priority=trajectory.priority,
+    )
+
+
+def resume(
+    state: PlacementState, event: Event, rollout_id: str, traj_id: str, worker_id: str
+) -> list[Output]:
+    """Admission resumed a started trajectory on ``worker_id``: its held step runs (there, or
+    on its worker, where its prefix is cached); one resumed in a tool call waits there for its
+    result."""
+    trajectory = state.rollouts[rollout_id].trajectories[traj_id]
+    held, trajectory.held_step = trajectory.held_step, None
+    if worker_id == trajectory.worker_id:
+        return [] if held is None else [continue_step(state, event.occurred_at, trajectory, held)]
+    assignment = Assignment(traj_id, worker_id, trajectory.rank)
+    arrival = Arrival.AWAITS_TOOL if held is None else Arrival.RUNS_STEP
+    return host(
+        state, event, rollout_id, assignment, trajectory, reason="migration", arrival=arrival
+    )

@@ -10,11 +10,11 @@ the placer's plan (the placer never ranks or migrates it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from heddle.control.decider import Output
 from heddle.control.placement.admission import Admission, AdmissionRequest
-from heddle.control.placement.hosting import Arrival, host
+from heddle.control.placement.hosting import Arrival, host, resume
 from heddle.control.placement.placer import Assignment, PlacementRequest, Placer
 from heddle.control.placement.state import PlacementState, RolloutRecord, TrajectoryRecord
 from heddle.events import Event, Predicted, RolloutSubmitted, TrajectorySubmitted
@@ -98,11 +98,18 @@ class InitialPlacement:
         return outputs
 
     def start_admitted(self, event: Event) -> list[Output]:
-        """Start every planned trajectory admission lets in now, where it says."""
+        """Start every planned trajectory admission lets in now, where it says (or where its
+        placer routes its first request), and resume the held steps it lets run."""
         outputs: list[Output] = []
-        for (rollout_id, traj_id), worker_id in self._admission.admit(self._state.candidates()):
+        candidates = self._state.candidates()
+        for (rollout_id, traj_id), worker_id in self._admission.admit(candidates):
             rollout = self._state.rollouts[rollout_id]
             trajectory = rollout.trajectories[traj_id]
+            if worker_id is None:
+                worker_id = self._route_first(rollout, traj_id, candidates)
+            if trajectory.worker_id:
+                outputs += resume(self._state, event, rollout_id, traj_id, worker_id)
+                continue
             if rollout.placer is not None:  # admission may start it off its planned worker
                 rollout.placer.on_moved(traj_id, worker_id)
             assignment = Assignment(traj_id, worker_id, trajectory.rank)
@@ -117,25 +124,43 @@ class InitialPlacement:
             )
         return outputs
 
+    def _route_first(self, rollout: RolloutRecord, traj_id: str, candidates: Iterable[str]) -> str:
+        """The placer's worker for a first step it routes at the start, at the loads now."""
+        in_flight = self._state.in_flight
+        loads = {worker_id: in_flight[worker_id] for worker_id in candidates}
+        if rollout.placer is None:  # no placer routes it: the least loaded takes it
+            return min(loads, key=lambda worker_id: (loads[worker_id], worker_id))
+        return rollout.placer.route_first(traj_id, loads)
+
     def _is_ready(self, rollout: RolloutRecord) -> bool:
         if not self._state.candidates() or not rollout.has_all_trajectories():
             return False
         return not self._needs_predictions or rollout.has_all_first_predictions()
 
     def _place(self, event: Event, rollout_id: str, rollout: RolloutRecord) -> list[Output]:
+        """Plan the rollout with admission: the placer's assignments in its order, then (in
+        submission order) the trajectories it routes when they start."""
         placer = self._make_placer()
         rollout.placer = placer
         requests = self._requests(rollout)
-        for assignment in placer.place(requests, list(self._state.candidates().values())):
-            traj_id = assignment.traj_id
+        assignments = placer.place(requests, list(self._state.candidates().values()))
+        assigned = {assignment.traj_id for assignment in assignments}
+        planned: list[tuple[str, str | None, int]] = [
+            (assignment.traj_id, assignment.worker_id, assignment.rank)
+            for assignment in assignments
+        ]
+        planned += [
+            (request.traj_id, None, rank)
+            for rank, request in enumerate(requests)
+            if request.traj_id not in assigned
+        ]
+        for traj_id, worker_id, rank in planned:
             trajectory = rollout.trajectories[traj_id]
             trajectory.priority = rollout.priorities.pop(traj_id, trajectory.priority)
-            trajectory.rank = assignment.rank
+            trajectory.rank = rank
             tokens = rollout.first_predictions.get(traj_id, 0.0)
             tool_s = rollout.first_tool_predictions.get(traj_id, 0.0)
-            self._admission.plan(
-                _request(rollout_id, traj_id, rollout, assignment.worker_id, tokens, tool_s)
-            )
+            self._admission.plan(_request(rollout_id, traj_id, rollout, worker_id, tokens, tool_s))
         rollout.priorities.clear()
         return self.start_admitted(event)
 
@@ -159,7 +184,7 @@ def _request(
     rollout_id: str,
     traj_id: str,
     rollout: RolloutRecord,
-    worker_id: str,
+    worker_id: str | None,
     predicted_tokens: float,
     predicted_tool_s: float,
 ) -> AdmissionRequest:
@@ -173,4 +198,5 @@ def _request(
         context_tokens=trajectory.context_tokens,
         predicted_remaining_tokens=predicted_tokens,
         predicted_remaining_tool_s=predicted_tool_s,
+        group_id=trajectory.spec.group_id,
     )

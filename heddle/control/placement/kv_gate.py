@@ -94,6 +94,8 @@ class KvAdmissionGate:
     def plan(self, request: AdmissionRequest) -> None:
         """Track the trajectory and hold it until its KV fits (``track``, then ``hold``)."""
         key = request.key
+        if request.planned_worker_id is None:
+            raise ValueError(f"KV admission needs a planned worker for {key}")
         self.track(
             key,
             request.submitted_at,
@@ -102,6 +104,12 @@ class KvAdmissionGate:
             request.predicted_remaining_tokens,
         )
         self.hold(key, request.planned_worker_id, request.predicted_remaining_tool_s)
+
+    def tick(self, now_s: float) -> bool:
+        return False  # it re-checks room on the events that free or need it
+
+    def holds_step(self, key: Key) -> bool:
+        return False  # a started trajectory keeps its place
 
     def hold(self, key: Key, planned_worker: str, remaining_tool_s: float = 0.0) -> None:
         """Hold a tracked trajectory for admission, planned on ``planned_worker``."""

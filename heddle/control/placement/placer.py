@@ -47,7 +47,14 @@ class Placer(Protocol):
     def place(
         self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
     ) -> list[Assignment]:
-        """Initial placement of a rollout's trajectories (in submission order)."""
+        """Initial placement of a rollout's trajectories (given in submission order): the
+        trajectories it assigns now; one it leaves out is routed when it starts
+        (``route_first``)."""
+        ...
+
+    def route_first(self, traj_id: str, loads: Mapping[str, int]) -> str:
+        """The worker of the first step of a trajectory ``place`` left unassigned, now that
+        admission starts it (``loads``: the live workers' in-flight requests)."""
         ...
 
     def route(

@@ -107,6 +107,10 @@ class PresortedPlacer:
         self._predicted: dict[str, float] = {}
         self._seconds_per_token = 0.0
 
+    def route_first(self, traj_id: str, loads: Mapping[str, int]) -> str:
+        """``place`` assigns every trajectory; one it never saw starts on the least loaded."""
+        return min(loads, key=lambda worker_id: (loads[worker_id], worker_id))
+
     def token_equivalents(self, tool_s: float) -> float:
         return tool_s / self._seconds_per_token if self._seconds_per_token > 0 else 0.0
 

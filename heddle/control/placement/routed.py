@@ -1,5 +1,8 @@
 """``RouterPlacer`` (the baselines): every step's request goes where a
-``heddle.policy.placement.routing`` router sends it, given the workers' in-flight requests.
+``heddle.policy.placement.routing`` router sends it, given the workers' in-flight requests. The
+first step's request is routed when the trajectory starts (``route_first``), as a baseline sends
+it when its rollout code lets the sample run (at once, or when a concurrency cap has room), so
+the router sees the loads of that moment.
 
 Sticky routers (cache affinity, consistent hashing) return the same worker; re-balancing routers
 (least load, random) may not, and the trajectory then re-prefills on the new worker. With a
@@ -46,19 +49,18 @@ class RouterPlacer:
     def place(
         self, trajectories: Sequence[PlacementRequest], workers: Sequence[WorkerInfo]
     ) -> list[Assignment]:
+        """Learn the rollout's workers and prompts; nothing is assigned before it starts."""
         self._worker_ids = [worker.worker_id for worker in workers]
         self._router = make_router(
             self._router_name, len(workers), self._rng, worker_names=self._worker_ids
         )
         self._prompt_of = {t.traj_id: (t.group_id, t.prompt_tokens) for t in trajectories}
-        loads = dict.fromkeys(self._worker_ids, 0)
-        assignments = []
-        for rank, request in enumerate(trajectories):
-            # The first step's request is the prompt alone.
-            worker_id = self._route(request.traj_id, request.prompt_tokens, loads)
-            loads[worker_id] += 1
-            assignments.append(Assignment(request.traj_id, worker_id, rank))
-        return assignments
+        return []
+
+    def route_first(self, traj_id: str, loads: Mapping[str, int]) -> str:
+        # The first step's request is the prompt alone.
+        _, prompt_tokens = self._prompt_of.get(traj_id, ("", 0))
+        return self._route(traj_id, prompt_tokens, loads)
 
     def route(
         self, traj_id: str, current_worker_id: str, context_tokens: int, loads: Mapping[str, int]

@@ -1,6 +1,7 @@
 """Step routing: each tool result routes the trajectory's next step. The rollout's placer names
 the worker: the current one gets ``ContinueTrajectory``; another gets ``TrajectoryPlaced`` +
-``StartTrajectory(resume=True)`` (the trajectory re-prefills on arrival), unless it drains.
+``StartTrajectory(resume=True)`` (the trajectory re-prefills on arrival), unless it drains. A step
+admission holds (``Admission.holds_step``: a paused program) waits for admission to resume it.
 
 The routers weigh the workers' in-flight requests (a trajectory leaves them at ``ToolCalled``) and
 the trajectory's context (grown by ``Generated`` and ``ToolReturned``).
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 from heddle.control.decider import Output
 from heddle.control.placement.admission import Admission
-from heddle.control.placement.hosting import Arrival, host
+from heddle.control.placement.hosting import Arrival, continue_step, host
 from heddle.control.placement.placer import Assignment
-from heddle.control.placement.state import PlacementState, TrajectoryRecord
-from heddle.events import ContinueTrajectory, Generated, ToolCalled, ToolReturned
-from heddle.ids import derive_id
+from heddle.control.placement.state import PlacementState
+from heddle.events import Generated, ToolCalled, ToolReturned
 
 
 class StepRouting:
@@ -52,6 +52,9 @@ class StepRouting:
         key = (event.rollout_id, event.traj_id)
         self._admission.tool_returned(key, event.duration_s)
         self._admission.grew(key, trajectory.context_tokens)
+        if self._admission.holds_step(key):
+            trajectory.held_step = event  # it runs when admission resumes it
+            return []
         target = rollout.placer.route(
             event.traj_id, trajectory.worker_id, trajectory.context_tokens, self._state.in_flight
         )
@@ -68,22 +71,4 @@ class StepRouting:
                 reason="migration",
                 arrival=Arrival.RUNS_STEP,
             )
-        return [self._continue(event, trajectory, step)]
-
-    def _continue(
-        self, event: ToolReturned, trajectory: TrajectoryRecord, step: int
-    ) -> ContinueTrajectory:
-        """The step runs on the trajectory's worker."""
-        trajectory.is_generating = True
-        in_flight = self._state.in_flight
-        in_flight[trajectory.worker_id] = in_flight.get(trajectory.worker_id, 0) + 1
-        return ContinueTrajectory(
-            command_id=derive_id(event.rollout_id, event.traj_id, step, "continue"),
-            rollout_id=event.rollout_id,
-            issued_at=event.occurred_at,
-            worker_id=trajectory.worker_id,
-            traj_id=event.traj_id,
-            step=step,
-            tool_result=event,
-            priority=trajectory.priority,
-        )
+        return [continue_step(self._state, event.occurred_at, trajectory, event)]

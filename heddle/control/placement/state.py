@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from heddle.control.placement.placer import Placer, WorkerInfo
 from heddle.control.placement.weight_swaps import WeightSwaps
-from heddle.events import Predicted, Prioritized, TrajectorySpec
+from heddle.events import Predicted, Prioritized, ToolReturned, TrajectorySpec
 
 
 def is_first_prediction(event: Predicted) -> bool:
@@ -35,6 +35,9 @@ class TrajectoryRecord:
     """The target of the last MigrationRequested not yet Migrated ("" when none)."""
     rank: int = 0
     """Rank in the initial placement (presorted: 0 = predicted longest)."""
+    held_step: ToolReturned | None = None
+    """The tool result of the step admission holds (``Admission.holds_step``), to be fed to it
+    when admission resumes it (None: no step held)."""
 
 
 @dataclass(slots=True)

@@ -1,8 +1,10 @@
-"""RouterPlacer hands routers the request's group, prompt and context."""
+"""RouterPlacer hands routers the request's group, prompt and context, and routes each first
+request when the trajectory starts, at the loads of that moment."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from heddle.control.placement import PlacementRequest, RouterPlacer, WorkerInfo
 from heddle.policy.placement.routing import RouteRequest, make_router
@@ -10,22 +12,44 @@ from heddle.policy.placement.routing import RouteRequest, make_router
 WORKERS = [WorkerInfo("w0"), WorkerInfo("w1"), WorkerInfo("w2")]
 
 
+def start_all(placer: RouterPlacer, requests: Sequence[PlacementRequest]) -> list[str]:
+    """Every trajectory started at once, in order: each first request sees the ones before."""
+    assert placer.place(requests, WORKERS) == []  # nothing is routed before it starts
+    loads = {worker.worker_id: 0 for worker in WORKERS}
+    workers = []
+    for request in requests:
+        worker_id = placer.route_first(request.traj_id, loads)
+        loads[worker_id] += 1
+        workers.append(worker_id)
+    return workers
+
+
 def test_cache_aware_keeps_a_group_on_its_prompts_worker() -> None:
     placer = RouterPlacer("cache_aware", random.Random(0))
     requests = [
         PlacementRequest(f"t{i}", prompt_tokens=500, group_id=f"g{i // 4}") for i in range(8)
     ]
-    assignments = placer.place(requests, WORKERS)
-    by_group = {a.traj_id: a.worker_id for a in assignments}
     # Group g0 follows its first member to w0; g1's first prompt matches nothing, so the
     # least-loaded worker (w1) takes it and the rest of g1 follows.
-    assert [by_group[f"t{i}"] for i in range(8)] == ["w0"] * 4 + ["w1"] * 4
+    assert start_all(placer, requests) == ["w0"] * 4 + ["w1"] * 4
 
 
 def test_without_group_ids_every_trajectory_is_its_own_group() -> None:
     placer = RouterPlacer("cache_aware", random.Random(0))
     requests = [PlacementRequest(f"t{i}", prompt_tokens=500) for i in range(3)]
-    assert [a.worker_id for a in placer.place(requests, WORKERS)] == ["w0", "w1", "w2"]
+    assert start_all(placer, requests) == ["w0", "w1", "w2"]
+
+
+def test_a_trajectory_that_starts_late_is_routed_at_the_loads_then() -> None:
+    """A sample a concurrency cap held back goes where the router sends it when it starts:
+    verl's sticky router gives a new session the least-requested worker of that moment."""
+    placer = RouterPlacer("cache_affinity", random.Random(0))
+    placer.place([PlacementRequest(f"t{i}", prompt_tokens=100) for i in range(2)], WORKERS)
+    first = placer.route_first("t0", {"w0": 0, "w1": 0, "w2": 0})
+    busy = dict.fromkeys(("w0", "w1", "w2"), 5)
+    busy["w2"] = 1
+    assert placer.route_first("t1", busy) == "w2"
+    assert placer.route("t0", first, 300, busy) == first  # sticky afterwards
 
 
 def test_later_steps_route_on_the_trajectorys_context() -> None:
