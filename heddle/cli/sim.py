@@ -7,9 +7,12 @@ The trace is a synthetic workload (``--workload``; learning predictors are fitte
 ``--workload-history`` names, ``heddle.workloads.history``: by default the previous training step,
 other prompts of the same workload) or a JSONL trace file (``--trace``, with an optional
 ``--history`` file). Prints one JSON object with ``--json``, a table otherwise;
-progress goes to stderr. Bad flags or a bad trace print one line and exit 2. With
-``--async-steps S`` it simulates S training steps per system instead, the stop-the-world loop
-against partial rollout with ``--max-staleness`` (``heddle.cli.sim_loop``).
+progress goes to stderr. With ``--reference`` it also reports the best-known reference apart
+from the systems (``heddle.sim.reference``: heddle with the oracle predictor on every TP plan,
+the fastest), and heddle over it beside heddle over the lower bound. Bad flags or a bad trace
+print one line and exit 2. With ``--async-steps S`` it simulates S training steps per system
+instead, the stop-the-world loop against partial rollout with ``--max-staleness``
+(``heddle.cli.sim_loop``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from heddle.policy.cost.model import HARDWARE
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.prediction import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
+from heddle.sim.reference import Reference, best_known
 from heddle.traces import TraceError, TraceTrajectory, read_trace
 from heddle.workloads import generate, workload_names
 from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, history_kind, make_history
@@ -152,6 +156,24 @@ def comparison(
     return {**meta, "systems": systems, "throughput_ratios": ratios}
 
 
+def reference_summary(reference: Reference, results: dict[str, SimResult]) -> dict[str, Any]:
+    """The reference's figures, and heddle's over it beside heddle's over the lower bound."""
+    summary: dict[str, Any] = {
+        "system": "heddle (oracle predictor, best of every plan; not a system)",
+        "makespan_s": reference.makespan_s,
+        "tp_degrees": reference.tp_degrees,
+        "num_plans": reference.num_plans,
+        "is_exhaustive": reference.is_exhaustive,
+        "wall_s": reference.wall_s,
+    }
+    heddle = results.get("heddle")
+    if heddle is not None:
+        summary["heddle_over_reference"] = heddle.makespan_s / reference.makespan_s
+        summary["reference_over_lb"] = reference.makespan_s / heddle.lower_bound_s
+        summary["heddle_over_lb"] = heddle.makespan_over_lb
+    return summary
+
+
 def _print_table(document: dict[str, Any]) -> None:
     table = Table(title=f"{document['source']}: {document['num_trajectories']} trajectories")
     for column in (
@@ -183,6 +205,15 @@ def _print_table(document: dict[str, Any]) -> None:
     Console().print(table)
     for label, ratio in document["throughput_ratios"].items():
         Console().print(f"{label}: {ratio:.2f}x throughput")
+    reference = document.get("reference")
+    if reference is not None:
+        line = f"reference (not a system): {reference['makespan_s']:.0f} s"
+        if "heddle_over_reference" in reference:
+            line += (
+                f"; heddle / reference {reference['heddle_over_reference']:.3f}, "
+                f"reference / LB {reference['reference_over_lb']:.3f}"
+            )
+        Console().print(line)
 
 
 @sim_app.command("compare")
@@ -246,6 +277,10 @@ def compare(
         float,
         typer.Option(help="A re-shard's engine relaunch, weights aside (s; heddle re-shards)"),
     ] = _DEFAULTS.engine_restart_s,
+    reference: Annotated[
+        bool,
+        typer.Option(help="Also the best-known reference: heddle, oracle predictor, every plan"),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Simulate each system on the same trace; makespan, throughput and the lower bound."""
@@ -288,6 +323,8 @@ def compare(
         },
     }
     document = comparison(results, wall_s, meta)
+    if reference:
+        document["reference"] = reference_summary(best_known(rollout, past, config), results)
     if as_json:
         typer.echo(json.dumps(document))
     else:

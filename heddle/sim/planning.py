@@ -1,24 +1,32 @@
-"""Choosing the workers' TP degrees for a simulated rollout, checked by profile simulation.
+"""Choosing the workers' TP degrees (and a baseline's concurrency cap) for a simulated rollout,
+checked by simulation on the history.
 
 The analytic plan (``plan_workers``: for Heddle the exact optimum of the placement objective per
 subset of TP degrees, chosen among by the plan estimate of
 ``heddle.policy.resources.plan_estimate``; the best homogeneous degree by that estimate otherwise)
-is pure, so the live control plane plans alike. With a history (the previous rollout of the same
-prompts), each candidate, the analytic plan and every homogeneous configuration that fits, is also
-simulated group by group on that history (``heddle.sim.profile``), with the bundle's engine and its
-way of spreading trajectories (presorted groups, or an even split for routers), jobs ordered by
-length for length-based priorities, by submission for FCFS, and tied (arrival order) otherwise; the
-fastest wins, the analytic plan on ties. So Heddle's plan is never worse than Fix-k on the previous
-rollout, and every homogeneous baseline runs on its best degree for the workload. A bundle with a
-fixed degree (Fix-1, Fix-8) keeps it.
+is pure, so the live control plane plans alike. With a history (the previous rollout), each
+candidate, the analytic plan and every homogeneous configuration that fits, is first simulated
+group by group on that history (``heddle.sim.profile``), with the bundle's engine and its way of
+spreading trajectories (presorted groups, or an even split for routers), jobs ordered by length
+for length-based priorities, by submission for FCFS, and tied (arrival order) otherwise. A bundle
+with a fixed degree (Fix-1, Fix-8) keeps it.
 
-The profile check cannot see what a presorted bundle's control plane does while the rollout runs
-(KV admission, migrations, re-balancing moves), so for those bundles the candidates it rates
-within ``SHORTLIST_SHARE`` of its best (at most ``SHORTLIST_SIZE``) are also simulated in full on
-the history, the whole control plane included (``full_check_makespans``, its predictor
+The profile check cannot see what a bundle's control plane does while the rollout runs (KV
+admission, migrations, re-balancing moves, a router's re-prefills, a concurrency cap,
+ThunderAgent's pauses), so for every bundle alike the candidates it rates within
+``SHORTLIST_SHARE`` of its best (at most ``SHORTLIST_SIZE``) are also simulated in full on the
+history, the whole control plane included (``full_check_runs``; a predicting bundle's predictor
 cross-fitted so that it never predicts a trajectory it learned from), and the profile's pick
 gives way only to a plan the full simulation rates ``SWITCH_MARGIN`` faster: one sample of a
 rollout is a noisy judge, and a plan that wins by less on it is as likely to lose on the next.
+For a baseline with a concurrency control (``heddle.control.systems.ConcurrencyControl``) the
+plans run with its code's default; then, if that run of the chosen plan evicted KV (else a cap
+could only delay starts), that plan is also run with each other cap of ``heddle.sim.caps``, and
+the default gives way to one only past the same margin. So no system runs a configuration slower
+on the previous rollout than the one its users start from, and each baseline runs what its users
+would pick with that rollout in hand. Cost: at most ``SHORTLIST_SIZE`` simulations of the
+history per system, plus one per cap tried (docs/benchmarks.md, "Baselines at their real
+best").
 """
 
 from __future__ import annotations
@@ -27,9 +35,9 @@ import copy
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from heddle.control.control_plane import engine_config
+from heddle.control.control_plane import CapSetting, engine_config
 from heddle.control.placement import PlacementRequest, PresortedPlacer, WorkerInfo
 from heddle.control.resources import (
     DEFAULT_OBSERVATION_RATIO,
@@ -42,8 +50,10 @@ from heddle.policy.engine_models import engine_model
 from heddle.policy.prediction import CONTEXT_PREDICTOR, Predictor, Progress
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import canonical
+from heddle.sim.caps import cap_candidates
 from heddle.sim.config import SimConfig
 from heddle.sim.profile import plan_makespan_s
+from heddle.sim.results import SimResult
 from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 
@@ -58,6 +68,15 @@ SWITCH_MARGIN = 0.02
 (docs/benchmarks.md, "The plan check simulates the control plane")."""
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a system runs a rollout on: its workers' TP degrees and, for a baseline with a
+    concurrency control, its cap."""
+
+    tp_degrees: tuple[int, ...]
+    concurrency_cap: CapSetting = "default"
+
+
 def choose_workers(
     trace: Sequence[TraceTrajectory],
     spec: SystemSpec,
@@ -68,6 +87,20 @@ def choose_workers(
     tool_s_per_token: float = 0.0,
 ) -> list[int]:
     """TP degree per worker: the analytic plan, or a faster candidate on the history."""
+    plan = choose_plan(trace, spec, config, predictor, history, observation_ratio, tool_s_per_token)
+    return list(plan.tp_degrees)
+
+
+def choose_plan(
+    trace: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    predictor: Predictor | None,
+    history: Sequence[TraceTrajectory] = (),
+    observation_ratio: float = DEFAULT_OBSERVATION_RATIO,
+    tool_s_per_token: float = 0.0,
+) -> Plan:
+    """The analytic plan with the default cap, or a faster configuration on the history."""
     shape = AgentShape(
         observation_ratio,
         tool_s_per_token,
@@ -78,7 +111,7 @@ def choose_workers(
         trace, spec, config, predictor, observation_ratio, tool_s_per_token, shape, lengths=lengths
     )
     if not history or (spec.resources == "homogeneous" and spec.tp_degree):
-        return analytic
+        return Plan(tuple(analytic))
     candidates = [canonical(analytic)]
     for tp in TP_DEGREES:
         homogeneous = (tp,) * (config.num_gpus // tp)
@@ -101,17 +134,19 @@ def choose_workers(
     scores = [
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
-    shortlist = shortlisted(scores)  # the profile's pick first
-    if not checks_in_full(spec) or len(shortlist) < 2:
-        return list(candidates[shortlist[0]])
-    full = full_check_makespans(history, spec, config, [candidates[i] for i in shortlist])
-    return list(candidates[shortlist[switched_pick(full)]])
-
-
-def checks_in_full(spec: SystemSpec) -> bool:
-    """Whether the bundle's plan check also simulates its whole control plane: presorted
-    placement, whose admission, migrations and re-balancing the profile check does not model."""
-    return spec.placement == PRESORTED
+    plans = [Plan(tuple(candidates[index])) for index in shortlisted(scores)]
+    has_cap = spec.concurrency is not None
+    if len(plans) < 2 and not has_cap:
+        return plans[0]
+    runs = full_check_runs(history, spec, config, plans)
+    pick = switched_pick([run.makespan_s for run in runs])
+    plan, run = plans[pick], runs[pick]
+    if not run.num_evicted_tokens:
+        return plan  # nothing was evicted: a cap could only delay starts
+    caps = cap_candidates(spec, plan.tp_degrees, config, trace, history)[1:]
+    capped = [Plan(plan.tp_degrees, cap) for cap in caps]
+    makespans = [run.makespan_s, *full_check_makespans(history, spec, config, capped)]
+    return [plan, *capped][switched_pick(makespans)]
 
 
 def shortlisted(scores: Sequence[float]) -> list[int]:
@@ -135,27 +170,38 @@ def full_check_makespans(
     history: Sequence[TraceTrajectory],
     spec: SystemSpec,
     config: SimConfig,
-    candidates: Sequence[Sequence[int]],
+    options: Sequence[Plan],
 ) -> list[float]:
-    """The bundle's simulated makespan of the history on each candidate plan, its predictor
-    cross-fitted on that history (``heddle.sim.run.cross_fitted``: fitted in-sample, it would
-    rank the history better than it ranks a new rollout; the context model is not asked, the
-    online model stands in)."""
+    """The bundle's simulated makespan of the history on each option (``full_check_runs``)."""
+    return [run.makespan_s for run in full_check_runs(history, spec, config, options)]
+
+
+def full_check_runs(
+    history: Sequence[TraceTrajectory],
+    spec: SystemSpec,
+    config: SimConfig,
+    options: Sequence[Plan],
+) -> list[SimResult]:
+    """The bundle's simulated rollout of the history on each option, a predicting bundle's
+    predictor cross-fitted on that history (``heddle.sim.run.cross_fitted``: fitted in-sample,
+    it would rank the history better than it ranks a new rollout; the context model is not
+    asked, the online model stands in)."""
     from heddle.sim.run import cross_fitted, simulate  # run builds on this module
 
     if config.predictor == CONTEXT_PREDICTOR:
         config = replace(config, predictor="online")
-    fitted = cross_fitted(history, config)  # fitted once; each run learns on its own copy
+    fitted = cross_fitted(history, config) if spec.uses_predictions else None
     return [
         simulate(
             history,
             spec,
             config,
             history=history,
-            tp_degrees=list(tps),
+            tp_degrees=list(option.tp_degrees),
             predictor=copy.deepcopy(fitted),
-        ).makespan_s
-        for tps in candidates
+            concurrency_cap=option.concurrency_cap,
+        )
+        for option in options
     ]
 
 

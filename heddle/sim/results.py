@@ -97,6 +97,9 @@ class SimResult:
     """Workers relaunched at a higher TP degree (tail re-sharding)."""
     worker_timelines: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
     """Per worker (time, running, waiting) after each membership change (when recorded)."""
+    concurrency_cap: int | None = None
+    """A baseline's concurrency cap, in its units (trajectories or groups), when it binds
+    (None: no cap, or one that admits the whole rollout at once)."""
 
     def summary(self) -> dict[str, object]:
         """The headline figures as a JSON-ready dict (``heddle sim compare --json``)."""
@@ -113,6 +116,7 @@ class SimResult:
             "num_migrations": self.num_migrations,
             "num_recomputed_tokens": self.num_recomputed_tokens,
             "num_reshards": self.num_reshards,
+            "concurrency_cap": self.concurrency_cap,
         }
 
 

@@ -3,15 +3,22 @@
 Steps: build the bundle's predictor (fitted on ``history``: completed trajectories of earlier
 rollouts, for the predictors that learn), plan the workers' TP degrees (``annealed`` on the first
 predictions for Heddle; homogeneous otherwise, degree 0 picking the best homogeneous degree on
-the true lengths, which is generous to the baselines), build the control plane, run the
-simulator, and report against the lower bound of ``heddle.policy.lower_bound``.
+the true lengths, which is generous to the baselines) and a baseline's concurrency cap, checked
+on the history (``heddle.sim.planning``), build the control plane, run the simulator, and report
+against the lower bound of ``heddle.policy.lower_bound``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
-from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.control_plane import (
+    CapSetting,
+    ControlOptions,
+    ControlPlane,
+    build_control_plane,
+)
 from heddle.control.reshard import ReshardConfig
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
@@ -27,6 +34,7 @@ from heddle.policy.prediction import (
     make_predictor,
 )
 from heddle.policy.prediction.cross_fit import cross_fit
+from heddle.sim.caps import effective_cap
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import Progress as ProgressCallback
@@ -45,16 +53,23 @@ def simulate(
     tp_degrees: Sequence[int] | None = None,
     context: ContextAnswer | None = None,
     predictor: Predictor | None = None,
+    concurrency_cap: CapSetting | None = None,
 ) -> SimResult:
     """One rollout of ``trace`` under ``system`` (a registry name or a spec), on the workers
     of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster).
     ``context``: the context model, for ``config.predictor == "context"``; ``predictor``: a
-    fresh predictor in place of the configured one (the plan check's ``cross_fitted``)."""
+    fresh predictor in place of the configured one (the plan check's ``cross_fitted``);
+    ``concurrency_cap``: a baseline's cap (None: the plan check's, or with ``tp_degrees`` the
+    code's default)."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
-    control, tp_degrees = control_for(trace, spec, config, history, tp_degrees, context, predictor)
+    control, tp_degrees = control_for(
+        trace, spec, config, history, tp_degrees, context, predictor, concurrency_cap
+    )
     run = Simulator(trace, control, tp_degrees, config).run(progress)
-    return summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
+    result = summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
+    cap = effective_cap(spec, control.concurrency_cap, len(tp_degrees), trace)
+    return replace(result, concurrency_cap=cap)
 
 
 def control_for(
@@ -65,10 +80,11 @@ def control_for(
     tp_degrees: Sequence[int] | None = None,
     context: ContextAnswer | None = None,
     predictor: Predictor | None = None,
+    concurrency_cap: CapSetting | None = None,
 ) -> tuple[ControlPlane, list[int]]:
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
-    workers (``tp_degrees`` when given, else the bundle's resource plan); ``context`` and
-    ``predictor`` as for ``simulate``."""
+    workers (``tp_degrees`` when given, else the bundle's plan checked on the history);
+    ``context``, ``predictor`` and ``concurrency_cap`` as for ``simulate``."""
     if not spec.uses_predictions:
         predictor = None
     elif predictor is None:
@@ -76,9 +92,12 @@ def control_for(
     rates = HistoryRates.of(history)
     ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
     if tp_degrees is None:
-        from heddle.sim.planning import choose_workers  # it builds on plan_workers below
+        from heddle.sim.planning import choose_plan  # it builds on plan_workers below
 
-        tp_degrees = choose_workers(trace, spec, config, predictor, history, ratio, tool_rate)
+        plan = choose_plan(trace, spec, config, predictor, history, ratio, tool_rate)
+        tp_degrees = list(plan.tp_degrees)
+        if concurrency_cap is None:
+            concurrency_cap = plan.concurrency_cap
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
@@ -89,6 +108,7 @@ def control_for(
         tool_call_s=rates.tool_call_s,
         weight_load_s_for_tp=config.weight_load_s_for_tp,
         reshard=ReshardConfig(restart_s=config.engine_restart_s),
+        concurrency_cap=concurrency_cap if concurrency_cap is not None else "default",
     )
     return build_control_plane(spec, options), list(tp_degrees)
 

@@ -1,6 +1,6 @@
 """Profile simulation of plans: a lone trajectory's group time is its solo time, and the plan
-check never returns a configuration slower on the history than the analytic one (by the profile
-for routed bundles; by the full simulation, past the switch margin, for presorted ones)."""
+check never returns a configuration slower on the history than the analytic one (by the
+profile, then by the full simulation past the switch margin, for every bundle alike)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ import pytest
 from solo_time import analytic_solo_s
 
 from heddle.control.control_plane import engine_config
-from heddle.control.systems import system_spec
+from heddle.control.systems import SystemSpec, system_spec
 from heddle.ids import trajectory_id
 from heddle.policy.batching import BatchingConfig
 from heddle.policy.prediction import Progress
-from heddle.sim import SimConfig, make_simulation_predictor, plan_workers
+from heddle.sim import SimConfig, SimResult, make_simulation_predictor, plan_workers, planning
 from heddle.sim.planning import (
     SHORTLIST_SHARE,
     SHORTLIST_SIZE,
     SWITCH_MARGIN,
+    Plan,
     _even_groups,
     _history_placement_lengths,
     _presorted_groups,
-    checks_in_full,
     choose_workers,
     full_check_makespans,
     planning_lengths,
@@ -101,11 +101,11 @@ def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
     assert score(profile_pick) <= score(analytic) * (1 + 1e-9)
     if chosen == profile_pick:
         return
-    # The full check moved a presorted bundle off the profile's pick: only to a shortlisted plan
-    # that its simulation of the whole control plane on the history rates faster by the margin.
-    assert checks_in_full(spec)
+    # The full check moved the bundle off the profile's pick: only to a shortlisted plan that its
+    # simulation of the whole control plane on the history rates faster by the margin.
     assert score(chosen) <= score(profile_pick) * (1 + SHORTLIST_SHARE)
-    full = full_check_makespans(history, spec, config, [chosen, profile_pick])
+    options = [Plan(tuple(chosen)), Plan(tuple(profile_pick))]
+    full = full_check_makespans(history, spec, config, options)
     assert full[0] < full[1] * (1 - SWITCH_MARGIN)
 
 
@@ -145,10 +145,28 @@ def test_the_full_check_switches_only_past_the_margin(full: list[float], expecte
     assert switched_pick(full) == expected
 
 
-def test_only_presorted_bundles_are_checked_in_full() -> None:
-    assert checks_in_full(system_spec("heddle")) and checks_in_full(system_spec("rr"))
-    assert not checks_in_full(system_spec("verl"))
-    assert not checks_in_full(system_spec("heddle-no-place"))
+@pytest.mark.parametrize("system", ["heddle", "verl", "heddle-no-place", "thunderagent"])
+def test_every_bundle_is_checked_in_full(system: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same plan check for all: whenever the profile shortlists two plans, the whole
+    control plane of the bundle, a baseline's too, runs on the history on each."""
+    trace = generate("coding", 16, seed=4)
+    history = generate("coding", 16, seed=4, epoch=1)
+    config = SimConfig(model=MODEL, num_gpus=4)
+    spec = system_spec(system)
+    checked: list[list[tuple[int, ...]]] = []
+    real = planning.full_check_runs
+
+    def spy(
+        history: list[TraceTrajectory], spec: SystemSpec, config: SimConfig, options: list[Plan]
+    ) -> list[SimResult]:
+        checked.append([option.tp_degrees for option in options])
+        return real(history, spec, config, options)
+
+    monkeypatch.setattr(planning, "shortlisted", lambda scores: [0, 1])
+    monkeypatch.setattr(planning, "full_check_runs", spy)
+    predictor = make_simulation_predictor(trace, config, history) if spec.uses_predictions else None
+    chosen = choose_workers(trace, spec, config, predictor, history)
+    assert len(checked[0]) == 2 and tuple(chosen) in checked[0]
 
 
 def test_the_profile_check_places_the_history_by_the_rollouts_predictions() -> None:
