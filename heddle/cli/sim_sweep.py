@@ -196,6 +196,10 @@ def sweep(
         ),
     ] = _SWEEP_DEFAULTS.replications,
     jobs: Annotated[int, typer.Option(help="Worker processes")] = 2,
+    reference: Annotated[
+        bool,
+        typer.Option(help="Also the best-known reference per cell (heddle, oracle, every plan)"),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown report here")] = None,
     figure: Annotated[Path | None, typer.Option(help="Write a PNG figure here")] = None,
@@ -239,7 +243,7 @@ def sweep(
     )
     config = _with_context(config, predictor_model, predictor_latency_ms, text_signal)
     config = _with_cells(config, heldout_cells, histories, corpus, corpus_dir)
-    config = replace(config, replications=replications)
+    config = replace(config, replications=replications, reference=reference)
     start = time.perf_counter()
     if plans:
         _plan_sweep(config, jobs, as_json, markdown, figure)

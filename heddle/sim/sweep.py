@@ -31,6 +31,9 @@ sample.
 
 With ``text_signal`` both traces carry text (``with_family_text``); the context model comes
 from ``run_cell(context=...)``, built above this layer (``heddle.predictor.sim_context``).
+
+With ``reference`` each cell also runs the best-known reference (``heddle.sim.reference``: heddle
+with the oracle predictor on every TP plan), apart from the systems: it is never a baseline.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from heddle.control.systems import SYSTEMS
 from heddle.policy.prediction import ContextAnswer
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_pressure import KvPressure, kv_pressure, scaled_config
+from heddle.sim.reference import Reference, best_known
 from heddle.sim.results import SimResult
 from heddle.sim.run import simulate
 from heddle.sim.sweep_pool import run_in_pool
@@ -121,6 +125,8 @@ class SweepConfig:
     max_trajectories: int = 1024
     replications: int = 1
     """Epochs of each cell's workload every system runs (makespans averaged over them)."""
+    reference: bool = False
+    """Also run the best-known reference on each replication (``heddle.sim.reference``)."""
 
     def __post_init__(self) -> None:
         for name in ("num_cells", "num_heldout_cells"):
@@ -254,6 +260,11 @@ class CellResult:
     """CPU seconds of the cell's process: its cost on an otherwise idle core."""
     lower_bounds_s: list[float] = field(default_factory=list)
     """Per replication."""
+    reference_s: float | None = None
+    """The best-known reference's makespan, its mean over replications (None: not run)."""
+    reference_tp_degrees: list[int] = field(default_factory=list)
+    """The reference's plan on replication 0."""
+    reference_wall_s: float = 0.0
 
 
 def cell_traces(
@@ -326,12 +337,15 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
     samples: dict[str, list[tuple[SimResult, float]]] = {name: [] for name in config.systems}
     errors: dict[str, str] = {}
     lower_bounds: list[float] = []
+    references: list[Reference] = []
     first: tuple[list[TraceTrajectory], KvPressure] | None = None
     for replication in range(config.replications):
         trace, history = cell_traces(cell, config, replication)
         answer = context(history, trace) if context is not None else None
         sim_config, kv = cell_sim_config(cell, config, trace, history)
         first = first or (trace, kv)
+        if config.reference:
+            references.append(best_known(trace, history, sim_config))
         bound: float | None = None
         for name in config.systems:
             if name in errors:
@@ -367,6 +381,9 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - start_cpu,
         lower_bounds_s=lower_bounds,
+        reference_s=statistics.fmean(r.makespan_s for r in references) if references else None,
+        reference_tp_degrees=references[0].tp_degrees if references else [],
+        reference_wall_s=sum(r.wall_s for r in references),
     )
 
 

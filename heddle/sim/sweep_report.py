@@ -80,6 +80,15 @@ def _summary_table(summary: dict[str, SplitSummary]) -> list[str]:
         "LB / best baseline (headroom: the best any system could reach): geomean / largest",
         [format_stats(summary[s].lb_over_best_baseline) for s in splits],
     )
+    if any(summary[s].heddle_over_reference for s in splits):
+        add(
+            "heddle / best-known reference (not a system): geomean / worst",
+            [format_stats(summary[s].heddle_over_reference) for s in splits],
+        )
+        add(
+            "reference / LB: geomean / largest",
+            [format_stats(summary[s].reference_over_lb) for s in splits],
+        )
     add("cells heddle < 0.98x best baseline", [str(summary[s].num_heddle_wins) for s in splits])
     add("cells heddle > 1.02x best baseline", [str(summary[s].num_heddle_losses) for s in splits])
     add(

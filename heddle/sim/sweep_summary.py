@@ -46,6 +46,11 @@ class CellRatios:
     can go below it."""
     heddle_over_best_baseline_by_replication: list[float] = field(default_factory=list)
     """Per replication, heddle over that replication's fastest baseline (empty with one)."""
+    heddle_over_reference: float | None = None
+    """heddle over the best-known reference (``heddle.sim.reference``; None: not run): what
+    prediction and plan choice cost it. Times ``reference_over_lb`` (what scheduling leaves)
+    it is heddle's makespan over the lower bound."""
+    reference_over_lb: float | None = None
 
 
 def cell_ratios(result: CellResult) -> CellRatios:
@@ -59,6 +64,7 @@ def cell_ratios(result: CellResult) -> CellRatios:
         for name, run in runs.items()
         if heddle and SYSTEMS[name].kind in ("ablation", "variant")
     }
+    reference = result.reference_s
     return CellRatios(
         best_baseline=best,
         heddle_over_best_baseline=over_best,
@@ -66,6 +72,10 @@ def cell_ratios(result: CellResult) -> CellRatios:
         makespan_over_lb={name: run.makespan_over_lb for name, run in runs.items()},
         lb_over_best_baseline=1.0 / runs[best].makespan_over_lb if best else None,
         heddle_over_best_baseline_by_replication=_by_replication(runs, baselines),
+        heddle_over_reference=heddle.makespan_s / reference if heddle and reference else None,
+        reference_over_lb=(
+            reference / result.lower_bound_s if reference and result.lower_bound_s else None
+        ),
     )
 
 
@@ -118,6 +128,9 @@ class SplitSummary:
     lb_over_best_baseline: RatioStats | None
     """Its geometric mean is the least heddle / best baseline geomean that any system could
     reach on these cells (one that met the lower bound in every cell)."""
+    heddle_over_reference: RatioStats | None = None
+    """Over the cells that ran the reference (``SweepConfig.reference``)."""
+    reference_over_lb: RatioStats | None = None
 
 
 def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
@@ -152,6 +165,12 @@ def summarise_split(results: Sequence[CellResult]) -> SplitSummary:
         num_errors=sum(len(r.errors) for r in results),
         lb_over_best_baseline=ratio_stats(
             [(i, c.lb_over_best_baseline) for i, c in ratios if c.lb_over_best_baseline]
+        ),
+        heddle_over_reference=ratio_stats(
+            [(i, c.heddle_over_reference) for i, c in ratios if c.heddle_over_reference]
+        ),
+        reference_over_lb=ratio_stats(
+            [(i, c.reference_over_lb) for i, c in ratios if c.reference_over_lb]
         ),
     )
 

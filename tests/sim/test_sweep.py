@@ -316,3 +316,19 @@ def test_corpus_cells_stay_out_of_the_zoo_s_splits_and_each_history_has_its_summ
     assert document["summary"] == document["summary_by_history"]["other"]
     report = markdown_report(results, config)
     assert "history `other`" in report and "history `same`" in report
+
+
+def test_the_reference_is_reported_apart_from_the_systems() -> None:
+    config = replace(TINY, num_cells=1, systems=("heddle", "verl"), reference=True)
+    (result,) = run_sweep(config, jobs=1)
+    assert result.reference_s is not None and result.reference_tp_degrees
+    ratios = cell_ratios(result)
+    assert ratios.best_baseline == "verl"  # the reference is never a baseline
+    assert ratios.heddle_over_reference == pytest.approx(
+        result.runs["heddle"].makespan_s / result.reference_s
+    )
+    assert ratios.reference_over_lb == pytest.approx(result.reference_s / result.lower_bound_s)
+    summary = summarise_sweep([result])["all"]
+    assert summary.heddle_over_reference is not None
+    assert "best-known reference" in markdown_report([result], config)
+    assert json.dumps(sweep_document(config, [result], 1.0, 1))  # JSON-ready
