@@ -68,6 +68,30 @@ def test_every_system_s_slowest_has_every_column_and_they_sum_to_its_total(
         assert row["makespan_s"] >= row["lower_bound_s"]
 
 
+def test_compare_all_lists_every_system_and_the_reference_apart(tmp_path: Path) -> None:
+    trace, history = tmp_path / "trace.jsonl", tmp_path / "history.jsonl"
+    write_trace(trace, generate("math", 12, seed=2))
+    write_trace(history, generate("math", 12, seed=2, epoch=1))
+    result = run(
+        *("--trace", str(trace), "--history", str(history), "--model", "8b", "--gpus", "2"),
+        *("--systems", "all", "--reference", "--json"),
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert list(document["systems"]) == list(SYSTEMS)  # thunderagent and the capped ones
+    assert {"thunderagent", "slime", "verl"} <= set(document["systems"])
+    assert all("concurrency_cap" in row for row in document["systems"].values())
+    reference = document["reference"]
+    assert "reference" not in document["systems"] and reference["num_plans"] == 2
+    heddle = document["systems"]["heddle"]
+    assert reference["heddle_over_reference"] == pytest.approx(
+        heddle["makespan_s"] / reference["makespan_s"]
+    )
+    assert reference["heddle_over_lb"] == pytest.approx(
+        reference["heddle_over_reference"] * reference["reference_over_lb"]
+    )
+
+
 def test_a_bad_trace_exits_2_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "prompt_tokens": 3, "steps": []}\n')
