@@ -36,6 +36,9 @@ records and capacity arithmetic: ``heddle.control.placement.programs``):
 
 Assumption: when no program is active at all (every unfinished one waits), the pool is resumed at
 once rather than at the next tick: nothing else happens until then, and a decider has no timer.
+If then nothing fits even the empty backends (a program plus its buffer over a backend's whole
+KV), the longest-waiting program resumes at once by the timeout's rule rather than after
+``wait_timeout_s`` of an idle cluster, which no decider could wait out without events.
 Not modelled: ``--use-acting-token-decay`` (off by default) and the engine-metrics correction
 (``shared_tokens``, never updated in the released code).
 """
@@ -96,8 +99,13 @@ class ProgramGate:
         for key in self._arrivals:
             self._arrive(key, live)
         self._arrivals.clear()
-        if self._pool and not any(b.programs for b in self._backends.values()):
+        if self._pool and live and not any(b.programs for b in self._backends.values()):
             self._resume(live)  # nothing runs: the next tick would find every backend free
+            if not self._ready:  # nothing fits an empty backend: the timeout's rule, at once
+                key, program = min(
+                    self._pool.items(), key=lambda i: (i[1].paused_at_s, i[1].arrival)
+                )
+                self._resume_on(key, program, self._timeout_target(program, live))
         ready, self._ready = self._ready, []
         return ready
 
@@ -242,10 +250,14 @@ class ProgramGate:
         for key, program in list(self._pool.items()):
             if program.paused_at_s > deadline or not self._backends:
                 continue
-            target = program.origin if program.origin in self._backends else None
-            if target is None:
-                target = min(self._backends, key=lambda w: len(self._backends[w].programs))
-            self._resume_on(key, program, target)
+            self._resume_on(key, program, self._timeout_target(program, list(self._backends)))
+
+    def _timeout_target(self, program: Program, workers: list[str]) -> str:
+        """Where a timed-out program resumes: its origin, else the backend of ``workers``
+        with the fewest programs (``select_backend_for_new_program_default``)."""
+        if program.origin is not None and program.origin in workers:
+            return program.origin
+        return min(workers, key=lambda w: len(self._backends[w].programs))
 
     # ---- transitions -----------------------------------------------------------------------
 

@@ -56,6 +56,19 @@ def test_a_new_program_starts_where_fewest_tokens_run_if_it_fits() -> None:
     assert started == {"t0": "w0", "t1": "w1", "t2": "w1"}
 
 
+def test_a_program_no_empty_backend_holds_starts_when_nothing_runs() -> None:
+    """A program whose tokens plus buffer exceed every backend's whole KV would wait for the
+    timeout on an idle cluster, where no event ever comes: it starts at once, the longest
+    waiting first, on the backend with the fewest programs; the next waits behind it."""
+    gate = gate_with({"w0": 50, "w1": 50})
+    gate.plan(request(0, 40))
+    gate.plan(request(1, 10))
+    assert [(key[1], worker) for key, worker in gate.admit(["w0", "w1"])] == [("t0", "w0")]
+    assert gate.admit(["w0", "w1"]) == []  # t0 runs: t1 waits for room or a check
+    gate.finished((b.ROLLOUT, "t0"))
+    assert [key[1] for key, _ in gate.admit(["w0", "w1"])] == ["t1"]
+
+
 def test_an_overloaded_backend_pauses_its_smallest_acting_program_first() -> None:
     gate = gate_with({"w0": 1000})
     for index, prompt in enumerate([400, 150, 100]):
