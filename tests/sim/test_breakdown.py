@@ -1,6 +1,7 @@
 """Every second of a simulated trajectory is in one column of its breakdown: on random small
 rollouts (groups, tools with cold starts, KV pressure, weight swaps mid-rollout, control-plane
-latency, every system and engine model), each trajectory's columns sum to its total."""
+latency, every system and engine model, the baselines' concurrency caps drawn tight), each
+trajectory's columns sum to its total."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS, system_spec
 from heddle.events import Event, Migrated, TrajectoryPlaced
 from heddle.policy.engine_models import ENGINE_MODELS
@@ -80,6 +82,11 @@ def configs(draw: st.DrawFn, trace: list[TraceTrajectory]) -> SimConfig:
     return scaled_config(config, min(1.0, headroom * longest / config.cost_for_tp(1).max_kv_tokens))
 
 
+CAPS: tuple[CapSetting, ...] = ("default", 1, 3)
+"""A baseline's concurrency cap: its code's default, or a total of 1 or 3 units (a capped
+trajectory waits in the admission column)."""
+
+
 def assert_accounted(breakdown: Breakdown, trajectory: TraceTrajectory) -> None:
     columns = breakdown.columns
     assert list(columns) == list(COLUMN_KEYS)
@@ -96,7 +103,9 @@ def test_every_trajectory_s_columns_sum_to_its_total(
     data: st.DataObject, trace: list[TraceTrajectory], system: str
 ) -> None:
     config = data.draw(configs(trace))
-    control, tp_degrees = control_for(trace, system_spec(system), config)
+    spec = system_spec(system)
+    cap = data.draw(st.sampled_from(CAPS)) if spec.concurrency is not None else None
+    control, tp_degrees = control_for(trace, spec, config, concurrency_cap=cap)
     publications = data.draw(st.sampled_from([(), ((0.5, 1),), ((0.2, 1), (3.0, 2))]))
     run = Simulator(trace, control, tp_degrees, config, WeightPlan(publications=publications)).run()
     placed: dict[str, float] = {}

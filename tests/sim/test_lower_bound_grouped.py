@@ -1,6 +1,7 @@
 """No system's makespan falls under the lower bound, on grouped traces (GRPO groups of 1-16
 sharing a prompt), on every engine model and under KV pressure from none to heavy: the bound of
-``heddle.sim.run.lower_bound_s`` against a simulation of every registered system."""
+``heddle.sim.run.lower_bound_s`` against a simulation of every registered system, ThunderAgent's
+program gate and the baselines' concurrency caps (``heddle.sim.caps``, drawn tight) included."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.sim import SimConfig, simulate
@@ -47,6 +49,9 @@ def grouped_traces(draw: st.DrawFn) -> list[TraceTrajectory]:
     return trace
 
 
+CAPS: tuple[CapSetting, ...] = ("default", "off", 1, 2, 5)
+"""A baseline's concurrency cap (``heddle.control.control_plane.CapSetting``): its code's
+default, none, or a total of 1-5 units, tighter than any the plan check derives."""
 KV_HEADROOM = (1.05, 1.5, 4.0, 30.0, None)
 """Each worker's KV over the longest trajectory's final context (None: the preset's, no
 pressure); 1.05 holds little more than that one trajectory."""
@@ -69,15 +74,21 @@ def _config(
     engine=st.sampled_from(sorted(ENGINE_MODELS)),
     num_gpus=st.sampled_from([1, 2, 4]),
     headroom=st.sampled_from(KV_HEADROOM),
+    cap=st.sampled_from(CAPS),
 )
 def test_no_system_beats_the_bound_on_grouped_traces(
-    trace: list[TraceTrajectory], engine: str, num_gpus: int, headroom: float | None
+    trace: list[TraceTrajectory],
+    engine: str,
+    num_gpus: int,
+    headroom: float | None,
+    cap: CapSetting,
 ) -> None:
     config = _config(trace, engine, num_gpus, headroom)
     bound = lower_bound_s(trace, config)
     assert lower_bound_s(trace, config, kv_aware=False) <= bound
-    for system in SYSTEMS:
-        result = simulate(trace, system, config)
+    for system, spec in SYSTEMS.items():
+        capped = cap if spec.concurrency is not None else None
+        result = simulate(trace, system, config, concurrency_cap=capped)
         assert result.num_failed == 0, system
         assert result.makespan_s >= bound * (1 - 1e-9), (system, result.makespan_s, bound)
 
