@@ -240,6 +240,8 @@ class SystemRun:
     wall_s: float
     makespans_s: list[float] = field(default_factory=list)
     """Per replication (empty in results written before replications)."""
+    concurrency_cap: int | None = None
+    """A baseline's concurrency cap on replication 0, when it binds (``SimResult``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +366,7 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
     trace, kv = first
     lower_bound = statistics.fmean(lower_bounds) if lower_bounds else None
     runs = {
-        name: _mean_run(system_samples, lower_bound or 0.0)
+        name: mean_run(system_samples, lower_bound or 0.0)
         for name, system_samples in samples.items()
         if name not in errors and system_samples
     }
@@ -387,7 +389,8 @@ def run_cell(cell: Cell, config: SweepConfig, context: ContextFor | None = None)
     )
 
 
-def _mean_run(samples: Sequence[tuple[SimResult, float]], lower_bound: float) -> SystemRun:
+def mean_run(samples: Sequence[tuple[SimResult, float]], lower_bound: float) -> SystemRun:
+    """One system's run of a cell from its ``(result, wall seconds)`` per replication."""
     makespans = [result.makespan_s for result, _ in samples]
     makespan = statistics.fmean(makespans)
     return SystemRun(
@@ -400,6 +403,7 @@ def _mean_run(samples: Sequence[tuple[SimResult, float]], lower_bound: float) ->
         num_recomputed_tokens=sum(result.num_recomputed_tokens for result, _ in samples),
         wall_s=sum(wall for _, wall in samples),
         makespans_s=makespans,
+        concurrency_cap=samples[0][0].concurrency_cap,
     )
 
 

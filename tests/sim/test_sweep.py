@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.sim import SimConfig
+from heddle.sim import SimConfig, simulate
 from heddle.sim.kv_pressure import (
     FIT_MARGIN,
     KvPressure,
@@ -27,11 +27,13 @@ from heddle.sim.sweep import (
     SweepConfig,
     SystemRun,
     cell_traces,
+    mean_run,
     run_sweep,
     sweep_cells,
 )
 from heddle.sim.sweep_report import markdown_report
 from heddle.sim.sweep_summary import cell_ratios, ratio_stats, summarise_sweep, sweep_document
+from heddle.workloads import generate
 from heddle.workloads.zoo import ZOO
 
 TINY = SweepConfig(
@@ -332,3 +334,11 @@ def test_the_reference_is_reported_apart_from_the_systems() -> None:
     assert summary.heddle_over_reference is not None
     assert "best-known reference" in markdown_report([result], config)
     assert json.dumps(sweep_document(config, [result], 1.0, 1))  # JSON-ready
+
+
+def test_a_cell_reports_the_cap_a_baseline_ran() -> None:
+    """A baseline's concurrency cap (what the plan check picked) is in the cell's run."""
+    trace = generate("math", 12, seed=3)
+    result = simulate(trace, "slime", SimConfig(model="qwen3-8b", num_gpus=2), concurrency_cap=4)
+    assert result.concurrency_cap == 4
+    assert mean_run([(result, 1.0)], result.lower_bound_s).concurrency_cap == 4
