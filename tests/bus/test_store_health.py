@@ -42,6 +42,14 @@ async def _refused(bus: Bus, event: EventT) -> bool:
     return False
 
 
+async def _writes_until_refused(bus: Bus, first: int, limit: int = 256) -> int:
+    """How many writes from ``registered(first)`` on were stored before one was refused."""
+    for stored in range(limit):
+        if await _refused(bus, registered(first + stored)):
+            return stored
+    raise AssertionError(f"{limit} writes on a full disk were stored")
+
+
 async def test_a_full_disk_wedges_the_stream_until_jetstream_is_reset(
     server_on_a_small_disk: tuple[EmbeddedNatsServer, SmallDisk], tmp_path: Path
 ) -> None:
@@ -52,26 +60,33 @@ async def test_a_full_disk_wedges_the_stream_until_jetstream_is_reset(
         await bus.publish_many([registered(i) for i in range(10)])
         assert store_health(server.monitor_port, disk.path).is_writable
         disk.fill()
-        assert await _refused(short, registered(10)), "a write on a full disk was stored"
+        # The file store's last page may still hold a few small writes: a full disk refuses
+        # the first write that needs a new page.
+        stored = await _writes_until_refused(short, first=10)
+        next_index = 10 + stored
         health = store_health(server.monitor_port, disk.path)
         assert "no space left on device" in health.write_error
         assert health.free_bytes is not None and health.free_bytes < 1 << 20
 
         disk.free()
-        assert await _refused(short, registered(10)), "the stream took writes with space back"
+        assert await _refused(short, registered(next_index)), (
+            "the stream took writes with space back"
+        )
         info = await bus.js.stream_info(EVENTS_STREAM)
         await bus.js.update_stream(info.config)  # a configuration update does not clear it
         server_process_reloads(server)  # nor does a reload of the same configuration
-        assert await _refused(short, registered(10))
+        assert await _refused(short, registered(next_index))
         assert not store_health(server.monitor_port, disk.path).is_writable
 
         reset_jetstream(server.config_path, server.store_dir, server.pid, server.monitor_port)
         assert store_health(server.monitor_port, disk.path).is_writable
-        ack = await bus.publish(registered(10))
-        again = await bus.publish(registered(10))  # a publisher's retry, same id
+        ack = await bus.publish(registered(next_index))
+        again = await bus.publish(registered(next_index))  # a publisher's retry, same id
         state = await bus.stream_state()
     assert not ack.duplicate and again.duplicate and again.sequence == ack.sequence
-    assert (state.num_messages, state.last_sequence) == (11, 11), "nothing lost or doubled"
+    assert (state.num_messages, state.last_sequence) == (next_index + 1, next_index + 1), (
+        "nothing lost or doubled"
+    )
 
 
 def server_process_reloads(server: EmbeddedNatsServer) -> None:
