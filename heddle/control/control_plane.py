@@ -160,6 +160,7 @@ def _admission(spec: SystemSpec, options: ControlOptions) -> Admission | None:
         policy,
         observation_ratio=options.observation_ratio,
         prior_tool_call_s=options.tool_call_s,
+        share_prompts=options.engine.prompt_sharing != "none",
     )
 
 

@@ -15,7 +15,8 @@ Map:
   ``TrajectoryPlaced`` + ``StartTrajectory`` they share.
 - Admission, consulted through one interface: ``admission`` (the ``Admission`` protocol and
   ``AdmitAll``), ``kv_gate`` (``KvAdmissionGate``, Heddle's), ``kv_admission`` (its algorithm:
-  projected KV per worker, a held queue in priority order), ``cap`` (``TrajectoryCap``: a
+  a held queue in priority order), ``kv_worker`` (a worker's projected KV, a shared prompt once),
+  ``cap`` (``TrajectoryCap``: a
   baseline's own bound on running trajectories), ``program_gate`` (``ProgramGate``:
   ThunderAgent's pause/resume of whole programs; ``programs`` keeps its records).
 - Placers, built per rollout: ``placer`` (the ``Placer`` protocol and its values), ``presorted``
@@ -26,14 +27,14 @@ Map:
 from heddle.control.placement.admission import Admission, AdmissionRequest, AdmitAll, Admitted
 from heddle.control.placement.cap import CapConfig, TrajectoryCap
 from heddle.control.placement.decider import PlacementDecider
-from heddle.control.placement.kv_admission import (
+from heddle.control.placement.kv_admission import AdmissionConfig, KvAdmission
+from heddle.control.placement.kv_gate import KvAdmissionGate
+from heddle.control.placement.kv_worker import (
     MAX_PROJECTION_POINTS,
-    AdmissionConfig,
     Footprint,
-    KvAdmission,
+    held_footprints,
     projected_peak,
 )
-from heddle.control.placement.kv_gate import KvAdmissionGate
 from heddle.control.placement.placer import Assignment, PlacementRequest, Placer, WorkerInfo
 from heddle.control.placement.presorted import PresortedPlacer
 from heddle.control.placement.program_gate import ProgramGate, ProgramGateConfig
@@ -60,5 +61,6 @@ __all__ = [
     "RouterPlacer",
     "TrajectoryCap",
     "WorkerInfo",
+    "held_footprints",
     "projected_peak",
 ]

@@ -19,41 +19,25 @@ has room, else, when ``late_binding``, on the worker with the most room relative
 nowhere blocks the rest (no overtaking by smaller ones), except that an idle worker always takes
 the head. Workers that report no capacity (``max_kv_tokens = 0``) always have room.
 
+Shared prompts. Where the engine holds a prompt once for the trajectories that share it (a GRPO
+group's prompt in SGLang's radix cache: ``heddle.policy.engine_models``, ``prompt_sharing``), a
+footprint names the part of its context that is such a prompt (``shared_tokens`` under
+``shared_key``): a worker counts it once for all its residents of that key, held until the last of
+them leaves, as ``heddle.policy.bound_facts`` counts a group's prompt once per worker. Counted
+once per sample, a 16-sample group on a long prompt was held back for most of its run while the
+engine had room for all of it (docs/benchmarks.md, "Admission counts a shared prompt once").
+
 State keys are ``(rollout id, trajectory id)``; everything is deterministic (ties by hold order).
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from heddle.control.placement.admission import Admitted, Key
-
-MAX_PROJECTION_POINTS = 32
-"""Instants at which a worker's projected KV is checked (departures, thinned to quantiles)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Footprint:
-    """The KV a trajectory holds from now on: ``context_tokens`` now, growing linearly by
-    ``growth_tokens`` until it ends after ``duration_s`` (its predicted remaining time) and frees
-    it all. ``duration_s = inf``: it never ends in the projection (a flat or unknown one)."""
-
-    context_tokens: float
-    growth_tokens: float = 0.0
-    duration_s: float = math.inf
-
-    @property
-    def peak_tokens(self) -> float:
-        return self.context_tokens + self.growth_tokens
-
-    @classmethod
-    def flat(cls, num_tokens: float) -> Footprint:
-        return cls(num_tokens)
+from heddle.control.placement.kv_worker import Footprint, WorkerBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,75 +85,12 @@ class _Held:
     sequence: int
 
 
-@dataclass(slots=True)
-class _Worker:
-    budget: float
-    """``overcommit`` times the KV capacity (0: unknown, always room)."""
-    projection: bool = False
-    load: float = 0.0
-    """The residents' summed peaks."""
-    residents: dict[Key, Footprint] = field(default_factory=dict)
-    fitting: dict[Footprint, bool] = field(default_factory=dict)
-    """``fits`` answers since the residents last changed: a held queue's head is asked about
-    every worker on every admission pass, and most workers did not change in between."""
-
-    def room(self) -> float:
-        return self.budget - self.load if self.budget > 0 else float("inf")
-
-    def fits(self, footprint: Footprint) -> bool:
-        if not self.residents or self.budget <= 0:
-            return True
-        if footprint.peak_tokens <= self.room():
-            return True  # even the summed peaks fit
-        if not self.projection:
-            return False
-        answer = self.fitting.get(footprint)
-        if answer is None:
-            answer = projected_peak([*self.residents.values(), footprint]) <= self.budget
-            self.fitting[footprint] = answer
-        return answer
-
-    def put(self, key: Key, footprint: Footprint) -> None:
-        """Admit ``key`` with ``footprint``, or replace its footprint."""
-        old = self.residents.get(key)
-        self.load += footprint.peak_tokens - (old.peak_tokens if old is not None else 0.0)
-        self.residents[key] = footprint
-        self.fitting.clear()
-
-    def remove(self, key: Key) -> None:
-        old = self.residents.pop(key, None)
-        if old is None:
-            return
-        self.load -= old.peak_tokens
-        if not self.residents:
-            self.load = 0.0  # no drift from float sums
-        self.fitting.clear()
-
-
-def projected_peak(footprints: list[Footprint]) -> float:
-    """The most KV the footprints hold together at any time: the sum just before a departure
-    (each grows until it leaves, so the maximum is at one), at most ``MAX_PROJECTION_POINTS``
-    departures (quantiles of them) and now."""
-    context = np.array([f.context_tokens for f in footprints])
-    growth = np.array([f.growth_tokens for f in footprints])
-    ends = np.array([f.duration_s for f in footprints])
-    finite = np.unique(ends[np.isfinite(ends)])
-    if len(finite) > MAX_PROJECTION_POINTS:
-        finite = np.quantile(finite, np.linspace(0.0, 1.0, MAX_PROJECTION_POINTS))
-    points = np.concatenate(([0.0], finite))[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fraction = np.where(ends > 0, np.minimum(points / ends, 1.0), 1.0)
-    held = context + growth * fraction
-    present = ends >= points
-    return float((held * present).sum(axis=1).max())
-
-
 class KvAdmission:
     """The held queue and each worker's admitted peaks (see the module docstring)."""
 
     def __init__(self, config: AdmissionConfig | None = None) -> None:
         self.config = config or AdmissionConfig()
-        self._workers: dict[str, _Worker] = {}
+        self._workers: dict[str, WorkerBudget] = {}
         self._held: dict[Key, _Held] = {}
         self._heap: list[tuple[float, int, Key]] = []
         self._admitted: dict[Key, tuple[str, Footprint]] = {}
@@ -184,7 +105,7 @@ class KvAdmission:
         budget = self.config.overcommit * max(0, max_kv_tokens)
         worker = self._workers.get(worker_id)
         if worker is None:
-            self._workers[worker_id] = _Worker(budget, self.config.projection)
+            self._workers[worker_id] = WorkerBudget(budget, self.config.projection)
         elif worker.budget != budget:
             worker.budget = budget
             worker.fitting.clear()
@@ -294,7 +215,7 @@ class KvAdmission:
         return max(fitting, key=lambda w: self._free_fraction(self._workers[w]))
 
     @staticmethod
-    def _free_fraction(worker: _Worker) -> float:
+    def _free_fraction(worker: WorkerBudget) -> float:
         if not worker.residents:
             return float("inf")
         return worker.room() / worker.budget if worker.budget > 0 else float("inf")

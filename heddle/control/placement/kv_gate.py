@@ -11,7 +11,11 @@ For each trajectory of a rollout placed under admission it keeps what the admiss
   started: its predictions, its submission order, no service attained. That is what the priority
   decider computes for it too; evaluating it here keeps the held order independent of when
   ``Prioritized`` events arrive (the first ones come after the rollout is placed). PPS holds the
-  longest predicted remaining time first (LPT), FCFS the earliest submitted.
+  longest predicted remaining time first (LPT), FCFS the earliest submitted;
+- where the engines share a group's prompt (``share_prompts``: the engine model's
+  ``prompt_sharing``, ``heddle.policy.engine_models``), its prompt as shared with the rest of its
+  GRPO group (the same group and prompt length, as ``heddle.policy.bound_facts`` keys it), which
+  a worker then counts once however many of the group it holds.
 
 The rate that turns tokens into time is measured per rollout from ``Generated`` (``Pace``), as
 the priority decider measures it.
@@ -43,6 +47,9 @@ class _Trajectory:
     arrival_s: float
     submitted_at: float
     context_tokens: int
+    prompt_tokens: int
+    shared_key: str
+    """Its prompt's key among the trajectories that share it ("": it shares none)."""
     remaining_tokens: float = 0.0
     remaining_tool_s: float = 0.0
     num_tool_calls: int = 0
@@ -61,9 +68,11 @@ class KvAdmissionGate:
         seconds_per_token: float = DEFAULT_SECONDS_PER_TOKEN,
         min_measured_tokens: int = 1000,
         prior_tool_call_s: float = 0.0,
+        share_prompts: bool = False,
     ) -> None:
         """``prior_tool_call_s``: mean tool call of earlier rollouts, until a rollout's own
-        calls are seen (0: count trajectories whole until then)."""
+        calls are seen (0: count trajectories whole until then); ``share_prompts``: the engines
+        hold a group's prompt once (SGLang's radix cache), so a worker counts it once."""
         if observation_ratio < 0:
             raise ValueError(f"observation_ratio must be >= 0, got {observation_ratio}")
         self.admission = KvAdmission(config)
@@ -71,6 +80,7 @@ class KvAdmissionGate:
         self._growth = (1.0 + observation_ratio) * config.growth_share
         self._config = config
         self._prior_tool_call_s = prior_tool_call_s
+        self._share_prompts = share_prompts
         self._tool_calls: dict[str, tuple[int, float]] = {}
         """Per rollout: tool calls seen and their seconds (the mean of a trajectory with none)."""
         self._prior_s = seconds_per_token
@@ -85,11 +95,20 @@ class KvAdmissionGate:
         self.admission.remove_worker(worker_id)
 
     def track(
-        self, key: Key, submitted_at: float, index: int, prompt_tokens: int, remaining: float
+        self,
+        key: Key,
+        submitted_at: float,
+        index: int,
+        prompt_tokens: int,
+        remaining: float,
+        group_id: str = "",
     ) -> None:
         """A trajectory of a rollout placed under admission, with its first prediction."""
         arrival = submitted_at + index * SUBMISSION_ORDER_S
-        self._trajectories[key] = _Trajectory(arrival, submitted_at, prompt_tokens, remaining)
+        shared = f"{key[0]}/{group_id}/{prompt_tokens}" if self._share_prompts and group_id else ""
+        self._trajectories[key] = _Trajectory(
+            arrival, submitted_at, prompt_tokens, prompt_tokens, shared, remaining
+        )
 
     def plan(self, request: AdmissionRequest) -> None:
         """Track the trajectory and hold it until its KV fits (``track``, then ``hold``)."""
@@ -102,6 +121,7 @@ class KvAdmissionGate:
             request.index,
             request.context_tokens,
             request.predicted_remaining_tokens,
+            request.group_id,
         )
         self.hold(key, request.planned_worker_id, request.predicted_remaining_tool_s)
 
@@ -179,10 +199,13 @@ class KvAdmissionGate:
         share = 1.0
         if self._has_long_calls(key, trajectory) and remaining_s > 0:
             share = max(MIN_DUTY_CYCLE, decode_s / remaining_s)
+        shared_tokens = share * trajectory.prompt_tokens if trajectory.shared_key else 0.0
         return Footprint(
             share * trajectory.context_tokens,
             share * self._growth * trajectory.remaining_tokens,
             remaining_s,
+            shared_tokens,
+            trajectory.shared_key,
         )
 
     def _has_long_calls(self, key: Key, trajectory: _Trajectory) -> bool:
