@@ -39,7 +39,9 @@ from heddle.policy.scheduling.priority import priority_policy
 DEFAULT_PLACEMENT_HEDGE = 0.5
 CapSetting = int | Literal["default", "off"]
 """The cap of a bundle with a concurrency control (``SystemSpec.concurrency``): its code's
-default per engine, none, or a total number of units (trajectories or groups, >= 1)."""
+default per engine, none, or a total number of units (trajectories or groups, >= 1). For a
+bundle with KV admission (``SystemSpec.admits``), its admission: KV admission ("default"), none
+("off"), or a static cap on running trajectories (a number)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,8 @@ class ControlPlane:
     engine: BatchingConfig = field(default_factory=BatchingConfig)
     concurrency_cap: CapSetting = "default"
     """The cap its admission runs (a bundle with a concurrency control)."""
+    admission: str = ""
+    """What a bundle with KV admission runs (``admission_label``; "" for the others)."""
 
 
 def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPlane:
@@ -134,7 +138,20 @@ def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPla
         deciders.append(TransferDecider(transfer_kv=options.transfer_kv))
     deciders.append(RolloutDecider())
     engine = engine_config(spec, options.engine)
-    return ControlPlane(spec, deciders, engine, options.concurrency_cap)
+    return ControlPlane(
+        spec, deciders, engine, options.concurrency_cap, admission_label(spec, options)
+    )
+
+
+def admission_label(spec: SystemSpec, options: ControlOptions) -> str:
+    """What a bundle with KV admission runs: ``kv x<overcommit>``, ``cap <n>`` or ``off``
+    ("" for a bundle without KV admission)."""
+    if not spec.admits:
+        return ""
+    setting = options.concurrency_cap
+    if setting == "default":
+        return f"kv x{options.admission.overcommit:g}"
+    return "off" if setting == "off" else f"cap {setting}"
 
 
 def _load_s(options: ControlOptions) -> Callable[[int], float]:
@@ -149,11 +166,20 @@ def _admission(spec: SystemSpec, options: ControlOptions) -> Admission | None:
     baseline's concurrency cap, or none (the decider starts trajectories at once)."""
     if spec.program_gate:
         return ProgramGate(options.program_gate)
+    if spec.admits:
+        return _kv_admission(spec, options)
     cap = cap_config(spec, options.concurrency_cap)
-    if cap is not None:
-        return TrajectoryCap(cap)
-    if not spec.admits:
+    return TrajectoryCap(cap) if cap is not None else None
+
+
+def _kv_admission(spec: SystemSpec, options: ControlOptions) -> Admission | None:
+    """A bundle with KV admission under its setting (``options.concurrency_cap``, the plan
+    check's choice): KV admission by ``options.admission``, a static cap, or none."""
+    setting = options.concurrency_cap
+    if setting == "off":
         return None
+    if setting != "default":
+        return TrajectoryCap(CapConfig(max_running=setting))
     policy = priority_policy(spec.priority)
     return KvAdmissionGate(
         options.admission,

@@ -17,6 +17,10 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   so engines do not thrash when a rollout's contexts outgrow the cluster's KV.
 - ``heddle-no-admission``: heddle that starts every trajectory at once, leaving KV pressure to
   the engines (which then evict and re-prefill).
+- ``heddle-static-cap``: heddle with KV admission replaced by the static cap on running
+  trajectories a baseline gets (slime's semaphore: trajectories start in plan order while fewer
+  than the cap run), chosen on the history as a baseline's is (``heddle.sim.caps``): predictive
+  admission against a knob any baseline has (issue 36, item 5).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -75,9 +79,10 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   least-loaded engine (the threshold is our reading of the paper: an assumption); homogeneous TP.
 - ``fix-1`` / ``fix-8``: Heddle's scheduling and placement on homogeneous TP1 / TP8 (s.7.4).
 
-Every system's plan is checked alike on the history (``heddle.sim.planning``): its TP plan, and
-for a baseline with a concurrency control (``ConcurrencyControl``) the cap, so each baseline runs
-the configuration its users would pick with the previous step in hand.
+Every system's plan is checked alike on the history (``heddle.sim.planning``): its TP plan, for
+a bundle with a concurrency control (``ConcurrencyControl``) the cap, and for a bundle with KV
+admission its admission setting (``heddle.sim.admission_choice``), so each system runs the
+configuration its users would pick with the previous step in hand.
 """
 
 from __future__ import annotations
@@ -111,6 +116,8 @@ SLIME_SEMAPHORE = ConcurrencyControl(
     per_group=False, default_per_worker=512, documented_per_worker=160
 )
 VERL_SAMPLES = ConcurrencyControl(per_group=True, default_per_worker=0, documented_per_worker=16)
+STATIC_CAP = ConcurrencyControl(per_group=False)
+"""A cap on running trajectories with no default of its own (``heddle-static-cap``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +231,13 @@ SYSTEMS: dict[str, SystemSpec] = {
             "heddle-no-reshard",
             "heddle keeping its TP plan to the end (no tail re-sharding)",
             reshard=False,
+            kind="ablation",
+        ),
+        _heddle(
+            "heddle-static-cap",
+            "heddle with a static trajectory cap (chosen on the history) for KV admission",
+            admission=False,
+            concurrency=STATIC_CAP,
             kind="ablation",
         ),
         _baseline(

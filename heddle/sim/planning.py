@@ -22,11 +22,15 @@ rollout is a noisy judge, and a plan that wins by less on it is as likely to los
 For a baseline with a concurrency control (``heddle.control.systems.ConcurrencyControl``) the
 plans run with its code's default; then, if that run of the chosen plan evicted KV (else a cap
 could only delay starts), that plan is also run with each other cap of ``heddle.sim.caps``, and
-the default gives way to one only past the same margin. So no system runs a configuration slower
-on the previous rollout than the one its users start from, and each baseline runs what its users
-would pick with that rollout in hand. Cost: at most ``SHORTLIST_SIZE`` simulations of the
-history per system, plus one per cap tried (docs/benchmarks.md, "Baselines at their real
-best").
+the default gives way to one only past the same margin. A bundle with KV admission likewise runs
+its chosen plan with each other admission setting of ``heddle.sim.admission_choice`` (other
+overcommits, the static cap a baseline would get, none), whether or not anything was evicted (its
+admission holds trajectories back so that little is), and keeps its default unless another is
+``SWITCH_MARGIN`` faster. So no system runs a configuration slower on the previous rollout than
+the one its users start from, and each runs what its users would pick with that rollout in hand.
+Cost: at most ``SHORTLIST_SIZE`` simulations of the history per system, plus one per cap or
+admission setting tried (docs/benchmarks.md, "Baselines at their real best", "Predictive
+admission against a static cap").
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from heddle.policy.engine_models import engine_model
 from heddle.policy.prediction import CONTEXT_PREDICTOR, Predictor, Progress
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import canonical
+from heddle.sim.admission_choice import DEFAULT_OVERCOMMIT, admission_settings
 from heddle.sim.caps import cap_candidates
 from heddle.sim.config import SimConfig
 from heddle.sim.profile import plan_makespan_s
@@ -70,11 +75,13 @@ SWITCH_MARGIN = 0.02
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a system runs a rollout on: its workers' TP degrees and, for a baseline with a
-    concurrency control, its cap."""
+    """What a system runs a rollout on: its workers' TP degrees and, for a bundle with a
+    concurrency control, its cap; for one with KV admission, its admission (``concurrency_cap``:
+    KV admission, a static cap or off) and KV admission's overcommit."""
 
     tp_degrees: tuple[int, ...]
     concurrency_cap: CapSetting = "default"
+    overcommit: float = DEFAULT_OVERCOMMIT
 
 
 def choose_workers(
@@ -135,18 +142,22 @@ def choose_plan(
         plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
     ]
     plans = [Plan(tuple(candidates[index])) for index in shortlisted(scores)]
-    has_cap = spec.concurrency is not None
-    if len(plans) < 2 and not has_cap:
+    has_setting = spec.concurrency is not None or spec.admits
+    if len(plans) < 2 and not has_setting:
         return plans[0]
     runs = full_check_runs(history, spec, config, plans)
     pick = switched_pick([run.makespan_s for run in runs])
     plan, run = plans[pick], runs[pick]
-    if not run.num_evicted_tokens:
+    if spec.admits:
+        settings = admission_settings(plan.tp_degrees, config, trace, history)[1:]
+        others = [Plan(plan.tp_degrees, s.cap, s.overcommit) for s in settings]
+    elif run.num_evicted_tokens:
+        caps = cap_candidates(spec, plan.tp_degrees, config, trace, history)[1:]
+        others = [Plan(plan.tp_degrees, cap) for cap in caps]
+    else:
         return plan  # nothing was evicted: a cap could only delay starts
-    caps = cap_candidates(spec, plan.tp_degrees, config, trace, history)[1:]
-    capped = [Plan(plan.tp_degrees, cap) for cap in caps]
-    makespans = [run.makespan_s, *full_check_makespans(history, spec, config, capped)]
-    return [plan, *capped][switched_pick(makespans)]
+    makespans = [run.makespan_s, *full_check_makespans(history, spec, config, others)]
+    return [plan, *others][switched_pick(makespans)]
 
 
 def shortlisted(scores: Sequence[float]) -> list[int]:
@@ -200,6 +211,7 @@ def full_check_runs(
             tp_degrees=list(option.tp_degrees),
             predictor=copy.deepcopy(fitted),
             concurrency_cap=option.concurrency_cap,
+            overcommit=option.overcommit,
         )
         for option in options
     ]

@@ -100,6 +100,9 @@ class SimResult:
     concurrency_cap: int | None = None
     """A baseline's concurrency cap, in its units (trajectories or groups), when it binds
     (None: no cap, or one that admits the whole rollout at once)."""
+    admission: str | None = None
+    """What a bundle with KV admission ran (``kv x<overcommit>``, ``cap <n>``, ``off``: the plan
+    check's choice; None for the others)."""
 
     def summary(self) -> dict[str, object]:
         """The headline figures as a JSON-ready dict (``heddle sim compare --json``)."""
@@ -117,6 +120,7 @@ class SimResult:
             "num_recomputed_tokens": self.num_recomputed_tokens,
             "num_reshards": self.num_reshards,
             "concurrency_cap": self.concurrency_cap,
+            "admission": self.admission,
         }
 
 

@@ -19,6 +19,7 @@ from heddle.control.control_plane import (
     ControlPlane,
     build_control_plane,
 )
+from heddle.control.placement import AdmissionConfig
 from heddle.control.reshard import ReshardConfig
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
@@ -54,22 +55,24 @@ def simulate(
     context: ContextAnswer | None = None,
     predictor: Predictor | None = None,
     concurrency_cap: CapSetting | None = None,
+    overcommit: float | None = None,
 ) -> SimResult:
     """One rollout of ``trace`` under ``system`` (a registry name or a spec), on the workers
     of the bundle's resource plan, or on fixed workers of ``tp_degrees`` (a recorded cluster).
     ``context``: the context model, for ``config.predictor == "context"``; ``predictor``: a
     fresh predictor in place of the configured one (the plan check's ``cross_fitted``);
-    ``concurrency_cap``: a baseline's cap (None: the plan check's, or with ``tp_degrees`` the
-    code's default)."""
+    ``concurrency_cap``: a baseline's cap, or the admission of a bundle with KV admission
+    (None: the plan check's, or with ``tp_degrees`` the default); ``overcommit``: KV
+    admission's (None: the plan check's, or the default)."""
     config = config or SimConfig()
     spec = system if isinstance(system, SystemSpec) else system_spec(system)
     control, tp_degrees = control_for(
-        trace, spec, config, history, tp_degrees, context, predictor, concurrency_cap
+        trace, spec, config, history, tp_degrees, context, predictor, concurrency_cap, overcommit
     )
     run = Simulator(trace, control, tp_degrees, config).run(progress)
     result = summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
     cap = effective_cap(spec, control.concurrency_cap, len(tp_degrees), trace)
-    return replace(result, concurrency_cap=cap)
+    return replace(result, concurrency_cap=cap, admission=control.admission or None)
 
 
 def control_for(
@@ -81,10 +84,11 @@ def control_for(
     context: ContextAnswer | None = None,
     predictor: Predictor | None = None,
     concurrency_cap: CapSetting | None = None,
+    overcommit: float | None = None,
 ) -> tuple[ControlPlane, list[int]]:
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
     workers (``tp_degrees`` when given, else the bundle's plan checked on the history);
-    ``context``, ``predictor`` and ``concurrency_cap`` as for ``simulate``."""
+    ``context``, ``predictor``, ``concurrency_cap`` and ``overcommit`` as for ``simulate``."""
     if not spec.uses_predictions:
         predictor = None
     elif predictor is None:
@@ -98,6 +102,11 @@ def control_for(
         tp_degrees = list(plan.tp_degrees)
         if concurrency_cap is None:
             concurrency_cap = plan.concurrency_cap
+        if overcommit is None:
+            overcommit = plan.overcommit
+    admission = AdmissionConfig()
+    if overcommit is not None:
+        admission = AdmissionConfig(overcommit=overcommit)
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp,
         predictor=predictor,
@@ -109,6 +118,7 @@ def control_for(
         weight_load_s_for_tp=config.weight_load_s_for_tp,
         reshard=ReshardConfig(restart_s=config.engine_restart_s),
         concurrency_cap=concurrency_cap if concurrency_cap is not None else "default",
+        admission=admission,
     )
     return build_control_plane(spec, options), list(tp_degrees)
 
