@@ -84,7 +84,8 @@ def configs(draw: st.DrawFn, trace: list[TraceTrajectory]) -> SimConfig:
 
 CAPS: tuple[CapSetting, ...] = ("default", 1, 3)
 """A baseline's concurrency cap: its code's default, or a total of 1 or 3 units (a capped
-trajectory waits in the admission column)."""
+trajectory waits in the admission column); for a bundle with KV admission, KV admission or a
+static cap of 1 or 3 trajectories."""
 
 
 def assert_accounted(breakdown: Breakdown, trajectory: TraceTrajectory) -> None:
@@ -104,7 +105,8 @@ def test_every_trajectory_s_columns_sum_to_its_total(
 ) -> None:
     config = data.draw(configs(trace))
     spec = system_spec(system)
-    cap = data.draw(st.sampled_from(CAPS)) if spec.concurrency is not None else None
+    has_setting = spec.concurrency is not None or spec.admits
+    cap = data.draw(st.sampled_from(CAPS)) if has_setting else None
     control, tp_degrees = control_for(trace, spec, config, concurrency_cap=cap)
     publications = data.draw(st.sampled_from([(), ((0.5, 1),), ((0.2, 1), (3.0, 2))]))
     run = Simulator(trace, control, tp_degrees, config, WeightPlan(publications=publications)).run()

@@ -51,7 +51,8 @@ def grouped_traces(draw: st.DrawFn) -> list[TraceTrajectory]:
 
 CAPS: tuple[CapSetting, ...] = ("default", "off", 1, 2, 5)
 """A baseline's concurrency cap (``heddle.control.control_plane.CapSetting``): its code's
-default, none, or a total of 1-5 units, tighter than any the plan check derives."""
+default, none, or a total of 1-5 units, tighter than any the plan check derives; for a bundle
+with KV admission, KV admission, none, or a static cap of 1-5 trajectories."""
 KV_HEADROOM = (1.05, 1.5, 4.0, 30.0, None)
 """Each worker's KV over the longest trajectory's final context (None: the preset's, no
 pressure); 1.05 holds little more than that one trajectory."""
@@ -87,7 +88,7 @@ def test_no_system_beats_the_bound_on_grouped_traces(
     bound = lower_bound_s(trace, config)
     assert lower_bound_s(trace, config, kv_aware=False) <= bound
     for system, spec in SYSTEMS.items():
-        capped = cap if spec.concurrency is not None else None
+        capped = cap if spec.concurrency is not None or spec.admits else None
         result = simulate(trace, system, config, concurrency_cap=capped)
         assert result.num_failed == 0, system
         assert result.makespan_s >= bound * (1 - 1e-9), (system, result.makespan_s, bound)
