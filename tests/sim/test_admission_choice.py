@@ -6,6 +6,7 @@ static cap a baseline gets in place of KV admission."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +18,7 @@ from heddle.control.placement import (
     TrajectoryCap,
 )
 from heddle.control.systems import SYSTEMS, system_spec
-from heddle.sim import SimConfig, simulate
+from heddle.sim import SimConfig, planning, simulate
 from heddle.sim.admission_choice import (
     DEFAULT_OVERCOMMIT,
     OVERCOMMITS,
@@ -122,3 +123,38 @@ def test_heddle_static_cap_finishes_a_kv_starved_rollout(engine: str) -> None:
     config, trace, history = starved()
     config = scaled_config(SimConfig(model=MODEL, num_gpus=4, engine_model=engine), 0.15)
     assert simulate(trace, "heddle-static-cap", config, history=history).num_failed == 0
+
+
+def test_a_chosen_setting_reruns_the_other_shortlisted_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the default, 2 x TP2 wins the full check; overcommit 1.0 is then 10% faster on it,
+    and on 1 x TP4 another 10%: the plan check moves to 1 x TP4 at overcommit 1.0. The made-up
+    makespans stand for the full check's simulations (only the choice is under test)."""
+    config, trace, history = starved()
+    fast = {((2, 2), "default", 1.2): 100.0, ((4,), "default", 1.2): 101.0}
+    fast[((2, 2), "default", 1.0)] = 90.0
+    fast[((4,), "default", 1.0)] = 80.0
+    ran: list[Plan] = []
+
+    def full_check_runs(
+        history: object, spec: object, config: object, options: list[Plan]
+    ) -> list[SimpleNamespace]:
+        ran.extend(options)
+        keys = [(o.tp_degrees, o.concurrency_cap, o.overcommit) for o in options]
+        return [SimpleNamespace(makespan_s=fast.get(k, 200.0), num_evicted_tokens=0) for k in keys]
+
+    monkeypatch.setattr(planning, "shortlisted", lambda scores: [0, 1])
+    monkeypatch.setattr(planning, "full_check_runs", full_check_runs)
+    monkeypatch.setattr(planning, "plan_workers", lambda *args, **kwargs: [2, 2])
+    monkeypatch.setattr(planning, "TP_DEGREES", (4,))
+    spec = system_spec("heddle")
+    predictor = make_simulation_predictor(trace, config, history)
+    plan = choose_plan(trace, spec, config, predictor, history)
+    assert plan == Plan((4,), "default", 1.0)
+    assert Plan((4,), "default", 1.0) in ran
+    # Where the default setting stays, no plan runs twice.
+    fast[((2, 2), "default", 1.0)] = 99.0
+    ran.clear()
+    assert choose_plan(trace, spec, config, predictor, history) == Plan((2, 2))
+    assert len({(o.tp_degrees, o.concurrency_cap, o.overcommit) for o in ran}) == len(ran)
