@@ -26,8 +26,9 @@ the default gives way to one only past the same margin. A bundle with KV admissi
 its chosen plan with each other admission setting of ``heddle.sim.admission_choice`` (other
 overcommits, the static cap a baseline would get, none), whether or not anything was evicted (its
 admission holds trajectories back so that little is), and keeps its default unless another is
-``SWITCH_MARGIN`` faster; if another is, the other shortlisted plans run under it too
-(``replanned``), and the TP pick moves only past the same margin. So no system runs a
+``SWITCH_MARGIN`` faster. Where a cap or setting other than the default wins, the other
+shortlisted plans run under it too (``replanned``), and the TP pick moves only past the same
+margin. So no system runs a
 configuration slower on the previous rollout than the one its users start from, and each runs
 what its users would pick with that rollout in hand.
 Cost: at most ``SHORTLIST_SIZE`` simulations of the history per system, plus one per cap or
@@ -161,7 +162,7 @@ def choose_plan(
     makespans = [run.makespan_s, *full_check_makespans(history, spec, config, others)]
     pick = switched_pick(makespans)
     chosen = [plan, *others][pick]
-    if not spec.admits or pick == 0:
+    if pick == 0:
         return chosen
     return replanned(history, spec, config, plans, chosen, makespans[pick])
 
@@ -174,9 +175,9 @@ def replanned(
     chosen: Plan,
     chosen_makespan_s: float,
 ) -> Plan:
-    """``chosen``, or another shortlisted TP plan under the admission setting ``chosen`` runs,
-    if that one is ``SWITCH_MARGIN`` faster on the history: a setting changes what each plan
-    holds back, so the TP pick made under the default setting may no longer be the fastest
+    """``chosen``, or another shortlisted TP plan under the cap or admission setting ``chosen``
+    runs, if that one is ``SWITCH_MARGIN`` faster on the history: a setting changes what each
+    plan holds back, so the TP pick made under the default setting may no longer be the fastest
     (zoo cell 8: on 4 x TP2 under the default, then overcommit 1.0: 671 s; 2 x TP4 at
     overcommit 1.0: 605 s)."""
     rivals = [
