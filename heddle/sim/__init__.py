@@ -11,18 +11,19 @@ control plane sends arrives), ``timers`` (the call-backs the data plane asks for
 ``sim_worker`` (a simulated worker: a batching model and its generation jobs), ``tool_pool``
 (elastic warm tool executors with cold starts), ``kv_moves`` (how a migrating context reaches its
 target), ``weight_loads`` (weight loads and the staleness bound), ``reshards`` (workers retiring and
-relaunching at a higher TP degree), ``facts`` (the events the data
-plane publishes), ``trajectories`` (a simulated trajectory), ``accounting`` (where its time went,
-column by column), ``results`` (what a simulated rollout reports), ``planning`` (choosing TP degrees
-and a baseline's concurrency cap, checked on the history), ``caps`` (the caps a baseline's check
-tries), ``profile`` (simulating each worker group on its own), ``plan_validation`` (plan estimate
-against simulated makespan), ``async_steps`` (the training loop: stop-the-world against partial
-rollout), ``study`` (every system under every predictor, as markdown tables), ``sweep`` (``heddle
-sim sweep``: every system over the workload zoo) with ``sweep_pool`` (running cells in worker
-processes), ``sweep_summary`` (ratios per cell and their summary), ``sweep_report`` (markdown report
-and figure), ``sweep_plans`` (``--plans``: every TP plan per cell), ``sweep_gain`` (one predictor's
-gain over another, family by family), ``kv_pressure`` (a cell's KV oversubscription, and a cluster
-scaled to reach one) and ``reference`` (the best-known reference, reported apart from the systems);
+relaunching at a higher TP degree), ``facts`` (the events the data plane publishes),
+``trajectories`` (a simulated trajectory), ``accounting`` (where its time went, column by column),
+``results`` (what a simulated rollout reports), ``planning`` (choosing TP degrees, a baseline's
+concurrency cap and heddle's admission, checked on the history), ``caps`` (the caps a baseline's
+check tries), ``admission_choice`` (the admission settings a KV-admitting bundle's check tries),
+``profile`` (simulating each worker group on its own), ``plan_validation`` (plan estimate against
+simulated makespan), ``async_steps`` (the training loop: stop-the-world against partial rollout),
+``study`` (every system under every predictor, as markdown tables), ``sweep`` (``heddle sim sweep``:
+every system over the workload zoo) with ``sweep_pool`` (running cells in worker processes),
+``sweep_summary`` (ratios per cell and their summary), ``sweep_report`` (markdown report and
+figure), ``sweep_plans`` (``--plans``: every TP plan per cell), ``sweep_gain`` (one predictor's gain
+over another, family by family), ``kv_pressure`` (a cell's KV oversubscription, and a cluster scaled
+to reach one) and ``reference`` (the best-known reference, reported apart from the systems);
 ``hunt`` (``heddle sim hunt``: a search for the cells where heddle loses most) with ``hunt_space``
 (its points: a workload, a seed, a cluster), ``hunt_report`` (its JSON and table) and
 ``hunt_corpus`` (its worst cells into the corpus); ``corpus`` (the regression corpus the sweep runs
