@@ -18,7 +18,9 @@ return, the end of a migration) to its ``Generated``:
   own duration): the call's way to an executor and its wait for one;
 - ``tool``: the tool's own duration (drawn on the worker that called it, which holds no GPU for
   it meanwhile);
-- ``migration``: the transfer before ``Migrated`` (on the target worker).
+- ``migration``: the transfer before ``Migrated`` (on the target worker); a step ready before
+  its move began (its tool returned, its continue or move command on its way) waited for the
+  control plane until then, drawn as ``held`` and ``control`` on its source worker.
 
 So a trajectory's segments cover its whole life; what only a migration covers is the transfer
 its tool gap did not hide.
@@ -155,12 +157,7 @@ class _Builder:
             case ToolReturned():
                 self._tool_returned(event)
             case Migrated():
-                end_s = self.at(event.occurred_at)
-                start_s = max(0.0, end_s - event.transfer_s)
-                self.add(event.traj_id, event.target_worker_id, SegmentKind.MIGRATION,
-                         start_s, end_s)  # fmt: skip
-                state = self.trajectory(event.traj_id)
-                state.ready_s = max(state.ready_s, end_s)
+                self._migrated(event)
 
     def _generated(self, event: Generated) -> None:
         state = self.trajectory(event.traj_id)
@@ -179,12 +176,26 @@ class _Builder:
             start_s = max(ready_s, cursor_s - duration_s)
             self.add(event.traj_id, event.worker_id, kind, start_s, cursor_s)
             cursor_s = start_s
-        hold = SegmentKind.HELD if state.has_started else SegmentKind.ADMISSION
-        decided_s = min(max(ready_s, state.decided_s or ready_s), cursor_s)
-        self.add(event.traj_id, event.worker_id, hold, ready_s, decided_s)
-        self.add(event.traj_id, event.worker_id, SegmentKind.CONTROL, decided_s, cursor_s)
+        self._wait(state, event.traj_id, event.worker_id, cursor_s)
         state.has_started, state.decided_s = True, None
         state.ready_s = state.generated_s = end_s
+
+    def _wait(self, state: _Trajectory, traj_id: str, worker_id: str, until_s: float) -> None:
+        """Its step was ready from ``state.ready_s`` to ``until_s`` and waited for the control
+        plane: held (or not yet admitted) until the decision, then the command's way."""
+        hold = SegmentKind.HELD if state.has_started else SegmentKind.ADMISSION
+        decided_s = min(max(state.ready_s, state.decided_s or state.ready_s), until_s)
+        self.add(traj_id, worker_id, hold, state.ready_s, decided_s)
+        self.add(traj_id, worker_id, SegmentKind.CONTROL, decided_s, until_s)
+
+    def _migrated(self, event: Migrated) -> None:
+        state = self.trajectory(event.traj_id)
+        end_s = self.at(event.occurred_at)
+        start_s = max(0.0, end_s - event.transfer_s)
+        if not state.tool_calls:  # its step was ready before the move began (on its source)
+            self._wait(state, event.traj_id, event.source_worker_id, start_s)
+        self.add(event.traj_id, event.target_worker_id, SegmentKind.MIGRATION, start_s, end_s)
+        state.ready_s = max(state.ready_s, end_s)
 
     def _tool_returned(self, event: ToolReturned) -> None:
         state = self.trajectory(event.traj_id)

@@ -210,3 +210,44 @@ def test_a_step_that_waits_for_its_move_is_in_the_migration_column() -> None:
     assert sum(t.account.of(Column.MIGRATION) for t in run.trajectories) > 1.0
     for t in run.trajectories:
         assert_accounted(Breakdown.of(t), t.trace)
+
+
+def test_a_step_ready_before_its_move_waits_in_control_on_the_timeline_too() -> None:
+    """Hypothesis's example: fix-1 at its default KV admission, 3 ms per command. g1-s0's tool
+    returns at once; its move's command lands 3 ms later, while it waits for its continue. The
+    simulator counts those 3 ms as control; the timeline drew nothing between the tool's return
+    and the transfer (a hole in the trajectory's life), so its control column was 3 ms short."""
+
+    def step(output_tokens: int, tool_output_tokens: int = 0) -> TraceStep:
+        return TraceStep(
+            output_tokens=output_tokens, tool_s=0.0, tool_output_tokens=tool_output_tokens
+        )
+
+    one = [step(1)]
+    steps_by_id = {
+        "g0-s0": one, "g0-s1": one, "g0-s2": one, "g0-s3": [step(4)], "g0-s4": [step(1, 16)],
+        "g0-s5": [step(10)], "g1-s0": [step(1), step(1)], "g1-s1": [step(1), step(56)],
+        "g2-s0": [step(1, 1), step(12), step(56, 2)],
+    }  # fmt: skip
+    trace = [
+        TraceTrajectory(id=i, group=i[:2], prompt_tokens=52 if i == "g2-s0" else 1, steps=steps)
+        for i, steps in steps_by_id.items()
+    ]
+    base = SimConfig(
+        model=MODEL, num_gpus=4, engine_model="sglang", predictor="oracle", weight_load_s=0.5,
+        control_latency_p50_ms=3.0, control_latency_p99_ms=3.0, record_events=True,
+    )  # fmt: skip
+    config = scaled_config(base, 0.00018201810573063455)
+    control, tp_degrees = control_for(
+        trace, system_spec("fix-1"), config, concurrency_cap="default"
+    )
+    run = Simulator(trace, control, tp_degrees, config).run()
+    moved = next(t for t in run.trajectories if t.trace.id == "g1-s0")
+    assert moved.num_migrations == 1 and moved.num_output_tokens == moved.trace.num_output_tokens
+    assert moved.account.of(Column.CONTROL) == pytest.approx(0.006)  # its start and its move
+    drawn = timeline_columns(run.events)[moved.traj_id]
+    for kind in DRAWN:
+        expected = moved.account.of(kind)
+        if kind is Column.CONTROL:
+            expected += moved.account.of(Column.HELD) + moved.account.of(Column.RERUN)
+        assert drawn[kind] == pytest.approx(expected, abs=1e-6), kind

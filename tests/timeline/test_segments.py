@@ -12,6 +12,7 @@ from heddle.control.systems import system_spec
 from heddle.events import (
     Event,
     Generated,
+    Migrated,
     RolloutFinished,
     RolloutSubmitted,
     ToolCalled,
@@ -127,3 +128,44 @@ def test_live_events_are_scaled_to_model_time_and_duplicates_count_once() -> Non
     ]
     assert {s.worker_id for s in timeline.segments} == {"w01"}
     assert timeline.makespan_s == 42.0 and timeline.time_scale == 10.0
+
+
+def test_a_step_ready_before_its_move_waits_for_the_control_plane_on_its_source() -> None:
+    """The tool returns at 3 s; the move starts at 5 s and lands at 6 s (on w02): 3-5 s is a
+    wait for the control plane on w01, drawn (it was a hole), and the move's transfer after it;
+    a move begun inside a tool call hides in it and adds no wait."""
+    common = {"rollout_id": "r9", "traj_id": "t000000"}
+    events: list[Event] = [
+        RolloutSubmitted(event_id="s", rollout_id="r9", occurred_at=0.0, policy="heddle",
+                         num_trajectories=1),
+        TrajectoryPlaced(event_id="p", occurred_at=0.0, worker_id="w01", **common),
+        Generated(event_id="g0", occurred_at=2.0, step=0, worker_id="w01",
+                  output_token_ids=[1], decode_s=2.0, **common),
+        ToolCalled(event_id="c0", occurred_at=2.0, step=0, worker_id="w01", call_id="x",
+                   tool="python", **common),
+        ToolReturned(event_id="r0", occurred_at=3.0, step=0, call_id="x", tool="python",
+                     status="ok", duration_s=1.0, **common),
+        Migrated(event_id="m0", occurred_at=6.0, source_worker_id="w01", target_worker_id="w02",
+                 transfer_s=1.0, **common),
+        Generated(event_id="g1", occurred_at=8.0, step=1, worker_id="w02",
+                  output_token_ids=[1], decode_s=2.0, **common),
+        ToolCalled(event_id="c1", occurred_at=8.0, step=1, worker_id="w02", call_id="y",
+                   tool="python", **common),
+        Migrated(event_id="m1", occurred_at=9.0, source_worker_id="w02", target_worker_id="w01",
+                 transfer_s=0.5, **common),
+        ToolReturned(event_id="r1", occurred_at=10.0, step=1, call_id="y", tool="python",
+                     status="ok", duration_s=2.0, **common),
+        Generated(event_id="g2", occurred_at=11.0, step=2, worker_id="w01",
+                  output_token_ids=[1], decode_s=1.0, **common),
+    ]  # fmt: skip
+    got = [(s.kind, s.worker_id, s.start_s, s.end_s) for s in build_timeline(events).segments]
+    assert sorted(got, key=lambda row: (row[2], row[3])) == [
+        (SegmentKind.DECODE, "w01", 0.0, 2.0),
+        (SegmentKind.TOOL, "w01", 2.0, 3.0),
+        (SegmentKind.CONTROL, "w01", 3.0, 5.0),  # ready, waiting for the control plane
+        (SegmentKind.MIGRATION, "w02", 5.0, 6.0),
+        (SegmentKind.DECODE, "w02", 6.0, 8.0),
+        (SegmentKind.TOOL, "w02", 8.0, 10.0),
+        (SegmentKind.MIGRATION, "w01", 8.5, 9.0),  # inside the tool call
+        (SegmentKind.DECODE, "w01", 10.0, 11.0),
+    ]
