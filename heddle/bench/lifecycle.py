@@ -69,8 +69,8 @@ def _trace_task(name: str, tokens: int) -> dict[str, Any]:
 
 async def run_lifecycle(config: LifecycleConfig, folder: Path) -> LifecycleResult:
     result = LifecycleResult(config=asdict(config))
-    compact = f"jetstream {{ sync_interval: {COMPACT_EVERY_S} }}\n"
-    with EmbeddedNatsServer(folder / "nats", extra_config=compact) as server:
+    compact = f"sync_interval: {COMPACT_EVERY_S}"
+    with EmbeddedNatsServer(folder / "nats", jetstream_options=compact) as server:
         settings = Settings(nats_url=server.url, data_dir=folder / "data")
         policy = RetentionPolicy(keep_rollouts=config.keep, archive_dir=folder / "archive")
         options = InProcessOptions(

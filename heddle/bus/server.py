@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -67,7 +68,12 @@ class EmbeddedNatsServer:
         max_payload_bytes: int | None = MAX_PAYLOAD_BYTES,
         monitor_port: int | None = None,
         extra_config: str = "",
+        jetstream_options: str = "",
     ):
+        if re.search(r"^\s*jetstream\b", extra_config, re.MULTILINE):
+            # A second jetstream block replaces the first, store_dir included: the server would
+            # store under its default /tmp/nats, shared by every server of the machine.
+            raise ValueError("configure JetStream with jetstream_options, not in extra_config")
         self.store_dir = Path(store_dir)
         self._picks_ports = port == 0 and monitor_port in (0, None)
         """Every port is ours to pick: a port another process took first is picked again."""
@@ -80,6 +86,8 @@ class EmbeddedNatsServer:
         """None: the server's own default (1 MiB), as on a stock deployment."""
         self.extra_config = extra_config
         """Appended to the server's configuration file (authorization, TLS, ...)."""
+        self.jetstream_options = jetstream_options
+        """Inside the JetStream block, after its store (``sync_interval: 1s``)."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -104,7 +112,9 @@ class EmbeddedNatsServer:
         limit = self.max_payload_bytes
         limit_line = f"max_payload: {limit}\n" if limit is not None else ""
         return (
-            limit_line + jetstream_block(self.store_dir, is_jetstream_enabled) + self.extra_config
+            limit_line
+            + jetstream_block(self.store_dir, is_jetstream_enabled, self.jetstream_options)
+            + self.extra_config
         )
 
     def restart(self, down_s: float = 0.0, timeout_s: float = 10.0) -> None:
@@ -215,11 +225,13 @@ def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> N
         process.wait()
 
 
-def jetstream_block(store_dir: Path, is_enabled: bool) -> str:
-    """The configuration's JetStream line: on with its store under ``store_dir``, or off."""
+def jetstream_block(store_dir: Path, is_enabled: bool, options: str = "") -> str:
+    """The configuration's JetStream line: on with its store under ``store_dir`` (and
+    ``options``), or off."""
     if not is_enabled:
         return "jetstream: disabled\n"
-    return f'jetstream {{ store_dir: "{store_dir}" }}\n'
+    extra = f", {options}" if options else ""
+    return f'jetstream {{ store_dir: "{store_dir}"{extra} }}\n'
 
 
 def write_config(path: Path, text: str) -> None:

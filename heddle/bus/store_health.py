@@ -104,8 +104,9 @@ def reset_jetstream(
     disk again, without the write error it kept (see the module doc). The configuration file
     is rewritten around its JetStream line; ``ResetFailed`` if it does not come back."""
     text = config_path.read_text()
-    enabled = jetstream_block(store_dir, True)
-    if enabled not in text:
+    prefix = jetstream_block(store_dir, True).removesuffix(" }\n")
+    enabled = next((line for line in text.splitlines(True) if line.startswith(prefix)), None)
+    if enabled is None:
         raise ResetFailed(f"{config_path} does not configure JetStream as Heddle writes it")
     deadline = time.monotonic() + timeout_s
     try:

@@ -14,6 +14,7 @@ from events_factory import generated_of
 
 from heddle.bus import Bus, BusUnavailable
 from heddle.bus.embedded import RECORD_NAME, ServerRecord, is_alive, read_record
+from heddle.bus.server import EmbeddedNatsServer
 from heddle.config import Settings
 
 
@@ -138,3 +139,14 @@ def test_a_taken_port_is_never_mistaken_for_the_server_and_a_picked_one_is_picke
         with server_module.EmbeddedNatsServer(tmp_path / "picked") as picked:
             assert picked.port != first.port and picked.is_running
             assert "Server is ready" in picked.log_path.read_text()
+
+
+def test_jetstream_options_keep_the_store_where_it_was_asked(tmp_path: Path) -> None:
+    """A second ``jetstream`` block in the configuration replaced the first, store_dir with it:
+    the server stored under its default /tmp/nats, shared by every run on the machine."""
+    with pytest.raises(ValueError, match="jetstream_options"):
+        EmbeddedNatsServer(tmp_path / "a", extra_config="jetstream { sync_interval: 1s }\n")
+    with EmbeddedNatsServer(tmp_path / "b", jetstream_options="sync_interval: 1s") as server:
+        config = server.config_path.read_text()
+        assert f'store_dir: "{tmp_path / "b"}", sync_interval: 1s' in config
+        assert (tmp_path / "b" / "jetstream").is_dir()

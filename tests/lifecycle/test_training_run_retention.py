@@ -54,8 +54,8 @@ async def completed_events(bus: Bus, rollout_id: str) -> list[Completed]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> AsyncIterator[EmbeddedNatsServer]:
-    config = "jetstream { sync_interval: 1s }\n"  # compact purged blocks every second
-    with EmbeddedNatsServer(tmp_path / "nats", extra_config=config) as nats_server:
+    compact = "sync_interval: 1s"  # compact purged blocks every second
+    with EmbeddedNatsServer(tmp_path / "nats", jetstream_options=compact) as nats_server:
         yield nats_server
 
 
