@@ -59,3 +59,9 @@ def derive_id(*parts: object) -> str:
     The same logical event always yields the same id, which JetStream uses for de-duplication.
     """
     return ":".join(str(part) for part in parts if part is not None)
+
+
+def epoch_part(epoch: int) -> str | None:
+    """The id part that tells one hosting of a trajectory from another (``e3``; None for the
+    unnumbered hostings of older streams, whose ids stay as they were)."""
+    return f"e{epoch}" if epoch else None

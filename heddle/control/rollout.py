@@ -6,6 +6,9 @@ spec of a trajectory that may be resubmitted), ``Completed`` (counts it and its 
 and ``Failed`` (counts it when ``is_final``: a retryable one is re-placed by the control plane,
 and one ``resubmitted_as`` another id is answered with that id's ``TrajectorySubmitted``, the
 same spec with ``attempt`` one higher, and its slot ends with the new trajectory).
+Only the rollout's own trajectories count: an end naming an id never submitted to it (a forgery
+the gate let through, or a stream written before the gate) is ignored, so a rollout never
+finishes while trajectories of its own still run.
 The makespan is the last trajectory's end minus the rollout's submission, in model seconds.
 A cancelled rollout (``RolloutCancelled``) never finishes: it ended cancelled, and its aborted
 trajectories' failures do not turn it into a finished one; it resubmits nothing.
@@ -55,9 +58,10 @@ class _Rollout:
     resubmitted: set[str] = field(default_factory=set)
     """Trajectories whose slot runs on under another id."""
     submitted: set[str] = field(default_factory=set)
-    """Every trajectory seen submitted (a dead-lettered submission is failed only if not)."""
+    """Its own trajectories: only their ends count (and those of ``refused``)."""
     refused: set[str] = field(default_factory=set)
-    """Trajectories failed for a dead-lettered submission (once, whoever dead-lettered it)."""
+    """Trajectories failed for a dead-lettered submission (once, whoever dead-lettered it):
+    their ``Failed`` ends their slot."""
 
 
 class RolloutDecider:
@@ -95,7 +99,7 @@ class RolloutDecider:
             case DeadLettered():
                 return self._refused_submission(event)
             case Completed():
-                rollout = self._rollouts.get(event.rollout_id)
+                rollout = self._own(event)
                 if rollout is None or event.traj_id in rollout.completed:
                     return []
                 rollout.failed.discard(event.traj_id)
@@ -105,7 +109,7 @@ class RolloutDecider:
             case Failed() if event.resubmitted_as and not event.retryable:
                 return self._resubmit(event)
             case Failed():
-                rollout = self._rollouts.get(event.rollout_id)
+                rollout = self._own(event)
                 if rollout is None or event.retryable or event.traj_id in rollout.completed:
                     return []
                 rollout.failed.add(event.traj_id)
@@ -138,8 +142,18 @@ class RolloutDecider:
             )
         ]
 
-    def _resubmit(self, event: Failed) -> list[Output]:
+    def _own(self, event: Completed | Failed) -> _Rollout | None:
+        """The event's rollout, when the trajectory is one of its own (or one whose submission
+        it failed)."""
         rollout = self._rollouts.get(event.rollout_id)
+        if rollout is None:
+            return None
+        if event.traj_id not in rollout.submitted and event.traj_id not in rollout.refused:
+            return None
+        return rollout
+
+    def _resubmit(self, event: Failed) -> list[Output]:
+        rollout = self._own(event)
         if rollout is None or event.traj_id in rollout.completed:
             return []
         if event.traj_id in rollout.resubmitted:

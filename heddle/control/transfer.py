@@ -35,6 +35,7 @@ class _Request:
     migration_id: str
     traj_id: str
     transfer_kv: bool = True
+    target_epoch: int = 0
 
 
 def _transfer_id(key: tuple[str, str]) -> str:
@@ -71,7 +72,9 @@ class TransferDecider:
                 )
                 migration_id = derive_id(event.event_id, "migration")
                 transfer_kv = self.transfer_kv and event.transfer_kv
-                self._pending[key] = _Request(transfer, migration_id, event.traj_id, transfer_kv)
+                self._pending[key] = _Request(
+                    transfer, migration_id, event.traj_id, transfer_kv, event.target_epoch
+                )
                 return self._start(event, only=key) if key in self._in_gap else []
             case ToolCalled():
                 self._in_gap.add(key)
@@ -117,6 +120,7 @@ class TransferDecider:
                     target_worker_id=transfer.target_id,
                     migration_id=request.migration_id,
                     transfer_kv=request.transfer_kv,
+                    target_epoch=request.target_epoch,
                 )
             )
         return outputs

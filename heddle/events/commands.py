@@ -48,6 +48,9 @@ class StartTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.start_t
     cache_key: str = ""
     """Object-store key of an exported KV cache to import (migration with transfer)."""
     source_worker_id: str = ""
+    epoch: int = 0
+    """The hosting number (``TrajectoryPlaced.epoch``) the worker writes into the trajectory's
+    events; a command of an older hosting than the stream's is stale and dropped."""
 
 
 class ContinueTrajectory(WorkerCommand, frozen=True, kw_only=True, tag="cmd.continue_trajectory"):
@@ -84,6 +87,8 @@ class MigrateOut(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_out"
     target_worker_id: str
     migration_id: str
     transfer_kv: bool = True
+    target_epoch: int = 0
+    """The hosting number the target takes the trajectory under (``MigrateIn.epoch``)."""
 
 
 class MigrateIn(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_in"):
@@ -98,11 +103,36 @@ class MigrateIn(WorkerCommand, frozen=True, kw_only=True, tag="cmd.migrate_in"):
     cache_key: str = ""
     num_context_tokens: int = 0
     priority: float = 0.0
+    epoch: int = 0
+    """The target's hosting number (``MigrateOut.target_epoch``)."""
 
 
 class Abort(WorkerCommand, frozen=True, kw_only=True, tag="cmd.abort"):
     action: ClassVar[str] = "abort"
     traj_id: str
+    reason: str = ""
+
+
+class Fence(WorkerCommand, frozen=True, kw_only=True, tag="cmd.fence"):
+    """The trajectory's hosting ``epoch`` on this worker is over (an event of it was refused as
+    stale: the trajectory was placed elsewhere since). The worker drops its work for the
+    trajectory if it still holds it under that hosting or an older one, and publishes nothing
+    more for it; a newer hosting of the same trajectory is left alone."""
+
+    action: ClassVar[str] = "fence"
+    traj_id: str
+    epoch: int
+    reason: str = ""
+
+
+class Rejoin(WorkerCommand, frozen=True, kw_only=True, tag="cmd.rejoin"):
+    """The control plane declared incarnation ``incarnation`` of this worker failed and placed
+    what it held elsewhere. A worker still running under it (a paused process that resumed, a
+    partition that healed) drops every trajectory it holds and registers again as a fresh
+    incarnation; any other incarnation ignores it."""
+
+    action: ClassVar[str] = "rejoin"
+    incarnation: str
     reason: str = ""
 
 
@@ -165,6 +195,8 @@ WorkerCommandT = (
     | LoadWeights
     | Retire
     | Reshard
+    | Fence
+    | Rejoin
 )
 WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     StartTrajectory,
@@ -179,6 +211,8 @@ WORKER_COMMANDS: tuple[type[WorkerCommand], ...] = (
     LoadWeights,
     Retire,
     Reshard,
+    Fence,
+    Rejoin,
 )
 
 

@@ -6,6 +6,9 @@ from typing import ClassVar
 
 from heddle.events.base import Event
 
+DEFAULT_TRAINER = "default"
+"""The owner of a rollout submitted without a trainer name."""
+
 
 class RolloutEvent(Event, frozen=True, kw_only=True):
     family: ClassVar[str] = "rollout"
@@ -25,8 +28,10 @@ class RolloutSubmitted(RolloutEvent, frozen=True, kw_only=True, tag="rollout.sub
     labels: dict[str, str] = {}
     """Free-form metadata from the submitter (training step, experiment name, ...)."""
     trainer: str = ""
-    """The trainer that submitted it (the operations service takes it from the subject its
-    request came on, ``heddle.ops.submit.<trainer>``; "" in streams written before)."""
+    """The trainer that submitted it and owns it: the operations service takes it from the
+    subject its request came on (``heddle.ops.submit.<trainer>``). Its trajectories' terminal
+    records are delivered to stream ``HEDDLE_OUT_<trainer>``; "" (streams written before, or a
+    submission naming none) means ``DEFAULT_TRAINER``."""
 
 
 class RolloutFinished(RolloutEvent, frozen=True, kw_only=True, tag="rollout.finished"):

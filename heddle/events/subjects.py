@@ -10,6 +10,8 @@ heddle.cmd.worker.<worker_id>.<action>
 heddle.cmd.worker.<worker_id>.<action>.<sent_by>   (a worker's command to its peer)
 heddle.cmd.tool.<pool>
 heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
+heddle.out.<trainer>.<rollout_id>.<traj_id>.<kind>   (stream HEDDLE_OUT_<trainer>: each
+                                          trajectory's terminal record, kind completed|failed)
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ COMMANDS_SUBJECTS = "heddle.cmd.worker.>"
 TOOLS_STREAM = "HEDDLE_TOOLS"
 TOOLS_SUBJECTS = "heddle.cmd.tool.>"
 DEADLETTER_SUBJECT = "heddle.evt.deadletter"
+DELIVERY_PREFIX = "heddle.out"
+DELIVERY_STREAM_PREFIX = "HEDDLE_OUT_"
 TELEMETRY_PREFIX = "heddle.telemetry"
 
 
@@ -90,6 +94,26 @@ def completions_subject(rollout_id: str) -> str:
     return trajectory_subject(rollout_id, "*", "completed")
 
 
+def delivery_stream(trainer: str) -> str:
+    """The stream a trainer reads its rollouts' terminal records from (one per trainer, so a
+    trainer's credential can be limited to its own stream's consumers)."""
+    return f"{DELIVERY_STREAM_PREFIX}{check_token(trainer, 'trainer name')}"
+
+
+def delivery_subject(
+    trainer: str, rollout_id: str = "*", traj_id: str = "*", kind: str = "*"
+) -> str:
+    """``heddle.out.<trainer>.<rollout_id>.<traj_id>.<kind>`` (kind: completed or failed)."""
+    rollout = check_token(rollout_id, "rollout id") if rollout_id != "*" else "*"
+    traj = check_token(traj_id, "trajectory id") if traj_id != "*" else "*"
+    return f"{DELIVERY_PREFIX}.{check_token(trainer, 'trainer name')}.{rollout}.{traj}.{kind}"
+
+
+def delivery_subjects(trainer: str) -> str:
+    """Every subject of a trainer's delivery stream."""
+    return f"{DELIVERY_PREFIX}.{check_token(trainer, 'trainer name')}.>"
+
+
 def rollout_filter(rollout_id: str) -> list[str]:
     """Subjects holding every event of one rollout (for filtered replay)."""
     return [rollout_subject(rollout_id, ">"), trajectory_subject(rollout_id, "*", ">")]
@@ -137,6 +161,7 @@ class SubjectParts:
     weight_version: int | None = None
     executor_id: str | None = None
     sent_by: str | None = None
+    trainer: str | None = None
 
 
 def parse_subject(subject: str) -> SubjectParts:
@@ -153,6 +178,10 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("weights", kind, weight_version=int(version))
         case ["heddle", "evt", "tools", executor_id, kind]:
             return SubjectParts("tools", kind, executor_id=executor_id)
+        case ["heddle", "out", trainer, rollout_id, traj_id, kind]:
+            return SubjectParts(
+                "out", kind, rollout_id=rollout_id, traj_id=traj_id, trainer=trainer
+            )
         case ["heddle", "evt", "deadletter"]:
             return SubjectParts("deadletter")
         case ["heddle", "cmd", "worker", worker_id, action]:

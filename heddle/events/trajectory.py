@@ -37,6 +37,12 @@ class TrajectoryEvent(Event, frozen=True, kw_only=True, omit_defaults=True):
 
     family: ClassVar[str] = "traj"
     traj_id: str
+    epoch: int = 0
+    """The hosting (lease) the event belongs to: the number the control plane gave the
+    trajectory when it last placed, re-placed or migrated it (``TrajectoryPlaced.epoch``,
+    ``Migrated.target_epoch``), written by the worker into every event it publishes for that
+    hosting. An event of an older hosting (a worker declared failed that still runs) is refused
+    (``heddle.control.gate``). 0: events written before hostings were numbered."""
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -234,6 +240,9 @@ class MigrationRequested(
     transfer_kv: bool = True
     """False: the trajectory's KV is stale (computed under weights older than the latest
     published, which a swap drops), so none is moved and the target prefills its context."""
+    target_epoch: int = 0
+    """The hosting number the target takes the trajectory under if the move happens
+    (``Migrated.target_epoch``)."""
 
 
 class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
@@ -244,6 +253,9 @@ class Migrated(TrajectoryEvent, frozen=True, kw_only=True, tag="traj.migrated"):
     """Bytes of KV cache moved (0 when the target re-prefills)."""
     kv_transferred: bool = False
     transfer_s: float = 0.0
+    target_epoch: int = 0
+    """The target's hosting number (from ``MigrationRequested.target_epoch``); ``epoch`` is the
+    source's, whose hosting this ends."""
 
 
 class Completed(
@@ -283,6 +295,8 @@ class Completed(
     weight_versions: list[int] = []
     """The weight versions its generations came from, in the order first used (each step's is
     its ``Generated.weight_version``); one item unless weights changed mid-trajectory."""
+    worker_id: str = ""
+    """The worker that ended it (the holder of hosting ``epoch``; "" in older events)."""
 
 
 class Failed(TrajectoryEvent, frozen=True, kw_only=True, omit_defaults=False, tag="traj.failed"):

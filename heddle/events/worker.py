@@ -56,6 +56,9 @@ class WorkerFailed(WorkerEvent, frozen=True, kw_only=True, tag="worker.failed"):
     reason: str
     trajectory_ids: list[str] = []
     """Trajectories the worker held; the control plane re-places them."""
+    incarnation: str = ""
+    """The incarnation declared failed ("" in older events): told so (``Rejoin``), a worker
+    still running under it drops what it held and registers afresh."""
 
 
 class ReshardRequested(WorkerEvent, frozen=True, kw_only=True, tag="worker.reshard_requested"):

@@ -104,6 +104,9 @@ def test_no_endpoint_ever_carries_two_transfers(
 def test_rollout_finishes_once_every_trajectory_ended() -> None:
     decider = RolloutDecider()
     decider.decide(b.rollout(3, at=10.0))
+    for index in range(3):
+        decider.decide(b.submitted(f"t{index}", index))
+    assert decider.decide(b.completed("ghost", 2, 100, at=15.0)) == []  # not its own
     assert decider.decide(b.completed("t0", 2, 100, at=20.0)) == []
     assert decider.decide(b.completed("t0", 2, 100, at=21.0)) == []  # duplicate
     retry = Failed(

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from heddle.control.rollout import RolloutDecider
-from heddle.events import Completed, RolloutFinished, RolloutSubmitted
+from heddle.events import (
+    Completed,
+    RolloutFinished,
+    RolloutSubmitted,
+    TrajectorySpec,
+    TrajectorySubmitted,
+)
 
 
 @pytest.mark.parametrize("time_scale", [1.0, 50.0])
@@ -21,6 +27,11 @@ def test_rollout_finished_reports_model_seconds(time_scale: float) -> None:
         time_scale=time_scale,
     )
     assert decider.decide(submitted) == []
+    spec = TrajectorySpec(group_id="g", index=0, environment="trace")
+    submitted_trajectory = TrajectorySubmitted(
+        event_id="t", rollout_id="r", occurred_at=1000.0, traj_id="t000000", spec=spec
+    )
+    assert decider.decide(submitted_trajectory) == []
     done = Completed(
         event_id="c",
         rollout_id="r",

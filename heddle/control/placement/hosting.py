@@ -18,7 +18,7 @@ from heddle.events import (
     TrajectoryPlaced,
 )
 from heddle.events.trajectory import PlacementReason
-from heddle.ids import derive_id
+from heddle.ids import derive_id, epoch_part
 
 
 class Arrival(Enum):
@@ -40,8 +40,9 @@ def host(
     reason: PlacementReason,
     arrival: Arrival,
 ) -> list[Output]:
-    """Move the trajectory's record to the assignment's worker and say so; ids derive from the
-    trajectory, its step, ``reason`` and the worker it leaves (replays re-emit the same)."""
+    """Move the trajectory's record to the assignment's worker under a new hosting number and
+    say so; ids derive from the trajectory, its step, ``reason``, the worker it leaves and the
+    hosting (replays re-emit the same)."""
     source = trajectory.worker_id
     state.stop_generating(trajectory)
     trajectory.worker_id = assignment.worker_id
@@ -50,8 +51,10 @@ def host(
         state.in_flight[assignment.worker_id] += 1
     traj_id = assignment.traj_id
     step = trajectory.step
+    epoch = trajectory.next_epoch()
+    hosting = (rollout_id, traj_id, step, reason, source or None, epoch_part(epoch))
     placed = TrajectoryPlaced(
-        event_id=derive_id(rollout_id, traj_id, step, reason, source or None, "placed"),
+        event_id=derive_id(*hosting, "placed"),
         rollout_id=rollout_id,
         occurred_at=event.occurred_at,
         traj_id=traj_id,
@@ -59,9 +62,10 @@ def host(
         reason=reason,
         group_rank=assignment.rank,
         tp_degree=state.workers[assignment.worker_id].tp_degree,
+        epoch=epoch,
     )
     start = StartTrajectory(
-        command_id=derive_id(rollout_id, traj_id, step, reason, source or None, "start"),
+        command_id=derive_id(*hosting, "start"),
         rollout_id=rollout_id,
         issued_at=event.occurred_at,
         worker_id=assignment.worker_id,
@@ -70,6 +74,7 @@ def host(
         priority=trajectory.priority,
         resume=reason != "initial",
         source_worker_id=source,
+        epoch=epoch,
     )
     return [placed, start]
 

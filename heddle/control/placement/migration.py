@@ -56,6 +56,7 @@ class MigrationRequests:
         if not self._admission.has_room(request.target_id, (event.rollout_id, event.traj_id)):
             return []  # the target cannot hold it: moving would only make it thrash there
         trajectory.requested_target = request.target_id
+        target_epoch = trajectory.next_epoch()
         return [
             MigrationRequested(
                 event_id=derive_id(event.rollout_id, event.traj_id, event.step, "migration"),
@@ -67,6 +68,7 @@ class MigrationRequests:
                 predicted_remaining_tokens=request.predicted_remaining_tokens,
                 new_rank=request.rank,
                 transfer_kv=not is_stale,
+                target_epoch=target_epoch,
             )
         ]
 

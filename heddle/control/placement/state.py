@@ -38,6 +38,13 @@ class TrajectoryRecord:
     held_step: ToolReturned | None = None
     """The tool result of the step admission holds (``Admission.holds_step``), to be fed to it
     when admission resumes it (None: no step held)."""
+    epoch: int = 0
+    """The last hosting number granted (placements and migration requests take the next)."""
+
+    def next_epoch(self) -> int:
+        """A new hosting number, above every one granted before (``heddle.control.leases``)."""
+        self.epoch += 1
+        return self.epoch
 
 
 @dataclass(slots=True)

@@ -72,7 +72,8 @@ def test_presorted_placement_waits_for_every_first_prediction() -> None:
     ranks = {p.traj_id: p.group_rank for p in placed}
     assert [ranks[f"t{i}"] for i in range(6)] == [4, 0, 2, 1, 5, 3]
     start = next(o for o in outputs if isinstance(o, StartTrajectory) and o.traj_id == "t1")
-    assert not start.resume and start.command_id == "r1:t1:0:initial:start"
+    assert not start.resume and start.command_id == "r1:t1:0:initial:e1:start"
+    assert start.epoch == 1
 
 
 def test_heterogeneous_workers_give_the_longest_trajectories_high_tp() -> None:
