@@ -6,8 +6,11 @@
             batch.append(trajectory.response_token_ids, trajectory.loss_mask, trajectory.reward)
         summary = await client.wait(rollout_id)                   # heddle.rollout.summary
 
-``completions`` reads a DURABLE JetStream consumer named ``trainer-<trainer>-<rollout_id>`` on
-``heddle.evt.traj.<rollout_id>.*.completed``: a trajectory is acknowledged when the caller asks
+A rollout belongs to the trainer that submits it (``trainer``, "default" unless named): the
+control plane delivers each of its trajectories' terminal records, once and after checking them,
+to that trainer's stream ``HEDDLE_OUT_<trainer>`` (``heddle.completions``). ``completions`` reads
+a DURABLE JetStream consumer named ``trainer-<trainer>-<rollout_id>`` on it, subjects
+``heddle.out.<trainer>.<rollout_id>.>``: a trajectory is acknowledged when the caller asks
 for the next one, so a trainer that stops (or crashes) and iterates again resumes where it
 stopped; the trajectory in hand when the loop was left comes again (its ``traj_id`` identifies
 it). Within one iteration each trajectory comes once, even if the stream held it twice. The
@@ -35,6 +38,7 @@ from heddle.bus import Bus, BusOptions
 from heddle.completions import CompletionStream, is_over
 from heddle.config import Settings, load_settings
 from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
+from heddle.events.rollout import DEFAULT_TRAINER
 from heddle.ids import check_token
 from heddle.rollout.submission import (
     RolloutPlan,
@@ -57,7 +61,7 @@ class HeddleClient:
         self,
         settings: Settings | None = None,
         *,
-        trainer: str = "trainer",
+        trainer: str = DEFAULT_TRAINER,
         nats_url: str | None = None,
         data_dir: Path | None = None,
     ) -> None:
@@ -174,7 +178,9 @@ class HeddleClient:
 
     async def completions(self, rollout_id: str) -> AsyncIterator[Completed]:
         """Completed trajectories of ``rollout_id`` as they finish (see the module docstring)."""
-        stream = CompletionStream(self.bus, rollout_id, self.consumer_name(rollout_id))
+        stream = CompletionStream(
+            self.bus, self.trainer, rollout_id, self.consumer_name(rollout_id)
+        )
         async for completed in stream:
             yield completed
 

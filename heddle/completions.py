@@ -1,10 +1,14 @@
-"""What ``HeddleClient.completions`` reads and hands over: every trajectory's terminal event.
+"""What ``HeddleClient.completions`` reads and hands over: every trajectory's terminal record.
 
-A trajectory ends with ``Completed`` or with a final ``Failed`` (``Failed.is_final``); the stream
-hands both to the trainer as a ``Completed`` (a failure's tokens are those generated before it,
-rebuilt from the trajectory's events; ``finish_reason`` and ``reason`` say why), so a batch has a
-row for each trajectory slot. A stale trajectory resubmitted afresh (``resubmitted_as``) is not
-handed over: the trajectory that runs its slot again is, with the same ``group_id`` and
+The control plane delivers, after its gate (``heddle.control.gate``) accepted it, the event
+that ended each trajectory slot to the owner's stream ``HEDDLE_OUT_<trainer>``
+(``heddle.consumers.gating``): a ``Completed`` or a final ``Failed``, once per trajectory, and
+then the rollout's end (``RolloutFinished`` or ``RolloutCancelled``). Workers' raw terminal
+events are never read, so a forged, stale or duplicate end never reaches a trainer. Both ends
+come to the trainer as a ``Completed`` (a failure's tokens are those generated before it,
+rebuilt from the trajectory's events as the gate admits them; ``finish_reason`` and ``reason``
+say why), so a batch has a row for each trajectory slot. A stale trajectory resubmitted afresh
+is not delivered: the trajectory that runs its slot again is, with the same ``group_id`` and
 ``index``. Also: the deployment's time scale, read from the workers' registrations.
 """
 
@@ -29,8 +33,8 @@ from heddle.events import (
     decode_event,
 )
 from heddle.events.subjects import (
-    EVENTS_STREAM,
-    completions_subject,
+    delivery_stream,
+    delivery_subject,
     rollout_subject,
     trajectory_subject,
 )
@@ -38,11 +42,14 @@ from heddle.workers.agent.history import rebuild
 from heddle.workers.agent.records import completed as completed_record
 
 _IDLE_CHECK_S = 0.5
+_STREAM_POLL_S = 0.2
 
 
-def terminal_subjects(rollout_id: str) -> tuple[str, ...]:
-    """The subjects a trainer reads: every trajectory's ``completed`` and ``failed``."""
-    return (completions_subject(rollout_id), trajectory_subject(rollout_id, "*", "failed"))
+def delivered_subjects(trainer: str, rollout_id: str) -> tuple[str, ...]:
+    """What a trainer reads of one rollout: each trajectory's record
+    (``heddle.out.<trainer>.<rollout>.<traj>.<kind>``) and the rollout's end
+    (``heddle.out.<trainer>.<rollout>.<kind>``)."""
+    return (f"{delivery_subject(trainer, rollout_id, '*', '*').rsplit('.', 2)[0]}.>",)
 
 
 async def deployment_time_scale(bus: Bus) -> float | None:
@@ -82,6 +89,7 @@ async def completion_of_failure(bus: Bus, failed: Failed) -> Completed:
     scale = next((e.time_scale for e in submitted if isinstance(e, RolloutSubmitted)), 1.0)
     record = completed_record(
         log,
+        worker_id=failed.worker_id,
         reward=0.0,
         finish_reason=failed.finish_reason,
         time_scale=scale,
@@ -93,18 +101,29 @@ async def completion_of_failure(bus: Bus, failed: Failed) -> Completed:
     return record
 
 
+async def rollout_owner(bus: Bus, rollout_id: str) -> str | None:
+    """The trainer that submitted the rollout (None: no submission in the stream yet)."""
+    for event in await _rollout_events(bus, rollout_subject(rollout_id, "submitted")):
+        if isinstance(event, RolloutSubmitted):
+            return event.trainer
+    return None
+
+
 class CompletionStream:
     """Bridges the bus's message runner (one handler call at a time, acked when it returns)
     to an async iterator: the handler hands the delivery over and returns only when the caller
     asks for the next one (ack) or leaves (nak: it comes again)."""
 
-    def __init__(self, bus: Bus, rollout_id: str, durable: str) -> None:
+    def __init__(self, bus: Bus, trainer: str, rollout_id: str, durable: str) -> None:
         self.bus = bus
+        self.trainer = trainer
         self.rollout_id = rollout_id
+        self.is_over = False
+        """The rollout's end was read (its records all came before it)."""
         self.spec = ConsumerSpec(
             durable=durable,
-            stream=EVENTS_STREAM,
-            filter_subjects=terminal_subjects(rollout_id),
+            stream=delivery_stream(trainer),
+            filter_subjects=delivered_subjects(trainer, rollout_id),
             batch_size=1,
             max_ack_pending=1,
             ack_wait_s=300.0,
@@ -119,6 +138,13 @@ class CompletionStream:
             raise TransientError("the trainer left before taking it")
 
     async def __aiter__(self) -> AsyncIterator[Completed]:
+        owner = await rollout_owner(self.bus, self.rollout_id)
+        if owner is not None and owner != self.trainer:
+            raise ValueError(
+                f"rollout {self.rollout_id} belongs to trainer {owner!r}, not {self.trainer!r}: "
+                "its records go to that trainer's stream only"
+            )
+        await self._stream_exists()
         runner = self.bus.message_runner(self.spec, decode_event, self._handle, max_concurrent=1)
         running = asyncio.create_task(runner.run())
         seen: set[str] = set()
@@ -140,6 +166,8 @@ class CompletionStream:
                 elif isinstance(message, Failed) and _is_new_end(message, seen):
                     seen.add(message.traj_id)
                     yield await completion_of_failure(self.bus, message)
+                elif isinstance(message, RolloutFinished | RolloutCancelled):
+                    self.is_over = True
                 pending.set_result(True)
                 pending = None
         finally:
@@ -172,10 +200,18 @@ class CompletionStream:
         return None
 
     async def _is_drained(self) -> bool:
-        if not await is_over(self.bus, self.rollout_id):
+        if not self.is_over:
             return False
-        state = await self.bus.consumer_state(EVENTS_STREAM, self.spec.durable)
+        state = await self.bus.consumer_state(self.spec.stream, self.spec.durable)
         return state is not None and state.num_pending == 0 and state.num_ack_pending == 0
+
+    async def _stream_exists(self) -> None:
+        """Wait until the control plane made the trainer's stream (it does when it accepts the
+        trainer's first submission)."""
+        while True:
+            if await self.bus.has_stream(self.spec.stream):
+                return
+            await asyncio.sleep(_STREAM_POLL_S)
 
 
 def _is_new_end(failed: Failed, seen: set[str]) -> bool:

@@ -16,6 +16,7 @@ retry or a re-processing consumer never stores a message twice)::
 
     ack = await bus.publish(event_or_command)     # PublishAck(stream, sequence, duplicate)
     acks = await bus.publish_many(messages)       # bounded window in flight, retries, in order
+                                                  # (a Forward: stored bytes passed on as they are)
     await bus.publish_raw(subject, data, msg_id)  # bytes as they are
     await bus.publish_telemetry(telemetry)        # core NATS, best effort
     sub = await bus.subscribe_telemetry(handler, worker_id="*");  await sub.close()
@@ -47,6 +48,8 @@ Blobs (chunked object store, bucket ``heddle-kv``)::
     await bus.put_object(key, data)
     data = await bus.get_object(key)     # ObjectNotFound when absent
     await bus.delete_object(key)
+
+More streams: ``await bus.provision_stream(StreamSpec(...))`` (a trainer's delivery stream).
 
 State: ``await bus.stream_state()``, ``await bus.consumer_state(stream, durable)``,
 ``await bus.delete_consumer(stream, durable)``.
@@ -92,6 +95,7 @@ from heddle.bus.delivery import (
 from heddle.bus.dial import BusOptions, BusUnavailable
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
+from heddle.bus.outbox import Forward, Outgoing
 from heddle.bus.payloads import PayloadError
 from heddle.bus.publisher import PublishAck, PublishDenied, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
@@ -115,11 +119,13 @@ __all__ = [
     "Decoder",
     "Delivery",
     "EmbeddedNatsServer",
+    "Forward",
     "InvalidMessage",
     "MessageHandler",
     "MessageRunner",
     "NatsServerNotFound",
     "ObjectNotFound",
+    "Outgoing",
     "PayloadError",
     "PermissionDenied",
     "PublishAck",

@@ -20,12 +20,11 @@ from heddle.bus.dial import BusOptions, Dialer
 from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_embedded_server
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, Objects
-from heddle.bus.outbox import Outbox
-from heddle.bus.positions import Positions
+from heddle.bus.outbox import Outbox, Outgoing
 from heddle.bus.publisher import PublishAck, Publisher
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.state import ConsumerState, StreamState
-from heddle.bus.streams import ConsumerSpec, provision_streams
+from heddle.bus.streams import ConsumerSpec, StreamSpec, provision_stream, provision_streams
 from heddle.bus.telemetry import (
     HeartbeatHandler,
     TelemetryHandler,
@@ -179,6 +178,11 @@ class Bus:
         """Create or update ``HEDDLE_EVENTS``, ``HEDDLE_CMDS`` and ``HEDDLE_TOOLS``."""
         await provision_streams(self.js, self.num_replicas, self._replicas_source, self.violations)
 
+    async def provision_stream(self, spec: StreamSpec) -> None:
+        """Create or update one more stream (a trainer's delivery stream), replicated like the
+        others."""
+        await provision_stream(self.js, spec, self.num_replicas, self._replicas_source)
+
     # ---- publishing -----------------------------------------------------------------------
 
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> PublishAck:
@@ -186,10 +190,9 @@ class Bus:
         arrays in the object store if it is too large: ``heddle.bus.payloads``)."""
         return await self._require_outbox().publish(message)
 
-    async def publish_many(
-        self, messages: Iterable[Event | WorkerCommand | ToolCall]
-    ) -> list[PublishAck]:
-        """Publish many messages with a bounded window in flight; acks in input order."""
+    async def publish_many(self, messages: Iterable[Outgoing]) -> list[PublishAck]:
+        """Publish many messages with a bounded window in flight; acks in input order
+        (``Forward``: stored bytes passed on as they are)."""
         return await self._require_outbox().publish_many(messages)
 
     async def resolve(self, message: M) -> M:
@@ -271,6 +274,10 @@ class Bus:
     async def stream_state(self, stream: str = EVENTS_STREAM) -> StreamState:
         """The stream's counts (asked again while a cluster elects its leader)."""
         return await state.stream_state(self.js, stream)
+
+    async def has_stream(self, stream: str) -> bool:
+        """Whether ``stream`` exists."""
+        return await state.has_stream(self.js, stream)
 
     async def num_subject_messages(self, stream: str, subject: str) -> int:
         """How many messages ``stream`` holds on ``subject`` (no wildcards)."""

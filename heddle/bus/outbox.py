@@ -9,6 +9,7 @@ and closes the publisher and the payload store).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from nats.js import JetStreamContext
@@ -25,6 +26,20 @@ from heddle.events.subjects import subject_for_command, subject_for_event
 M = TypeVar("M", bound=Event | WorkerCommand | ToolCall)
 
 
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A stored message passed on as it is, to another subject (the control plane delivering a
+    trajectory's terminal event to its trainer's stream): the same bytes, references to
+    offloaded arrays included, de-duplicated by ``message_id``."""
+
+    subject: str
+    data: bytes
+    message_id: str
+
+
+Outgoing = Event | WorkerCommand | ToolCall | Forward
+
+
 class Outbox:
     def __init__(
         self, js: JetStreamContext, publisher: Publisher, payloads: Objects, max_event_bytes: int
@@ -37,9 +52,7 @@ class Outbox:
     async def publish(self, message: Event | WorkerCommand | ToolCall) -> PublishAck:
         return await self.publisher.publish(*await self._envelope(message))
 
-    async def publish_many(
-        self, messages: Iterable[Event | WorkerCommand | ToolCall]
-    ) -> list[PublishAck]:
+    async def publish_many(self, messages: Iterable[Outgoing]) -> list[PublishAck]:
         """Acks in input order. Each message is encoded just before it is sent, while those
         before it are in flight: the server stores while the client encodes."""
         window = self.publisher.window()
@@ -47,7 +60,9 @@ class Outbox:
             await window.send(*await self._envelope(message))
         return await window.drain()
 
-    async def _envelope(self, message: Event | WorkerCommand | ToolCall) -> tuple[str, bytes, str]:
+    async def _envelope(self, message: Outgoing) -> tuple[str, bytes, str]:
+        if isinstance(message, Forward):
+            return message.subject, message.data, message.message_id
         subject, message_id = address(message)
         packed = wire_form(message)  # built once: its arrays are compressed
         data = encode_wire_form(packed)

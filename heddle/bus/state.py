@@ -42,6 +42,14 @@ async def stream_state(js: JetStreamContext, stream: str) -> StreamState:
     return StreamState(state.messages, state.first_seq, state.last_seq, state.bytes)
 
 
+async def has_stream(js: JetStreamContext, stream: str) -> bool:
+    try:
+        await retry_transient(lambda: js.stream_info(stream), f"stream {stream}")
+    except NotFoundError:
+        return False
+    return True
+
+
 async def num_subject_messages(js: JetStreamContext, stream: str, subject: str) -> int:
     info = await js.stream_info(stream, subjects_filter=subject)
     return int((info.state.subjects or {}).get(subject, 0))

@@ -30,6 +30,8 @@ from heddle.events.subjects import (
     EVENTS_SUBJECTS,
     TOOLS_STREAM,
     TOOLS_SUBJECTS,
+    delivery_stream,
+    delivery_subjects,
 )
 
 _STREAM_CONFIG_CHANGED = 10058
@@ -69,6 +71,27 @@ class StreamSpec:
             duplicate_window=self.duplicate_window_s,
             num_replicas=num_replicas,
         )
+
+
+DELIVERY_MAX_AGE_S = 7 * 24 * 3600.0
+"""How long a trainer's delivery stream keeps a trajectory's record by default (7 days)."""
+DELIVERY_DUPLICATE_WINDOW_S = 24 * 3600.0
+"""A control plane that re-decides a batch after a restart re-delivers its records with the
+same ids; JetStream drops them if the first delivery is younger than this (1 day)."""
+
+
+def delivery_stream_spec(
+    trainer: str,
+    max_age_s: float = DELIVERY_MAX_AGE_S,
+    duplicate_window_s: float = DELIVERY_DUPLICATE_WINDOW_S,
+) -> StreamSpec:
+    """``HEDDLE_OUT_<trainer>``: the terminal record of each trajectory the trainer owns."""
+    return StreamSpec(
+        delivery_stream(trainer),
+        (delivery_subjects(trainer),),
+        max_age_s=max_age_s,
+        duplicate_window_s=min(duplicate_window_s, max_age_s) if max_age_s else duplicate_window_s,
+    )
 
 
 EVENTS = StreamSpec(EVENTS_STREAM, (EVENTS_SUBJECTS,))

@@ -14,6 +14,12 @@ Where ids end up in a command, the event goes through whole: the placement slot'
 that one day reads ids of a counted event must declare it here; ``tests/consumers`` checks that
 every decider decides the same on these decoders and on ``heddle.events.decode_event``.
 
+An array kept in the object store (a prompt over the event size limit,
+``heddle.bus.payloads``) is not read back: counted, it counts its ``n``; whole, it stays a
+placeholder (``heddle.events.arrays.placeholder``) that deciders count with ``num_items`` and
+that a command re-encodes as the same reference, which the worker resolves. Deciders count
+lists with ``heddle.events.arrays.num_items``, never ``len``.
+
 A whole spec's prompt ids are decoded as a tuple (``_FROZEN``): the router keeps every live
 trajectory's spec, and a tuple of numbers is dropped from the cycle collector's lists after the
 first collection it survives, while a list stays in them. Measured on ``heddle bench control``
@@ -37,20 +43,24 @@ from heddle.events import (
     EventT,
     Generated,
     GenerationInterrupted,
+    GenerationStarted,
     ToolReturned,
     TrajectorySpec,
     TrajectorySubmitted,
 )
 from heddle.events.arrays import (
     PackedArray,
+    TokenIdTuple,
     count_packed,
     dec_hook,
     is_number_list_text,
+    placeholder,
     unpack_bytes,
 )
 
 _EMPTY = msgspec.Raw(b"[]")
 _COUNTED = {
+    GenerationStarted: ("input_token_ids",),
     Generated: ("output_token_ids",),
     GenerationInterrupted: ("output_token_ids",),
     ToolReturned: ("output_token_ids",),
@@ -137,11 +147,22 @@ class _View:
         for name in self.counted:
             values[name] = [0] * count_items(values[name])
         for name in self.frozen:
-            if isinstance(values[name], PackedArray):
-                values[name] = tuple(unpack_bytes(values[name]).tolist())
+            packed = values[name]
+            if isinstance(packed, PackedArray):
+                values[name] = _frozen(packed)
         for name, nested in self.nested.items():
             values[name] = nested.restore(values[name])
         return self.cls(**values)
+
+
+def _frozen(packed: PackedArray) -> tuple[int, ...]:
+    """A compact array as a tuple; one kept in the object store as its placeholder (empty, its
+    reference in ``heddle.events.arrays.unresolved``; ``num_items`` counts it), which a command
+    passes on as the same reference for the worker to resolve."""
+    if packed.ref is not None:
+        held: tuple[int, ...] = placeholder(TokenIdTuple, packed)
+        return held
+    return tuple(unpack_bytes(packed).tolist())
 
 
 def _views(whole: frozenset[type[msgspec.Struct]]) -> dict[type[msgspec.Struct], _View]:

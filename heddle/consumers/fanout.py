@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from heddle.bus import Delivery, Rejection
+from heddle.bus import Delivery, Outgoing, Rejection
 from heddle.consumers.pipeline import Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
@@ -100,7 +100,7 @@ class FanOut:
             yield self._decide_stage(stage, batch)
 
     def _decide_stage(self, units: list[Hosted], batch: Sequence[Delivery[E]]) -> Stage:
-        outputs: list[Output] = []
+        outputs: list[Outgoing] = []
         rejections: list[Rejection] = []
         arrivals: dict[int, float] = {}
         """Stream sequence -> arrival of each event with outputs (once, whatever the units)."""

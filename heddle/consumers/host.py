@@ -28,6 +28,11 @@ Lifecycle of ``DeciderConsumer.run()``:
    stores nothing twice), and batches are acknowledged in order, each only once its outputs are
    stored.
 
+With a ``Screen`` (``heddle.consumers.gating``, the control plane's), every event first passes
+the event gate, live and in replay: a refused one reaches no unit and is dead-lettered with the
+reason, a stale writer gets a ``Fence``, and an accepted end of a trajectory slot is delivered to
+its trainer's stream; these go out in a stage of their own, before the units'.
+
 A durable that disappears while live (``DurableLost``: every event taken from it is decided and
 stored) is recreated after the last of them, and deciding goes on from the same state: nothing
 is replayed, and nothing published meanwhile is skipped.
@@ -61,10 +66,11 @@ from heddle.consumers.consumer_stats import ConsumerStats
 from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
+from heddle.consumers.gating import GATED, Screen
 from heddle.consumers.pipeline import DurableLost, PipelinedRunner, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
-from heddle.events import EventT
+from heddle.events import Event, EventT, WorkerCommand
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.observability.metrics import BatchObserver
 
@@ -110,8 +116,10 @@ class DeciderConsumer:
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
         on_batch: BatchObserver | None = None,
+        screen: Screen | None = None,
     ) -> None:
-        """``first``: units whose outputs go out before the others decide the same batch."""
+        """``first``: units whose outputs go out before the others decide the same batch;
+        ``screen``: the event gate every event passes first (None: none)."""
         hosted = list(units) if isinstance(units, Sequence) else [units]
         if not hosted:
             raise ValueError("a consumer hosts at least one unit")
@@ -119,7 +127,8 @@ class DeciderConsumer:
         self.config = config = config or HostConfig()
         self.durable = config.durable(hosted[0].slot if len(hosted) == 1 else PLANE)
         self.fanout = FanOut(hosted, first=first, clock=clock)
-        self.filter_subjects = filter_subjects(self.fanout.handles)
+        self.screen = screen
+        self.filter_subjects = filter_subjects(self.fanout.handles | _gated(screen))
         self.stats = ConsumerStats(self.durable, units=self.fanout.stats)
         self._decode = decoder_for(*(unit.slot for unit in hosted))
         self._clock = clock
@@ -149,6 +158,7 @@ class DeciderConsumer:
             runner = self._runner = PipelinedRunner(
                 self.bus, self._spec(position + 1), self._decode, self._decide,
                 on_stored=self._on_stored,
+                before_publish=self.screen.before_publish if self.screen is not None else None,
             )  # fmt: skip
             self.stats.is_live = True
             try:
@@ -240,6 +250,8 @@ class DeciderConsumer:
         return self.bus.replay(query, self._decode).batches()
 
     def _fold(self, record: ReplayRecord[EventT]) -> None:
+        if self.screen is not None and not self.screen.fold(record.message):
+            return  # refused when live: no unit saw it
         for unit, exc in self.fanout.fold(record.message):
             if not isinstance(exc, UnknownPolicy):
                 log.error(
@@ -278,10 +290,16 @@ class DeciderConsumer:
             stats.position = fresh[-1].stream_sequence
             stats.num_decided += len(fresh)
             self._record_ages(fresh)
+            if self.screen is not None:
+                fresh, gated = self.screen.screen(fresh)
+                stats.num_rejected += len(gated.rejections)
+                if gated.outputs or gated.rejections:
+                    stats.num_outputs += len(gated.outputs)
+                    yield gated
             for stage in self.fanout.decide(fresh):
                 stats.num_outputs += len(stage.outputs)
                 stats.num_rejected += len({r.delivery.stream_sequence for r in stage.rejections})
-                outputs += stage.outputs
+                outputs += [out for out in stage.outputs if isinstance(out, Event | WorkerCommand)]
                 elapsed_s += self._clock() - started
                 yield stage
                 started = self._clock()
@@ -290,3 +308,9 @@ class DeciderConsumer:
         stats.batch_ms.append(elapsed_s * 1000.0)
         if self._on_batch is not None:  # metrics (heddle.observability)
             self._on_batch([delivery.message for delivery in fresh], outputs, elapsed_s)
+
+
+def _gated(screen: Screen | None) -> frozenset[type[Event]]:
+    """What the gate must see beyond the units' kinds: every rollout and trajectory event (a
+    lease follows every step of its trajectory, whichever unit decides on them)."""
+    return GATED if screen is not None else frozenset()

@@ -26,7 +26,10 @@ the fold answers it with one ``Abort`` command per trajectory it knows on a work
 
 The ``WorkerFailed`` id is the one the worker agent uses for its own engine failures
 (``<worker>:<incarnation>:failed``), so a worker that reports its failure and a control plane
-that notices it store one event.
+that notices it store one event. Every ``WorkerFailed`` of a known incarnation is answered with a
+``Rejoin`` command to that incarnation: a worker that was only paused (or cut off) and runs on
+learns that what it held went elsewhere, drops it and registers afresh, instead of staying a
+zombie that nothing is placed on again.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from heddle.events import (
     Event,
     Failed,
     Migrated,
+    Rejoin,
     RolloutCancelled,
     TrajectoryPlaced,
     WorkerDrained,
@@ -112,8 +116,8 @@ class WorkerLiveness:
         return {w: worker.heartbeat for w, worker in self._workers.items() if worker.heartbeat}
 
     def decide(self, event: Event) -> list[Output]:
-        """Fold one event in; only a cancellation calls for outputs (its aborts): failures
-        come from ``check``."""
+        """Fold one event in; a cancellation calls for its aborts, a failure for a ``Rejoin``
+        (failures themselves come from ``check``)."""
         match event:
             case RolloutCancelled():
                 return self._abort(event)
@@ -143,10 +147,12 @@ class WorkerLiveness:
                 if undrained is not None and undrained.is_drained:
                     undrained.is_drained = False
                     self._seen(event)  # silence counts from the undrain on
-            case WorkerFailed() | WorkerRetired():
-                worker = self._workers.get(event.worker_id)
-                if worker is not None:
-                    worker.is_alive = False
+            case WorkerFailed():
+                return self._failed(event)
+            case WorkerRetired():
+                retired = self._workers.get(event.worker_id)
+                if retired is not None:
+                    retired.is_alive = False  # gone on purpose: no Rejoin
             case TrajectoryPlaced():
                 self._move((event.rollout_id, event.traj_id), event.worker_id)
             case Migrated():
@@ -171,9 +177,29 @@ class WorkerLiveness:
                     worker_id=worker_id,
                     reason=f"no heartbeat for {silent_s:.1f} s (timeout {self.timeout_s:g} s)",
                     trajectory_ids=sorted(traj for _, traj in worker.trajectories),
+                    incarnation=worker.incarnation,
                 )
             )
         return failures
+
+    def _failed(self, event: WorkerFailed) -> list[Output]:
+        """The worker's incarnation is failed; tell it to rejoin, should it still run."""
+        worker = self._workers.get(event.worker_id)
+        incarnation = event.incarnation
+        if worker is not None:
+            incarnation = incarnation or worker.incarnation
+            if incarnation == worker.incarnation:
+                worker.is_alive = False
+        if not incarnation:
+            return []
+        rejoin = Rejoin(
+            command_id=derive_id(event.worker_id, incarnation, "rejoin"),
+            issued_at=event.occurred_at,
+            worker_id=event.worker_id,
+            incarnation=incarnation,
+            reason=event.reason,
+        )
+        return [rejoin]
 
     def _abort(self, event: RolloutCancelled) -> list[Output]:
         keys = [key for key in self._placed_on if key[0] == event.rollout_id]

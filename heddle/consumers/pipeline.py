@@ -38,13 +38,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, PublishError, Rejection
+from heddle.bus import Bus, ConsumerSpec, Delivery, Outgoing, PublishError, Rejection
 from heddle.bus.pull import PullInbox, RawMessage, delivery_after
 from heddle.bus.streams import provision_consumer
 from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.wire import parse_ack_subject
 from heddle.consumers.refusals import Refused, dead_letter, merge
-from heddle.control import Output
 from heddle.events import EventT
 
 log = logging.getLogger(__name__)
@@ -60,8 +59,9 @@ _WAIT_MARGIN_S = 2.0
 class Stage(NamedTuple):
     """One stage of a batch's decisions."""
 
-    outputs: list[Output]
-    """In order."""
+    outputs: list[Outgoing]
+    """In order: the deciders' events and commands, and stored events passed on
+    (``heddle.bus.Forward``)."""
     rejections: list[Rejection]
     """The deliveries it refused."""
     arrivals: Sequence[float] = ()
@@ -73,6 +73,8 @@ Decide = Callable[[list[Delivery[EventT]]], Iterable[Stage]]
 """Decides a batch, stage by stage (each stage synchronously, when the runner asks for it)."""
 OnStored = Callable[[Sequence[float]], None]
 """Told the ``Stage.arrivals`` of each stage once its outputs are stored."""
+BeforePublish = Callable[[Sequence[Outgoing]], Awaitable[None]]
+"""Awaited before a stage's outputs are published (to make the streams they go to)."""
 
 
 class ConsumerFailed(RuntimeError):
@@ -102,6 +104,7 @@ class PipelinedRunner:
         decide: Decide,
         *,
         on_stored: OnStored | None = None,
+        before_publish: BeforePublish | None = None,
     ) -> None:
         if not spec.ack_all:
             raise ValueError(f"consumer {spec.durable}: the pipeline acknowledges all at once")
@@ -110,6 +113,7 @@ class PipelinedRunner:
         self._decode = decode
         self._decide = decide
         self._on_stored = on_stored
+        self._before_publish = before_publish
         self._inbox: PullInbox | None = None
         self._in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue()
         self._stopping = False
@@ -244,10 +248,12 @@ class PipelinedRunner:
         return deliveries, refused
 
     async def _store(
-        self, outputs: list[Output], refused: list[Refused], arrivals: Sequence[float] = ()
+        self, outputs: list[Outgoing], refused: list[Refused], arrivals: Sequence[float] = ()
     ) -> None:
         try:
             if outputs:
+                if self._before_publish is not None:
+                    await self._before_publish(outputs)
                 await self.bus.publish_many(outputs)
                 if self._on_stored is not None:
                     self._on_stored(arrivals)

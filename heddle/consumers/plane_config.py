@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heddle.consumers.gating import DeliveryConfig
 from heddle.consumers.host import HostConfig
 from heddle.consumers.predictors import PredictorConfig
 from heddle.consumers.store_guard import StoreGuardConfig
@@ -45,6 +46,8 @@ class ControlPlaneConfig:
     """Serve the operations service (``nats micro ls`` lists it as ``heddle``)."""
     store: StoreGuardConfig = field(default_factory=StoreGuardConfig)
     """How the JetStream store is watched (a full disk) and a wedged one reset."""
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
+    """The trainers' delivery streams (``HEDDLE_OUT_<trainer>``): how long they keep a record."""
 
     def __post_init__(self) -> None:
         preset(self.cost_model, self.hardware, 1)  # ValueError naming the choices

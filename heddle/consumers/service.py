@@ -4,6 +4,9 @@ and the ledger projector.
 ``ControlPlaneService(settings, config).run(stop)`` connects to NATS (or the data dir's embedded
 server), then supervises, concurrently:
 
+- the event gate (``heddle.consumers.gating``) in front of them: refused events are
+  dead-lettered, stale writers fenced, and each trajectory slot's accepted end delivered to
+  its trainer's stream ``HEDDLE_OUT_<trainer>``;
 - the deciders: one ``SlotDeciders`` per slot (prediction, placement, priority, transfer,
   rollout), each with one decider per system bundle in use (``heddle.consumers.slots``), and the
   worker liveness fold (``heddle.consumers.liveness``), all hosted by ONE ``DeciderConsumer`` on
@@ -40,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers.bundles import control_options, slot_deciders
+from heddle.consumers.gating import DeliveryStreams, Screen
 from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
 from heddle.consumers.ledger_recovery import LedgerKeeper, ProjectionStopped
@@ -106,6 +110,8 @@ class ControlPlaneService:
         """Watches the JetStream store (a full disk) and resets the embedded server's."""
         self.keeper: LedgerKeeper | None = None
         """The ledger projector's keeper (rebuilds a damaged ledger from the stream)."""
+        self.screen: Screen | None = None
+        """The event gate in front of the deciders (None until they start)."""
         self._bus: Bus | None = None
         self._ledger: Ledger | None = None
         self._history: list[TraceTrajectory] = []
@@ -199,12 +205,14 @@ class ControlPlaneService:
         host = self.config.host
         if self.config.metrics_port:
             observer = self.metrics.batch_observer(host.durable(PLANE), observe_inputs=True)
+        self.screen = Screen(DeliveryStreams(bus, self.config.delivery))
         consumer = DeciderConsumer(
             bus,
             [*self.slots.values(), liveness, operations, self.weights],
             host,
             first=(ROUTER_SLOT,),
             on_batch=observer,
+            screen=self.screen,
         )
         self.consumers = {DECIDERS: consumer}
         prediction = self.slots["prediction"]

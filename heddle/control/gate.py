@@ -17,9 +17,13 @@ wherever the stream is read in order):
   (``heddle.control.leases``): the worker and hosting that hold it, its next step, not after
   its end.
 
+Operator events pass (the operations service checks them and records who asked); so do
+worker, weights and tool-executor events, whose checks are the decoder's.
+
 A refused event changes no state: not the deciders', the ledger's or a trainer's. The verdict of
-an accepted terminal event that ends a trajectory slot names the trainer that owns the rollout
-(``RolloutSubmitted.trainer``): the control plane delivers that record to the trainer's stream.
+an accepted event that ends a trajectory slot, or the rollout, names the trainer that owns the
+rollout (``RolloutSubmitted.trainer``): the control plane delivers that record to the trainer's
+stream.
 
 The leases live in a ``LeaseStore``: the control plane keeps them in memory (``MemoryLeases``,
 rebuilt by replaying the stream), the ledger in its rows (``heddle.ledger``).
@@ -37,6 +41,7 @@ import msgspec
 from heddle.control.leases import DECISIONS, Refusal, TrajectoryLease, admit
 from heddle.control.systems import SYSTEMS
 from heddle.events import (
+    OPERATOR_EVENTS,
     SCHEMA_VERSION,
     Completed,
     Event,
@@ -113,7 +118,8 @@ class MemoryLeases:
 class Verdict:
     refusal: Refusal | None = None
     deliver_to: str = ""
-    """The trainer whose stream gets this event: it ended a trajectory slot ("" otherwise)."""
+    """The trainer whose stream gets this event: it ended a trajectory slot or the rollout
+    ("" otherwise)."""
 
     @property
     def is_accepted(self) -> bool:
@@ -136,6 +142,8 @@ class EventGate:
         problem = malformed(event)
         if problem is not None:
             return refused(problem)
+        if isinstance(event, OPERATOR_EVENTS):
+            return ACCEPTED  # checked by the operations service, which records who asked
         match event:
             case RolloutSubmitted():
                 return self._rollout_submitted(event)
@@ -172,7 +180,7 @@ class EventGate:
             )
         rollout.is_ended = True
         self.store.save_rollout(event.rollout_id, rollout)
-        return ACCEPTED
+        return Verdict(deliver_to=rollout.trainer)
 
     def _trajectory_submitted(self, event: TrajectorySubmitted) -> Verdict:
         rollout = self.store.rollout(event.rollout_id)

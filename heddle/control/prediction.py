@@ -32,6 +32,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
+from heddle.events.arrays import num_items
 from heddle.ids import derive_id
 from heddle.policy.prediction import Outcome, Predictor, Progress, predict_tool_s
 
@@ -123,7 +124,7 @@ class PredictionDecider:
                 fresh = _Tracked(
                     event.traj_id,
                     spec.group_id,
-                    len(spec.prompt_token_ids),
+                    num_items(spec.prompt_token_ids),
                     recorded_texts=recorded_texts(spec),
                 )
                 self._tracked[key] = fresh
@@ -148,9 +149,9 @@ class PredictionDecider:
                 tracked = self._tracked.get(key)
                 if tracked is not None and len(tracked.step_outputs) == event.step + 1:
                     if len(tracked.step_tool_s) == event.step:
-                        tracked.step_tool_outputs.append(len(event.output_token_ids))
+                        tracked.step_tool_outputs.append(num_items(event.output_token_ids))
                         tracked.step_tool_s.append(event.duration_s)
-                    tracked.tool_output_tokens += len(event.output_token_ids)
+                    tracked.tool_output_tokens += num_items(event.output_token_ids)
                     tracked.tool_s += event.duration_s
                     tracked.last_tool_text = event.output or tracked.recorded(event.step)[1]
                 return []

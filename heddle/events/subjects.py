@@ -12,6 +12,7 @@ heddle.cmd.tool.<pool>
 heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
 heddle.out.<trainer>.<rollout_id>.<traj_id>.<kind>   (stream HEDDLE_OUT_<trainer>: each
                                           trajectory's terminal record, kind completed|failed)
+heddle.out.<trainer>.<rollout_id>.<kind>  (the rollout's end, kind finished|cancelled)
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def delivery_subject(
     return f"{DELIVERY_PREFIX}.{check_token(trainer, 'trainer name')}.{rollout}.{traj}.{kind}"
 
 
+def rollout_delivery_subject(trainer: str, rollout_id: str, kind: str) -> str:
+    """``heddle.out.<trainer>.<rollout_id>.<kind>`` (kind: finished or cancelled): the rollout's
+    end, delivered after its trajectories' records."""
+    rollout = check_token(rollout_id, "rollout id")
+    return f"{DELIVERY_PREFIX}.{check_token(trainer, 'trainer name')}.{rollout}.{kind}"
+
+
 def delivery_subjects(trainer: str) -> str:
     """Every subject of a trainer's delivery stream."""
     return f"{DELIVERY_PREFIX}.{check_token(trainer, 'trainer name')}.>"
@@ -178,6 +186,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("weights", kind, weight_version=int(version))
         case ["heddle", "evt", "tools", executor_id, kind]:
             return SubjectParts("tools", kind, executor_id=executor_id)
+        case ["heddle", "out", trainer, rollout_id, kind]:
+            return SubjectParts("out", kind, rollout_id=rollout_id, trainer=trainer)
         case ["heddle", "out", trainer, rollout_id, traj_id, kind]:
             return SubjectParts(
                 "out", kind, rollout_id=rollout_id, traj_id=traj_id, trainer=trainer

@@ -211,7 +211,7 @@ def test_a_rollout_ends_only_when_its_own_trajectories_did() -> None:
     gate = gate_after(
         *ONE_STEP, completed(), submitted("t1", 1), placed("w0", 1, "t1"), failed(traj="t1")
     )
-    assert gate.admit(finished()).is_accepted
+    assert gate.admit(finished()).deliver_to == "grpo"
     assert "ended already" in reason(gate.admit(finished()))
     cancel = RolloutCancelled(event_id="c", rollout_id=R, occurred_at=0.0)
     assert "ended already" in reason(gate.admit(cancel))

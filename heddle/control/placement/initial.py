@@ -18,6 +18,7 @@ from heddle.control.placement.hosting import Arrival, host, resume
 from heddle.control.placement.placer import Assignment, PlacementRequest, Placer
 from heddle.control.placement.state import PlacementState, RolloutRecord, TrajectoryRecord
 from heddle.events import Event, Predicted, RolloutSubmitted, TrajectorySubmitted
+from heddle.events.arrays import num_items
 
 
 class InitialPlacement:
@@ -40,7 +41,7 @@ class InitialPlacement:
         rollout = self._state.rollout(event.rollout_id)
         if event.traj_id in rollout.trajectories:
             return self.place_ready(event)
-        prompt_tokens = len(event.spec.prompt_token_ids)
+        prompt_tokens = num_items(event.spec.prompt_token_ids)
         rollout.trajectories[event.traj_id] = TrajectoryRecord(
             event.spec, context_tokens=prompt_tokens
         )
@@ -172,7 +173,7 @@ class InitialPlacement:
             PlacementRequest(
                 traj_id,
                 rollout.first_predictions.get(traj_id, 0.0),
-                len(trajectory.spec.prompt_token_ids),
+                num_items(trajectory.spec.prompt_token_ids),
                 rollout.first_tool_predictions.get(traj_id, 0.0),
                 group_id=trajectory.spec.group_id,
             )

@@ -15,6 +15,7 @@ from heddle.control.placement.hosting import Arrival, continue_step, host
 from heddle.control.placement.placer import Assignment
 from heddle.control.placement.state import PlacementState
 from heddle.events import Generated, ToolCalled, ToolReturned
+from heddle.events.arrays import num_items
 
 
 class StepRouting:
@@ -47,7 +48,7 @@ class StepRouting:
         if step <= trajectory.step:
             return []  # a duplicate: this step was routed already
         trajectory.step = step
-        trajectory.context_tokens += len(event.output_token_ids)
+        trajectory.context_tokens += num_items(event.output_token_ids)
         trajectory.tool_s += event.duration_s
         key = (event.rollout_id, event.traj_id)
         self._admission.tool_returned(key, event.duration_s)

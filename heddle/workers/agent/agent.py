@@ -13,6 +13,12 @@ the hosted trajectories, refuses new ones and publishes ``WorkerDrained``; the a
 and is acknowledged once ``weights.loaded`` (or ``weights.load_failed``) is stored. ``Retire`` and
 ``Reshard`` are a re-shard's (``heddle.workers.agent.reshards``): a retired worker sets
 ``resharding.retired`` and has nothing left to do; a relaunched one registers again.
+
+A worker the control plane declared failed while it still ran (paused past its timeout, cut off)
+is a zombie: what it held was placed elsewhere. The control plane tells it with ``Rejoin`` (its
+incarnation): it drops every trajectory it holds, publishing nothing more for them, and
+registers again as a fresh incarnation, so that work is placed on it again. A ``Fence`` drops one
+trajectory whose hosting here is over (``heddle.workers.agent.commands``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable
 from heddle.events import (
     Drain,
     LoadWeights,
+    Rejoin,
     Reshard,
     Retire,
     Undrain,
@@ -217,6 +224,9 @@ class WorkerAgent:
         if isinstance(command, LoadWeights):
             await self.weight_loading.handle(command)
             return
+        if isinstance(command, Rejoin):
+            await self.rejoin(command)
+            return
         if isinstance(command, Retire):
             await self.resharding.retire(command)
             return  # WorkerRetired is stored
@@ -259,6 +269,29 @@ class WorkerAgent:
         )
         self.drained.set()
 
+    async def rejoin(self, command: Rejoin) -> None:
+        """Declared failed under this incarnation: drop what it holds (it runs elsewhere now)
+        and register as a new incarnation. A ``Rejoin`` of another incarnation is ignored."""
+        if command.incarnation != self.incarnation:
+            return
+        hosted = self.table.hosted()
+        logger.warning(
+            "worker %s was declared failed (%s): dropping %d trajectories, registering again",
+            self.worker_id, command.reason, len(hosted),
+        )  # fmt: skip
+        for row in hosted:
+            async with self.table.lock_for(row.rollout_id, row.traj_id):
+                await self.handler.drop(row)
+            self.table.compact(row.rollout_id, row.traj_id)
+        self._new_incarnation()
+        await self.publisher.publish(self.registration())
+        self.handler.segments.changed.set()
+
+    def _new_incarnation(self) -> None:
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.telemetry.incarnation = self.incarnation
+        self.weight_loading.incarnation = self.incarnation
+
     def undrain(self) -> None:
         """Take new trajectories again (a drain still waiting returns without a report)."""
         self.handler.is_draining = False
@@ -279,6 +312,7 @@ class WorkerAgent:
                 worker_id=self.worker_id,
                 reason=f"engine failed: {error}",
                 trajectory_ids=hosted,
+                incarnation=self.incarnation,
             )
         )
 

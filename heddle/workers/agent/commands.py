@@ -4,6 +4,12 @@
 command that runs steps that is when the trajectory next rests (waits for a tool, ends, or
 leaves). Transitions of one trajectory happen under its lock; its steps run as a task outside
 the lock, so a ``Reprioritize`` or ``Preempt`` reaches a generation while it runs (``segments``).
+
+A trajectory is hosted under the hosting number its placing command gives (``StartTrajectory``,
+``MigrateIn``: ``epoch``), written into every event published for it. A placing command of a
+hosting the stream has superseded is stale and dropped; a ``Fence`` (the control plane refused an
+event of a hosting that is over) makes the worker drop the trajectory if it holds it under that
+hosting or an older one: its step is cancelled, nothing more is published for it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import msgspec
 from heddle.events import (
     Abort,
     ContinueTrajectory,
+    Fence,
     MigrateIn,
     MigrateOut,
     Preempt,
@@ -27,6 +34,7 @@ from heddle.ids import derive_id
 from heddle.workers.agent import records
 from heddle.workers.agent.decisions import Action, decide
 from heddle.workers.agent.errors import CommandRefused
+from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
@@ -40,7 +48,14 @@ from heddle.workers.environments import create_environment
 logger = logging.getLogger(__name__)
 
 TrajectoryCommand = (
-    StartTrajectory | ContinueTrajectory | Reprioritize | Preempt | MigrateOut | MigrateIn | Abort
+    StartTrajectory
+    | ContinueTrajectory
+    | Reprioritize
+    | Preempt
+    | MigrateOut
+    | MigrateIn
+    | Abort
+    | Fence
 )
 _PLACING = (StartTrajectory, MigrateIn)
 
@@ -80,6 +95,9 @@ class CommandHandler:
     ) -> None:
         """Carry out ``command``; returns once its effects are stored. ``arrival``: when it
         was stored and taken (the segment it starts stamps it on its first step)."""
+        if isinstance(command, Fence):
+            await self._fence(command)
+            return
         key = (command.rollout_id, command.traj_id)
         hosted = self.table.get(*key)
         if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
@@ -158,6 +176,7 @@ class CommandHandler:
         log = TrajectoryLog(
             rollout_id=command.rollout_id, traj_id=command.traj_id, spec=command.spec
         )
+        log.host(self.worker_id, command.epoch)
         hosted = HostedTrajectory(log=log, spec=command.spec, env=env, priority=command.priority)
         self.table.put(hosted)
         self.segments.start(hosted, is_new=True)
@@ -202,6 +221,7 @@ class CommandHandler:
                 spec=command.spec if isinstance(command, _PLACING) else None,
                 priority=_priority_of(command),
                 cache_key=command.cache_key if isinstance(command, _PLACING) else "",
+                epoch=command.epoch if isinstance(command, _PLACING) else None,
             )
         except (ValueError, RuntimeError) as exc:
             if isinstance(exc, EngineError):
@@ -210,6 +230,33 @@ class CommandHandler:
             return ResumePlan(ResumeKind.FINISHED)
 
     # ---- other actions ------------------------------------------------------------------------
+
+    async def _fence(self, command: Fence) -> None:
+        """Drop the trajectory if this worker holds it under the fenced hosting or an older one
+        (a newer hosting of it here is left alone)."""
+        async with self.table.lock_for(command.rollout_id, command.traj_id):
+            hosted = self.table.get(command.rollout_id, command.traj_id)
+            if hosted is None or hosted.log.epoch > command.epoch:
+                return
+            logger.warning(
+                "worker %s drops %s/%s: hosting %d is over (%s)",
+                self.worker_id, command.rollout_id, command.traj_id, command.epoch, command.reason,
+            )  # fmt: skip
+            await self.drop(hosted)
+        self.table.compact(command.rollout_id, command.traj_id)
+        self.segments.changed.set()
+
+    async def drop(self, hosted: HostedTrajectory) -> None:
+        """Stop working on ``hosted`` without publishing anything more for it: its step is
+        cancelled, its engine state released, its row given up (a later command rebuilds it
+        from the stream, which names its holder now)."""
+        segment = hosted.segment
+        if segment is not None and not segment.done():
+            segment.cancel()
+            await asyncio.wait([segment])
+        hosted.pending_migration = None
+        hosted.is_released = True
+        await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
 
     async def _preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
         if hosted.request_id is None:
@@ -255,6 +302,8 @@ class CommandHandler:
     ) -> None:
         spec = command.spec if isinstance(command, _PLACING) else None
         log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id, spec=spec)
+        if isinstance(command, _PLACING):
+            log.host(self.worker_id, command.epoch)
         event = records.failed(
             log,
             reason=reason,

@@ -18,6 +18,11 @@ whole output, the interrupted part first, and replaces it.
 Step 0's ``input_token_ids`` are the environment's reset observation when the spec carried no
 prompt tokens; they belong to the prompt. Later steps' inputs are tool observations (loss mask 0).
 
+The stream holds whatever a credential published: a forged step, a step of a worker whose
+hosting is over (a zombie's). The fold takes only what the trajectory's lease admits
+(``heddle.control.leases``, the rules of the control plane's gate and the ledger), so a worker
+resuming a trajectory rebuilds exactly the history the control plane acts on.
+
 Ownership: a log is mutable and owned by one agent task at a time (the trajectory's lock).
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from heddle.control.leases import TrajectoryLease, admit
 from heddle.events import (
     Completed,
     EventT,
@@ -86,8 +92,9 @@ class TrajectoryLog:
     steps: list[StepLog] = field(default_factory=list)
     submitted_at: float | None = None
     """Wall time of ``TrajectorySubmitted`` (or of the first generation when unknown)."""
-    owner_worker_id: str = ""
-    """The worker the control plane last placed the trajectory on (placement or migration)."""
+    lease: TrajectoryLease | None = None
+    """Who holds the trajectory under which hosting, and where its steps stand (None before
+    its submission or spec is known)."""
     outcome: Completed | Failed | None = None
     """Terminal event; a retryable ``Failed`` is not terminal (the trajectory gets re-placed)."""
     num_preemptions: int = 0
@@ -103,8 +110,23 @@ class TrajectoryLog:
 
     # ---- folding --------------------------------------------------------------------------
 
+    @property
+    def owner_worker_id(self) -> str:
+        """The worker that holds the trajectory ("" before placement, or when handed back)."""
+        return self.lease.worker_id if self.lease is not None else ""
+
+    @property
+    def epoch(self) -> int:
+        """The holder's hosting number (0: none numbered)."""
+        return self.lease.epoch if self.lease is not None else 0
+
+    def host(self, worker_id: str, epoch: int) -> None:
+        """``worker_id`` holds the trajectory under hosting ``epoch`` (its command said so)."""
+        self._lease().host(worker_id, epoch)
+
     def apply(self, event: EventT) -> bool:
-        """Fold one event in; False when it was a duplicate or does not change the history."""
+        """Fold one event in; False when it was a duplicate, the lease refused it, or it does
+        not change the history."""
         if not isinstance(event, TrajectoryEvent):
             return False
         if (event.rollout_id, event.traj_id) != (self.rollout_id, self.traj_id):
@@ -112,12 +134,24 @@ class TrajectoryLog:
                 f"event {event.event_id} belongs to {event.rollout_id}/{event.traj_id}, "
                 f"not {self.rollout_id}/{self.traj_id}"
             )
-        if event.event_id in self._event_ids:
+        if event.event_id in self._event_ids or not self._admits(event):
             return False
         changed = self._fold(event)
         if changed:
             self._event_ids.add(event.event_id)
         return changed
+
+    def _admits(self, event: TrajectoryEvent) -> bool:
+        if isinstance(event, TrajectorySubmitted):
+            if self.lease is None:
+                self.lease = TrajectoryLease.of(event.spec)
+            return self.submitted_at is None
+        return admit(self._lease(), event) is None
+
+    def _lease(self) -> TrajectoryLease:
+        if self.lease is None:
+            self.lease = TrajectoryLease.of(self.spec) if self.spec else TrajectoryLease()
+        return self.lease
 
     def _fold(self, event: TrajectoryEvent) -> bool:
         match event:
@@ -126,7 +160,6 @@ class TrajectoryLog:
                 self.submitted_at = event.occurred_at
                 return True
             case TrajectoryPlaced():
-                self.owner_worker_id = event.worker_id
                 return True
             case GenerationStarted():
                 return self._start(event)
@@ -136,7 +169,6 @@ class TrajectoryLog:
                 self.num_preemptions += 1
                 return True
             case Migrated():
-                self.owner_worker_id = event.target_worker_id
                 self.num_migrations += 1
                 self.migration_s += event.transfer_s
                 return True
@@ -326,9 +358,12 @@ def _aligned(logprobs: list[float], length: int) -> list[float]:
     return (list(logprobs) + [0.0] * length)[:length]
 
 
-def rebuild(rollout_id: str, traj_id: str, events: list[EventT]) -> TrajectoryLog:
-    """The log of one trajectory from its events in stream order."""
-    log = TrajectoryLog(rollout_id=rollout_id, traj_id=traj_id)
+def rebuild(
+    rollout_id: str, traj_id: str, events: list[EventT], spec: TrajectorySpec | None = None
+) -> TrajectoryLog:
+    """The log of one trajectory from its events in stream order (``spec``: what a command
+    says it is, for a stream that no longer holds its submission)."""
+    log = TrajectoryLog(rollout_id=rollout_id, traj_id=traj_id, spec=spec)
     for event in events:
         log.apply(event)
     return log

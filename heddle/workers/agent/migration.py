@@ -111,6 +111,7 @@ class Migrator:
             cache_key=blob_key,
             priority=hosted.priority,
             now=now,
+            target_epoch=command.target_epoch,
         )
         # Migrated first: from then on the stream names the target as the owner, so a source
         # that crashes before the MigrateIn below forwards the redelivered MigrateOut to the
@@ -125,6 +126,7 @@ class Migrator:
                 num_bytes=snapshot.num_bytes if snapshot is not None else 0,
                 transfer_s=transfer_s,
                 now=now,
+                target_epoch=command.target_epoch,
             ),
         )
         await self.publisher.publish(migrate_in)

@@ -3,8 +3,14 @@
 Ids are derived from what they describe (``heddle.ids.derive_id``), so a step re-run after a crash
 or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate:
 
-    <rollout>:<traj>:<step>:generation_started | generated | tool_called | call (tool call id)
-    <rollout>:<traj>:completed       <rollout>:<traj>:<migration>:migrated
+    <rollout>:<traj>:<step>:e<epoch>:generation_started | generated | tool_called
+    <rollout>:<traj>:<step>:call (tool call id)
+    <rollout>:<traj>:e<epoch>:completed       <rollout>:<traj>:<migration>:e<epoch>:migrated
+
+Every event carries the hosting it was written under (``log.epoch``, the ``e<epoch>`` of its id:
+none for the unnumbered hostings of older streams), so the events of a worker whose hosting is
+over never share an id with its successor's, and the successor's are never dropped as
+duplicates of a zombie's.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectoryTimings,
 )
-from heddle.ids import derive_id, resubmission_id
+from heddle.ids import derive_id, epoch_part, resubmission_id
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import CommandArrival
 from heddle.workers.engines.base import GenerationResult
@@ -44,9 +50,10 @@ def generation_started(
 ) -> GenerationStarted:
     """``arrival``: the command that started the step (None: it follows the previous one)."""
     return GenerationStarted(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, "generation_started"),
+        event_id=derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "generation_started"),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=step,
         worker_id=worker_id,
@@ -73,9 +80,10 @@ def generated(
     weights_wait_s: float = 0.0,
 ) -> Generated:
     return Generated(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, "generated"),
+        event_id=derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "generated"),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=step,
         worker_id=worker_id,
@@ -153,9 +161,10 @@ def tool_call(
 
 def tool_called(log: TrajectoryLog, call: ToolCall, *, worker_id: str, now: float) -> ToolCalled:
     return ToolCalled(
-        event_id=derive_id(log.rollout_id, log.traj_id, call.step, "tool_called"),
+        event_id=derive_id(log.rollout_id, log.traj_id, call.step, _hosting(log), "tool_called"),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=call.step,
         worker_id=worker_id,
@@ -168,6 +177,7 @@ def tool_called(log: TrajectoryLog, call: ToolCall, *, worker_id: str, now: floa
 def completed(
     log: TrajectoryLog,
     *,
+    worker_id: str,
     reward: float,
     finish_reason: TerminalReason,
     time_scale: float,
@@ -190,9 +200,11 @@ def completed(
         total_s=max(0.0, now - started_at) * time_scale,
     )
     return Completed(
-        event_id=derive_id(log.rollout_id, log.traj_id, "completed"),
+        event_id=derive_id(log.rollout_id, log.traj_id, _hosting(log), "completed"),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
+        worker_id=worker_id,
         occurred_at=now,
         num_steps=log.num_steps,
         prompt_token_ids=log.prompt_token_ids(),
@@ -229,10 +241,14 @@ def failed(
     if finish_reason == "stale" and not retryable and spec and spec.attempt + 1 < spec.max_attempts:
         resubmitted_as = resubmission_id(log.traj_id, spec.attempt + 1)
         reason = f"{reason}; resubmitted as {resubmitted_as}"
+    hosting = _hosting(log)
     return Failed(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, "failed", discriminator or None),
+        event_id=derive_id(
+            log.rollout_id, log.traj_id, step, hosting, "failed", discriminator or None
+        ),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=step,
         reason=reason,
@@ -250,9 +266,12 @@ def preempted(
 ) -> Preempted:
     step = log.current_step
     return Preempted(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, "preempted", command_id),
+        event_id=derive_id(
+            log.rollout_id, log.traj_id, step, _hosting(log), "preempted", command_id
+        ),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=step,
         worker_id=worker_id,
@@ -271,6 +290,7 @@ def migrate_in(
     cache_key: str,
     priority: float,
     now: float,
+    target_epoch: int = 0,
 ) -> MigrateIn:
     return MigrateIn(
         command_id=derive_id(migration_id, "migrate_in"),
@@ -285,6 +305,7 @@ def migrate_in(
         cache_key=cache_key,
         num_context_tokens=log.num_context_tokens,
         priority=priority,
+        epoch=target_epoch,
     )
 
 
@@ -297,11 +318,14 @@ def migrated(
     num_bytes: int,
     transfer_s: float,
     now: float,
+    target_epoch: int = 0,
 ) -> Migrated:
     return Migrated(
-        event_id=derive_id(log.rollout_id, log.traj_id, migration_id, "migrated"),
+        event_id=derive_id(log.rollout_id, log.traj_id, migration_id, _hosting(log), "migrated"),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
+        target_epoch=target_epoch,
         occurred_at=now,
         source_worker_id=source_worker_id,
         target_worker_id=target_worker_id,
@@ -310,3 +334,7 @@ def migrated(
         kv_transferred=num_bytes > 0,
         transfer_s=transfer_s,
     )
+
+
+def _hosting(log: TrajectoryLog) -> str | None:
+    return epoch_part(log.epoch)

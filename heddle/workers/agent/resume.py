@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from heddle.control.leases import TrajectoryLease
 from heddle.events import TrajectoryPhase, TrajectorySpec
 from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.history import TrajectoryLog, rebuild
@@ -49,7 +50,8 @@ class ResumeKind(enum.Enum):
     WAIT_FOR_TOOL = "wait_for_tool"
     FINISHED = "finished"
     FOREIGN = "foreign"
-    """The stream places the trajectory on another worker (``ResumePlan.owner``)."""
+    """The stream places the trajectory on another worker (``ResumePlan.owner``), or a newer
+    hosting than the command's: the command is stale."""
     UNKNOWN = "unknown"
     """The stream holds no spec for the trajectory and the command carried none."""
 
@@ -108,6 +110,14 @@ def plan_from_log(
     return ResumePlan(ResumeKind.RUN, hosted, outcome=last)
 
 
+def is_superseded(lease: TrajectoryLease, epoch: int, worker_id: str) -> bool:
+    """Whether hosting ``epoch`` on ``worker_id`` is over by what the stream says: a newer
+    hosting was granted, or this one is held by another worker (or handed back)."""
+    if lease.max_epoch != epoch:
+        return lease.max_epoch > epoch
+    return lease.worker_id != worker_id and not (epoch == 0 and not lease.worker_id)
+
+
 def _observation_before(prompt: Observation, last: StepOutcome | None) -> Observation:
     if last is not None and last.observation is not None:
         return last.observation
@@ -142,13 +152,16 @@ class Resumer:
         spec: TrajectorySpec | None = None,
         priority: float = 0.0,
         cache_key: str = "",
+        epoch: int | None = None,
     ) -> ResumePlan:
-        """Rebuild from the stream. A trajectory whose last placement (``TrajectoryPlaced`` or
-        ``Migrated``) names another worker is FOREIGN: the command is stale or misrouted."""
+        """Rebuild from the stream. ``epoch``: the hosting a placing command gives this worker.
+        The trajectory is FOREIGN when the stream holds a newer hosting than that (the command
+        is stale), or, for a command without one, when its holder (``TrajectoryPlaced``,
+        ``Migrated``) is another worker (the command is misrouted: forward it)."""
         events = await self.history.trajectory_events(rollout_id, traj_id)
-        log = rebuild(rollout_id, traj_id, events)
-        owner = log.owner_worker_id
-        if owner not in ("", self.worker_id):
+        log = rebuild(rollout_id, traj_id, events, spec)
+        owner = self._owner_instead(log, epoch)
+        if owner is not None:
             return ResumePlan(ResumeKind.FOREIGN, owner=owner)
         spec = log.spec or spec
         if spec is None:
@@ -158,6 +171,18 @@ class Resumer:
         if plan.hosted is not None and log.steps:
             await self._restore_cache(plan.hosted, cache_key)
         return plan
+
+    def _owner_instead(self, log: TrajectoryLog, epoch: int | None) -> str | None:
+        """None when this worker runs the trajectory (hosting it under ``epoch`` if given),
+        else who holds it ("" when a newer hosting holds no worker yet)."""
+        owner = log.owner_worker_id
+        if epoch is None:
+            return owner if owner not in ("", self.worker_id) else None
+        lease = log.lease
+        if lease is not None and is_superseded(lease, epoch, self.worker_id):
+            return owner
+        log.host(self.worker_id, epoch)
+        return None
 
     async def _restore_cache(self, hosted: HostedTrajectory, cache_key: str) -> None:
         """Import the migrated KV if there is one; otherwise warm up or mark it lost."""

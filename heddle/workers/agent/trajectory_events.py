@@ -86,6 +86,7 @@ class TrajectoryEvents:
     ) -> None:
         event = records.completed(
             hosted.log,
+            worker_id=self.worker_id,
             reward=reward,
             finish_reason=finish_reason,
             time_scale=self.time_scale,
