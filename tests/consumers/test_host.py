@@ -23,6 +23,8 @@ from heddle.events import (
     Event,
     RolloutFinished,
     RolloutSubmitted,
+    TrajectorySpec,
+    TrajectorySubmitted,
 )
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, rollout_subject
 from heddle.policy.prediction.online import OnlinePredictor
@@ -37,14 +39,29 @@ def make_bundle(policy: str) -> ControlPlane:
     return build_control_plane(system_spec(policy), options)
 
 
-def submitted(rollout_id: str, num: int, policy: str = "verl") -> RolloutSubmitted:
-    return RolloutSubmitted(
-        event_id=f"{rollout_id}:submitted",
-        rollout_id=rollout_id,
-        occurred_at=1.0,
-        policy=policy,
-        num_trajectories=num,
-    )
+def submitted(rollout_id: str, num: int, policy: str = "verl") -> list[Event]:
+    """A rollout's submission and its ``num`` trajectories' (``t0``, ``t1``, ...)."""
+    opened: list[Event] = [
+        RolloutSubmitted(
+            event_id=f"{rollout_id}:submitted",
+            rollout_id=rollout_id,
+            occurred_at=1.0,
+            policy=policy,
+            num_trajectories=num,
+        )
+    ]
+    for index in range(num):
+        spec = TrajectorySpec(group_id="g", index=index, environment="trace")
+        opened.append(
+            TrajectorySubmitted(
+                event_id=f"{rollout_id}:t{index}:submitted",
+                rollout_id=rollout_id,
+                occurred_at=1.0,
+                traj_id=f"t{index}",
+                spec=spec,
+            )
+        )
+    return opened
 
 
 def completed(rollout_id: str, index: int) -> Completed:
@@ -90,7 +107,7 @@ async def finished(bus: Bus, rollout_id: str) -> list[Event]:
 
 async def test_decides_live_and_publishes_outputs(bus: Bus) -> None:
     async with Running(bus) as consumer:
-        await bus.publish_many([submitted("r1", 2), completed("r1", 0), completed("r1", 1)])
+        await bus.publish_many([*submitted("r1", 2), completed("r1", 0), completed("r1", 1)])
 
         async def is_finished() -> bool:
             return bool(await finished(bus, "r1"))
@@ -98,26 +115,26 @@ async def test_decides_live_and_publishes_outputs(bus: Bus) -> None:
         await until(is_finished)
     (event,) = await finished(bus, "r1")
     assert isinstance(event, RolloutFinished) and event.num_completed == 2
-    # The slot folds its own RolloutFinished too (4) when it comes back before the stop.
-    assert consumer.stats.num_decided in (3, 4) and consumer.stats.num_outputs == 1
+    # The slot folds its own RolloutFinished too (6) when it comes back before the stop.
+    assert consumer.stats.num_decided in (5, 6) and consumer.stats.num_outputs == 1
 
 
 async def test_a_restart_replays_to_its_position_and_decides_the_rest_once(bus: Bus) -> None:
     async with Running(bus) as first:
-        await bus.publish_many([submitted("r1", 3), completed("r1", 0)])
-        await until(lambda: _decided(first, 2))
+        await bus.publish_many([*submitted("r1", 3), completed("r1", 0)])
+        await until(lambda: _decided(first, 5))
     # The repeated completion has the same id: the stream stores it once.
     await bus.publish_many([completed("r1", 1), completed("r1", 1), completed("r1", 2)])
     async with Running(bus) as second:
         await until(lambda: _decided(second, 2))
-    assert second.stats.num_replayed == 2
+    assert second.stats.num_replayed == 5
     (event,) = await finished(bus, "r1")
     assert isinstance(event, RolloutFinished) and event.num_completed == 3
     async with Running(bus) as third:  # nothing left to decide: no second RolloutFinished
-        await until(lambda: third.stats.num_replayed + third.stats.num_decided >= 5, "all 5 folded")
-    # Replayed: the submission, three completions and the slot's own RolloutFinished (or that
+        await until(lambda: third.stats.num_replayed + third.stats.num_decided >= 8, "all 8 folded")
+    # Replayed: the submissions, three completions and the slot's own RolloutFinished (or that
     # one live, when the second stopped before its own output came back to it).
-    assert third.stats.num_replayed + third.stats.num_decided == 5
+    assert third.stats.num_replayed + third.stats.num_decided == 8
     assert third.stats.num_outputs == 0
     assert len(await finished(bus, "r1")) == 1
 
@@ -127,18 +144,18 @@ async def _decided(consumer: DeciderConsumer, count: int) -> bool:
 
 
 async def test_a_new_consumer_adopts_the_past_without_deciding_it(bus: Bus) -> None:
-    await bus.publish_many([submitted("old", 1), completed("old", 0), submitted("r2", 2)])
+    await bus.publish_many([*submitted("old", 1), completed("old", 0), *submitted("r2", 2)])
     async with Running(bus) as consumer:
         await bus.publish(completed("r2", 0))
         await bus.publish(completed("r2", 1))
         await until(lambda: _decided(consumer, 2))
     assert await finished(bus, "old") == []  # its end was the past's business
     assert len(await finished(bus, "r2")) == 1  # known from the adopted submission
-    assert consumer.stats.num_replayed == 3
+    assert consumer.stats.num_replayed == 6
 
 
 async def test_events_before_since_are_ignored(bus: Bus) -> None:
-    await bus.publish_many([submitted("r1", 1)])
+    await bus.publish_many(submitted("r1", 1))
     since = (await bus.stream_state()).last_sequence + 1
     config = HostConfig(fetch_wait_s=0.2, durable_prefix="isolated", since_sequence=since)
     async with Running(bus, config) as consumer:
@@ -151,10 +168,10 @@ async def test_events_before_since_are_ignored(bus: Bus) -> None:
 async def test_refused_events_are_dead_lettered_and_work_goes_on(bus: Bus) -> None:
     async with Running(bus) as consumer:
         await bus.publish_many(
-            [submitted("bad", 1, policy="nope"), submitted("ok", 1), completed("ok", 0)]
+            [*submitted("bad", 1, policy="nope"), *submitted("ok", 1), completed("ok", 0)]
         )
         await bus.publish_raw("heddle.evt.rollout.x.submitted", b"{not json", "junk")
-        await until(lambda: _decided(consumer, 3))
+        await until(lambda: _decided(consumer, 5))
 
         async def has_letters() -> bool:
             return len(await read(bus, (DEADLETTER_SUBJECT,))) >= 2
@@ -186,28 +203,30 @@ async def durables(bus: Bus) -> set[str]:
 async def test_units_share_one_durable_and_each_decides_its_events(bus: Bus) -> None:
     running = RunningPlane(bus)
     async with running as consumer:
-        await bus.publish_many([b.worker("w0", at=1.0), submitted("r1", 2), completed("r1", 0)])
+        # heddle places once every first prediction came (none here: no prediction slot).
+        opened = submitted("r1", 2, policy="heddle")
+        await bus.publish_many([b.worker("w0", at=1.0), *opened, completed("r1", 0)])
         await bus.publish(completed("r1", 1))
-        await until(lambda: _decided(consumer, 4))
+        await until(lambda: _decided(consumer, 6))
 
         async def is_finished() -> bool:
             return bool(await finished(bus, "r1"))
 
         await until(is_finished)
-        await until(lambda: _decided(consumer, 5))  # ... and its own RolloutFinished
+        await until(lambda: _decided(consumer, 7))  # ... and its own RolloutFinished
     assert consumer.durable == "control-plane" and await durables(bus) == {"control-plane"}
     assert running.liveness.live_workers() == ["w0"]
     units = consumer.stats.units
     # The rollout slot folds its own RolloutFinished too (every slot notes ended rollouts).
-    assert units["rollout"].num_decided == 4 and units["rollout"].num_outputs == 1
+    assert units["rollout"].num_decided == 6 and units["rollout"].num_outputs == 1
     assert units["liveness"].num_decided == 3  # registration and completions
-    assert units["placement"].num_decided == 5
+    assert units["placement"].num_decided == 7
 
 
 async def test_an_event_refused_by_several_units_is_dead_lettered_once(bus: Bus) -> None:
     async with RunningPlane(bus) as consumer:
-        await bus.publish_many([submitted("bad", 1, policy="nope"), submitted("ok", 1)])
-        await until(lambda: _decided(consumer, 2))
+        await bus.publish_many([*submitted("bad", 1, policy="nope"), *submitted("ok", 1)])
+        await until(lambda: _decided(consumer, 4))
 
         async def has_letter() -> bool:
             return bool(await read(bus, (DEADLETTER_SUBJECT,)))

@@ -22,6 +22,7 @@ from heddle.events import (
     Completed,
     Drain,
     RolloutSubmitted,
+    TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
     WorkerRegistered,
@@ -68,8 +69,10 @@ def _history() -> list[object]:
             )
             for t in ("t0", "t1")
         ),
+        TrajectoryPlaced(event_id="r1:t1:placed", rollout_id="r1", occurred_at=1.5, traj_id="t1",
+                         worker_id="w0", epoch=1),
         Completed(event_id="r1:t1:completed", rollout_id="r1", occurred_at=2.0, traj_id="t1",
-                  num_steps=1),
+                  num_steps=1, worker_id="w0", epoch=1),
     ]  # fmt: skip
 
 

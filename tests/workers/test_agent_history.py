@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -168,44 +169,59 @@ def test_outcomes_migrations_and_retryable_failures() -> None:
         occurred_at=7.0,
         step=1,
         reason="draining",
+        worker_id="w1",
         retryable=True,
     )
-    assert not log.apply(retry)
-    assert log.phase is TrajectoryPhase.READY
-    log.apply(Completed(event_id="c", rollout_id=R, traj_id=T, occurred_at=8.0, num_steps=1))
+    assert not log.apply(retry)  # handed back: not an outcome
+    assert log.phase is TrajectoryPhase.READY and log.owner_worker_id == ""
+    done = Completed(
+        event_id="c", rollout_id=R, traj_id=T, occurred_at=8.0, num_steps=1, worker_id="w2",
+        epoch=1,
+    )  # fmt: skip
+    assert not log.apply(done)  # w2 does not hold it yet
+    placed = TrajectoryPlaced(
+        event_id="p2", rollout_id=R, traj_id=T, occurred_at=7.5, worker_id="w2", epoch=1
+    )
+    assert log.apply(placed) and log.apply(done)
     assert log.phase is TrajectoryPhase.DONE
     assert not log.apply(
-        Failed(event_id="f2", rollout_id=R, traj_id=T, occurred_at=9.0, step=1, reason="late")
-    )
+        Failed(
+            event_id="f2", rollout_id=R, traj_id=T, occurred_at=9.0, step=1, reason="late",
+            worker_id="w2", epoch=1,
+        )
+    )  # fmt: skip
     assert isinstance(log.outcome, Completed)
 
 
-def test_gaps_and_foreign_events_are_refused() -> None:
-    log = TrajectoryLog(rollout_id=R, traj_id=T)
-    with pytest.raises(HistoryError, match="step 2 started before step 0"):
-        log.apply(
-            GenerationStarted(
-                event_id="g2",
-                rollout_id=R,
-                traj_id=T,
-                occurred_at=0.0,
-                step=2,
-                worker_id="w",
-                num_context_tokens=0,
-            )
-        )
-    with pytest.raises(HistoryError, match="generated of step 0 before its generation"):
-        log.apply(
-            Generated(
-                event_id="x",
-                rollout_id=R,
-                traj_id=T,
-                occurred_at=0.0,
-                step=0,
-                worker_id="w",
-                output_token_ids=[],
-            )
-        )
+def test_gaps_and_forgeries_are_not_folded_and_foreign_events_are_refused() -> None:
+    """What the trajectory's lease refuses (a gap, a step of a worker that does not hold it,
+    a result for a future step) never enters the log: a resumed worker rebuilds the history
+    the control plane acts on."""
+    log = rebuild(R, T, _events([1, 2], [([], [3], True)])[:3])  # step 0 started on w0
+    started = log.steps[0].started
+    gap = msgspec.structs.replace(started, event_id="g2", step=2)
+    forged = Generated(
+        event_id="x",
+        rollout_id=R,
+        traj_id=T,
+        occurred_at=0.0,
+        step=0,
+        worker_id="w9",
+        output_token_ids=[7, 7],
+    )
+    future = ToolReturned(
+        event_id="tr",
+        rollout_id=R,
+        traj_id=T,
+        occurred_at=0.0,
+        step=3,
+        call_id="c",
+        tool="trace",
+        status="ok",
+    )
+    assert not any(log.apply(event) for event in (gap, forged, future))
+    assert log.num_steps == 1 and log.steps[0].generated is None
+    assert log.phase is TrajectoryPhase.GENERATING
     with pytest.raises(HistoryError, match="belongs to r1/other"):
         log.apply(
             Completed(event_id="c", rollout_id=R, traj_id="other", occurred_at=0.0, num_steps=0)

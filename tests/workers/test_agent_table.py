@@ -15,13 +15,14 @@ SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
 
 def row(traj_id: str) -> HostedTrajectory:
     log = TrajectoryLog(rollout_id="r", traj_id=traj_id, spec=SPEC)
+    log.host("w0", 1)
     return HostedTrajectory(log=log, spec=SPEC, env=create_environment("trace"))
 
 
 def finish(hosted: HostedTrajectory) -> None:
     hosted.log.apply(
         Completed(event_id="c", rollout_id="r", traj_id=hosted.traj_id, occurred_at=0.0,
-                  num_steps=0)
+                  num_steps=0, worker_id="w0", epoch=1)
     )  # fmt: skip
 
 
