@@ -133,6 +133,7 @@ def _apply_rollout(
             row.time_scale = event.time_scale
             row.labels = dict(event.labels)
             row.submitted_at = event.occurred_at
+            row.trainer = event.trainer
         case RolloutFinished():
             # A rollout cancelled first stays cancelled (control planes before operator
             # events finished a cancelled rollout once its aborted trajectories failed).
@@ -177,6 +178,7 @@ def _apply_trajectory(
             row.submitted_at = event.occurred_at
         case TrajectoryPlaced():
             row.worker_id = event.worker_id
+            row.epoch = event.epoch
             if row.status in (TrajectoryStatus.SUBMITTED, TrajectoryStatus.INTERRUPTED):
                 row.status = TrajectoryStatus.PLACED
             rows.placements.append(placement_row(event))
@@ -225,6 +227,7 @@ def _apply_migrated(rows: BatchRows, trajectory: TrajectoryRow, event: Migrated)
     trajectory.num_migrations += 1
     trajectory.migration_s += event.transfer_s
     trajectory.worker_id = event.target_worker_id
+    trajectory.epoch = event.target_epoch
 
 
 def _open_migration(rows: BatchRows, event: Migrated) -> MigrationRow | None:

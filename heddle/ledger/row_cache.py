@@ -144,6 +144,7 @@ def _keys_of(events: list[EventT]) -> _Keys:
         if isinstance(event, OPERATOR_EVENTS):
             continue  # recorded as an action only: no row of its target is read or written
         if isinstance(event, TrajectoryEvent):
+            keys.rollouts.add(event.rollout_id)  # its lease: the gate reads it
             keys.trajectories.add((event.rollout_id, event.traj_id))
             if isinstance(event, STEP_EVENTS):
                 keys.steps.add((event.rollout_id, event.traj_id, event.step))

@@ -29,6 +29,8 @@ class RolloutRow(msgspec.Struct, kw_only=True):
     makespan_s: float = 0.0
     num_output_tokens: int = 0
     cancel_reason: str = ""
+    trainer: str = "default"
+    lease: str = ""
 
 
 class TrajectoryRow(msgspec.Struct, kw_only=True):
@@ -64,6 +66,8 @@ class TrajectoryRow(msgspec.Struct, kw_only=True):
     started_at: float | None = None
     completed_at: float | None = None
     updated_at: float | None = None
+    epoch: int = 0
+    lease: str = ""
 
 
 class StepRow(msgspec.Struct, kw_only=True):

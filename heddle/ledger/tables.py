@@ -54,6 +54,10 @@ class Rollout(Base):
     makespan_s: Mapped[float] = mapped_column(Float, default=0.0)
     num_output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cancel_reason: Mapped[str] = mapped_column(Text, default="")
+    trainer: Mapped[str] = mapped_column(_NAME, default="default")
+    """The trainer that owns it (its records go to stream ``HEDDLE_OUT_<trainer>``)."""
+    lease: Mapped[str] = mapped_column(Text, default="")
+    """The event gate's state of the rollout, JSON (``heddle.ledger.leases``)."""
 
 
 class Trajectory(Base):
@@ -95,6 +99,10 @@ class Trajectory(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     completed_at: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    """The hosting its holder writes under (``TrajectoryPlaced.epoch``)."""
+    lease: Mapped[str] = mapped_column(Text, default="")
+    """The event gate's state of the trajectory, JSON (``heddle.ledger.leases``)."""
 
 
 class Step(Base):

@@ -1,7 +1,8 @@
 """Projection writes: a batch of events and the consumer's stream position in ONE transaction.
 
 ``LedgerWriter.project`` skips events at or below the stored position (a redelivery after a
-crash), loads the rows the rest touch, folds the events into them (``heddle.ledger.fold``),
+crash), loads the rows the rest touch, folds the events the event gate accepts into them
+(``heddle.ledger.leases``, ``heddle.ledger.fold``; a refused one leaves a dead-letter row),
 writes each table with one statement and moves the position with a compare-and-set: if another
 writer moved it meanwhile, nothing is written and ``PositionConflict`` is raised. Exactly-once
 projection of an at-least-once stream follows.
@@ -32,7 +33,7 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.database import Ledger
-from heddle.ledger.fold import apply
+from heddle.ledger.leases import fold_gated
 from heddle.ledger.row_cache import RowCache
 from heddle.ledger.tables import (
     ConsumerPosition,
@@ -107,6 +108,8 @@ class LedgerWriter:
         self._rows = RowCache()
         self._upserts = Upserts(ledger.engine.dialect)
         self._position = self._read_position()
+        self.num_refused = 0
+        """Events the gate refused since this writer was made (dead-letter rows)."""
 
     @property
     def position(self) -> int:
@@ -130,8 +133,7 @@ class LedgerWriter:
         try:
             with self.ledger.engine.begin() as connection:
                 rows = self._rows.load(connection, events)
-                for event in events:
-                    apply(rows, event)
+                self.num_refused += fold_gated(rows, fresh, self.stream)
                 self._write(connection, rows)
                 self._advance(connection, fresh[-1][0], len(fresh))
         except PositionConflict:

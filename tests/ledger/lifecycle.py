@@ -38,7 +38,8 @@ T0 = 1_700_000_000.0
 
 def rollout_events(rollout_id: str, num_trajectories: int = 3, num_steps: int = 2) -> list[EventT]:
     """A finished rollout: every trajectory runs ``num_steps`` generations with tool calls in
-    between; trajectory 1 migrates and is preempted, the last one fails."""
+    between; trajectory 1 migrates and is preempted, the last one fails. Each is placed on w00
+    under hosting 1; trajectory 1 moves to w01 under hosting 2 (a history the gate accepts)."""
     events: list[EventT] = [
         RolloutSubmitted(
             event_id=derive_id(rollout_id, "submitted"),
@@ -86,7 +87,9 @@ def _trajectory(rollout_id: str, index: int, num_steps: int, *, fails: bool) -> 
             ),
             **ids,
         ),
-        TrajectoryPlaced(event_id=eid("placed", 0), occurred_at=at + 0.1, worker_id="w00", **ids),
+        TrajectoryPlaced(
+            event_id=eid("placed", 0), occurred_at=at + 0.1, worker_id="w00", epoch=1, **ids
+        ),
         Predicted(
             event_id=eid(-1, "predicted"),
             occurred_at=at + 0.2,
@@ -108,6 +111,7 @@ def _trajectory(rollout_id: str, index: int, num_steps: int, *, fails: bool) -> 
         events += _step(rollout_id, traj, step, at_step, is_last=step == num_steps - 1)
         if index == 1 and step == 0:
             events += _migration_and_preemption(rollout_id, traj, at_step + 5)
+    holder = {"worker_id": "w01", "epoch": 2} if index == 1 else {"worker_id": "w00", "epoch": 1}
     if fails:
         events.append(
             Failed(
@@ -115,6 +119,7 @@ def _trajectory(rollout_id: str, index: int, num_steps: int, *, fails: bool) -> 
                 occurred_at=at + 90,
                 step=num_steps,
                 reason="engine died",
+                **holder,
                 **ids,
             )
         )
@@ -129,6 +134,7 @@ def _trajectory(rollout_id: str, index: int, num_steps: int, *, fails: bool) -> 
                 reward=1.0 if index % 2 == 0 else 0.0,
                 num_output_tokens=32 * num_steps,
                 timings=TrajectoryTimings(queue_s=1.0, decode_s=5.0, tool_s=2.0, total_s=9.5),
+                **holder,
                 **ids,
             )
         )
@@ -142,6 +148,7 @@ def _step(rollout_id: str, traj: str, step: int, at: float, *, is_last: bool) ->
         return derive_id(rollout_id, traj, step, kind)
 
     worker = "w01" if traj == trajectory_id(1) and step > 0 else "w00"
+    epoch = 2 if worker == "w01" else 1
     events: list[EventT] = [
         GenerationStarted(
             event_id=eid("generation_started"),
@@ -152,6 +159,7 @@ def _step(rollout_id: str, traj: str, step: int, at: float, *, is_last: bool) ->
             num_context_tokens=20 + step * 40,
             num_cached_tokens=10 * step,
             queued_s=0.25,
+            epoch=epoch,
             **ids,
         ),
         Generated(
@@ -166,6 +174,7 @@ def _step(rollout_id: str, traj: str, step: int, at: float, *, is_last: bool) ->
             queue_s=0.5,
             prefill_s=0.125,
             decode_s=1.5,
+            epoch=epoch,
             **ids,
         ),
     ]
@@ -178,6 +187,7 @@ def _step(rollout_id: str, traj: str, step: int, at: float, *, is_last: bool) ->
                 worker_id=worker,
                 call_id=eid("call"),
                 tool="python",
+                epoch=epoch,
                 **ids,
             ),
             ToolReturned(
@@ -208,6 +218,7 @@ def _migration_and_preemption(rollout_id: str, traj: str, at: float) -> list[Eve
             target_worker_id="w01",
             predicted_remaining_tokens=300.0,
             new_rank=4,
+            target_epoch=2,
             **ids,
         ),
         Migrated(
@@ -219,13 +230,16 @@ def _migration_and_preemption(rollout_id: str, traj: str, at: float) -> list[Eve
             num_bytes=4096,
             kv_transferred=True,
             transfer_s=0.75,
+            epoch=1,
+            target_epoch=2,
             **ids,
         ),
         Preempted(
             event_id=derive_id(rollout_id, traj, "preempted", 1),
             occurred_at=at + 2,
-            step=1,
+            step=0,
             worker_id="w01",
+            epoch=2,
             **ids,
         ),
     ]

@@ -153,8 +153,10 @@ class TestLedgerContract:
             ).scalar()
         assert [tuple(m) for m in migrations] == [("done", 4096, True, 0.75)] * 2
         assert num_placements == 5 and num_predictions == 5
-        [letter] = queries.dead_letters(ledger)
+        # The stream's dead letter, and the gate's: "ghost" was cancelled, never submitted.
+        letter, refused = sorted(queries.dead_letters(ledger), key=lambda row: row.payload)[::-1]
         assert (letter.stream_sequence, letter.payload) == (3, "{oops")
+        assert refused.consumer == "ledger-gate" and "unknown rollout ghost" in refused.reason
         cancelled = queries.rollout_summary(ledger, "r3")
         assert cancelled is not None and cancelled.rollout is not None
         assert (cancelled.rollout.status, cancelled.rollout.cancel_reason) == (
@@ -302,10 +304,10 @@ class TestLedgerContract:
             assert compare_ledgers(ledger, reference).mismatches == []
         _clear(ledger)
 
-    def test_a_late_report_of_an_earlier_step_updates_that_step(self, ledger: Ledger) -> None:
+    def test_a_late_report_of_an_earlier_step_is_refused(self, ledger: Ledger) -> None:
         """A step's row is cached while its trajectory moves on; a report of an earlier step
-        arriving later (a publish retried outside the duplicate window) changes that step, as
-        it does in one batch."""
+        arriving later (a publish retried outside the duplicate window, or a forgery) is
+        refused by the gate, batch by batch as in one batch: the step keeps its first report."""
         events = rollout_events("late", num_trajectories=1, num_steps=3)
         first = next(e for e in events if isinstance(e, Generated) and e.step == 0)
         later = next(e for e in events if isinstance(e, GenerationStarted) and e.step == 2)
@@ -317,7 +319,9 @@ class TestLedgerContract:
         with reference_ledger(numbered(events)) as reference:
             assert compare_ledgers(ledger, reference).mismatches == []
         step = next(s for s in queries.steps(ledger, "late", first.traj_id) if s.step == 0)
-        assert step.decode_s == 9.0
+        assert step.decode_s == first.decode_s == 1.5
+        [letter] = queries.dead_letters(ledger)
+        assert "step 0: the trajectory is at step 2" in letter.reason
 
 
 @contextlib.contextmanager

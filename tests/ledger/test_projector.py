@@ -26,6 +26,7 @@ from heddle.events.subjects import EVENTS_STREAM, trajectory_subject
 from heddle.ledger import Ledger, open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
 from heddle.ledger.lean_decoder import decode_event_lean
+from heddle.ledger.rows import DeadLetterRow
 from heddle.replay import rebuild_ledger
 
 from .lifecycle import everything, rollout_events, worker_events
@@ -319,8 +320,17 @@ async def test_batches_after_a_dead_letter_or_a_deleted_message_continue(
     assert stats.num_dead_lettered == 1
     assert stats.position == len(events) + 2
     assert stats.num_projected == len(events) - 1 + 1
-    [letter] = queries.dead_letters(ledger)
+    letters = queries.dead_letters(ledger)
+    [letter] = [row for row in letters if row.consumer == "ledger"]
     assert letter.stream_sequence == 5
+    # The deleted message placed t000000: the gate refuses what its worker writes for it (and
+    # so the rollout's end, which it never reached).
+    refused = sorted((row for row in letters if row.consumer == "ledger-gate"), key=_sequence)
+    assert "not placed" in refused[0].reason and "cannot finish" in refused[-1].reason
+
+
+def _sequence(row: DeadLetterRow) -> int:
+    return row.stream_sequence
 
 
 def test_subject_matching_follows_nats_wildcards() -> None:
