@@ -1,7 +1,9 @@
 """``heddle bench bus``: publish, raw pull, projection and replay rates of realistic step events.
 
 One run publishes ``num_events`` Generated events (``num_tokens`` token ids and logprobs each,
-spread over the trajectories of one new rollout), then reads the same stream range four ways:
+spread over the trajectories of one new rollout, each announced by its step's
+GenerationStarted, as workers do: the ledger's event gate projects a step only once it
+started), then reads the same stream range four ways:
 a raw pull (fetch + ack, no decoding, no SQL) and the ledger projection into a fresh SQLite
 file (same client, same consumer settings), then ordered replay with the contract's decoder and
 with the ledger's lean decoder. Last, the step events of a second rollout are published encoded
@@ -34,7 +36,9 @@ from heddle.consumers.projector import Projector, ProjectorConfig
 from heddle.events import (
     Event,
     Generated,
+    GenerationStarted,
     RolloutSubmitted,
+    TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
     decode_event,
@@ -225,7 +229,7 @@ def _events(rollout_id: str, config: BusBenchConfig) -> Iterator[Event]:
         event_id=derive_id(rollout_id, "submitted"),
         rollout_id=rollout_id,
         occurred_at=time.time(),
-        policy="bench",
+        policy="heddle",
         num_trajectories=config.num_trajectories,
         source="bench:bus",
     )
@@ -237,15 +241,46 @@ def _events(rollout_id: str, config: BusBenchConfig) -> Iterator[Event]:
             occurred_at=time.time(),
             spec=TrajectorySpec(group_id=f"g{index // 8}", index=index, environment="trace"),
         )
+    for index in range(config.num_trajectories):
+        yield TrajectoryPlaced(
+            event_id=derive_id(rollout_id, trajectory_id(index), "placed"),
+            rollout_id=rollout_id,
+            traj_id=trajectory_id(index),
+            occurred_at=time.time(),
+            worker_id=_worker(index),
+            epoch=1,
+        )
     for number in range(config.num_events):
+        yield _started(rollout_id, config, number)
         yield _step(rollout_id, config, number)
+
+
+def _worker(traj_index: int) -> str:
+    return f"w{traj_index % 8:02d}"
+
+
+def _started(rollout_id: str, config: BusBenchConfig, number: int) -> GenerationStarted:
+    """The announcement of the ``number``-th step (no tool call between steps)."""
+    traj_index = number % config.num_trajectories
+    step = number // config.num_trajectories
+    return GenerationStarted(
+        event_id=derive_id(rollout_id, trajectory_id(traj_index), step, "generation_started"),
+        rollout_id=rollout_id,
+        traj_id=trajectory_id(traj_index),
+        occurred_at=1_700_000_000.0 + number * 1e-3,
+        step=step,
+        worker_id=_worker(traj_index),
+        num_context_tokens=1024 + step * config.num_tokens,
+        epoch=1,
+    )
 
 
 def _step(rollout_id: str, config: BusBenchConfig, number: int) -> Generated:
     """The ``number``-th step event: trajectories take turns, one step each."""
     pools = _token_pools(config.num_tokens, config.seed)
     token_ids, logprobs = pools[number % len(pools)]
-    traj = trajectory_id(number % config.num_trajectories)
+    traj_index = number % config.num_trajectories
+    traj = trajectory_id(traj_index)
     step = number // config.num_trajectories
     return Generated(
         event_id=derive_id(rollout_id, traj, step, "generated"),
@@ -253,7 +288,8 @@ def _step(rollout_id: str, config: BusBenchConfig, number: int) -> Generated:
         traj_id=traj,
         occurred_at=1_700_000_000.0 + number * 1e-3,
         step=step,
-        worker_id=f"w{number % 8:02d}",
+        worker_id=_worker(traj_index),
+        epoch=1,
         output_token_ids=token_ids,
         output_logprobs=logprobs,
         finish_reason="tool_call",

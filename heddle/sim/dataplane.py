@@ -129,6 +129,7 @@ class SimDataPlane:
             t.phase = TrajectoryPhase.READY
             t.account.abandon(now, Column.HELD)
         t.move_to(command.worker_id)
+        t.epoch = command.epoch
         if t.phase in (TrajectoryPhase.PENDING, TrajectoryPhase.READY):
             return self._submit(t, now)
         return []  # in a tool call: the step runs here once the result is routed
@@ -262,6 +263,7 @@ class SimDataPlane:
             t.pending_migration = command  # leaves at its next tool gap
             return []
         t.migration_target = command.target_worker_id
+        t.migration_target_epoch = command.target_epoch
         t.migration_started_at = now
         t.has_tool_returned = t.phase is TrajectoryPhase.READY
         t.wants_next_step = False
@@ -288,9 +290,10 @@ class SimDataPlane:
             self._dirty.add(target.worker_id)
         source_id = t.worker_id
         num_bytes = t.migration_tokens * self._config.kv_bytes_per_token
-        t.move_to(target.worker_id)
-        t.num_migrations += 1
         events: list[Event] = [facts.migrated(self.rollout_id, t, source_id, num_bytes, now)]
+        t.move_to(target.worker_id)
+        t.epoch = t.migration_target_epoch
+        t.num_migrations += 1
         if t.has_tool_returned:
             t.phase = TrajectoryPhase.READY
             t.file_wait(now)

@@ -4,7 +4,9 @@ Ids follow ``heddle.ids.derive_id`` (the parts joined by ':'); the per-step ones
 out as f-strings, which the simulator builds millions of times. Token lists are pseudo-tokens
 (zeros) of the right length: the deciders read their lengths, and
 a fresh list per event keeps memory flat (nothing retains them unless events are recorded).
-``Completed`` carries counts and timings but no token lists.
+``Completed`` carries counts and timings but no token lists. Each event names the hosting it
+was written under (``SimTrajectory.epoch``). The simulated worker announces no step
+(``GenerationStarted``): nothing in the simulator reads one.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def generated(
         traj_id=t.traj_id,
         step=t.step,
         worker_id=t.worker_id,
+        epoch=t.epoch,
         output_token_ids=[0] * (t.interrupted_tokens + done.num_output_tokens),
         finish_reason="stop" if t.is_last_step else "tool_call",
         num_context_tokens=done.num_context_tokens,
@@ -60,6 +63,7 @@ def tool_called(rollout_id: str, t: SimTrajectory, now: float) -> ToolCalled:
         traj_id=t.traj_id,
         step=t.step,
         worker_id=t.worker_id,
+        epoch=t.epoch,
         call_id=f"{rollout_id}:{t.traj_id}:{t.step}:call",
         tool=TOOL_NAME,
         pool=t.spec.tool_pool,
@@ -96,6 +100,8 @@ def completed(rollout_id: str, t: SimTrajectory) -> Completed:
         worker_history=list(t.worker_history),
         num_recomputed_tokens=t.num_recomputed_tokens,
         weight_versions=list(t.weight_versions),
+        worker_id=t.worker_id,
+        epoch=t.epoch,
     )
 
 
@@ -108,6 +114,7 @@ def failed(rollout_id: str, t: SimTrajectory, reason: str, now: float) -> Failed
         step=t.step,
         reason=reason,
         worker_id=t.worker_id,
+        epoch=t.epoch,
     )
 
 
@@ -125,6 +132,8 @@ def migrated(
         num_bytes=num_bytes,
         kv_transferred=num_bytes > 0,
         transfer_s=now - t.migration_started_at,
+        epoch=t.epoch,
+        target_epoch=t.migration_target_epoch,
     )
 
 
@@ -138,6 +147,7 @@ def generation_interrupted(
         traj_id=t.traj_id,
         step=t.step,
         worker_id=t.worker_id,
+        epoch=t.epoch,
         output_token_ids=[0] * part.num_output_tokens,
         reason=reason,
         queue_s=part.queue_s,

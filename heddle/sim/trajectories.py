@@ -22,6 +22,9 @@ class SimTrajectory:
     phase: TrajectoryPhase = TrajectoryPhase.PENDING
     """PENDING, READY, GENERATING, IN_TOOL, MIGRATING or DONE: the simulator's subset."""
     worker_id: str = ""
+    epoch: int = 0
+    """The hosting it runs under (``StartTrajectory.epoch``, a migration's ``target_epoch``),
+    written into its events as a live worker does."""
     step: int = 0
     """The step it runs next (or is running)."""
     context_tokens: int = 0
@@ -47,6 +50,7 @@ class SimTrajectory:
     pending_migration: MigrateOut | None = None
     """A migration asked while generating; it starts at the next tool gap."""
     migration_target: str = ""
+    migration_target_epoch: int = 0
     migration_tokens: int = 0
     migration_kv_version: int = 0
     """The weight version its moving KV was computed under (the source's at the export)."""

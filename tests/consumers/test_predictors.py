@@ -18,7 +18,9 @@ from heddle.events import (
     Generated,
     GenerationStarted,
     RolloutSubmitted,
+    ToolCalled,
     ToolReturned,
+    TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
 )
@@ -93,7 +95,11 @@ def recorded_rollout(rollout_id: str) -> list[EventT]:
             traj_id="t0",
             spec=spec,
         ),
-    ]
+        TrajectoryPlaced(
+            event_id=f"{rollout_id}:t:p", rollout_id=rollout_id, occurred_at=0, traj_id="t0",
+            worker_id="w0",
+        ),
+    ]  # fmt: skip
     for step, (out, tool_tokens) in enumerate([(5, 2), (7, 0)]):
         common = {"rollout_id": rollout_id, "traj_id": "t0", "step": step}
         events.append(
@@ -116,6 +122,16 @@ def recorded_rollout(rollout_id: str) -> list[EventT]:
         )
         if tool_tokens:
             events.append(
+                ToolCalled(
+                    event_id=f"{rollout_id}:{step}:tc",
+                    occurred_at=step + 0.25,
+                    worker_id="w0",
+                    call_id="c",
+                    tool="trace",
+                    **common,  # type: ignore[arg-type]
+                )
+            )
+            events.append(
                 ToolReturned(
                     event_id=f"{rollout_id}:{step}:tr",
                     occurred_at=step + 0.5,
@@ -135,6 +151,7 @@ def recorded_rollout(rollout_id: str) -> list[EventT]:
             traj_id="t0",
             num_steps=2,
             num_output_tokens=12,
+            worker_id="w0",
         )
     )
     return events

@@ -34,8 +34,10 @@ def test_bench_then_verify(tmp_path: Path) -> None:
     )
     assert bench.exit_code == 0, bench.stdout
     figures = json.loads(bench.stdout)
+    # Each step's generation and its announcement; each trajectory's submission and placement.
+    num_events = 2 * 400 + 2 * 20 + 1
     for phase in ("publish", "raw_pull", "projection", "replay", "replay_lean", "publish_encoded"):
-        assert figures["phases"][phase]["events"] == 400 + 20 + 1, phase
+        assert figures["phases"][phase]["events"] == num_events, phase
         assert figures["phases"][phase]["server_cpu_us_per_event"] is not None
     assert figures["projection_to_raw"] > 0
     if "nats_bench_pub_msgs_s" in figures:  # natscli installed: the same server's limit
@@ -55,6 +57,6 @@ def test_bench_then_verify(tmp_path: Path) -> None:
     report = json.loads(verify.stdout)
     assert verify.exit_code == 0
     # Two rollouts: the measured one and the pre-encoded publish's.
-    assert report["consistent"] is True and report["events"] == 2 * 421
-    assert report["sequence"] == 2 * 421 and report["unprojected_messages"] == 0
+    assert report["consistent"] is True and report["events"] == 2 * num_events
+    assert report["sequence"] == 2 * num_events and report["unprojected_messages"] == 0
     assert report["rows_compared"]["steps"] == 2 * 400
