@@ -31,8 +31,6 @@ from heddle.events import (
     DeadLettered,
     Event,
     EventT,
-    Generated,
-    GenerationStarted,
     RolloutEvent,
     RolloutFinished,
     TrajectoryEvent,
@@ -74,29 +72,7 @@ def _events_of(trace: list, policy: str, config: SimConfig) -> list[Event]:  # t
         cost_for_tp=config.cost_for_tp, predictor=make_simulation_predictor(trace, config)
     )
     control = build_control_plane(system_spec(policy), options)
-    return _announced(Simulator(trace, control, [1, 1, 2], config).run().events)
-
-
-def _announced(events: list[Event]) -> list[Event]:
-    """The simulator's events with the step announcements a live worker publishes before each
-    generation (the simulated worker skips them; the ledger's gate wants them)."""
-    stream: list[Event] = []
-    for event in events:
-        if isinstance(event, Generated):
-            stream.append(
-                GenerationStarted(
-                    event_id=f"{event.event_id}:started",
-                    rollout_id=event.rollout_id,
-                    traj_id=event.traj_id,
-                    occurred_at=event.occurred_at,
-                    step=event.step,
-                    worker_id=event.worker_id,
-                    epoch=event.epoch,
-                    num_context_tokens=event.num_context_tokens,
-                )
-            )
-        stream.append(event)
-    return stream
+    return Simulator(trace, control, [1, 1, 2], config).run().events
 
 
 def _renamed(event: Event, rollout_id: str) -> Event:

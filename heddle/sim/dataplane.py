@@ -2,7 +2,9 @@
 transfers, driven by the control plane's commands on a virtual clock.
 
 It does what a live worker agent does (``heddle.workers.agent``), in model time: runs the step a
-command asks for, publishes ``Generated`` then ``ToolCalled`` (or ``Completed``), returns the tool
+command asks for, publishes ``Generated`` then ``ToolCalled`` (or ``Completed``; a recorded run,
+``SimConfig.record_events``, also announces each step with ``GenerationStarted`` as a worker does,
+so that the recording replays into a ledger like a live stream), returns the tool
 result after the trace's tool time, migrates a trajectory in its tool gap (release the KV at the
 source, move it over the link, install it at the target) and forwards a command addressed to a
 trajectory's old worker to the worker it went to. Future happenings (a worker's next finish, a
@@ -157,7 +159,10 @@ class SimDataPlane:
         t.phase = TrajectoryPhase.GENERATING
         t.account.enter(Column.ENGINE, now)
         self._dirty.add(worker.worker_id)
-        return []
+        if not self._config.record_events or t.num_announced > t.step:
+            return []
+        t.num_announced = t.step + 1
+        return [facts.generation_started(self.rollout_id, t, now)]
 
     def _fail(self, t: SimTrajectory, reason: str, now: float) -> list[Event]:
         if t.phase is TrajectoryPhase.GENERATING:

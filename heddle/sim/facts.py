@@ -5,8 +5,8 @@ out as f-strings, which the simulator builds millions of times. Token lists are 
 (zeros) of the right length: the deciders read their lengths, and
 a fresh list per event keeps memory flat (nothing retains them unless events are recorded).
 ``Completed`` carries counts and timings but no token lists. Each event names the hosting it
-was written under (``SimTrajectory.epoch``). The simulated worker announces no step
-(``GenerationStarted``): nothing in the simulator reads one.
+was written under (``SimTrajectory.epoch``). A step's ``GenerationStarted`` is built only for
+recorded runs (no decider reads one).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from heddle.events import (
     Failed,
     Generated,
     GenerationInterrupted,
+    GenerationStarted,
     Migrated,
     ToolCalled,
     ToolReturned,
@@ -28,6 +29,21 @@ from heddle.sim.sim_worker import SimWorker
 from heddle.sim.trajectories import SimTrajectory
 
 TOOL_NAME = "trace"
+
+
+def generation_started(rollout_id: str, t: SimTrajectory, now: float) -> GenerationStarted:
+    return GenerationStarted(
+        event_id=f"{rollout_id}:{t.traj_id}:{t.step}:generation_started",
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=t.traj_id,
+        step=t.step,
+        worker_id=t.worker_id,
+        epoch=t.epoch,
+        input_token_ids=[0] * t.new_tokens,
+        num_context_tokens=t.context_tokens,
+        priority=t.priority,
+    )
 
 
 def generated(

@@ -27,6 +27,8 @@ class SimTrajectory:
     written into its events as a live worker does."""
     step: int = 0
     """The step it runs next (or is running)."""
+    num_announced: int = 0
+    """Steps whose ``GenerationStarted`` was published (a recorded run announces each once)."""
     context_tokens: int = 0
     """Prompt + every generation + every observation so far."""
     new_tokens: int = 0
