@@ -1,8 +1,9 @@
 """docs/trainer.md's "Any language" path, run as a non-Python trainer would: nothing of heddle
 on the trainer's side, only raw nats-py calls the doc names (a request to the operations
 service, a durable pull consumer, explicit acks, the array encodings), against a whole Heddle in
-one process. Chat messages and token ids are both accepted; the completions carry the terminal
-reason, group and index; a cancelled rollout's terminal events are the ones the doc lists."""
+one process. Chat messages and token ids are both accepted; the trainer's delivery stream
+carries each trajectory's terminal record once (with its reason, group and index), then the
+rollout's end; a cancelled rollout's terminal events are the ones the doc lists."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import nats
 import numpy as np
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
@@ -52,30 +54,48 @@ async def submit(nc: Any, rid: str, trajectories: list[dict[str, Any]]) -> dict[
     return json.loads(reply.data)  # type: ignore[no-any-return]
 
 
-async def receive(js: Any, rid: str, count: int) -> dict[str, dict[str, Any]]:
-    """Completions through a durable pull consumer on ``completed`` and ``failed``."""
+async def delivery_stream(js: Any) -> str:
+    """The trainer's stream, once the control plane made it (at its first submission)."""
+    stream = "HEDDLE_OUT_raw"
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                await js.stream_info(stream)
+                return stream
+            except NotFoundError:
+                await asyncio.sleep(0.2)
+
+
+async def receive(
+    js: Any, rid: str, count: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each trajectory's terminal record and the rollout's end, through a durable pull
+    consumer on the trainer's delivery stream."""
+    stream = await delivery_stream(js)
     config = ConsumerConfig(
         durable_name=f"trainer-raw-{rid}",
         ack_policy=AckPolicy.EXPLICIT,
-        filter_subjects=[f"heddle.evt.traj.{rid}.*.completed", f"heddle.evt.traj.{rid}.*.failed"],
+        filter_subjects=[f"heddle.out.raw.{rid}.>"],
     )
-    await js.add_consumer("HEDDLE_EVENTS", config)
-    sub = await js.pull_subscribe_bind(f"trainer-raw-{rid}", stream="HEDDLE_EVENTS")
+    await js.add_consumer(stream, config)
+    sub = await js.pull_subscribe_bind(f"trainer-raw-{rid}", stream=stream)
     ended: dict[str, dict[str, Any]] = {}
+    end: dict[str, Any] = {}
     async with asyncio.timeout(60):
-        while len(ended) < count:
+        while len(ended) < count or not end:
             try:
                 messages = await sub.fetch(16, timeout=1)
             except nats.errors.TimeoutError:
                 continue
             for msg in messages:
                 event = json.loads(msg.data)
-                if event["kind"] == "traj.completed" or not (
-                    event["retryable"] or event.get("resubmitted_as")
-                ):
+                if event["kind"].startswith("rollout."):
+                    end = event
+                else:
+                    assert event["traj_id"] not in ended  # once each
                     ended[event["traj_id"]] = event
                 await msg.ack()
-    return ended
+    return ended, end
 
 
 def math_task(index: int) -> dict[str, Any]:
@@ -106,8 +126,7 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
                 {**math_task(3), "prompt_token_ids": [72, 105, 70000]},  # not in the vocabulary
             ]
             opened = await submit(nc, "raw1", trajectories)
-            ended = await receive(js, "raw1", len(trajectories))
-            finished = await (await js.subscribe("heddle.evt.rollout.raw1.finished")).next_msg(60)
+            ended, summary = await receive(js, "raw1", len(trajectories))
             cancel_ends = await cancelled_rollout(nc, js)
             typo = {"index": 0, **math_task(0), "max_stepz": 1}
             body = json.dumps({"rollout_id": "raw3", "trajectories": [typo]}).encode()
@@ -133,7 +152,7 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
     bad = ended["t000003"]
     assert bad["kind"] == "traj.failed" and bad["finish_reason"] == "error"
     assert "70000" in bad["reason"] and (bad["group_id"], bad["index"]) == ("g1", 3)
-    summary = json.loads(finished.data)
+    assert summary["kind"] == "rollout.finished"
     assert (summary["num_completed"], summary["num_failed"]) == (3, 1)
     rollout_kinds, trajectory_ends = cancel_ends
     # the operator event, then the end: never a rollout.finished as well
@@ -152,7 +171,8 @@ async def cancelled_rollout(nc: Any, js: Any) -> tuple[list[str], dict[str, dict
     await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started")).next_msg(60)
     reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=60)
     assert "error" not in json.loads(reply.data)
-    ends = await receive(js, "raw2", len(specs))
+    ends, end = await receive(js, "raw2", len(specs))
+    assert end["kind"] == "rollout.cancelled"
     sub = await js.subscribe("heddle.evt.rollout.raw2.>", ordered_consumer=True)
     kinds: list[str] = []
     # Up to the end (waited for: a loaded machine delivers late), then whatever follows it
