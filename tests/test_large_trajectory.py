@@ -4,6 +4,8 @@ exactly the token ids and logprobs the worker generated."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from heddle.events import Completed, Generated, GenerationStarted, TrajectorySub
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger import open_ledger, queries
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
+from heddle.rollout.submission import TaskOptions
 from heddle.traces import TraceStep, TraceTrajectory
 
 NUM_STEPS = 8
@@ -115,3 +118,54 @@ async def stream_arrays(bus: Bus, rollout_id: str) -> StreamArrays:
             case Completed():
                 assert len(event.response_token_ids) == len(arrays.response)
     return arrays
+
+
+PROMPT_TOKENS = 120_000
+SMALL_EVENT_BYTES = 64 * 1024
+"""The byte tokenizer's ids (below 259) compress to about a byte each: a 120k-token prompt is
+about 160 KB of JSON, so the limit is lowered for its submission to go through the object
+store, as a real vocabulary's prompt of this length does at the default 256 KiB."""
+
+
+async def test_a_120k_token_prompt_runs_to_completion(
+    stock_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """A submission whose prompt is kept in the object store is placed (the control plane's
+    decoder keeps the reference, the worker resolves it) and completes; the trainer gets the
+    whole prompt back. Before, the control plane dead-lettered every such submission and the
+    rollout never started."""
+    settings = Settings(
+        nats_url=stock_server.url,
+        data_dir=tmp_path / "data",
+        max_event_bytes=SMALL_EVENT_BYTES,
+    )
+    rng = random.Random(7)
+    prompt = [rng.randrange(256) for _ in range(PROMPT_TOKENS)]
+    control = ControlPlaneConfig(predictor=PredictorConfig("oracle"), worker_timeout_s=30.0)
+    options = InProcessOptions(
+        num_workers=1, engine_options={"time_scale": str(TIME_SCALE)}, control_plane=control
+    )
+    task_options = TaskOptions(
+        group_size=1, max_steps=1, max_new_tokens=16, max_total_tokens=131_072
+    )
+    async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
+        rollout_id = await client.submit(
+            [{"question": "what comes next?", "answer": "1"}],
+            environment="math",
+            task_options=task_options,
+            prompt_token_ids=[prompt],
+        )
+        async with asyncio.timeout(180):
+            [completed] = [c async for c in client.completions(rollout_id)]
+            summary = await client.wait(rollout_id)
+        submitted = await stored_submission(client.bus, rollout_id)
+    assert b'"ref":{' in submitted  # the prompt went through the object store
+    assert completed.prompt_token_ids == prompt
+    assert completed.finish_reason != "error" and completed.num_output_tokens > 0
+    assert summary.num_completed == 1
+
+
+async def stored_submission(bus: Bus, rollout_id: str) -> bytes:
+    query = ReplayQuery(filter_subjects=(trajectory_subject(rollout_id, "*", "submitted"),))
+    [record] = [record async for record in bus.replay(query, bytes)]
+    return record.message
