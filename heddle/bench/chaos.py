@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from heddle.bench.chaos_faults import BusFaults, DiskFullReport
-from heddle.bench.chaos_trainer import count_record
+from heddle.bench.chaos_trainer import TRAINER_NAME, count_record
 from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings

@@ -75,7 +75,7 @@ class Trainer:
         self.task = asyncio.create_task(self._collect(rollout_id))
 
     async def _collect(self, rollout_id: str) -> None:
-        async with HeddleClient(self.settings, trainer="recovery") as client:
+        async with HeddleClient(self.settings) as client:  # the rollout's owner: default
             async for trajectory in client.completions(rollout_id):
                 self.traj_ids.append(trajectory.traj_id)
 

@@ -91,7 +91,7 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
 
     async def collect(rollout_id: str, deployment: LocalDeployment) -> None:
         async def completions() -> None:
-            async with HeddleClient(settings, trainer="ray-test") as client:
+            async with HeddleClient(settings) as client:  # the rollout's owner: default
                 async for trajectory in client.completions(rollout_id):
                     received.append(trajectory.traj_id)
 

@@ -132,7 +132,9 @@ def generation_interrupted(
 
 
 def tool_call_id(log: TrajectoryLog, step: int) -> str:
-    return derive_id(log.rollout_id, log.traj_id, step, "call")
+    """A new call of the step, under the log's hosting: a worker that took the trajectory over
+    and calls again is not answered with (nor de-duplicated into) a zombie's call."""
+    return derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "call")
 
 
 def tool_call(
@@ -144,14 +146,17 @@ def tool_call(
     timeout_s: float,
     time_scale: float,
     now: float,
+    call_id: str = "",
 ) -> ToolCall:
+    """The step's tool call (``call_id``: of a call made before, sent again)."""
+    call_id = call_id or tool_call_id(log, step)
     return ToolCall(
-        command_id=tool_call_id(log, step),
+        command_id=call_id,
         rollout_id=log.rollout_id,
         issued_at=now,
         traj_id=log.traj_id,
         step=step,
-        call_id=tool_call_id(log, step),
+        call_id=call_id,
         pool=pool,
         request=request,
         timeout_s=timeout_s,

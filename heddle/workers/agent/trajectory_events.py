@@ -63,10 +63,16 @@ class TrajectoryEvents:
         await self.publisher.publish(call)
 
     async def resend_tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> None:
-        """Publish the pending tool call again (same id: dropped if the stream still has it)."""
-        await self.publisher.publish(self._tool_call(hosted, request))
+        """Publish the pending tool call again, under the id of the ``ToolCalled`` the stream
+        holds (whichever hosting made it): dropped if the stream still has it, answered under
+        that id otherwise."""
+        called = hosted.log.steps[-1].tool_called if hosted.log.steps else None
+        call_id = called.call_id if called is not None else ""
+        await self.publisher.publish(self._tool_call(hosted, request, call_id))
 
-    def _tool_call(self, hosted: HostedTrajectory, request: ToolRequest) -> ToolCall:
+    def _tool_call(
+        self, hosted: HostedTrajectory, request: ToolRequest, call_id: str = ""
+    ) -> ToolCall:
         timeout_s = self.tool_timeout_s
         if isinstance(request, TraceTool):
             # A replayed call lasts its recorded time (scaled): never time it out before.
@@ -79,6 +85,7 @@ class TrajectoryEvents:
             timeout_s=timeout_s,
             time_scale=self.time_scale,
             now=self.clock(),
+            call_id=call_id,
         )
 
     async def complete(

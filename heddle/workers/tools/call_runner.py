@@ -125,10 +125,11 @@ def tool_name(call: ToolCall) -> str:
 def tool_returned_event(
     call: ToolCall, outcome: ToolOutcome, *, executor_id: str, now: float
 ) -> ToolReturned:
-    """The result event; its id depends only on (rollout, trajectory, step), so a redelivered
-    call publishes a duplicate that JetStream drops."""
+    """The result event; its id derives from the call's (rollout, trajectory, step and the
+    hosting that made it), so a redelivered call publishes a duplicate that JetStream drops,
+    while a call made again by a worker that took the trajectory over is answered apart."""
     return ToolReturned(
-        event_id=derive_id(call.rollout_id, call.traj_id, call.step, "tool_returned"),
+        event_id=derive_id(call.call_id, "tool_returned"),
         rollout_id=call.rollout_id,
         occurred_at=now,
         traj_id=call.traj_id,
