@@ -9,11 +9,20 @@ executor and the trainer with their previous arguments, a worker as a new worker
 control plane replaces the dead one's trajectories once its heartbeats stop). The first kills cover
 every kind once.
 
+With ``num_zombies``, workers are also paused (SIGSTOP) past their failure and let run on
+(SIGCONT), inside and past the duplicate window (``heddle.bench.chaos_zombies``); with
+``num_forgeries``, forged, early and duplicate events are published about the running rollouts
+(``heddle.bench.chaos_forgeries``).
+
 At the end the trainer's record is counted against what was submitted: ``lost`` trajectories
 never handed to the trainer, ``duplicates`` handed twice to one trainer process (the client
 promises once per iteration), and ``redelivered_after_restart``: the trajectory a killed trainer
 had in hand, handed again to its successor (the client documents this; ``traj_id`` dedupes it).
-The live ledger is verified against the stream as of its position (``heddle replay --verify``).
+A plain durable consumer of the trainer's delivery stream counts the same where trainers read:
+``consumer_duplicates`` (records beyond one per trajectory) and ``stuck`` (trajectories with no
+terminal record when the run ends). ``forged_accepted``: forgeries the control plane or the
+ledger did not refuse. The live ledger is verified against the stream as of its position
+(``heddle replay --verify``).
 
 Faults of the bus itself (``heddle.bench.chaos_faults``): ``num_nats_restarts`` restarts of the
 nats-server, each down for ``nats_down_s``, spread over the rollouts after their kills; with
@@ -34,7 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from heddle.bench.chaos_faults import BusFaults, DiskFullReport
+from heddle.bench.chaos_deliveries import delivered
+from heddle.bench.chaos_forgeries import Forger, refused_by_control_plane, refused_by_ledger
 from heddle.bench.chaos_trainer import TRAINER_NAME, count_record
+from heddle.bench.chaos_zombies import pause_worker, zombie_pause_s
 from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
@@ -83,6 +95,12 @@ class ChaosConfig:
     """Wall seconds the disk stays full after the control plane reports it."""
     store_bytes: int = 256 << 20
     """Size of that tmpfs."""
+    num_zombies: int = 0
+    """Workers paused past their failure, then let run on (spread over the rollouts)."""
+    zombie_long_pause_s: float = 130.0
+    """Every second zombie's pause: past the 2-minute duplicate window (0: all short)."""
+    num_forgeries: int = 0
+    """Forged, early and duplicate events published about the running rollouts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +116,20 @@ class ChaosReport:
     kills_by_kind: dict[str, int]
     redelivered_after_restart: int
     stream_duplicate_completions: int
-    """Completed events beyond one per trajectory in the stream (the client hides them)."""
+    """Completed events beyond one per trajectory in the stream (the gate refuses them)."""
     ledger_sequence: int
     wall_s: float
     nats_restarts: int = 0
     disk_full: dict[str, Any] | None = None
     """``heddle.bench.chaos_faults.DiskFullReport`` (with ``--disk-full``)."""
+    zombies: int = 0
+    forgeries: int = 0
+    forged_accepted: int = 0
+    """Forgeries the control plane or the ledger did not refuse."""
+    consumer_duplicates: int = 0
+    """Records beyond one per trajectory on a plain durable consumer of the delivery stream."""
+    stuck: int = 0
+    """Trajectories with no terminal record on that consumer when the run ended."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -132,6 +158,7 @@ class Cluster:
     trainer: Child | None = None
     num_workers_started: int = 0
     kills: Counter[str] = field(default_factory=Counter)
+    num_zombies: int = 0
 
     async def start(self) -> None:
         config = self.config
@@ -234,6 +261,9 @@ async def _run_chaos(
         try:
             await cluster.start()
             restarts = kills_per_rollout(config.num_nats_restarts, config.num_rollouts)
+            forger = Forger(bus, rng)
+            zombies = kills_per_rollout(config.num_zombies, config.num_rollouts)
+            forgeries = kills_per_rollout(config.num_forgeries, config.num_rollouts)
             for index, (rollout_id, num_kills) in enumerate(
                 zip(
                     rollout_ids,
@@ -253,15 +283,24 @@ async def _run_chaos(
                 for _ in range(restarts[index]):
                     await asyncio.sleep(rng.uniform(config.min_gap_s, config.max_gap_s))
                     await faults.restart(config.nats_down_s)
+                await _zombies(cluster, rng, zombies[index])
+                await forger.forge(rollout_id, forgeries[index])
                 await wait_finished(bus, rollout_id, config.rollout_timeout_s)
             await cluster.wait_trainer(config.rollout_timeout_s)
             finished_at = await wait_finished(bus, rollout_ids[-1], config.rollout_timeout_s)
-            await wait_projected(settings, finished_at, config.rollout_timeout_s)
+            last = max([finished_at, *forger.sequences])
+            await wait_projected(settings, last, config.rollout_timeout_s)
             stream_duplicates = await _stream_duplicate_completions(bus, rollout_ids)
+            records = await delivered(bus, TRAINER_NAME, "chaos-plain")
+            refused = await refused_by_control_plane(
+                bus, "control-plane", last, config.rollout_timeout_s
+            )
         finally:
             await deployment.stop()
     async with open_replay(settings, live=True) as session:
         verified = await session.verify()
+        assert session.live is not None
+        refused &= refused_by_ledger(session.live)
     counts = count_record(record)
     expected = config.num_rollouts * config.num_trajectories
     return ChaosReport(
@@ -279,7 +318,24 @@ async def _run_chaos(
         wall_s=round(time.monotonic() - started, 1),
         nats_restarts=faults.num_restarts,
         disk_full=disk_report.to_json() if disk_report is not None else None,
+        zombies=cluster.num_zombies,
+        forgeries=len(forger.sequences),
+        forged_accepted=len(set(forger.sequences) - refused),
+        consumer_duplicates=sum(count - 1 for count in records.values()),
+        stuck=expected - len(records),
     )
+
+
+async def _zombies(cluster: Cluster, rng: random.Random, count: int) -> None:
+    for _ in range(count):
+        await asyncio.sleep(rng.uniform(cluster.config.min_gap_s, cluster.config.max_gap_s))
+        config = cluster.config
+        pause_s = zombie_pause_s(
+            cluster.num_zombies, config.worker_timeout_s, config.zombie_long_pause_s
+        )
+        workers = list(cluster.deployment.workers.values())
+        if await pause_worker(workers, rng, pause_s):
+            cluster.num_zombies += 1
 
 
 async def _stream_duplicate_completions(bus: Bus, rollout_ids: list[str]) -> int:

@@ -3,6 +3,7 @@
 
     heddle bench chaos --rollouts 5 --kills 30 --seed 1 --json
     heddle bench chaos --rollouts 3 --kills 6 --nats-restarts 2 --disk-full --json   # root
+    heddle bench chaos --rollouts 5 --kills 30 --zombies 4 --forgeries 200 --json
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def bench_chaos(
             "once the control plane reports the refusal."
         ),
     ] = False,
+    zombies: Annotated[
+        int,
+        typer.Option(help="Workers paused (SIGSTOP) past their failure, then resumed (SIGCONT)."),
+    ] = 0,
+    zombie_long_pause_s: Annotated[
+        float,
+        typer.Option(
+            help="Every second zombie's pause, past the 2-minute duplicate window (0: none)."
+        ),
+    ] = _DEFAULTS.zombie_long_pause_s,
+    forgeries: Annotated[
+        int, typer.Option(help="Forged, early and duplicate events about the running rollouts.")
+    ] = 0,
     keep: Annotated[bool, typer.Option(help="Keep the run's folder (logs, stream).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -59,6 +73,8 @@ def bench_chaos(
         raise typer.BadParameter("need rollouts >= 1, kills >= 0, trajectories >= 1, workers >= 1")
     if nats_restarts < 0 or not nats_down_s >= 0:
         raise typer.BadParameter("need --nats-restarts >= 0 and --nats-down-s >= 0")
+    if zombies < 0 or forgeries < 0 or zombie_long_pause_s < 0:
+        raise typer.BadParameter("need zombies, forgeries and zombie-long-pause-s >= 0")
     config = dataclasses.replace(
         _DEFAULTS,
         num_rollouts=rollouts,
@@ -70,6 +86,9 @@ def bench_chaos(
         num_nats_restarts=nats_restarts,
         nats_down_s=nats_down_s,
         disk_full=disk_full,
+        num_zombies=zombies,
+        zombie_long_pause_s=zombie_long_pause_s,
+        num_forgeries=forgeries,
     )
     base = settings_of(ctx)
     base.data_dir.mkdir(parents=True, exist_ok=True)
