@@ -5,7 +5,8 @@ saying what is not so.
 duplicate events about it, cycling through ``FORGERIES``; each is wrong by what came before it
 in the stream (an unknown rollout or trajectory, a stale hosting, a writer that holds nothing, a
 result for a future step, a step again, an unread schema version, a negative count, a
-submission beyond the rollout's count or of the rollout again). ``refused_count`` counts, of the
+submission beyond the rollout's count or of the rollout again, a stored event published again
+under another id: a retry past the duplicate window). ``refused_count`` counts, of the
 forgeries' stream sequences, those the control plane (its dead letters) and the ledger (its
 gate's dead-letter rows) both refused: ``forged_accepted`` is the rest.
 
@@ -30,10 +31,12 @@ from heddle.events import (
     Completed,
     DeadLettered,
     Event,
+    Failed,
     Generated,
     GenerationStarted,
     Migrated,
     RolloutSubmitted,
+    ToolCalled,
     ToolReturned,
     TrajectoryPlaced,
     TrajectorySpec,
@@ -45,11 +48,24 @@ from heddle.ledger.leases import GATE_CONSUMER
 
 _POLL_S = 0.2
 FORGER = "forger"
+WRITTEN = (
+    RolloutSubmitted,
+    TrajectorySubmitted,
+    GenerationStarted,
+    Generated,
+    ToolCalled,
+    ToolReturned,
+    Migrated,
+    Completed,
+    Failed,
+)
+"""The kinds a worker, tool executor or trainer writes (but ``Preempted``: its holder may
+report a step's preemption more than once, each for a command of its own)."""
 """The worker id forged events claim when they claim none that holds anything."""
 
 
 @dataclass(slots=True)
-class _Seen:
+class Seen:
     """What the stream says of one rollout so far."""
 
     submitted: RolloutSubmitted | None = None
@@ -57,6 +73,9 @@ class _Seen:
     """Trajectory -> (worker, hosting) of its last placement or move."""
     steps: dict[str, int] = field(default_factory=dict)
     """Trajectory -> steps started."""
+    written: list[Event] = field(default_factory=list)
+    """The rollout's events a worker, tool executor or trainer wrote (not the control
+    plane's decisions), in stream order."""
 
 
 @dataclass(slots=True)
@@ -69,7 +88,7 @@ class Forger:
 
     async def forge(self, rollout_id: str, count: int) -> None:
         """Publish ``count`` forgeries about ``rollout_id``, as it stands now."""
-        seen = await _seen(self.bus, rollout_id)
+        seen = await seen_of(self.bus, rollout_id)
         if seen.submitted is None or not seen.holders:
             return
         for _ in range(count):
@@ -79,32 +98,37 @@ class Forger:
             self.sequences.append((await self.bus.publish(event)).sequence)
 
 
-async def _seen(bus: Bus, rollout_id: str) -> _Seen:
-    seen = _Seen()
+async def seen_of(bus: Bus, rollout_id: str) -> Seen:
+    seen = Seen()
     query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)))
     async for record in bus.replay_events(query):
-        match record.message:
-            case RolloutSubmitted() as submitted:
-                seen.submitted = submitted
-            case TrajectoryPlaced() as placed:
-                seen.holders[placed.traj_id] = (placed.worker_id, placed.epoch)
-            case Migrated() as moved:
-                seen.holders[moved.traj_id] = (moved.target_worker_id, moved.target_epoch)
-            case GenerationStarted() as started:
-                seen.steps[started.traj_id] = max(
-                    seen.steps.get(started.traj_id, 0), started.step + 1
-                )
+        see(seen, record.message)
     return seen
 
 
-def _victim(seen: _Seen, rng: random.Random) -> tuple[str, str, int]:
+def see(seen: Seen, event: Event) -> None:
+    """Fold one stored event of the rollout into what the forger knows."""
+    if isinstance(event, WRITTEN):
+        seen.written.append(event)
+    match event:
+        case RolloutSubmitted() as submitted:
+            seen.submitted = submitted
+        case TrajectoryPlaced() as placed:
+            seen.holders[placed.traj_id] = (placed.worker_id, placed.epoch)
+        case Migrated() as moved:
+            seen.holders[moved.traj_id] = (moved.target_worker_id, moved.target_epoch)
+        case GenerationStarted() as started:
+            seen.steps[started.traj_id] = max(seen.steps.get(started.traj_id, 0), started.step + 1)
+
+
+def _victim(seen: Seen, rng: random.Random) -> tuple[str, str, int]:
     """A placed trajectory of the rollout: (trajectory, holder, hosting)."""
     traj_id = rng.choice(sorted(seen.holders))
     worker_id, epoch = seen.holders[traj_id]
     return traj_id, worker_id, epoch
 
 
-def _completed(seen: _Seen, traj_id: str, event_id: str, **fields: object) -> Completed:
+def _completed(seen: Seen, traj_id: str, event_id: str, **fields: object) -> Completed:
     assert seen.submitted is not None
     values: dict[str, object] = {"num_steps": 1, "reward": 999.0, "worker_id": FORGER}
     values.update(fields)
@@ -117,23 +141,23 @@ def _completed(seen: _Seen, traj_id: str, event_id: str, **fields: object) -> Co
     )
 
 
-def _unknown_rollout(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _unknown_rollout(seen: Seen, rng: random.Random, event_id: str) -> Event:
     assert seen.submitted is not None
     forged = _completed(seen, "t000000", event_id)
     return msgspec.structs.replace(forged, rollout_id=f"{event_id}-rollout")
 
 
-def _unknown_trajectory(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _unknown_trajectory(seen: Seen, rng: random.Random, event_id: str) -> Event:
     return _completed(seen, "t999999", event_id)
 
 
-def _stale_completion(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _stale_completion(seen: Seen, rng: random.Random, event_id: str) -> Event:
     """A real trajectory completed (reward 999) by its holder under a hosting before its own."""
     traj_id, worker_id, epoch = _victim(seen, rng)
     return _completed(seen, traj_id, event_id, worker_id=worker_id, epoch=max(0, epoch - 1))
 
 
-def _not_holder(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _not_holder(seen: Seen, rng: random.Random, event_id: str) -> Event:
     traj_id, _, epoch = _victim(seen, rng)
     assert seen.submitted is not None
     return Generated(
@@ -148,7 +172,7 @@ def _not_holder(seen: _Seen, rng: random.Random, event_id: str) -> Event:
     )
 
 
-def _future_tool_result(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _future_tool_result(seen: Seen, rng: random.Random, event_id: str) -> Event:
     traj_id, _, _ = _victim(seen, rng)
     assert seen.submitted is not None
     step = seen.steps.get(traj_id, 0) + 1000
@@ -165,7 +189,7 @@ def _future_tool_result(seen: _Seen, rng: random.Random, event_id: str) -> Event
     )
 
 
-def _step_again(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _step_again(seen: Seen, rng: random.Random, event_id: str) -> Event:
     """Step 0 started again by the holder under its hosting, once it started it."""
     traj_id, worker_id, epoch = _victim(seen, rng)
     assert seen.submitted is not None
@@ -181,20 +205,20 @@ def _step_again(seen: _Seen, rng: random.Random, event_id: str) -> Event:
     )
 
 
-def _unread_version(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _unread_version(seen: Seen, rng: random.Random, event_id: str) -> Event:
     traj_id, worker_id, epoch = _victim(seen, rng)
     forged = _completed(seen, traj_id, event_id, worker_id=worker_id, epoch=epoch)
     return msgspec.structs.replace(forged, version=rng.choice((99, -5)))
 
 
-def _negative_count(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _negative_count(seen: Seen, rng: random.Random, event_id: str) -> Event:
     traj_id, worker_id, epoch = _victim(seen, rng)
     return _completed(
         seen, traj_id, event_id, worker_id=worker_id, epoch=epoch, num_output_tokens=-5
     )
 
 
-def _extra_submission(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _extra_submission(seen: Seen, rng: random.Random, event_id: str) -> Event:
     assert seen.submitted is not None
     spec = TrajectorySpec(group_id="forged", index=0, environment="trace")
     return TrajectorySubmitted(
@@ -206,12 +230,18 @@ def _extra_submission(seen: _Seen, rng: random.Random, event_id: str) -> Event:
     )
 
 
-def _rollout_again(seen: _Seen, rng: random.Random, event_id: str) -> Event:
+def _rollout_again(seen: Seen, rng: random.Random, event_id: str) -> Event:
     assert seen.submitted is not None
     return msgspec.structs.replace(seen.submitted, event_id=event_id, num_trajectories=10_000)
 
 
-Forgery = Callable[[_Seen, random.Random, str], Event]
+def _repeat(seen: Seen, rng: random.Random, event_id: str) -> Event:
+    """A stored event written again under another id (a publish retried after the duplicate
+    window, a worker's step run again)."""
+    return msgspec.structs.replace(rng.choice(seen.written), event_id=event_id)
+
+
+Forgery = Callable[[Seen, random.Random, str], Event]
 FORGERIES: tuple[Forgery, ...] = (
     _unknown_rollout,
     _unknown_trajectory,
@@ -223,6 +253,7 @@ FORGERIES: tuple[Forgery, ...] = (
     _negative_count,
     _extra_submission,
     _rollout_again,
+    _repeat,
 )
 
 

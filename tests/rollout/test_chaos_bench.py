@@ -14,7 +14,7 @@ from ledger.lifecycle import rollout_events
 from typer.testing import CliRunner
 
 from heddle.bench.chaos import KINDS, kill_schedule, kills_per_rollout
-from heddle.bench.chaos_forgeries import FORGERIES, _Seen
+from heddle.bench.chaos_forgeries import FORGERIES, Seen, see
 from heddle.bench.chaos_trainer import count_record
 from heddle.bench.chaos_zombies import DUPLICATE_WINDOW_S, zombie_pause_s
 from heddle.cli import app
@@ -22,10 +22,6 @@ from heddle.control.gate import EventGate
 from heddle.events import (
     Completed,
     Failed,
-    GenerationStarted,
-    Migrated,
-    RolloutSubmitted,
-    TrajectoryPlaced,
 )
 
 
@@ -53,18 +49,10 @@ def test_every_forgery_is_refused_by_the_gate(seed: int) -> None:
     """Each kind of forgery, about a rollout running as the ledger tests record one, is wrong by
     what the stream holds before it."""
     running = [e for e in rollout_events("r1") if not isinstance(e, Completed | Failed)][:-1]
-    gate, seen = EventGate(), _Seen()
+    gate, seen = EventGate(), Seen()
     for event in running:
         assert gate.admit(event).is_accepted, event
-        match event:
-            case RolloutSubmitted():
-                seen.submitted = event
-            case TrajectoryPlaced():
-                seen.holders[event.traj_id] = (event.worker_id, event.epoch)
-            case Migrated():
-                seen.holders[event.traj_id] = (event.target_worker_id, event.target_epoch)
-            case GenerationStarted():
-                seen.steps[event.traj_id] = event.step + 1
+        see(seen, event)
     rng = random.Random(seed)
     for number, forge in enumerate(FORGERIES):
         forged = forge(seen, rng, f"forged-{number}")
