@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import until
 
 from heddle.bench.chaos_forgeries import FORGERIES, Seen, seen_of
 from heddle.bench.waits import wait_finished, wait_projected
@@ -131,9 +132,10 @@ async def run(settings: Settings, injected: Disturbances) -> Outcome:
 
 
 async def until_placed(bus: Bus, rollout_id: str) -> None:
-    async with asyncio.timeout(60):
-        while len((await seen_of(bus, rollout_id)).holders) < len(TRACE):
-            await asyncio.sleep(0.05)
+    async def is_placed() -> bool:
+        return len((await seen_of(bus, rollout_id)).holders) == len(TRACE)
+
+    await until(is_placed, "every trajectory placed", 60)
 
 
 async def inject(bus: Bus, rollout_id: str, kinds: list[tuple[int, int]]) -> list[int]:
