@@ -28,7 +28,7 @@ from heddle.events import (
     WorkerRegistered,
     decode_worker_command,
 )
-from heddle.ids import derive_id
+from heddle.ids import derive_id, epoch_part
 from heddle.traces import TraceTrajectory
 
 _TOOL_SHARE = 0.6
@@ -50,6 +50,8 @@ class BenchOptions:
 class _Trajectory:
     trace: TraceTrajectory
     worker_id: str = ""
+    epoch: int = 0
+    """The hosting it runs under (a start's ``epoch``, a move's ``target_epoch``)."""
     next_step: int = 0
     """The step its next start or continuation runs."""
 
@@ -153,12 +155,16 @@ class FakeDataPlane:
                     if not self._num_unstarted:
                         self.all_started_at = now
                 trajectory.worker_id = command.worker_id
+                if isinstance(command, StartTrajectory):
+                    trajectory.epoch = command.epoch
                 self._spawn(self._run_step(command.traj_id, trajectory, step))
             case MigrateOut():
                 trajectory = self.trajectories.get(command.traj_id)
                 if trajectory is not None:
+                    migrated = self._migrated(command, trajectory.epoch)
                     trajectory.worker_id = command.target_worker_id
-                    self._spawn(self._publish([self._migrated(command)]))
+                    trajectory.epoch = command.target_epoch
+                    self._spawn(self._publish([migrated]))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -170,16 +176,19 @@ class FakeDataPlane:
         await asyncio.sleep(period_s * (1 - _TOOL_SHARE))
         trace_step = trajectory.trace.steps[step]
         rollout_id, worker_id, now = self.rollout_id, trajectory.worker_id, time.time()
+        epoch = trajectory.epoch
+        hosting = epoch_part(epoch)
         events: list[Event] = [
             GenerationStarted(
-                event_id=derive_id(rollout_id, traj_id, step, "generation_started"),
+                event_id=derive_id(rollout_id, traj_id, step, hosting, "generation_started"),
                 rollout_id=rollout_id, traj_id=traj_id, step=step, occurred_at=now,
-                worker_id=worker_id, num_context_tokens=1,
+                worker_id=worker_id, num_context_tokens=1, epoch=epoch,
             ),
             Generated(
-                event_id=derive_id(rollout_id, traj_id, step, "generated"),
+                event_id=derive_id(rollout_id, traj_id, step, hosting, "generated"),
                 rollout_id=rollout_id, traj_id=traj_id, step=step, occurred_at=now,
                 worker_id=worker_id, output_token_ids=[1] * trace_step.output_tokens,
+                epoch=epoch,
             ),
         ]  # fmt: skip
         if step == len(trajectory.trace.steps) - 1:
@@ -189,9 +198,9 @@ class FakeDataPlane:
             return
         events.append(
             ToolCalled(
-                event_id=derive_id(rollout_id, traj_id, step, "tool_called"),
+                event_id=derive_id(rollout_id, traj_id, step, hosting, "tool_called"),
                 rollout_id=rollout_id, traj_id=traj_id, step=step, occurred_at=now,
-                worker_id=worker_id, call_id=f"{traj_id}-{step}", tool="trace",
+                worker_id=worker_id, call_id=f"{traj_id}-{step}", tool="trace", epoch=epoch,
             )
         )  # fmt: skip
         await self._publish(events)
@@ -223,9 +232,11 @@ class FakeDataPlane:
             num_steps=len(steps),
             num_output_tokens=sum(step.output_tokens for step in steps),
             worker_history=[trajectory.worker_id],
+            worker_id=trajectory.worker_id,
+            epoch=trajectory.epoch,
         )
 
-    def _migrated(self, command: MigrateOut) -> Migrated:
+    def _migrated(self, command: MigrateOut, epoch: int) -> Migrated:
         return Migrated(
             event_id=derive_id(command.migration_id, "migrated"),
             rollout_id=command.rollout_id,
@@ -233,6 +244,8 @@ class FakeDataPlane:
             traj_id=command.traj_id,
             source_worker_id=command.worker_id,
             target_worker_id=command.target_worker_id,
+            epoch=epoch,
+            target_epoch=command.target_epoch,
         )
 
     async def _publish(self, events: list[Event]) -> None:
