@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from heddle.bus import Bus, ReplayQuery
+from heddle.control.gate import EventGate
 from heddle.events import (
     Completed,
     Event,
@@ -210,10 +211,14 @@ def _build(fold: _Fold) -> RolloutSummary:
 
 
 async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:
-    """Read the rollout's events from the stream and summarise them."""
+    """Read the rollout's events from the stream and summarise those the event gate accepts
+    (``heddle.control.gate``: as the control plane and the ledger, so a forged or stale event
+    changes no figure)."""
     query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)), start_sequence=1)
     fold = _Fold(rollout_id)
+    gate = EventGate()
     async for batch in bus.replay_events(query).batches():
         for record in batch:
-            fold.add(record.message, record.stored_at)
+            if gate.admit(record.message).is_accepted:
+                fold.add(record.message, record.stored_at)
     return _build(fold)
