@@ -14,6 +14,9 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   at random, and the trainer whose record is counted against what was submitted;
   ``chaos_faults``: its faults of the bus (nats-server restarts, a full disk), ``small_disk``:
   the tmpfs it fills;
+  ``chaos_zombies``: workers paused past their failure and let run on; ``chaos_forgeries``:
+  forged, early and duplicate events, and whether they were refused; ``chaos_deliveries``:
+  what a plain durable consumer of the trainer's delivery stream receives;
 - ``cluster``: ``heddle bench cluster``, a rollout on a 3-node JetStream cluster (R3 streams)
   with a node and then a stream leader SIGKILLed, against the single-server run
   (``stream_watch``: the stream's content and leader, as the bench observes them);

@@ -8,6 +8,8 @@
   while the next batch is decided, acknowledgements in order after storage; ``decider_decoders``:
   token lists the deciders only count are not parsed; ``refusals``: what the pipeline
   dead-letters; ``consumer_stats``: what ``heddle status`` shows of the consumer);
+- ``gating``: the event gate in front of the deciders (refused events dead-lettered, stale
+  writers fenced) and the delivery of each trajectory's accepted end to its trainer's stream;
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
   ``liveness_checks``: when the control plane runs that check;
 - ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;

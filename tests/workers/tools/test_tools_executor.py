@@ -81,7 +81,7 @@ async def test_each_kind_of_call_gets_its_result(bus: Bus) -> None:
     assert by_traj["t5"].output.endswith("heddle-tests: passed=1 failed=0 total=1\n")
     for tool_call in calls:
         result = by_traj[tool_call.traj_id]
-        assert result.event_id == derive_id(R, tool_call.traj_id, 0, "tool_returned")
+        assert result.event_id == derive_id(tool_call.call_id, "tool_returned")
         assert (result.call_id, result.executor_id) == (tool_call.call_id, "e1")
 
 

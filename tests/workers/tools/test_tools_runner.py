@@ -123,11 +123,11 @@ def test_pseudo_tokens_are_deterministic_byte_ids(seed: int, num_tokens: int) ->
     assert all(0 <= token_id < 256 for token_id in token_ids)
 
 
-async def test_result_event_id_is_derived_from_the_step(runner: ToolRunner) -> None:
+async def test_result_event_id_is_derived_from_the_call(runner: ToolRunner) -> None:
     call = make_call(TraceTool(duration_s=0.0, num_output_tokens=2, seed=5))
     outcome = await runner.run(call)
     first = tool_returned_event(call, outcome, executor_id="e1", now=1.0)
     again = tool_returned_event(call, outcome, executor_id="e2", now=2.0)
-    assert first.event_id == again.event_id == "r1:t000001:2:tool_returned"
+    assert first.event_id == again.event_id == "k1:tool_returned"
     assert (first.tool, first.call_id, first.step) == ("trace", "k1", 2)
     assert first.output_token_ids == pseudo_token_ids(5, 2)
