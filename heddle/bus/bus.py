@@ -21,6 +21,7 @@ from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_e
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, Objects
 from heddle.bus.outbox import Outbox, Outgoing
+from heddle.bus.positions import Positions
 from heddle.bus.publisher import PublishAck, Publisher
 from heddle.bus.replay import ReplayQuery, ReplayReader
 from heddle.bus.state import ConsumerState, StreamState
