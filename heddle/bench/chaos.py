@@ -271,7 +271,7 @@ async def _run_chaos(
                     strict=True,
                 )
             ):
-                await submit(bus, plan, rollout_id)
+                await submit(bus, plan, rollout_id, trainer=TRAINER_NAME)
                 if config.disk_full and index == config.num_rollouts // 2:
                     # Filled right after the submission: the rollout has everything still to
                     # write (filled after its kills and restarts, it could be over already).
