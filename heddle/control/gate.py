@@ -10,9 +10,12 @@ wherever the stream is read in order):
 - a rollout is submitted once, with at least one trajectory and a known policy; its end
   (``finished`` once all its trajectory slots ended, or ``cancelled``) comes once;
 - a trajectory is submitted once, into a known rollout that has not ended, within the
-  rollout's number of trajectories (or as a resubmission its stale predecessor announced); a
-  slot whose submission could not be read ends with the control plane's ``Failed`` naming no
-  worker, within that number too;
+  rollout's number of trajectories (or as a resubmission its stale predecessor announced);
+- a trajectory whose submission was dead-lettered (a ``DeadLettered`` naming its ``submitted``
+  subject, in a known rollout that has not ended, before any submission of it was accepted)
+  takes its slot as submitted-then-failed: the control plane's final ``Failed`` naming no
+  worker ends it (``heddle.control.rollout``), so the rollout still ends and the trainer gets
+  the failure; no other event may claim that slot;
 - every other event of a trajectory names a submitted one, and passes its lease
   (``heddle.control.leases``): the worker and hosting that hold it, its next step, not after
   its end.
@@ -44,6 +47,7 @@ from heddle.events import (
     OPERATOR_EVENTS,
     SCHEMA_VERSION,
     Completed,
+    DeadLettered,
     Event,
     Failed,
     Predicted,
@@ -55,6 +59,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.events.rollout import DEFAULT_TRAINER
+from heddle.events.subjects import parse_subject
 from heddle.ids import check_token
 
 
@@ -66,8 +71,10 @@ class RolloutLease(msgspec.Struct, kw_only=True):
     num_submitted: int = 0
     """Trajectories submitted by the trainer (resubmissions not counted)."""
     num_refused: int = 0
-    """Trajectory slots ended by the control plane's ``Failed`` because their submission was
-    dead-lettered (never submitted: ``heddle.control.rollout``)."""
+    """Trajectory slots whose submission was dead-lettered (never submitted), each ended by
+    the control plane's ``Failed`` (``heddle.control.rollout``)."""
+    refused: list[str] = []
+    """Trajectories whose submission was dead-lettered and whose ``Failed`` has not come."""
     num_open: int = 0
     """Trajectories submitted and not ended."""
     num_slots_ended: int = 0
@@ -153,6 +160,8 @@ class EventGate:
                 return self._trajectory_submitted(event)
             case TrajectoryEvent():
                 return self._trajectory_event(event)
+            case DeadLettered():
+                self._dead_lettered(event)
         return ACCEPTED
 
     def _rollout_submitted(self, event: RolloutSubmitted) -> Verdict:
@@ -202,13 +211,35 @@ class EventGate:
         self.store.save_trajectory(event.rollout_id, event.traj_id, TrajectoryLease.of(event.spec))
         return ACCEPTED
 
+    def _dead_lettered(self, event: DeadLettered) -> None:
+        """A submission that was dead-lettered takes its slot, to be ended by the control
+        plane's ``Failed`` (a dead letter of anything else, or of a submission that was read,
+        changes nothing)."""
+        try:
+            parts = parse_subject(event.subject)
+        except ValueError:
+            return
+        rollout_id, traj_id = parts.rollout_id or "", parts.traj_id or ""
+        if parts.family != "traj" or parts.kind != "submitted" or not traj_id:
+            return
+        rollout = self.store.rollout(rollout_id)
+        if rollout is None or rollout.is_ended or traj_id in rollout.refused:
+            return
+        if self.store.trajectory(rollout_id, traj_id) is not None:
+            return
+        if rollout.num_submitted + rollout.num_refused >= rollout.num_trajectories:
+            return
+        rollout.num_refused += 1
+        rollout.refused.append(traj_id)
+        self.store.save_rollout(rollout_id, rollout)
+
     def _trajectory_event(self, event: TrajectoryEvent) -> Verdict:
         rollout = self.store.rollout(event.rollout_id)
         if rollout is None:
             return refused(f"unknown rollout {event.rollout_id}")
         lease = self.store.trajectory(event.rollout_id, event.traj_id)
         if lease is None and _is_refused_submission(rollout, event):
-            rollout.num_refused += 1
+            rollout.refused.remove(event.traj_id)
             rollout.num_open += 1
             lease = TrajectoryLease()
         if lease is None:
@@ -238,12 +269,11 @@ class EventGate:
 
 
 def _is_refused_submission(rollout: RolloutLease, event: TrajectoryEvent) -> bool:
-    """Whether ``event`` is the control plane's final ``Failed`` of a trajectory whose
-    submission it could not read (no worker, not retried), in a slot the rollout still has."""
+    """Whether ``event`` is the control plane's final ``Failed`` (no worker, not retried) of a
+    trajectory whose submission was dead-lettered."""
     if not isinstance(event, Failed) or event.worker_id or not event.is_final:
         return False
-    has_room = rollout.num_submitted + rollout.num_refused < rollout.num_trajectories
-    return has_room and not rollout.is_ended
+    return event.traj_id in rollout.refused and not rollout.is_ended
 
 
 def malformed(event: Event) -> str | None:

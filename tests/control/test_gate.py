@@ -10,6 +10,7 @@ import pytest
 from heddle.control.gate import EventGate, Verdict
 from heddle.events import (
     Completed,
+    DeadLettered,
     Event,
     Failed,
     Generated,
@@ -330,3 +331,37 @@ def test_negative_counts_are_refused() -> None:
     gate = gate_after(*ONE_STEP)
     bad = msgspec.structs.replace(completed(), num_output_tokens=-4)
     assert "num_output_tokens -4 is negative" in reason(gate.admit(bad))
+
+
+def dead_letter(traj: str, subject_kind: str = "submitted") -> DeadLettered:
+    return DeadLettered(
+        event_id=f"dl:{traj}:{subject_kind}", rollout_id=R, occurred_at=0.0,
+        consumer="control-plane", subject=f"heddle.evt.traj.{R}.{traj}.{subject_kind}",
+        stream_sequence=3, reason="event: invalid message",
+    )  # fmt: skip
+
+
+def control_plane_failure(traj: str) -> Failed:
+    """The control plane's ``Failed`` of a trajectory whose submission it could not read
+    (heddle.control.rollout: no worker, final)."""
+    return failed(worker="", epoch=0, traj=traj, finish_reason="error")
+
+
+def test_a_dead_lettered_submission_takes_its_slot_and_its_failure_ends_the_rollout() -> None:
+    gate = gate_after(rollout(2), submitted("t0"), placed("w0", 1), dead_letter("t1"))
+    assert gate.admit(dead_letter("t1")).is_accepted  # a second consumer's: nothing more
+    assert "all its 2 trajectories" in reason(gate.admit(submitted("t9", 1)))
+    assert gate.admit(control_plane_failure("t1")).deliver_to == "grpo"
+    assert "cannot finish" in reason(gate.admit(finished()))
+    assert gate.admit(completed()).deliver_to == "grpo"
+    assert gate.admit(finished()).deliver_to == "grpo"
+
+
+def test_no_failure_ends_a_slot_without_the_dead_letter_of_its_submission() -> None:
+    """A worker may publish a ``failed`` naming no worker; without the submission's dead letter
+    it is a forgery that would take a slot of the rollout (and refuse a real trajectory)."""
+    gate = gate_after(rollout(2), submitted("t0"))
+    assert "never submitted" in reason(gate.admit(control_plane_failure("t1")))
+    gate.admit(dead_letter("t1", "generated"))  # a dead letter of another kind: no slot
+    assert "never submitted" in reason(gate.admit(control_plane_failure("t1")))
+    assert gate.admit(submitted("t1", 1)).is_accepted
