@@ -6,7 +6,7 @@
             batch.append(trajectory.response_token_ids, trajectory.loss_mask, trajectory.reward)
         summary = await client.wait(rollout_id)                   # heddle.rollout.summary
 
-A rollout belongs to the trainer that submits it (``trainer``, "default" unless named): the
+A rollout belongs to the trainer that submits it (``trainer``, "trainer" unless named): the
 control plane delivers each of its trajectories' terminal records, once and after checking them,
 to that trainer's stream ``HEDDLE_OUT_<trainer>`` (``heddle.completions``). ``completions`` reads
 a DURABLE JetStream consumer named ``trainer-<trainer>-<rollout_id>`` on it, subjects
@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from heddle.bus import Bus, BusOptions
-from heddle.completions import CompletionStream, is_over
+from heddle.completions import CompletionStream, rollout_ended
 from heddle.config import Settings, load_settings
 from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.events.rollout import DEFAULT_TRAINER
@@ -47,8 +47,8 @@ from heddle.rollout.submission import (
     task_specs,
     trace_specs,
 )
-from heddle.rollout.submit import SubmissionRefused, cancel, submit
-from heddle.rollout.summary import RolloutSummary, rollout_summary
+from heddle.rollout.submit import SubmissionRefused, cancel, submit, summary
+from heddle.rollout.summary import RolloutSummary
 from heddle.traces import TraceTrajectory, read_trace
 from heddle.weights import publish_weights, wait_weights_loaded
 from heddle.workers.tokenizers import load_tokenizer
@@ -70,7 +70,8 @@ class HeddleClient:
         self._bus: Bus | None = None
 
     async def __aenter__(self) -> HeddleClient:
-        bus = Bus(self.settings, BusOptions(name=f"heddle-{self.trainer}"))
+        # A trainer's role reads none of HEDDLE_EVENTS: no stream is checked or made.
+        bus = Bus(self.settings, BusOptions(name=f"heddle-{self.trainer}", provision=False))
         await bus.start()
         self._bus = bus
         return self
@@ -177,7 +178,9 @@ class HeddleClient:
         return f"trainer-{self.trainer}-{check_token(rollout_id, 'rollout id')}"
 
     async def completions(self, rollout_id: str) -> AsyncIterator[Completed]:
-        """Completed trajectories of ``rollout_id`` as they finish (see the module docstring)."""
+        """Completed trajectories of ``rollout_id`` as they finish (see the module docstring).
+        ``SubmissionRefused`` (a ``ValueError``) for another trainer's rollout."""
+        await self._check_owner(rollout_id)
         stream = CompletionStream(
             self.bus, self.trainer, rollout_id, self.consumer_name(rollout_id)
         )
@@ -191,13 +194,23 @@ class HeddleClient:
         after ``timeout_s``."""
         async with asyncio.timeout(timeout_s):
             while True:
-                if await is_over(self.bus, rollout_id):
-                    return await rollout_summary(self.bus, rollout_id)
+                if await rollout_ended(self.bus, self.trainer, rollout_id):
+                    return await self.summary(rollout_id)
                 await asyncio.sleep(poll_s)
 
     async def summary(self, rollout_id: str) -> RolloutSummary:
-        """The rollout's figures so far."""
-        return await rollout_summary(self.bus, rollout_id)
+        """The rollout's figures so far (from the operations service,
+        ``heddle.ops.summary.<trainer>``)."""
+        return await summary(self.bus, rollout_id, trainer=self.trainer)
+
+    async def _check_owner(self, rollout_id: str) -> None:
+        """Refuse another trainer's rollout (its records never come to this trainer's stream);
+        one the control plane does not know yet is this trainer's to wait for."""
+        try:
+            await self.summary(rollout_id)
+        except SubmissionRefused as refusal:
+            if refusal.code != 404:
+                raise
 
 
 def _chat(messages: Sequence[ChatMessage | Mapping[str, str]]) -> list[ChatMessage]:

@@ -2,14 +2,18 @@
 
 The control plane delivers, after its gate (``heddle.control.gate``) accepted it, the event
 that ended each trajectory slot to the owner's stream ``HEDDLE_OUT_<trainer>``
-(``heddle.consumers.gating``): a ``Completed`` or a final ``Failed``, once per trajectory, and
-then the rollout's end (``RolloutFinished`` or ``RolloutCancelled``). Workers' raw terminal
-events are never read, so a forged, stale or duplicate end never reaches a trainer. Both ends
-come to the trainer as a ``Completed`` (a failure's tokens are those generated before it,
-rebuilt from the trajectory's events as the gate admits them; ``finish_reason`` and ``reason``
-say why), so a batch has a row for each trajectory slot. A stale trajectory resubmitted afresh
-is not delivered: the trajectory that runs its slot again is, with the same ``group_id`` and
-``index``. Also: the deployment's time scale, read from the workers' registrations.
+(``heddle.consumers.gating``), once per trajectory, and then the rollout's end
+(``RolloutFinished`` or ``RolloutCancelled``). Workers' raw terminal events are never read, so a
+forged, stale or duplicate end never reaches a trainer, and a trainer reads nothing but its own
+stream (all its role allows). Both ends of a trajectory come as a ``Completed``: the control
+plane delivers a failure as one (reward 0, the tokens generated before it; ``finish_reason``
+and ``reason`` say why; a ``Failed`` delivered as it is, by a control plane that builds no
+records, comes without its tokens), so a batch has a row for each trajectory slot. A stale
+trajectory resubmitted afresh is not delivered: the trajectory that runs its slot again is, with
+the same ``group_id`` and ``index``.
+
+Also, for operators (whose role reads ``HEDDLE_EVENTS``): whether a rollout is over, and the
+deployment's time scale, read from the workers' registrations.
 """
 
 from __future__ import annotations
@@ -28,17 +32,16 @@ from heddle.events import (
     Failed,
     RolloutCancelled,
     RolloutFinished,
-    RolloutSubmitted,
     WorkerRegistered,
     decode_event,
 )
 from heddle.events.subjects import (
     delivery_stream,
     delivery_subject,
+    rollout_delivery_subject,
     rollout_subject,
-    trajectory_subject,
 )
-from heddle.workers.agent.history import rebuild
+from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.records import completed as completed_record
 
 _IDLE_CHECK_S = 0.5
@@ -66,11 +69,6 @@ async def deployment_time_scale(bus: Bus) -> float | None:
     return distinct[0] if distinct else None
 
 
-async def _rollout_events(bus: Bus, subject: str) -> list[EventT]:
-    query = ReplayQuery(filter_subjects=(subject,), start_sequence=1)
-    return [record.message async for record in bus.replay_events(query)]
-
-
 async def is_over(bus: Bus, rollout_id: str) -> bool:
     subjects = (rollout_subject(rollout_id, "finished"), rollout_subject(rollout_id, "cancelled"))
     query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
@@ -80,33 +78,30 @@ async def is_over(bus: Bus, rollout_id: str) -> bool:
     return False
 
 
-async def completion_of_failure(bus: Bus, failed: Failed) -> Completed:
-    """A terminal ``Failed`` as the trainer's ``Completed``: reward 0, the tokens of its events,
-    its terminal reason, its group and index (from its spec when the event lacks them)."""
-    events = await _rollout_events(bus, trajectory_subject(failed.rollout_id, failed.traj_id, ">"))
-    log = rebuild(failed.rollout_id, failed.traj_id, [e for e in events if e is not failed])
-    submitted = await _rollout_events(bus, rollout_subject(failed.rollout_id, "submitted"))
-    scale = next((e.time_scale for e in submitted if isinstance(e, RolloutSubmitted)), 1.0)
+async def rollout_ended(bus: Bus, trainer: str, rollout_id: str) -> bool:
+    """Whether the rollout's end was delivered to ``trainer``'s stream (what a trainer's role
+    may read)."""
+    stream = delivery_stream(trainer)
+    if not await bus.has_stream(stream):
+        return False
+    subject = rollout_delivery_subject(trainer, rollout_id, "*")
+    return await bus.num_matching_messages(stream, subject) > 0
+
+
+def failure_alone(failed: Failed) -> Completed:
+    """A delivered ``Failed`` as the trainer's ``Completed``, without the tokens before it (a
+    control plane that builds the record delivers that instead)."""
+    log = TrajectoryLog(rollout_id=failed.rollout_id, traj_id=failed.traj_id)
     record = completed_record(
         log,
         worker_id=failed.worker_id,
         reward=0.0,
         finish_reason=failed.finish_reason,
-        time_scale=scale,
+        time_scale=1.0,
         now=failed.occurred_at,
         reason=failed.reason,
     )
-    if log.spec is None:  # never submitted (its submission was dead-lettered): the event's
-        record = msgspec.structs.replace(record, group_id=failed.group_id, index=failed.index)
-    return record
-
-
-async def rollout_owner(bus: Bus, rollout_id: str) -> str | None:
-    """The trainer that submitted the rollout (None: no submission in the stream yet)."""
-    for event in await _rollout_events(bus, rollout_subject(rollout_id, "submitted")):
-        if isinstance(event, RolloutSubmitted):
-            return event.trainer
-    return None
+    return msgspec.structs.replace(record, group_id=failed.group_id, index=failed.index)
 
 
 class CompletionStream:
@@ -138,12 +133,6 @@ class CompletionStream:
             raise TransientError("the trainer left before taking it")
 
     async def __aiter__(self) -> AsyncIterator[Completed]:
-        owner = await rollout_owner(self.bus, self.rollout_id)
-        if owner is not None and owner != self.trainer:
-            raise ValueError(
-                f"rollout {self.rollout_id} belongs to trainer {owner!r}, not {self.trainer!r}: "
-                "its records go to that trainer's stream only"
-            )
         await self._stream_exists()
         runner = self.bus.message_runner(self.spec, decode_event, self._handle, max_concurrent=1)
         running = asyncio.create_task(runner.run())
@@ -165,7 +154,7 @@ class CompletionStream:
                     yield await self.bus.resolve(message)
                 elif isinstance(message, Failed) and _is_new_end(message, seen):
                     seen.add(message.traj_id)
-                    yield await completion_of_failure(self.bus, message)
+                    yield failure_alone(message)
                 elif isinstance(message, RolloutFinished | RolloutCancelled):
                     self.is_over = True
                 pending.set_result(True)

@@ -95,7 +95,7 @@ from heddle.bus.delivery import (
 from heddle.bus.dial import BusOptions, BusUnavailable
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
-from heddle.bus.outbox import Forward, Outgoing
+from heddle.bus.outbox import Forward, Outgoing, Rerouted
 from heddle.bus.payloads import PayloadError
 from heddle.bus.publisher import PublishAck, PublishDenied, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
@@ -137,6 +137,7 @@ __all__ = [
     "ReplayReader",
     "ReplayRecord",
     "ReplicasMismatch",
+    "Rerouted",
     "RunnerStats",
     "StreamSpec",
     "StreamState",

@@ -37,7 +37,18 @@ class Forward:
     message_id: str
 
 
-Outgoing = Event | WorkerCommand | ToolCall | Forward
+@dataclass(frozen=True, slots=True)
+class Rerouted:
+    """An event published on a subject other than its own (a trainer's record that the control
+    plane built: a failed trajectory's, ``heddle.consumers.gating``), encoded and offloaded as
+    any event, de-duplicated by ``message_id``."""
+
+    subject: str
+    event: Event
+    message_id: str
+
+
+Outgoing = Event | WorkerCommand | ToolCall | Forward | Rerouted
 
 
 class Outbox:
@@ -63,7 +74,13 @@ class Outbox:
     async def _envelope(self, message: Outgoing) -> tuple[str, bytes, str]:
         if isinstance(message, Forward):
             return message.subject, message.data, message.message_id
+        if isinstance(message, Rerouted):
+            data = await self._encoded(message.event, message.message_id)
+            return message.subject, data, message.message_id
         subject, message_id = address(message)
+        return subject, await self._encoded(message, message_id), message_id
+
+    async def _encoded(self, message: Event | WorkerCommand | ToolCall, message_id: str) -> bytes:
         packed = wire_form(message)  # built once: its arrays are compressed
         data = encode_wire_form(packed)
         if len(data) > self.max_event_bytes:
@@ -75,7 +92,7 @@ class Outbox:
                 bucket=PAYLOADS_BUCKET,
                 put=self.payloads.put_once,
             )
-        return subject, data, message_id
+        return data
 
     async def resolve(self, message: M) -> M:
         return await resolve(message, self._get_payload)

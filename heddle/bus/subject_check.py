@@ -8,12 +8,13 @@ such messages with the reason this module gives.
 
 A trainer's delivery stream (``heddle.out.<trainer>.<rollout>[.<traj>].<kind>``) holds events the
 control plane passed on as they were stored: the subject must name the event's rollout,
-trajectory and kind.
+trajectory and kind; a trajectory's ``failed`` record may hold the ``Completed`` the control
+plane built for the trainer from its failure.
 """
 
 from __future__ import annotations
 
-from heddle.events import Event, ToolCall, TrajectoryEvent, WorkerCommand
+from heddle.events import Completed, Event, ToolCall, TrajectoryEvent, WorkerCommand
 from heddle.events.subjects import (
     DELIVERY_PREFIX,
     parse_subject,
@@ -47,7 +48,7 @@ def _delivered_mismatch(subject: str, event: Event) -> str | None:
     except ValueError as exc:
         return str(exc)
     traj_id = event.traj_id if isinstance(event, TrajectoryEvent) else None
-    named = (parts.rollout_id, parts.traj_id, parts.kind)
-    if named == (event.rollout_id, traj_id, type(event).kind_name()):
+    kinds = {type(event).kind_name()} | ({"failed"} if isinstance(event, Completed) else set())
+    if (parts.rollout_id, parts.traj_id) == (event.rollout_id, traj_id) and parts.kind in kinds:
         return None
     return f"wrong subject: delivered on {subject}, but the message is {event.event_id}"

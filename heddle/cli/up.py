@@ -40,6 +40,7 @@ from heddle.consumers import (
 from heddle.errors import UserError
 from heddle.policy.cost.model import HARDWARE, MODELS
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
+from heddle.rollout.trainer_records import TRAINER_RECORDS
 from heddle.workers.engines import EngineOptionError, engine_entry
 from heddle.workers.engines.options import parse_options
 from heddle.workers.environments import validate_task
@@ -217,7 +218,9 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(stop_signal, stop.set)
-    service = ControlPlaneService(settings, config, check_task=validate_task)
+    service = ControlPlaneService(
+        settings, config, check_task=validate_task, trainer_records=TRAINER_RECORDS
+    )
     serving = asyncio.create_task(service.run(stop))
     console = Console(stderr=True)
     ready = asyncio.create_task(service.ready.wait())

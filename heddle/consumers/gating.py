@@ -5,14 +5,17 @@
 
 - a refused event reaches no unit; it is dead-lettered with the gate's reason (the pipeline's
   dead letters), and a writer whose hosting is over is told so with a ``Fence`` command;
-- an accepted event that ends a trajectory slot (``Completed``, a final ``Failed``) is passed
-  on, byte for byte (references to offloaded arrays included), to its owner's delivery stream
+- an accepted event that ends a trajectory slot is delivered to its owner's stream
   ``HEDDLE_OUT_<trainer>``, subject ``heddle.out.<trainer>.<rollout>.<traj>.<kind>``, with a
   message id derived from the rollout and the trajectory: a batch decided again after a crash
-  delivers the same ids, which the stream drops (its duplicate window is a day). The rollout's
-  end (``finished``, ``cancelled``) follows its trajectories' records, on
-  ``heddle.out.<trainer>.<rollout>.<kind>``. Trainers read that stream, never the workers' raw
-  terminal events: a forged or stale end never reaches them.
+  delivers the same ids, which the stream drops (its duplicate window is a day). A ``Completed``
+  is passed on byte for byte (references to offloaded arrays included); a final ``Failed`` goes
+  as the ``Completed`` a trainer batches (reward 0, the tokens generated before it, its
+  reason), built from the trajectory's events by ``TrainerRecords.failure`` (kind ``failed``).
+  The rollout's end (``finished``, ``cancelled``) follows its trajectories' records, on
+  ``heddle.out.<trainer>.<rollout>.<kind>``. Trainers read that stream, never
+  ``HEDDLE_EVENTS``: a forged or stale end never reaches them, and a trainer's credential
+  reads nothing of another's.
 
 Delivery streams are created as their trainers appear (a submission accepted live, or the first
 record for a trainer since this process started), before the first record goes out.
@@ -22,22 +25,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from heddle.bus import Bus, Delivery, Forward, Outgoing, Rejection
+from heddle.bus import Bus, Delivery, Forward, Outgoing, Rejection, Rerouted
 from heddle.bus.streams import DELIVERY_DUPLICATE_WINDOW_S, DELIVERY_MAX_AGE_S, delivery_stream_spec
 from heddle.consumers.pipeline import Stage
 from heddle.control.gate import EventGate
 from heddle.control.leases import Refusal
 from heddle.events import (
+    Completed,
     Event,
     EventT,
+    Failed,
     Fence,
     RolloutSubmitted,
     TrajectoryEvent,
+    decode_event,
 )
-from heddle.events.rollout import ROLLOUT_EVENTS
+from heddle.events.rollout import DEFAULT_TRAINER, ROLLOUT_EVENTS
 from heddle.events.subjects import delivery_subject, rollout_delivery_subject
 from heddle.events.trajectory import TRAJECTORY_EVENTS
 from heddle.ids import check_token, derive_id
@@ -47,6 +53,22 @@ log = logging.getLogger(__name__)
 GATED: frozenset[type[Event]] = frozenset(TRAJECTORY_EVENTS) | frozenset(ROLLOUT_EVENTS)
 """What the gate reads beyond the units' kinds: every rollout and trajectory event (a lease
 follows every step of its trajectory, whichever unit decides on them)."""
+
+
+FailureRecord = Callable[[Bus, Failed], Awaitable[Completed]]
+"""A final ``Failed`` as the trainer's ``Completed``, rebuilt from the trajectory's events."""
+SummaryReply = Callable[[Bus, str], Awaitable[bytes]]
+"""A rollout's summary (``heddle.rollout.summary.RolloutSummary``), encoded as JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerRecords:
+    """What the control plane reads from ``HEDDLE_EVENTS`` for its trainers, whose role reads
+    only their delivery stream: functions of higher layers, given by whoever starts the
+    control plane (``heddle.rollout.trainer_records.TRAINER_RECORDS``)."""
+
+    failure: FailureRecord
+    summary: SummaryReply
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +107,18 @@ class DeliveryStreams:
 class Screen:
     """The gate of one deciders' consumer (owned by it: replay, then live, in stream order)."""
 
-    def __init__(self, streams: DeliveryStreams | None = None, gate: EventGate | None = None):
+    def __init__(
+        self,
+        streams: DeliveryStreams | None = None,
+        gate: EventGate | None = None,
+        failure: FailureRecord | None = None,
+    ):
         """``streams``: where deliveries go (None: nothing is delivered, e.g. in tests of the
-        deciders alone)."""
+        deciders alone); ``failure``: how a failed trajectory's record is built (None: the
+        ``Failed`` is passed on as it is)."""
         self.gate = gate if gate is not None else EventGate()
         self.streams = streams
+        self.failure = failure
         self.num_refused = 0
         self.num_delivered = 0
 
@@ -114,19 +143,43 @@ class Screen:
                 continue
             accepted.append(delivery)
             if isinstance(event, RolloutSubmitted) and self.streams is not None:
-                self.streams.want(event.trainer)
+                self.streams.want(event.trainer or DEFAULT_TRAINER)
             if verdict.deliver_to and self.streams is not None:
                 outputs.append(_record(delivery, verdict.deliver_to))
                 self.num_delivered += 1
         return accepted, Stage(outputs, rejections)
 
-    async def before_publish(self, outputs: Sequence[Outgoing]) -> None:
-        """Make the delivery streams the outputs' records go to."""
+    async def prepare(self, outputs: Sequence[Outgoing]) -> Sequence[Outgoing]:
+        """The outputs to publish: failed trajectories' records built, and the delivery
+        streams they go to made."""
         if self.streams is None:
-            return
-        trainers = {out.subject.split(".")[2] for out in outputs if isinstance(out, Forward)}
+            return outputs
+        records = [out for out in outputs if isinstance(out, Forward)]
+        trainers = {out.subject.split(".")[2] for out in records}
         if trainers:
             await self.streams.ready(trainers)
+        failures = [out for out in records if _is_failure_record(out)]
+        if not failures or self.failure is None:
+            return outputs
+        bus, build = self.streams.bus, self.failure
+        built = await asyncio.gather(*(build(bus, _failed(out)) for out in failures))
+        rebuilt: dict[int, Outgoing] = {
+            id(out): Rerouted(out.subject, record, out.message_id)
+            for out, record in zip(failures, built, strict=True)
+        }
+        return [rebuilt.get(id(out), out) for out in outputs]
+
+
+def _is_failure_record(record: Forward) -> bool:
+    """A trajectory's record of kind ``failed``: ``heddle.out.<trainer>.<r>.<t>.failed``."""
+    parts = record.subject.split(".")
+    return len(parts) == 6 and parts[-1] == "failed"
+
+
+def _failed(record: Forward) -> Failed:
+    event = decode_event(record.data)
+    assert isinstance(event, Failed), record.subject
+    return event
 
 
 def _record(delivery: Delivery[EventT], trainer: str) -> Forward:

@@ -158,7 +158,7 @@ class DeciderConsumer:
             runner = self._runner = PipelinedRunner(
                 self.bus, self._spec(position + 1), self._decode, self._decide,
                 on_stored=self._on_stored,
-                before_publish=self.screen.before_publish if self.screen is not None else None,
+                before_publish=self.screen.prepare if self.screen is not None else None,
             )  # fmt: skip
             self.stats.is_live = True
             try:

@@ -11,7 +11,10 @@ on ``heddle.ops.<endpoint>`` (``OPS_ENDPOINTS``), found with ``nats micro ls`` /
 - trainers, on subjects that end with the trainer's name (its credential is bound to them):
   ``submit.<trainer>`` opens a rollout (``heddle.consumers.submissions``: the only way one is
   opened), ``cancel.<trainer> {rollout_id}`` cancels one of the trainer's own rollouts, as
-  ``rollout.cancel`` does (403 for another trainer's).
+  ``rollout.cancel`` does (403 for another trainer's), ``summary.<trainer> {rollout_id}``
+  answers the figures of one of its rollouts (``heddle.rollout.summary.RolloutSummary``, read
+  from the stream as the gate accepts it: 404 before the view knows the rollout, 403 for
+  another trainer's). A trainer's credential reads nothing else but its delivery stream.
 
 A steering request is decoded strictly and checked against the view
 (``heddle.control.ops_requests``, ``heddle.control.operations``); a refused one gets an error reply
@@ -38,6 +41,7 @@ import msgspec
 import heddle
 from heddle.bus import Bus
 from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
+from heddle.consumers.gating import SummaryReply
 from heddle.consumers.submissions import Submissions, TaskCheck, trainer_of
 from heddle.control.operations import OperationsView
 from heddle.control.ops_requests import (
@@ -71,7 +75,7 @@ STEERING: dict[str, type[SteeringRequest]] = {
     "rollout.cancel": CancelRequest,
 }
 QUERIES = ("status", "rollout.info", "trajectory.info")
-TRAINER_ENDPOINTS = ("submit", "cancel")
+TRAINER_ENDPOINTS = ("submit", "cancel", "summary")
 """Endpoints whose subject ends with the trainer's name (``heddle.ops.submit.grpo``)."""
 OPS_ENDPOINTS: tuple[str, ...] = (*QUERIES, *STEERING, *(f"{e}.*" for e in TRAINER_ENDPOINTS))
 """Endpoint names, as subjects under ``heddle.ops`` (``heddle.ops.worker.drain``)."""
@@ -125,19 +129,22 @@ class OperationsService:
         view: Callable[[], OperationsView | None],
         *,
         check_task: TaskCheck,
+        summary: SummaryReply | None = None,
         position: Callable[[], int] = lambda: 0,
         heartbeats: Callable[[], Mapping[str, WorkerHeartbeat]] = dict,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``view``: the control plane's current view (None until its deciders are live; a
         rebuilt consumer brings a new one); ``check_task``: whether a task fits its
-        environment (``heddle.consumers.submissions``); ``position``: the stream sequence
+        environment (``heddle.consumers.submissions``); ``summary``: a rollout's summary, as
+        a trainer gets it (None: 501); ``position``: the stream sequence
         folded so far; ``heartbeats``: each worker's latest heartbeat (worker liveness)."""
         self.bus = bus
         self._view = view
         self._position = position
         self._heartbeats = heartbeats
         self._clock = clock
+        self._summary = summary
         self.submissions = Submissions(bus, lambda: self.view, check_task, clock)
 
     @property
@@ -169,6 +176,11 @@ class OperationsService:
             Endpoint(
                 "trainer_cancel", ops_subject("cancel.*"), subject_handler=self.trainer_cancel,
                 description="a trainer cancels its own rollout (heddle.ops.cancel.<trainer>)",
+            ),
+            Endpoint(
+                "trainer_summary", ops_subject("summary.*"), is_concurrent=True,
+                subject_handler=self.trainer_summary,
+                description="the figures of a trainer's rollout (heddle.ops.summary.<trainer>)",
             ),
         ]  # fmt: skip
         description = "Heddle control plane: status, rollouts, trajectories, steering, submissions"
@@ -241,6 +253,19 @@ class OperationsService:
                 "403", f"rollout {request.rollout_id} is not trainer {trainer!r}'s to cancel"
             )
         return await self._steer(request, operator=f"trainer {trainer}")
+
+    async def trainer_summary(self, subject: str, data: bytes, headers: Mapping[str, str]) -> bytes:
+        """The summary of one of the trainer's own rollouts."""
+        trainer = trainer_of(subject)
+        query = _decode(RolloutQuery, data)
+        owner = _answer(lambda: self.view.rollout(query.rollout_id)).trainer
+        if owner != trainer:
+            raise ServiceRefusal(
+                "403", f"rollout {query.rollout_id} belongs to another trainer than {trainer!r}"
+            )
+        if self._summary is None:
+            raise ServiceRefusal("501", "this control plane serves no rollout summaries")
+        return await self._summary(self.bus, query.rollout_id)
 
     async def steer(
         self, kind: type[SteeringRequest], data: bytes, headers: Mapping[str, str]

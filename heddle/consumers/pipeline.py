@@ -73,8 +73,9 @@ Decide = Callable[[list[Delivery[EventT]]], Iterable[Stage]]
 """Decides a batch, stage by stage (each stage synchronously, when the runner asks for it)."""
 OnStored = Callable[[Sequence[float]], None]
 """Told the ``Stage.arrivals`` of each stage once its outputs are stored."""
-BeforePublish = Callable[[Sequence[Outgoing]], Awaitable[None]]
-"""Awaited before a stage's outputs are published (to make the streams they go to)."""
+BeforePublish = Callable[[Sequence[Outgoing]], Awaitable[Sequence[Outgoing]]]
+"""Awaited before a stage's outputs are published: what to publish instead (the streams they go
+to made, the records built: ``heddle.consumers.gating.Screen.prepare``)."""
 
 
 class ConsumerFailed(RuntimeError):
@@ -248,12 +249,12 @@ class PipelinedRunner:
         return deliveries, refused
 
     async def _store(
-        self, outputs: list[Outgoing], refused: list[Refused], arrivals: Sequence[float] = ()
+        self, outputs: Sequence[Outgoing], refused: list[Refused], arrivals: Sequence[float] = ()
     ) -> None:
         try:
             if outputs:
                 if self._before_publish is not None:
-                    await self._before_publish(outputs)
+                    outputs = await self._before_publish(outputs)
                 await self.bus.publish_many(outputs)
                 if self._on_stored is not None:
                     self._on_stored(arrivals)

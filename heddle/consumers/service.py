@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers.bundles import control_options, slot_deciders
-from heddle.consumers.gating import DeliveryStreams, Screen
+from heddle.consumers.gating import DeliveryStreams, Screen, TrainerRecords
 from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
 from heddle.consumers.ledger_recovery import LedgerKeeper, ProjectionStopped
@@ -88,12 +88,17 @@ class ControlPlaneService:
         config: ControlPlaneConfig | None = None,
         *,
         check_task: TaskCheck,
+        trainer_records: TrainerRecords | None = None,
     ) -> None:
         """``check_task``: whether a submitted task fits its environment (the environments
-        live with the workers: the process that runs the control plane gives it)."""
+        live with the workers: the process that runs the control plane gives it);
+        ``trainer_records``: how failed trajectories' records and rollout summaries are built
+        for the trainers (None: failures go to them as ``Failed`` events, and no summary is
+        served)."""
         self.settings = settings
         self.config = config or ControlPlaneConfig()
         self.check_task = check_task
+        self.trainer_records = trainer_records
         self.ready = asyncio.Event()
         self.started_at = time.time()
         self.consumers: dict[str, DeciderConsumer] = {}
@@ -158,6 +163,7 @@ class ControlPlaneService:
                     bus,
                     self._live_operations,
                     check_task=self.check_task,
+                    summary=self.trainer_records.summary if self.trainer_records else None,
                     position=self._position,
                     heartbeats=self._heartbeats,
                 ).serve()
@@ -205,7 +211,8 @@ class ControlPlaneService:
         host = self.config.host
         if self.config.metrics_port:
             observer = self.metrics.batch_observer(host.durable(PLANE), observe_inputs=True)
-        self.screen = Screen(DeliveryStreams(bus, self.config.delivery))
+        failure = self.trainer_records.failure if self.trainer_records else None
+        self.screen = Screen(DeliveryStreams(bus, self.config.delivery), failure=failure)
         consumer = DeciderConsumer(
             bus,
             [*self.slots.values(), liveness, operations, self.weights],

@@ -71,6 +71,7 @@ from heddle.events import (
     WorkerRetired,
     WorkerUndrainRequested,
 )
+from heddle.events.rollout import DEFAULT_TRAINER
 
 OPERATIONS_SLOT = "operations"
 MAX_ENDED_ROLLOUTS = 256
@@ -165,7 +166,7 @@ class OperationsView:
                 event.rollout_id,
                 RolloutView(
                     event.policy, event.num_trajectories, event.occurred_at,
-                    trainer=event.trainer, time_scale=event.time_scale,
+                    trainer=event.trainer or DEFAULT_TRAINER, time_scale=event.time_scale,
                 ),
             )  # fmt: skip
             return []

@@ -6,8 +6,9 @@ from typing import ClassVar
 
 from heddle.events.base import Event
 
-DEFAULT_TRAINER = "default"
-"""The owner of a rollout submitted without a trainer name."""
+DEFAULT_TRAINER = "trainer"
+"""The owner of a rollout whose submission names none (published past the operations service,
+or before trainers were named), and ``HeddleClient``'s trainer unless it is given one."""
 
 
 class RolloutEvent(Event, frozen=True, kw_only=True):

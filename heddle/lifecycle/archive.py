@@ -26,12 +26,13 @@ import pyarrow.parquet as pq
 from heddle.bus import PAYLOADS_BUCKET, Bus, ReplayQuery, ReplayRecord
 from heddle.bus.payloads import payload_prefix
 from heddle.bus.purge import bucket_names
-from heddle.completions import completion_of_failure, is_over
+from heddle.completions import is_over
 from heddle.events import Completed, EventT, Failed, decode_event
 from heddle.events.arrays import Logprobs, LossMask, TokenIds
 from heddle.events.base import TrajectoryTimings
 from heddle.ids import check_token
 from heddle.lifecycle import archive_schema as schema
+from heddle.rollout.trainer_records import completion_of_failure
 
 ROW_GROUP = 2048
 FILES = ("events.parquet", "payloads.parquet", "completions.parquet")

@@ -1,8 +1,10 @@
 """The main job: run a rollout end to end (``heddle rollout run``), compare policies on one trace,
 submit to a running control plane; and the pieces a benchmark or a notebook reuses.
 
-- ``submission``: trajectory specs from a trace or tasks; ``submit``: a rollout opened, or
-  cancelled, through the control plane's operations service (the one door);
+- ``submission``: trajectory specs from a trace or tasks; ``submit``: a rollout opened,
+  cancelled or summarised through the control plane's operations service (the one door);
+  ``trainer_records``: what the control plane reads for trainers (a failed trajectory's
+  record, a rollout's summary), whose role reads only their delivery stream;
 - ``sources`` / ``flags``: what the CLI's source flags name (workload, trace file, task file);
 - ``processes`` / ``deployment``: the control plane (``heddle up``), the ledger projector,
   worker agents and tool executors as child processes, each waited for; ``worker_pool``: which

@@ -25,6 +25,7 @@ from types import TracebackType
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, ControlPlaneService
+from heddle.rollout.trainer_records import TRAINER_RECORDS
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.transport import run_agents
 from heddle.workers.engines import create_engine
@@ -53,7 +54,10 @@ class InProcessDeployment:
         self.settings = settings
         self.options = options or InProcessOptions()
         self.service = ControlPlaneService(
-            settings, self.options.control_plane, check_task=validate_task
+            settings,
+            self.options.control_plane,
+            check_task=validate_task,
+            trainer_records=TRAINER_RECORDS,
         )
         self._stop_control = asyncio.Event()
         self._stop_workers = asyncio.Event()

@@ -33,7 +33,9 @@ from heddle.control.submit_requests import (
     upload_bucket,
 )
 from heddle.errors import UserError
+from heddle.ids import check_token
 from heddle.rollout.submission import RolloutPlan, new_rollout_id
+from heddle.rollout.summary import RolloutSummary
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,18 @@ async def cancel(
     # A request id makes the retries of _ask one request: a retry gets the first reply.
     body = {"rollout_id": rollout_id, "reason": reason, "request_id": request_id or _fresh_id()}
     return await _ask(bus, subject, msgspec.json.encode(body), timeout_s)
+
+
+async def summary(
+    bus: Bus, rollout_id: str, *, trainer: str, timeout_s: float = 60.0
+) -> RolloutSummary:
+    """The figures of one of ``trainer``'s rollouts, from the operations service
+    (``heddle.ops.summary.<trainer>``). ``SubmissionRefused``: 404 for a rollout the control
+    plane does not know (yet), 403 for another trainer's."""
+    body = msgspec.json.encode({"rollout_id": rollout_id})
+    subject = ops_subject(f"summary.{check_token(trainer, 'trainer name')}")
+    reply = await _ask(bus, subject, body, timeout_s)
+    return msgspec.json.decode(reply, type=RolloutSummary)
 
 
 def _fresh_id() -> str:

@@ -30,6 +30,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.control.gate import EventGate
 from heddle.events import (
     Completed,
+    DeadLettered,
     Event,
     Failed,
     Generated,
@@ -44,7 +45,7 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySubmitted,
 )
-from heddle.events.subjects import rollout_filter
+from heddle.events.subjects import DEADLETTER_SUBJECT, rollout_filter
 from heddle.rollout.breakdown import TrajectoryTimeline, split_time
 from heddle.rollout.slowest import LagReport, SlowestTrajectory, lag_report, slowest_trajectory
 
@@ -213,12 +214,15 @@ def _build(fold: _Fold) -> RolloutSummary:
 async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:
     """Read the rollout's events from the stream and summarise those the event gate accepts
     (``heddle.control.gate``: as the control plane and the ledger, so a forged or stale event
-    changes no figure)."""
-    query = ReplayQuery(filter_subjects=tuple(rollout_filter(rollout_id)), start_sequence=1)
+    changes no figure). The gate reads the dead letters too: a dead-lettered submission's slot
+    ends with the control plane's failure."""
+    subjects = (*rollout_filter(rollout_id), DEADLETTER_SUBJECT)
+    query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
     fold = _Fold(rollout_id)
     gate = EventGate()
     async for batch in bus.replay_events(query).batches():
         for record in batch:
-            if gate.admit(record.message).is_accepted:
+            is_accepted = gate.admit(record.message).is_accepted
+            if is_accepted and not isinstance(record.message, DeadLettered):
                 fold.add(record.message, record.stored_at)
     return _build(fold)

@@ -95,12 +95,6 @@ async def test_a_rollout_completes_with_a_credential_per_process(
         assert "permissions violation" not in log.read_text().lower(), log.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="waits for the operations service's submissions (heddle.ops.submit.<trainer>, the "
-    "`door` work) and the per-trainer stream HEDDLE_OUT_<trainer> (the `fence` work): until "
-    "then HeddleClient reads and writes HEDDLE_EVENTS, which a trainer's role does not allow",
-)
 async def test_a_trainer_runs_a_rollout_on_its_own_credential(
     server: AuthServer, operator_bus: Bus, tmp_path: Path
 ) -> None:
@@ -116,9 +110,13 @@ async def test_a_trainer_runs_a_rollout_on_its_own_credential(
         async with HeddleClient(server.settings("trainer-grpo"), trainer="grpo") as client:
             rollout_id = await client.submit(trace=trace, time_scale=200.0)
             received = [t.traj_id async for t in client.completions(rollout_id)]
+            summary = await client.wait(rollout_id, timeout_s=60)
+            violations = list(client.bus.violations)
     finally:
         await deployment.stop()
-    assert sorted(received) == sorted(t.traj_id for t in trace)
+    assert len(received) == len(set(received)) == len(trace)
+    assert summary.num_completed == len(trace) and summary.is_finished
+    assert violations == []
 
 
 async def test_a_trainer_submits_and_cancels_its_rollouts_through_the_service(

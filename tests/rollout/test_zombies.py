@@ -29,6 +29,7 @@ from heddle.events import (
     WorkerRegistered,
     decode_event,
 )
+from heddle.events.rollout import DEFAULT_TRAINER
 from heddle.events.subjects import DEADLETTER_SUBJECT, delivery_stream
 from heddle.ledger import open_ledger
 from heddle.replay import open_replay
@@ -119,8 +120,8 @@ async def plain_consumer_records(settings: Settings, rollout_id: str) -> Counter
 
     spec = ConsumerSpec(
         durable="plain",
-        stream=delivery_stream("default"),
-        filter_subjects=(f"heddle.out.default.{rollout_id}.>",),
+        stream=delivery_stream(DEFAULT_TRAINER),
+        filter_subjects=(f"heddle.out.{DEFAULT_TRAINER}.{rollout_id}.>",),
         fetch_wait_s=0.5,
     )
     async with Bus(settings) as bus:
