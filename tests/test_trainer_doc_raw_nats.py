@@ -93,7 +93,7 @@ async def receive(
                     end = event
                 else:
                     assert event["traj_id"] not in ended  # once each
-                    ended[event["traj_id"]] = event
+                    ended[event["traj_id"]] = {**event, "subject": msg.subject}
                 await msg.ack()
     return ended, end
 
@@ -150,7 +150,10 @@ async def test_a_raw_nats_trainer_submits_receives_and_sees_the_end(settings: Se
     assert bytes(int(i) for i in prompt) == b"<|user|>\nWhat is 2 + 2?\n<|assistant|>\n"
     assert array(ended["t000002"]["prompt_token_ids"]) == [72, 105, 33]
     bad = ended["t000003"]
-    assert bad["kind"] == "traj.failed" and bad["finish_reason"] == "error"
+    # a failure comes on its own subject as the record a trainer batches, built from its events
+    assert bad["subject"] == "heddle.out.raw.raw1.t000003.failed"
+    assert bad["kind"] == "traj.completed" and bad["finish_reason"] == "error"
+    assert bad["reward"] == 0.0
     assert "70000" in bad["reason"] and (bad["group_id"], bad["index"]) == ("g1", 3)
     assert summary["kind"] == "rollout.finished"
     assert (summary["num_completed"], summary["num_failed"]) == (3, 1)

@@ -33,7 +33,7 @@ from heddle.errors import UserError
 from heddle.rollout.flags import source_from_flags
 from heddle.rollout.submission import RolloutPlan, TaskOptions
 from heddle.rollout.submit import (
-    DEFAULT_TRAINER,
+    CLI_TRAINER,
     SubmissionRefused,
     SubmitReply,
     cancel,
@@ -53,7 +53,7 @@ def submit_command(
     seed: SeedOpt = 0,
     tokenizer: TokenizerOpt = "byte",
     time_scale: TimeScaleOpt = None,
-    trainer: TrainerOpt = DEFAULT_TRAINER,
+    trainer: TrainerOpt = CLI_TRAINER,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a trace or task file to a running control plane (`heddle up`); print its id.

@@ -36,7 +36,7 @@ from heddle.rollout.processes import signal_name
 from heddle.rollout.progress import ProgressState, ProgressView, RolloutFollower
 from heddle.rollout.router import RouterSpec, require_router_package, routed_policy
 from heddle.rollout.submission import RolloutPlan, new_rollout_id
-from heddle.rollout.submit import DEFAULT_TRAINER, cancel, submit
+from heddle.rollout.submit import CLI_TRAINER, cancel, submit
 from heddle.rollout.summary import RolloutSummary, rollout_summary
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class RunOptions:
     log_dir: Path | None = None
     """Child process logs (default ``<data_dir>/logs/<rollout id>``)."""
     rollout_id: str | None = None
-    trainer: str = DEFAULT_TRAINER
+    trainer: str = CLI_TRAINER
     """The trainer name the rollout is submitted under (``heddle.ops.submit.<trainer>``)."""
     timeline: Path | None = None
     """Draw the rollout's timeline to this PNG at the end (with ``RunHooks.timeline_writer``)."""

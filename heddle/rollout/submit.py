@@ -39,7 +39,7 @@ from heddle.rollout.summary import RolloutSummary
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRAINER = "cli"
+CLI_TRAINER = "cli"
 """The trainer name of submissions from the command line (``--trainer`` changes it)."""
 _RETRY_S = 0.5
 _NO_SERVICE_GRACE_S = 15.0
@@ -76,7 +76,7 @@ async def submit(
     plan: RolloutPlan,
     rollout_id: str | None = None,
     *,
-    trainer: str = DEFAULT_TRAINER,
+    trainer: str = CLI_TRAINER,
     timeout_s: float = 300.0,
 ) -> SubmitReply:
     """Open the plan's rollout through the operations service; its reply."""

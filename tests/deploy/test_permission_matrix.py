@@ -151,6 +151,7 @@ def matrix(server: AuthServer) -> list[Row]:
             allowed=[
                 "heddle.ops.submit.grpo",
                 "heddle.ops.cancel.grpo",
+                "heddle.ops.summary.grpo",
                 "$JS.API.STREAM.INFO.HEDDLE_OUT_grpo",
                 f"{API}.CREATE.HEDDLE_OUT_grpo.batches",
                 f"{API}.DURABLE.CREATE.HEDDLE_OUT_grpo.batches",
@@ -170,6 +171,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 WEIGHTS_ANNOUNCEMENT,
                 "heddle.ops.submit.ppo",  # another trainer's submissions
                 "heddle.ops.cancel.ppo",
+                "heddle.ops.summary.ppo",
+                "heddle.ops.rollout.info",  # the operators' queries
                 "$JS.API.STREAM.INFO.HEDDLE_OUT_ppo",
                 f"{API}.CREATE.HEDDLE_OUT_ppo.batches",
                 f"{API}.MSG.NEXT.HEDDLE_OUT_ppo.batches",  # take another's records
