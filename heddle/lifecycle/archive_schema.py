@@ -57,6 +57,8 @@ COMPLETIONS = pa.schema([
     ("migration_s", pa.float64()),
     ("total_s", pa.float64()),
     ("occurred_at", pa.float64()),
+    ("worker_id", pa.string()),  # the worker that ended it (the holder of hosting epoch)
+    ("epoch", pa.int64()),  # its hosting number (heddle.control.leases)
 ])  # fmt: skip
 """One row per trajectory slot, as ``HeddleClient.completions`` hands them over (a failure as
 its ``Completed``), by ``index``."""
