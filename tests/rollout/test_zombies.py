@@ -29,7 +29,6 @@ from heddle.events import (
     WorkerRegistered,
     decode_event,
 )
-from heddle.events.rollout import DEFAULT_TRAINER
 from heddle.events.subjects import DEADLETTER_SUBJECT, delivery_stream
 from heddle.ledger import open_ledger
 from heddle.replay import open_replay
@@ -37,6 +36,7 @@ from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.progress import ProgressState
 from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import CLI_TRAINER
 from heddle.workloads import generate
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
@@ -110,7 +110,8 @@ async def events_on(settings: Settings, subject: str) -> list[EventT]:
 
 
 async def plain_consumer_records(settings: Settings, rollout_id: str) -> Counter[str]:
-    """Each trajectory's records on a plain durable consumer of the default trainer's stream."""
+    """Each trajectory's records on a plain durable consumer of the CLI trainer's stream
+    (``run_rollout`` submits as it)."""
     received: Counter[str] = Counter()
 
     async def take(batch: list[Delivery[EventT]]) -> None:
@@ -120,8 +121,8 @@ async def plain_consumer_records(settings: Settings, rollout_id: str) -> Counter
 
     spec = ConsumerSpec(
         durable="plain",
-        stream=delivery_stream(DEFAULT_TRAINER),
-        filter_subjects=(f"heddle.out.{DEFAULT_TRAINER}.{rollout_id}.>",),
+        stream=delivery_stream(CLI_TRAINER),
+        filter_subjects=(f"heddle.out.{CLI_TRAINER}.{rollout_id}.>",),
         fetch_wait_s=0.5,
     )
     async with Bus(settings) as bus:
