@@ -118,7 +118,7 @@ async def swap_under_a_staleness_bound(
     ]
     async with InProcessDeployment(settings, options), HeddleClient(settings) as client:
         plan = RolloutPlan("heddle", specs, "trace", TIME_SCALE)
-        rollout_id = (await submit(client.bus, plan)).rollout_id
+        rollout_id = (await submit(client.bus, plan, trainer=client.trainer)).rollout_id
         await wait_for_generations(client, rollout_id, 4)
         await client.publish_weights(1, weights)
         await client.wait_weights_loaded(1, num_workers=2, timeout_s=30)

@@ -33,6 +33,7 @@ from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.progress import ProgressState
 from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import CLI_TRAINER
 from heddle.workloads import generate
 
 pytestmark = pytest.mark.timeout(240)
@@ -75,7 +76,8 @@ class Trainer:
         self.task = asyncio.create_task(self._collect(rollout_id))
 
     async def _collect(self, rollout_id: str) -> None:
-        async with HeddleClient(self.settings) as client:  # the rollout's owner: default
+        # run_rollout submits as the command line does: that trainer owns the rollout
+        async with HeddleClient(self.settings, trainer=CLI_TRAINER) as client:
             async for trajectory in client.completions(rollout_id):
                 self.traj_ids.append(trajectory.traj_id)
 

@@ -24,6 +24,7 @@ from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.progress import ProgressState
 from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import CLI_TRAINER
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.ray_workers import ActorResources, RayWorkerPool, resources_for
 from heddle.workloads import generate
@@ -91,7 +92,8 @@ async def test_a_killed_actor_is_replaced_and_the_rollout_loses_nothing(
 
     async def collect(rollout_id: str, deployment: LocalDeployment) -> None:
         async def completions() -> None:
-            async with HeddleClient(settings) as client:  # the rollout's owner: default
+            # run_rollout submits as the command line does: that trainer owns the rollout
+            async with HeddleClient(settings, trainer=CLI_TRAINER) as client:
                 async for trajectory in client.completions(rollout_id):
                     received.append(trajectory.traj_id)
 
