@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heddle.bench.chaos_faults import BusFaults, DiskFullReport
 from heddle.bench.chaos_deliveries import delivered
+from heddle.bench.chaos_faults import BusFaults, DiskFullReport
 from heddle.bench.chaos_forgeries import Forger, refused_by_control_plane, refused_by_ledger
 from heddle.bench.chaos_trainer import TRAINER_NAME, count_record
 from heddle.bench.chaos_zombies import pause_worker, zombie_pause_s
