@@ -125,7 +125,8 @@ class RolloutDecider:
             return []
         rollout = self._rollouts.get(parts.rollout_id or "")
         traj_id = parts.traj_id or ""
-        if parts.kind != "submitted" or rollout is None or rollout.is_finished:
+        is_trajectory = parts.family == "traj" and bool(traj_id)
+        if not is_trajectory or parts.kind != "submitted" or rollout is None or rollout.is_finished:
             return []
         if traj_id in rollout.submitted or traj_id in rollout.failed or traj_id in rollout.refused:
             return []

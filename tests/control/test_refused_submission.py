@@ -45,6 +45,11 @@ def test_a_dead_letter_of_a_submission_the_control_plane_read_changes_nothing() 
                          subject="heddle.evt.traj.r1.t000000.generated", stream_sequence=1,
                          reason="bad")  # fmt: skip
     assert decider.decide(other) == []
+    # A refused second submission of the rollout itself (the gate's dead letter): no trajectory.
+    rollout_letter = DeadLettered(event_id="y", rollout_id="r1", occurred_at=1.0, consumer="c",
+                                  subject="heddle.evt.rollout.r1.submitted", stream_sequence=2,
+                                  reason="refused: rollout r1 was submitted already")  # fmt: skip
+    assert decider.decide(rollout_letter) == []
 
 
 def test_the_placement_does_not_wait_for_a_trajectory_that_was_never_submitted() -> None:
