@@ -13,7 +13,9 @@ hosting (a worker declared failed that kept running: a *zombie*), is refused, an
 names that worker and epoch so that the control plane can tell it (``Fence``).
 
 Order. A step's events come in order, once each: ``generation_started`` of the next step (the
-previous one over: generated, and its tool call, if any, returned), ``generated``,
+previous one over: generated, and its tool call, if any, returned), any number of
+``generation_interrupted`` (a re-shard stopped its engine; the step goes on where it resumes),
+``generated``,
 ``tool_called``, ``tool_returned`` (answering the call that is out, from any executor). A
 terminal event (``completed``, a ``failed`` that is not retried) ends the lease; events after it
 are refused, but the control plane's own decisions (``predicted``, ``prioritized``,
@@ -33,6 +35,7 @@ from heddle.events import (
     Completed,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     MigrationRequested,
@@ -117,7 +120,9 @@ def admit(lease: TrajectoryLease, event: TrajectoryEvent) -> Refusal | None:
     match event:
         case Migrated():
             return _migrated(lease, event)
-        case GenerationStarted() | Generated() | ToolCalled() | Preempted():
+        case (
+            GenerationStarted() | Generated() | GenerationInterrupted() | ToolCalled() | Preempted()
+        ):
             return _holder(lease, event.worker_id, event) or _step(lease, event)
         case Completed():
             refusal = _holder(lease, event.worker_id, event)
@@ -180,16 +185,17 @@ def _refuse(
     return Refusal(reason, writer, event.epoch)
 
 
-def _step(
-    lease: TrajectoryLease, event: GenerationStarted | Generated | ToolCalled | Preempted
-) -> Refusal | None:
+_StepEvent = GenerationStarted | Generated | GenerationInterrupted | ToolCalled | Preempted
+
+
+def _step(lease: TrajectoryLease, event: _StepEvent) -> Refusal | None:
     if isinstance(event, GenerationStarted):
         return _started(lease, event)
     current = lease.num_steps - 1
     if event.step != current:
         return Refusal(f"step {event.step}: the trajectory is at step {current}")
     match event:
-        case Generated() if lease.is_generated:
+        case Generated() | GenerationInterrupted() if lease.is_generated:
             return Refusal(f"step {event.step} generated already")
         case Generated():
             lease.is_generated = True

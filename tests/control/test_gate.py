@@ -14,6 +14,7 @@ from heddle.events import (
     Event,
     Failed,
     Generated,
+    GenerationInterrupted,
     GenerationStarted,
     Migrated,
     Predicted,
@@ -228,6 +229,40 @@ def test_only_the_holder_under_its_hosting_writes_and_a_stale_writer_is_fenced()
     assert "w1 holds the trajectory under hosting 2" in reason(other) and other.refusal is not None
     assert other.refusal.fenced_worker == "w9"
     assert gate.admit(started(0, "w1", 2)).is_accepted
+
+
+def interrupted(step: int, worker: str = "w0", epoch: int = 1, n: int = 0) -> GenerationInterrupted:
+    return GenerationInterrupted(
+        event_id=f"{R}:t0:{step}:{n}:{epoch}:interrupted",
+        rollout_id=R,
+        occurred_at=0.0,
+        traj_id="t0",
+        step=step,
+        worker_id=worker,
+        output_token_ids=[1],
+        epoch=epoch,
+    )
+
+
+def test_a_re_shard_hands_an_interrupted_step_to_the_leader_under_a_new_hosting() -> None:
+    """A retiring member publishes what its step produced while it holds the hosting (more than
+    once if need be); the re-shard's placement on the leader is a new hosting: the leader
+    finishes the step, and the member's later writes are stale and fenced."""
+    gate = gate_after(
+        rollout(), submitted(), placed("w0", 1), started(0), interrupted(0), interrupted(0, n=1)
+    )
+    assert gate.admit(
+        TrajectoryPlaced(**{**msgspec.structs.asdict(placed("w1", 2)), "reason": "reshard"})
+    ).is_accepted
+    late = gate.admit(interrupted(0, "w0", 1, n=2))
+    assert late.refusal is not None and (late.refusal.fenced_worker, late.refusal.fenced_epoch) == (
+        "w0",
+        1,
+    )
+    assert gate.admit(interrupted(0, "w1", 2)).is_accepted
+    assert gate.admit(generated(0, "w1", 2)).is_accepted
+    assert "generated already" in reason(gate.admit(interrupted(0, "w1", 2, n=1)))
+    assert "step 1" in reason(gate.admit(interrupted(1, "w1", 2)))
 
 
 def test_an_older_or_repeated_placement_is_refused() -> None:

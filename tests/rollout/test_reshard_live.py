@@ -16,12 +16,14 @@ from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.consumers.projector import catch_up
+from heddle.control.gate import EventGate
 from heddle.events import (
     Completed,
     Event,
     Generated,
     GenerationInterrupted,
     ReshardRequested,
+    TrajectoryPlaced,
     WorkerRegistered,
     WorkerRetired,
 )
@@ -31,6 +33,7 @@ from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
+from heddle.rollout.submit import CLI_TRAINER
 from heddle.traces import TraceStep, TraceTrajectory
 
 pytestmark = pytest.mark.timeout(300)
@@ -77,7 +80,7 @@ class Trainer:
         self.task = asyncio.create_task(self._collect(rollout_id))
 
     async def _collect(self, rollout_id: str) -> None:
-        async with HeddleClient(self.settings, trainer="reshard") as client:
+        async with HeddleClient(self.settings, trainer=CLI_TRAINER) as client:
             async for trajectory in client.completions(rollout_id):
                 self.traj_ids.append(trajectory.traj_id)
 
@@ -137,6 +140,13 @@ async def test_a_node_of_stragglers_is_merged_mid_rollout_and_nothing_is_lost(
                 len(getattr(e, "output_token_ids", [])),
             )
     assert interrupted and all(e.output_token_ids for e in interrupted)
+    # The hand-over passes the event gate: each member's interrupted output under the hosting
+    # it held, the leader's events under the new hosting its re-shard placement granted.
+    gate = EventGate()
+    verdicts = [(e, gate.admit(e)) for e in events]
+    assert [(e, v.refusal) for e, v in verdicts if not v.is_accepted] == []
+    moved = [e for e in events if isinstance(e, TrajectoryPlaced) and e.reason == "reshard"]
+    assert moved and all(e.epoch > 1 for e in moved)
 
     live = open_ledger(settings.ledger_url)
     try:

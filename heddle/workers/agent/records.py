@@ -4,6 +4,7 @@ Ids are derived from what they describe (``heddle.ids.derive_id``), so a step re
 or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate:
 
     <rollout>:<traj>:<step>:e<epoch>:generation_started | generated | tool_called
+    <rollout>:<traj>:<step>:<tokens before>:e<epoch>:interrupted
     <rollout>:<traj>:<step>:call (tool call id)
     <rollout>:<traj>:e<epoch>:completed       <rollout>:<traj>:<migration>:e<epoch>:migrated
 
@@ -116,9 +117,12 @@ def generation_interrupted(
     each part of a step is stored once."""
     num_before = len(log.steps[step].partial_token_ids) if step < len(log.steps) else 0
     return GenerationInterrupted(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, num_before, "interrupted"),
+        event_id=derive_id(
+            log.rollout_id, log.traj_id, step, num_before, _hosting(log), "interrupted"
+        ),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
+        epoch=log.epoch,
         occurred_at=now,
         step=step,
         worker_id=worker_id,
