@@ -12,12 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_traces import trajectory
 
+from heddle.control.gate import EventGate
 from heddle.control.systems import system_spec
 from heddle.events import (
     Completed,
+    Event,
     Generated,
     GenerationInterrupted,
     ReshardRequested,
+    TrajectoryPlaced,
     WorkerRegistered,
     WorkerRetired,
 )
@@ -92,6 +95,13 @@ def test_the_stream_tells_the_reshard_and_keeps_every_token() -> None:
     for (traj_id, step), num_tokens in generated.items():
         assert num_tokens == by_id[traj_id].steps[step].output_tokens
     assert interrupted[0].occurred_at < again[0].occurred_at
+    # The simulated hand-over passes the event gate: each worker writes under its hosting, and
+    # the move to the leader (reason reshard) is a new one.
+    gate = EventGate()
+    verdicts = [(e, gate.admit(e)) for e in events if isinstance(e, Event)]
+    assert [(e, v.refusal) for e, v in verdicts if not v.is_accepted] == []
+    moved = [e for e in events if isinstance(e, TrajectoryPlaced) and e.reason == "reshard"]
+    assert moved and all(e.epoch > 1 for e in moved)
 
 
 def test_a_switch_too_costly_to_pay_is_never_taken() -> None:
