@@ -17,6 +17,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerHeartbeat,
     WorkerRegistered,
+    WorkerRetired,
 )
 
 
@@ -84,6 +85,28 @@ def test_a_new_registration_revives_and_keeps_the_placements() -> None:
     )
     (failure,) = liveness.check(8.0)
     assert failure.event_id == "w0:b:failed" and failure.trajectory_ids == []
+
+
+def test_a_re_shard_neither_fails_nor_rejoins_its_workers() -> None:
+    """A retired member is gone on purpose, and a leader registering again at its new degree
+    (a new incarnation) keeps what it holds: neither is a zombie to tell to rejoin."""
+    liveness = WorkerLiveness(timeout_s=1.0)
+    for event in (registered("w0", 0.0), registered("w1", 0.0), placed("t1", "w1")):
+        assert liveness.decide(event) == []
+    retired = WorkerRetired(
+        event_id="w1:rs:retired",
+        occurred_at=0.5,
+        worker_id="w1",
+        reshard_id="rs",
+        successor_worker_id="w0",
+        trajectory_ids=["t1"],
+    )
+    assert liveness.decide(retired) == []
+    assert liveness.decide(placed("t1", "w0")) == []
+    assert liveness.decide(registered("w0", 0.8, incarnation="b")) == []
+    assert liveness.live_workers() == ["w0"]
+    (failure,) = liveness.check(5.0)
+    assert (failure.worker_id, failure.trajectory_ids) == ("w0", ["t1"])
 
 
 def test_a_reported_failure_is_not_reported_again() -> None:
