@@ -189,7 +189,10 @@ class CompletionStream:
         return None
 
     async def _is_drained(self) -> bool:
-        if not self.is_over:
+        """The rollout's end is in the stream and the consumer took everything: the end read
+        now, or by an earlier reader of the same durable consumer (a trainer restarted after it
+        took the whole rollout gets nothing again, and must not wait for an end it took)."""
+        if not self.is_over and not await rollout_ended(self.bus, self.trainer, self.rollout_id):
             return False
         state = await self.bus.consumer_state(self.spec.stream, self.spec.durable)
         return state is not None and state.num_pending == 0 and state.num_ack_pending == 0

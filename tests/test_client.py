@@ -5,6 +5,7 @@ durable consumer; ``wait`` returns the summary; bad submissions say what is wron
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -47,6 +48,15 @@ def deployment(settings: Settings) -> InProcessDeployment:
     return InProcessDeployment(settings, options)
 
 
+async def wait_for_all(
+    completions: AsyncIterator[Completed], timeout_s: float
+) -> AsyncIterator[Completed]:
+    """``completions``, failing after ``timeout_s`` instead of hanging."""
+    async with asyncio.timeout(timeout_s):
+        async for completed in completions:
+            yield completed
+
+
 def check_shape(trajectory: Completed) -> None:
     response = trajectory.response_token_ids
     mask = trajectory.loss_mask
@@ -77,6 +87,12 @@ async def test_completions_come_once_each_and_a_restarted_trainer_resumes(
         async with HeddleClient(settings, trainer="grpo") as client:
             rest = [t.traj_id async for t in client.completions(rollout_id)]
             summary = await client.wait(rollout_id, timeout_s=60)
+        async with HeddleClient(settings, trainer="grpo") as client:
+            # A trainer restarted after it took the whole rollout, its end included (the chaos
+            # bench's killed trainer starts again with its first rollout): nothing comes again,
+            # and the iteration ends (it waited for an end that its consumer had taken).
+            again = client.completions(rollout_id)
+            assert [t.traj_id async for t in wait_for_all(again, timeout_s=60)] == []
         async with HeddleClient(settings, trainer="other") as client:
             with pytest.raises(ValueError, match=r"403.*another trainer than 'other'"):
                 [t async for t in client.completions(rollout_id)]
