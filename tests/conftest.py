@@ -135,3 +135,25 @@ def server_on_a_small_disk(tmp_path: Path) -> Iterator[tuple[EmbeddedNatsServer,
             yield server, disk
     finally:
         disk.unmount()
+
+
+SLOW_FILES_FIRST = (
+    "tests/integrations/test_verl_main_ppo.py",
+    "tests/workers/test_ray_workers.py",
+    "tests/lifecycle/test_training_run_retention.py",
+    "tests/rollout/test_chaos_bench.py",
+    "tests/rollout/test_zombies.py",
+    "tests/bench/test_figures.py",
+    "tests/bench/test_fidelity.py",
+)
+"""The files that take longest (``--durations``), collected first: ``pytest -n 2 --dist
+loadfile`` hands files out in collection order, and a long one picked up last ran alone at the
+end of the suite (the V1 ``main_ppo`` test: 1-4 minutes)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return SLOW_FILES_FIRST.index(path) if path in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a rank stays the collection's
