@@ -147,8 +147,9 @@ SLOW_FILES_FIRST = (
     "tests/bench/test_fidelity.py",
 )
 """The files that take longest (``--durations``), collected first: ``pytest -n 2 --dist
-loadfile`` hands files out in collection order, and a long one picked up last ran alone at the
-end of the suite (the V1 ``main_ppo`` test: 1-4 minutes)."""
+loadfile`` hands files out in collection order (``--no-loadscope-reorder`` in pyproject.toml:
+by default xdist puts the files with most tests first), and a long one picked up last ran alone
+at the end of the suite (the V1 ``main_ppo`` test: 1-4 minutes)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
