@@ -127,25 +127,9 @@ class Admission(Protocol):
         ...
 
 
-class AdmitAll:
-    """Admission that starts every planned trajectory at once on its planned worker, in plan
-    order; it weighs nothing and holds nothing between events."""
-
-    def __init__(self) -> None:
-        self._planned: list[Admitted] = []
-
-    def add_worker(self, worker_id: str, max_kv_tokens: int) -> None:
-        return None
-
-    def remove_worker(self, worker_id: str) -> None:
-        return None
-
-    def plan(self, request: AdmissionRequest) -> None:
-        self._planned.append(Admitted(request.key, request.planned_worker_id))
-
-    def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
-        planned, self._planned = self._planned, []
-        return planned
+class IgnoresProgress:
+    """The hooks of an admission that decides on plans and ends alone: a trajectory's steps,
+    growth, predictions and moves change nothing, no step is held, every worker has room."""
 
     def tick(self, now_s: float) -> bool:
         return False
@@ -170,6 +154,27 @@ class AdmitAll:
 
     def moved(self, key: Key, worker_id: str) -> None:
         return None
+
+
+class AdmitAll(IgnoresProgress):
+    """Admission that starts every planned trajectory at once on its planned worker, in plan
+    order; it weighs nothing and holds nothing between events."""
+
+    def __init__(self) -> None:
+        self._planned: list[Admitted] = []
+
+    def add_worker(self, worker_id: str, max_kv_tokens: int) -> None:
+        return None
+
+    def remove_worker(self, worker_id: str) -> None:
+        return None
+
+    def plan(self, request: AdmissionRequest) -> None:
+        self._planned.append(Admitted(request.key, request.planned_worker_id))
+
+    def admit(self, live_workers: Iterable[str]) -> list[Admitted]:
+        planned, self._planned = self._planned, []
+        return planned
 
     def finished(self, key: Key) -> None:
         return None

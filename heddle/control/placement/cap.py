@@ -26,8 +26,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from heddle.control.placement.admission import AdmissionRequest, Admitted, Key
-from heddle.events import Generated
+from heddle.control.placement.admission import AdmissionRequest, Admitted, IgnoresProgress, Key
 
 Unit = tuple[str, str]
 """What holds one slot: ``(rollout id, trajectory id)``, or ``(rollout id, "group:" + group id)``
@@ -55,7 +54,7 @@ class CapConfig:
         return max(1, self.max_running or self.per_worker * num_workers)
 
 
-class TrajectoryCap:
+class TrajectoryCap(IgnoresProgress):
     """Starts planned trajectories in plan order while fewer than the cap's units run."""
 
     def __init__(self, config: CapConfig) -> None:
@@ -101,30 +100,6 @@ class TrajectoryCap:
             self._unit_of[key] = unit
             started.append(Admitted(key, worker_id))
         return started
-
-    def tick(self, now_s: float) -> bool:
-        return False
-
-    def holds_step(self, key: Key) -> bool:
-        return False
-
-    def has_room(self, worker_id: str, key: Key) -> bool:
-        return True
-
-    def generated(self, event: Generated) -> None:
-        return None
-
-    def grew(self, key: Key, context_tokens: int) -> None:
-        return None
-
-    def tool_returned(self, key: Key, duration_s: float) -> None:
-        return None
-
-    def predicted(self, key: Key, remaining_tokens: float, remaining_tool_s: float) -> None:
-        return None
-
-    def moved(self, key: Key, worker_id: str) -> None:
-        return None
 
     def finished(self, key: Key) -> None:
         unit = self._unit_of.pop(key, None)
