@@ -8,10 +8,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_strategies import grouped_rollouts
 
 from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS, system_spec
@@ -29,34 +31,16 @@ from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
 
-steps = st.lists(
-    st.builds(
-        TraceStep,
-        output_tokens=st.integers(1, 200),
-        tool_s=st.sampled_from([0.0, 0.05, 1.0, 8.0]),
-        tool_output_tokens=st.integers(0, 300),
-    ),
-    min_size=1,
-    max_size=4,
+rollouts = partial(
+    grouped_rollouts,
+    max_samples=8,
+    max_prompt_tokens=2000,
+    max_output_tokens=200,
+    tool_s=(0.0, 0.05, 1.0, 8.0),
+    max_tool_output_tokens=300,
+    max_steps=4,
 )
-
-
-@st.composite
-def rollouts(draw: st.DrawFn) -> list[TraceTrajectory]:
-    """1-3 groups of 1-8 samples sharing a prompt."""
-    trace: list[TraceTrajectory] = []
-    for group in range(draw(st.integers(1, 3))):
-        prompt = draw(st.integers(1, 2000))
-        for sample in range(draw(st.integers(1, 8))):
-            trace.append(
-                TraceTrajectory(
-                    id=f"g{group}-s{sample}",
-                    group=f"g{group}",
-                    prompt_tokens=prompt,
-                    steps=draw(steps),
-                )
-            )
-    return trace
+"""1-3 groups of 1-8 samples sharing a prompt."""
 
 
 @st.composite

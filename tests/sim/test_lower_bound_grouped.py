@@ -5,9 +5,12 @@ program gate and the baselines' concurrency caps (``heddle.sim.caps``, drawn tig
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_strategies import grouped_rollouts
 
 from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS
@@ -19,34 +22,16 @@ from heddle.traces import TraceStep, TraceTrajectory
 
 MODEL = "qwen3-8b"
 
-steps = st.lists(
-    st.builds(
-        TraceStep,
-        output_tokens=st.integers(1, 300),
-        tool_s=st.sampled_from([0.0, 0.2, 1.0, 5.0]),
-        tool_output_tokens=st.integers(0, 400),
-    ),
-    min_size=1,
-    max_size=3,
+grouped_traces = partial(
+    grouped_rollouts,
+    max_samples=16,
+    max_prompt_tokens=3000,
+    max_output_tokens=300,
+    tool_s=(0.0, 0.2, 1.0, 5.0),
+    max_tool_output_tokens=400,
+    max_steps=3,
 )
-
-
-@st.composite
-def grouped_traces(draw: st.DrawFn) -> list[TraceTrajectory]:
-    """1-3 groups of 1-16 samples; a group's samples share its prompt (1-3,000 tokens)."""
-    trace: list[TraceTrajectory] = []
-    for group in range(draw(st.integers(1, 3))):
-        prompt = draw(st.integers(1, 3000))
-        for sample in range(draw(st.integers(1, 16))):
-            trace.append(
-                TraceTrajectory(
-                    id=f"g{group}-s{sample}",
-                    group=f"g{group}",
-                    prompt_tokens=prompt,
-                    steps=draw(steps),
-                )
-            )
-    return trace
+"""1-3 groups of 1-16 samples; a group's samples share its prompt (1-3,000 tokens)."""
 
 
 CAPS: tuple[CapSetting, ...] = ("default", "off", 1, 2, 5)
