@@ -29,6 +29,9 @@ The ``heddle bench ...`` and ``heddle sim figures`` commands (``heddle/cli/bench
   at several engine restart costs;
 - ``tools``: ``heddle bench tools``, sandbox calls cold vs from the warm pool; ``tools_nats``:
   the same through NATS (``ToolCall`` -> ``ToolReturned``);
+- ``hops``: ``heddle bench hops``, the files one trajectory step opens from a tool result to the
+  next generation, in order; ``hops_trace``: the profile hook that records them, ``hops_path``:
+  which of the recorded calls carry the step;
 - ``fidelity``: ``heddle bench fidelity``, live runs against the simulator, and the control
   plane's cost per step;
 - ``figures``: ``heddle sim figures``, the paper's experiments re-done in simulation;

@@ -11,8 +11,8 @@ administration), ``deploy`` (``heddle deploy``), ``sim``
 figures``), ``sim_hunt`` (``heddle sim hunt``), and the benchmarks ``bench_bus``,
 ``bench_control``, ``bench_engine``, ``bench_fidelity``, ``bench_chaos``, ``bench_cluster``,
 ``bench_tools``, ``bench_predictor``, ``bench_integrations``, ``bench_lifecycle``,
-``bench_reshard`` (``heddle bench <name>``) and ``bench_policy`` (``heddle bench placement |
-annealing``).
+``bench_reshard``, ``bench_hops`` (``heddle bench <name>``) and ``bench_policy`` (``heddle bench
+placement | annealing``).
 
 Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``rollout_flags``
 (the flags ``rollout run`` and ``compare`` share), ``sim_choices`` (model and system name checks of
@@ -59,6 +59,7 @@ _COMMAND_MODULES = (
     "lifecycle",
     "bench_lifecycle",
     "bench_reshard",
+    "bench_hops",
 )
 
 for _name in _COMMAND_MODULES:
