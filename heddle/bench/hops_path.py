@@ -11,11 +11,14 @@ tasks). The step's *path* is the calls of three kinds of task, found from the re
 - **control plane**: the tasks that handed the step's ``ContinueTrajectory`` to a function of the
   package (the deciders' task, the task that publishes their commands) and the tasks that created
   them, back to the first one created before the window: a task that created another of them
-  counts until it did, the last until it first gives the loop back (its command is then written
-  to the server; its acknowledgement comes back beside the step);
-- **tools**: the task that handed on the ``ToolReturned`` (the tool executor), until it first
-  gives the loop back (the event is written; what it does once the server acknowledges it runs
-  beside the step).
+  counts until it did;
+- **tools**: the task that handed on the ``ToolReturned`` (the tool executor).
+
+A task of the path that creates none of the others hands the step on through the bus: it counts
+from its first call in the window to the end of the loop step in which a function of it was
+last handed the step's message (first called with it: a coroutine resumed once the server
+acknowledged the message does not count again), when it gives the loop back with the message
+written; what it does once the acknowledgement comes back runs beside the step.
 
 The nats client's reader tasks are left out: they run the bus's receiving code (``wire``,
 ``pull``) for every message of a connection, the step's among them, and the step's own tasks
@@ -148,25 +151,29 @@ class _Span:
 
     until: int | None = None
     """Those before this index (it created the next task of the path there)."""
-    loop_step: int | None = None
-    """Those of this loop step (it hands the step on through the bus, then gives the loop
-    back)."""
+    loop_steps: tuple[int, int] | None = None
+    """Those of these loop steps, first and last (it hands the step on through the bus: from
+    its first call to the end of the loop step in which it was last handed the step's message,
+    when it gives the loop back)."""
 
     def holds(self, index: int, call: Call) -> bool:
         if self.until is not None:
             return index < self.until
-        return self.loop_step is None or call.loop_step == self.loop_step
+        if self.loop_steps is None:
+            return True
+        first, last = self.loop_steps
+        return first <= call.loop_step <= last
 
 
 def _span(window: Window, parts: dict[int, str], task: int) -> _Span:
-    children_born = [
-        birth.at
-        for child, birth in window.births.items()
-        if birth.parent == task and child in parts
-    ]
+    births = window.births.items()
+    children_born = [birth.at for child, birth in births if birth.parent == task and child in parts]
     if children_born:
         return _Span(until=min(children_born))
     if task == window.end_task:
         return _Span()
-    first = next((call.loop_step for call in window.calls if call.task == task), None)
-    return _Span(loop_step=first)
+    steps = [call.loop_step for call in window.calls if call.task == task]
+    carrying = [call.loop_step for call in window.calls if call.task == task and call.carries]
+    if not steps:
+        return _Span()
+    return _Span(loop_steps=(steps[0], max(carrying, default=steps[0])))

@@ -55,6 +55,9 @@ class Call:
     function: str
     loop_step: int
     """The event-loop step it ran in (0: the one the window opened in)."""
+    carries: bool = False
+    """It was handed the step's ``ToolReturned`` or its ``ContinueTrajectory`` (a coroutine
+    resumed with one in its arguments carries it once, when first called)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +96,14 @@ class Window:
 @dataclass
 class _Open:
     step: int
+    event_id: str
+    """The ``ToolReturned``'s."""
     calls: list[Call] = field(default_factory=list)
     births: dict[int, Birth] = field(default_factory=dict)
     handover_tasks: set[int] = field(default_factory=set)
     loop_step: int = 0
+    carried_by: dict[int, FrameType] = field(default_factory=dict)
+    """The frames that carried the step (kept, so that a resumed one is known by its id)."""
 
 
 class StepTracer:
@@ -148,9 +155,13 @@ class StepTracer:
                 return
         task = self._task_number()
         task = NO_TASK if task is None else task
-        window.calls.append(Call(task, file, code.co_qualname, window.loop_step))
-        if _hands_over(frame):
+        carried = _carried(frame, window.event_id)
+        if carried is ContinueTrajectory:
             window.handover_tasks.add(task)
+        carries = carried is not None and id(frame) not in window.carried_by
+        if carries:
+            window.carried_by[id(frame)] = frame
+        window.calls.append(Call(task, file, code.co_qualname, window.loop_step, carries))
         if code.co_name == "generate" and isinstance(_first_argument(frame), Engine):
             self._close(window)
 
@@ -158,7 +169,7 @@ class StepTracer:
         for value in _arguments(frame):
             if isinstance(value, ToolReturned) and value.event_id not in self._seen:
                 self._seen.add(value.event_id)
-                self._open = _Open(step=value.step)
+                self._open = _Open(step=value.step, event_id=value.event_id)
                 return self._open
         return None
 
@@ -234,16 +245,19 @@ def _first_argument(frame: FrameType) -> object:
     return values[0] if values else None
 
 
-def _hands_over(frame: FrameType) -> bool:
-    """Whether ``frame`` was handed a ``ContinueTrajectory`` (or a list or tuple holding one)."""
+def _carried(frame: FrameType, event_id: str) -> type[ContinueTrajectory | ToolReturned] | None:
+    """Which of the step's messages ``frame`` was handed: a ``ContinueTrajectory`` (or a list or
+    tuple holding one), the ``ToolReturned`` of ``event_id``, or neither."""
     for value in _arguments(frame):
         if isinstance(value, ContinueTrajectory):
-            return True
+            return ContinueTrajectory
+        if isinstance(value, ToolReturned) and value.event_id == event_id:
+            return ToolReturned
         if isinstance(value, (list, tuple)) and any(
             isinstance(item, ContinueTrajectory) for item in value[:_MAX_SCANNED_ITEMS]
         ):
-            return True
-    return False
+            return ContinueTrajectory
+    return None
 
 
 def _tasks_of(window: _Open) -> set[int]:

@@ -46,28 +46,30 @@ def test_a_return_names_the_file_left_and_the_file_reentered() -> None:
 # its command handler (5, created by 4), the step (6, created by 5), the nats reader (7).
 EXECUTOR, DECIDERS, PUBLISHER, PROJECTOR, CONSUMER, HANDLER, STEP, READER = range(8)
 CALLS = (
-    Call(EXECUTOR, "bus/bus.py", "publish", 0),
+    Call(EXECUTOR, "bus/bus.py", "publish", 0, carries=True),
     Call(EXECUTOR, "bus/wire.py", "send", 0),
     Call(READER, "bus/pull.py", "receive", 1),
     Call(EXECUTOR, "tools/executor.py", "ack", 2),  # its publish acknowledged: beside
     Call(DECIDERS, "consumers/host.py", "run", 3),
-    Call(DECIDERS, "control/router.py", "decide", 3),  # 6: creates the publisher
+    Call(DECIDERS, "control/router.py", "decide", 3, carries=True),  # 5: creates the publisher
     Call(DECIDERS, "control/priority.py", "decide", 3),  # the slower deciders: beside
     Call(PROJECTOR, "ledger/projector.py", "project", 4),
-    Call(PUBLISHER, "bus/outbox.py", "publish_many", 5),
-    Call(PUBLISHER, "consumers/latency.py", "add", 6),  # once acknowledged: beside
-    Call(CONSUMER, "bus/runner.py", "fetch", 7),  # 10: creates the handler
-    Call(CONSUMER, "bus/pull.py", "fetch", 7),  # back to fetching: beside
-    Call(HANDLER, "agent/commands.py", "handle", 8),  # 12: creates the step
-    Call(STEP, "agent/steps.py", "run", 9),
-    Call(HANDLER, "agent/commands.py", "settled", 9),  # waits for the step: beside
-    Call(STEP, "agent/history.py", "context", 10),
-    Call(STEP, "engines/sim.py", "generate", 10),
+    Call(PUBLISHER, "consumers/gating.py", "prepare", 5, carries=True),
+    Call(PUBLISHER, "bus/outbox.py", "publish_many", 6, carries=True),  # after an await
+    Call(PUBLISHER, "bus/outbox.py", "publish_many", 7),  # resumed once acknowledged: beside
+    Call(PUBLISHER, "consumers/latency.py", "add", 7),  # beside
+    Call(CONSUMER, "bus/runner.py", "fetch", 8),  # 12: creates the handler
+    Call(CONSUMER, "bus/pull.py", "fetch", 8),  # back to fetching: beside
+    Call(HANDLER, "agent/commands.py", "handle", 9, carries=True),  # 14: creates the step
+    Call(STEP, "agent/steps.py", "run", 10),
+    Call(HANDLER, "agent/commands.py", "settled", 10),  # waits for the step: beside
+    Call(STEP, "agent/history.py", "context", 11),
+    Call(STEP, "engines/sim.py", "generate", 11),
 )
 WINDOW = Window(
     calls=CALLS,
     tasks={number: f"task{number}" for number in range(8)},
-    births={PUBLISHER: Birth(DECIDERS, 6), HANDLER: Birth(CONSUMER, 11), STEP: Birth(HANDLER, 13)},
+    births={PUBLISHER: Birth(DECIDERS, 6), HANDLER: Birth(CONSUMER, 13), STEP: Birth(HANDLER, 15)},
     handover_tasks=frozenset({DECIDERS, PUBLISHER, CONSUMER, HANDLER}),
     step=0,
 )
@@ -80,7 +82,7 @@ def test_the_path_keeps_the_calls_that_carry_the_step() -> None:
     }  # fmt: skip
     assert [call.file for call in path_calls(WINDOW)] == [
         "bus/bus.py", "bus/wire.py",
-        "consumers/host.py", "control/router.py", "bus/outbox.py",
+        "consumers/host.py", "control/router.py", "consumers/gating.py", "bus/outbox.py",
         "bus/runner.py", "agent/commands.py", "agent/steps.py", "agent/history.py",
         "engines/sim.py",
     ]  # fmt: skip
