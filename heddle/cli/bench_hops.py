@@ -20,7 +20,11 @@ def bench_hops_command(
     time_scale: Annotated[float, typer.Option(help="Model seconds per wall second")] = 4.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
-    """Trace one trajectory on an in-process deployment; print the last tool result's path."""
+    """Trace one trajectory on an in-process deployment (embedded nats-server, control plane,
+    one sim worker, one tool executor) and print, in order, the files a tool result's way to the
+    next generation opens: from the first call handed its ToolReturned (the executor's publish)
+    to the engine's generate. The method and what is left beside the path:
+    docs/benchmarks/hops.md."""
     result = bench_hops(HopsConfig(steps=steps, tool_s=tool_s, time_scale=time_scale))
     if as_json:
         print(json.dumps(asdict(result)))
