@@ -47,7 +47,7 @@ from heddle.rollout.submission import (
     task_specs,
     trace_specs,
 )
-from heddle.rollout.submit import SubmissionRefused, cancel, submit, summary
+from heddle.rollout.submit import SubmissionRefused, cancel, fetch_summary, submit
 from heddle.rollout.summary import RolloutSummary
 from heddle.traces import TraceTrajectory, read_trace
 from heddle.weights import publish_weights, wait_weights_loaded
@@ -201,7 +201,7 @@ class HeddleClient:
     async def summary(self, rollout_id: str) -> RolloutSummary:
         """The rollout's figures so far (from the operations service,
         ``heddle.ops.summary.<trainer>``)."""
-        return await summary(self.bus, rollout_id, trainer=self.trainer)
+        return await fetch_summary(self.bus, rollout_id, trainer=self.trainer)
 
     async def _check_owner(self, rollout_id: str) -> None:
         """Refuse another trainer's rollout (its records never come to this trainer's stream);

@@ -31,6 +31,8 @@ from typing import BinaryIO
 
 import msgspec
 
+TRACE_ENVIRONMENT = "trace"
+"""The environment of a trajectory replayed from a trace: its task holds the trace's steps."""
 MAX_LINE_BYTES = 1024 * 1024
 """Longest line of a trace (or task) file: one trajectory, as large as NATS's default message."""
 MAX_CONTEXT_TOKENS = 1 << 24

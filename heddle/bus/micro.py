@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 ServiceHandle = Service
 """A running service: ``await handle.stop()``; ``handle.info()``, ``handle.stats()``."""
-Handler = Callable[[bytes, Mapping[str, str]], Awaitable[bytes]]
+RequestHandler = Callable[[bytes, Mapping[str, str]], Awaitable[bytes]]
 """Request body and headers -> reply body."""
 SubjectHandler = Callable[[str, bytes, Mapping[str, str]], Awaitable[bytes]]
 """Subject the request came on, body and headers -> reply body (an endpoint whose subject has
@@ -58,7 +58,7 @@ class Endpoint:
     name: str
     """Endpoint name shown by ``nats micro info`` (letters, digits, ``-``, ``_``)."""
     subject: str
-    handler: Handler | None = None
+    handler: RequestHandler | None = None
     description: str = ""
     is_concurrent: bool = False
     """Answer each request in its own task: the next request is taken while this one waits

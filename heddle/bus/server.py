@@ -13,8 +13,8 @@ from pathlib import Path
 from types import TracebackType
 
 from heddle.errors import UserError
+from heddle.events import MAX_PAYLOAD_BYTES
 
-MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
 CONFIG_NAME = "nats-server.conf"
 
 

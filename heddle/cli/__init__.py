@@ -14,7 +14,8 @@ figures``), ``sim_hunt`` (``heddle sim hunt``), and the benchmarks ``bench_bus``
 ``bench_reshard``, ``bench_hops`` (``heddle bench <name>``) and ``bench_policy`` (``heddle bench
 placement | annealing``).
 
-Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``rollout_flags``
+Helpers: ``apps`` (the command groups), ``__main__`` (``python -m heddle.cli``), ``options``
+(options several commands take: engine, tokenizer, heartbeats, seed, time scale), ``rollout_flags``
 (the flags ``rollout run`` and ``compare`` share), ``sim_choices`` (model and system name checks of
 ``sim compare`` and ``sim sweep``), ``sim_loop`` (``heddle sim compare --async-steps``, the training
 loop), ``planner_report`` (the figures of ``heddle bench annealing``).

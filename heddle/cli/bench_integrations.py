@@ -44,7 +44,7 @@ class _SlimeSample:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def trajectories(
+def synthetic_completions(
     num: int, prompt: int, steps: int, step_tokens: int, tool_tokens: int
 ) -> list[Completed]:
     """``num`` finished trajectories: ``steps`` generations of ``step_tokens`` with
@@ -77,10 +77,10 @@ def _timed(run: Callable[[], object], repeats: int) -> dict[str, float]:
     return {"median_s": round(statistics.median(seconds), 4), "min_s": round(min(seconds), 4)}
 
 
-def run_bench(num: int, prompt: int, response: int, repeats: int) -> dict[str, Any]:
+def integration_figures(num: int, prompt: int, response: int, repeats: int) -> dict[str, Any]:
     steps, tool_tokens = 3, 50
     step_tokens = (response - (steps - 1) * tool_tokens) // steps
-    batch = trajectories(num, prompt, steps, step_tokens, tool_tokens)
+    batch = synthetic_completions(num, prompt, steps, step_tokens, tool_tokens)
     result = BatchResult("bench", batch, {"heddle/makespan_s": 1.0})
     report: dict[str, Any] = {
         "rows": num, "prompt_tokens": prompt, "response_tokens": len(batch[0].response_token_ids),
@@ -115,5 +115,5 @@ def bench_integrations(
         from heddle.errors import UserError
 
         raise UserError("rows must be a multiple of 8; prompt >= 1, response >= 200, repeats >= 1")
-    report = run_bench(rows, prompt_tokens, response_tokens, repeats)
+    report = integration_figures(rows, prompt_tokens, response_tokens, repeats)
     print(json.dumps(report, indent=None if as_json else 2))

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import db_app, settings_of
-from heddle.consumers.projector import ProjectorConfig, serve
+from heddle.consumers.projector import ProjectorConfig, serve_projector
 from heddle.ledger import LEDGER_CONSUMER, create_ledger_engine, current_revision, head_revision
 from heddle.ledger.migrate import ensure_schema
 
@@ -57,5 +57,5 @@ def db_project(
 ) -> None:
     """Run the ledger projector (stops on SIGTERM / Ctrl-C after the current batch)."""
     config = ProjectorConfig(consumer=consumer, batch_size=batch_size)
-    stats = asyncio.run(serve(settings_of(ctx), config, until_idle=until_idle))
+    stats = asyncio.run(serve_projector(settings_of(ctx), config, until_idle=until_idle))
     Console(stderr=True).print(f"projected {stats.num_projected} events; position {stats.position}")

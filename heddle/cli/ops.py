@@ -34,7 +34,7 @@ app.add_typer(ops_app, name="ops", no_args_is_help=True)
 
 ReasonOpt = Annotated[str, typer.Option(help="Why (recorded in the operator event)")]
 OperatorOpt = Annotated[str, typer.Option(help="Who (when the server does not authenticate)")]
-TimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the reply")]
+ReplyTimeoutOpt = Annotated[float, typer.Option(help="Seconds to wait for the reply")]
 
 
 def send(ctx: typer.Context, endpoint: str, body: dict[str, Any], timeout_s: float) -> None:
@@ -56,20 +56,20 @@ async def _send(ctx: typer.Context, subject: str, payload: bytes, timeout_s: flo
 
 
 @ops_app.command("status")
-def status(ctx: typer.Context, timeout: TimeoutOpt = 5.0) -> None:
+def status(ctx: typer.Context, timeout: ReplyTimeoutOpt = 5.0) -> None:
     """Every rollout and worker the control plane knows."""
     send(ctx, "status", {}, timeout)
 
 
 @ops_app.command("rollout-info")
-def rollout_info(ctx: typer.Context, rollout_id: str, timeout: TimeoutOpt = 5.0) -> None:
+def rollout_info(ctx: typer.Context, rollout_id: str, timeout: ReplyTimeoutOpt = 5.0) -> None:
     """One rollout: state, counts, where its trajectories run."""
     send(ctx, "rollout.info", {"rollout_id": rollout_id}, timeout)
 
 
 @ops_app.command("trajectory-info")
 def trajectory_info(
-    ctx: typer.Context, rollout_id: str, traj_id: str, timeout: TimeoutOpt = 5.0
+    ctx: typer.Context, rollout_id: str, traj_id: str, timeout: ReplyTimeoutOpt = 5.0
 ) -> None:
     """One trajectory: state, worker and history, priority, operator actions."""
     send(ctx, "trajectory.info", {"rollout_id": rollout_id, "traj_id": traj_id}, timeout)
@@ -81,7 +81,7 @@ def drain(
     worker_id: str,
     reason: ReasonOpt = "",
     operator: OperatorOpt = "",
-    timeout: TimeoutOpt = 5.0,
+    timeout: ReplyTimeoutOpt = 5.0,
 ) -> None:
     """Place nothing new on a worker; it finishes what it holds and reports drained."""
     body = {"worker_id": worker_id, "reason": reason, "operator": operator}
@@ -94,7 +94,7 @@ def undrain(
     worker_id: str,
     reason: ReasonOpt = "",
     operator: OperatorOpt = "",
-    timeout: TimeoutOpt = 5.0,
+    timeout: ReplyTimeoutOpt = 5.0,
 ) -> None:
     """Place on a drained worker again."""
     body = {"worker_id": worker_id, "reason": reason, "operator": operator}
@@ -110,7 +110,7 @@ def reprioritize(
     pin: Annotated[bool, typer.Option(help="Keep it: the policy no longer changes it")] = False,
     reason: ReasonOpt = "",
     operator: OperatorOpt = "",
-    timeout: TimeoutOpt = 5.0,
+    timeout: ReplyTimeoutOpt = 5.0,
 ) -> None:
     """Set a trajectory's priority (larger runs first) on whichever worker holds it."""
     body = {
@@ -131,7 +131,7 @@ def abort(
     traj_id: str,
     reason: ReasonOpt = "",
     operator: OperatorOpt = "",
-    timeout: TimeoutOpt = 5.0,
+    timeout: ReplyTimeoutOpt = 5.0,
 ) -> None:
     """Abort one trajectory where it runs (it ends failed, not retried)."""
     body = {"rollout_id": rollout_id, "traj_id": traj_id, "reason": reason, "operator": operator}
@@ -139,12 +139,12 @@ def abort(
 
 
 @ops_app.command("cancel")
-def cancel(
+def cancel_rollout(
     ctx: typer.Context,
     rollout_id: str,
     reason: ReasonOpt = "",
     operator: OperatorOpt = "",
-    timeout: TimeoutOpt = 5.0,
+    timeout: ReplyTimeoutOpt = 5.0,
 ) -> None:
     """Cancel a rollout: its trajectories are aborted, no more commands go out for it."""
     body = {"rollout_id": rollout_id, "reason": reason, "operator": operator}

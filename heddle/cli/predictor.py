@@ -111,7 +111,7 @@ def train_command(
 
 
 @predictor_app.command("serve")
-def serve_command(
+def serve_predictor_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Option(help="Model folder from `heddle predictor train`")],
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
@@ -122,7 +122,7 @@ def serve_command(
     one that `heddle up` runs) until interrupted; logs its latency every report_every_s."""
     import asyncio
 
-    from heddle.predictor.service import ServiceConfig, serve
+    from heddle.predictor.service import ServiceConfig, serve_predictor
 
     if not (model / "config.json").is_file():
         raise UserError(f"{model}: not a context model folder (train one with `predictor train`)")
@@ -130,5 +130,5 @@ def serve_command(
     config = ServiceConfig(max_batch=max_batch, report_every_s=report_every_s)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(settings, model, config, device))
+        asyncio.run(serve_predictor(settings, model, config, device))
     typer.echo(json.dumps({"stopped": True}))

@@ -27,7 +27,7 @@ from heddle.replay import ReplaySession, open_replay
 
 
 @app.command("replay")
-def replay(
+def replay_command(
     ctx: typer.Context,
     rollout_id: Annotated[
         str | None, typer.Argument(help="Replay one rollout (default: the whole stream).")

@@ -29,22 +29,25 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import rollout_app, settings_of
-from heddle.cli.rollout_flags import (
-    CostModelOpt,
-    EngineFlags,
+from heddle.cli.options import (
     EngineOpt,
+    HeartbeatOpt,
+    HeartbeatTimeoutOpt,
+    SeedOpt,
+    TokenizerOpt,
+)
+from heddle.cli.rollout_flags import (
+    EngineFlags,
     EnvOpt,
     GroupOpt,
-    HardwareOpt,
-    HeartbeatOpt,
     JsonOpt,
     QuietOpt,
     RunTimeoutOpt,
     RunTimeScaleOpt,
-    SeedOpt,
+    SimCostModelOpt,
+    SimHardwareOpt,
     SourceFlags,
     TasksOpt,
-    TokenizerOpt,
     ToolsOpt,
     TraceOpt,
     TrajectoriesOpt,
@@ -53,7 +56,7 @@ from heddle.cli.rollout_flags import (
     rollout_plan,
     run_time_scale,
 )
-from heddle.cli.up import PredictorOpt, SigmaOpt, TimeoutOpt
+from heddle.cli.up import PredictorOpt, SigmaOpt
 from heddle.cli.worker import parse_engine_args
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.control.systems import SYSTEMS
@@ -115,11 +118,11 @@ def run_command(
     attach: Annotated[
         bool, typer.Option(help="Use a running `heddle up` (start no control plane)")
     ] = False,
-    cost_model: CostModelOpt = None,
-    hardware: HardwareOpt = None,
+    cost_model: SimCostModelOpt = None,
+    hardware: SimHardwareOpt = None,
     predictor: PredictorOpt = _PREDICTOR.name,
     sigma: SigmaOpt = _PREDICTOR.sigma,
-    worker_timeout_s: TimeoutOpt = 6.0,
+    worker_timeout_s: HeartbeatTimeoutOpt = 6.0,
     timeout_s: RunTimeoutOpt = None,
     timeline: Annotated[Path | None, typer.Option(help="Draw the timeline to this PNG")] = None,
     time_scale: RunTimeScaleOpt = None,
@@ -222,11 +225,11 @@ def compare_command(
     engine: EngineOpt = "sim",
     tools: ToolsOpt = 1,
     heartbeat_s: HeartbeatOpt = 1.0,
-    cost_model: CostModelOpt = None,
-    hardware: HardwareOpt = None,
+    cost_model: SimCostModelOpt = None,
+    hardware: SimHardwareOpt = None,
     predictor: PredictorOpt = _PREDICTOR.name,
     sigma: SigmaOpt = _PREDICTOR.sigma,
-    worker_timeout_s: TimeoutOpt = 6.0,
+    worker_timeout_s: HeartbeatTimeoutOpt = 6.0,
     simulate: Annotated[
         bool, typer.Option(help="Also simulate each policy on the same trace")
     ] = True,

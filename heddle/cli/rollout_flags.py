@@ -31,18 +31,14 @@ EnvOpt = Annotated[
     str | None, typer.Option("--env", help=f"Environment of --tasks: {_ENVIRONMENTS}")
 ]
 TrajectoriesOpt = Annotated[int, typer.Option(help="Trajectories of --workload")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the workload, routers and noise")]
 GroupOpt = Annotated[int, typer.Option(help="Samples per task (--tasks)")]
-EngineOpt = Annotated[str, typer.Option(help="Engine of the workers (sim, torch, sglang)")]
 ToolsOpt = Annotated[int, typer.Option(help="Tool executors to start", min=0)]
-HeartbeatOpt = Annotated[float, typer.Option(help="Workers' heartbeat period (seconds)")]
 RunTimeoutOpt = Annotated[
     float | None, typer.Option(help="Give up (and cancel) after this many wall seconds")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object")]
 QuietOpt = Annotated[bool, typer.Option(help="No live progress on stderr")]
-TokenizerOpt = Annotated[str, typer.Option(help="Tokenizer of the prompts: byte or a local path")]
-TimeScaleOpt = Annotated[
+DeploymentTimeScaleOpt = Annotated[
     float | None,
     typer.Option(
         "--time-scale",
@@ -62,11 +58,11 @@ RunTimeScaleOpt = Annotated[
 TrainerOpt = Annotated[
     str, typer.Option(help="Trainer name the rollout is submitted under (its owner)")
 ]
-CostModelOpt = Annotated[
+SimCostModelOpt = Annotated[
     str | None,
     typer.Option(help="Cost-model preset of the workers' model (default: the sim engine's)"),
 ]
-HardwareOpt = Annotated[
+SimHardwareOpt = Annotated[
     str | None, typer.Option(help="GPU kind of the cost model (default: the sim engine's)")
 ]
 

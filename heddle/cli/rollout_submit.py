@@ -17,13 +17,12 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import rollout_app, settings_of
+from heddle.cli.options import SeedOpt, TokenizerOpt
 from heddle.cli.rollout_flags import (
+    DeploymentTimeScaleOpt,
     EnvOpt,
     GroupOpt,
     JsonOpt,
-    SeedOpt,
-    TimeScaleOpt,
-    TokenizerOpt,
     TrainerOpt,
     rollout_plan,
 )
@@ -52,7 +51,7 @@ def submit_command(
     group_size: GroupOpt = _TASKS.group_size,
     seed: SeedOpt = 0,
     tokenizer: TokenizerOpt = "byte",
-    time_scale: TimeScaleOpt = None,
+    time_scale: DeploymentTimeScaleOpt = None,
     trainer: TrainerOpt = CLI_TRAINER,
     as_json: JsonOpt = False,
 ) -> None:

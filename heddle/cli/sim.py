@@ -43,7 +43,7 @@ from heddle.traces import TraceError, TraceTrajectory, read_trace
 from heddle.workloads import generate, workload_names
 from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, history_kind, make_history
 
-DEFAULT_SYSTEMS = "heddle,verl,slime"
+COMPARED_SYSTEMS = "heddle,verl,slime"
 _DEFAULTS = SimConfig()
 
 
@@ -239,7 +239,7 @@ def compare(
     seed: Annotated[int, typer.Option(help="Seed of the workload and the simulator")] = 0,
     systems: Annotated[
         str, typer.Option(help=f"Comma-separated, or all: {', '.join(SYSTEMS)}")
-    ] = DEFAULT_SYSTEMS,
+    ] = COMPARED_SYSTEMS,
     engine_model: Annotated[
         str,
         typer.Option(help=f"How every system's engines behave: {', '.join(ENGINE_MODELS)}"),

@@ -24,7 +24,7 @@ from rich.table import Table
 from heddle.cli.apps import app, settings_of
 from heddle.config import Settings
 from heddle.consumers.ledger_health import LedgerHealth, read_health
-from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, consumer_names
+from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, status_consumers
 from heddle.consumers.status import read_status
 from heddle.consumers.store_guard import StoreReport
 from heddle.errors import UserError
@@ -77,7 +77,7 @@ def status_command(
     try:
         with reading(ledger.url):
             control = read_status(settings.data_dir)
-            durables = consumer_names(ledger, control)
+            durables = status_consumers(ledger, control)
             stream = asyncio.run(probe_stream(settings, durables)) if nats else None
             snapshot = collect_status(
                 ledger,

@@ -147,7 +147,7 @@ _EXECUTOR_DEFAULTS = ToolRunnerConfig()
 
 
 @tools_app.command("serve")
-def serve_command(
+def serve_tools_command(
     ctx: typer.Context,
     pool: Annotated[str, typer.Option(help="Tool pool to serve (heddle.cmd.tool.<pool>)")] = (
         "default"

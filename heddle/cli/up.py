@@ -28,7 +28,8 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import app, settings_of
-from heddle.cli.worker import TimeScaleOpt, parse_engine_args, with_time_scale
+from heddle.cli.options import HeartbeatTimeoutOpt, SeedOpt, TimeScaleOpt
+from heddle.cli.worker import parse_engine_args, with_time_scale
 from heddle.config import RetentionPolicy, Settings, load_retention
 from heddle.consumers import (
     LIVE_PREDICTORS,
@@ -57,10 +58,6 @@ PredictorOpt = Annotated[
     str, typer.Option(help=f"Remaining-length predictor: {', '.join(LIVE_PREDICTORS)}")
 ]
 SigmaOpt = Annotated[float, typer.Option(help="noisy_oracle: log-error standard deviation")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of random routers and the noisy oracle")]
-TimeoutOpt = Annotated[
-    float, typer.Option(help="Seconds without a heartbeat before a worker is declared failed")
-]
 TransferOpt = Annotated[
     bool, typer.Option(help="Migrations move the KV cache (else the target re-prefills)")
 ]
@@ -135,7 +132,7 @@ def up_command(
     predictor: PredictorOpt = _PREDICTOR.name,
     sigma: SigmaOpt = _PREDICTOR.sigma,
     seed: SeedOpt = _DEFAULTS.seed,
-    worker_timeout_s: TimeoutOpt = _DEFAULTS.worker_timeout_s,
+    worker_timeout_s: HeartbeatTimeoutOpt = _DEFAULTS.worker_timeout_s,
     transfer_kv: TransferOpt = True,
     engine_restart_s: RestartOpt = _DEFAULTS.engine_restart_s,
     ledger: Annotated[bool, typer.Option(help="Project events into the ledger here")] = True,

@@ -23,26 +23,21 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.cli.apps import app, settings_of, workers_app
+from heddle.cli.options import EngineOpt, HeartbeatOpt, TimeScaleOpt, TokenizerOpt
 from heddle.config import Settings
 from heddle.errors import UserError
 from heddle.observability import Metrics, start_metrics_server
 from heddle.observability.server import METRICS_PORT_HELP
 from heddle.rollout.processes import child_environment
 from heddle.workers.agent.config import WorkerConfig
-from heddle.workers.engines import EngineOptionError, create_engine, engine_entry, engine_names
+from heddle.workers.engines import EngineOptionError, create_engine, engine_entry
 from heddle.workers.engines.base import Engine
 from heddle.workers.engines.options import parse_options
 
 _DEFAULTS = WorkerConfig(worker_id="w00")
 _CHILD_MAIN = "from heddle.cli import main; main()"
 _EXTRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
-_ENGINES_HELP = f"Engine: {', '.join(engine_names())} (its options follow: see --engine-help)"
 
-EngineOpt = Annotated[str, typer.Option("--engine", help=_ENGINES_HELP)]
-TokenizerOpt = Annotated[
-    str, typer.Option(help="Tokenizer: 'byte' or a local Hugging Face tokenizer folder")
-]
-HeartbeatOpt = Annotated[float, typer.Option(help="Seconds between heartbeats")]
 TelemetryOpt = Annotated[float, typer.Option(help="Seconds between telemetry reports")]
 AckWaitOpt = Annotated[
     float, typer.Option(help="Seconds before an unacknowledged command is redelivered")
@@ -56,14 +51,6 @@ NodeOpt = Annotated[
     typer.Option(
         help="The node its GPUs are in, as registered (a re-shard merges workers of one node; "
         "default: the host name)"
-    ),
-]
-TimeScaleOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--time-scale",
-        help="sim engine: model seconds per wall second (default 1: real time); the workers "
-        "register it and submissions take it",
     ),
 ]
 

@@ -30,14 +30,14 @@ class Requester(Protocol):
     async def __call__(self, subject: str, body: bytes, timeout_s: float) -> bytes: ...
 
 
-class Publisher(Protocol):
+class EventPublisher(Protocol):
     async def __call__(self, message: Any) -> object: ...
 
 
 class ContextPredictions:
     """Requests in flight and the trajectories they are for; driven from the event loop."""
 
-    def __init__(self, request: Requester, publish: Publisher, timeout_s: float = 5.0) -> None:
+    def __init__(self, request: Requester, publish: EventPublisher, timeout_s: float = 5.0) -> None:
         self._request = request
         self._publish = publish
         self.timeout_s = timeout_s

@@ -48,8 +48,8 @@ from heddle.control.ops_requests import (
     AbortRequest,
     CancelRequest,
     DrainRequest,
-    Refusal,
     ReprioritizeRequest,
+    RequestRefused,
     RolloutQuery,
     StatusQuery,
     SteeringRequest,
@@ -63,7 +63,7 @@ from heddle.events import OperatorEventT, WorkerHeartbeat, decode_event
 from heddle.events.subjects import EVENTS_STREAM, subject_for_event
 from heddle.ids import check_token
 
-SERVICE_NAME = "heddle"
+OPS_SERVICE_NAME = "heddle"
 OPS_PREFIX = "heddle.ops"
 REQUEST_INFO_HEADER = "Nats-Request-Info"
 
@@ -92,7 +92,7 @@ def trainer_cancel_subject(trainer: str) -> str:
     return ops_subject(f"cancel.{check_token(trainer, 'trainer name')}")
 
 
-def rollout_summary(rollout_id: str, rollout: RolloutView) -> dict[str, Any]:
+def rollout_status(rollout_id: str, rollout: RolloutView) -> dict[str, Any]:
     return {
         "rollout_id": rollout_id,
         "policy": rollout.policy,
@@ -185,7 +185,7 @@ class OperationsService:
         ]  # fmt: skip
         description = "Heddle control plane: status, rollouts, trajectories, steering, submissions"
         return await serve_service(
-            self.bus, SERVICE_NAME, heddle.__version__, description, endpoints
+            self.bus, OPS_SERVICE_NAME, heddle.__version__, description, endpoints
         )
 
     # ---- queries ------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class OperationsService:
         return _encode(
             {
                 "position": self._position(),
-                "rollouts": [rollout_summary(rid, r) for rid, r in view.rollouts.items()],
+                "rollouts": [rollout_status(rid, r) for rid, r in view.rollouts.items()],
                 "workers": [
                     worker_summary(worker_id, worker, heartbeats.get(worker_id), now)
                     for worker_id, worker in view.workers.items()
@@ -212,7 +212,7 @@ class OperationsService:
         for trajectory in rollout.trajectories.values():
             if trajectory.state is TrajectoryState.PLACED:
                 by_worker[trajectory.worker_id] = by_worker.get(trajectory.worker_id, 0) + 1
-        summary = rollout_summary(query.rollout_id, rollout)
+        summary = rollout_status(query.rollout_id, rollout)
         return _encode({**summary, "submitted_at": rollout.submitted_at, "placed_on": by_worker})
 
     async def trajectory_info(self, data: bytes, headers: Mapping[str, str]) -> bytes:
@@ -322,10 +322,10 @@ def _decode(kind: type[R], data: bytes) -> R:
 
 
 def _answer(compute: Callable[[], T]) -> T:
-    """``compute()``, a ``Refusal`` turned into the service error reply."""
+    """``compute()``, a ``RequestRefused`` turned into the service error reply."""
     try:
         return compute()
-    except Refusal as refusal:
+    except RequestRefused as refusal:
         raise ServiceRefusal(str(refusal.code), refusal.message) from None
 
 

@@ -41,12 +41,11 @@ from heddle.policy.prediction import (
 )
 from heddle.policy.prediction.online import OnlineModelConfig, OnlinePredictor
 from heddle.policy.prediction.trace_oracle import LiveOracle
-from heddle.traces import TraceStep, TraceTrajectory
+from heddle.traces import TRACE_ENVIRONMENT, TraceStep, TraceTrajectory
 
 log = logging.getLogger(__name__)
 
 LIVE_PREDICTORS = ("online", "oracle", "noisy_oracle", "history", "prompt_only", "context")
-TRACE_ENVIRONMENT = "trace"
 
 
 @dataclass(frozen=True, slots=True)

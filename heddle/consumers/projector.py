@@ -170,7 +170,9 @@ async def catch_up(
         await bus.delete_consumer(EVENTS_STREAM, durable)
 
 
-async def serve(settings: Settings, config: ProjectorConfig, *, until_idle: bool) -> ProjectorStats:
+async def serve_projector(
+    settings: Settings, config: ProjectorConfig, *, until_idle: bool
+) -> ProjectorStats:
     """Run a projector process: stops on SIGTERM / SIGINT after the current batch."""
     from heddle.consumers.ledger_recovery import LedgerKeeper  # it builds on this module
 
@@ -210,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     config = ProjectorConfig(consumer=args.consumer, batch_size=args.batch_size)
     try:
-        stats = asyncio.run(serve(settings, config, until_idle=args.until_idle))
+        stats = asyncio.run(serve_projector(settings, config, until_idle=args.until_idle))
     except UserError as exc:  # a stopped projection (damaged ledger), an unreachable server
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -148,7 +148,7 @@ def collect_status(
     focus = rollout_id or _active(rollouts)
     slowest: list[TrajectoryLine] = []
     if focus is not None:
-        summary = queries.rollout_summary(ledger, focus)
+        summary = queries.rollout_totals(ledger, focus)
         if summary is None:
             raise ValueError(f"no rollout {focus!r} in the ledger at {ledger.url}")
         scale = summary.rollout.time_scale if summary.rollout is not None else 1.0
@@ -197,7 +197,7 @@ def _active(rollouts: Sequence[RolloutLine]) -> str | None:
 
 
 def _rollout_line(ledger: Ledger, rollout_id: str, now: float) -> RolloutLine | None:
-    summary = queries.rollout_summary(ledger, rollout_id)
+    summary = queries.rollout_totals(ledger, rollout_id)
     if summary is None:
         return None
     row = summary.rollout or RolloutRow(rollout_id=rollout_id)
@@ -299,7 +299,7 @@ def _worker_line(row: WorkerRow, now: float) -> WorkerLine:
     )
 
 
-def consumer_names(ledger: Ledger, control: ControlPlaneStatus | None) -> list[str]:
+def status_consumers(ledger: Ledger, control: ControlPlaneStatus | None) -> list[str]:
     """The consumers a status lists: the control plane's, then those with a ledger position."""
     names = [c.durable for c in control.consumers] if control is not None else []
     return names + [p.consumer for p in queries.positions(ledger) if p.consumer not in names]
@@ -314,7 +314,7 @@ def _consumers(
     reported = {c.durable: c for c in control.consumers} if control is not None else {}
     positions = {p.consumer: p.stream_sequence for p in queries.positions(ledger)}
     lines = []
-    for name in consumer_names(ledger, control):
+    for name in status_consumers(ledger, control):
         report = reported.get(name)
         position = report.position if report is not None else positions[name]
         lag = report.num_pending if report is not None else None

@@ -35,7 +35,7 @@ import msgspec
 from heddle.bus import Bus, ObjectNotFound
 from heddle.bus.micro import ServiceRefusal
 from heddle.control.operations import OperationsView
-from heddle.control.ops_requests import Refusal
+from heddle.control.ops_requests import RequestRefused
 from heddle.control.submissions import check_submission, submission_events
 from heddle.control.submit_requests import (
     MAX_INLINE_BYTES,
@@ -208,5 +208,5 @@ def _reply(event: RolloutSubmitted, sequence: int) -> bytes:
 def _answer(compute: Callable[[], T]) -> T:
     try:
         return compute()
-    except Refusal as refusal:
+    except RequestRefused as refusal:
         raise ServiceRefusal(str(refusal.code), refusal.message) from None

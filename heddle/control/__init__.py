@@ -21,7 +21,7 @@ event is a fact to act on: the event gate the deciders and the ledger put every 
 """
 
 from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
-from heddle.control.decider import Decider, Output, dispatch_table, replay
+from heddle.control.decider import Decider, Output, dispatch_table, rebuild_decider
 from heddle.control.placement import PlacementDecider
 from heddle.control.prediction import PredictionDecider
 from heddle.control.priority import PriorityConfig, PriorityDecider
@@ -46,6 +46,6 @@ __all__ = [
     "WeightsDecider",
     "build_control_plane",
     "dispatch_table",
-    "replay",
+    "rebuild_decider",
     "system_spec",
 ]

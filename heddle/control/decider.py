@@ -43,7 +43,7 @@ class Decider(Protocol):
         ...
 
 
-def replay(decider: Decider, events: Iterable[Event]) -> int:
+def rebuild_decider(decider: Decider, events: Iterable[Event]) -> int:
     """Rebuild a decider's state from a recorded history (outputs discarded); returns how many
     of the events it handles were applied."""
     handled = decider.handles

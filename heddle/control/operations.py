@@ -2,8 +2,8 @@
 
 ``OperationsView`` folds the lifecycle events (rollouts, trajectories, placements, workers) into
 what the operations service answers (``status``, ``rollout.info``, ``trajectory.info``) and checks
-steering requests against (``check``: ``Refusal`` for unknown ids and finished targets). It is
-also a decider: it answers the operator events it validated
+steering requests against (``check``: ``RequestRefused`` for unknown ids and finished
+targets). It is also a decider: it answers the operator events it validated
 (``heddle.events.operator``) with what they call for, sent to whichever worker holds the
 trajectory when the event arrives:
 
@@ -40,7 +40,7 @@ from heddle.control.ops_requests import (
     SteeringRequest,
     UndrainRequest,
 )
-from heddle.control.ops_requests import Refusal as Refusal
+from heddle.control.ops_requests import RequestRefused as RequestRefused
 from heddle.control.ops_views import (
     RolloutState,
     RolloutView,
@@ -102,19 +102,19 @@ class OperationsView:
     def rollout(self, rollout_id: str) -> RolloutView:
         rollout = self.rollouts.get(rollout_id)
         if rollout is None:
-            raise Refusal(404, f"unknown rollout {rollout_id!r}")
+            raise RequestRefused(404, f"unknown rollout {rollout_id!r}")
         return rollout
 
     def trajectory(self, rollout_id: str, traj_id: str) -> TrajectoryView:
         trajectory = self.rollout(rollout_id).trajectories.get(traj_id)
         if trajectory is None:
-            raise Refusal(404, f"unknown trajectory {traj_id!r} in rollout {rollout_id!r}")
+            raise RequestRefused(404, f"unknown trajectory {traj_id!r} in rollout {rollout_id!r}")
         return trajectory
 
     def worker(self, worker_id: str) -> WorkerView:
         worker = self.workers.get(worker_id)
         if worker is None:
-            raise Refusal(404, f"unknown worker {worker_id!r}")
+            raise RequestRefused(404, f"unknown worker {worker_id!r}")
         return worker
 
     def limits(self, max_event_bytes: int) -> DeploymentLimits:
@@ -128,30 +128,36 @@ class OperationsView:
         )
 
     def check(self, request: SteeringRequest) -> None:
-        """Raise ``Refusal`` unless the request can be carried out now."""
+        """Raise ``RequestRefused`` unless the request can be carried out now."""
         match request:
             case DrainRequest():
                 state = self.worker(request.worker_id).state
                 if state is not WorkerState.ACTIVE:
-                    raise Refusal(409, f"worker {request.worker_id} is {state.value}")
+                    raise RequestRefused(409, f"worker {request.worker_id} is {state.value}")
             case UndrainRequest():
                 state = self.worker(request.worker_id).state
                 if state not in (WorkerState.DRAINING, WorkerState.DRAINED):
-                    raise Refusal(409, f"worker {request.worker_id} is {state.value}, not drained")
+                    raise RequestRefused(
+                        409, f"worker {request.worker_id} is {state.value}, not drained"
+                    )
             case ReprioritizeRequest() | AbortRequest():
                 if isinstance(request, ReprioritizeRequest) and not math.isfinite(request.priority):
-                    raise Refusal(400, f"priority must be a finite number, not {request.priority}")
+                    raise RequestRefused(
+                        400, f"priority must be a finite number, not {request.priority}"
+                    )
                 trajectory = self.trajectory(request.rollout_id, request.traj_id)
                 self._check_open(request.rollout_id)
                 if trajectory.state.is_finished:
-                    raise Refusal(409, f"trajectory {request.traj_id} has {trajectory.state.value}")
+                    raise RequestRefused(
+                        409, f"trajectory {request.traj_id} has {trajectory.state.value}"
+                    )
             case CancelRequest():
                 self._check_open(request.rollout_id)
 
     def _check_open(self, rollout_id: str) -> None:
         state = self.rollout(rollout_id).state
         if state is not RolloutState.RUNNING:
-            raise Refusal(409, f"rollout {rollout_id} has {state.value}")
+            raise RequestRefused(409, f"rollout {rollout_id} has {state.value}")
 
     # ---- the fold -----------------------------------------------------------------------------
 

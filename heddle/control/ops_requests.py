@@ -5,7 +5,7 @@ these JSON objects. Decoding is strict: an unknown field, a wrong type or a miss
 refused, as is a body over ``MAX_REQUEST_BYTES``. A steering request is then checked against the
 control plane's view of the system (``heddle.control.operations.OperationsView``): unknown ids,
 finished trajectories and rollouts, and workers that cannot take the action are refused with a
-``Refusal`` (its ``code`` is the service error code: 400 bad request, 404 unknown, 409 the
+``RequestRefused`` (its ``code`` is the service error code: 400 bad request, 404 unknown, 409 the
 state forbids it). A valid request becomes the operator event the service publishes.
 """
 
@@ -87,7 +87,7 @@ R = TypeVar("R", bound=_Strict)
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal(Exception):
+class RequestRefused(Exception):
     """Why a request is refused; ``code`` is the ``Nats-Service-Error-Code``."""
 
     code: int
@@ -98,16 +98,16 @@ class Refusal(Exception):
 
 
 def decode_request(kind: type[R], data: bytes) -> R:
-    """The request, strictly decoded; ``Refusal(400)`` naming what is wrong otherwise. An
+    """The request, strictly decoded; ``RequestRefused(400)`` naming what is wrong otherwise. An
     empty body is an empty object (``nats req`` sends none for ``status``)."""
     if len(data) > MAX_REQUEST_BYTES:
-        raise Refusal(400, f"request of {len(data)} bytes exceeds {MAX_REQUEST_BYTES}")
+        raise RequestRefused(400, f"request of {len(data)} bytes exceeds {MAX_REQUEST_BYTES}")
     try:
         request = msgspec.json.decode(data.strip() or b"{}", type=kind)
     except msgspec.ValidationError as exc:
-        raise Refusal(400, f"invalid request: {exc}") from None
+        raise RequestRefused(400, f"invalid request: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise Refusal(400, f"malformed JSON: {exc}") from None
+        raise RequestRefused(400, f"malformed JSON: {exc}") from None
     for name in ("rollout_id", "traj_id", "worker_id", "request_id"):
         if name not in kind.__struct_fields__:
             continue
@@ -116,7 +116,7 @@ def decode_request(kind: type[R], data: bytes) -> R:
             try:
                 check_token(value, name.replace("_", " "))
             except ValueError as exc:
-                raise Refusal(400, str(exc)) from None
+                raise RequestRefused(400, str(exc)) from None
     return request
 
 

@@ -35,8 +35,7 @@ from heddle.events import (
 from heddle.events.arrays import num_items
 from heddle.ids import derive_id
 from heddle.policy.prediction import Outcome, Predictor, Progress, predict_tool_s
-
-TRACE_ENVIRONMENT = "trace"
+from heddle.traces import TRACE_ENVIRONMENT
 
 
 @dataclass(slots=True)

@@ -58,6 +58,7 @@ from heddle.policy.scheduling.priority import (
 )
 
 SUBMISSION_ORDER_S = 1e-6
+"""Trajectories submitted at one instant arrive in submission order (the KV gate too)."""
 
 
 @dataclass(frozen=True, slots=True)

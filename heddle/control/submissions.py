@@ -1,9 +1,9 @@
 """Checking a submission against the deployment, and the events that open its rollout (pure).
 
 The operations service (``heddle.consumers.submissions``) refuses a bad submission before any
-event of it exists, with ``Refusal`` naming the trajectory and the field: the rollout then never
-exists, rather than existing in part (a trajectory dead-lettered later would leave its rollout
-waiting forever). What is checked, beyond the strict decoding of ``submit_requests``:
+event of it exists, with ``RequestRefused`` naming the trajectory and the field: the rollout
+then never exists, rather than existing in part (a trajectory dead-lettered later would leave
+its rollout waiting forever). What is checked, beyond the strict decoding of ``submit_requests``:
 
 - the rollout: its id (a subject token), a known policy, 1 to ``MAX_TRAJECTORIES``
   trajectories in index order, bounded labels; its time scale, which is the deployment's
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from heddle.control.ops_requests import Refusal
+from heddle.control.ops_requests import RequestRefused
 from heddle.control.submit_requests import SubmitRequest
 from heddle.control.systems import SYSTEMS
 from heddle.events import Event, RolloutSubmitted, TrajectorySpec, TrajectorySubmitted, encode
@@ -58,13 +58,15 @@ class DeploymentLimits:
 
 
 def check_submission(request: SubmitRequest, limits: DeploymentLimits) -> float:
-    """The time scale the rollout runs at; ``Refusal`` naming the first problem otherwise."""
+    """The time scale the rollout runs at; ``RequestRefused`` naming the first problem otherwise."""
     _check_rollout(request)
     time_scale = _time_scale(request.time_scale, limits.time_scales)
     for position, spec in enumerate(request.trajectories):
         problem = spec_problem(spec, position, limits)
         if problem is not None:
-            raise Refusal(400, f"trajectory {position} ({trajectory_id(position)}): {problem}")
+            raise RequestRefused(
+                400, f"trajectory {position} ({trajectory_id(position)}): {problem}"
+            )
     return time_scale
 
 
@@ -72,30 +74,34 @@ def _check_rollout(request: SubmitRequest) -> None:
     try:
         check_token(request.rollout_id, "rollout id")
     except ValueError as exc:
-        raise Refusal(400, str(exc)) from None
+        raise RequestRefused(400, str(exc)) from None
     if request.policy not in SYSTEMS:
-        raise Refusal(400, f"unknown policy {request.policy!r}; choose one of {', '.join(SYSTEMS)}")
+        raise RequestRefused(
+            400, f"unknown policy {request.policy!r}; choose one of {', '.join(SYSTEMS)}"
+        )
     if not 1 <= len(request.trajectories) <= MAX_TRAJECTORIES:
-        raise Refusal(
+        raise RequestRefused(
             400, f"a rollout has 1 to {MAX_TRAJECTORIES} trajectories, not "
             f"{len(request.trajectories)}"
         )  # fmt: skip
     if len(request.labels) > MAX_LABELS or any(
         len(k) > MAX_TEXT_CHARS or len(v) > MAX_TEXT_CHARS for k, v in request.labels.items()
     ):
-        raise Refusal(400, f"labels: at most {MAX_LABELS}, each under {MAX_TEXT_CHARS} chars")
+        raise RequestRefused(
+            400, f"labels: at most {MAX_LABELS}, each under {MAX_TEXT_CHARS} chars"
+        )
     if len(request.source) > MAX_TEXT_CHARS:
-        raise Refusal(400, f"source: at most {MAX_TEXT_CHARS} characters")
+        raise RequestRefused(400, f"source: at most {MAX_TEXT_CHARS} characters")
 
 
 def _time_scale(requested: float | None, deployed: tuple[float, ...]) -> float:
     if requested is not None and not (math.isfinite(requested) and requested > 0):
-        raise Refusal(400, f"time_scale must be a finite number > 0, not {requested}")
+        raise RequestRefused(400, f"time_scale must be a finite number > 0, not {requested}")
     if len(deployed) > 1 and requested not in deployed:
         scales = ", ".join(f"{s:g}" for s in sorted(deployed))
-        raise Refusal(409, f"the workers run at different time scales ({scales}): name one")
+        raise RequestRefused(409, f"the workers run at different time scales ({scales}): name one")
     if deployed and requested is not None and requested not in deployed:
-        raise Refusal(
+        raise RequestRefused(
             409, f"time_scale {requested:g} differs from the deployment's {deployed[0]:g} (its "
             "workers' registrations): leave it out to take the deployment's"
         )  # fmt: skip

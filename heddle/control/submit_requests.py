@@ -8,9 +8,10 @@ JSON as an object of its own upload bucket (``upload_bucket(trainer)``, the JetS
 store: 128 KiB chunks, any size) and sends ``UploadRequest`` naming it, with its size and SHA-256.
 
 Decoding is strict: malformed JSON, a wrong type, a missing field or a field the schema does not
-name (``max_stepz``) is refused with ``Refusal(400)`` naming it (``heddle.events.strict``); the
-free-form fields are the extensions the schema names: ``labels``, and each spec's ``task``
-(which its environment checks, with its own ``meta`` for free-form data).
+name (``max_stepz``) is refused with ``RequestRefused(400)`` naming it
+(``heddle.events.strict``); the free-form fields are the extensions the schema names:
+``labels``, and each spec's ``task`` (which its environment checks,
+with its own ``meta`` for free-form data).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from heddle.control.ops_requests import Refusal
+from heddle.control.ops_requests import RequestRefused
 from heddle.events import TrajectorySpec
 from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.defaults import with_canonical_defaults
@@ -83,7 +84,7 @@ def encode_submission(request: SubmitRequest | UploadRequest) -> bytes:
 
 
 def decode_submission(data: bytes) -> SubmitRequest | UploadRequest:
-    """The request, strictly decoded (``Refusal(400)`` naming what is wrong otherwise)."""
+    """The request, strictly decoded (``RequestRefused(400)`` naming what is wrong otherwise)."""
     raw = _json(data)
     if isinstance(raw, dict) and "upload" in raw:
         return _convert(raw, UploadRequest)
@@ -99,21 +100,21 @@ def _json(data: bytes) -> Any:
     try:
         return msgspec.json.decode(data.strip() or b"{}")
     except msgspec.DecodeError as exc:
-        raise Refusal(400, f"malformed JSON: {exc}") from None
+        raise RequestRefused(400, f"malformed JSON: {exc}") from None
 
 
 def _convert(raw: Any, kind: type[R]) -> R:
     if not isinstance(raw, dict):
-        raise Refusal(400, f"a submission is a JSON object, not {type(raw).__name__}")
+        raise RequestRefused(400, f"a submission is a JSON object, not {type(raw).__name__}")
     unknown = unknown_fields(raw, kind)
     if unknown:
-        raise Refusal(
+        raise RequestRefused(
             400, f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
             "not part of the submission schema (docs/trainer.md)"
         )  # fmt: skip
     try:
         return msgspec.convert(raw, kind, dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
-        raise Refusal(400, f"invalid submission: {exc}") from None
+        raise RequestRefused(400, f"invalid submission: {exc}") from None
     except (TypeError, ValueError) as exc:  # a token array the decoder cannot read
-        raise Refusal(400, f"invalid submission: {exc}") from None
+        raise RequestRefused(400, f"invalid submission: {exc}") from None

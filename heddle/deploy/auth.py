@@ -31,7 +31,7 @@ from pathlib import Path
 import nkeys
 
 from heddle.bus.connection import inbox_prefix
-from heddle.deploy.roles import KINDS, NAMED_KINDS, SHARED_KINDS, Identity, Role, role_for
+from heddle.deploy.roles import NAMED_KINDS, ROLE_KINDS, SHARED_KINDS, Identity, Role, role_for
 from heddle.errors import UserError
 
 AUTH_CONFIG_NAME = "auth.conf"
@@ -141,7 +141,7 @@ def identity_of(file_name: str) -> Identity:
     if stem in SHARED_KINDS:
         return Identity(stem)
     raise UserError(
-        f"{file_name}: not a credential of `heddle deploy auth` (roles: {', '.join(KINDS)})"
+        f"{file_name}: not a credential of `heddle deploy auth` (roles: {', '.join(ROLE_KINDS)})"
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET
+from heddle.bus.streams import HEDDLE_STREAMS
 from heddle.consumers.host import PLANE, HostConfig
 from heddle.consumers.operations import OPS_PREFIX, TRAINER_ENDPOINTS
 from heddle.control.submit_requests import upload_bucket
@@ -55,7 +56,7 @@ SHARED_KINDS = (CONTROL_PLANE, LEDGER_PROJECTOR, TOOL_EXECUTOR, WEIGHTS_PUBLISHE
 """One credential for every process of the kind."""
 NAMED_KINDS = (WORKER, TRAINER)
 """One credential per worker id, per trainer name."""
-KINDS = (*SHARED_KINDS, *NAMED_KINDS)
+ROLE_KINDS = (*SHARED_KINDS, *NAMED_KINDS)
 
 CONTROL_DURABLE = HostConfig().durable(PLANE)
 """The control plane's durable on ``HEDDLE_EVENTS`` (``control-plane``)."""
@@ -75,14 +76,14 @@ WORKER_TRAJECTORY_KINDS = (
     "completed",
     "failed",
 )
-OPERATOR_EVENTS = (
+STREAM_NAMES = tuple(spec.name for spec in HEDDLE_STREAMS)
+OPERATOR_EVENT_SUBJECTS = (
     "heddle.evt.traj.*.*.reprioritize_requested",
     "heddle.evt.traj.*.*.abort_requested",
     "heddle.evt.rollout.*.cancel_requested",
     "heddle.evt.rollout.*.cancelled",
     "heddle.evt.worker.*.drain_requested",
 )
-HEDDLE_STREAMS = (EVENTS_STREAM, COMMANDS_STREAM, TOOLS_STREAM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +94,8 @@ class Identity:
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown role {self.kind!r}; known: {', '.join(KINDS)}")
+        if self.kind not in ROLE_KINDS:
+            raise ValueError(f"unknown role {self.kind!r}; known: {', '.join(ROLE_KINDS)}")
         if (self.kind in NAMED_KINDS) != bool(self.name):
             raise ValueError(
                 f"role {self.kind} needs a name"
@@ -237,7 +238,7 @@ def owned_durables_but(kind: str) -> tuple[str, ...]:
 def provision_checks() -> tuple[str, ...]:
     """What a ``Bus`` asks at start: account info, and whether Heddle's streams exist as
     specified (stream info, no create)."""
-    return ("$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{stream}" for stream in HEDDLE_STREAMS))
+    return ("$JS.API.INFO", *(f"$JS.API.STREAM.INFO.{stream}" for stream in STREAM_NAMES))
 
 
 def trainer_stream(trainer: str) -> str:
@@ -295,7 +296,7 @@ def _operator(identity: Identity) -> Role:
         "command and steer",
         publish=(
             "heddle.cmd.worker.>",
-            *OPERATOR_EVENTS,
+            *OPERATOR_EVENT_SUBJECTS,
             f"{OPS_PREFIX}.>",
             JS_ALL,
             "$JS.ACK.>",

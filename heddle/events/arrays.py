@@ -251,7 +251,10 @@ def unresolved(values: Any) -> PackedArray | None:
 
 
 def num_items(values: Any) -> int:
-    """Length of a decoded number list, the placeholder of a referenced one included."""
+    """Length of a number list in any form: decoded, the placeholder of a referenced one, or
+    its raw JSON text (``msgspec.Raw``: a lean decoder's skipped list, plain or compact)."""
+    if isinstance(values, msgspec.Raw):
+        return count_packed(bytes(values))
     reference = unresolved(values)
     return reference.n if reference is not None else len(values)
 

@@ -60,7 +60,7 @@ class GrpoConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class StepReport:
+class GrpoStepReport:
     step: int
     weight_version: int
     """The version the step's rollout was submitted under (the trainer's at that moment)."""
@@ -114,14 +114,14 @@ async def submit_step(client: HeddleClient, config: GrpoConfig, step: int) -> st
     return await client.submit(tasks(config), environment="token_class", task_options=options)
 
 
-async def run(config: GrpoConfig, settings: Settings, folder: Path) -> list[StepReport]:
+async def run(config: GrpoConfig, settings: Settings, folder: Path) -> list[GrpoStepReport]:
     """The whole run (a Heddle in this process); one report per step."""
     torch.set_num_threads(1)
     trainer = Trainer(config, folder)
     engine_options = {"model": "tiny", "seed": str(config.seed), "max-running": "64"}
     deployment = InProcessOptions(num_workers=config.num_workers, engine="torch",
                                   engine_options=engine_options)  # fmt: skip
-    reports: list[StepReport] = []
+    reports: list[GrpoStepReport] = []
     async with InProcessDeployment(settings, deployment), HeddleClient(settings) as client:
         begin = time.time()
         pending = (await submit_step(client, config, 0), begin, 0)
@@ -145,7 +145,7 @@ async def run(config: GrpoConfig, settings: Settings, folder: Path) -> list[Step
             if not config.overlap and not is_last:
                 pending = (await submit_step(client, config, step + 1), time.time(),
                            trainer.version)  # fmt: skip
-            reports.append(StepReport(
+            reports.append(GrpoStepReport(
                 step=step, weight_version=submitted_version,
                 reward_mean=sum(t.reward for t in batch) / max(1, len(batch)),
                 num_trajectories=len(batch),
@@ -170,7 +170,7 @@ def staleness(trajectory: Completed, trainer_version: int) -> int:
     return max(0, trainer_version - min(trajectory.weight_versions, default=trainer_version))
 
 
-def plot(reports: Sequence[StepReport], path: Path) -> None:
+def plot(reports: Sequence[GrpoStepReport], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

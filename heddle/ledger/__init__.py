@@ -7,7 +7,7 @@ only through the Alembic migrations in ``migrations/``)::
     writer = LedgerWriter(ledger, consumer="ledger")     # rows + position in one transaction
     writer.project([(stream_sequence, event), ...])      # skips what is at/below the position,
                                                          # refuses a batch that skips ahead
-    queries.rollout_summary(ledger, rollout_id)          # reads for CLI, status, client
+    queries.rollout_totals(ledger, rollout_id)           # reads for CLI, status, client
 
 Tables: rollouts, trajectories, steps (counts, not token ids: the stream keeps those), workers,
 placements, migrations, predictions, dead_letters, consumer_positions (``heddle.ledger.tables``);

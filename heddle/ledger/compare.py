@@ -35,13 +35,13 @@ class Comparison:
         return self.num_mismatches == 0
 
 
-Source = Ledger | Connection
+LedgerSource = Ledger | Connection
 """A ledger, or a connection to one (read in its open transaction)."""
 
 
 def compare_ledgers(
-    live: Source,
-    replayed: Source,
+    live: LedgerSource,
+    replayed: LedgerSource,
     *,
     rollout_id: str | None = None,
     tables: Sequence[Table] = PROJECTED_TABLES,  # type: ignore[assignment]
@@ -58,8 +58,8 @@ def compare_ledgers(
 
 
 def _compare_table(
-    live: Source,
-    replayed: Source,
+    live: LedgerSource,
+    replayed: LedgerSource,
     table: Table,
     rollout_id: str | None,
     comparison: Comparison,
@@ -92,7 +92,7 @@ def _compare_table(
     comparison.num_rows[table.name] = num_rows
 
 
-def _ordered_rows(source: Source, table: Table, rollout_id: str | None) -> Iterator[Any]:
+def _ordered_rows(source: LedgerSource, table: Table, rollout_id: str | None) -> Iterator[Any]:
     is_postgres = source.engine.dialect.name == "postgresql"
     order: list[Any] = [
         column.collate("C") if is_postgres and _is_text(column) else column

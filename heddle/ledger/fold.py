@@ -49,13 +49,13 @@ from heddle.events import (
     WorkerRetired,
     WorkerUndrainRequested,
 )
+from heddle.events.arrays import num_items
 from heddle.events.base import TrajectoryTimings
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.fold_operator import apply_operator
 from heddle.ledger.fold_records import dead_letter_row, migration_row, placement_row, prediction_row
 from heddle.ledger.fold_steps import apply_step
 from heddle.ledger.fold_workers import apply_weights, apply_worker
-from heddle.ledger.lean_decoder import num_items
 from heddle.ledger.rows import (
     MigrationRow,
     RolloutRow,

@@ -4,7 +4,7 @@ step's row and its trajectory's counters (see ``heddle.ledger.fold``)."""
 from __future__ import annotations
 
 from heddle.events import Generated, GenerationStarted, ToolCalled, ToolReturned
-from heddle.ledger.lean_decoder import num_items
+from heddle.events.arrays import num_items
 from heddle.ledger.rows import StepRow, TrajectoryRow
 from heddle.ledger.statuses import TrajectoryStatus
 

@@ -5,8 +5,8 @@ Python lists of hundreds of ints and floats costs more than everything else the 
 with a step event. This decoder uses views of the event classes, derived from the contract at
 import time: each view subclasses its event class (so ``isinstance`` checks and ``match``
 statements hold) and declares number-list fields as ``msgspec.Raw`` (the list's JSON text,
-skipped over, not parsed). ``num_items`` counts every form: a decoded list, a raw plain JSON
-list, a raw compact array (``heddle.events.arrays``, whose ``n`` is read, its data not decoded).
+skipped over, not parsed). ``heddle.events.arrays.num_items`` counts every form: a decoded
+list, a raw plain JSON list, a raw compact array (whose ``n`` is read, its data not decoded).
 
 Validation is the contract's, except for the types of the list elements.
 """
@@ -18,17 +18,10 @@ from typing import Any, cast
 
 import msgspec
 
-from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT, arrays
-from heddle.events.arrays import count_packed, dec_hook, is_array_type, is_number_list_text
+from heddle.events import MAX_PAYLOAD_BYTES, DecodeError, EventT
+from heddle.events.arrays import dec_hook, is_array_type, is_number_list_text
 
 _EMPTY = msgspec.Raw(b"[]")
-
-
-def num_items(values: list[Any] | msgspec.Raw) -> int:
-    """Length of a list of numbers, given as a list or as its raw JSON text."""
-    if isinstance(values, msgspec.Raw):
-        return count_packed(bytes(values))
-    return arrays.num_items(values)
 
 
 def _view(cls: type[msgspec.Struct]) -> type[msgspec.Struct]:

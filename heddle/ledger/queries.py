@@ -43,7 +43,7 @@ _operator_actions: Table = OperatorAction.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
-class RolloutSummary:
+class RolloutTotals:
     rollout_id: str
     rollout: RolloutRow | None
     """The rollout's own row (None when its ``rollout.submitted`` event was not projected)."""
@@ -98,7 +98,7 @@ def rollouts(ledger: Ledger) -> list[RolloutRow]:
     return _all(ledger, query, RolloutRow)
 
 
-def rollout_summary(ledger: Ledger, rollout_id: str) -> RolloutSummary | None:
+def rollout_totals(ledger: Ledger, rollout_id: str) -> RolloutTotals | None:
     """Counts and totals of one rollout; None when the ledger knows nothing of it."""
     t = _trajectories
     with ledger.engine.connect() as connection:
@@ -123,7 +123,7 @@ def rollout_summary(ledger: Ledger, rollout_id: str) -> RolloutSummary | None:
         ).one()
     if rollout is None and not by_status:
         return None
-    return RolloutSummary(
+    return RolloutTotals(
         rollout_id=rollout_id,
         rollout=rollout,
         num_trajectories=sum(by_status.values()),

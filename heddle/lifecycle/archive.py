@@ -53,7 +53,7 @@ class Manifest:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per file: ``bytes`` and ``sha256``."""
     archived_at: float = 0.0
-    schema_version: int = schema.SCHEMA_VERSION
+    schema_version: int = schema.ARCHIVE_VERSION
 
 
 def rollout_subjects(rollout_id: str) -> tuple[str, ...]:
@@ -103,15 +103,15 @@ async def _write_events(bus: Bus, rollout_id: str, path: Path) -> _Events:
     query = ReplayQuery(filter_subjects=rollout_subjects(rollout_id), start_sequence=1)
     found = _Events()
     rows: list[dict[str, Any]] = []
-    with pq.ParquetWriter(path, schema.EVENTS, compression="zstd") as writer:
+    with pq.ParquetWriter(path, schema.EVENTS_SCHEMA, compression="zstd") as writer:
         async for batch in bus.replay(query, _raw).batches():
             for record in batch:
                 rows.append(_event_row(record, found))
             if len(rows) >= ROW_GROUP:
-                writer.write_table(schema.table(schema.EVENTS, rows))
+                writer.write_table(schema.arrow_table(schema.EVENTS_SCHEMA, rows))
                 rows = []
         if rows:
-            writer.write_table(schema.table(schema.EVENTS, rows))
+            writer.write_table(schema.arrow_table(schema.EVENTS_SCHEMA, rows))
     if found.count == 0:
         raise ArchiveError(f"rollout {rollout_id} has no events in the stream")
     return found
@@ -143,7 +143,7 @@ async def _write_payloads(bus: Bus, rollout_id: str, path: Path) -> int:
         data = await bus.get_bucket_object(PAYLOADS_BUCKET, name)
         rows.append({"name": name, "size": len(data),
                      "sha256": hashlib.sha256(data).hexdigest(), "data": data})  # fmt: skip
-    pq.write_table(schema.table(schema.PAYLOADS, rows), path, compression="zstd")
+    pq.write_table(schema.arrow_table(schema.PAYLOADS_SCHEMA, rows), path, compression="zstd")
     return len(rows)
 
 
@@ -163,7 +163,7 @@ async def _completions(bus: Bus, terminal: list[EventT]) -> list[Completed]:
 
 def _write_completions(completions: list[Completed], path: Path) -> int:
     rows = [completion_row(completed) for completed in completions]
-    pq.write_table(schema.table(schema.COMPLETIONS, rows), path, compression="zstd",
+    pq.write_table(schema.arrow_table(schema.COMPLETIONS_SCHEMA, rows), path, compression="zstd",
                    row_group_size=ROW_GROUP)  # fmt: skip
     return len(rows)
 
@@ -171,7 +171,7 @@ def _write_completions(completions: list[Completed], path: Path) -> int:
 def completion_row(completed: Completed) -> dict[str, Any]:
     row = msgspec.to_builtins(completed)
     timings = row.pop("timings", {}) or {}
-    kept = {name: row.get(name) for name in schema.COMPLETIONS.names if name in row}
+    kept = {name: row.get(name) for name in schema.COMPLETIONS_SCHEMA.names if name in row}
     for name in schema.TIMINGS:
         kept[name] = float(timings.get(name, 0.0))
     for name in ("prompt_token_ids", "response_token_ids", "response_logprobs", "loss_mask",

@@ -8,9 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+ARCHIVE_VERSION = 1
+"""The archive's format version (a manifest's ``schema_version``), not the events' own."""
 
-EVENTS = pa.schema([
+EVENTS_SCHEMA = pa.schema([
     ("sequence", pa.int64()),  # the message's stream sequence
     ("subject", pa.string()),
     ("kind", pa.string()),  # the event's type tag: "traj.generated", "rollout.finished", ...
@@ -22,16 +23,16 @@ EVENTS = pa.schema([
 ])  # fmt: skip
 """One row per message of the rollout, in stream order."""
 
-PAYLOADS = pa.schema([
+PAYLOADS_SCHEMA = pa.schema([
     ("name", pa.string()),  # the object's name in bucket heddle-payloads
     ("size", pa.int64()),
     ("sha256", pa.string()),
     ("data", pa.binary()),
 ])  # fmt: skip
 """One row per array an event kept in the object store (``heddle.bus.payloads``): what its
-reference points at, so ``data`` of ``events`` stays whole after a purge."""
+reference points at, so ``data`` of ``EVENTS_SCHEMA`` stays whole after a purge."""
 
-COMPLETIONS = pa.schema([
+COMPLETIONS_SCHEMA = pa.schema([
     ("event_id", pa.string()),  # the terminal event's id (a failure's: its Failed's)
     ("rollout_id", pa.string()),
     ("traj_id", pa.string()),
@@ -66,5 +67,5 @@ its ``Completed``), by ``index``."""
 TIMINGS = ("queue_s", "prefill_s", "decode_s", "tool_s", "migration_s", "total_s")
 
 
-def table(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
+def arrow_table(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)

@@ -69,7 +69,7 @@ class StepFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class TrajectoryFacts:
+class TrajectoryBoundFacts:
     steps: list[StepFacts]
     tool_s: float
     """Tool time of every step but the last (a trajectory ends with a generation)."""
@@ -86,14 +86,14 @@ class TrajectoryFacts:
 
 def workload_facts(
     trajectories: Sequence[TrajectoryShape], sharing: PromptSharing
-) -> list[TrajectoryFacts]:
+) -> list[TrajectoryBoundFacts]:
     """The facts of every trajectory, in order; ``ValueError`` for negative counts or an
     unknown mode."""
     if sharing not in PROMPT_SHARINGS:
         raise ValueError(f"unknown prompt sharing {sharing!r}; choose one of {PROMPT_SHARINGS}")
     sizes = Counter(_prompt_key(t, index) for index, t in enumerate(trajectories))
     seen: set[object] = set()
-    facts: list[TrajectoryFacts] = []
+    facts: list[TrajectoryBoundFacts] = []
     for index, trajectory in enumerate(trajectories):
         key = _prompt_key(trajectory, index)
         group_size = sizes[key] if sharing == "group" else 1
@@ -114,7 +114,7 @@ def _trajectory_facts(
     sharing: PromptSharing,
     group_size: int,
     is_first: bool,
-) -> TrajectoryFacts:
+) -> TrajectoryBoundFacts:
     prompt = trajectory.prompt_tokens
     if prompt < 0:
         raise ValueError(f"trajectory {index}: prompt_tokens must be >= 0")
@@ -139,4 +139,4 @@ def _trajectory_facts(
         context = cached + step.tool_output_tokens
         work_new = solo_new = step.tool_output_tokens
     tool_s = math.fsum(step.tool_s for step in trajectory.steps[:-1])
-    return TrajectoryFacts(steps, tool_s, shared, prompt)
+    return TrajectoryBoundFacts(steps, tool_s, shared, prompt)

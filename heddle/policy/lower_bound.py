@@ -69,7 +69,7 @@ from typing import cast
 from heddle.policy.bound_facts import (
     PromptSharing,
     StepFacts,
-    TrajectoryFacts,
+    TrajectoryBoundFacts,
     TrajectoryShape,
     workload_facts,
 )
@@ -160,7 +160,7 @@ class _BatchLimits:
     max_batch: int | None
 
     @classmethod
-    def of(cls, facts: Sequence[TrajectoryFacts], max_batch: int | None) -> _BatchLimits:
+    def of(cls, facts: Sequence[TrajectoryBoundFacts], max_batch: int | None) -> _BatchLimits:
         """A batch holds one generation per trajectory, so never more than the workload has."""
         limit = len(facts) if max_batch is None else min(max_batch, len(facts))
         return cls(
@@ -174,7 +174,9 @@ class _BatchLimits:
         return None if limit is None else range(1, limit + 1)
 
 
-def _prefill_gpu_s(facts: Sequence[TrajectoryFacts], cost_models: Mapping[int, CostModel]) -> float:
+def _prefill_gpu_s(
+    facts: Sequence[TrajectoryBoundFacts], cost_models: Mapping[int, CostModel]
+) -> float:
     steps = [step for f in facts for step in f.steps if step.prefill_tokens]
     num_tokens = sum(step.prefill_tokens for step in steps)
     num_pairs = math.fsum(attended_pairs(s.prefill_tokens, s.cached_tokens) for s in steps)
@@ -220,7 +222,9 @@ def _solo_decode_s(model: CostModel, floor: tuple[float, float] | None, step: St
 
 
 def _decode_gpu_s(
-    facts: Sequence[TrajectoryFacts], cost_models: Mapping[int, CostModel], limits: _BatchLimits
+    facts: Sequence[TrajectoryBoundFacts],
+    cost_models: Mapping[int, CostModel],
+    limits: _BatchLimits,
 ) -> float:
     num_tokens = sum(step.decode_tokens for f in facts for step in f.steps)
     context_sum = math.fsum(step.context_sum for f in facts for step in f.steps)

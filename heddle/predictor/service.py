@@ -29,7 +29,7 @@ from heddle.config import Settings
 from heddle.predictor.model import ContextModel
 from heddle.predictor.wire import (
     PREDICT_SUBJECT,
-    SERVICE_NAME,
+    PREDICTOR_SERVICE_NAME,
     STATS_SUBJECT,
     PredictionReply,
     PredictionRequest,
@@ -166,7 +166,7 @@ async def start_service(bus: Bus, batcher: Batcher) -> tuple[ServiceHandle, asyn
     loop_task = asyncio.create_task(batcher.run(), name="predictor-batcher")
     handle = await serve_service(
         bus,
-        SERVICE_NAME,
+        PREDICTOR_SERVICE_NAME,
         "0.1.0",
         "The context predictor: remaining tokens, steps and tool seconds of a trajectory",
         [
@@ -190,7 +190,9 @@ async def stop_service(handle: ServiceHandle, loop_task: asyncio.Task[None]) -> 
         await loop_task
 
 
-async def serve(settings: Settings, model_folder: Path, config: ServiceConfig, device: str) -> None:
+async def serve_predictor(
+    settings: Settings, model_folder: Path, config: ServiceConfig, device: str
+) -> None:
     """Load the model and serve until SIGINT or SIGTERM, logging the latency figures; then stop
     the service and close the connection (an embedded server it started stops with it)."""
     model = await asyncio.to_thread(ContextModel.load, model_folder, device)

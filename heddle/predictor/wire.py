@@ -12,7 +12,7 @@ import msgspec
 
 from heddle.policy.prediction import Progress
 
-SERVICE_NAME = "heddle-predictor"
+PREDICTOR_SERVICE_NAME = "heddle-predictor"
 PREDICT_SUBJECT = "heddle.predictor.predict"
 STATS_SUBJECT = "heddle.predictor.stats"
 

@@ -29,12 +29,11 @@ import msgspec
 from heddle.control.systems import SYSTEMS
 from heddle.events import ChatMessage, SamplingParams, TrajectorySpec
 from heddle.ids import group_id
-from heddle.traces import TraceTrajectory
+from heddle.traces import TRACE_ENVIRONMENT, TraceTrajectory
 from heddle.workers.environments import create_environment
 from heddle.workers.environments.base import TaskError
 from heddle.workers.tokenizers import Tokenizer
 
-TRACE_ENVIRONMENT = "trace"
 DEFAULT_MAX_TOTAL_TOKENS = 131072
 
 

@@ -121,7 +121,7 @@ async def cancel(
     return await _ask(bus, subject, msgspec.json.encode(body), timeout_s)
 
 
-async def summary(
+async def fetch_summary(
     bus: Bus, rollout_id: str, *, trainer: str, timeout_s: float = 60.0
 ) -> RolloutSummary:
     """The figures of one of ``trainer``'s rollouts, from the operations service

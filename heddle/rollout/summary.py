@@ -1,7 +1,7 @@
 """A rollout's figures, folded from its events (the stream is the source of truth).
 
-``summarize(events)`` is pure: feed it a rollout's events in stream order (``rollout_summary``
-reads them from the stream; a recorded list works the same). Times:
+``summarize_rollout(events)`` is pure: feed it a rollout's events in stream order
+(``rollout_summary`` reads them from the stream; a recorded list works the same). Times:
 
 - ``makespan_s`` is in MODEL seconds: wall seconds from the submission to the last trajectory's
   end times the rollout's ``time_scale`` (sim engines run faster than real time), the unit of
@@ -153,7 +153,7 @@ class _Fold:
             self.migration_recomputed_tokens += event.num_recomputed_tokens
 
 
-def summarize(
+def summarize_rollout(
     rollout_id: str, events: Iterable[Event], stored_at: Iterable[float] = ()
 ) -> RolloutSummary:
     """The summary of one rollout from its events in stream order; ``stored_at``: when the

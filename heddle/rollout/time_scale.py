@@ -86,15 +86,13 @@ def auto_time_scale(
     cores = num_cores if num_cores is not None else len(os.sched_getaffinity(0))
     others = load if load is not None else os.getloadavg()[0]
     share = cores * RUN_PROCESSES / (RUN_PROCESSES + max(0.0, others))
-    step_s, steps_per_s = step_figures(trace, model, hardware)
+    step_s, steps_per_s = step_pace(trace, model, hardware)
     queueing_s = OFF_MODEL_BUDGET * step_s * steps_per_s * CPU_S_PER_STEP / share
     bound = OFF_MODEL_BUDGET * step_s / (HOP_S + queueing_s) if step_s > 0 else 1.0
     return AutoTimeScale(round_down(bound), step_s, steps_per_s, len(trace), share, cores)
 
 
-def step_figures(
-    trace: Sequence[TraceTrajectory], model: str, hardware: str
-) -> tuple[float, float]:
+def step_pace(trace: Sequence[TraceTrajectory], model: str, hardware: str) -> tuple[float, float]:
     """(mean model seconds of a step, steps per model second): a step is its tool time and its
     output at one sequence's pace; the rollout lasts its longest trajectory."""
     token_s = preset(model, hardware).solo_token_s()

@@ -17,7 +17,7 @@ from heddle.bus.server import free_port
 from heddle.control.control_plane import engine_config
 from heddle.control.systems import system_spec
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, engine_model
-from heddle.policy.resources.nodes import Placement, pack_nodes
+from heddle.policy.resources.nodes import GpuAssignment, pack_nodes
 
 SIM_WORKERS_PER_PROCESS = 16
 """Default agents per child process for sim engines (``heddle rollout run``): a sim engine is a
@@ -95,7 +95,7 @@ class WorkerPool:
         """Worker ``index``'s node ("" without ``gpus_per_node``: its host's name)."""
         return self._placements()[index].node if self.gpus_per_node else ""
 
-    def _placements(self) -> list[Placement]:
+    def _placements(self) -> list[GpuAssignment]:
         options = {name.replace("-", "_"): value for name, value in self.engine_options.items()}
         degrees = self.tp_degrees or (int(options.get("tp", "1")),) * self.num_workers
         return pack_nodes(degrees, sum(degrees), self.gpus_per_node)

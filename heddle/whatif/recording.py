@@ -19,7 +19,7 @@ from heddle.whatif.resimulate import Recording, WhatIfOptions, WhatIfReport, res
 
 async def load_recording(bus: Bus, ledger: Ledger, rollout_id: str) -> Recording:
     """The recording of ``rollout_id`` (ValueError when the ledger does not know it)."""
-    summary = await asyncio.to_thread(queries.rollout_summary, ledger, rollout_id)
+    summary = await asyncio.to_thread(queries.rollout_totals, ledger, rollout_id)
     if summary is None:
         raise ValueError(f"no rollout {rollout_id!r} in the recorded events")
     trace = await asyncio.to_thread(trace_of, ledger, rollout_id)

@@ -1,7 +1,7 @@
 """One concrete agent workload shape and its sampler: what every zoo family
 (``heddle.workloads.zoo``) turns its drawn parameters into.
 
-``AgentShape`` differs from the catalog's ``WorkloadSpec`` in what the zoo needs to vary: a floor
+``AgentWorkload`` differs from the catalog's ``WorkloadSpec`` in what the zoo needs to vary: a floor
 on the number of turns (SWE agents rarely stop before ~10), a long-horizon tail drawn uniformly
 over a stated turn range (search agents' 40-100-turn tail), occasional very long reasoning steps
 (math agents' 16k-token steps), and the scaffold's context limit, which ends a trajectory.
@@ -51,7 +51,7 @@ class LongSteps:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentShape:
+class AgentWorkload:
     """Every distribution and cap of one concrete workload (one parameter draw of a family)."""
 
     name: str
@@ -110,7 +110,7 @@ class AgentShape:
 
 
 def sample_shape(
-    shape: AgentShape, num_trajectories: int, seed: int, epoch: int = 0
+    shape: AgentWorkload, num_trajectories: int, seed: int, epoch: int = 0
 ) -> list[TraceTrajectory]:
     """``num_trajectories`` trajectories of ``shape`` in groups of ``shape.group_size`` (the last
     group may be cut short). Same arguments, same trace; another ``epoch``, same prompts."""
@@ -136,7 +136,7 @@ def sample_shape(
 
 
 def _draw_steps(
-    shape: AgentShape, rng: np.random.Generator, difficulty: float, prompt_tokens: int
+    shape: AgentWorkload, rng: np.random.Generator, difficulty: float, prompt_tokens: int
 ) -> list[TraceStep]:
     factor = difficulty * shape.effort.sample_one(rng)
     num_turns = _draw_num_turns(shape, rng, difficulty, factor)
@@ -154,7 +154,7 @@ def _draw_steps(
 
 
 def _draw_num_turns(
-    shape: AgentShape, rng: np.random.Generator, difficulty: float, factor: float
+    shape: AgentWorkload, rng: np.random.Generator, difficulty: float, factor: float
 ) -> int:
     tail = shape.tail
     # Harder prompts go long more often; dividing by the mean difficulty keeps the expected share
@@ -186,7 +186,7 @@ def _draw_tool_times(
 
 
 def _assemble(
-    shape: AgentShape,
+    shape: AgentWorkload,
     prompt_tokens: int,
     outputs: np.ndarray,
     observations: np.ndarray,

@@ -1,5 +1,5 @@
 """The zoo's parameter families: typed, frozen parameter records whose fields are drawn from
-documented ranges, and how each record becomes an ``AgentShape``.
+documented ranges, and how each record becomes an ``AgentWorkload``.
 
 Every drawn field has a ``Range`` in its class's ``RANGES``; ``draw_params(cls, rng)`` draws all
 of them from a seeded ``random.Random`` (``zoo_ranges``), so a test can check any record against
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from heddle.workloads.agent_shape import AgentShape, LongSteps, TurnTail
+from heddle.workloads.agent_shape import AgentWorkload, LongSteps, TurnTail
 from heddle.workloads.distributions import LogNormal
 from heddle.workloads.spec import ToolModel
 from heddle.workloads.zoo_ranges import Range, int_range, log_range
@@ -70,8 +70,8 @@ class SweParams:
         "max_context_tokens": int_range(65536, QWEN3_YARN_CONTEXT_TOKENS),  # assumption
     }
 
-    def to_shape(self, name: str) -> AgentShape:
-        return AgentShape(
+    def to_shape(self, name: str) -> AgentWorkload:
+        return AgentWorkload(
             name=name,
             group_size=self.group_size,
             prompt_tokens=_spread(self.prompt_median_tokens, 2.0),
@@ -128,8 +128,8 @@ class SearchParams:
         "search_sigma": Range(0.4, 0.9),  # assumption
     }
 
-    def to_shape(self, name: str) -> AgentShape:
-        return AgentShape(
+    def to_shape(self, name: str) -> AgentWorkload:
+        return AgentWorkload(
             name=name,
             group_size=self.group_size,
             prompt_tokens=_spread(self.prompt_median_tokens, 1.8),
@@ -182,8 +182,8 @@ class MathParams:
         "max_response_tokens": int_range(16384, 32768),  # cal s.2: ReTool 16k; assumption 32k
     }
 
-    def to_shape(self, name: str) -> AgentShape:
-        return AgentShape(
+    def to_shape(self, name: str) -> AgentWorkload:
+        return AgentWorkload(
             name=name,
             group_size=self.group_size,
             prompt_tokens=_spread(self.prompt_median_tokens, 2.0),
@@ -233,8 +233,8 @@ class WebParams:
         "browse_sigma": Range(0.5, 1.0),
     }
 
-    def to_shape(self, name: str) -> AgentShape:
-        return AgentShape(
+    def to_shape(self, name: str) -> AgentWorkload:
+        return AgentWorkload(
             name=name,
             group_size=self.group_size,
             prompt_tokens=_spread(self.prompt_median_tokens, 1.8),

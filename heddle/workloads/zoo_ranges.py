@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import ClassVar, Protocol, TypeVar
 
-from heddle.workloads.agent_shape import AgentShape
+from heddle.workloads.agent_shape import AgentWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class Range:
 class Params(Protocol):
     RANGES: ClassVar[dict[str, Range]]
 
-    def to_shape(self, name: str) -> AgentShape: ...
+    def to_shape(self, name: str) -> AgentWorkload: ...
 
 
 P = TypeVar("P", bound=Params)

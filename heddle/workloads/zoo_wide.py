@@ -3,7 +3,7 @@ issue 36's hunter (``heddle.sim.hunt``), far past the realistic families' ranges
 (``heddle.workloads.zoo_params``), so a search can reach the workloads where a scheduler loses.
 
 Every field is drawn from its ``Range`` like the other families' (``zoo_ranges.draw_params``);
-``to_shape`` turns a record into the same ``AgentShape`` and sampler. The dimensions:
+``to_shape`` turns a record into the same ``AgentWorkload`` and sampler. The dimensions:
 
 * turns per trajectory 1-250: a lognormal body (median 1-60, sigma 0.05-1.5: light to heavy
   tails) cut at ``max_turns``, and a long-horizon mode (up to 30% of samples, more often on hard
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from heddle.workloads.agent_shape import AgentShape, LongSteps, TurnTail
+from heddle.workloads.agent_shape import AgentWorkload, LongSteps, TurnTail
 from heddle.workloads.distributions import LogNormal
 from heddle.workloads.spec import ToolModel
 from heddle.workloads.zoo_params import QWEN3_YARN_CONTEXT_TOKENS
@@ -102,8 +102,8 @@ class WideParams:
         "max_context_tokens": _log_int_range(16384, QWEN3_YARN_CONTEXT_TOKENS),
     }
 
-    def to_shape(self, name: str) -> AgentShape:
-        return AgentShape(
+    def to_shape(self, name: str) -> AgentWorkload:
+        return AgentWorkload(
             name=name,
             group_size=self.group_size,
             prompt_tokens=LogNormal.from_median_p90(

@@ -18,9 +18,9 @@ from heddle.bus import PAYLOADS_BUCKET, Bus, PayloadError, ReplayQuery
 from heddle.bus.objects import Objects
 from heddle.config import Settings
 from heddle.events import Completed, Generated, decode_event, encode
-from heddle.events.arrays import unresolved
+from heddle.events.arrays import num_items, unresolved
 from heddle.events.subjects import trajectory_subject
-from heddle.ledger.lean_decoder import decode_event_lean, num_items
+from heddle.ledger.lean_decoder import decode_event_lean
 
 NUM_TOKENS = 4096
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.consumers.liveness import WorkerLiveness
-from heddle.control.operations import OperationsView, Refusal
+from heddle.control.operations import OperationsView, RequestRefused
 from heddle.control.ops_requests import (
     MAX_REQUEST_BYTES,
     AbortRequest,
@@ -85,7 +85,7 @@ def view_with(*events: Event) -> OperationsView:
     ],
 )
 def test_bad_requests_are_refused_with_400(body: bytes, fragment: str) -> None:
-    with pytest.raises(Refusal) as refused:
+    with pytest.raises(RequestRefused) as refused:
         decode_request(DrainRequest, body)
     assert refused.value.code == 400 and fragment in refused.value.message
 
@@ -108,7 +108,7 @@ def test_an_empty_body_is_an_empty_query() -> None:
 )
 def test_steering_is_checked_against_the_view(request_: object, code: int) -> None:
     view = view_with(placed("t0", "w0"), b.completed("t1", 1, 5))
-    with pytest.raises(Refusal) as refused:
+    with pytest.raises(RequestRefused) as refused:
         view.check(request_)  # type: ignore[arg-type]
     assert refused.value.code == code
 

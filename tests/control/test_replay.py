@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
-from heddle.control.decider import replay
+from heddle.control.decider import rebuild_decider
 from heddle.control.systems import system_spec
 from heddle.events import Event
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor, plan_workers
@@ -60,5 +60,5 @@ def test_replaying_the_recorded_history_rebuilds_identical_state(system: str) ->
 
     final = control_plane(system, trace, config)
     for decider in final.deciders:
-        assert replay(decider, run.events) > 0
+        assert rebuild_decider(decider, run.events) > 0
     assert snapshots(final) == snapshots(live)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import events_factory as b
 import msgspec
 
-from heddle.control.decider import Output, replay
+from heddle.control.decider import Output, rebuild_decider
 from heddle.control.reshard import ReshardConfig, ReshardDecider
 from heddle.events import (
     Event,
@@ -183,5 +183,5 @@ def test_replay_rebuilds_the_same_state() -> None:
     events = tail()
     decide_all(live, events)
     fresh = decider()
-    replay(fresh, events)
+    rebuild_decider(fresh, events)
     assert fresh.snapshot() == live.snapshot()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.control.ops_requests import Refusal
+from heddle.control.ops_requests import RequestRefused
 from heddle.control.submissions import DeploymentLimits, check_submission, submission_events
 from heddle.control.submit_requests import (
     SubmitRequest,
@@ -108,7 +108,7 @@ def test_the_time_scale_is_the_deployments(
 def test_another_time_scale_is_refused(
     requested: float | None, deployed: tuple[float, ...], fragment: str
 ) -> None:
-    with pytest.raises(Refusal, match=fragment):
+    with pytest.raises(RequestRefused, match=fragment):
         check_submission(_request(_spec(), time_scale=requested), DeploymentLimits(deployed))
 
 
@@ -142,7 +142,7 @@ def test_a_spec_out_of_range_is_refused_naming_its_trajectory(
 ) -> None:
     limits = DeploymentLimits(max_context_tokens=4000, max_event_bytes=4096)
     request = _request(_spec(0), _spec(**{"index": 1, **changes}))
-    with pytest.raises(Refusal, match=r"trajectory 1 \(t000001\)") as refused:
+    with pytest.raises(RequestRefused, match=r"trajectory 1 \(t000001\)") as refused:
         check_submission(request, limits)
     assert refused.value.code == 400 and fragment in refused.value.message
 
@@ -154,7 +154,7 @@ def test_a_rollout_out_of_range_is_refused() -> None:
         (_request(_spec(), rollout_id="a b"), "rollout id"),
         (_request(_spec(), labels={str(i): "" for i in range(100)}), "labels"),
     ]:
-        with pytest.raises(Refusal, match=fragment):
+        with pytest.raises(RequestRefused, match=fragment):
             check_submission(request, DeploymentLimits())
 
 
@@ -163,9 +163,9 @@ def test_a_request_round_trips_and_is_decoded_strictly() -> None:
     assert decode_submission(encode_submission(request)) == request
     raw = msgspec.json.decode(encode_submission(request))
     raw["trajectories"][0]["sampling"]["temprature"] = 1.0
-    with pytest.raises(Refusal, match=r"trajectories\[0\]\.sampling\.temprature"):
+    with pytest.raises(RequestRefused, match=r"trajectories\[0\]\.sampling\.temprature"):
         decode_submission(msgspec.json.encode(raw))
-    with pytest.raises(Refusal, match="Expected `int`"):
+    with pytest.raises(RequestRefused, match="Expected `int`"):
         decode_submission(b'{"rollout_id":"r","trajectories":[{"group_id":"g","index":"0",'
                           b'"environment":"math"}]}')  # fmt: skip
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.control import WeightsDecider, replay
+from heddle.control import WeightsDecider, rebuild_decider
 from heddle.events import (
     DecodeError,
     Event,
@@ -85,7 +85,7 @@ def test_the_latest_version_is_the_highest_published_and_replay_agrees(
     versions = [e.weight_version for e in history if isinstance(e, WeightsPublished)]
     assert live.snapshot()[0] == max(versions, default=0)
     rebuilt = WeightsDecider()
-    replay(rebuilt, history)
+    rebuild_decider(rebuilt, history)
     assert rebuilt.snapshot() == live.snapshot()
 
 

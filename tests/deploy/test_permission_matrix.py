@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from heddle.deploy.roles import CONTROL_DURABLE, KINDS
+from heddle.deploy.roles import CONTROL_DURABLE, ROLE_KINDS
 
 from .auth_server import AuthServer, auth_server, may_publish, may_subscribe
 
@@ -333,4 +333,4 @@ async def test_each_identity_may_subscribe_to_its_own_inbox_only(
 
 
 def test_every_role_has_a_row() -> None:
-    assert {label.split("-")[0] for label in LABELS} == set(KINDS)
+    assert {label.split("-")[0] for label in LABELS} == set(ROLE_KINDS)

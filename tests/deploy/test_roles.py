@@ -22,7 +22,7 @@ from heddle.deploy.auth import (
     render_authorization,
     write_auth,
 )
-from heddle.deploy.roles import KINDS, Identity, Role, role_for
+from heddle.deploy.roles import ROLE_KINDS, Identity, Role, role_for
 from heddle.events import Abort, MigrateIn, TrajectorySpec
 from heddle.events.subjects import (
     rollout_subject,
@@ -65,7 +65,7 @@ def test_only_the_control_plane_and_operators_command_workers(
     worker_id: str, rollout_id: str, action: str
 ) -> None:
     command = worker_command_subject(worker_id, action)
-    roles = [shared(kind) for kind in KINDS if kind not in ("worker", "trainer")]
+    roles = [shared(kind) for kind in ROLE_KINDS if kind not in ("worker", "trainer")]
     roles += [role_for(Identity("worker", "w00")), role_for(Identity("trainer", "grpo"))]
     allowed = {role.identity.kind for role in roles if may_publish(role, command)}
     assert allowed == {"control_plane", "operator"}

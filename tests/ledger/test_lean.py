@@ -10,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.events import DecodeError, Generated, decode_event, encode
+from heddle.events.arrays import num_items
 from heddle.ledger import LedgerWriter, open_ledger
 from heddle.ledger.compare import compare_ledgers
-from heddle.ledger.lean_decoder import decode_event_lean, num_items
+from heddle.ledger.lean_decoder import decode_event_lean
 
 from .lifecycle import everything
 

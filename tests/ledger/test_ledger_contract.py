@@ -101,7 +101,7 @@ class TestLedgerContract:
         writer = LedgerWriter(ledger, "ledger")
         events = worker_events() + rollout_events("r1")
         assert writer.project(numbered(events)) == len(events)
-        summary = queries.rollout_summary(ledger, "r1")
+        summary = queries.rollout_totals(ledger, "r1")
         assert summary is not None and summary.rollout is not None
         assert summary.rollout.status == "finished"
         assert summary.rollout.labels == {"step": "7"}
@@ -157,7 +157,7 @@ class TestLedgerContract:
         letter, refused = sorted(queries.dead_letters(ledger), key=lambda row: row.payload)[::-1]
         assert (letter.stream_sequence, letter.payload) == (3, "{oops")
         assert refused.consumer == "ledger-gate" and "unknown rollout ghost" in refused.reason
-        cancelled = queries.rollout_summary(ledger, "r3")
+        cancelled = queries.rollout_totals(ledger, "r3")
         assert cancelled is not None and cancelled.rollout is not None
         assert (cancelled.rollout.status, cancelled.rollout.cancel_reason) == (
             "cancelled",
@@ -172,7 +172,7 @@ class TestLedgerContract:
                                  num_completed=0, num_failed=1)  # fmt: skip
         events = [submitted_only("r3"), cancelled("r3"), finish]
         LedgerWriter(ledger, "ledger").project(numbered(events))
-        summary = queries.rollout_summary(ledger, "r3")
+        summary = queries.rollout_totals(ledger, "r3")
         assert summary is not None and summary.rollout is not None
         assert summary.rollout.status == "cancelled"
 
@@ -185,7 +185,7 @@ class TestLedgerContract:
             ("traj.reprioritize_requested", "", "nosuch", ""),
         ]
         assert (actions[2].priority, actions[2].pin) == (1e9, True)
-        assert queries.rollout_summary(ledger, "nosuch") is None
+        assert queries.rollout_totals(ledger, "nosuch") is None
         undrain = WorkerUndrainRequested(event_id="w00:op:d:undrain", occurred_at=T0 + 60,
                                          worker_id="w00")  # fmt: skip
         ghost = WorkerUndrainRequested(event_id="w99:op:e:undrain", occurred_at=T0 + 60,

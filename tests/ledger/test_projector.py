@@ -69,7 +69,7 @@ async def test_poison_messages_end_in_dead_letters(bus: Bus, ledger: Ledger) -> 
     [letter] = queries.dead_letters(ledger)
     assert letter.consumer.startswith("ledger-catchup-") and letter.subject == subject
     assert "missing required field" in letter.reason
-    summary = queries.rollout_summary(ledger, "r1")
+    summary = queries.rollout_totals(ledger, "r1")
     assert summary is not None and summary.num_trajectories == 3
 
 

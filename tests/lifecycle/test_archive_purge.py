@@ -69,7 +69,7 @@ async def test_archive_then_purge_keeps_replay_and_a_new_control_plane_whole(
     assert verified.consistent, verified.mismatches
     assert session.from_snapshot == report.snapshot_sequence > 0
     ledger = open_ledger(settings.ledger_url)
-    assert queries.rollout_summary(ledger, first) is not None  # the ledger keeps its rows
+    assert queries.rollout_totals(ledger, first) is not None  # the ledger keeps its rows
     ledger.close()
 
 

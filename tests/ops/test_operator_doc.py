@@ -352,7 +352,7 @@ async def _check_the_record(settings: Settings, op: Operator) -> None:
     ledger = open_ledger(settings.ledger_url)
     try:
         kinds = sorted(a.kind for a in queries.operator_actions(ledger))
-        summary = queries.rollout_summary(ledger, op.rid)
+        summary = queries.rollout_totals(ledger, op.rid)
     finally:
         ledger.close()
     assert kinds == sorted(

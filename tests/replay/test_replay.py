@@ -82,7 +82,7 @@ async def test_verify_compares_as_of_the_live_position_and_writes_nothing(
         async with open_replay(settings, live=True) as session:
             report = await session.verify()
         assert queries.positions(before) == [position]
-        assert queries.rollout_summary(before, "late") is None
+        assert queries.rollout_totals(before, "late") is None
         before.close()
         assert [c async for c in _durables(bus)] == []
     assert report.consistent, report.mismatches
@@ -94,8 +94,8 @@ async def test_one_rollout_replay(settings: Settings) -> None:
     await publish_history(settings)
     async with open_replay(settings, "r1", live=True) as session:
         report = await session.verify()
-        summary = queries.rollout_summary(session.ledger, "r1")
-        assert queries.rollout_summary(session.ledger, "r2") is None
+        summary = queries.rollout_totals(session.ledger, "r1")
+        assert queries.rollout_totals(session.ledger, "r2") is None
         assert queries.workers(session.ledger) == []
     assert report.consistent, report.mismatches
     assert summary is not None and summary.num_trajectories == 3

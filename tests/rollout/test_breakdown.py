@@ -28,7 +28,7 @@ from heddle.events import (
 )
 from heddle.rollout.breakdown import TrajectoryTimeline, split_time
 from heddle.rollout.slowest import LAG_WARNING_FRACTION
-from heddle.rollout.summary import RolloutSummary, summarize
+from heddle.rollout.summary import RolloutSummary, summarize_rollout
 
 SCALE = 100.0
 START = 1_000.0
@@ -158,7 +158,7 @@ def summary_of(steps: list[StepGaps], tail_s: float = 0.0) -> RolloutSummary:
     recorder = Recorder("t0")
     recorder.trajectory(steps, tail_s)
     assert recorder.events is not None and recorder.stored is not None
-    return summarize("r", [rollout_submitted(), *recorder.events], [0.0, *recorder.stored])
+    return summarize_rollout("r", [rollout_submitted(), *recorder.events], [0.0, *recorder.stored])
 
 
 @settings(max_examples=60)
@@ -262,7 +262,7 @@ def test_no_duration_of_a_summary_is_negative(
     recorder.trajectory(steps, tail_s)
     assert recorder.events is not None and recorder.stored is not None
     opened = msgspec.structs.replace(rollout_submitted(), time_scale=recorded_scale)
-    summary = summarize("r", [opened, *recorder.events], [0.0, *recorder.stored])
+    summary = summarize_rollout("r", [opened, *recorder.events], [0.0, *recorder.stored])
     negative = [(where, v) for where, v in durations(msgspec.to_builtins(summary)) if v < 0]
     assert negative == []
 

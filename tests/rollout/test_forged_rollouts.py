@@ -152,7 +152,7 @@ def outcome(settings: Settings, rollout_id: str, records: list[Completed]) -> Ou
     ledger = open_ledger(settings.ledger_url)
     try:
         rows = queries.trajectories(ledger, rollout_id)
-        summary = queries.rollout_summary(ledger, rollout_id)
+        summary = queries.rollout_totals(ledger, rollout_id)
     finally:
         ledger.close()
     assert summary is not None and summary.rollout is not None

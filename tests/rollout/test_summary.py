@@ -17,7 +17,7 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectoryTimings,
 )
-from heddle.rollout.summary import summarize
+from heddle.rollout.summary import summarize_rollout
 
 
 def submitted(num: int, at: float = 100.0, scale: float = 50.0) -> RolloutSubmitted:
@@ -84,7 +84,7 @@ def test_migration_re_prefill_is_split_into_warmed_up_and_not_hidden() -> None:
         migrated("t1", kv=True),  # KV moved: nothing to warm up
         generated("t1", 1, 0),
     ]
-    summary = summarize("r", events)
+    summary = summarize_rollout("r", events)
     assert (summary.warmed_up_tokens, summary.migration_recomputed_tokens) == (900, 40)
     assert summary.recomputed_tokens == 47 and summary.num_migrations == 2
 
@@ -117,7 +117,7 @@ def test_figures_of_a_rollout_with_a_failure_and_a_replacement() -> None:
         Failed(event_id="g", rollout_id="r", occurred_at=103, traj_id="t2", step=0, reason="x"),
         RolloutFinished(event_id="e", rollout_id="r", occurred_at=104.0, num_completed=2),
     ]
-    summary = summarize("r", events)
+    summary = summarize_rollout("r", events)
     assert (summary.num_completed, summary.num_failed, summary.is_finished) == (2, 1, True)
     assert summary.wall_s == 4.0 and summary.makespan_s == 200.0  # x time scale 50
     assert summary.output_tokens == 400 and summary.throughput_tok_s == 2.0
@@ -140,7 +140,7 @@ def test_makespan_and_throughput_match_their_definitions(
 ) -> None:
     events: list[Event] = [submitted(len(ends), at=10.0, scale=scale)]
     events += [completed(f"t{i}", 10.0 + end, tokens) for i, (end, tokens) in enumerate(ends)]
-    summary = summarize("r", events)
+    summary = summarize_rollout("r", events)
     makespan = max(end for end, _ in ends) * scale
     assert abs(summary.makespan_s - makespan) <= 1e-6 * max(1.0, makespan)
     tokens = sum(t for _, t in ends)

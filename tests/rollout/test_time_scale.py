@@ -19,7 +19,7 @@ from heddle.rollout.time_scale import (
     OFF_MODEL_BUDGET,
     auto_time_scale,
     round_down,
-    step_figures,
+    step_pace,
 )
 from heddle.workloads import generate
 
@@ -81,9 +81,9 @@ def test_a_step_is_its_tool_time_and_its_output_at_one_sequences_pace() -> None:
     trace = generate("coding", 8, seed=3)
     steps = [s for t in trace for s in t.steps]
     tool_only = sum(s.tool_s for s in steps) / len(steps)
-    step_s, steps_per_s = step_figures(trace, "qwen3-8b", "h200")
+    step_s, steps_per_s = step_pace(trace, "qwen3-8b", "h200")
     assert step_s > tool_only
-    assert step_figures(trace, "qwen3-32b", "h200")[0] > step_s
+    assert step_pace(trace, "qwen3-32b", "h200")[0] > step_s
     longest_s = max(sum(s.tool_s for s in t.steps) for t in trace)
     assert steps_per_s < len(steps) / longest_s  # the longest lasts beyond its tools
 

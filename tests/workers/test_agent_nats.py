@@ -50,7 +50,7 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM, rollout_filter, trajectory_subject
 from heddle.events.trajectory import PlacementReason
 from heddle.ids import derive_id
-from heddle.rollout.summary import summarize
+from heddle.rollout.summary import summarize_rollout
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
 from heddle.workers.agent import WorkerConfig
 from heddle.workers.agent.agent import WorkerAgent
@@ -326,7 +326,7 @@ async def test_a_migration_without_kv_transfer_warms_the_target_up_in_the_tool_g
     context = generated[0].num_context_tokens  # prompt + step 0's output, warmed on w1
     assert generated[1].num_warmed_tokens == context
     assert generated[1].num_recomputed_tokens == 0 and generated[1].num_cached_tokens >= context
-    summary = summarize("r5", events)
+    summary = summarize_rollout("r5", events)
     assert (summary.warmed_up_tokens, summary.migration_recomputed_tokens) == (context, 0)
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.traces import TraceTrajectory, parse_trace_line
-from heddle.workloads.agent_shape import AgentShape
+from heddle.workloads.agent_shape import AgentWorkload
 from heddle.workloads.zoo import (
     LOST_TO_VERL,
     PRESET_RANGES,
@@ -33,13 +33,13 @@ def _turn_counts(trace: list[TraceTrajectory]) -> np.ndarray:
     return np.array([len(t.steps) for t in trace])
 
 
-def _ended_by_cap(t: TraceTrajectory, shape: AgentShape) -> bool:
+def _ended_by_cap(t: TraceTrajectory, shape: AgentWorkload) -> bool:
     """Whether a cap (response or context) may have ended ``t`` before its drawn turns."""
     near_context = t.num_context_tokens + shape.max_observation_tokens >= shape.max_context_tokens
     return t.num_output_tokens >= shape.max_response_tokens or near_context
 
 
-def _check_caps(trace: list[TraceTrajectory], shape: AgentShape) -> None:
+def _check_caps(trace: list[TraceTrajectory], shape: AgentWorkload) -> None:
     timeouts = max(tool.max_time_s for tool in shape.tools)
     for t in trace:
         assert parse_trace_line(msgspec.json.encode(t)) == t

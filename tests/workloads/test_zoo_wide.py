@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from heddle.workloads.agent_shape import AgentShape, sample_shape
+from heddle.workloads.agent_shape import AgentWorkload, sample_shape
 from heddle.workloads.distributions import LogNormal
 from heddle.workloads.spec import ToolModel
 from heddle.workloads.zoo import WIDE, MixParams, leaf_params_type, zoo_family
@@ -59,8 +59,8 @@ def test_long_horizon_samples_reach_two_hundred_and_fifty_turns() -> None:
     assert max(turns) > 200 and max(turns) <= MOST_TURNS
 
 
-def _shape(burst: float) -> AgentShape:
-    return AgentShape(
+def _shape(burst: float) -> AgentWorkload:
+    return AgentWorkload(
         name="b",
         group_size=4,
         prompt_tokens=LogNormal(100, 0.1),

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from heddle.control.pace import Pace
 from heddle.control.placement.admission import AdmissionRequest, Admitted, Key
 from heddle.control.placement.kv_admission import AdmissionConfig, Footprint, KvAdmission
+from heddle.control.priority import SUBMISSION_ORDER_S
 from heddle.events import Generated
 from heddle.policy.scheduling.priority import (
     DEFAULT_SECONDS_PER_TOKEN,
@@ -38,8 +39,6 @@ from heddle.policy.scheduling.priority import (
 
 MIN_DUTY_CYCLE = 0.05
 """A trajectory counts at least this share of its KV, however long its tool calls."""
-SUBMISSION_ORDER_S = 1e-6
-"""Trajectories submitted at one instant arrive in submission order (as the priority decider)."""
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from heddle.control.placement.admission import Key
 from heddle.events import (
     Completed,
     Failed,
@@ -39,9 +40,6 @@ from heddle.events import (
 )
 from heddle.policy.cost.model import CostModel
 from heddle.policy.resources.reshard import Straggler
-
-Key = tuple[str, str]
-"""``(rollout id, trajectory id)``."""
 
 
 @dataclass(frozen=True, slots=True)

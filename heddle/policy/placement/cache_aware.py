@@ -41,7 +41,7 @@ from heddle.policy.placement.route_types import (
     check_loads,
     check_worker_names,
     first_least_loaded,
-    live_workers,
+    live_indices,
 )
 
 
@@ -161,7 +161,7 @@ class CacheAwareRouter:
     def decide(self, request: RouteRequest, loads: Sequence[float]) -> CacheAwareDecision:
         """The router's pick for ``request`` at ``loads``, changing nothing (see ``record``)."""
         check_loads(loads, self._num_workers)
-        live = live_workers(loads)
+        live = live_indices(loads)
         if not live:
             raise ValueError("no live worker to route to")
         live_loads = [loads[i] for i in live]

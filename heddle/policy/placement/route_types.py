@@ -77,7 +77,7 @@ def check_worker_names(worker_names: Sequence[str]) -> None:
         raise ValueError(f"worker names must be distinct, got {list(worker_names)}")
 
 
-def live_workers(loads: Sequence[float]) -> list[int]:
+def live_indices(loads: Sequence[float]) -> list[int]:
     """Indices of the workers that are up (finite load), in index order."""
     return [i for i, load in enumerate(loads) if load != float("inf")]
 

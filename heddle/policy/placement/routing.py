@@ -51,7 +51,7 @@ from heddle.policy.placement.route_types import (
     check_loads,
     check_worker_names,
     first_least_loaded,
-    live_workers,
+    live_indices,
 )
 
 __all__ = ["ROUTERS", "RouteRequest", "Router", "make_router", "worker_names_for"]
@@ -133,7 +133,7 @@ class ConsistentHashRouter:
         key_hash = self._hash_of.get(request.traj_id)
         if key_hash is None:
             key_hash = self._hash_of[request.traj_id] = blake3_u64_le(request.traj_id)
-        live = live_workers(loads)
+        live = live_indices(loads)
         if not live:
             raise ValueError("no live worker to route to")
         if self._ring is None:
@@ -162,7 +162,7 @@ class RoundRobinRouter:
 
     def route(self, request: RouteRequest, loads: Sequence[float]) -> int:
         check_loads(loads, self._num_workers)
-        live = live_workers(loads)
+        live = live_indices(loads)
         if not live:
             raise ValueError("no live worker to route to")
         worker = live[self._count % len(live)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class GpuAssignment:
     node: str
     gpu_ids: tuple[int, ...]
     """The node's GPUs the worker uses."""
@@ -21,14 +21,14 @@ def node_name(index: int) -> str:
     return f"n{index:02d}"
 
 
-def pack_nodes(tp_degrees: Sequence[int], num_gpus: int, gpus_per_node: int) -> list[Placement]:
+def pack_nodes(tp_degrees: Sequence[int], num_gpus: int, gpus_per_node: int) -> list[GpuAssignment]:
     """Each worker's node and GPUs, in plan order; ``ValueError`` when a worker does not fit
     (more GPUs than the budget, or a degree above a node's size)."""
     if num_gpus < 1 or gpus_per_node < 1:
         raise ValueError("num_gpus and gpus_per_node must be >= 1")
     sizes = [min(gpus_per_node, num_gpus - start) for start in range(0, num_gpus, gpus_per_node)]
     free = [list(range(size)) for size in sizes]
-    placements: list[Placement] = []
+    placements: list[GpuAssignment] = []
     for index, tp in enumerate(tp_degrees):
         node = next((n for n, gpus in enumerate(free) if len(gpus) >= tp), None)
         if tp < 1 or node is None:
@@ -37,5 +37,5 @@ def pack_nodes(tp_degrees: Sequence[int], num_gpus: int, gpus_per_node: int) -> 
                 f"(plan {list(tp_degrees)} on {num_gpus} GPUs)"
             )
         taken, free[node] = free[node][:tp], free[node][tp:]
-        placements.append(Placement(node_name(node), tuple(taken)))
+        placements.append(GpuAssignment(node_name(node), tuple(taken)))
     return placements

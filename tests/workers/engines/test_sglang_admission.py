@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from heddle.policy.scheduling.preemption import PreemptionConfig
-from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Preempt
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, AdmitJob, PreemptJob
 
 
 def _margin(absolute: float, relative: float = 0.0) -> PreemptionConfig:
@@ -19,7 +19,7 @@ def test_free_slots_go_to_the_highest_priority_then_the_earliest() -> None:
     queue = AdmissionQueue(max_running=2, preemption=_margin(0.0))
     for job_id, priority in (("a", 1.0), ("b", 5.0), ("c", 5.0), ("d", 9.0)):
         queue.add(job_id, priority)
-    assert queue.schedule() == [Admit("d"), Admit("b")]
+    assert queue.schedule() == [AdmitJob("d"), AdmitJob("b")]
     assert [entry.job_id for entry in queue.waiting] == ["c", "a"]
 
 
@@ -27,7 +27,7 @@ def test_reprioritising_a_waiting_job_reorders_it_without_preemption() -> None:
     queue = AdmissionQueue(max_running=1, preemption=_margin(0.0))
     for job_id in ("run", "x", "y"):
         queue.add(job_id, 0.0)
-    assert queue.schedule() == [Admit("run")]
+    assert queue.schedule() == [AdmitJob("run")]
     queue.set_priority("y", 0.0)
     queue.set_priority("x", -1.0)
     assert [entry.job_id for entry in queue.waiting] == ["y", "x"]
@@ -38,13 +38,13 @@ def test_a_higher_priority_arrival_preempts_the_lowest_running_once() -> None:
     queue = AdmissionQueue(max_running=2, preemption=_margin(0.0))
     queue.add("low", 1.0)
     queue.add("mid", 2.0)
-    assert queue.schedule() == [Admit("mid"), Admit("low")]
+    assert queue.schedule() == [AdmitJob("mid"), AdmitJob("low")]
     queue.add("high", 10.0)
-    assert queue.schedule() == [Preempt("low")]
+    assert queue.schedule() == [PreemptJob("low")]
     # The draining slot is reserved for "high": nothing else is preempted meanwhile.
     assert queue.schedule() == []
     queue.drained("low")
-    assert queue.schedule() == [Admit("high")]
+    assert queue.schedule() == [AdmitJob("high")]
     assert [entry.job_id for entry in queue.waiting] == ["low"]
 
 
@@ -55,7 +55,7 @@ def test_the_threshold_protects_running_jobs_from_small_priority_gaps() -> None:
     queue.add("close", 6.0)
     assert queue.schedule() == []
     queue.set_priority("close", 6.5)
-    assert queue.schedule() == [Preempt("running")]
+    assert queue.schedule() == [PreemptJob("running")]
 
 
 def test_the_default_margin_is_the_shared_policys_relative_gap() -> None:
@@ -65,7 +65,7 @@ def test_the_default_margin_is_the_shared_policys_relative_gap() -> None:
     queue.add("slightly_longer", 104.0)
     assert queue.schedule() == []
     queue.set_priority("slightly_longer", 106.0)
-    assert queue.schedule() == [Preempt("running")]
+    assert queue.schedule() == [PreemptJob("running")]
 
 
 def test_lowering_a_running_jobs_priority_can_preempt_it() -> None:
@@ -75,7 +75,7 @@ def test_lowering_a_running_jobs_priority_can_preempt_it() -> None:
     queue.add("b", 3.0)
     assert queue.schedule() == []
     queue.set_priority("a", 1.0)
-    assert queue.schedule() == [Preempt("a")]
+    assert queue.schedule() == [PreemptJob("a")]
 
 
 def test_a_preempted_job_keeps_its_arrival_rank_among_equals() -> None:
@@ -146,8 +146,8 @@ def test_schedule_matches_a_brute_force_reference(
             queue.schedule()  # some jobs run (or drain) before the rest arrive
     expected = _reference_decisions(queue)
     decisions = queue.schedule()
-    assert {d.job_id for d in decisions if isinstance(d, Admit)} == expected[0]
-    assert {d.job_id for d in decisions if isinstance(d, Preempt)} == expected[1]
+    assert {d.job_id for d in decisions if isinstance(d, AdmitJob)} == expected[0]
+    assert {d.job_id for d in decisions if isinstance(d, PreemptJob)} == expected[1]
 
 
 class AdmissionMachine(RuleBasedStateMachine):

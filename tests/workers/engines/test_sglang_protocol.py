@@ -21,7 +21,7 @@ from heddle.workers.engines.sglang.protocol import (
     decode_loads,
     decode_output,
     decode_server_info,
-    encode,
+    encode_json,
     to_priority,
 )
 
@@ -34,7 +34,7 @@ def test_a_generate_body_names_only_sglang_keys_and_leaves_logprob_start_len_uns
         priority=3,
         return_logprob=True,
     )
-    wire = json.loads(encode(body))
+    wire = json.loads(encode_json(body))
     assert wire == {
         "input_ids": [5, 6, 7],
         "sampling_params": {"max_new_tokens": 16, "temperature": 0.7, "stop_token_ids": [2]},
@@ -51,7 +51,7 @@ def test_a_prefill_only_body_asks_for_zero_new_tokens() -> None:
     body = GenerateBody(
         input_ids=[1], sampling_params=SamplingParamsWire(max_new_tokens=0), rid="r"
     )
-    assert json.loads(encode(body))["sampling_params"] == {"max_new_tokens": 0}
+    assert json.loads(encode_json(body))["sampling_params"] == {"max_new_tokens": 0}
 
 
 RESPONSE = b"""{"text": "ab", "output_ids": [11, 12, 2],

@@ -18,7 +18,7 @@ from heddle.policy.batching import BatchingConfig, BatchingModel, GenerationJob
 from heddle.policy.cost.model import preset
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import GenerationRequest
-from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Preempt
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, PreemptJob
 from heddle.workers.engines.torch_engine.prefix_store import PrefixStore
 from heddle.workers.engines.torch_engine.scheduler import Scheduler, SchedulerConfig
 from heddle.workers.engines.torch_engine.sequence import Sequence
@@ -113,7 +113,7 @@ class SglangEngine:
     def running(self) -> list[str]:
         while decisions := self.queue.schedule():
             for decision in decisions:
-                if isinstance(decision, Preempt):
+                if isinstance(decision, PreemptJob):
                     self.queue.drained(decision.job_id)
         return [entry.job_id for entry in self.queue.running]
 

@@ -93,7 +93,7 @@ class SglangClient:
         """``POST /generate`` without streaming: the finished (or aborted) output.
         ``routing_key`` goes out as ``X-SMG-Routing-Key`` (an ``sglang-router`` routes
         consistent hashing on it)."""
-        payload = protocol.encode(msgspec.structs.replace(body, stream=False))
+        payload = protocol.encode_json(msgspec.structs.replace(body, stream=False))
         headers = routing_headers(routing_key)
         response = await self._with_retries(
             lambda: self._send_once("POST", "/generate", payload, headers=headers)
@@ -105,7 +105,7 @@ class SglangClient:
     ) -> AsyncIterator[GenerateOutput]:
         """``POST /generate`` with ``stream``: yields the whole output so far at each frame
         (frames are merged when the server streams deltas); the last one is finished."""
-        payload = protocol.encode(msgspec.structs.replace(body, stream=True))
+        payload = protocol.encode_json(msgspec.structs.replace(body, stream=True))
         merger = protocol.StreamMerger(incremental=self.incremental_streaming)
         async with self._open_stream(payload, routing_headers(routing_key)) as response:
             async for data in sse_payloads(response):
@@ -129,7 +129,7 @@ class SglangClient:
         """``POST /update_weights_from_disk``: the server finishes its in-flight requests,
         loads the checkpoint and flushes its radix cache. ``SglangError`` when it refuses
         (HTTP 400 with ``success`` false and its message); waits as long as a generation."""
-        payload = protocol.encode(body)
+        payload = protocol.encode_json(body)
         path = "/update_weights_from_disk"
         response = await self._with_retries(
             lambda: self._send_once("POST", path, payload, timeout_s=self.timeouts.request_s)
@@ -222,7 +222,7 @@ class SglangClient:
             await response.aclose()
 
     async def _control_post(self, path: str, body: AbortBody) -> None:
-        payload = protocol.encode(body)
+        payload = protocol.encode_json(body)
         await self._with_retries(
             lambda: self._send_once("POST", path, payload, timeout_s=self.timeouts.control_s)
         )

@@ -36,7 +36,7 @@ from heddle.workers.engines.base import (
 )
 from heddle.workers.engines.sglang.client import SglangClient, SglangError
 from heddle.workers.engines.sglang.job import Job, JobPhase, finish_reason_of
-from heddle.workers.engines.sglang.local_queue import AdmissionQueue, Admit, Preempt
+from heddle.workers.engines.sglang.local_queue import AdmissionQueue, AdmitJob, PreemptJob
 from heddle.workers.engines.sglang.options import EngineSettings
 from heddle.workers.engines.sglang.protocol import (
     GenerateBody,
@@ -270,10 +270,10 @@ class SglangEngine:
         for decision in self._queue.schedule():
             job = self._jobs[decision.job_id]
             match decision:
-                case Admit():
+                case AdmitJob():
                     job.phase = JobPhase.RUNNING
                     job.wake.set()
-                case Preempt():
+                case PreemptJob():
                     self._start_draining(job)
 
     def _start_draining(self, job: Job) -> None:

@@ -111,7 +111,7 @@ class LaunchSpec:
         )
 
 
-def supervise(
+def server_supervisor(
     spec: LaunchSpec, client: SglangClient, *, options: SglangEngineOptions
 ) -> ServerSupervisor:
     """A supervisor for ``spec``'s server whose readiness is ``client``'s probe."""
@@ -256,7 +256,7 @@ def create_sglang_engine(options: SglangEngineOptions) -> SglangEngine:
         return SglangEngine(client, settings, router=router)
 
     def supervise_spec(launched: LaunchSpec) -> ServerSupervisor:
-        return supervise(launched, client, options=options)
+        return server_supervisor(launched, client, options=options)
 
     return LaunchedSglangEngine(
         client,

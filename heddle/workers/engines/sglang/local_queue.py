@@ -6,9 +6,9 @@ re-order. The queue implements the Engine protocol's scheduling contract (PPS, d
 paper's s.4):
 
 - waiting requests are ranked by priority (larger first), then arrival, then id;
-- free slots go to the best waiting requests (``Admit``);
+- free slots go to the best waiting requests (``AdmitJob``);
 - a waiting request that beats the lowest running one (``PreemptionConfig.beats``: by more than
-  an absolute and a relative margin) preempts it (``Preempt``). The decision itself is the shared
+  an absolute and a relative margin) preempts it (``PreemptJob``). The decision itself is the shared
   policy, ``heddle.policy.scheduling.preemption.decide_preemptions``, so this engine preempts
   exactly when the others do. The victim moves to *draining* (its abort is in flight and it still
   holds its slot) and returns to the waiting queue, with its original arrival, when the shell
@@ -31,16 +31,16 @@ from heddle.policy.scheduling.preemption import (
 
 
 @dataclass(frozen=True, slots=True)
-class Admit:
+class AdmitJob:
     job_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class Preempt:
+class PreemptJob:
     job_id: str
 
 
-Decision = Admit | Preempt
+Decision = AdmitJob | PreemptJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +156,8 @@ class AdmissionQueue:
         for job_id in decision.admitted:
             if job_id not in replacements:  # a replacement waits for its victim's slot
                 self._running[job_id] = self._waiting.pop(job_id)
-                decisions.append(Admit(job_id))
+                decisions.append(AdmitJob(job_id))
         for preemption in decision.preemptions:
             self._draining[preemption.victim_id] = self._running.pop(preemption.victim_id)
-            decisions.append(Preempt(preemption.victim_id))
+            decisions.append(PreemptJob(preemption.victim_id))
         return decisions

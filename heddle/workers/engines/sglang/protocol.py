@@ -265,7 +265,7 @@ def to_priority(priority: float, scale: float) -> int:
     return max(-MAX_PRIORITY, min(MAX_PRIORITY, scaled))
 
 
-encode = msgspec.json.Encoder().encode
+encode_json = msgspec.json.Encoder().encode
 decode_output = msgspec.json.Decoder(GenerateOutput).decode
 decode_frame = msgspec.json.Decoder(StreamFrame).decode
 decode_loads = msgspec.json.Decoder(LoadsReport).decode

@@ -42,7 +42,7 @@ from heddle.workers.engines.base import (
 from heddle.workers.engines.torch_engine.core import EngineCore
 from heddle.workers.engines.torch_engine.loading import load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
-from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
+from heddle.workers.engines.torch_engine.snapshot import restore_block, snapshot_block
 from heddle.workers.engines.torch_engine.stats import EngineStats
 from heddle.workers.engines.torch_engine.weights import read_state_dict
 
@@ -173,10 +173,10 @@ class TorchEngine:
         block = await self._call(lambda core: core.export_block(trajectory_id))
         if block is None:
             return None
-        return await asyncio.to_thread(encode_snapshot, trajectory_id, block, self.fingerprint)
+        return await asyncio.to_thread(snapshot_block, trajectory_id, block, self.fingerprint)
 
     async def import_cache(self, snapshot: CacheSnapshot) -> None:
-        block = await asyncio.to_thread(decode_snapshot, snapshot, self.fingerprint)
+        block = await asyncio.to_thread(restore_block, snapshot, self.fingerprint)
         await self._call(lambda core: core.import_block(snapshot.trajectory_id, block))
 
     async def release(self, trajectory_id: str) -> None:

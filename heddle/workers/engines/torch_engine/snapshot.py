@@ -5,7 +5,7 @@ Payload layout (little-endian)::
     b"HKVC" | u32 header length | msgpack SnapshotHeader | tensor bytes (C order)
 
 The tensor is the ``KVBlock`` data ``[layers, 2, kv_heads, num_tokens, head_dim]`` in the model's
-dtype. The header repeats the engine fingerprint; ``decode_snapshot`` refuses a snapshot whose
+dtype. The header repeats the engine fingerprint; ``restore_block`` refuses a snapshot whose
 fingerprint is not the importing engine's (``CacheMismatchError``), and malformed bytes with
 ``ValueError``. Decoding yields a CPU block; the engine moves it to its device.
 """
@@ -40,7 +40,7 @@ _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(SnapshotHeader)
 
 
-def encode_snapshot(trajectory_id: str, block: KVBlock, fingerprint: str) -> CacheSnapshot:
+def snapshot_block(trajectory_id: str, block: KVBlock, fingerprint: str) -> CacheSnapshot:
     """Serialise ``block`` (any device) to a ``CacheSnapshot``."""
     data = block.data.detach().to("cpu").contiguous()
     header = SnapshotHeader(
@@ -61,7 +61,7 @@ def encode_snapshot(trajectory_id: str, block: KVBlock, fingerprint: str) -> Cac
     )
 
 
-def decode_snapshot(snapshot: CacheSnapshot, expected_fingerprint: str) -> KVBlock:
+def restore_block(snapshot: CacheSnapshot, expected_fingerprint: str) -> KVBlock:
     """The snapshot's KV as a CPU block, after checking it belongs to ``expected_fingerprint``."""
     check_fingerprint(snapshot.fingerprint, expected_fingerprint)
     header, offset = _read_header(snapshot.payload)

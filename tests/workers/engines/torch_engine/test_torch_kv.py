@@ -15,7 +15,7 @@ from heddle.workers.engines.torch_engine.forward import ModelRunner
 from heddle.workers.engines.torch_engine.kv import KVBlock, SlotPool
 from heddle.workers.engines.torch_engine.loading import LoadedModel, build_random_model, load_model
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
-from heddle.workers.engines.torch_engine.snapshot import decode_snapshot, encode_snapshot
+from heddle.workers.engines.torch_engine.snapshot import restore_block, snapshot_block
 from heddle.workers.engines.torch_engine.tiny import TINY_VOCAB_SIZE
 
 ATOL = 1e-4
@@ -107,12 +107,12 @@ def test_kv_moved_to_another_engine_gives_the_same_next_token_logits(tiny: Loade
     source, owner = _runner(tiny), _Owner()
     _prefill(source, owner, tokens[:-1])
     block = source.pool.read(0, tuple(tokens[:-1]))
-    snapshot = encode_snapshot("t1", block, tiny.fingerprint)
+    snapshot = snapshot_block("t1", block, tiny.fingerprint)
 
     other_engine_model = load_model(TorchEngineOptions())  # its own copy, same seed
     target, moved = _runner(other_engine_model), _Owner()
     slot = target.pool.acquire(moved)
-    target.pool.write(slot, decode_snapshot(snapshot, other_engine_model.fingerprint))
+    target.pool.write(slot, restore_block(snapshot, other_engine_model.fingerprint))
     moved.num_kv_tokens = len(tokens) - 1
 
     expected = source.decode([tokens[-1]], [len(tokens) - 1])
@@ -123,9 +123,9 @@ def test_kv_moved_to_another_engine_gives_the_same_next_token_logits(tiny: Loade
 def test_snapshot_bytes_round_trip_exactly(dtype: torch.dtype) -> None:
     data = torch.randn(4, 2, 2, 6, 32).to(dtype)
     block = KVBlock(tuple(range(6)), data)
-    snapshot = encode_snapshot("t9", block, "fp")
+    snapshot = snapshot_block("t9", block, "fp")
     assert snapshot.num_tokens == 6 and snapshot.trajectory_id == "t9"
-    decoded = decode_snapshot(snapshot, "fp")
+    decoded = restore_block(snapshot, "fp")
     assert decoded.token_ids == block.token_ids
     assert decoded.data.dtype == dtype and torch.equal(decoded.data, data)
 
@@ -133,21 +133,21 @@ def test_snapshot_bytes_round_trip_exactly(dtype: torch.dtype) -> None:
 def test_snapshot_from_another_model_is_refused_with_a_clear_error(tiny: LoadedModel) -> None:
     other = load_model(TorchEngineOptions(seed=3))
     block = KVBlock((1, 2), torch.zeros(4, 2, 2, 2, 32))
-    snapshot = encode_snapshot("t1", block, other.fingerprint)
+    snapshot = snapshot_block("t1", block, other.fingerprint)
     with pytest.raises(CacheMismatchError, match="same model weights, dtype"):
-        decode_snapshot(snapshot, tiny.fingerprint)
+        restore_block(snapshot, tiny.fingerprint)
     forged = CacheSnapshot("t1", 2, tiny.fingerprint, snapshot.payload)  # header still says other
     with pytest.raises(CacheMismatchError):
-        decode_snapshot(forged, tiny.fingerprint)
+        restore_block(forged, tiny.fingerprint)
 
 
 def test_corrupt_snapshot_bytes_are_refused() -> None:
-    snapshot = encode_snapshot("t1", KVBlock((1,), torch.zeros(1, 2, 1, 1, 4)), "fp")
+    snapshot = snapshot_block("t1", KVBlock((1,), torch.zeros(1, 2, 1, 1, 4)), "fp")
     for payload in (b"", b"XXXX" + snapshot.payload[4:], snapshot.payload[:-3]):
         with pytest.raises(ValueError):
-            decode_snapshot(CacheSnapshot("t1", 1, "fp", payload), "fp")
+            restore_block(CacheSnapshot("t1", 1, "fp", payload), "fp")
     with pytest.raises(ValueError, match="carries KV of"):
-        decode_snapshot(CacheSnapshot("t2", 1, "fp", snapshot.payload), "fp")
+        restore_block(CacheSnapshot("t2", 1, "fp", snapshot.payload), "fp")
 
 
 def test_local_model_folder_loads_offline_and_computes_the_same(
@@ -174,7 +174,7 @@ def test_any_block_survives_the_byte_round_trip(
     layers: int, heads: int, tokens: list[int], head_dim: int, dtype: torch.dtype
 ) -> None:
     data = torch.randn(layers, 2, heads, len(tokens), head_dim).to(dtype)
-    decoded = decode_snapshot(encode_snapshot("t", KVBlock(tuple(tokens), data), "fp"), "fp")
+    decoded = restore_block(snapshot_block("t", KVBlock(tuple(tokens), data), "fp"), "fp")
     assert decoded.token_ids == tuple(tokens) and torch.equal(decoded.data, data)
 
 
