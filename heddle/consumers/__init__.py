@@ -26,8 +26,8 @@
   (``supervision``), configured by ``ControlPlaneConfig`` (``plane_config``);
 - ``filters``: a consumer's filter subjects, from the event types it handles;
 - ``latency``: the control plane's cumulative latency histograms (decision latency, consumer age);
-- ``context_predictions``: the shell around the served context model: requests sent without waiting,
-  each answer published as ``Predicted`` when it arrives in time;
+- ``context_model_client``: the shell around the served context model: requests sent without
+  waiting, each answer published as ``Predicted`` when it arrives in time;
 - ``store_guard``: the JetStream store watched (a full disk reported, producers paused, the
   embedded server's JetStream reset once space is back);
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);

@@ -12,7 +12,7 @@ ran it. Choices (``LIVE_PREDICTORS``):
 - ``history`` / ``prompt_only``: the paper's baselines (``heddle.policy.prediction``);
 - ``context``: the served context model (``heddle predictor serve``): the online model answers
   each prediction at once and the service's answer follows when it comes in time
-  (``heddle.consumers.context_predictions``); with no service running, the online model alone.
+  (``heddle.consumers.context_model_client``); with no service running, the online model alone.
 
 ``PredictionHooks`` is the slot's shell work: before each event it scopes the trace oracle to the
 event's rollout and learns the trace of a submitted ``trace`` trajectory; after a trajectory
@@ -30,7 +30,7 @@ import msgspec
 
 from heddle.bus.bus import Bus
 from heddle.bus.micro import request
-from heddle.consumers.context_predictions import ContextPredictions
+from heddle.consumers.context_model_client import ContextPredictions
 from heddle.events import Completed, Event, Failed, ToolReturned, TrajectorySubmitted
 from heddle.policy.prediction import (
     Predictor,

@@ -13,7 +13,7 @@ import pytest
 from heddle.bus import Bus
 from heddle.bus.micro import ServiceRefusal, request
 from heddle.config import Settings
-from heddle.consumers.context_predictions import ContextPredictions
+from heddle.consumers.context_model_client import ContextPredictions
 from heddle.events import Predicted
 from heddle.policy.prediction import ContextRequest, Progress
 from heddle.predictor.model import ContextModel

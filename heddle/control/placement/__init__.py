@@ -9,19 +9,19 @@ Map:
   must still swap weights and whose KV a swap makes stale.
 - The strategies, one per kind of decision:
   ``initial`` (``InitialPlacement``: a ready rollout's placement, then admission's starts),
-  ``routing`` (``StepRouting``: each step's worker), ``migration`` (``MigrationRequests``: moves
-  on new predictions), ``replacement`` (``FailureReplacement``: a failed worker's trajectories),
-  ``drain`` (``OperatorDrain``: the operator's drain and undrain); ``hosting`` emits the
-  ``TrajectoryPlaced`` + ``StartTrajectory`` they share.
+  ``step_routing`` (``StepRouting``: each step's worker), ``migration`` (``MigrationRequests``:
+  moves on new predictions), ``replacement`` (``FailureReplacement``: a failed worker's
+  trajectories), ``drain`` (``OperatorDrain``: the operator's drain and undrain); ``hosting``
+  emits the ``TrajectoryPlaced`` + ``StartTrajectory`` they share.
 - Admission, consulted through one interface: ``admission`` (the ``Admission`` protocol and
   ``AdmitAll``), ``kv_gate`` (``KvAdmissionGate``, Heddle's), ``kv_admission`` (its algorithm:
   a held queue in priority order), ``kv_worker`` (a worker's projected KV, a shared prompt once),
   ``cap`` (``TrajectoryCap``: a
   baseline's own bound on running trajectories), ``program_gate`` (``ProgramGate``:
   ThunderAgent's pause/resume of whole programs; ``programs`` keeps its records).
-- Placers, built per rollout: ``placer`` (the ``Placer`` protocol and its values), ``presorted``
-  (``PresortedPlacer``, Heddle's; ``remaining`` keeps its per-worker remaining lengths),
-  ``routed`` (``RouterPlacer``, the baselines' routers).
+- Placers, built per rollout: ``placer`` (the ``Placer`` protocol and its values),
+  ``presorted_placer`` (``PresortedPlacer``, Heddle's; ``remaining`` keeps its per-worker
+  remaining lengths), ``routed`` (``RouterPlacer``, the baselines' routers).
 """
 
 from heddle.control.placement.admission import Admission, AdmissionRequest, AdmitAll, Admitted
@@ -36,7 +36,7 @@ from heddle.control.placement.kv_worker import (
     projected_peak,
 )
 from heddle.control.placement.placer import Assignment, PlacementRequest, Placer, WorkerInfo
-from heddle.control.placement.presorted import PresortedPlacer
+from heddle.control.placement.presorted_placer import PresortedPlacer
 from heddle.control.placement.program_gate import ProgramGate, ProgramGateConfig
 from heddle.control.placement.routed import RouterPlacer
 

@@ -40,8 +40,8 @@ from heddle.control.placement.initial import InitialPlacement
 from heddle.control.placement.migration import MigrationRequests
 from heddle.control.placement.placer import Placer
 from heddle.control.placement.replacement import FailureReplacement
-from heddle.control.placement.routing import StepRouting
 from heddle.control.placement.state import PlacementState, is_first_prediction
+from heddle.control.placement.step_routing import StepRouting
 from heddle.control.placement.weight_swaps import WeightSwaps
 from heddle.events import (
     Completed,
