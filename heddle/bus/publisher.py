@@ -20,9 +20,13 @@ from dataclasses import dataclass
 import msgspec
 import nats.errors
 
-from heddle.bus.transient import STORAGE_REFUSALS
 from heddle.bus.wire import LeanClient, SinkSubscription, status_of
 from heddle.errors import UserError
+
+STORAGE_REFUSALS = frozenset({10012, 10047, 10077})
+"""JetStream error codes of a store that cannot take a write now: a consumer's store could
+not be created (10012), storage resources are exhausted (10047), a stream's store failed
+(10077). A full disk answers so; the request can succeed once space is back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,10 @@ class PublishError(RuntimeError):
 
 class PublishDenied(PublishError, UserError):
     """The server refused this connection's credential the subject (a permissions violation)."""
+
+
+class PayloadTooLarge(PublishError):
+    """The message exceeds the server's maximum payload: sending it again cannot help."""
 
 
 _HEADER_TOO_LARGE = 10097
@@ -222,7 +230,7 @@ class Publisher:
             return
         except nats.errors.MaxPayloadError:
             self._forget(token)
-            raise PublishError(
+            raise PayloadTooLarge(
                 outgoing.subject, f"payload of {len(outgoing.data)} bytes exceeds the server limit"
             ) from None
         outgoing.future = future

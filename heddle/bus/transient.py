@@ -1,7 +1,9 @@
-"""JetStream API errors that pass: after a cluster node dies, its streams and consumers elect
-new leaders (a few seconds) and clients connected to it reconnect elsewhere; meanwhile API
-requests time out or find no responder. Reads that a caller would otherwise take as a failure
-are retried here for a bounded time."""
+"""Errors that pass, and the one rule that tells them (``is_transient``, by exception type and
+JetStream error code, never by the words of a message): after a cluster node dies, its streams and
+consumers elect new leaders (a few seconds) and clients connected to it reconnect elsewhere;
+meanwhile requests time out, find no responder, or go unacknowledged. Reads that a caller would
+otherwise take as a failure are retried here for a bounded time; the worker agent's publishes are
+retried with the same ids until stored (``heddle.workers.agent.publisher``)."""
 
 from __future__ import annotations
 
@@ -14,23 +16,25 @@ from typing import TypeVar
 import nats.errors
 from nats.js.errors import APIError, ServiceUnavailableError
 
+from heddle.bus.publisher import STORAGE_REFUSALS, PayloadTooLarge, PublishError
+from heddle.errors import UserError
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _TEMPORARILY_UNAVAILABLE = 10008
 """JetStream error code: the system (meta leader) is temporarily unavailable."""
 _TRANSIENT_TYPES = (
-    nats.errors.TimeoutError,
+    OSError,  # sockets; builtin TimeoutError and ConnectionError, and nats' TimeoutError, are ones
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
     ServiceUnavailableError,
 )
-
-
-STORAGE_REFUSALS = frozenset({10012, 10047, 10077})
-"""JetStream error codes of a store that cannot take a write now: a consumer's store could
-not be created (10012), storage resources are exhausted (10047), a stream's store failed
-(10077). A full disk answers so; the request can succeed once space is back."""
+"""A lost, reconnecting or congested connection, a request nobody answered in time. Not
+``ConnectionClosedError``: a connection reconnects forever (``heddle.bus.dial``), so a closed
+one was closed on purpose and does not come back."""
 
 
 def is_storage_refusal(exc: BaseException) -> bool:
@@ -58,8 +62,15 @@ async def retry_storage_refusals(
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is what a JetStream request meets during a leader election or a
-    reconnect (worth asking again shortly)."""
+    """Whether ``exc`` is what a NATS request or a JetStream publish meets during a leader
+    election or a reconnect (worth asking again shortly, a publish with the same id). A refusal
+    of this credential (``UserError``: ``PublishDenied``, ``PermissionDenied``) is not: it will
+    not change while the process runs; nor is a publish the stream rejected (an error code) or
+    one too large for the server."""
+    if isinstance(exc, UserError):
+        return False
+    if isinstance(exc, PublishError):  # err_code 0: not acknowledged in time
+        return exc.err_code == 0 and not isinstance(exc, PayloadTooLarge)
     if isinstance(exc, _TRANSIENT_TYPES):
         return True
     return isinstance(exc, APIError) and exc.err_code == _TEMPORARILY_UNAVAILABLE

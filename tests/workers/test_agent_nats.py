@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -23,7 +24,6 @@ import pytest
 from events_factory import continue_after
 
 from heddle.bus import Bus, BusOptions, ConsumerSpec, Delivery, EmbeddedNatsServer, ReplayQuery
-from heddle.bus.publisher import PublishOptions
 from heddle.config import Settings, load_settings
 from heddle.events import (
     Completed,
@@ -54,7 +54,7 @@ from heddle.rollout.summary import summarize_rollout
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
 from heddle.workers.agent import WorkerConfig
 from heddle.workers.agent.agent import WorkerAgent
-from heddle.workers.agent.transport import BusPorts, is_transient_bus_error, run_agents, serve
+from heddle.workers.agent.transport import AGENT_PUBLISH, BusPorts, run_agents, serve
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
 
@@ -534,20 +534,18 @@ async def test_a_worker_retrying_its_registration_stops_when_told(
 ) -> None:
     """No stream stores the registration (the server answers "no responders"), so the worker
     retries it: a stop (SIGTERM) must end that, where it used to wait forever."""
-    options = BusOptions(provision=False, publish=PublishOptions(ack_timeout_s=1.0))
+    publish = dataclasses.replace(AGENT_PUBLISH, ack_timeout_s=1.0)
+    options = BusOptions(provision=False, publish=publish)
     async with Bus(settings, options) as bare:
         ports = BusPorts(bare)
         config = WorkerConfig(worker_id="w0", heartbeat_s=0.5)
         engine = SimEngine(SimEngineOptions(time_scale=100.0))
-        agent = WorkerAgent(
-            config, engine, sink=ports, history=ports, blobs=ports,
-            transient=is_transient_bus_error,
-        )  # fmt: skip
+        agent = WorkerAgent(config, engine, sink=ports, history=ports, blobs=ports)
         stop = asyncio.Event()
         serving = asyncio.create_task(serve(agent, bare, stop))
         async with asyncio.timeout(STARTUP_TIMEOUT_S):
             while True:
-                if bare.num_resent:  # the registration is being retried
+                if agent.publisher.num_retries:  # the registration is being retried
                     break
                 await asyncio.sleep(0.05)
         stop.set()

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from heddle.bus import Delivery, InvalidMessage, PublishDenied, PublishError
+from heddle.bus.transient import is_transient
 from heddle.events import (
     Event,
     MigrateIn,
@@ -23,7 +24,7 @@ from heddle.events.subjects import subject_for_command
 from heddle.events.worker import WorkerDrained
 from heddle.workers.agent.errors import WorkerStopping
 from heddle.workers.agent.publisher import DurablePublisher
-from heddle.workers.agent.transport import CommandDispatcher, is_transient_bus_error
+from heddle.workers.agent.transport import CommandDispatcher
 
 
 class FailingSink:
@@ -59,15 +60,15 @@ def drained() -> WorkerDrained:
 
 def test_a_permission_refusal_is_not_transient() -> None:
     denied = PublishDenied("heddle.cmd.worker.w01.migrate_in", "permissions violation")
-    assert not is_transient_bus_error(denied)
-    assert is_transient_bus_error(PublishError("heddle.evt.x", "not acknowledged"))
-    assert is_transient_bus_error(TimeoutError())
+    assert not is_transient(denied)
+    assert is_transient(PublishError("heddle.evt.x", "not acknowledged"))
+    assert is_transient(TimeoutError())
 
 
 async def test_a_refused_publish_is_raised_at_once() -> None:
     denied = PublishDenied("heddle.evt.worker.w00.drained", "permissions violation")
     sink = FailingSink(denied)
-    publisher = DurablePublisher(sink, transient=is_transient_bus_error)
+    publisher = DurablePublisher(sink)
     with pytest.raises(PublishDenied):
         await asyncio.wait_for(publisher.publish(drained()), timeout=30)
     assert sink.attempts == 1
@@ -75,7 +76,7 @@ async def test_a_refused_publish_is_raised_at_once() -> None:
 
 async def test_closing_ends_a_publish_waiting_to_retry() -> None:
     sink = FailingSink(PublishError("heddle.evt.x", "not acknowledged"))
-    publisher = DurablePublisher(sink, max_retry_s=60.0, transient=is_transient_bus_error)
+    publisher = DurablePublisher(sink, max_retry_s=60.0)
     publishing = asyncio.create_task(publisher.publish(drained()))
     await asyncio.wait_for(sink.attempted(3), timeout=30)
     publisher.close()
@@ -86,7 +87,7 @@ async def test_closing_ends_a_publish_waiting_to_retry() -> None:
 async def test_closing_ends_an_attempt_in_flight() -> None:
     """A bus publish may wait up to its retry deadline (a minute) for an acknowledgement."""
     sink = FailingSink(hang=True)
-    publisher = DurablePublisher(sink, transient=is_transient_bus_error)
+    publisher = DurablePublisher(sink)
     publishing = asyncio.create_task(publisher.publish(drained()))
     await asyncio.wait_for(sink.attempted(1), timeout=30)
     publisher.close()
@@ -97,7 +98,7 @@ async def test_closing_ends_an_attempt_in_flight() -> None:
 
 async def test_a_cancelled_caller_stays_cancelled() -> None:
     sink = FailingSink(hang=True)
-    publisher = DurablePublisher(sink, transient=is_transient_bus_error)
+    publisher = DurablePublisher(sink)
     publishing = asyncio.create_task(publisher.publish(drained()))
     await asyncio.wait_for(sink.attempted(1), timeout=30)
     publishing.cancel()

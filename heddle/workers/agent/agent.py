@@ -49,7 +49,7 @@ from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink, ObjectSource
-from heddle.workers.agent.publisher import DurablePublisher, is_transient
+from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.reshards import Resharding
 from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
@@ -75,16 +75,13 @@ class WorkerAgent:
         blobs: BlobStore,
         tokenizer: Tokenizer | None = None,
         clock: Callable[[], float] = time.time,
-        transient: Callable[[BaseException], bool] = is_transient,
     ) -> None:
         self.config = config
         self.engine = engine
         self.clock = clock
         self.incarnation = uuid.uuid4().hex[:12]
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
-        self.publisher = DurablePublisher(
-            sink, max_retry_s=config.publish_retry_max_s, transient=transient
-        )
+        self.publisher = DurablePublisher(sink, max_retry_s=config.publish_retry_max_s)
         self.table = TrajectoryTable()
         self.weights = WeightGate()
         self.runner = StepRunner(

@@ -1,5 +1,10 @@
 """Publishing that survives a lost connection: retry with the same id until stored.
 
+This is the worker's one retry policy on publish: what is worth retrying is
+``heddle.bus.transient.is_transient`` (by exception type and error code), and the bus under a
+live agent makes one attempt per call (``heddle.workers.agent.transport.AGENT_PUBLISH``), so no
+second loop runs beneath this one.
+
 Every message the worker publishes has a deterministic id, so retrying after a timeout or a
 reconnect is safe (JetStream answers "duplicate" for one already stored). While the connection is
 down the caller simply waits here: the trajectory's step is paused, not lost, and the command
@@ -14,6 +19,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from heddle.bus.transient import is_transient
 from heddle.events import Event, ToolCall, WorkerCommand, WorkerHeartbeat, WorkerTelemetry
 from heddle.workers.agent.errors import WorkerStopping
 from heddle.workers.agent.ports import BatchSink, MessageSink
@@ -23,27 +29,11 @@ logger = logging.getLogger(__name__)
 _FIRST_RETRY_S = 0.05
 
 
-def is_transient(error: BaseException) -> bool:
-    """Errors worth retrying: timeouts and connection trouble (nats errors subclass these or
-    carry these words); anything else is a bug or a refused message and is raised."""
-    if isinstance(error, (TimeoutError, ConnectionError, OSError)):
-        return True
-    text = f"{type(error).__name__} {error}".lower()
-    return any(word in text for word in ("timeout", "connection", "no responders", "reconnect"))
-
-
 class DurablePublisher:
-    def __init__(
-        self,
-        sink: MessageSink,
-        *,
-        max_retry_s: float = 2.0,
-        transient: Callable[[BaseException], bool] = is_transient,
-    ) -> None:
+    def __init__(self, sink: MessageSink, *, max_retry_s: float = 2.0) -> None:
         self._sink = sink
         self._batch_sink = sink if isinstance(sink, BatchSink) else None
         self._max_retry_s = max_retry_s
-        self._transient = transient
         self._closing = asyncio.Event()
         self._sending: set[asyncio.Task[object]] = set()
         """Tasks with an attempt in flight (a bus publish may wait up to its retry deadline)."""
@@ -85,7 +75,7 @@ class DurablePublisher:
                 await self._attempt(send, task)
                 return
             except Exception as exc:
-                if not self._transient(exc):
+                if not is_transient(exc):
                     raise
                 if self._closing.is_set():
                     raise WorkerStopping(f"closing: a publish gave up ({exc})") from exc
@@ -123,5 +113,5 @@ class DurablePublisher:
         try:
             await self._sink.publish_telemetry(telemetry)
         except Exception as exc:
-            if not self._transient(exc):
+            if not is_transient(exc):
                 raise

@@ -22,12 +22,11 @@ from heddle.bus import (
     ConsumerSpec,
     Delivery,
     InvalidMessage,
-    PublishError,
+    PublishOptions,
     ReplayQuery,
     TransientError,
 )
 from heddle.config import Settings
-from heddle.errors import UserError
 from heddle.events import (
     Event,
     EventT,
@@ -50,17 +49,11 @@ from heddle.workers.engines.base import Engine
 logger = logging.getLogger(__name__)
 
 
-def is_transient_bus_error(error: BaseException) -> bool:
-    """Worth retrying with the same id: an unacknowledged publish (not a refusal), a timeout, a
-    lost or reconnecting connection (the nats client's errors). A permission refusal is not:
-    the credential will not change while the worker runs."""
-    if isinstance(error, UserError):  # PublishDenied, PermissionDenied
-        return False
-    if isinstance(error, PublishError):
-        return error.err_code == 0 and "exceeds the server limit" not in error.reason
-    if isinstance(error, (TimeoutError, ConnectionError, OSError)):
-        return True
-    return type(error).__module__.startswith("nats")
+AGENT_PUBLISH = PublishOptions(retry_deadline_s=0.0)
+"""The agents' bus makes one attempt per publish (a copy unacknowledged within its
+``ack_timeout_s`` fails at once): the agent's ``DurablePublisher`` is the one retry policy, with
+the same ids, until stored or the worker closes; a second loop beneath it would only delay
+``close``."""
 
 
 class BusPorts:
@@ -215,7 +208,7 @@ async def run_agents(
     set; returns the ids of the workers whose engine failed. With ``metrics``, what
     the agents publish also updates those metrics."""
     name = f"heddle-worker-{configs[0].worker_id}" if len(configs) == 1 else "heddle-workers"
-    async with Bus(settings, BusOptions(name=name)) as bus:
+    async with Bus(settings, BusOptions(name=name, publish=AGENT_PUBLISH)) as bus:
         ports = BusPorts(bus)
         # Metrics (heddle.observability): observe what the agents publish, by wrapping the sink.
         sink = ports if metrics is None else ObservedPorts(ports, metrics)
@@ -226,7 +219,6 @@ async def run_agents(
                 sink=sink,
                 history=ports,
                 blobs=ports,
-                transient=is_transient_bus_error,
             )
             for config in configs
         ]
