@@ -51,6 +51,7 @@ from heddle.events import (
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, WorkerStopping
+from heddle.workers.agent.decisions import Mode
 from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
@@ -564,7 +565,7 @@ async def test_drain_refuses_new_work_finishes_hosted_and_reports(harness: Harne
     await harness.submit("t1", "w0", STEPS)
     await harness.wait_for(lambda: agent.table.hosted())
     harness.deliver(_command(Drain, "w0", "d1"))
-    await harness.wait_for(lambda: agent.handler.is_draining)
+    await harness.wait_for(lambda: agent.handler.mode is Mode.DRAINING)
     await harness.submit("t2", "w0", STEPS)
     await harness.wait_for(lambda: agent.drained.is_set())
     assert isinstance(await harness.wait_finished("t1"), Completed)
@@ -580,7 +581,7 @@ async def test_an_undrained_worker_takes_trajectories_again(harness: Harness) ->
     harness.deliver(_command(Drain, "w0", "d1"))
     await harness.wait_for(lambda: agent.drained.is_set())
     harness.deliver(_command(Undrain, "w0", "u1"))
-    await harness.wait_for(lambda: not agent.handler.is_draining)
+    await harness.wait_for(lambda: agent.handler.mode is Mode.SERVING)
     await harness.submit("t1", "w0", STEPS)
     assert isinstance(await harness.wait_finished("t1"), Completed)
 

@@ -1,13 +1,22 @@
-"""The local trajectory table: phases of rows, tombstones of finished or departed trajectories."""
+"""The local trajectory table: phases of rows (their stage, at rest their log's), tombstones of
+finished or departed trajectories."""
 
 from __future__ import annotations
+
+import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.events import Completed, TrajectoryPhase, TrajectorySpec
 from heddle.workers.agent.history import TrajectoryLog
-from heddle.workers.agent.table import HostedTrajectory, TrajectoryTable
+from heddle.workers.agent.table import (
+    RELEASED,
+    HandedOver,
+    HostedTrajectory,
+    Running,
+    TrajectoryTable,
+)
 from heddle.workers.environments import create_environment
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
@@ -26,17 +35,19 @@ def finish(hosted: HostedTrajectory) -> None:
     )  # fmt: skip
 
 
-def test_rows_become_tombstones_only_at_rest() -> None:
+async def test_rows_become_tombstones_only_at_rest() -> None:
     table = TrajectoryTable()
     hosted = row("t1")
     table.put(hosted)
     assert table.phase_of("r", "t1") is TrajectoryPhase.READY and hosted.settled.is_set()
-    hosted.is_running = True
+    hosted.stage = Running(asyncio.create_task(asyncio.sleep(0)))
+    hosted.settled.clear()
     assert table.phase_of("r", "t1") is TrajectoryPhase.GENERATING
     finish(hosted)
     table.compact("r", "t1")
     assert table.get("r", "t1") is hosted  # still running: kept
-    hosted.is_running = False
+    hosted.settle()
+    assert hosted.settled.is_set() and table.phase_of("r", "t1") is TrajectoryPhase.DONE
     table.compact("r", "t1")
     assert table.get("r", "t1") is None and table.phase_of("r", "t1") is TrajectoryPhase.DONE
     assert table.hosted() == []
@@ -45,8 +56,8 @@ def test_rows_become_tombstones_only_at_rest() -> None:
 def test_handed_over_rows_remember_the_target_and_released_rows_vanish() -> None:
     table = TrajectoryTable()
     moved, released = row("t1"), row("t2")
-    moved.handed_to = "w9"
-    released.is_released = True
+    moved.stage = HandedOver("w9")
+    released.stage = RELEASED
     table.put(moved)
     table.put(released)
     assert table.phase_of("r", "t2") is TrajectoryPhase.ABSENT  # given back to the control plane
@@ -74,3 +85,16 @@ def test_tombstones_are_bounded_and_keep_the_most_recent(ids: list[int], limit: 
     for number in range(31):
         expected = TrajectoryPhase.DONE if number in kept else TrajectoryPhase.ABSENT
         assert table.phase_of("r", f"t{number}") is expected
+
+
+async def test_settling_keeps_a_hand_over_or_a_release_made_while_running() -> None:
+    """A segment that migrated its trajectory or gave it back ends in that stage, not at rest."""
+    for stage, phase in ((HandedOver("w9"), TrajectoryPhase.HANDED_OVER), (RELEASED, None)):
+        hosted = row("t1")
+        hosted.stage = Running(asyncio.create_task(asyncio.sleep(0)))
+        hosted.stage = stage
+        hosted.settle()
+        table = TrajectoryTable()
+        table.put(hosted)
+        assert hosted.stage == stage and hosted.settled.is_set()
+        assert table.get("r", "t1") is (None if phase is None else hosted)

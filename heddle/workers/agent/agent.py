@@ -37,15 +37,15 @@ from heddle.events import (
     Rejoin,
     Reshard,
     Retire,
-    Undrain,
     WorkerCommandT,
     WorkerDrained,
     WorkerFailed,
     WorkerRegistered,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent.commands import CommandHandler
+from heddle.workers.agent.commands import TRAJECTORY_COMMANDS, CommandHandler
 from heddle.workers.agent.config import WorkerConfig
+from heddle.workers.agent.decisions import Mode
 from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink, ObjectSource
@@ -154,12 +154,18 @@ class WorkerAgent:
             migrator=self.migrator,
             resumer=resumer,
             publisher=self.publisher,
+            worker=self,
             on_engine_failure=self._on_engine_failure,
         )
 
     @property
     def worker_id(self) -> str:
         return self.config.worker_id
+
+    @property
+    def weight_version(self) -> int:
+        """The version the engine serves."""
+        return self.weights.version
 
     async def start(self) -> None:
         await self.engine.start()
@@ -210,32 +216,13 @@ class WorkerAgent:
         ``arrival``: when the command was stored and taken (timing of the step it starts).
 
         Raises ``WorkerFailing`` (the engine failed) or ``WorkerStopping`` (shutting down
-        before the command's effects were all stored): do not acknowledge then."""
+        before the command's effects were all stored): do not acknowledge then. A worker's own
+        command whose effects are stored (``WorkerDrained``, ``WorkerRetired``) is acknowledged
+        even while shutting down."""
         self._check_alive()
-        if isinstance(command, Drain):
-            await self.drain(command)
-            return  # WorkerDrained is stored: acknowledge even while shutting down
-        if isinstance(command, Undrain):
-            self.undrain()
-            return
-        if isinstance(command, LoadWeights):
-            await self.weight_loading.handle(command)
-            return
-        if isinstance(command, Rejoin):
-            await self.rejoin(command)
-            return
-        if isinstance(command, Retire):
-            await self.resharding.retire(command)
-            return  # WorkerRetired is stored
-        if isinstance(command, Reshard):
-            try:
-                await self.resharding.reshard(command)
-            except EngineError as exc:
-                await self._on_engine_failure(exc)
-                raise WorkerFailing(f"worker {self.worker_id} could not re-shard") from exc
-            return
         await self.handler.handle(command, is_redelivered=is_redelivered, arrival=arrival)
-        self._check_alive()
+        if isinstance(command, TRAJECTORY_COMMANDS):
+            self._check_alive()
 
     def _check_alive(self) -> None:
         if self.failed.is_set():
@@ -243,16 +230,17 @@ class WorkerAgent:
         if self.handler.segments.is_closing:
             raise WorkerStopping(f"worker {self.worker_id} is shutting down")
 
+    # ---- the worker-wide actions (``commands.WorkerSide``) ---------------------------------------
+
     async def drain(self, command: Drain) -> None:
-        """Refuse new trajectories, wait until none is hosted, publish ``WorkerDrained`` (one per
-        drain command: its id derives from the command's). An ``Undrain`` meanwhile ends the
-        wait without a report."""
-        self.handler.is_draining = True
+        """Wait until no trajectory is hosted (the handler refuses new ones meanwhile), publish
+        ``WorkerDrained`` (one per drain command: its id derives from the command's). An
+        ``Undrain`` meanwhile ends the wait without a report."""
         self.drained.clear()
         changed = self.handler.segments.changed
         while True:
             changed.clear()  # before the check, so that no change between them is missed
-            if not self.handler.is_draining:
+            if self.handler.mode is Mode.SERVING:
                 return
             if not self.table.hosted() or self.failed.is_set():
                 break
@@ -290,10 +278,23 @@ class WorkerAgent:
         self.weight_loading.incarnation = self.incarnation
 
     def undrain(self) -> None:
-        """Take new trajectories again (a drain still waiting returns without a report)."""
-        self.handler.is_draining = False
+        """A drain still waiting returns without a report (the handler takes new trajectories
+        again)."""
         self.drained.clear()
         self.handler.segments.changed.set()
+
+    async def load_weights(self, command: LoadWeights, *, is_new: bool) -> None:
+        await self.weight_loading.handle(command, is_new=is_new)
+
+    async def retire(self, command: Retire) -> None:
+        await self.resharding.retire(command)
+
+    async def reshard(self, command: Reshard) -> None:
+        try:
+            await self.resharding.reshard(command)
+        except EngineError as exc:
+            await self._on_engine_failure(exc)
+            raise WorkerFailing(f"worker {self.worker_id} could not re-shard") from exc
 
     async def _on_engine_failure(self, error: EngineError) -> None:
         if self.failed.is_set():
@@ -317,9 +318,8 @@ class WorkerAgent:
         """Start no new step; cancel running ones (their commands go back unacknowledged);
         publishes stop retrying."""
         self.handler.segments.is_closing = True
-        for row in self.table:
-            if row.segment is not None and not row.segment.done():
-                row.segment.cancel()
+        for segment in self.handler.segments.tasks:
+            segment.cancel()
         self.publisher.close()
 
     async def close(self) -> None:
@@ -327,7 +327,7 @@ class WorkerAgent:
         engine."""
         self.begin_close()
         tasks = [*self._loops]
-        tasks += [row.segment for row in self.table if row.segment and not row.segment.done()]
+        tasks += [segment for segment in self.handler.segments.tasks if not segment.done()]
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -1,4 +1,7 @@
-"""Carrying out trajectory commands: decide on the phase (``decisions``), then act.
+"""Carrying out commands: the worker's one dispatcher. ``handle`` reads the state, asks the pure
+``decisions.decide``, and carries out every action of the decision (``_act``: one case per
+``Action``; an action it has no case for is an error, never a silent no-op); the worker-wide
+ones go to the agent (``WorkerSide``).
 
 ``handle`` returns once the command's effects are stored, so the caller may acknowledge it: for a
 command that runs steps that is when the trajectory next rests (waits for a tool, ends, or
@@ -17,22 +20,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import msgspec
 
 from heddle.events import (
     Abort,
     ContinueTrajectory,
+    Drain,
     Fence,
+    LoadWeights,
     MigrateIn,
     MigrateOut,
     Preempt,
+    Rejoin,
     Reprioritize,
+    Reshard,
+    Retire,
     StartTrajectory,
+    WorkerCommandT,
 )
 from heddle.ids import derive_id
 from heddle.workers.agent import records
-from heddle.workers.agent.decisions import Action, decide
+from heddle.workers.agent.decisions import Action, Mode, State, decide
 from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.history import TrajectoryLog
@@ -41,7 +51,13 @@ from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
 from heddle.workers.agent.segments import Segments
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import CommandArrival, HostedTrajectory, TrajectoryTable
+from heddle.workers.agent.table import (
+    RELEASED,
+    CommandArrival,
+    HostedTrajectory,
+    Running,
+    TrajectoryTable,
+)
 from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.environments import create_environment
 
@@ -57,7 +73,41 @@ TrajectoryCommand = (
     | Abort
     | Fence
 )
+TRAJECTORY_COMMANDS = (
+    StartTrajectory,
+    ContinueTrajectory,
+    Reprioritize,
+    Preempt,
+    MigrateOut,
+    MigrateIn,
+    Abort,
+    Fence,
+)
 _PLACING = (StartTrajectory, MigrateIn)
+_AT_REST = (ContinueTrajectory, *_PLACING)
+"""Commands decided on a trajectory at rest (``handle`` waits for its segment to end)."""
+
+
+class WorkerSide(Protocol):
+    """The worker-wide actions and what their decisions read (``agent.WorkerAgent``)."""
+
+    @property
+    def incarnation(self) -> str: ...
+
+    @property
+    def weight_version(self) -> int: ...
+
+    async def drain(self, command: Drain) -> None: ...
+
+    def undrain(self) -> None: ...
+
+    async def load_weights(self, command: LoadWeights, *, is_new: bool) -> None: ...
+
+    async def rejoin(self, command: Rejoin) -> None: ...
+
+    async def retire(self, command: Retire) -> None: ...
+
+    async def reshard(self, command: Reshard) -> None: ...
 
 
 class CommandHandler:
@@ -71,6 +121,7 @@ class CommandHandler:
         migrator: Migrator,
         resumer: Resumer,
         publisher: DurablePublisher,
+        worker: WorkerSide,
         on_engine_failure: Callable[[EngineError], Awaitable[None]],
     ) -> None:
         self.worker_id = worker_id
@@ -80,33 +131,41 @@ class CommandHandler:
         self.migrator = migrator
         self.resumer = resumer
         self.publisher = publisher
+        self.worker = worker
         self.on_engine_failure = on_engine_failure
-        self.is_draining = False
+        self.mode = Mode.SERVING
         self.segments = Segments(
             table=table, runner=runner, migrator=migrator, on_engine_failure=on_engine_failure
         )
 
     async def handle(
         self,
-        command: TrajectoryCommand,
+        command: WorkerCommandT,
         *,
         is_redelivered: bool = False,
         arrival: CommandArrival | None = None,
     ) -> None:
         """Carry out ``command``; returns once its effects are stored. ``arrival``: when it
         was stored and taken (the segment it starts stamps it on its first step)."""
-        if isinstance(command, Fence):
-            await self._fence(command)
+        if not isinstance(command, TRAJECTORY_COMMANDS):
+            state = State(
+                self.mode,
+                incarnation=self.worker.incarnation,
+                weight_version=self.worker.weight_version,
+            )
+            await self._carry_out(self._decide(state, command), command, None)
             return
         key = (command.rollout_id, command.traj_id)
         hosted = self.table.get(*key)
-        if hosted is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
+        if hosted is not None and isinstance(command, _AT_REST):
             await hosted.settled.wait()  # decide on a trajectory at rest (see table.phase)
-        if arrival is not None and isinstance(command, (ContinueTrajectory, *_PLACING)):
+        if arrival is not None and isinstance(command, _AT_REST):
             self.segments.arrivals[key] = arrival
         try:
-            async with self.table.lock_for(command.rollout_id, command.traj_id):
-                settled = await self._decide_and_act(command, is_redelivered)
+            async with self.table.lock_for(*key):
+                hosted = self.table.get(*key)
+                state = self._trajectory_state(command, hosted, is_redelivered)
+                settled = await self._carry_out(self._decide(state, command), command, hosted)
         except EngineError as exc:
             await self.on_engine_failure(exc)
             return
@@ -114,42 +173,69 @@ class CommandHandler:
             self.segments.arrivals.pop(key, None)
         if settled is not None:
             await settled.wait()
-        self.table.compact(command.rollout_id, command.traj_id)
+        self.table.compact(*key)
         self.segments.changed.set()
 
-    async def _decide_and_act(
-        self, command: TrajectoryCommand, is_redelivered: bool
+    def _trajectory_state(
+        self, command: TrajectoryCommand, hosted: HostedTrajectory | None, is_redelivered: bool
+    ) -> State:
+        return State(
+            self.mode,
+            phase=self.table.phase_of(command.rollout_id, command.traj_id),
+            current_step=hosted.log.current_step if hosted is not None else 0,
+            epoch=hosted.log.epoch if hosted is not None else 0,
+            is_redelivered=is_redelivered,
+        )
+
+    def _decide(self, state: State, command: WorkerCommandT) -> tuple[Action, ...]:
+        decision = decide(state, command)
+        self.mode = decision.mode
+        return decision.actions
+
+    async def _carry_out(
+        self, actions: tuple[Action, ...], command: WorkerCommandT, hosted: HostedTrajectory | None
     ) -> asyncio.Event | None:
-        hosted = self.table.get(command.rollout_id, command.traj_id)
-        phase = self.table.phase_of(command.rollout_id, command.traj_id)
-        step = hosted.log.current_step if hosted is not None else 0
-        action = decide(phase, command, current_step=step, is_draining=self.is_draining)
-        if action is Action.START and is_redelivered:
-            action = Action.RESUME  # an earlier delivery may have run steps: rebuild first
-        if action is Action.RESUME:
-            return await self._resume_then_act(command)
-        if action is Action.START:
-            assert isinstance(command, StartTrajectory)
-            return await self._start(command)
-        if action is Action.REFUSE:
-            await self._fail_unhosted(command, "worker is draining", retryable=True)
-            return None
-        if action is Action.FORWARD:
-            await self._forward(command, self.table.handed_to(command.rollout_id, command.traj_id))
-            return None
-        if action is Action.IGNORE or hosted is None:
-            await self._discard(command)
-            return None
-        return await self._act(action, hosted, command)
+        """Every action in order; the event to wait for before the command may be acknowledged
+        (a segment's end), if one is."""
+        settled: asyncio.Event | None = None
+        for action in actions:
+            settled = await self._act(action, command, hosted) or settled
+        return settled
 
     async def _act(
-        self, action: Action, hosted: HostedTrajectory, command: TrajectoryCommand
+        self, action: Action, command: WorkerCommandT, hosted: HostedTrajectory | None
+    ) -> asyncio.Event | None:
+        if not isinstance(command, TRAJECTORY_COMMANDS):
+            await self._act_for_worker(action, command)
+            return None
+        match action:
+            case Action.IGNORE:
+                await self._discard(command)
+            case Action.START:
+                assert isinstance(command, StartTrajectory)
+                return await self._start(command)
+            case Action.RESUME:
+                return await self._resume_then_act(command)
+            case Action.REFUSE:
+                await self._fail_unhosted(command, "worker is draining", retryable=True)
+            case Action.FORWARD:
+                await self._forward(
+                    command, self.table.handed_to(command.rollout_id, command.traj_id)
+                )
+            case _:
+                assert hosted is not None, f"{action} on a trajectory without a row"
+                return await self._act_on_row(action, command, hosted)
+        return None
+
+    async def _act_on_row(
+        self, action: Action, command: TrajectoryCommand, hosted: HostedTrajectory
     ) -> asyncio.Event | None:
         match action, command:
             case Action.RUN_NEXT, ContinueTrajectory():
                 return self.segments.run_next(hosted, command)
-            case Action.SET_PRIORITY | Action.STORE_PRIORITY, Reprioritize():
+            case Action.STORE_PRIORITY, Reprioritize():
                 hosted.priority = command.priority
+            case Action.SET_PRIORITY, Reprioritize():
                 if hosted.request_id is not None:
                     await self.engine.set_priority(hosted.request_id, command.priority)
             case Action.PREEMPT, Preempt():
@@ -161,9 +247,30 @@ class CommandHandler:
                 return hosted.settled
             case Action.ABORT, Abort():
                 await self._abort(hosted, command.reason)
-            case Action.IGNORE, _:
-                await self._discard(command)
+            case Action.DROP, Fence():
+                await self._fence(hosted, command)
+            case _:
+                raise AssertionError(f"{action} is not an action on {type(command).__name__}")
         return None
+
+    async def _act_for_worker(self, action: Action, command: WorkerCommandT) -> None:
+        match action, command:
+            case Action.IGNORE, _:
+                pass
+            case Action.DRAIN, Drain():
+                await self.worker.drain(command)
+            case Action.UNDRAIN, _:
+                self.worker.undrain()
+            case Action.LOAD_WEIGHTS | Action.REPORT_WEIGHTS, LoadWeights():
+                await self.worker.load_weights(command, is_new=action is Action.LOAD_WEIGHTS)
+            case Action.REJOIN, Rejoin():
+                await self.worker.rejoin(command)
+            case Action.RETIRE, Retire():
+                await self.worker.retire(command)
+            case Action.RESHARD, Reshard():
+                await self.worker.reshard(command)
+            case _:
+                raise AssertionError(f"{action} is not an action on {type(command).__name__}")
 
     # ---- starting and resuming ----------------------------------------------------------------
 
@@ -208,9 +315,8 @@ class CommandHandler:
             self.segments.start(hosted, outcome=plan.outcome)
         elif plan.outcome is not None and plan.outcome.tool_request is not None:
             await self.runner.events.resend_tool_call(hosted, plan.outcome.tool_request)
-        step = hosted.log.current_step
-        action = decide(hosted.phase, command, current_step=step, is_draining=self.is_draining)
-        settled = await self._act(action, hosted, command)
+        state = self._trajectory_state(command, hosted, is_redelivered=False)
+        settled = await self._carry_out(self._decide(state, command), command, hosted)
         return settled or (hosted.settled if hosted.is_running else None)
 
     async def _plan(self, command: TrajectoryCommand) -> ResumePlan:
@@ -231,31 +337,22 @@ class CommandHandler:
 
     # ---- other actions ------------------------------------------------------------------------
 
-    async def _fence(self, command: Fence) -> None:
-        """Drop the trajectory if this worker holds it under the fenced hosting or an older one
-        (a newer hosting of it here is left alone)."""
-        async with self.table.lock_for(command.rollout_id, command.traj_id):
-            hosted = self.table.get(command.rollout_id, command.traj_id)
-            if hosted is None or hosted.log.epoch > command.epoch:
-                return
-            logger.warning(
-                "worker %s drops %s/%s: hosting %d is over (%s)",
-                self.worker_id, command.rollout_id, command.traj_id, command.epoch, command.reason,
-            )  # fmt: skip
-            await self.drop(hosted)
-        self.table.compact(command.rollout_id, command.traj_id)
-        self.segments.changed.set()
+    async def _fence(self, hosted: HostedTrajectory, command: Fence) -> None:
+        """Drop the trajectory: this worker holds it under the fenced hosting or an older one
+        (``decide`` leaves a newer hosting of it here alone)."""
+        logger.warning(
+            "worker %s drops %s/%s: hosting %d is over (%s)",
+            self.worker_id, command.rollout_id, command.traj_id, command.epoch, command.reason,
+        )  # fmt: skip
+        await self.drop(hosted)
 
     async def drop(self, hosted: HostedTrajectory) -> None:
         """Stop working on ``hosted`` without publishing anything more for it: its step is
         cancelled, its engine state released, its row given up (a later command rebuilds it
         from the stream, which names its holder now)."""
-        segment = hosted.segment
-        if segment is not None and not segment.done():
-            segment.cancel()
-            await asyncio.wait([segment])
+        await _cancel_segment(hosted)
         hosted.pending_migration = None
-        hosted.is_released = True
+        hosted.stage = RELEASED
         await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
 
     async def _preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
@@ -272,10 +369,7 @@ class CommandHandler:
         await self.runner.events.emit(hosted, event)
 
     async def _abort(self, hosted: HostedTrajectory, reason: str) -> None:
-        segment = hosted.segment
-        if segment is not None and not segment.done():
-            segment.cancel()
-            await asyncio.wait([segment])
+        await _cancel_segment(hosted)
         await self.runner.events.fail(
             hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
         )
@@ -320,3 +414,11 @@ def _priority_of(command: TrajectoryCommand) -> float:
         case StartTrajectory() | ContinueTrajectory() | MigrateIn() | Reprioritize():
             return command.priority
     return 0.0
+
+
+async def _cancel_segment(hosted: HostedTrajectory) -> None:
+    """Cancel the trajectory's running segment, if one runs, and wait for its end."""
+    if isinstance(hosted.stage, Running) and not hosted.stage.segment.done():
+        segment = hosted.stage.segment
+        segment.cancel()
+        await asyncio.wait([segment])

@@ -24,7 +24,7 @@ from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.ports import BlobStore
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import HostedTrajectory
+from heddle.workers.agent.table import HandedOver, HostedTrajectory
 from heddle.workers.engines.base import CacheSnapshot, Engine
 
 
@@ -130,5 +130,5 @@ class Migrator:
             ),
         )
         await self.publisher.publish(migrate_in)
-        hosted.handed_to = command.target_worker_id
+        hosted.stage = HandedOver(command.target_worker_id)
         self.num_migrations_out += 1

@@ -27,7 +27,7 @@ from heddle.ids import derive_id
 from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import TrajectoryTable
+from heddle.workers.agent.table import HandedOver, TrajectoryTable
 from heddle.workers.agent.weights import STOP_RETRY_S, WeightGate
 from heddle.workers.engines.base import Engine, EngineError, Resharder
 
@@ -67,7 +67,6 @@ class Resharding:
         """Leave (see the module docstring); returns once ``WorkerRetired`` is stored."""
         if self.retired.is_set():
             return
-        self.handler.is_draining = True
         self.handler.segments.is_closing = True  # no new step: commands go back unacknowledged
         self.runner.interruption = f"retire: {command.reshard_id}"
         self.runner.is_leaving = True
@@ -75,7 +74,7 @@ class Resharding:
         await self.engine.close()
         hosted = [row for row in self.table.hosted()]
         for row in hosted:
-            row.handed_to = command.successor_worker_id  # later commands go there
+            row.stage = HandedOver(command.successor_worker_id)  # later commands go there
         gpu_ids = list(self.engine.gpu_ids) if isinstance(self.engine, Resharder) else []
         await self.publisher.publish(
             WorkerRetired(

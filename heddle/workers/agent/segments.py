@@ -15,7 +15,13 @@ from heddle.events import ContinueTrajectory, MigrateOut, ToolReturned, Trajecto
 from heddle.workers.agent.errors import WorkerStopping
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.steps import StepRunner
-from heddle.workers.agent.table import CommandArrival, HostedTrajectory, TrajectoryTable
+from heddle.workers.agent.table import (
+    RESTING,
+    CommandArrival,
+    HostedTrajectory,
+    Running,
+    TrajectoryTable,
+)
 from heddle.workers.engines.base import EngineError
 from heddle.workers.environments import StepOutcome
 
@@ -41,6 +47,8 @@ class Segments:
         """Set whenever a trajectory comes to rest (a drain waits on it)."""
         self.arrivals: dict[tuple[str, str], CommandArrival] = {}
         """Arrival of the command being handled, per trajectory, until a segment takes it."""
+        self.tasks: set[asyncio.Task[None]] = set()
+        """Segments not yet ended (``close`` cancels them)."""
 
     def run_next(self, hosted: HostedTrajectory, command: ContinueTrajectory) -> asyncio.Event:
         result: ToolReturned = command.tool_result
@@ -59,12 +67,15 @@ class Segments:
     ) -> None:
         if self.is_closing:
             raise WorkerStopping("shutting down: the step is left to the next incarnation")
-        hosted.is_running = True
-        hosted.arrival = self.arrivals.pop((hosted.rollout_id, hosted.traj_id), None)
+        arrival = self.arrivals.pop((hosted.rollout_id, hosted.traj_id), None)
         hosted.settled.clear()
-        hosted.segment = asyncio.create_task(
-            self._segment(hosted, outcome, tool_result, is_new), name=f"segment-{hosted.traj_id}"
+        segment = asyncio.create_task(
+            self._segment(hosted, outcome, tool_result, is_new, arrival),
+            name=f"segment-{hosted.traj_id}",
         )
+        hosted.stage = Running(segment)
+        self.tasks.add(segment)
+        segment.add_done_callback(self.tasks.discard)
 
     async def _segment(
         self,
@@ -72,9 +83,12 @@ class Segments:
         outcome: StepOutcome | None,
         tool_result: ToolReturned | None,
         is_new: bool,
+        arrival: CommandArrival | None,
     ) -> None:
         try:
-            await self.runner.run_segment(hosted, outcome, tool_result=tool_result, is_new=is_new)
+            await self.runner.run_segment(
+                hosted, outcome, tool_result=tool_result, is_new=is_new, arrival=arrival
+            )
         except asyncio.CancelledError:
             self._settle(hosted)
             raise
@@ -84,7 +98,8 @@ class Segments:
             return
         try:
             async with self.table.lock_for(hosted.rollout_id, hosted.traj_id):
-                hosted.is_running = False
+                if hosted.is_running:
+                    hosted.stage = RESTING
                 migration, hosted.pending_migration = hosted.pending_migration, None
                 if migration is not None and hosted.phase is TrajectoryPhase.IN_TOOL:
                     await self.migrate(hosted, migration)
@@ -103,6 +118,5 @@ class Segments:
             logger.exception("migration %s of %s failed", command.migration_id, hosted.traj_id)
 
     def _settle(self, hosted: HostedTrajectory) -> None:
-        hosted.is_running = False
-        hosted.settled.set()
+        hosted.settle()
         self.changed.set()

@@ -95,10 +95,12 @@ class StepRunner:
         *,
         tool_result: ToolReturned | None = None,
         is_new: bool = False,
+        arrival: CommandArrival | None = None,
     ) -> None:
         """Run steps until a tool call or the end, starting from ``outcome`` (None: generate
         first), from the environment's answer to ``tool_result``, or (``is_new``) from the
-        environment's reset."""
+        environment's reset. ``arrival``: of the command that started the segment (stamped on
+        its first step)."""
         reading_tool = tool_result is not None
         try:
             if is_new:
@@ -108,7 +110,6 @@ class StepRunner:
                 outcome = hosted.env.observe(tool_result)
             reading_tool = False
             generated: Generated | None = None
-            arrival, hosted.arrival = hosted.arrival, None  # the first step's command
             while True:
                 if outcome is not None and await self.conclude(hosted, outcome, generated):
                     return

@@ -1,10 +1,12 @@
 """The worker's local trajectory table: what it hosts, in which phase, and where it sent the rest.
 
 A ``HostedTrajectory`` joins the trajectory's event log (the durable truth, see ``history``) with
-what only this worker knows: the live environment object, the priority for the next generation,
-the request in the engine, a pending migration, and where the trajectory went if it was handed
-over. Ownership: the agent's event loop; the table's per-trajectory lock serialises command
-transitions of one trajectory (even before it has a row) while its steps run outside the lock.
+what only this worker knows: its ``stage`` (one value: at rest, running a segment of steps, handed
+over to a worker, or released), the live environment object, the priority for the next
+generation, the request in the engine and a pending migration. Its phase
+(``decisions.WORKER_PHASES``) is the stage's, or at rest the log's. Ownership: the agent's event
+loop; the table's per-trajectory lock serialises command transitions of one trajectory (even
+before it has a row) while its steps run outside the lock.
 """
 
 from __future__ import annotations
@@ -31,6 +33,37 @@ class CommandArrival:
     """The command's ``issued_at`` (the time of the event the control plane decided it on)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Resting:
+    """No segment runs: the trajectory waits for a tool result, ended, or waits for its next
+    step (the log says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A segment of steps (generate, step the environment, publish) runs as ``segment``."""
+
+    segment: asyncio.Task[None]
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOver:
+    """Migrated (or, on a retiring worker, left) to ``target``: later commands go there."""
+
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Given back to the control plane (a retryable failure) or dropped (a fence, a rejoin):
+    the row counts as absent, a later command rebuilds it from the stream."""
+
+
+Stage = Resting | Running | HandedOver | Released
+RESTING = Resting()
+RELEASED = Released()
+
+
 @dataclass(eq=False, slots=True)
 class HostedTrajectory:
     log: TrajectoryLog
@@ -39,12 +72,11 @@ class HostedTrajectory:
     priority: float = 0.0
     next_observation: Observation | None = None
     """What to append before the next generation (its tokens, its target length)."""
+    stage: Stage = RESTING
     request_id: str | None = None
+    """The generation in the engine, while one is."""
     weights_wait_s: float = 0.0
     """Model seconds the current generation waited for a weight swap (``WeightGate``)."""
-    """The generation in the engine, while one is."""
-    is_running: bool = False
-    """A segment of steps (generate, step the environment, publish) is in progress."""
     is_kv_lost: bool = False
     """The context is not cached on this engine (resumed without a KV transfer): the next
     generation re-prefills it and counts those tokens as recomputed."""
@@ -53,12 +85,6 @@ class HostedTrajectory:
     weight_version: int = 0
     """The weight version of the last generation (reported with it)."""
     pending_migration: MigrateOut | None = None
-    handed_to: str = ""
-    is_released: bool = False
-    """Given back to the control plane (a retryable failure): the row counts as absent."""
-    segment: asyncio.Task[None] | None = None
-    arrival: CommandArrival | None = None
-    """The command that starts the next segment, until its first step is announced."""
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever no segment runs (the trajectory waits for a tool, ended or left)."""
 
@@ -74,12 +100,23 @@ class HostedTrajectory:
         return self.log.traj_id
 
     @property
+    def is_running(self) -> bool:
+        return isinstance(self.stage, Running)
+
+    @property
+    def handed_to(self) -> str:
+        """The worker the trajectory was handed to ("" if it was not)."""
+        return self.stage.target if isinstance(self.stage, HandedOver) else ""
+
+    @property
     def phase(self) -> TrajectoryPhase:
-        """One of ``decisions.WORKER_PHASES`` (never PENDING, GENERATED or MIGRATING): the log's
-        phase, but GENERATING while a step runs, READY for a GENERATED log at rest, and
-        HANDED_OVER once migrated away."""
-        if self.handed_to:
-            return TrajectoryPhase.HANDED_OVER
+        """One of ``decisions.WORKER_PHASES`` (never PENDING, GENERATED or MIGRATING): the
+        stage's, at rest the log's (READY for a GENERATED log)."""
+        match self.stage:
+            case HandedOver():
+                return TrajectoryPhase.HANDED_OVER
+            case Released():
+                return TrajectoryPhase.ABSENT
         logged = self.log.phase
         if logged is TrajectoryPhase.DONE:
             return TrajectoryPhase.DONE
@@ -90,6 +127,12 @@ class HostedTrajectory:
         if logged is TrajectoryPhase.IN_TOOL:
             return TrajectoryPhase.IN_TOOL
         return TrajectoryPhase.READY
+
+    def settle(self) -> None:
+        """The segment ended: at rest (unless it handed the trajectory over or gave it back)."""
+        if self.is_running:
+            self.stage = RESTING
+        self.settled.set()
 
 
 class TrajectoryTable:
@@ -113,7 +156,7 @@ class TrajectoryTable:
     def get(self, rollout_id: str, traj_id: str) -> HostedTrajectory | None:
         """The live row (None for absent, released or tombstoned trajectories)."""
         row = self._rows.get((rollout_id, traj_id))
-        return None if row is None or row.is_released else row
+        return None if row is None or isinstance(row.stage, Released) else row
 
     def put(self, hosted: HostedTrajectory) -> None:
         key = (hosted.rollout_id, hosted.traj_id)
@@ -141,7 +184,7 @@ class TrajectoryTable:
 
     def hosted(self) -> list[HostedTrajectory]:
         """Trajectories this worker is responsible for (not finished, not handed over)."""
-        return [row for row in self._rows.values() if row.phase.is_hosted and not row.is_released]
+        return [row for row in self._rows.values() if row.phase.is_hosted]
 
     def generating(self) -> list[HostedTrajectory]:
         return [row for row in self._rows.values() if row.request_id is not None]
@@ -160,7 +203,7 @@ class TrajectoryTable:
         lock = self._locks.get(key)
         if row is None or row.is_running or (lock is not None and lock.locked()):
             return
-        if row.is_released:
+        if isinstance(row.stage, Released):
             del self._rows[key]
         elif row.phase in (TrajectoryPhase.DONE, TrajectoryPhase.HANDED_OVER):
             del self._rows[key]

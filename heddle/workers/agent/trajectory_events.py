@@ -22,7 +22,7 @@ from heddle.workers.agent import records
 from heddle.workers.agent.errors import StepError
 from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.publisher import DurablePublisher
-from heddle.workers.agent.table import HostedTrajectory
+from heddle.workers.agent.table import RELEASED, HostedTrajectory
 from heddle.workers.engines.base import Engine
 
 
@@ -122,7 +122,8 @@ class TrajectoryEvents:
         await self.emit(hosted, event)
         # A retryable failure hands the trajectory back to the control plane, which re-places
         # it (possibly here again: the released row then counts as absent).
-        hosted.is_released = retryable
+        if retryable:
+            hosted.stage = RELEASED
         await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
 
     async def emit(self, hosted: HostedTrajectory, event: EventT) -> None:

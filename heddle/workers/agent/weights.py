@@ -126,11 +126,12 @@ class WeightLoading:
         self.clock = clock
         self.folder = folder or Path(tempfile.gettempdir()) / f"heddle-weights-{worker_id}"
 
-    async def handle(self, command: LoadWeights) -> None:
-        """Load (unless served already) and record the outcome; returns once it is stored."""
+    async def handle(self, command: LoadWeights, *, is_new: bool) -> None:
+        """Load (``is_new``: a version above the one served; else it is reported loaded again)
+        and record the outcome; returns once it is stored."""
         started = time.monotonic()
         version = command.weight_version
-        if version > self.gate.version:
+        if is_new:
             try:
                 await self._load(command)
             except (EngineError, KeyError, OSError, ValueError) as exc:
