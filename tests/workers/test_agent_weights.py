@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from heddle.workers.agent.weights import WeightGate
+from heddle.workers.agent.generation import WeightGate
 
 
 async def test_a_swap_waits_for_running_generations_and_holds_new_ones() -> None:

@@ -3,15 +3,17 @@
 Layout (one concern per module):
 
 - ``history``: a trajectory's log, an idempotent fold over its events (live state and resume);
-- ``decisions``: the pure command table ``decide(phase, command) -> action`` over the worker's
-  subset of ``heddle.events.TrajectoryPhase``;
-- ``table``: the local trajectory table (hosted trajectories and what only this worker knows);
+- ``decisions``: the one pure decision on every command, ``decide(state, command) -> Decision``
+  (the worker's mode and the actions to carry out; its state diagram in the docstring);
+- ``table``: the local trajectory table (hosted trajectories, each in one ``Stage``, and what only
+  this worker knows);
 - ``steps``: running steps (generate, environment, publish); ``generation``: a step's engine
-  request; ``trajectory_events``: publishing a trajectory's events, tool calls and endings;
-  ``records`` builds what is published;
+  request and the weight gate it passes; ``trajectory_events``: publishing a trajectory's events,
+  tool calls and endings; ``records`` builds what is published;
 - ``resume``: rebuilding a trajectory from the stream; ``migration``: handing one over;
-- ``commands``: carrying out commands; ``segments``: a trajectory's steps as a task, and what
-  happens when they rest; ``telemetry``: heartbeats and load reports;
+- ``commands``: the one dispatcher, carrying out every action of a decision; ``segments``: a
+  trajectory's steps as a task, what happens when they rest, and what stops them (preempt,
+  abort, drop); ``telemetry``: heartbeats and load reports;
 - ``agent``: the lifecycle; ``transport``: commands and events over ``heddle.bus``.
 - ``config``: one agent's configuration; ``ports``: what it needs from the outside world, as small
   protocols; ``errors``: why a command is not acknowledged, why a step cannot go on;

@@ -43,10 +43,11 @@ from heddle.events import (
     WorkerRegistered,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent.commands import TRAJECTORY_COMMANDS, CommandHandler
+from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.config import WorkerConfig
-from heddle.workers.agent.decisions import Mode
+from heddle.workers.agent.decisions import TRAJECTORY_COMMANDS, Mode
 from heddle.workers.agent.errors import WorkerFailing, WorkerStopping
+from heddle.workers.agent.generation import WeightGate
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.ports import BlobStore, HistorySource, MessageSink, ObjectSource
 from heddle.workers.agent.publisher import DurablePublisher
@@ -55,7 +56,7 @@ from heddle.workers.agent.resume import Resumer
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import CommandArrival, TrajectoryTable
 from heddle.workers.agent.telemetry import Telemetry
-from heddle.workers.agent.weights import WeightGate, WeightLoading
+from heddle.workers.agent.weights import WeightLoading
 from heddle.workers.engines.base import Engine, EngineError, Resharder
 from heddle.workers.tokenizers import Tokenizer, load_tokenizer
 
@@ -266,7 +267,7 @@ class WorkerAgent:
         )  # fmt: skip
         for row in hosted:
             async with self.table.lock_for(row.rollout_id, row.traj_id):
-                await self.handler.drop(row)
+                await self.handler.segments.drop(row)
             self.table.compact(row.rollout_id, row.traj_id)
         self._new_incarnation()
         await self.publisher.publish(self.registration())

@@ -22,8 +22,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-import msgspec
-
 from heddle.events import (
     Abort,
     ContinueTrajectory,
@@ -40,11 +38,15 @@ from heddle.events import (
     StartTrajectory,
     WorkerCommandT,
 )
-from heddle.ids import derive_id
-from heddle.workers.agent import records
-from heddle.workers.agent.decisions import Action, Mode, State, decide
+from heddle.workers.agent.decisions import (
+    TRAJECTORY_COMMANDS,
+    Action,
+    Mode,
+    State,
+    TrajectoryCommand,
+    decide,
+)
 from heddle.workers.agent.errors import CommandRefused
-from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
@@ -52,10 +54,8 @@ from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
 from heddle.workers.agent.segments import Segments
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import (
-    RELEASED,
     CommandArrival,
     HostedTrajectory,
-    Running,
     TrajectoryTable,
 )
 from heddle.workers.engines.base import Engine, EngineError
@@ -63,26 +63,6 @@ from heddle.workers.environments import create_environment
 
 logger = logging.getLogger(__name__)
 
-TrajectoryCommand = (
-    StartTrajectory
-    | ContinueTrajectory
-    | Reprioritize
-    | Preempt
-    | MigrateOut
-    | MigrateIn
-    | Abort
-    | Fence
-)
-TRAJECTORY_COMMANDS = (
-    StartTrajectory,
-    ContinueTrajectory,
-    Reprioritize,
-    Preempt,
-    MigrateOut,
-    MigrateIn,
-    Abort,
-    Fence,
-)
 _PLACING = (StartTrajectory, MigrateIn)
 _AT_REST = (ContinueTrajectory, *_PLACING)
 """Commands decided on a trajectory at rest (``handle`` waits for its segment to end)."""
@@ -163,8 +143,7 @@ class CommandHandler:
             self.segments.arrivals[key] = arrival
         try:
             async with self.table.lock_for(*key):
-                hosted = self.table.get(*key)
-                state = self._trajectory_state(command, hosted, is_redelivered)
+                hosted, state = self.table.state_of(*key, self.mode, is_redelivered=is_redelivered)
                 settled = await self._carry_out(self._decide(state, command), command, hosted)
         except EngineError as exc:
             await self.on_engine_failure(exc)
@@ -175,17 +154,6 @@ class CommandHandler:
             await settled.wait()
         self.table.compact(*key)
         self.segments.changed.set()
-
-    def _trajectory_state(
-        self, command: TrajectoryCommand, hosted: HostedTrajectory | None, is_redelivered: bool
-    ) -> State:
-        return State(
-            self.mode,
-            phase=self.table.phase_of(command.rollout_id, command.traj_id),
-            current_step=hosted.log.current_step if hosted is not None else 0,
-            epoch=hosted.log.epoch if hosted is not None else 0,
-            is_redelivered=is_redelivered,
-        )
 
     def _decide(self, state: State, command: WorkerCommandT) -> tuple[Action, ...]:
         decision = decide(state, command)
@@ -217,9 +185,11 @@ class CommandHandler:
             case Action.RESUME:
                 return await self._resume_then_act(command)
             case Action.REFUSE:
-                await self._fail_unhosted(command, "worker is draining", retryable=True)
+                await self.runner.events.fail_unhosted(
+                    command, "worker is draining", retryable=True
+                )
             case Action.FORWARD:
-                await self._forward(
+                await self.runner.events.forward(
                     command, self.table.handed_to(command.rollout_id, command.traj_id)
                 )
             case _:
@@ -239,14 +209,14 @@ class CommandHandler:
                 if hosted.request_id is not None:
                     await self.engine.set_priority(hosted.request_id, command.priority)
             case Action.PREEMPT, Preempt():
-                await self._preempt(hosted, command)
+                await self.segments.preempt(hosted, command)
             case Action.MIGRATE_NOW, MigrateOut():
                 await self.segments.migrate(hosted, command)
             case Action.MIGRATE_AT_GAP, MigrateOut():
                 hosted.pending_migration = command
                 return hosted.settled
             case Action.ABORT, Abort():
-                await self._abort(hosted, command.reason)
+                await self.segments.abort(hosted, command.reason)
             case Action.DROP, Fence():
                 await self._fence(hosted, command)
             case _:
@@ -278,7 +248,7 @@ class CommandHandler:
         try:
             env = create_environment(command.spec.environment)
         except ValueError as exc:
-            await self._fail_unhosted(command, str(exc))
+            await self.runner.events.fail_unhosted(command, str(exc))
             return None
         log = TrajectoryLog(
             rollout_id=command.rollout_id, traj_id=command.traj_id, spec=command.spec
@@ -297,7 +267,7 @@ class CommandHandler:
                 return None
             case ResumeKind.FOREIGN:
                 self.table.bury(command.rollout_id, command.traj_id, handed_to=plan.owner)
-                await self._forward(command, plan.owner)
+                await self.runner.events.forward(command, plan.owner)
                 return None
             case ResumeKind.UNKNOWN:
                 raise CommandRefused(
@@ -315,7 +285,7 @@ class CommandHandler:
             self.segments.start(hosted, outcome=plan.outcome)
         elif plan.outcome is not None and plan.outcome.tool_request is not None:
             await self.runner.events.resend_tool_call(hosted, plan.outcome.tool_request)
-        state = self._trajectory_state(command, hosted, is_redelivered=False)
+        _, state = self.table.state_of(command.rollout_id, command.traj_id, self.mode)
         settled = await self._carry_out(self._decide(state, command), command, hosted)
         return settled or (hosted.settled if hosted.is_running else None)
 
@@ -332,7 +302,7 @@ class CommandHandler:
         except (ValueError, RuntimeError) as exc:
             if isinstance(exc, EngineError):
                 raise
-            await self._fail_unhosted(command, f"cannot resume: {exc}")
+            await self.runner.events.fail_unhosted(command, f"cannot resume: {exc}")
             return ResumePlan(ResumeKind.FINISHED)
 
     # ---- other actions ------------------------------------------------------------------------
@@ -344,69 +314,12 @@ class CommandHandler:
             "worker %s drops %s/%s: hosting %d is over (%s)",
             self.worker_id, command.rollout_id, command.traj_id, command.epoch, command.reason,
         )  # fmt: skip
-        await self.drop(hosted)
-
-    async def drop(self, hosted: HostedTrajectory) -> None:
-        """Stop working on ``hosted`` without publishing anything more for it: its step is
-        cancelled, its engine state released, its row given up (a later command rebuilds it
-        from the stream, which names its holder now)."""
-        await _cancel_segment(hosted)
-        hosted.pending_migration = None
-        hosted.stage = RELEASED
-        await self.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
-
-    async def _preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
-        if hosted.request_id is None:
-            return
-        await self.engine.preempt(hosted.request_id)
-        event = records.preempted(
-            hosted.log,
-            worker_id=self.worker_id,
-            by_traj_id=command.by_traj_id,
-            command_id=command.command_id,
-            now=self.runner.clock(),
-        )
-        await self.runner.events.emit(hosted, event)
-
-    async def _abort(self, hosted: HostedTrajectory, reason: str) -> None:
-        await _cancel_segment(hosted)
-        await self.runner.events.fail(
-            hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
-        )
-
-    async def _forward(self, command: TrajectoryCommand, target_worker_id: str) -> None:
-        """Re-send a command to the worker now holding the trajectory (deterministic id)."""
-        if not target_worker_id or target_worker_id == self.worker_id:
-            return
-        forwarded = msgspec.structs.replace(
-            command,
-            worker_id=target_worker_id,
-            sent_by=self.worker_id,
-            command_id=derive_id(command.command_id, "fwd", target_worker_id),
-        )
-        await self.publisher.publish(forwarded)
+        await self.segments.drop(hosted)
 
     async def _discard(self, command: TrajectoryCommand) -> None:
         """Nothing to do; a KV blob a discarded ``MigrateIn`` carried is deleted, not leaked."""
         if isinstance(command, MigrateIn) and command.cache_key:
             await self.resumer.discard_blob(command.cache_key)
-
-    async def _fail_unhosted(
-        self, command: TrajectoryCommand, reason: str, *, retryable: bool = False
-    ) -> None:
-        spec = command.spec if isinstance(command, _PLACING) else None
-        log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id, spec=spec)
-        if isinstance(command, _PLACING):
-            log.host(self.worker_id, command.epoch)
-        event = records.failed(
-            log,
-            reason=reason,
-            worker_id=self.worker_id,
-            now=self.runner.clock(),
-            retryable=retryable,
-            discriminator=derive_id(self.worker_id, command.command_id),
-        )
-        await self.publisher.publish(event)
 
 
 def _priority_of(command: TrajectoryCommand) -> float:
@@ -414,11 +327,3 @@ def _priority_of(command: TrajectoryCommand) -> float:
         case StartTrajectory() | ContinueTrajectory() | MigrateIn() | Reprioritize():
             return command.priority
     return 0.0
-
-
-async def _cancel_segment(hosted: HostedTrajectory) -> None:
-    """Cancel the trajectory's running segment, if one runs, and wait for its end."""
-    if isinstance(hosted.stage, Running) and not hosted.stage.segment.done():
-        segment = hosted.stage.segment
-        segment.cancel()
-        await asyncio.wait([segment])

@@ -50,6 +50,28 @@ from heddle.events import (
     WorkerCommandT,
 )
 
+TrajectoryCommand = (
+    StartTrajectory
+    | ContinueTrajectory
+    | Reprioritize
+    | Preempt
+    | MigrateOut
+    | MigrateIn
+    | Abort
+    | Fence
+)
+TRAJECTORY_COMMANDS = (
+    StartTrajectory,
+    ContinueTrajectory,
+    Reprioritize,
+    Preempt,
+    MigrateOut,
+    MigrateIn,
+    Abort,
+    Fence,
+)
+"""The commands about one trajectory (``rollout_id``, ``traj_id``); the rest are the worker's."""
+
 WORKER_PHASES = frozenset(
     (
         TrajectoryPhase.ABSENT,

@@ -1,5 +1,11 @@
-"""What a step asks its engine: one generation's request, and the keys and seed it carries; and
-a step's whole result once a re-shard interrupted it (``whole_result``).
+"""What a step asks its engine: one generation's request, and the keys and seed it carries; the
+gate it passes (``WeightGate``); and a step's whole result once a re-shard interrupted it
+(``whole_result``).
+
+``WeightGate`` is a readers-writer gate between generations (readers) and weight swaps or engine
+relaunches (the writer, ``weights``, ``reshards``): a swap waits until no generation runs, and
+generations that would start meanwhile wait for it (the writer goes first), so every generation
+runs on exactly one version, the one the gate yields to it (``Generated.weight_version``).
 
 ``engine_key`` names a trajectory (or a group) in the engine, unique across rollouts: it is the
 prefix-cache key and the prefix of each request id (``<key>:<step, 6 digits>``). A spec without
@@ -10,7 +16,10 @@ token off (the engine generates exactly the target, ``caps.max_new_tokens``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 from heddle.events import SamplingParams
@@ -84,3 +93,80 @@ def _logprobs(result: GenerationResult) -> list[float]:
     """The result's logprobs, one per output token (zeros where the engine gave none)."""
     logprobs = list(result.output_logprobs)
     return (logprobs + [0.0] * len(result.output_token_ids))[: len(result.output_token_ids)]
+
+
+STOP_RETRY_S = 1.0
+"""How long ``WeightGate.exclusive`` waits for the running generations to return before asking
+them to stop again."""
+
+
+class WeightGate:
+    """Generations run between swaps, never across one (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._num_running = 0
+        self._num_swaps_waiting = 0
+        self._changed = asyncio.Condition()
+        self._swap_lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def generating(self) -> AsyncIterator[int]:
+        """Hold the current version for one generation; yields it."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._num_swaps_waiting == 0)
+            self._num_running += 1
+        try:
+            yield self.version
+        finally:
+            async with self._changed:
+                self._num_running -= 1
+                self._changed.notify_all()
+
+    @property
+    def is_held(self) -> bool:
+        """A swap (or a relaunch) waits or runs: new generations wait for it."""
+        return self._num_swaps_waiting > 0
+
+    async def exclusive(
+        self, stop_running: Callable[[], Awaitable[None]], load: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Hold new generations, call ``stop_running`` (which makes the running ones return:
+        a re-shard aborts them), run ``load`` once none runs, then let generations go on, on
+        the same version."""
+        async with self._swap_lock:
+            async with self._changed:
+                self._num_swaps_waiting += 1
+            try:
+                while not await self._stopped(stop_running):
+                    pass
+                await load()
+            finally:
+                async with self._changed:
+                    self._num_swaps_waiting -= 1
+                    self._changed.notify_all()
+
+    async def _stopped(self, stop_running: Callable[[], Awaitable[None]]) -> bool:
+        """Call ``stop_running``; True once no generation runs (False after a short wait: a
+        generation that was on its way to the engine missed the call and needs another)."""
+        await stop_running()
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STOP_RETRY_S):
+                    await self._changed.wait_for(lambda: self._num_running == 0)
+            return self._num_running == 0
+
+    async def swap(self, version: int, load: Callable[[], Awaitable[None]]) -> None:
+        """Run ``load`` when no generation runs, then serve ``version`` (unchanged when
+        ``load`` raises)."""
+        async with self._swap_lock:
+            async with self._changed:
+                self._num_swaps_waiting += 1
+                await self._changed.wait_for(lambda: self._num_running == 0)
+            try:
+                await load()
+                self.version = version
+            finally:
+                async with self._changed:
+                    self._num_swaps_waiting -= 1
+                    self._changed.notify_all()

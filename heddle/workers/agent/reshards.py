@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Callable
 from heddle.events import Reshard, Retire, WorkerRegistered, WorkerRetired
 from heddle.ids import derive_id
 from heddle.workers.agent.commands import CommandHandler
+from heddle.workers.agent.generation import STOP_RETRY_S, WeightGate
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import HandedOver, TrajectoryTable
-from heddle.workers.agent.weights import STOP_RETRY_S, WeightGate
 from heddle.workers.engines.base import Engine, EngineError, Resharder
 
 logger = logging.getLogger(__name__)

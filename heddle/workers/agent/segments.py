@@ -2,7 +2,8 @@
 ``Preempt`` reaches a generation while it runs; when the steps rest (a tool call, the end, a
 failure) a migration asked meanwhile is carried out under the lock, and the trajectory is
 *settled* (``hosted.settled`` set, ``changed`` set). An engine failure goes to
-``on_engine_failure``; while ``is_closing`` no segment starts (``WorkerStopping``).
+``on_engine_failure``; while ``is_closing`` no segment starts (``WorkerStopping``). What stops a
+segment from outside is here too: a preemption (of its generation), an abort, a drop.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from heddle.events import ContinueTrajectory, MigrateOut, ToolReturned, TrajectoryPhase
+from heddle.events import ContinueTrajectory, MigrateOut, Preempt, ToolReturned, TrajectoryPhase
+from heddle.workers.agent import records
 from heddle.workers.agent.errors import WorkerStopping
+from heddle.workers.agent.generation import engine_key
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.steps import StepRunner
 from heddle.workers.agent.table import (
+    RELEASED,
     RESTING,
     CommandArrival,
     HostedTrajectory,
@@ -120,3 +124,41 @@ class Segments:
     def _settle(self, hosted: HostedTrajectory) -> None:
         hosted.settle()
         self.changed.set()
+
+    async def preempt(self, hosted: HostedTrajectory, command: Preempt) -> None:
+        """Preempt the running generation (its KV kept where the engine can) and record it."""
+        if hosted.request_id is None:
+            return
+        runner = self.runner
+        await runner.engine.preempt(hosted.request_id)
+        event = records.preempted(
+            hosted.log,
+            worker_id=runner.worker_id,
+            by_traj_id=command.by_traj_id,
+            command_id=command.command_id,
+            now=runner.clock(),
+        )
+        await runner.events.emit(hosted, event)
+
+    async def abort(self, hosted: HostedTrajectory, reason: str) -> None:
+        await _cancel(hosted)
+        await self.runner.events.fail(
+            hosted, f"aborted: {reason}" if reason else "aborted", finish_reason="aborted"
+        )
+
+    async def drop(self, hosted: HostedTrajectory) -> None:
+        """Stop working on ``hosted`` without publishing anything more for it: its step is
+        cancelled, its engine state released, its row given up (a later command rebuilds it
+        from the stream, which names its holder now)."""
+        await _cancel(hosted)
+        hosted.pending_migration = None
+        hosted.stage = RELEASED
+        await self.runner.engine.release(engine_key(hosted.rollout_id, hosted.traj_id))
+
+
+async def _cancel(hosted: HostedTrajectory) -> None:
+    """Cancel the trajectory's running segment, if one runs, and wait for its end."""
+    if isinstance(hosted.stage, Running) and not hosted.stage.segment.done():
+        segment = hosted.stage.segment
+        segment.cancel()
+        await asyncio.wait([segment])

@@ -35,11 +35,10 @@ from heddle.events import (
 )
 from heddle.workers.agent import caps, records
 from heddle.workers.agent.errors import StepError, StepInterrupted
-from heddle.workers.agent.generation import generation_request, whole_result
+from heddle.workers.agent.generation import WeightGate, generation_request, whole_result
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import CommandArrival, HostedTrajectory
 from heddle.workers.agent.trajectory_events import TrajectoryEvents
-from heddle.workers.agent.weights import WeightGate
 from heddle.workers.engines.base import (
     Engine,
     EngineError,

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec
+from heddle.workers.agent.decisions import Mode, State
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.environments import Environment, Observation
 
@@ -162,6 +163,25 @@ class TrajectoryTable:
         key = (hosted.rollout_id, hosted.traj_id)
         self._tombstones.pop(key, None)
         self._rows[key] = hosted
+
+    def state_of(
+        self, rollout_id: str, traj_id: str, mode: Mode, *, is_redelivered: bool = False
+    ) -> tuple[HostedTrajectory | None, State]:
+        """The trajectory's live row, and the state ``decisions.decide`` reads for a command
+        about it on a worker in ``mode``."""
+        hosted = self.get(rollout_id, traj_id)
+        if hosted is None:
+            phase = self.phase_of(rollout_id, traj_id)
+            return None, State(mode, phase=phase, is_redelivered=is_redelivered)
+        log = hosted.log
+        state = State(
+            mode,
+            phase=hosted.phase,
+            current_step=log.current_step,
+            epoch=log.epoch,
+            is_redelivered=is_redelivered,
+        )
+        return hosted, state
 
     def phase_of(self, rollout_id: str, traj_id: str) -> TrajectoryPhase:
         hosted = self.get(rollout_id, traj_id)

@@ -1,16 +1,22 @@
 """A trajectory's events as a worker publishes them: each folded into the trajectory's log
 once stored (``emit``, ``emit_many``: the log always equals what the stream holds), its tool
 calls (``call_tool``: the step's result and ``ToolCalled`` stored before the call is sent), and
-its endings (``complete``, ``fail``: the engine forgets the trajectory after either).
+its endings (``complete``, ``fail``: the engine forgets the trajectory after either); and for a
+trajectory this worker does not host, a command forwarded to its holder (``forward``) or a
+failure (``fail_unhosted``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from heddle.events import (
     EventT,
     Generated,
+    MigrateIn,
+    StartTrajectory,
     TerminalReason,
     ToolCall,
     ToolRequest,
@@ -18,9 +24,12 @@ from heddle.events import (
     TrajectoryEvent,
     TrajectoryPhase,
 )
+from heddle.ids import derive_id
 from heddle.workers.agent import records
+from heddle.workers.agent.decisions import TrajectoryCommand
 from heddle.workers.agent.errors import StepError
 from heddle.workers.agent.generation import engine_key
+from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import RELEASED, HostedTrajectory
 from heddle.workers.engines.base import Engine
@@ -137,3 +146,34 @@ class TrajectoryEvents:
         await self.publisher.publish_many(events)
         for event in events:
             hosted.log.apply(event)
+
+    async def forward(self, command: TrajectoryCommand, target_worker_id: str) -> None:
+        """Re-send a command to the worker now holding the trajectory (deterministic id)."""
+        if not target_worker_id or target_worker_id == self.worker_id:
+            return
+        forwarded = msgspec.structs.replace(
+            command,
+            worker_id=target_worker_id,
+            sent_by=self.worker_id,
+            command_id=derive_id(command.command_id, "fwd", target_worker_id),
+        )
+        await self.publisher.publish(forwarded)
+
+    async def fail_unhosted(
+        self, command: TrajectoryCommand, reason: str, *, retryable: bool = False
+    ) -> None:
+        """Report a trajectory command this worker cannot take as the trajectory's failure."""
+        placing = command if isinstance(command, (StartTrajectory, MigrateIn)) else None
+        spec = placing.spec if placing is not None else None
+        log = TrajectoryLog(rollout_id=command.rollout_id, traj_id=command.traj_id, spec=spec)
+        if placing is not None:
+            log.host(self.worker_id, placing.epoch)
+        event = records.failed(
+            log,
+            reason=reason,
+            worker_id=self.worker_id,
+            now=self.clock(),
+            retryable=retryable,
+            discriminator=derive_id(self.worker_id, command.command_id),
+        )
+        await self.publisher.publish(event)

@@ -1,9 +1,6 @@
-"""Weight swaps on a worker: a ``LoadWeights`` command, carried out at a safe point.
-
-``WeightGate`` is a readers-writer gate between generations (readers) and weight swaps (the
-writer): a swap waits until no generation runs, and generations that would start meanwhile wait
-for the swap (the writer goes first), so every generation runs on exactly one version, the one
-the gate yields to it (``Generated.weight_version``). ``WeightLoading`` carries out the command:
+"""Weight swaps on a worker: a ``LoadWeights`` command, carried out at a safe point (through the
+generations' ``generation.WeightGate``: every generation runs on exactly one version, the one the
+gate yields to it, ``Generated.weight_version``). ``WeightLoading`` carries out the command:
 it fetches an object-store source into the worker's weights folder, swaps through the gate and
 records ``weights.loaded`` (or ``weights.load_failed`` with the reason; the engine then keeps the
 previous weights). A version at or below the one served is reported loaded again, not reloaded.
@@ -11,95 +8,18 @@ previous weights). A version at or below the one served is reported loaded again
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from heddle.events import LoadWeights, WeightsLoaded, WeightsLoadFailed, WeightSource
 from heddle.ids import derive_id
+from heddle.workers.agent.generation import WeightGate
 from heddle.workers.agent.ports import ObjectSource
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.engines.base import Engine, EngineError, WeightLoader
-
-STOP_RETRY_S = 1.0
-"""How long ``WeightGate.exclusive`` waits for the running generations to return before asking
-them to stop again."""
-
-
-class WeightGate:
-    """Generations run between swaps, never across one (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._num_running = 0
-        self._num_swaps_waiting = 0
-        self._changed = asyncio.Condition()
-        self._swap_lock = asyncio.Lock()
-
-    @contextlib.asynccontextmanager
-    async def generating(self) -> AsyncIterator[int]:
-        """Hold the current version for one generation; yields it."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._num_swaps_waiting == 0)
-            self._num_running += 1
-        try:
-            yield self.version
-        finally:
-            async with self._changed:
-                self._num_running -= 1
-                self._changed.notify_all()
-
-    @property
-    def is_held(self) -> bool:
-        """A swap (or a relaunch) waits or runs: new generations wait for it."""
-        return self._num_swaps_waiting > 0
-
-    async def exclusive(
-        self, stop_running: Callable[[], Awaitable[None]], load: Callable[[], Awaitable[None]]
-    ) -> None:
-        """Hold new generations, call ``stop_running`` (which makes the running ones return:
-        a re-shard aborts them), run ``load`` once none runs, then let generations go on, on
-        the same version."""
-        async with self._swap_lock:
-            async with self._changed:
-                self._num_swaps_waiting += 1
-            try:
-                while not await self._stopped(stop_running):
-                    pass
-                await load()
-            finally:
-                async with self._changed:
-                    self._num_swaps_waiting -= 1
-                    self._changed.notify_all()
-
-    async def _stopped(self, stop_running: Callable[[], Awaitable[None]]) -> bool:
-        """Call ``stop_running``; True once no generation runs (False after a short wait: a
-        generation that was on its way to the engine missed the call and needs another)."""
-        await stop_running()
-        async with self._changed:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STOP_RETRY_S):
-                    await self._changed.wait_for(lambda: self._num_running == 0)
-            return self._num_running == 0
-
-    async def swap(self, version: int, load: Callable[[], Awaitable[None]]) -> None:
-        """Run ``load`` when no generation runs, then serve ``version`` (unchanged when
-        ``load`` raises)."""
-        async with self._swap_lock:
-            async with self._changed:
-                self._num_swaps_waiting += 1
-                await self._changed.wait_for(lambda: self._num_running == 0)
-            try:
-                await load()
-                self.version = version
-            finally:
-                async with self._changed:
-                    self._num_swaps_waiting -= 1
-                    self._changed.notify_all()
 
 
 class WeightLoading:
