@@ -41,6 +41,7 @@ from heddle.events import (
 from heddle.workers.agent.decisions import (
     TRAJECTORY_COMMANDS,
     Action,
+    Decision,
     Mode,
     State,
     TrajectoryCommand,
@@ -133,7 +134,7 @@ class CommandHandler:
                 incarnation=self.worker.incarnation,
                 weight_version=self.worker.weight_version,
             )
-            await self._carry_out(self._decide(state, command), command, None)
+            await self._carry_out(decide(state, command), command, None)
             return
         key = (command.rollout_id, command.traj_id)
         hosted = self.table.get(*key)
@@ -144,7 +145,7 @@ class CommandHandler:
         try:
             async with self.table.lock_for(*key):
                 hosted, state = self.table.state_of(*key, self.mode, is_redelivered=is_redelivered)
-                settled = await self._carry_out(self._decide(state, command), command, hosted)
+                settled = await self._carry_out(decide(state, command), command, hosted)
         except EngineError as exc:
             await self.on_engine_failure(exc)
             return
@@ -155,18 +156,14 @@ class CommandHandler:
         self.table.compact(*key)
         self.segments.changed.set()
 
-    def _decide(self, state: State, command: WorkerCommandT) -> tuple[Action, ...]:
-        decision = decide(state, command)
-        self.mode = decision.mode
-        return decision.actions
-
     async def _carry_out(
-        self, actions: tuple[Action, ...], command: WorkerCommandT, hosted: HostedTrajectory | None
+        self, decision: Decision, command: WorkerCommandT, hosted: HostedTrajectory | None
     ) -> asyncio.Event | None:
-        """Every action in order; the event to wait for before the command may be acknowledged
-        (a segment's end), if one is."""
+        """Take the decision's mode and carry out every action in order; the event to wait for
+        before the command may be acknowledged (a segment's end), if one is."""
+        self.mode = decision.mode
         settled: asyncio.Event | None = None
-        for action in actions:
+        for action in decision.actions:
             settled = await self._act(action, command, hosted) or settled
         return settled
 
@@ -286,7 +283,7 @@ class CommandHandler:
         elif plan.outcome is not None and plan.outcome.tool_request is not None:
             await self.runner.events.resend_tool_call(hosted, plan.outcome.tool_request)
         _, state = self.table.state_of(command.rollout_id, command.traj_id, self.mode)
-        settled = await self._carry_out(self._decide(state, command), command, hosted)
+        settled = await self._carry_out(decide(state, command), command, hosted)
         return settled or (hosted.settled if hosted.is_running else None)
 
     async def _plan(self, command: TrajectoryCommand) -> ResumePlan:
