@@ -3,8 +3,8 @@
 Every command a worker receives goes through here, the worker's own (``Drain``, ``Undrain``,
 ``LoadWeights``, ``Rejoin``, ``Retire``, ``Reshard``) and the trajectories' ones; the shell
 (``heddle.workers.agent.commands.CommandHandler``) reads the state, asks, and carries out every
-action of the decision (each ``Action`` has exactly one handler there). No I/O, clock or asyncio:
-every (state, command) pair is testable.
+action of the decision (each ``Action`` has its case there; one it lacks is an error). No I/O,
+clock or asyncio: every (state, command) pair is testable.
 
 The worker's mode (``Mode``)::
 
