@@ -33,8 +33,9 @@ from heddle.events import (
     WeightSource,
     WorkerCommandT,
 )
-from heddle.workers.agent import decisions
+from heddle.workers.agent import WorkerAgent, WorkerConfig, decisions
 from heddle.workers.agent.decisions import WORKER_PHASES, Action, Decision, Mode, State, decide
+from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
 BASE = {"command_id": "c", "rollout_id": "r", "issued_at": 0.0, "worker_id": "w0"}
@@ -343,3 +344,59 @@ def test_the_decision_is_pure() -> None:
         for alias in node.names
     }
     assert imported <= {"__future__", "enum", "dataclasses", "heddle.events"}
+
+
+# ---- the dispatcher acts on every worker-wide action -------------------------------------------
+
+
+class Sink:
+    """Stores nothing, refuses nothing (the agent's registration)."""
+
+    async def publish(self, message: object) -> None: ...
+
+    async def publish_telemetry(self, telemetry: object) -> None: ...
+
+
+class RecordingAgent(WorkerAgent):
+    """The agent with its worker-wide actions recorded instead of carried out (a fake around
+    the dispatcher under test)."""
+
+    def __init__(self) -> None:
+        sink = Sink()
+        engine = SimEngine(SimEngineOptions(time_scale=1000.0))
+        config = WorkerConfig(worker_id="w0")
+        super().__init__(config, engine, sink=sink, history=sink, blobs=sink)  # type: ignore[arg-type]
+        self.calls: list[str] = []
+
+    async def drain(self, command: Drain) -> None:
+        self.calls.append("drain")
+
+    def undrain(self) -> None:
+        self.calls.append("undrain")
+
+    async def load_weights(self, command: LoadWeights, *, is_new: bool) -> None:
+        self.calls.append(f"load_weights {command.weight_version} {is_new}")
+
+    async def rejoin(self, command: Rejoin) -> None:
+        self.calls.append("rejoin")
+
+    async def retire(self, command: Retire) -> None:
+        self.calls.append("retire")
+
+    async def reshard(self, command: Reshard) -> None:
+        self.calls.append("reshard")
+
+
+async def test_the_dispatcher_carries_out_every_worker_wide_action() -> None:
+    agent = RecordingAgent()
+    commands: list[WorkerCommandT] = [
+        DRAIN, UNDRAIN, UNDRAIN, load(1), load(0), Rejoin(**BASE, incarnation=agent.incarnation),
+        Rejoin(**BASE, incarnation="another"), RESHARD, RETIRE, RETIRE, UNDRAIN, DRAIN,
+    ]  # fmt: skip
+    for command in commands:
+        await agent.handle(command)
+    assert agent.calls == [
+        "drain", "undrain", "load_weights 1 True", "load_weights 0 False", "rejoin", "reshard",
+        "retire", "drain",
+    ]  # fmt: skip
+    assert agent.handler.mode is Mode.RETIRED
