@@ -21,9 +21,11 @@ over. The step's ``Generated`` carries its whole output, the interrupted parts f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from heddle.events import (
     Generated,
@@ -48,6 +50,17 @@ from heddle.workers.environments import StepOutcome
 from heddle.workers.tokenizers import Tokenizer, chat_prompt_ids
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationPart:
+    """One generation (a whole step's, or a part a re-shard interrupted): the engine's result,
+    the weight version it ran on and the model seconds it waited for a weight swap, reported
+    with the step (``Generated``)."""
+
+    result: GenerationResult
+    weight_version: int
+    weights_wait_s: float
 
 
 class StepRunner:
@@ -162,16 +175,16 @@ class StepRunner:
         environment; the result is published by ``conclude``, with what it leads to."""
         log = hosted.log
         if log.phase is TrajectoryPhase.READY:
-            result, context = await self._announce_and_generate(hosted, arrival)
+            part, context = await self._announce_and_generate(hosted, arrival)
         elif log.phase is TrajectoryPhase.GENERATING:
             context = log.context_token_ids()
             num_partial = len(log.steps[-1].partial_token_ids)
             context = context[: len(context) - num_partial]
-            result = await self._generate(hosted, context)
+            part = await self._generate(hosted, context)
         else:
             raise StepError(f"cannot run a step while the trajectory is {log.phase.value}")
-        result = await self._after_interruptions(hosted, context, result)
-        generated = self._generated(hosted, context, result)
+        part = await self._after_interruptions(hosted, context, part)
+        generated = self._generated(hosted, context, part)
         return generated, hosted.env.step(self.tokenizer.decode(generated.output_token_ids))
 
     def _next_input(self, hosted: HostedTrajectory) -> list[int]:
@@ -206,7 +219,7 @@ class StepRunner:
 
     async def _announce_and_generate(
         self, hosted: HostedTrajectory, arrival: CommandArrival | None = None
-    ) -> tuple[GenerationResult, list[int]]:
+    ) -> tuple[GenerationPart, list[int]]:
         """Publish ``GenerationStarted`` while the engine already generates: the announcement's
         round trip to the stream is off the step's critical path. It is folded into the log
         once stored, before the result is used (a failed publish aborts the generation)."""
@@ -232,36 +245,36 @@ class StepRunner:
             raise
         return await generation, context
 
-    async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationResult:
+    async def _generate(self, hosted: HostedTrajectory, context: list[int]) -> GenerationPart:
         """One generation of the step over ``context`` (the step's input included) and what
         interrupted parts of it produced (once its announcement is stored)."""
         partial = hosted.log.steps[-1].partial_token_ids if hosted.log.steps else []
         return await self._generate_part(hosted, [*context, *partial], len(partial))
 
     async def _after_interruptions(
-        self, hosted: HostedTrajectory, context: list[int], result: GenerationResult
-    ) -> GenerationResult:
-        """The step's whole result: while a re-shard interrupts it, keep each part and go on
-        (see the module docstring)."""
-        while result.finish_reason == "abort":
+        self, hosted: HostedTrajectory, context: list[int], part: GenerationPart
+    ) -> GenerationPart:
+        """The step's whole result (under the last part's weights): while a re-shard interrupts
+        it, keep each part and go on (see the module docstring)."""
+        while part.result.finish_reason == "abort":
             if self.interruption is None:
                 raise StepError("the engine aborted the generation", retryable=True)
-            if result.output_token_ids:
-                await self.events.emit(hosted, self._interrupted(hosted, result))
+            if part.result.output_token_ids:
+                await self.events.emit(hosted, self._interrupted(hosted, part.result))
             if self.is_leaving:
                 raise StepInterrupted(self.interruption)
             hosted.is_kv_lost = True  # the engine that computed the context is gone
-            result = await self._generate(hosted, context)
-        return whole_result(hosted, result)
+            part = await self._generate(hosted, context)
+        return dataclasses.replace(part, result=whole_result(hosted, part.result))
 
     async def _generate_part(
         self, hosted: HostedTrajectory, context: list[int], num_generated: int
-    ) -> GenerationResult:
+    ) -> GenerationPart:
         log, spec = hosted.log, hosted.spec
         request = generation_request(hosted, context, self.tokenizer.eos_token_id, num_generated)
         asked_at = self.clock()
         async with self.weights.generating() as weight_version:
-            hosted.weights_wait_s = max(0.0, self.clock() - asked_at) * self.time_scale
+            weights_wait_s = max(0.0, self.clock() - asked_at) * self.time_scale
             stale = caps.staleness_error(log, spec, weight_version)
             if stale is not None:
                 raise StepError(stale, finish_reason="stale")
@@ -270,8 +283,7 @@ class StepRunner:
                 result = await self.engine.generate(request)
             finally:
                 hosted.request_id = None
-        hosted.weight_version = weight_version
-        return result
+        return GenerationPart(result, weight_version, weights_wait_s)
 
     def _interrupted(
         self, hosted: HostedTrajectory, result: GenerationResult
@@ -287,9 +299,9 @@ class StepRunner:
         )
 
     def _generated(
-        self, hosted: HostedTrajectory, context: list[int], result: GenerationResult
+        self, hosted: HostedTrajectory, context: list[int], part: GenerationPart
     ) -> Generated:
-        log = hosted.log
+        log, result = hosted.log, part.result
         recomputed = result.num_recomputed_tokens
         if hosted.is_kv_lost:
             # Resumed without the KV cache: the engine could not know the context was computed
@@ -312,6 +324,6 @@ class StepRunner:
             num_recomputed_tokens=recomputed,
             num_warmed_tokens=num_warmed,
             now=self.clock(),
-            weight_version=hosted.weight_version,
-            weights_wait_s=hosted.weights_wait_s,
+            weight_version=part.weight_version,
+            weights_wait_s=part.weights_wait_s,
         )

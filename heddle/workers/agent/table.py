@@ -76,15 +76,11 @@ class HostedTrajectory:
     stage: Stage = RESTING
     request_id: str | None = None
     """The generation in the engine, while one is."""
-    weights_wait_s: float = 0.0
-    """Model seconds the current generation waited for a weight swap (``WeightGate``)."""
     is_kv_lost: bool = False
     """The context is not cached on this engine (resumed without a KV transfer): the next
     generation re-prefills it and counts those tokens as recomputed."""
     num_warmed_tokens: int = 0
     """Tokens a warm-up prefilled for the next generation (reported with it, then reset)."""
-    weight_version: int = 0
-    """The weight version of the last generation (reported with it)."""
     pending_migration: MigrateOut | None = None
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever no segment runs (the trajectory waits for a tool, ended or left)."""
