@@ -1,4 +1,4 @@
-"""The worker's one decision, ``decide(state, command) -> Decision``: every (phase, command)
+"""The worker's one decision, ``decide(state, command) -> CommandDecision``: every (phase, command)
 pair of a trajectory has one intended action (a reference table), the worker's own commands move
 its mode as the diagram says, any sequence of commands keeps the decision's invariants, and the
 module stays pure."""
@@ -34,7 +34,14 @@ from heddle.events import (
     WorkerCommandT,
 )
 from heddle.workers.agent import WorkerAgent, WorkerConfig, decisions
-from heddle.workers.agent.decisions import WORKER_PHASES, Action, Decision, Mode, State, decide
+from heddle.workers.agent.decisions import (
+    WORKER_PHASES,
+    Action,
+    CommandDecision,
+    Mode,
+    State,
+    decide,
+)
 from heddle.workers.engines.sim import SimEngine, SimEngineOptions
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
@@ -200,17 +207,17 @@ def test_a_draining_or_retired_worker_refuses_new_trajectories_and_serves_hosted
 
 
 def test_drain_and_undrain_move_the_mode_and_are_acted_on() -> None:
-    assert decide(State(), DRAIN) == Decision(Mode.DRAINING, (A.DRAIN,))
-    assert decide(State(Mode.DRAINING), DRAIN) == Decision(Mode.DRAINING, (A.DRAIN,))
-    assert decide(State(Mode.DRAINING), UNDRAIN) == Decision(Mode.SERVING, (A.UNDRAIN,))
-    assert decide(State(), UNDRAIN) == Decision(Mode.SERVING, (A.IGNORE,))
+    assert decide(State(), DRAIN) == CommandDecision(Mode.DRAINING, (A.DRAIN,))
+    assert decide(State(Mode.DRAINING), DRAIN) == CommandDecision(Mode.DRAINING, (A.DRAIN,))
+    assert decide(State(Mode.DRAINING), UNDRAIN) == CommandDecision(Mode.SERVING, (A.UNDRAIN,))
+    assert decide(State(), UNDRAIN) == CommandDecision(Mode.SERVING, (A.IGNORE,))
 
 
 def test_retiring_is_for_good() -> None:
-    assert decide(State(), RETIRE) == Decision(Mode.RETIRED, (A.RETIRE,))
-    assert decide(State(Mode.RETIRED), RETIRE) == Decision(Mode.RETIRED, (A.IGNORE,))
-    assert decide(State(Mode.RETIRED), UNDRAIN) == Decision(Mode.RETIRED, (A.IGNORE,))
-    assert decide(State(Mode.RETIRED), DRAIN) == Decision(Mode.RETIRED, (A.DRAIN,))
+    assert decide(State(), RETIRE) == CommandDecision(Mode.RETIRED, (A.RETIRE,))
+    assert decide(State(Mode.RETIRED), RETIRE) == CommandDecision(Mode.RETIRED, (A.IGNORE,))
+    assert decide(State(Mode.RETIRED), UNDRAIN) == CommandDecision(Mode.RETIRED, (A.IGNORE,))
+    assert decide(State(Mode.RETIRED), DRAIN) == CommandDecision(Mode.RETIRED, (A.DRAIN,))
 
 
 def test_a_weight_version_served_already_is_reported_not_loaded() -> None:

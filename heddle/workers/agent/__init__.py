@@ -3,10 +3,10 @@
 Layout (one concern per module):
 
 - ``history``: a trajectory's log, an idempotent fold over its events (live state and resume);
-- ``decisions``: the one pure decision on every command, ``decide(state, command) -> Decision``
-  (the worker's mode and the actions to carry out; its state diagram in the docstring);
-- ``table``: the local trajectory table (hosted trajectories, each in one ``Stage``, and what only
-  this worker knows);
+- ``decisions``: the one pure decision on every command, ``decide(state, command)`` (the
+  worker's mode and the actions to carry out; its state diagram in the docstring);
+- ``table``: the local trajectory table (hosted trajectories, each in one ``HostingState``, and
+  what only this worker knows);
 - ``steps``: running steps (generate, environment, publish); ``generation``: a step's engine
   request and the weight gate it passes; ``trajectory_events``: publishing a trajectory's events,
   tool calls and endings; ``records`` builds what is published;

@@ -41,7 +41,7 @@ from heddle.events import (
 from heddle.workers.agent.decisions import (
     TRAJECTORY_COMMANDS,
     Action,
-    Decision,
+    CommandDecision,
     Mode,
     State,
     TrajectoryCommand,
@@ -157,7 +157,7 @@ class CommandHandler:
         self.segments.changed.set()
 
     async def _carry_out(
-        self, decision: Decision, command: WorkerCommandT, hosted: HostedTrajectory | None
+        self, decision: CommandDecision, command: WorkerCommandT, hosted: HostedTrajectory | None
     ) -> asyncio.Event | None:
         """Take the decision's mode and carry out every action in order; the event to wait for
         before the command may be acknowledged (a segment's end), if one is."""

@@ -1,4 +1,4 @@
-"""What a worker does with each command: one pure decision, ``decide(state, command) -> Decision``.
+"""What a worker does with each command: one pure decision, ``decide(state, command)``.
 
 Every command a worker receives goes through here, the worker's own (``Drain``, ``Undrain``,
 ``LoadWeights``, ``Rejoin``, ``Retire``, ``Reshard``) and the trajectories' ones; the shell
@@ -153,20 +153,20 @@ class State:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class CommandDecision:
     mode: Mode
     """The worker's mode after the command."""
     actions: tuple[Action, ...]
     """To carry out, in order."""
 
 
-def decide(state: State, command: WorkerCommandT) -> Decision:
+def decide(state: State, command: WorkerCommandT) -> CommandDecision:
     """The decision on ``command`` in ``state``. ValueError for a phase outside
     ``WORKER_PHASES`` (no worker table reports it), TypeError for a non-command."""
     if state.phase not in WORKER_PHASES:
         raise ValueError(f"not a phase of a worker's trajectory: {state.phase.name}")
     mode = _next_mode(state.mode, command)
-    return Decision(mode, _actions(state, command))
+    return CommandDecision(mode, _actions(state, command))
 
 
 def _next_mode(mode: Mode, command: WorkerCommandT) -> Mode:

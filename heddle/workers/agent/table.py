@@ -60,7 +60,7 @@ class Released:
     the row counts as absent, a later command rebuilds it from the stream."""
 
 
-Stage = Resting | Running | HandedOver | Released
+HostingState = Resting | Running | HandedOver | Released
 RESTING = Resting()
 RELEASED = Released()
 
@@ -73,7 +73,7 @@ class HostedTrajectory:
     priority: float = 0.0
     next_observation: Observation | None = None
     """What to append before the next generation (its tokens, its target length)."""
-    stage: Stage = RESTING
+    stage: HostingState = RESTING
     request_id: str | None = None
     """The generation in the engine, while one is."""
     is_kv_lost: bool = False
