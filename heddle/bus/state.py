@@ -56,8 +56,12 @@ async def num_subject_messages(js: JetStreamContext, stream: str, subject: str) 
 
 
 async def num_matching_messages(js: JetStreamContext, stream: str, subjects: str) -> int:
-    """How many messages ``stream`` holds on the subjects ``subjects`` matches (wildcards)."""
-    info = await js.stream_info(stream, subjects_filter=subjects)
+    """How many messages ``stream`` holds on the subjects ``subjects`` matches (wildcards).
+    Asked again while the server answers with a transient error (a timeout on a loaded
+    machine), like the other reads of a stream's state."""
+    info = await retry_transient(
+        lambda: js.stream_info(stream, subjects_filter=subjects), f"stream {stream} ({subjects})"
+    )
     return sum((info.state.subjects or {}).values())
 
 

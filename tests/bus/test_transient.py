@@ -3,6 +3,8 @@ type and JetStream error code, never by the words of a message."""
 
 from __future__ import annotations
 
+import asyncio
+
 import nats.errors
 import pytest
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
@@ -46,3 +48,24 @@ def test_refusals_rejections_and_bugs_do_not_pass(error: Exception) -> None:
     """The last two carry the words the worker's old rule matched ("timeout", "connection",
     "no responders", "reconnect"): a bug's message does not make it worth retrying."""
     assert not is_transient(error)
+
+
+def test_counting_stored_messages_asks_again_after_a_timeout() -> None:
+    """A loaded server may time out a stream-info request: the count is asked again, not
+    raised to the caller (a trainer asking whether its rollout ended)."""
+    from types import SimpleNamespace
+
+    from heddle.bus.state import num_matching_messages
+
+    calls: list[str] = []
+
+    class SlowOnce:
+        async def stream_info(self, stream: str, subjects_filter: str) -> SimpleNamespace:
+            calls.append(subjects_filter)
+            if len(calls) == 1:
+                raise nats.errors.TimeoutError
+            return SimpleNamespace(state=SimpleNamespace(subjects={"a.1": 2, "a.2": 3}))
+
+    count = asyncio.run(num_matching_messages(SlowOnce(), "S", "a.*"))  # type: ignore[arg-type]
+    assert count == 5
+    assert calls == ["a.*", "a.*"]
