@@ -5,11 +5,12 @@ settings, built from the bundle (``heddle.control.systems``) and the run's optio
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
 from heddle.control.decider import Decider
+from heddle.control.output_gate import GatedDeciders
 from heddle.control.placement import (
     Admission,
     AdmissionConfig,
@@ -110,6 +111,14 @@ class ControlPlane:
     """The cap its admission runs (a bundle with a concurrency control)."""
     admission: str = ""
     """What a bundle with KV admission runs (``admission_label``; "" for the others)."""
+
+    def gated(self, names: Collection[str] | None = None) -> GatedDeciders:
+        """Its deciders (those ``names`` names, all by default) in dispatch order behind an
+        output gate of their own (``heddle.control.output_gate``): what the bundle emits for
+        each event. A live control plane decides a batch in stages (the router's first), so it
+        gates each stage apart; the simulator runs them all behind one gate."""
+        chosen = self.deciders if names is None else [d for d in self.deciders if d.name in names]
+        return GatedDeciders(chosen)
 
 
 def build_control_plane(spec: SystemSpec, options: ControlOptions) -> ControlPlane:

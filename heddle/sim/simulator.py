@@ -4,14 +4,16 @@ virtual clock.
 One heap of timed happenings (a worker's next finish, a tool's return, a transfer's end) drives
 the data plane; every event it publishes goes through the deciders of the system bundle
 (``heddle.control.systems``) in a FIFO cascade at that instant: an event is delivered to each
-decider that handles it, in bundle order; the events they emit join the cascade, and the commands
-they emit reach the data plane after the control plane's modelled latency
-(``heddle.sim.command_delays``; at once when it is zero). So the deciders see events in time order,
-exactly as the live consumers see the stream. After each cascade the workers whose engines
-changed re-arm their timers, so requests submitted at one instant share an admission. With a
-``WeightPlan`` the trainer's ``WeightsPublished`` land at their times and the weights decider
-(``heddle.control.weights``) joins the bundle; once every trajectory has finished, the rollout is
-over and weight timers still pending are left (``Run.weights`` holds the loads in progress).
+decider that handles it, in bundle order, behind the bundle's output gate
+(``heddle.control.output_gate``, as in a live control plane); the events they emit join the
+cascade, and the commands they emit reach the data plane after the control plane's modelled
+latency (``heddle.sim.command_delays``; at once when it is zero). So the deciders see events in
+time order, exactly as the live consumers see the stream. After each cascade the workers whose
+engines changed re-arm their timers, so requests submitted at one instant share an admission.
+With a ``WeightPlan`` the trainer's ``WeightsPublished`` land at their times and the weights
+decider (``heddle.control.weights``) runs beside the bundle; once every trajectory has finished,
+the rollout is over and weight timers still pending are left (``Run.weights`` holds the loads in
+progress).
 
 Deterministic: the heap breaks time ties by insertion order, deciders and the data plane iterate
 in insertion order, and all randomness comes from the seed.
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from heddle.control.control_plane import ControlPlane
-from heddle.control.decider import dispatch_table
+from heddle.control.decider import Decider, dispatch_table
 from heddle.control.weights import WeightsDecider
 from heddle.events import (
     Completed,
@@ -98,10 +100,11 @@ class Simulator:
             raise ValueError("no workers: the resource plan is empty")
         self._config = config
         self._control = control
-        deciders = (
-            control.deciders if weight_plan is None else [*control.deciders, WeightsDecider()]
-        )
-        self._table = dispatch_table(deciders)
+        # The bundle's deciders behind its output gate; the weights decider is the trainer's
+        # side, outside any bundle (as in a live control plane).
+        bundle = control.gated()
+        units: list[Decider] = [bundle] if weight_plan is None else [bundle, WeightsDecider()]
+        self._table = dispatch_table(units)
         self._heap: list[tuple[float, int, TimerKind, str]] = []
         self._sequence = 0
         # A plan may leave GPUs unused, never take more; a recorded cluster's degrees may sum
