@@ -70,7 +70,9 @@ store), ``positions`` (consumer positions kept apart from the durables, to recre
 lifecycle's clean-up), ``snapshots`` (ledger snapshots kept in the object store), ``telemetry``
 (best-effort core NATS load reports and heartbeats), ``runner`` (the pull-consumer runner
 contract), ``batch_runner`` (``BatchRunner``: one handler call per batch),
-``message_runner`` (``MessageRunner``: one call per message, bounded concurrency), ``pull`` (pull
+``message_runner`` (``MessageRunner``: one call per message, bounded concurrency),
+``pipelined_runner`` (``PipelinedRunner``: the control plane's deciders, batches decided in stages
+while earlier ones are stored, acknowledged in order), ``pull`` (pull
 requests and the inbox buffering them), ``delivery`` (what a handler receives and how it reports
 failure), ``transient`` (JetStream API errors that pass, e.g. during leader elections),
 ``subject_check`` (whether a message belongs on its subject), ``replay`` (ordered replay of a
@@ -97,6 +99,7 @@ from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, ObjectNotFound
 from heddle.bus.outbox import Forward, Outgoing, Rerouted
 from heddle.bus.payloads import PayloadError
+from heddle.bus.pipelined_runner import ConsumerFailed, DurableLost, PipelinedRunner, Stage
 from heddle.bus.publisher import PublishAck, PublishDenied, PublishError, PublishOptions
 from heddle.bus.replay import ReplayQuery, ReplayReader, ReplayRecord
 from heddle.bus.runner import ConsumerLost, RunnerStats
@@ -113,11 +116,13 @@ __all__ = [
     "Bus",
     "BusOptions",
     "BusUnavailable",
+    "ConsumerFailed",
     "ConsumerLost",
     "ConsumerSpec",
     "ConsumerState",
     "Decoder",
     "Delivery",
+    "DurableLost",
     "EmbeddedNatsServer",
     "Forward",
     "InvalidMessage",
@@ -128,6 +133,7 @@ __all__ = [
     "Outgoing",
     "PayloadError",
     "PermissionDenied",
+    "PipelinedRunner",
     "PublishAck",
     "PublishDenied",
     "PublishError",
@@ -139,6 +145,7 @@ __all__ = [
     "ReplicasMismatch",
     "Rerouted",
     "RunnerStats",
+    "Stage",
     "StreamSpec",
     "StreamState",
     "TelemetrySubscription",

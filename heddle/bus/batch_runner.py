@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 
 from heddle.bus.delivery import BatchHandler, Decoder, Delivery, TransientError
 from heddle.bus.pull import RawMessage, delivery_after
-from heddle.bus.runner import _ACK, ConsumerRunner, DeadLetterPublisher
+from heddle.bus.runner import ACK, ConsumerRunner, DeadLetterPublisher, Refused
 from heddle.bus.streams import ConsumerSpec, provision_consumer
 from heddle.bus.transient import retry_storage_refusals
 from heddle.bus.wire import LeanClient, parse_ack_subject
@@ -117,15 +117,8 @@ class BatchRunner(ConsumerRunner[T]):
                 await self._nak(deliveries, self.spec.nak_delay_s)
                 raise
             for rejection in rejections:
-                delivery = rejection.delivery
-                rejected.add(delivery.stream_sequence)
-                await self._reject(
-                    delivery.subject,
-                    delivery.ack_subject,
-                    delivery.stream_sequence,
-                    delivery.data,
-                    rejection.reason,
-                )
+                rejected.add(rejection.delivery.stream_sequence)
+                await self._reject(Refused.of(rejection))
         self.stats.num_batches += 1
         await self._ack_batch(raws, deliveries, rejected)
         self._next_sequence = parse_ack_subject(raws[-1].reply).stream_sequence + 1
@@ -134,7 +127,7 @@ class BatchRunner(ConsumerRunner[T]):
         self, raws: list[RawMessage], deliveries: list[Delivery[T]], rejected: set[int]
     ) -> None:
         if self.spec.ack_all:
-            await self._send(raws[-1].reply, _ACK)
+            await self._send(raws[-1].reply, ACK)
             self.stats.num_acked += len(deliveries) - len(rejected)
             return
         for delivery in deliveries:

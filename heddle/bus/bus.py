@@ -21,6 +21,7 @@ from heddle.bus.embedded import SharedServer, acquire_embedded_server, release_e
 from heddle.bus.message_runner import MessageRunner
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET, Objects
 from heddle.bus.outbox import Outbox, Outgoing
+from heddle.bus.pipelined_runner import BeforePublish, Decide, OnStored, PipelinedRunner
 from heddle.bus.positions import Positions
 from heddle.bus.publisher import PublishAck, Publisher
 from heddle.bus.replay import ReplayQuery, ReplayReader
@@ -259,6 +260,22 @@ class Bus:
             self.publish,
             max_concurrent=max_concurrent,
         )
+
+    def pipelined_runner(
+        self,
+        spec: ConsumerSpec,
+        decode: Decoder[T],
+        decide: Decide[T],
+        *,
+        on_stored: OnStored | None = None,
+        before_publish: BeforePublish | None = None,
+    ) -> PipelinedRunner[T]:
+        """A runner deciding batches in stages and acknowledging them in order once their
+        outputs are stored (see ``heddle.bus.pipelined_runner``)."""
+        return PipelinedRunner(
+            self.client, self.js, spec, decode, decide, self.publish_many, self.publish,
+            on_stored=on_stored, before_publish=before_publish,
+        )  # fmt: skip
 
     def replay(
         self,

@@ -10,8 +10,15 @@ from typing import TypeVar
 
 from nats.js import JetStreamContext
 
-from heddle.bus.delivery import Decoder, Delivery, InvalidMessage, MessageHandler, TransientError
-from heddle.bus.runner import _IN_PROGRESS, ConsumerRunner, DeadLetterPublisher
+from heddle.bus.delivery import (
+    Decoder,
+    Delivery,
+    InvalidMessage,
+    MessageHandler,
+    Rejection,
+    TransientError,
+)
+from heddle.bus.runner import IN_PROGRESS, ConsumerRunner, DeadLetterPublisher, Refused
 from heddle.bus.streams import ConsumerSpec
 from heddle.bus.wire import LeanClient
 
@@ -70,13 +77,7 @@ class MessageRunner(ConsumerRunner[T]):
         try:
             await self._handler(delivery)
         except InvalidMessage as exc:
-            await self._reject(
-                delivery.subject,
-                delivery.ack_subject,
-                delivery.stream_sequence,
-                delivery.data,
-                exc.reason,
-            )
+            await self._reject(Refused.of(Rejection(delivery, exc.reason)))
             return
         except TransientError as exc:
             log.warning(
@@ -99,4 +100,4 @@ class MessageRunner(ConsumerRunner[T]):
             now = time.monotonic()
             for delivery, started_at in list(self._active.values()):
                 if now - started_at >= period_s:
-                    await self._send(delivery.ack_subject, _IN_PROGRESS)
+                    await self._send(delivery.ack_subject, IN_PROGRESS)

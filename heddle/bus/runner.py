@@ -29,17 +29,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from heddle.bus.delivery import (
-    Decoder,
-    Delivery,
-)
+from heddle.bus.delivery import Decoder, Delivery, Rejection
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
 from heddle.bus.subject_check import subject_mismatch
@@ -53,13 +50,58 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MAX_DEAD_LETTER_PAYLOAD_CHARS = 4096
-_ACK = b"+ACK"
-_TERM = b"+TERM"
-_IN_PROGRESS = b"+WPI"
+ACK = b"+ACK"
+TERM = b"+TERM"
+IN_PROGRESS = b"+WPI"
 
-_CONSUMER_TROUBLE = (b"409", b"503")
+CONSUMER_TROUBLE = (b"409", b"503")
+"""Statuses that end pull requests to a consumer that may be gone."""
 
 DeadLetterPublisher = Callable[[DeadLettered], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A message to dead-letter: undecodable, on the wrong subject, or refused by a handler."""
+
+    subject: str
+    reply: str
+    sequence: int
+    data: bytes
+    reason: str
+
+    @classmethod
+    def of(cls, rejection: Rejection) -> Refused:
+        d = rejection.delivery
+        return cls(d.subject, d.ack_subject, d.stream_sequence, d.data, rejection.reason)
+
+
+def dead_letter(message: Refused, durable: str, stream: str) -> DeadLettered:
+    """The dead letter of a refused message (its id derives from the consumer and the sequence:
+    refused again after a redelivery, it is stored once)."""
+    try:
+        rollout_id = parse_subject(message.subject).rollout_id or ""
+    except ValueError:
+        rollout_id = ""
+    sequence = message.sequence
+    log.warning("%s dead-letters %s #%d: %s", durable, message.subject, sequence, message.reason)
+    return DeadLettered(
+        event_id=derive_id("deadletter", durable, stream, sequence),
+        rollout_id=rollout_id,
+        occurred_at=time.time(),
+        consumer=durable,
+        subject=message.subject,
+        stream_sequence=sequence,
+        reason=message.reason[:2000],
+        payload=message.data[:MAX_DEAD_LETTER_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
+    )
+
+
+def nak_body(delay_s: float) -> bytes:
+    """A negative acknowledgement: redeliver after ``delay_s`` (at once when 0)."""
+    if delay_s <= 0:
+        return b"-NAK"
+    return b'-NAK {"delay": %d}' % int(delay_s * 1e9)
 
 
 class ConsumerLost(RuntimeError):
@@ -152,7 +194,7 @@ class ConsumerRunner(Generic[T]):
         if raws:
             return raws
         # Nothing came: idle, or the durable is gone (409 to waiting requests, 503 to new ones).
-        if self._until_idle or inbox.last_status in _CONSUMER_TROUBLE:
+        if self._until_idle or inbox.last_status in CONSUMER_TROUBLE:
             inbox.last_status = b""
             try:
                 if await self._is_caught_up() and self._until_idle:
@@ -183,59 +225,46 @@ class ConsumerRunner(Generic[T]):
 
     async def _decode_all(self, raws: list[RawMessage]) -> list[Delivery[T]]:
         """Decode a fetched batch; undecodable messages are dead-lettered on the way."""
+        deliveries, refused = self._decode_batch(raws)
+        for message in refused:
+            await self._reject(message)
+        return deliveries
+
+    def _decode_batch(self, raws: Sequence[RawMessage]) -> tuple[list[Delivery[T]], list[Refused]]:
+        """The batch's deliveries, and the messages to dead-letter: undecodable, or on a
+        subject they do not belong on."""
         deliveries: list[Delivery[T]] = []
+        refused: list[Refused] = []
         decode = self._decode
         for raw in raws:
             info = parse_ack_subject(raw.reply)
             subject = raw.subject.decode()
             try:
                 message = decode(raw.data)
+                reason = subject_mismatch(subject, message)
             except ValueError as exc:
-                await self._reject(subject, raw.reply, info.stream_sequence, raw.data, str(exc))
-                continue
-            mismatch = subject_mismatch(subject, message)
-            if mismatch is not None:
-                await self._reject(subject, raw.reply, info.stream_sequence, raw.data, mismatch)
+                reason = str(exc)
+            if reason is not None:
+                reply = raw.reply.decode()
+                refused.append(Refused(subject, reply, info.stream_sequence, raw.data, reason))
                 continue
             deliveries.append(
                 Delivery(
-                    message,
-                    subject,
-                    info.stream_sequence,
-                    info.num_delivered,
-                    info.num_pending,
-                    raw.data,
-                    raw.reply.decode(),
-                    info.timestamp_ns * 1e-9,
+                    message, subject, info.stream_sequence, info.num_delivered,
+                    info.num_pending, raw.data, raw.reply.decode(),
+                    info.timestamp_ns * 1e-9, raw.received_at,
                 )
-            )
-        return deliveries
+            )  # fmt: skip
+        return deliveries, refused
 
-    async def _reject(
-        self, subject: str, reply: bytes | str, sequence: int, data: bytes, reason: str
-    ) -> None:
+    async def _reject(self, message: Refused) -> None:
         """Publish the message as a dead letter, then terminate it (never redelivered)."""
-        try:
-            rollout_id = parse_subject(subject).rollout_id or ""
-        except ValueError:
-            rollout_id = ""
-        event = DeadLettered(
-            event_id=derive_id("deadletter", self.spec.durable, self.spec.stream, sequence),
-            rollout_id=rollout_id,
-            occurred_at=time.time(),
-            consumer=self.spec.durable,
-            subject=subject,
-            stream_sequence=sequence,
-            reason=reason[:2000],
-            payload=data[:MAX_DEAD_LETTER_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
-        )
-        await self._dead_letter_publish(event)
-        await self._send(reply, _TERM)
+        await self._dead_letter_publish(dead_letter(message, self.spec.durable, self.spec.stream))
+        await self._send(message.reply, TERM)
         self.stats.num_dead_lettered += 1
-        log.warning("%s dead-lettered %s #%d: %s", self.spec.durable, subject, sequence, reason)
 
     async def _ack(self, delivery: Delivery[Any]) -> None:
-        await self._send(delivery.ack_subject, _ACK)
+        await self._send(delivery.ack_subject, ACK)
         self.stats.num_acked += 1
 
     async def _nak(self, deliveries: list[Delivery[Any]], delay_s: float) -> None:
@@ -246,9 +275,7 @@ class ConsumerRunner(Generic[T]):
 
     @staticmethod
     def _nak_body(delay_s: float) -> bytes:
-        if delay_s <= 0:
-            return b"-NAK"
-        return b'-NAK {"delay": %d}' % int(delay_s * 1e9)
+        return nak_body(delay_s)
 
     async def _send(self, reply: bytes | str, body: bytes) -> None:
         subject = reply.decode() if isinstance(reply, bytes) else reply

@@ -4,10 +4,9 @@
   decider per system bundle in use, events routed by their rollout's policy;
 - ``host``: decider units on one durable JetStream pull consumer (the control plane's:
   ``control-plane``): replay to its position, then decide live (``fanout``: each event decoded
-  once and handed to every unit that handles it, the router first; ``pipeline``: outputs stored
-  while the next batch is decided, acknowledgements in order after storage; ``decider_decoders``:
-  token lists the deciders only count are not parsed; ``refusals``: what the pipeline
-  dead-letters; ``consumer_stats``: what ``heddle status`` shows of the consumer);
+  once and handed to every unit that handles it, the router first; driven by
+  ``heddle.bus.PipelinedRunner``; ``decider_decoders``: token lists the deciders only count are
+  not parsed; ``consumer_stats``: what ``heddle status`` shows of the consumer);
 - ``gating``: the event gate in front of the deciders (refused events dead-lettered, stale
   writers fenced) and the delivery of each trajectory's accepted end to its trainer's stream;
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
@@ -36,7 +35,6 @@
 
 from heddle.consumers.host import PLANE, ConsumerStats, DeciderConsumer, HostConfig
 from heddle.consumers.liveness import WorkerLiveness
-from heddle.consumers.pipeline import ConsumerFailed
 from heddle.consumers.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
 from heddle.consumers.service import ControlPlaneConfig, ControlPlaneService
 from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
@@ -51,7 +49,6 @@ __all__ = [
     "LIVE_PREDICTORS",
     "PLANE",
     "SLOTS",
-    "ConsumerFailed",
     "ConsumerStats",
     "ControlPlaneConfig",
     "ControlPlaneService",

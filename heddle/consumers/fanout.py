@@ -10,7 +10,7 @@ stage of their own, whose outputs the runner sends before the other units decide
 Within a stage each unit decides the batch in turn (one unit's outputs, then the next's): units
 share no state, so this order is as good as event by event, and it costs one clock read per
 unit and batch for the per-unit timings. A unit that refuses an event (raises) does not stop
-the others from deciding it; the event is dead-lettered once (``heddle.consumers.pipeline``).
+the others from deciding it; the event is dead-lettered once (``heddle.bus.PipelinedRunner``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from heddle.bus import Delivery, Outgoing, Rejection
-from heddle.consumers.pipeline import Stage
+from heddle.bus import Delivery, Outgoing, Rejection, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.control.decider import dispatch_table

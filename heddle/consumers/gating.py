@@ -28,9 +28,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from heddle.bus import Bus, Delivery, Forward, Outgoing, Rejection, Rerouted
+from heddle.bus import Bus, Delivery, Forward, Outgoing, Rejection, Rerouted, Stage
 from heddle.bus.streams import DELIVERY_DUPLICATE_WINDOW_S, DELIVERY_MAX_AGE_S, delivery_stream_spec
-from heddle.consumers.pipeline import Stage
 from heddle.control.gate import EventGate
 from heddle.control.leases import Refusal
 from heddle.events import (

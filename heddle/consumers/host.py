@@ -22,7 +22,7 @@ Lifecycle of ``DeciderConsumer.run()``:
    state is rebuilt exactly as the simulator would have built it from the same events.
 3. **Live.** The durable is recreated at position + 1 (so the unacknowledged tail is delivered
    at once, whatever the server's redelivery timers say) and driven by
-   ``heddle.consumers.pipeline.PipelinedRunner``: each batch is decided in stream order as soon
+   ``heddle.bus.PipelinedRunner``: each batch is decided in stream order as soon
    as it arrives, the ``first`` units' outputs (the router's) go out before the other units
    decide, every output is published with ids derived from its input (a re-run after a crash
    stores nothing twice), and batches are acknowledged in order, each only once its outputs are
@@ -61,13 +61,21 @@ from collections.abc import (
 from dataclasses import dataclass
 from typing import cast
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery, ReplayRecord
+from heddle.bus import (
+    Bus,
+    ConsumerSpec,
+    Delivery,
+    DurableLost,
+    PipelinedRunner,
+    ReplayQuery,
+    ReplayRecord,
+    Stage,
+)
 from heddle.consumers.consumer_stats import ConsumerStats
 from heddle.consumers.decider_decoders import decoder_for
 from heddle.consumers.fanout import FanOut, Hosted, UnitStats
 from heddle.consumers.filters import filter_subjects
 from heddle.consumers.gating import GATED, Screen
-from heddle.consumers.pipeline import DurableLost, PipelinedRunner, Stage
 from heddle.consumers.slots import UnknownPolicy
 from heddle.control import Output
 from heddle.events import Event, EventT, WorkerCommand
@@ -134,7 +142,7 @@ class DeciderConsumer:
         self._clock = clock
         self._wall = wall
         self._on_batch = on_batch
-        self._runner: PipelinedRunner | None = None
+        self._runner: PipelinedRunner[EventT] | None = None
         self._stored_position = 0
         self._stopping = False
 
@@ -155,8 +163,8 @@ class DeciderConsumer:
             await on_replayed()
         self._stored_position = position
         while not self._stopping:
-            runner = self._runner = PipelinedRunner(
-                self.bus, self._spec(position + 1), self._decode, self._decide,
+            runner = self._runner = self.bus.pipelined_runner(
+                self._spec(position + 1), self._decode, self._decide,
                 on_stored=self._on_stored,
                 before_publish=self.screen.prepare if self.screen is not None else None,
             )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The decider pipeline on a real durable: a delivery that never reaches it (here another
+"""The pipelined runner on a real durable: a delivery that never reaches it (here another
 subscriber on the same durable takes it, as a pull response lost with a dying cluster node
 would) stops it with ``ConsumerFailed`` before its acknowledgement could cover the missing
 event, so a rebuilt consumer resumes at or before it."""
@@ -12,8 +12,7 @@ import events_factory as b
 import pytest
 from waiting import until
 
-from heddle.bus import Bus, ConsumerSpec, Delivery
-from heddle.consumers.pipeline import ConsumerFailed, PipelinedRunner, Stage
+from heddle.bus import Bus, ConsumerFailed, ConsumerSpec, Delivery, Stage
 from heddle.events import EventT, decode_event
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
 
@@ -43,7 +42,7 @@ async def test_a_delivery_lost_in_transit_stops_the_pipeline_before_it_is_acknow
         ack_all=True,
         start_sequence=1,
     )
-    runner = PipelinedRunner(bus, spec, decode_event, decide)
+    runner = bus.pipelined_runner(spec, decode_event, decide)
     running = asyncio.create_task(runner.run())
     await bus.publish_many(completions(0, 3))
     await until(lambda: _count(decided, 3))

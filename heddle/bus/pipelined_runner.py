@@ -1,4 +1,6 @@
-"""A pull loop for decider consumers that never waits on the network between decisions.
+"""``PipelinedRunner``: a pull loop for the control plane's deciders that never waits on the
+network between decisions. See ``heddle.bus.runner`` for the contract it shares with the other
+runners (decoding, dead letters, acknowledgements, the durable lost).
 
 The bus's ``BatchRunner`` handles a batch, waits for its outputs to be stored, acknowledges,
 then asks the server for more: two round trips to the server per batch on the critical path of
@@ -13,8 +15,9 @@ decision latency. This loop keeps the round trips off the critical path:
   outputs are sent before the next stage is decided, so the router's commands (the first stage
   of the control plane) never wait for the slower deciders of the same batch;
 - acknowledgements go out strictly in order, each once its batch's outputs are stored (and its
-  refused events dead-lettered): the consumer acknowledges all up to a sequence at once, so an
-  acknowledgement never covers an event whose outputs are not stored.
+  refused events dead-lettered, one dead letter per event whatever number of deciders refused
+  it): the consumer acknowledges all up to a sequence at once, so an acknowledgement never
+  covers an event whose outputs are not stored.
 
 A durable that disappears (deleted, or lost by the server: its pull requests end with 409 or
 503 and the server no longer knows it) stops the loop with ``DurableLost`` once every batch
@@ -36,23 +39,28 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
-from heddle.bus import Bus, ConsumerSpec, Delivery, Outgoing, PublishError, Rejection
+from nats.js import JetStreamContext
+
+from heddle.bus.delivery import Decoder, Delivery, Rejection
+from heddle.bus.outbox import Outgoing
+from heddle.bus.publisher import PublishError
 from heddle.bus.pull import PullInbox, RawMessage, delivery_after
-from heddle.bus.streams import provision_consumer
-from heddle.bus.subject_check import subject_mismatch
-from heddle.bus.wire import parse_ack_subject
-from heddle.consumers.refusals import Refused, dead_letter, merge
-from heddle.events import EventT
+from heddle.bus.runner import (
+    ACK,
+    CONSUMER_TROUBLE,
+    ConsumerRunner,
+    DeadLetterPublisher,
+    Refused,
+)
+from heddle.bus.state import consumer_state
+from heddle.bus.streams import ConsumerSpec
+from heddle.bus.wire import LeanClient, parse_ack_subject
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-_ACK = b"+ACK"
-_TERM = b"+TERM"
-_NAK = b"-NAK"
-_CONSUMER_TROUBLE = (b"409", b"503")
-"""Statuses that end pull requests to a consumer that may be gone."""
 _WAIT_MARGIN_S = 2.0
 
 
@@ -69,8 +77,10 @@ class Stage(NamedTuple):
     ``on_stored`` gets them (decision latency: arrival to outputs stored)."""
 
 
-Decide = Callable[[list[Delivery[EventT]]], Iterable[Stage]]
+Decide = Callable[[list[Delivery[T]]], Iterable[Stage]]
 """Decides a batch, stage by stage (each stage synchronously, when the runner asks for it)."""
+Store = Callable[[Sequence[Outgoing]], Awaitable[object]]
+"""Stores a stage's outputs (``Bus.publish_many``)."""
 OnStored = Callable[[Sequence[float]], None]
 """Told the ``Stage.arrivals`` of each stage once its outputs are stored."""
 BeforePublish = Callable[[Sequence[Outgoing]], Awaitable[Sequence[Outgoing]]]
@@ -94,30 +104,30 @@ class _InFlight:
     """Acknowledging this one acknowledges the whole batch (and everything before it)."""
 
 
-class PipelinedRunner:
+class PipelinedRunner(ConsumerRunner[T]):
     """Drives one durable (``spec.ack_all`` must be set) with ``decide``; see module doc."""
 
     def __init__(
         self,
-        bus: Bus,
+        client: LeanClient,
+        js: JetStreamContext,
         spec: ConsumerSpec,
-        decode: Callable[[bytes], EventT],
-        decide: Decide,
+        decode: Decoder[T],
+        decide: Decide[T],
+        store: Store,
+        dead_letter: DeadLetterPublisher,
         *,
         on_stored: OnStored | None = None,
         before_publish: BeforePublish | None = None,
     ) -> None:
         if not spec.ack_all:
             raise ValueError(f"consumer {spec.durable}: the pipeline acknowledges all at once")
-        self.bus = bus
-        self.spec = spec
-        self._decode = decode
+        super().__init__(client, js, spec, decode, dead_letter)
         self._decide = decide
+        self._store_outputs = store
         self._on_stored = on_stored
         self._before_publish = before_publish
-        self._inbox: PullInbox | None = None
         self._in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue()
-        self._stopping = False
         self._next_delivery = 1 if spec.start_sequence is not None else None
         """Consumer sequence the next delivery must have (the durable is recreated at
         ``start_sequence``, so its deliveries count from 1); None: not checked."""
@@ -126,23 +136,14 @@ class PipelinedRunner:
         self.acked_sequence = (spec.start_sequence or 1) - 1
         """Stream sequence up to which every event's outputs are stored and acknowledged."""
 
-    def stop(self) -> None:
-        self._stopping = True
-        if self._inbox is not None:
-            self._inbox.interrupt()
-
-    async def run(self, *, on_provisioned: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Drive the durable until ``stop()``; ``on_provisioned`` runs once it is (re)created."""
-        await provision_consumer(self.bus.js, self.spec)
-        if on_provisioned is not None:
-            await on_provisioned()
-        spec = self.spec
-        inbox = self._inbox = await PullInbox(self.bus.client, spec.stream, spec.durable).open()
+    async def _loop(self) -> None:
+        inbox = self._inbox
+        assert inbox is not None, "loop before open"
         acking = asyncio.create_task(self._acknowledge())
         try:
             while not self._stopping and not acking.done():
                 raws = await self._take(inbox)
-                if not raws and inbox.last_status in _CONSUMER_TROUBLE:
+                if not raws and inbox.last_status in CONSUMER_TROUBLE:
                     inbox.last_status = b""
                     if await self._is_gone():
                         self._is_lost = True
@@ -155,9 +156,6 @@ class PipelinedRunner:
             self._in_flight.put_nowait(None)
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({acking})
-            self._inbox = None
-            for raw in await inbox.close():
-                await self.bus.client.publish(raw.reply.decode(), _NAK)
         acking.result()  # raises ConsumerFailed when outputs could not be stored
         if self._gap:
             raise ConsumerFailed(self._gap)
@@ -168,7 +166,7 @@ class PipelinedRunner:
         """Whether the server no longer knows the durable (a cluster electing its leader
         answers late or not at all: not gone)."""
         try:
-            return await self.bus.consumer_state(self.spec.stream, self.spec.durable) is None
+            return await consumer_state(self._js, self.spec.stream, self.spec.durable) is None
         except Exception as exc:
             log.info("%s: consumer info unavailable (%r)", self.spec.durable, exc)
         return False
@@ -206,12 +204,12 @@ class PipelinedRunner:
     async def _start(self, raws: list[RawMessage]) -> None:
         """Decide the batch stage by stage, each stage's outputs sent before the next stage is
         decided; queue its acknowledgement behind their storage."""
-        deliveries, refused = self._decode_all(raws)
+        deliveries, refused = self._decode_batch(raws)
         stored: list[asyncio.Task[None]] = []
         rejected: dict[int, Refused] = {}
         for outputs, rejections, arrivals in self._decide(deliveries) if deliveries else ():
             for rejection in rejections:
-                merge(rejected, rejection)
+                _merge(rejected, rejection)
             if outputs:
                 stored.append(asyncio.create_task(self._store(outputs, [], arrivals)))
                 await _let_writes_out()
@@ -220,34 +218,6 @@ class PipelinedRunner:
             stored.append(asyncio.create_task(self._store([], refused)))
         self._in_flight.put_nowait(_InFlight(stored, raws[-1].reply))
 
-    def _decode_all(
-        self, raws: Sequence[RawMessage]
-    ) -> tuple[list[Delivery[EventT]], list[Refused]]:
-        deliveries: list[Delivery[EventT]] = []
-        refused: list[Refused] = []
-        for raw in raws:
-            info = parse_ack_subject(raw.reply)
-            subject = raw.subject.decode()
-            try:
-                message = self._decode(raw.data)
-            except ValueError as exc:
-                reply = raw.reply.decode()
-                refused.append(Refused(subject, reply, info.stream_sequence, raw.data, str(exc)))
-                continue
-            mismatch = subject_mismatch(subject, message)
-            if mismatch is not None:
-                reply = raw.reply.decode()
-                refused.append(Refused(subject, reply, info.stream_sequence, raw.data, mismatch))
-                continue
-            deliveries.append(
-                Delivery(
-                    message, subject, info.stream_sequence, info.num_delivered,
-                    info.num_pending, raw.data, raw.reply.decode(),
-                    info.timestamp_ns * 1e-9, raw.received_at,
-                )
-            )  # fmt: skip
-        return deliveries, refused
-
     async def _store(
         self, outputs: Sequence[Outgoing], refused: list[Refused], arrivals: Sequence[float] = ()
     ) -> None:
@@ -255,12 +225,11 @@ class PipelinedRunner:
             if outputs:
                 if self._before_publish is not None:
                     outputs = await self._before_publish(outputs)
-                await self.bus.publish_many(outputs)
+                await self._store_outputs(outputs)
                 if self._on_stored is not None:
                     self._on_stored(arrivals)
-            for event in refused:
-                await self.bus.publish(dead_letter(event, self.spec.durable, self.spec.stream))
-                await self.bus.client.publish(event.reply, _TERM)
+            for message in refused:
+                await self._reject(message)
         except (PublishError, TimeoutError, ConnectionError) as exc:
             raise ConsumerFailed(f"{self.spec.durable}: outputs not stored: {exc}") from exc
 
@@ -282,7 +251,7 @@ class PipelinedRunner:
                     break
                 await self._stored(following)
                 batch = following
-            await self.bus.client.publish(batch.last_reply.decode(), _ACK)
+            await self._send(batch.last_reply, ACK)
             self.acked_sequence = parse_ack_subject(batch.last_reply).stream_sequence
 
     async def _stored(self, batch: _InFlight) -> None:
@@ -293,6 +262,18 @@ class PipelinedRunner:
         except ConsumerFailed:
             self.stop()
             raise
+
+
+def _merge(rejected: dict[int, Refused], rejection: Rejection) -> None:
+    """One dead letter per refused event, whatever number of deciders refused it."""
+    sequence = rejection.delivery.stream_sequence
+    earlier = rejected.get(sequence)
+    reason = rejection.reason
+    if earlier is not None:
+        if reason in earlier.reason:
+            return
+        reason = f"{earlier.reason}; {reason}"
+    rejected[sequence] = Refused.of(Rejection(rejection.delivery, reason))
 
 
 async def _let_writes_out() -> None:
