@@ -1,11 +1,10 @@
 """Live shells around the pure deciders of ``heddle.control``: the control plane process.
 
-- ``slots``: one decider role (prediction, priority, placement, transfer, rollout) with one
-  decider per system bundle in use, events routed by their rollout's policy;
-- ``host``: decider units on one durable JetStream pull consumer (the control plane's:
-  ``control-plane``): replay to its position, then decide live (``fanout``: each event decoded
-  once and handed to every unit that handles it, the router first; driven by
-  ``heddle.bus.PipelinedRunner``; ``decider_decoders``: token lists the deciders only count are
+- ``host``: decider units (the stages of ``heddle.control.bundle_router``'s one bundle per policy,
+  liveness, the operators' view, weights) on one durable JetStream pull consumer (the control
+  plane's: ``control-plane``): replay to its position, then decide live, each event decoded once
+  and handed to every unit that handles it, the router's placement stage first, driven by
+  ``heddle.bus.PipelinedRunner`` (``decider_decoders``: token lists the deciders only count are
   not parsed; ``consumer_stats``: what ``heddle status`` shows of the consumer);
 - ``gating``: the event gate in front of the deciders (refused events dead-lettered, stale
   writers fenced) and the delivery of each trajectory's accepted end to its trainer's stream;
@@ -13,8 +12,7 @@
   ``liveness_checks``: when the control plane runs that check;
 - ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
 - ``ledger_restore``: an empty ledger starts from the latest ledger snapshot (a purged stream);
-- ``bundles``: the system bundles (and each slot's deciders) built with the live deployment's
-  options;
+- ``control_options``: the options the router builds its bundles with (the live deployment's);
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
   ``ledger_recovery``: its keeper, which rebuilds a damaged ledger from the stream or stops with
@@ -27,17 +25,18 @@
 - ``latency``: the control plane's cumulative latency histograms (decision latency, consumer age);
 - ``context_model_client``: the shell around the served context model: requests sent without
   waiting, each answer published as ``Predicted`` when it arrives in time;
+- ``durable_position``: where the deciders' durable resumes, and what a lost one reports;
 - ``store_guard``: the JetStream store watched (a full disk reported, producers paused, the
   embedded server's JetStream reset once space is back);
 - ``status``: where its state is read (``<data_dir>/control-plane.json``, durable positions);
   ``snapshot``: what ``heddle status`` shows, from the ledger, that state and NATS.
 """
 
-from heddle.consumers.host import PLANE, ConsumerStats, DeciderConsumer, HostConfig
+from heddle.consumers.host import PLANE, ConsumerStats, DeciderConsumer
 from heddle.consumers.liveness import WorkerLiveness
+from heddle.consumers.plane_config import HostConfig
 from heddle.consumers.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
 from heddle.consumers.service import ControlPlaneConfig, ControlPlaneService
-from heddle.consumers.slots import SLOTS, SlotDeciders, UnknownPolicy
 from heddle.consumers.status import (
     ControlPlaneStatus,
     consumer_positions,
@@ -48,7 +47,6 @@ from heddle.consumers.status import (
 __all__ = [
     "LIVE_PREDICTORS",
     "PLANE",
-    "SLOTS",
     "ConsumerStats",
     "ControlPlaneConfig",
     "ControlPlaneService",
@@ -57,8 +55,6 @@ __all__ = [
     "HostConfig",
     "PredictionHooks",
     "PredictorConfig",
-    "SlotDeciders",
-    "UnknownPolicy",
     "WorkerLiveness",
     "consumer_positions",
     "read_status",

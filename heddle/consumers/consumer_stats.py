@@ -6,10 +6,21 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from heddle.consumers.fanout import UnitStats
 from heddle.consumers.latency import LatencyHistogram
 
 _LATENCY_WINDOW = 4096
+
+
+@dataclass(slots=True)
+class UnitStats:
+    """One hosted unit's share of the work (``heddle status``, ``heddle bench control``)."""
+
+    slot: str
+    num_decided: int = 0
+    num_outputs: int = 0
+    num_rejected: int = 0
+    decide_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_LATENCY_WINDOW))
+    """Recent batches: time this unit spent deciding them (milliseconds)."""
 
 
 @dataclass(slots=True)

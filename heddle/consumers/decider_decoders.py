@@ -1,14 +1,14 @@
 """The deciders' event decoders: the bulky token lists the deciders only count are not parsed.
 
 A step's ``Generated`` carries its output ids and logprobs (thousands of numbers), a
-``Completed`` the whole trajectory's, a ``TrajectorySubmitted`` its prompt's; every decider slot
+``Completed`` the whole trajectory's, a ``TrajectorySubmitted`` its prompt's; every decider
 receives them, and parsing those lists costs several times what deciding does (a 1000-token
 ``Generated``: ~80 us parsed, ~15 us skipped). The deciders read only their lengths
 (``len(output_token_ids)``) or nothing at all, so these decoders skip the lists as raw JSON and
 hand the deciders real events whose id lists are zeros of the right length (logprobs and a
 ``Completed``'s lists left empty).
 
-Where ids end up in a command, the event goes through whole: the placement slot's
+Where ids end up in a command, the event goes through whole: the placement decider's
 ``ToolReturned`` (a ``ContinueTrajectory`` carries it to the worker) and ``TrajectorySubmitted``
 (its spec goes to the worker in ``StartTrajectory``): ``decoder_for("placement")``. A decider
 that one day reads ids of a counted event must declare it here; ``tests/consumers`` checks that
@@ -218,5 +218,7 @@ decode_for_placement = make_decoder(WHOLE_IN_PLACEMENT)
 
 
 def decoder_for(*slots: str) -> EventDecoder:
-    """The decoder of a consumer hosting ``slots``: whole where one of them passes ids on."""
-    return decode_for_placement if "placement" in slots else decode_for_deciders
+    """The decoder of a consumer hosting ``slots`` (a router's stage is named after its deciders,
+    ``placement+...``): whole where one of them passes ids on."""
+    names = {name for slot in slots for name in slot.split("+")}
+    return decode_for_placement if "placement" in names else decode_for_deciders

@@ -1,22 +1,25 @@
 """Decider units on one durable JetStream pull consumer: replay, then decide live.
 
-The control plane hosts all its units (the five decider slots and worker liveness) on ONE
-durable, ``<prefix>-plane``: each event is fetched, decoded and acknowledged once and fanned out
-in stream order to every unit that handles it (``heddle.consumers.fanout``). Measured on the
-acceptance rollout (128 coding trajectories, 4 sim workers, 100x), the six durables it replaced
-(one per unit) cost the control plane ~205 us of CPU per event, most of it decoding the same
-event up to six times and reading and acknowledging six deliveries of it (a ``Completed`` is
-~470 KB); see docs/benchmarks.md for the figures after. A consumer of a single unit (tests, a
-slot run alone) is named after that unit: ``<prefix>-<slot>``.
+The control plane hosts all its units (the router's stages, ``heddle.control.bundle_router``, worker
+liveness, the operators' view and weights) on ONE durable, ``<prefix>-plane``: each event is
+fetched, decoded and acknowledged once and handed in stream order to every unit that handles it.
+Measured on the acceptance rollout (128 coding trajectories, 4 sim workers, 100x), the six
+durables it replaced (one per unit) cost the control plane ~205 us of CPU per event, most of it
+decoding the same event up to six times and reading and acknowledging six deliveries of it (a
+``Completed`` is ~470 KB); see docs/benchmarks.md for the figures after. A consumer of a single
+unit (tests) is named after that unit: ``<prefix>-<slot>``.
+
+Units are independent (each owns its state), so a batch is decided unit by unit, each unit
+seeing the batch's events in stream order; the units named ``first`` (the router's stage of the
+placement decider) decide the whole batch in a stage of their own, whose outputs go out before
+the other units decide: a step's ``ContinueTrajectory`` never waits for predictions of the same
+batch. A unit that refuses an event (raises) does not stop the others from deciding it; the
+event is dead-lettered once.
 
 Lifecycle of ``DeciderConsumer.run()``:
 
-1. **Position.** The durable's ack floor is the last event whose outputs are stored. A durable
-   that is missing but whose position was recorded (``heddle.bus.positions``: the control plane
-   records it as it goes) was deleted, or lost by the server, while the control plane was down:
-   it is recreated from that position, and the loss is logged and counted (``heddle status``).
-   A durable never recorded adopts the stream as it is: everything already in it counts as
-   handled, so a control plane started on an old data dir does not re-place old rollouts.
+1. **Position.** The durable's ack floor, or the position recorded apart from it, or the stream's
+   end for a durable never recorded (``heddle.consumers.durable_position``).
 2. **Replay.** Every event of the units' kinds up to that position is decoded once and folded
    into each unit that handles it, outputs discarded (they were published the first time): the
    state is rebuilt exactly as the simulator would have built it from the same events.
@@ -58,26 +61,29 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
-from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 from heddle.bus import (
     Bus,
     ConsumerSpec,
     Delivery,
     DurableLost,
+    Outgoing,
     PipelinedRunner,
+    Rejection,
     ReplayQuery,
     ReplayRecord,
     Stage,
 )
-from heddle.consumers.consumer_stats import ConsumerStats
+from heddle.consumers.consumer_stats import ConsumerStats, UnitStats
 from heddle.consumers.decider_decoders import decoder_for
-from heddle.consumers.fanout import FanOut, Hosted, UnitStats
+from heddle.consumers.durable_position import note_lost, start_position
 from heddle.consumers.filters import filter_subjects
 from heddle.consumers.gating import GATED, Screen
-from heddle.consumers.slots import UnknownPolicy
+from heddle.consumers.plane_config import HostConfig
 from heddle.control import Output
+from heddle.control.bundle_router import UnknownPolicy
+from heddle.control.decider import dispatch_table
 from heddle.events import Event, EventT, WorkerCommand
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.observability.metrics import BatchObserver
@@ -87,28 +93,19 @@ log = logging.getLogger(__name__)
 PLANE = "plane"
 """Durable suffix of a consumer hosting several units (``<prefix>-plane``)."""
 
-__all__ = ["PLANE", "ConsumerStats", "DeciderConsumer", "HostConfig", "Hosted", "UnitStats"]
+__all__ = ["PLANE", "ConsumerStats", "DeciderConsumer", "Hosted", "UnitStats"]
 
 
-@dataclass(frozen=True, slots=True)
-class HostConfig:
-    durable_prefix: str = "control"
-    """Durable names are ``<prefix>-plane`` (``<prefix>-<slot>`` for a single unit)."""
-    batch_size: int = 64
-    """Most events decided (and their outputs published) per acknowledgement. Small batches
-    bound how long one batch holds the event loop, so a step event waits at most for a short
-    burst of other decisions."""
-    max_ack_pending: int = 4096
-    ack_wait_s: float = 120.0
-    """Longer than the bus's publish retry deadline, so a batch whose outputs are still being
-    retried is not redelivered meanwhile."""
-    fetch_wait_s: float = 1.0
-    since_sequence: int = 1
-    """Events before this stream sequence belong to other runs: never replayed nor decided
-    (a control plane of one isolated run, e.g. each run of ``heddle rollout compare``)."""
+class Hosted(Protocol):
+    """What a consumer hosts: a router's stage (``heddle.control.bundle_router``), liveness, ..."""
 
-    def durable(self, name: str) -> str:
-        return f"{self.durable_prefix}-{name}"
+    @property
+    def slot(self) -> str: ...
+
+    @property
+    def handles(self) -> frozenset[type[Event]]: ...
+
+    def decide(self, event: Event) -> list[Output]: ...
 
 
 class DeciderConsumer:
@@ -129,16 +126,23 @@ class DeciderConsumer:
         """``first``: units whose outputs go out before the others decide the same batch;
         ``screen``: the event gate every event passes first (None: none)."""
         hosted = list(units) if isinstance(units, Sequence) else [units]
-        if not hosted:
-            raise ValueError("a consumer hosts at least one unit")
+        names = [unit.slot for unit in hosted]
+        if not hosted or len(set(names)) != len(names):
+            raise ValueError(f"a consumer hosts units of distinct slots, got {names}")
         self.bus = bus
         self.config = config = config or HostConfig()
         self.durable = config.durable(hosted[0].slot if len(hosted) == 1 else PLANE)
-        self.fanout = FanOut(hosted, first=first, clock=clock)
+        early = [unit for unit in hosted if unit.slot in first]
+        late = [unit for unit in hosted if unit.slot not in first]
+        self.stages = [stage for stage in (early, late) if stage]
+        """Units deciding a batch together, in order (each stage's outputs go out first)."""
+        self._routes = dispatch_table(hosted)
         self.screen = screen
-        self.filter_subjects = filter_subjects(self.fanout.handles | _gated(screen))
-        self.stats = ConsumerStats(self.durable, units=self.fanout.stats)
-        self._decode = decoder_for(*(unit.slot for unit in hosted))
+        handles: frozenset[type[Event]] = frozenset().union(*(unit.handles for unit in hosted))
+        self.filter_subjects = filter_subjects(handles | _gated(screen))
+        units_stats = {unit.slot: UnitStats(unit.slot) for unit in hosted}
+        self.stats = ConsumerStats(self.durable, units=units_stats)
+        self._decode = decoder_for(*names)
         self._clock = clock
         self._wall = wall
         self._on_batch = on_batch
@@ -202,35 +206,12 @@ class DeciderConsumer:
         return runner.acked_sequence if runner is not None else self._stored_position
 
     async def position(self) -> int:
-        """The last stream sequence whose outputs are stored (see the module docstring)."""
-        floor = self.config.since_sequence - 1
-        state = await self.bus.consumer_state(EVENTS_STREAM, self.durable)
-        if state is not None:
-            return max(state.ack_floor_sequence, floor)
-        recorded = await self._recorded_position()
-        if recorded is not None:
-            self._lost(recorded, "while the control plane was down")
-            return max(recorded, floor)
-        return max((await self.bus.stream_state()).last_sequence, floor)
-
-    async def _recorded_position(self) -> int | None:
-        try:
-            return await self.bus.positions.recorded(self.durable)
-        except Exception as exc:  # a credential without the bucket: adopt the stream
-            log.warning("%s: no recorded position readable (%r)", self.durable, exc)
-            return None
+        """The last stream sequence whose outputs are stored (where the durable resumes)."""
+        since = self.config.since_sequence
+        return await start_position(self.bus, self.durable, since, self._lost)
 
     def _lost(self, position: int, when: str) -> None:
-        """Say that the durable disappeared, and where it is recreated."""
-        stats = self.stats
-        stats.num_durable_losses += 1
-        stats.durable_lost_at = self._wall()
-        stats.recreated_after = position
-        log.error(
-            "durable %s of %s disappeared %s (deleted, or lost by the server): recreating it "
-            "after #%d, the last event whose outputs are stored, not at the stream's end",
-            self.durable, EVENTS_STREAM, when, position,
-        )  # fmt: skip
+        note_lost(self.stats, position, when, self._wall())
 
     async def replay(self, position: int) -> None:
         """Fold every event of the units' kinds up to ``position`` into the state."""
@@ -258,14 +239,20 @@ class DeciderConsumer:
         return self.bus.replay(query, self._decode).batches()
 
     def _fold(self, record: ReplayRecord[EventT]) -> None:
-        if self.screen is not None and not self.screen.fold(record.message):
+        """Replay: fold the event into every unit that handles it, outputs discarded (a unit
+        that raises refused it when it was live)."""
+        event = record.message
+        if self.screen is not None and not self.screen.fold(event):
             return  # refused when live: no unit saw it
-        for unit, exc in self.fanout.fold(record.message):
-            if not isinstance(exc, UnknownPolicy):
-                log.error(
-                    "%s: replay skips #%d in %s (refused when live): %r",
-                    self.durable, record.stream_sequence, unit.slot, exc,
-                )  # fmt: skip
+        for unit in self._routes.get(type(event), ()):
+            try:
+                unit.decide(event)
+            except Exception as exc:
+                if not isinstance(exc, UnknownPolicy):
+                    log.error(
+                        "%s: replay skips #%d in %s (refused when live): %r",
+                        self.durable, record.stream_sequence, unit.slot, exc,
+                    )  # fmt: skip
 
     def _on_stored(self, arrivals: Sequence[float]) -> None:
         # The inbox stamps arrivals with ``time.perf_counter`` (heddle.bus.pull), whatever
@@ -304,7 +291,8 @@ class DeciderConsumer:
                 if gated.outputs or gated.rejections:
                     stats.num_outputs += len(gated.outputs)
                     yield gated
-            for stage in self.fanout.decide(fresh):
+            for units in self.stages:
+                stage = self._decide_stage(units, fresh)
                 stats.num_outputs += len(stage.outputs)
                 stats.num_rejected += len({r.delivery.stream_sequence for r in stage.rejections})
                 outputs += [out for out in stage.outputs if isinstance(out, Event | WorkerCommand)]
@@ -316,6 +304,47 @@ class DeciderConsumer:
         stats.batch_ms.append(elapsed_s * 1000.0)
         if self._on_batch is not None:  # metrics (heddle.observability)
             self._on_batch([delivery.message for delivery in fresh], outputs, elapsed_s)
+
+    def _decide_stage(self, units: list[Hosted], batch: Sequence[Delivery[EventT]]) -> Stage:
+        """The stage's outputs and refusals: each unit decides the batch in turn (units share
+        no state, so this order is as good as event by event, and it costs one clock read per
+        unit and batch for the per-unit timings), with the arrivals of the events that had
+        outputs."""
+        outputs: list[Outgoing] = []
+        rejections: list[Rejection] = []
+        arrivals: dict[int, float] = {}
+        """Stream sequence -> arrival of each event with outputs (once, whatever the units)."""
+        for unit in units:
+            unit_stats = self.stats.units[unit.slot]
+            handles = unit.handles
+            num_before = unit_stats.num_decided
+            started = self._clock()
+            for delivery in batch:
+                event = delivery.message
+                if type(event) not in handles:
+                    continue
+                unit_stats.num_decided += 1
+                try:
+                    produced = unit.decide(event)
+                except Exception as exc:
+                    rejections.append(Rejection(delivery, _reason(unit, delivery, exc)))
+                    unit_stats.num_rejected += 1
+                    continue
+                if produced:
+                    outputs += produced
+                    unit_stats.num_outputs += len(produced)
+                    arrivals[delivery.stream_sequence] = delivery.received_at
+            if unit_stats.num_decided > num_before:
+                unit_stats.decide_ms.append((self._clock() - started) * 1000.0)
+        return Stage(outputs, rejections, list(arrivals.values()))
+
+
+def _reason(unit: Hosted, delivery: Delivery[EventT], exc: Exception) -> str:
+    """Why ``unit`` refused the event (a decider raising is logged with its traceback)."""
+    if isinstance(exc, UnknownPolicy):
+        return str(exc)
+    log.error("%s refused #%d", unit.slot, delivery.stream_sequence, exc_info=exc)
+    return f"decider failed: {type(exc).__name__}: {exc}"
 
 
 def _gated(screen: Screen | None) -> frozenset[type[Event]]:

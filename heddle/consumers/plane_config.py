@@ -8,11 +8,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from heddle.consumers.gating import DeliveryConfig
-from heddle.consumers.host import HostConfig
 from heddle.consumers.predictors import PredictorConfig
 from heddle.consumers.store_guard import StoreGuardConfig
 from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S
 from heddle.policy.cost.model import preset
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    durable_prefix: str = "control"
+    """The host's durable is ``<prefix>-plane`` (``<prefix>-<slot>`` for a single unit,
+    ``heddle.consumers.host``)."""
+    batch_size: int = 64
+    """Most events decided (and their outputs published) per acknowledgement. Small batches
+    bound how long one batch holds the event loop, so a step event waits at most for a short
+    burst of other decisions."""
+    max_ack_pending: int = 4096
+    ack_wait_s: float = 120.0
+    """Longer than the bus's publish retry deadline, so a batch whose outputs are still being
+    retried is not redelivered meanwhile."""
+    fetch_wait_s: float = 1.0
+    since_sequence: int = 1
+    """Events before this stream sequence belong to other runs: never replayed nor decided
+    (a control plane of one isolated run, e.g. each run of ``heddle rollout compare``)."""
+
+    def durable(self, name: str) -> str:
+        return f"{self.durable_prefix}-{name}"
 
 
 @dataclass(frozen=True, slots=True)

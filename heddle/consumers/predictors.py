@@ -1,4 +1,4 @@
-"""The predictor a live control plane runs, and the prediction slot's shell work around it.
+"""The predictor a live control plane runs, and the shell work around its prediction deciders.
 
 One predictor instance serves every bundle's prediction decider: remaining lengths depend on the
 workload, not on the policy, so a model learns from every completed trajectory whatever bundle
@@ -14,7 +14,8 @@ ran it. Choices (``LIVE_PREDICTORS``):
   each prediction at once and the service's answer follows when it comes in time
   (``heddle.consumers.context_model_client``); with no service running, the online model alone.
 
-``PredictionHooks`` is the slot's shell work: before each event it scopes the trace oracle to the
+``PredictionHooks`` is that shell work (run by the router's stage holding the prediction
+deciders, ``heddle.control.bundle_router``): before each event it scopes the trace oracle to the
 event's rollout and learns the trace of a submitted ``trace`` trajectory; after a trajectory
 ends it forgets it. With ``context``, after each event it sends the decider's queued requests
 (only once ``attach`` gave it the bus: the events replayed at start ask nothing).
@@ -84,7 +85,8 @@ class PredictorConfig:
 
 
 class PredictionHooks:
-    """The live predictor and the prediction slot's hooks (``heddle.consumers.slots.SlotHooks``)."""
+    """The live predictor and its hooks around the prediction decider's events
+    (``heddle.control.bundle_router.RouterHooks``)."""
 
     def __init__(self, config: PredictorConfig | None = None) -> None:
         self.config = config = config or PredictorConfig()

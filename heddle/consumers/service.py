@@ -1,4 +1,4 @@
-"""The control plane process: the decider slots and worker liveness on one durable consumer,
+"""The control plane process: the router and worker liveness on one durable consumer,
 and the ledger projector.
 
 ``ControlPlaneService(settings, config).run(stop)`` connects to NATS (or the data dir's embedded
@@ -7,14 +7,13 @@ server), then supervises, concurrently:
 - the event gate (``heddle.consumers.gating``) in front of them: refused events are
   dead-lettered, stale writers fenced, and each trajectory slot's accepted end delivered to
   its trainer's stream ``HEDDLE_OUT_<trainer>``;
-- the deciders: one ``SlotDeciders`` per slot (prediction, placement, priority, transfer,
-  rollout), each with one decider per system bundle in use (``heddle.consumers.slots``), and the
-  worker liveness fold (``heddle.consumers.liveness``), all hosted by ONE ``DeciderConsumer`` on
-  the durable ``<prefix>-plane``: each event is decoded once and fanned out to the units that
-  handle it, the router (placement) first. The prediction slot shares one predictor
-  (``heddle.consumers.predictors``), taught at start by the history trace files and, after the
-  replay, by earlier rollouts in the ledger. A liveness check runs every ``liveness_check_s``
-  once every event stored before it is folded in;
+- the deciders: one ``BundleRouter`` (``heddle.control.bundle_router``) holding one system
+  bundle per policy in use, and the worker liveness fold (``heddle.consumers.liveness``), all
+  hosted by ONE ``DeciderConsumer`` on the durable ``<prefix>-plane``: each event is decoded
+  once and handed to the units that handle it, the router's placement stage first. Every
+  bundle's prediction decider shares one predictor (``heddle.consumers.predictors``), taught at
+  start by the history trace files and, after the replay, by earlier rollouts in the ledger. A
+  liveness check runs every ``liveness_check_s`` once every event stored before it is folded in;
 - the ledger projector (``heddle.consumers.projector.Projector``), unless disabled, under its
   keeper (``heddle.consumers.ledger_recovery``: a damaged ledger is rebuilt from the stream, or
   projection stops with the reason in ``<data_dir>/ledger-health.json``);
@@ -22,7 +21,7 @@ server), then supervises, concurrently:
   stored position recorded apart from their durable (``heddle.bus.positions``), from which a
   durable that disappears is recreated (``heddle.consumers.host``);
 - the operations service (``heddle.consumers.operations``: the ``heddle`` NATS micro service),
-  answering from the ``OperationsView`` unit the deciders' consumer hosts beside the slots.
+  answering from the ``OperationsView`` unit the deciders' consumer hosts beside the router.
 
 A unit that fails (the deciders' consumer when outputs could not be stored, a lost database) is
 rebuilt from the stream after a pause (``heddle.consumers.supervision``).
@@ -42,7 +41,7 @@ from collections.abc import Awaitable, Callable
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers.bundles import control_options, slot_deciders
+from heddle.consumers.control_options import control_options
 from heddle.consumers.gating import DeliveryStreams, Screen, TrainerRecords
 from heddle.consumers.host import PLANE, DeciderConsumer
 from heddle.consumers.ledger_history import ledger_history
@@ -53,7 +52,6 @@ from heddle.consumers.liveness_checks import LivenessChecks
 from heddle.consumers.operations import OperationsService
 from heddle.consumers.plane_config import ControlPlaneConfig
 from heddle.consumers.predictors import PredictionHooks
-from heddle.consumers.slots import SLOTS, SlotDeciders
 from heddle.consumers.status import (
     ControlPlaneStatus,
     consumer_report,
@@ -63,7 +61,7 @@ from heddle.consumers.status import (
 from heddle.consumers.store_guard import StoreGuard
 from heddle.consumers.submissions import TaskCheck
 from heddle.consumers.supervision import supervise
-from heddle.control import ControlOptions
+from heddle.control.bundle_router import PLACEMENT, BundleRouter
 from heddle.control.operations import OperationsView
 from heddle.control.weights import WeightsDecider
 from heddle.events import WorkerHeartbeat
@@ -77,8 +75,6 @@ log = logging.getLogger(__name__)
 
 DECIDERS = "deciders"
 """Name of the deciders' unit (supervision, restarts)."""
-ROUTER_SLOT = "placement"
-"""Decides each batch first: its commands go out before the other slots decide."""
 
 
 class ControlPlaneService:
@@ -103,7 +99,8 @@ class ControlPlaneService:
         self.started_at = time.time()
         self.consumers: dict[str, DeciderConsumer] = {}
         """The deciders' consumer under ``DECIDERS`` (one entry: all units share it)."""
-        self.slots: dict[str, SlotDeciders] = {}
+        self.router: BundleRouter | None = None
+        """The bundles in use (rebuilt, from the stream, whenever the deciders restart)."""
         self.restarts: dict[str, int] = {}
         self.hooks: PredictionHooks | None = None
         self.liveness: WorkerLiveness | None = None
@@ -123,7 +120,6 @@ class ControlPlaneService:
         self._stopping = False
         self._recorded_position = -1
         self._liveness_checked = False
-        self._options: ControlOptions | None = None
         self.metrics = Metrics()
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -199,10 +195,10 @@ class ControlPlaneService:
     # ---- units ------------------------------------------------------------------------------
 
     async def _run_deciders(self) -> None:
-        """The slots and liveness on one consumer, with the liveness checks beside it."""
+        """The router and liveness on one consumer, with the liveness checks beside it."""
         bus = self._require_bus()
         hooks = self._new_prediction_hooks()
-        self.slots = {slot: self._new_slot(slot, hooks) for slot in SLOTS}
+        router = self.router = self._new_router(hooks)
         liveness = self.liveness = WorkerLiveness(self.config.worker_timeout_s)
         operations = OperationsView()
         self.weights = WeightsDecider()
@@ -215,19 +211,18 @@ class ControlPlaneService:
         self.screen = Screen(DeliveryStreams(bus, self.config.delivery), failure=failure)
         consumer = DeciderConsumer(
             bus,
-            [*self.slots.values(), liveness, operations, self.weights],
+            [*router.stages, liveness, operations, self.weights],
             host,
-            first=(ROUTER_SLOT,),
+            first=(router.stages[0].slot,),
             on_batch=observer,
             screen=self.screen,
         )
         self.consumers = {DECIDERS: consumer}
-        prediction = self.slots["prediction"]
 
         async def on_replayed() -> None:
             hooks.attach(bus)  # the context predictor's requests: live events only
             if self.config.learn_from_ledger:
-                await self._learn_from_ledger(hooks, prediction)
+                await self._learn_from_ledger(hooks, router)
             # What exists now (modules, the replayed state, the predictor's history) lives as
             # long as the deciders: out of the cycle collector's way, whose full collections
             # otherwise pause the event loop for time proportional to everything tracked.
@@ -278,7 +273,7 @@ class ControlPlaneService:
         self.hooks = hooks
         return hooks
 
-    async def _learn_from_ledger(self, hooks: PredictionHooks, deciders: SlotDeciders) -> None:
+    async def _learn_from_ledger(self, hooks: PredictionHooks, router: BundleRouter) -> None:
         ledger = self._ledger
         if ledger is None:
             return
@@ -287,7 +282,7 @@ class ControlPlaneService:
                 history = await asyncio.to_thread(
                     ledger_history,
                     ledger,
-                    exclude_rollouts=deciders.rollouts_seen,
+                    exclude_rollouts=router.rollouts_seen,
                     max_rollouts=self.config.predictor.max_history_rollouts,
                 )
         except LedgerCorrupt as exc:
@@ -296,18 +291,20 @@ class ControlPlaneService:
         count = hooks.learn_history(history)
         log.info("predictor learnt %d trajectories of earlier rollouts from the ledger", count)
 
-    def _new_slot(self, slot: str, hooks: PredictionHooks) -> SlotDeciders:
-        if self._options is None:
-            config = self.config
-            self._options = control_options(
-                config.cost_model,
-                config.hardware,
-                seed=config.seed,
-                transfer_kv=config.transfer_kv,
-                history=self._history,
-                engine_restart_s=config.engine_restart_s,
-            )
-        return slot_deciders(slot, self._options, hooks)
+    def _new_router(self, hooks: PredictionHooks) -> BundleRouter:
+        """A fresh router (no decider of an earlier run reused): every bundle predicts with the
+        shared predictor, the router's commands decided first."""
+        config = self.config
+        options = control_options(
+            config.cost_model,
+            config.hardware,
+            predictor=hooks.predictor,
+            seed=config.seed,
+            transfer_kv=config.transfer_kv,
+            history=self._history,
+            engine_restart_s=config.engine_restart_s,
+        )
+        return BundleRouter(options, first=(PLACEMENT,), hooks=hooks)
 
     # ---- status -------------------------------------------------------------------------------
 
@@ -362,7 +359,7 @@ class ControlPlaneService:
 
     def status(self) -> ControlPlaneStatus:
         hooks = self.hooks
-        prediction = self.slots.get("prediction")
+        router = self.router
         return ControlPlaneStatus(
             pid=os.getpid(),
             started_at=self.started_at,
@@ -372,7 +369,7 @@ class ControlPlaneService:
             ledger_url=self.settings.ledger_url if self._ledger is not None else "",
             predictor=hooks.predictor.name if hooks is not None else "",
             num_predictor_samples=hooks.online.num_samples if hooks is not None else 0,
-            policies=prediction.policies if prediction is not None else [],
+            policies=router.policies if router is not None else [],
             live_workers=self.liveness.live_workers() if self.liveness is not None else [],
             consumers=[
                 consumer_report(consumer.stats, self.restarts.get(name, 0))

@@ -87,7 +87,7 @@ class ControlPlaneStatus(msgspec.Struct, frozen=True, kw_only=True):
     live_workers: list[str] = []
     consumers: list[ConsumerReport] = []
     slots: list[SlotReport] = []
-    """The units the consumers host (slots and liveness), with their decision times."""
+    """The units the consumers host (the router's stages, liveness, ...) and their decide times."""
     store: StoreReport | None = None
     """Whether the JetStream store takes writes (``heddle.consumers.store_guard``)."""
 

@@ -16,9 +16,11 @@ deployment, and the events that open its rollout), ``pace`` (a rollout's measure
 output token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
 ``systems`` (the system bundles: Heddle, ablations, baselines), ``control_plane`` (one bundle's
 deciders in dispatch order and the engines' batching settings), ``output_gate`` (what a bundle
-may emit: nothing more for a cancelled rollout or a finished trajectory), ``gate`` (whether a stored
-event is a fact to act on: the event gate the deciders and the ledger put every event through),
-``leases`` (a trajectory's lease: which worker and hosting may write its next events).
+may emit: nothing more for a cancelled rollout or a finished trajectory), ``bundle_router``
+(the live control plane's one bundle per policy in use, events routed by their rollout),
+``gate`` (whether a stored event is a fact to act on: the event gate the deciders and the ledger
+put every event through), ``leases`` (a trajectory's lease: which worker and hosting may write
+its next events).
 """
 
 from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane

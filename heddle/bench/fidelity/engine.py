@@ -33,7 +33,7 @@ from heddle.bench.fidelity.engine_profile import measure_profile, write_combined
 from heddle.bench.fidelity.engine_trace import engine_trace
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.bundles import control_options
+from heddle.consumers.control_options import control_options
 from heddle.control import build_control_plane, system_spec
 from heddle.policy.cost.model import CostModel
 from heddle.policy.cost.profiles import ProfiledCostModel, parse_profile
@@ -227,7 +227,7 @@ def simulate_on_profile(
 ) -> SimResult:
     """The trace under ``policy`` on ``num_workers`` TP1 workers: engines on the profile with
     engine model ``torch``, the control plane as the live one is built
-    (``heddle.consumers.bundles.control_options``)."""
+    (``heddle.consumers.control_options``)."""
     trace = options.trace()
     live = live_control_plane(options)
     config = ProfiledSimConfig(

@@ -1,17 +1,13 @@
-"""The system bundles a control plane builds: the same ``build_control_plane`` as the simulator,
-with the options a live deployment knows (the workers' cost model, the shared predictor, the
-planners' ratios learnt from the history traces)."""
+"""The options a live control plane builds its bundles with (``heddle.control.bundle_router``:
+the same ``build_control_plane`` as the simulator): the workers' cost model, the shared
+predictor, the planners' ratios learnt from the history traces."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
-from heddle.consumers.predictors import PredictionHooks
-from heddle.consumers.slots import BundleFactory, SlotDeciders
-from heddle.control import ControlOptions, build_control_plane, system_spec
-from heddle.control import ControlPlane as Bundle
+from heddle.control import ControlOptions
 from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S, ReshardConfig
 from heddle.control.resources import HistoryRates
 from heddle.policy.cost.model import CostModel, preset, weight_load_s
@@ -24,18 +20,19 @@ def control_options(
     cost_model: str,
     hardware: str,
     *,
+    predictor: Predictor | None = None,
     seed: int,
     transfer_kv: bool,
     history: Sequence[TraceTrajectory] = (),
     engine_restart_s: float = DEFAULT_ENGINE_RESTART_S,
 ) -> ControlOptions:
     """Options of every bundle; the planners' observation ratio and tool seconds per token come
-    from ``history`` as in ``heddle.sim.simulate``. The predictor is a placeholder: only the
-    prediction slot predicts, with the shared predictor (``bundle_factory``)."""
+    from ``history`` as in ``heddle.sim.simulate``. ``predictor``: the one every bundle's
+    prediction decider shares (``heddle.consumers.predictors``; None: an online model)."""
     rates = HistoryRates.of(history)
     return ControlOptions(
         cost_for_tp=cost_for_tp(cost_model, hardware),
-        predictor=OnlinePredictor(),
+        predictor=predictor if predictor is not None else OnlinePredictor(),
         seed=seed,
         # Live engines batch as they do; of the engine model only whether KV moves matters here.
         engine_model="torch" if transfer_kv else "sglang",
@@ -45,24 +42,6 @@ def control_options(
         weight_load_s_for_tp=functools.partial(weight_load_s, cost_model),
         reshard=ReshardConfig(restart_s=engine_restart_s),
     )
-
-
-def bundle_factory(options: ControlOptions, predictor: Predictor | None = None) -> BundleFactory:
-    """Builds a bundle by policy name; ``predictor`` replaces the options' placeholder."""
-    final = options if predictor is None else replace(options, predictor=predictor)
-
-    def make_bundle(policy: str) -> Bundle:
-        return build_control_plane(system_spec(policy), final)
-
-    return make_bundle
-
-
-@functools.lru_cache(maxsize=8)
-def slot_deciders(slot: str, options: ControlOptions, hooks: PredictionHooks) -> SlotDeciders:
-    """A slot's deciders; only the prediction slot predicts (with the shared predictor)."""
-    if slot != "prediction":
-        return SlotDeciders(slot, bundle_factory(options))
-    return SlotDeciders(slot, bundle_factory(options, hooks.predictor), hooks)
 
 
 def cost_for_tp(model: str, hardware: str) -> Callable[[int], CostModel]:

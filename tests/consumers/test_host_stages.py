@@ -1,15 +1,18 @@
-"""Fan-out of one consumer's events to its units: every unit gets exactly the events of the
-types it handles, in stream order; the ``first`` units decide in a stage of their own, before
-the others; a refusal by one unit does not keep the others from deciding; a replay folds each
-event into the same units (property-tested against a brute-force per-unit filter)."""
+"""The host hands each event to its units: every unit gets exactly the events of the types it
+handles, in stream order; the ``first`` units decide in a stage of their own, before the others;
+a refusal by one unit does not keep the others from deciding; a replay folds each event into
+the same units (property-tested against a brute-force per-unit filter). The consumer is driven
+without a bus: deciding a batch does no I/O (``tests/consumers/test_host.py`` runs it live)."""
 
 from __future__ import annotations
+
+from typing import cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.bus import Delivery
-from heddle.consumers.fanout import FanOut
+from heddle.bus import Bus, Delivery, ReplayRecord, Stage
+from heddle.consumers.host import DeciderConsumer, Hosted
 from heddle.control import Output
 from heddle.events import (
     Completed,
@@ -68,6 +71,21 @@ def deliveries(events: list[Event]) -> list[Delivery[Event]]:
     ]
 
 
+def hosting(units: list[Recorder], first: set[str]) -> DeciderConsumer:
+    """A consumer of ``units`` that is never run (no bus needed to decide a batch)."""
+    hosted: list[Hosted] = list(units)
+    return DeciderConsumer(cast(Bus, None), hosted, first=first)
+
+
+def decide(consumer: DeciderConsumer, events: list[Event]) -> list[Stage]:
+    return list(consumer._decide(deliveries(events)))
+
+
+def fold(consumer: DeciderConsumer, events: list[Event]) -> None:
+    for index, event in enumerate(events):
+        consumer._fold(ReplayRecord(index + 1, "s", event))
+
+
 def ident(output: Output) -> str:
     return output.event_id if isinstance(output, Event) else output.command_id
 
@@ -87,27 +105,24 @@ def test_each_unit_sees_exactly_its_events_in_order(
     events = [make_event(kind, index) for index, kind in enumerate(kinds)]
     units = [Recorder(f"u{index}", kinds_of) for index, kinds_of in enumerate(handles)]
     first = {unit.slot for unit in units[:num_first]}
-    fanout = FanOut(units, first=first)
-    stages = list(fanout.decide(deliveries(events)))
+    stages = decide(hosting(units, first), events) if events else []
     for unit in units:  # brute force: the unit's own filter over the stream
         assert unit.seen == [e.event_id for e in events if type(e) in unit.handles]
     early = [u for u in units if u.slot in first]
     late = [u for u in units if u.slot not in first]
     expected_stages = [[f"{u.slot}:{i}" for u in group for i in u.seen] for group in (early, late)]
     assert [[ident(o) for o in stage.outputs] for stage in stages] == [
-        ids for ids, group in zip(expected_stages, (early, late), strict=True) if group
+        ids for ids, group in zip(expected_stages, (early, late), strict=True) if group and events
     ]
     # Each stage names the arrivals of the events it had outputs for, once each.
-    groups = [group for group in (early, late) if group]
+    groups = [group for group in (early, late) if group] if events else []
     for stage, group in zip(stages, groups, strict=True):
         answered = {
             i + 1.0 for i, e in enumerate(events) if any(type(e) in u.handles for u in group)
         }
         assert sorted(stage.arrivals) == sorted(answered)
     replayed = [Recorder(unit.slot, set(unit.handles)) for unit in units]
-    folding = FanOut(replayed, first=first)
-    for event in events:
-        assert folding.fold(event) == []
+    fold(hosting(replayed, first), events)
     assert [unit.seen for unit in replayed] == [unit.seen for unit in units]
 
 
@@ -115,8 +130,8 @@ def test_the_router_decides_first_and_a_refusal_stops_no_one() -> None:
     events = [make_event(kind, index) for index, kind in enumerate(KINDS)]
     router = Recorder("placement", {ToolCalled, Completed}, refuse=1.0)
     others = Recorder("prediction", {ToolCalled, Completed})
-    fanout = FanOut([others, router], first={"placement"})
-    stages = fanout.decide(deliveries(events))
+    consumer = hosting([others, router], first={"placement"})
+    stages = consumer._decide(deliveries(events))
     outputs, rejections, arrivals = next(stages)
     assert others.seen == []  # not decided until the router's outputs are out
     assert list(arrivals) == [3.0]  # e1 was refused: no outputs, no decision latency
@@ -125,6 +140,6 @@ def test_the_router_decides_first_and_a_refusal_stops_no_one() -> None:
     assert "placement refuses e1" in rejections[0].reason
     outputs, rejections, arrivals = next(stages)
     assert others.seen == ["e1", "e2"] and rejections == [] and list(arrivals) == [2.0, 3.0]
-    stats = fanout.stats
+    stats = consumer.stats.units
     assert stats["placement"].num_rejected == 1 and stats["placement"].num_decided == 2
     assert stats["prediction"].num_outputs == 2 and len(stats["prediction"].decide_ms) == 1
