@@ -16,7 +16,8 @@
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
   ``heddle.ledger.LedgerWriter`` (``catch_up`` projects what is pending and returns);
   ``ledger_recovery``: its keeper, which rebuilds a damaged ledger from the stream or stops with
-  the reason (``ledger_health``: what it reports to ``heddle status``);
+  the reason (``ledger_health``: what it reports to ``heddle status``); ``projector_process``:
+  the two as a process (``python -m heddle.consumers.projector_process``, ``heddle db project``);
 - ``operations``: the operations micro service (``heddle.ops.<endpoint>``, ``heddle ops``);
   ``submissions``: its door for rollouts (``heddle.ops.submit.<trainer>``: checked, then opened);
 - ``service``: ``ControlPlaneService``, everything above plus the ledger projector, supervised

@@ -10,31 +10,24 @@ refused and the durable rewound to the position (``heddle.consumers.projector_ga
 start the durable is recreated at the ledger's position + 1, so the SQL position, not the
 server's ack state, decides where projection resumes; events at or below it are skipped.
 
-Run it as a process with ``python -m heddle.consumers.projector`` (``--help`` for options); SIGTERM
-or SIGINT stop it after the current batch.
+Run it as a process with ``python -m heddle.consumers.projector_process`` (``--help`` for
+options), under its keeper.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import signal
-import sys
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
 from heddle.bus import BatchRunner, Bus, ConsumerSpec, Delivery, TransientError
-from heddle.config import Settings, load_settings
 from heddle.consumers.projector_gaps import batch_start
-from heddle.errors import UserError
 from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
-from heddle.ledger.database import Ledger, open_ledger
+from heddle.ledger.database import Ledger
 from heddle.ledger.integrity import reading
 from heddle.ledger.lean_decoder import decode_event_lean
 from heddle.ledger.writer import LEDGER_CONSUMER, LedgerWriter, PositionConflict
@@ -168,60 +161,3 @@ async def catch_up(
         return await Projector(bus, ledger, replace(base, durable=durable)).run(until_idle=True)
     finally:
         await bus.delete_consumer(EVENTS_STREAM, durable)
-
-
-async def serve_projector(
-    settings: Settings, config: ProjectorConfig, *, until_idle: bool
-) -> ProjectorStats:
-    """Run a projector process: stops on SIGTERM / SIGINT after the current batch."""
-    from heddle.consumers.ledger_recovery import LedgerKeeper  # it builds on this module
-
-    ledger = await asyncio.to_thread(open_ledger, settings.ledger_url)
-    keeper: LedgerKeeper | None = None
-    try:
-        async with Bus(settings) as bus:
-            keeper = LedgerKeeper(bus, settings, ledger, config)
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, keeper.stop)
-            return await keeper.run(until_idle=until_idle)
-    finally:
-        (keeper.ledger if keeper is not None else ledger).close()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m heddle.consumers.projector", description=__doc__
-    )
-    parser.add_argument("--nats-url", help="NATS URL (default: HEDDLE_NATS_URL or embedded)")
-    parser.add_argument("--database-url", help="ledger URL (default: HEDDLE_DATABASE_URL)")
-    parser.add_argument("--data-dir", type=Path, help="local state folder (HEDDLE_DATA_DIR)")
-    parser.add_argument("--nats-creds", type=Path, help="NATS credential file (HEDDLE_NATS_CREDS)")
-    parser.add_argument("--nats-tls-ca", type=Path, help="NATS TLS CA (HEDDLE_NATS_TLS_CA)")
-    parser.add_argument("--consumer", default=LEDGER_CONSUMER, help="durable consumer name")
-    parser.add_argument("--batch-size", type=int, default=ProjectorConfig().batch_size)
-    parser.add_argument("--until-idle", action="store_true", help="exit once caught up")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = load_settings(
-        nats_url=args.nats_url,
-        database_url=args.database_url,
-        data_dir=args.data_dir,
-        nats_creds=args.nats_creds,
-        nats_tls_ca=args.nats_tls_ca,
-    )
-    config = ProjectorConfig(consumer=args.consumer, batch_size=args.batch_size)
-    try:
-        stats = asyncio.run(serve_projector(settings, config, until_idle=args.until_idle))
-    except UserError as exc:  # a stopped projection (damaged ledger), an unreachable server
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    print(
-        f"projected {stats.num_projected} events in {stats.num_batches} batches; "
-        f"position {stats.position}",
-        file=sys.stderr,
-    )
-
-
-if __name__ == "__main__":
-    main()

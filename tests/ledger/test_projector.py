@@ -158,7 +158,7 @@ async def _start_projector(
     command = [
         sys.executable,
         "-m",
-        "heddle.consumers.projector",
+        "heddle.consumers.projector_process",
         "--nats-url",
         nats_url,
         "--database-url",
