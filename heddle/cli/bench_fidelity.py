@@ -28,7 +28,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from heddle.bench.fidelity.engine import EngineFidelityOptions
+from heddle.bench.fidelity.engine_options import EngineFidelityOptions
 from heddle.bench.fidelity.makespan import FidelityOptions
 from heddle.bench.fidelity.overhead import OverheadOptions
 from heddle.cli.apps import bench_app, fresh_data_dir, settings_of

@@ -98,7 +98,8 @@ def test_engine_trace_is_seeded_grouped_and_has_a_long_tail() -> None:
 
 
 def test_the_simulated_reference_on_a_profile_recomputes_only_under_kv_pressure() -> None:
-    from heddle.bench.fidelity.engine import EngineFidelityOptions, simulate_on_profile
+    from heddle.bench.fidelity.engine import simulate_on_profile
+    from heddle.bench.fidelity.engine_options import EngineFidelityOptions
     from heddle.policy.cost.profiles import parse_profile
 
     def cost(max_kv_tokens: int) -> object:

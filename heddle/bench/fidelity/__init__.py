@@ -7,6 +7,7 @@ control plane costs per step.
   routing, engine lateness), from its recorded events;
 - ``engine``: the same, on real torch engines under a KV budget, policy by policy, against the
   simulator's engine model ``torch`` costed by a profile measured in the same run
-  (``engine_profile``) on a small agentic trace (``engine_trace``);
+  (``engine_profile``) on a small agentic trace (``engine_trace``), with the run's options
+  (``engine_options``);
 - ``overhead``: step event -> command latency at a paper-scale load (``heddle.bench.control``).
 """

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from heddle.bench.fidelity.engine_options import EngineFidelityOptions
 from heddle.bench.fidelity.engine_profile import measure_profile, write_combined
-from heddle.bench.fidelity.engine_trace import engine_trace
 from heddle.config import Settings
 from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.consumers.control_options import control_options
@@ -48,38 +48,6 @@ from heddle.traces import TraceTrajectory
 
 MAKESPAN_TOLERANCE = 0.15
 RECOMPUTE_TOLERANCE = 0.25
-
-
-@dataclass(frozen=True, slots=True)
-class EngineFidelityOptions:
-    model: str = "tiny"
-    """The torch engine's model (``tiny`` or a local folder)."""
-    policies: tuple[str, ...] = ("heddle", "verl")
-    kv_budget_tokens: int = 1536
-    """Each worker's KV budget in tokens (``--max-kv-tokens``): the default makes the trace's
-    KV footprint about three times what the workers hold, so prefixes are evicted."""
-    num_trajectories: int = 32
-    num_workers: int = 2
-    max_running: int = 16
-    seed: int = 0
-    predictor: str = "oracle"
-    """Live and simulated predictor (``oracle``: both know the trace, so both plan alike)."""
-    control_model: str = "qwen3-8b"
-    """Cost-model preset of the control plane, live and simulated (placement and plans)."""
-    num_threads: int = 1
-    """torch threads per worker: the workers share the machine's cores."""
-    num_tool_executors: int = 2
-    profile_repeats: int = 3
-    timeout_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if len(self.policies) < 1 or self.num_trajectories < 1 or self.num_workers < 1:
-            raise ValueError("need a policy, trajectories >= 1 and workers >= 1")
-        if self.kv_budget_tokens < 2 or self.max_running < 1 or self.profile_repeats < 1:
-            raise ValueError("need kv_budget_tokens >= 2, max_running >= 1, profile_repeats >= 1")
-
-    def trace(self) -> list[TraceTrajectory]:
-        return engine_trace(self.num_trajectories, self.seed)
 
 
 @dataclass(frozen=True, slots=True)

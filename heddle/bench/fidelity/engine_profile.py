@@ -13,12 +13,10 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from heddle.bench.fidelity.engine_options import EngineFidelityOptions
 from heddle.traces import TraceTrajectory
-
-if TYPE_CHECKING:
-    from heddle.bench.fidelity.engine import EngineFidelityOptions
 
 
 async def measure_profile(
