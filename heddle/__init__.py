@@ -5,7 +5,8 @@ event bus, the only code that imports ``nats``), ``ledger/`` (the SQL projection
 imports ``sqlalchemy``), ``policy/`` (the pure algorithms), ``control/`` (the pure deciders),
 ``consumers/`` (the control plane process around them), ``workers/`` (rollout worker agents,
 engines, environments, tool executors), ``rollout/`` (the main job, end to end), ``sim/`` (the
-discrete-event simulator), ``workloads/`` (synthetic agentic workloads), ``predictor/`` (the context
+discrete-event simulator), ``experiments/`` (sweeps, studies and the hunter on the simulator),
+``workloads/`` (synthetic agentic workloads), ``predictor/`` (the context
 predictor), ``replay/`` (ledgers rebuilt from the stream, trace export), ``timeline/`` (Gantt
 timelines of recorded rollouts), ``whatif/`` (re-simulating a recorded rollout), ``observability/``
 (Prometheus metrics), ``deploy/`` (per-role NATS permissions), ``integrations/`` (slime and verl on

@@ -12,8 +12,8 @@ workloads write this format (``heddle.workloads.text`` adds their text), ``heddl
 --export-trace`` writes it from a recorded rollout, and the simulator, the ``trace`` environment
 and the oracle predictor read it. A bad file raises ``TraceError`` naming the line and the field.
 A path ending in ``.gz`` is read and written gzip-compressed (the regression corpus,
-``heddle.sim.corpus``, keeps its traces so; written with no timestamp, so the same trace gives
-the same bytes).
+``heddle.experiments.corpus``, keeps its traces so; written with no timestamp, so the same trace
+gives the same bytes).
 
 Bounds (a line past them is refused, not run): a line holds at most ``MAX_LINE_BYTES``; a
 trajectory's whole context (prompt, generations, observations) at most ``MAX_CONTEXT_TOKENS``

@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "heddle.predictor": 6,
     # processes
     "heddle.consumers": 7,
+    "heddle.experiments": 7,  # sweeps and studies on the simulator (and the context model)
     "heddle.replay": 7,
     "heddle.workers": 7,
     "heddle.timeline": 8,

@@ -1,5 +1,6 @@
 """A tiny randomly initialised BERT written to a folder: the real loading and training code runs
-on it offline in seconds (the packaged MiniLM is for the bench and the CLI)."""
+on it offline in seconds (the packaged MiniLM is for the bench and the CLI). Fixtures of the
+predictor's tests and the sweep's context model (``tests/predictor``, ``tests/experiments``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``heddle bench reshard``: what tail re-sharding earns, cell by cell, and how it moves with the
 engine restart it pays (``heddle.control.reshard``).
 
-Each cell (a sweep cell: ``heddle.sim.sweep``, or one named by its parameters) runs
+Each cell (a sweep cell: ``heddle.experiments.sweep``, or one named by its parameters) runs
 ``heddle-no-reshard`` on the plan it chooses, then ``heddle`` on that same plan at each engine
 restart cost (``SimConfig.engine_restart_s``), dearest last: the same plan isolates the tail
 mechanism from the plan check (which can pick another plan when the mechanism is on). A cell
@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from heddle.experiments.cells import Cell
+from heddle.experiments.sweep import SweepConfig, cell_sim_config, cell_traces, sweep_cells
+from heddle.experiments.sweep_pool import run_in_pool
 from heddle.sim.run import simulate
-from heddle.sim.sweep import Cell, SweepConfig, cell_sim_config, cell_traces, sweep_cells
-from heddle.sim.sweep_pool import run_in_pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,9 @@ from heddle.bench.reshard import (
 from heddle.cli.apps import bench_app
 from heddle.cli.sim_sweep import _sweep_list
 from heddle.errors import UserError
+from heddle.experiments.cells import Cell
+from heddle.experiments.sweep import SweepConfig
 from heddle.policy.prediction import PREDICTORS
-from heddle.sim.sweep import Cell, SweepConfig
 from heddle.workloads.zoo import ZOO
 
 _DEFAULTS = SweepConfig()

@@ -1,6 +1,7 @@
 """The figures of `heddle bench annealing` (``heddle.cli.bench_policy``): resource planning time
 per GPU budget, the search's optimum against the paper's annealer and the exhaustive search, and
-(``--validate``) the plan estimate against simulated makespans (``heddle.sim.plan_validation``).
+(``--validate``) the plan estimate against simulated makespans
+(``heddle.experiments.plan_validation``).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from heddle.control.resources import AgenticCostModel, representative_context
+from heddle.experiments.plan_validation import learnt_shape, validate
 from heddle.policy.cost.model import TP_DEGREES, CostModel
 from heddle.policy.resources.annealing import anneal
 from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import ResourceProblem, exhaustive_search
 from heddle.sim.config import SimConfig
-from heddle.sim.plan_validation import learnt_shape, validate
 from heddle.traces import TraceTrajectory
 
 VALIDATION_WORKLOADS = ("coding", "math", "search", "swe-like")

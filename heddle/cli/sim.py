@@ -8,8 +8,8 @@ The trace is a synthetic workload (``--workload``; learning predictors are fitte
 other prompts of the same workload) or a JSONL trace file (``--trace``, with an optional
 ``--history`` file). Prints one JSON object with ``--json``, a table otherwise;
 progress goes to stderr. With ``--reference`` it also reports the best-known reference apart
-from the systems (``heddle.sim.reference``: heddle with the oracle predictor on every TP plan,
-the fastest), and heddle over it beside heddle over the lower bound. Bad flags or a bad trace
+from the systems (``heddle.experiments.reference``: heddle with the oracle predictor on every TP
+plan, the fastest), and heddle over it beside heddle over the lower bound. Bad flags or a bad trace
 print one line and exit 2. With ``--async-steps S`` it simulates S training steps per system
 instead, the stop-the-world loop against partial rollout with ``--max-staleness``
 (``heddle.cli.sim_loop``).
@@ -34,11 +34,11 @@ from heddle.cli.sim_choices import model_name, system_names
 from heddle.cli.sim_loop import print_loops, run_loops, step_traces, trainer_time
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
+from heddle.experiments.reference import Reference, best_known
 from heddle.policy.cost.model import HARDWARE
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
 from heddle.policy.prediction import PREDICTORS
 from heddle.sim import SimConfig, SimResult, simulate
-from heddle.sim.reference import Reference, best_known
 from heddle.traces import TraceError, TraceTrajectory, read_trace
 from heddle.workloads import generate, workload_names
 from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, history_kind, make_history

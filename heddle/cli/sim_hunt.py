@@ -1,5 +1,6 @@
 """`heddle sim hunt`: search the hunter's space for the cells where Heddle loses most
-(``heddle.sim.hunt``), and add the worst to the regression corpus (``heddle.sim.corpus``).
+(``heddle.experiments.hunt``), and add the worst to the regression corpus
+(``heddle.experiments.corpus``).
 
     heddle sim hunt --budget 48 --jobs 2 --json > hunt.json
     heddle sim hunt --from-json hunt.json --add-to-corpus 3   # the corpus from a run elsewhere
@@ -22,12 +23,12 @@ import typer
 from heddle.cli.apps import sim_app
 from heddle.cli.sim_choices import system_names
 from heddle.errors import UserError
+from heddle.experiments.corpus import CORPUS_DIR
+from heddle.experiments.hunt import HuntConfig, HuntFinding, run_hunt
+from heddle.experiments.hunt_corpus import add_to_corpus
+from heddle.experiments.hunt_report import hunt_document, hunt_markdown
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.sim.config import SIM_PREDICTORS
-from heddle.sim.corpus import CORPUS_DIR
-from heddle.sim.hunt import HuntConfig, HuntFinding, run_hunt
-from heddle.sim.hunt_corpus import add_to_corpus
-from heddle.sim.hunt_report import hunt_document, hunt_markdown
 
 _DEFAULTS = HuntConfig()
 _SEARCH_FLAGS = (

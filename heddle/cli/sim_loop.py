@@ -1,5 +1,5 @@
 """`heddle sim compare --async-steps S`: the training loop, stop-the-world against partial
-rollout (``heddle.sim.async_steps``), for each system of ``--systems``.
+rollout (``heddle.experiments.async_steps``), for each system of ``--systems``.
 
     heddle sim compare --workload coding --model qwen3-32b --gpus 16 --trajectories 1024 \\
         --systems heddle --async-steps 4 --max-staleness 1 --trainer-fraction 0.5 --json
@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from heddle.errors import UserError
+from heddle.experiments.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.sim import SimConfig
-from heddle.sim.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 

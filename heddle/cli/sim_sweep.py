@@ -1,7 +1,7 @@
-"""`heddle sim sweep`: every system over the workload zoo (``heddle.sim.sweep``), one cell per
-family x draw x model x GPUs x KV pressure x history, ratios to heddle, and the regression
-corpus' cells beside them (``heddle.sim.corpus``); with ``--plans``, every candidate TP plan per
-cell instead of the systems. Bad flags print one line and exit 2.
+"""`heddle sim sweep`: every system over the workload zoo (``heddle.experiments.sweep``), one cell
+per family x draw x model x GPUs x KV pressure x history, ratios to heddle, and the regression
+corpus' cells beside them (``heddle.experiments.corpus``); with ``--plans``, every candidate TP plan
+per cell instead of the systems. Bad flags print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -23,18 +23,19 @@ from heddle.cli.apps import sim_app
 from heddle.cli.sim_choices import model_name, system_names
 from heddle.control.systems import SYSTEMS
 from heddle.errors import UserError
-from heddle.policy.engine_models import ENGINE_MODELS
-from heddle.policy.prediction import CONTEXT_PREDICTOR
-from heddle.sim.config import SIM_PREDICTORS
-from heddle.sim.sweep import SPLITS, CellResult, SweepConfig, run_sweep, sweep_cells
-from heddle.sim.sweep_plans import (
+from heddle.experiments.cells import SPLITS
+from heddle.experiments.sweep import CellResult, SweepConfig, run_sweep, sweep_cells
+from heddle.experiments.sweep_plans import (
     plan_markdown,
     plan_sweep_document,
     run_plan_sweep,
     write_plan_figure,
 )
-from heddle.sim.sweep_report import markdown_report, write_figure
-from heddle.sim.sweep_summary import sweep_document
+from heddle.experiments.sweep_report import markdown_report, write_figure
+from heddle.experiments.sweep_summary import sweep_document
+from heddle.policy.engine_models import ENGINE_MODELS
+from heddle.policy.prediction import CONTEXT_PREDICTOR
+from heddle.sim.config import SIM_PREDICTORS
 from heddle.workloads.history import HISTORY_KINDS, HistoryKind, history_kind
 from heddle.workloads.text import SIGNAL_LEVELS
 from heddle.workloads.zoo import ZOO
@@ -250,7 +251,7 @@ def sweep(
         return
     run: Callable[..., list[CellResult]] = run_sweep
     if config.predictor == CONTEXT_PREDICTOR:
-        from heddle.predictor.sim_context import run_context_cell  # imports torch
+        from heddle.experiments.sweep_context import run_context_cell  # imports torch
 
         run = partial(run_sweep, run=run_context_cell)
     results = _run_with_progress(config, jobs, run, "sweep cells")

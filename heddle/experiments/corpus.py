@@ -12,7 +12,7 @@ An entry is a folder named for it:
 * ``history.jsonl.gz``: its history (absent for the history ``none``).
 
 The stored traces are replication 0. Replication ``r`` >= 1 draws epoch ``2r`` of the same
-parameters and seed (``heddle.sim.hunt_space.GeneratedSource``), as the sweep's other cells
+parameters and seed (``heddle.experiments.hunt_space.GeneratedSource``), as the sweep's other cells
 do: so ``--replications`` averages a corpus cell over epochs too. If the generators change,
 replication 0 stays what was found and the others follow the new generators.
 
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heddle.sim.hunt_space import GeneratedSource, HuntPoint
-from heddle.sim.sweep import Cell
+from heddle.experiments.cells import Cell
+from heddle.experiments.hunt_space import GeneratedSource, HuntPoint
 from heddle.traces import TraceTrajectory, read_trace, write_trace
 from heddle.workloads.history import HistoryKind, history_kind
 from heddle.workloads.zoo import WIDE, LeafParams, leaf_params_type
@@ -51,7 +51,8 @@ class CorpusEntry:
     model: str
     num_gpus: int
     kv_ratio: float
-    """The target KV ratio (``heddle.sim.kv_pressure`` reaches it from the stored traces)."""
+    """The target KV ratio (``heddle.experiments.kv_pressure`` reaches it from the stored
+    traces)."""
     history: HistoryKind
     num_trajectories: int
     """Trajectories of the stored rollout (and of the other replications')."""

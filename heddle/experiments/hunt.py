@@ -1,6 +1,6 @@
 """The workload hunter (``heddle sim hunt``): a search of the hunter's space
-(``heddle.sim.hunt_space``) for the cells where Heddle loses most, to the best baseline or to
-one of its own ablations (``heddle-*``).
+(``heddle.experiments.hunt_space``) for the cells where Heddle loses most, to the best baseline or
+to one of its own ablations (``heddle-*``).
 
 Method, in three phases over ``budget`` searched cells and a confirmation:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from heddle.control.systems import SYSTEMS
-from heddle.sim.hunt_space import (
+from heddle.experiments.hunt_space import (
     MAX_HUNT_SEED,
     SEEDS_PER_HUNT,
     HuntPoint,
@@ -38,9 +38,9 @@ from heddle.sim.hunt_space import (
     hunt_seed,
     mutate_point,
 )
-from heddle.sim.sweep import CellResult, SweepConfig, run_cell
-from heddle.sim.sweep_pool import run_in_pool
-from heddle.sim.sweep_summary import HEDDLE, CellRatios, cell_ratios
+from heddle.experiments.sweep import CellResult, SweepConfig, run_cell
+from heddle.experiments.sweep_pool import run_in_pool
+from heddle.experiments.sweep_summary import HEDDLE, CellRatios, cell_ratios
 
 Phase = Literal["random", "local"]
 _REDRAWS = 20

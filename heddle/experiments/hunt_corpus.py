@@ -1,14 +1,14 @@
 """The hunter's worst cells into the regression corpus (``heddle sim hunt --add-to-corpus K``).
 
-Works on the hunt's ``--json`` document (``heddle.sim.hunt_report``), so the cells of a hunt run
-elsewhere (``--jobs 16`` on a bigger machine) are added from its output alone: a record holds
+Works on the hunt's ``--json`` document (``heddle.experiments.hunt_report``), so the cells of a hunt
+run elsewhere (``--jobs 16`` on a bigger machine) are added from its output alone: a record holds
 the point (parameters, seed, cluster, history) and the hunt's ``max_steps``, and the traces are
 drawn again from them, as the hunt drew them.
 
 Only confirmed cells are added (the search's maximum of noisy samples is biased up), worst
 first by the larger of heddle / best baseline and heddle / best ablation, only losses (that
 ratio above ``LOSS_ABOVE``, the sweep's 2%), and never two that are the same finding
-(``heddle.sim.hunt.is_same_finding`` on their search makespans). An entry is named ``wide-``
+(``heddle.experiments.hunt.is_same_finding`` on their search makespans). An entry is named ``wide-``
 and the first 10 hex digits of the SHA-256 of its point, so adding the same cell twice finds it
 there.
 """
@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from heddle.sim.corpus import CorpusEntry, write_entry
-from heddle.sim.hunt import is_same_finding
-from heddle.sim.hunt_space import HuntPoint
-from heddle.sim.sweep_summary import LOSS_ABOVE
+from heddle.experiments.corpus import CorpusEntry, write_entry
+from heddle.experiments.hunt import is_same_finding
+from heddle.experiments.hunt_space import HuntPoint
+from heddle.experiments.sweep_summary import LOSS_ABOVE
 from heddle.workloads.history import history_kind
 from heddle.workloads.zoo_wide import WideParams
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from heddle.sim.hunt import Hunt, HuntFinding, ablation_ratios, worst_of_both
-from heddle.sim.sweep import CellResult
-from heddle.sim.sweep_summary import cell_ratios, ratio_stats
+from heddle.experiments.hunt import Hunt, HuntFinding, ablation_ratios, worst_of_both
+from heddle.experiments.sweep import CellResult
+from heddle.experiments.sweep_summary import cell_ratios, ratio_stats
 
 NUM_WORST = 5
 

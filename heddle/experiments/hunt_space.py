@@ -1,9 +1,9 @@
 """The hunter's search space (``heddle sim hunt``): a point is a workload of the zoo's ``wide``
 family (``heddle.workloads.zoo_wide``: turns, output lengths, tools, observations, contexts,
 prompts, groups), a seed, and the cluster it runs on: the model, 8-64 GPUs, 1-128 trajectories
-per GPU, a KV footprint / capacity ratio of 0.2-5 (``heddle.sim.kv_pressure``) and the history
-it is judged with (``heddle.workloads.history``: none, other prompts, the same prompts). Same
-point, same traces: a cell is its parameters and its seed.
+per GPU, a KV footprint / capacity ratio of 0.2-5 (``heddle.experiments.kv_pressure``) and the
+history it is judged with (``heddle.workloads.history``: none, other prompts, the same prompts).
+Same point, same traces: a cell is its parameters and its seed.
 
 Size: a point asks for ``trajectories_per_gpu * num_gpus`` trajectories, but a cell runs at
 most ``max_steps`` steps (the sweep's reason: a simulation's cost grows with its steps), so the
@@ -11,7 +11,7 @@ rollout is cut after the last whole trajectory within them. The density per GPU 
 batches and queues contend, so when the cut leaves too few trajectories for it, the cell runs on
 the GPU count of ``HUNT_GPU_COUNTS`` (at most the one asked) whose density is nearest the one
 asked (``gpus_for``); the GPUs and the density a cell ran at are reported with it
-(``heddle.sim.hunt_report``).
+(``heddle.experiments.hunt_report``).
 
 ``draw_point`` draws every dimension uniformly (log-uniformly where its range is log);
 ``mutate_point`` moves one to three dimensions of a point by a normal step of ``step`` of their
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from heddle.sim.sweep import SEED_NAMESPACE, Cell
+from heddle.experiments.cells import SEED_NAMESPACE, Cell
 from heddle.traces import TraceTrajectory
 from heddle.workloads.history import HISTORY_KINDS, HistoryKind, make_history
 from heddle.workloads.zoo import WIDE, LeafParams, zoo_family
@@ -40,7 +40,8 @@ TRAJECTORIES_PER_GPU = log_range(1, 128)
 KV_RATIOS = log_range(0.2, 5.0)
 HUNT_SEED_BASE = 2 * SEED_NAMESPACE
 """Hunt seeds are ``HUNT_SEED_BASE + hunt seed * 10**6 + k``: apart from the sweep's tuning
-seeds (below 2**40) and its held-out ones (odd namespaces, ``heddle.sim.sweep.SEED_NAMESPACE``)."""
+seeds (below 2**40) and its held-out ones (odd namespaces,
+``heddle.experiments.cells.SEED_NAMESPACE``)."""
 SEEDS_PER_HUNT = 10**6
 MAX_HUNT_SEED = SEED_NAMESPACE // SEEDS_PER_HUNT - 1
 """The largest hunt seed whose draws stay in the hunter's namespace."""

@@ -32,7 +32,8 @@ from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import ResourceProblem
 from heddle.sim.config import SimConfig
-from heddle.sim.run import make_simulation_predictor, simulate
+from heddle.sim.on_workers import make_simulation_predictor
+from heddle.sim.run import simulate
 from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 from heddle.workloads import (

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from heddle.control.resources import AgenticCostModel, representative_context
+from heddle.experiments.plan_validation import learnt_shape
 from heddle.policy.cost.model import TP_DEGREES
 from heddle.policy.resources.plan_choice import candidate_plans
 from heddle.policy.resources.problem import ResourceProblem
 from heddle.sim.config import SimConfig
-from heddle.sim.plan_validation import learnt_shape
 from heddle.sim.run import simulate
 from heddle.traces import TraceTrajectory
 

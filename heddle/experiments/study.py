@@ -1,7 +1,7 @@
 """The policy study: every system under every predictor on a set of workloads, side by side with
 the lower bounds, as markdown tables (the figures behind the policy's issue targets).
 
-    python -m heddle.sim.study --settings coding:1024:qwen3-32b,coding:256:qwen3-32b \\
+    python -m heddle.experiments.study --settings coding:1024:qwen3-32b,coding:256:qwen3-32b \\
         --predictors oracle,noisy_oracle,online --jobs 2
 
 Each setting is ``workload:trajectories:model`` on ``--gpus`` H200s, seed ``--seed``; learning
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from heddle.control.systems import system_spec
 from heddle.sim.config import SimConfig
-from heddle.sim.run import lower_bound_s, simulate
+from heddle.sim.on_workers import lower_bound_s
+from heddle.sim.run import simulate
 from heddle.workloads import generate
 
 DEFAULT_SYSTEMS = (

@@ -13,11 +13,11 @@ earlier sweep ran; decisions were made on them, including on the quarter once ca
 ``heldout`` are fresh cells whose draw seeds come from a namespace no run had used before
 (``HELDOUT_SEED_BASE``: never tune on them; when a decision has looked at them, bump
 ``HELDOUT_GENERATION`` and say so); ``corpus`` are the regression cases the hunter found
-(``heddle.sim.corpus``), each with its own history. The summary reports each split.
+(``heddle.experiments.corpus``), each with its own history. The summary reports each split.
 
 Size: a cell runs as many trajectories as it takes for ``steps_per_cell`` steps (whole GRPO
 groups, within ``[min, max]_trajectories``), since a simulation's cost grows with its steps; the
-KV pressure comes from scaling the cluster's KV (``heddle.sim.kv_pressure``), not from more
+KV pressure comes from scaling the cluster's KV (``heddle.experiments.kv_pressure``), not from more
 trajectories. A cell's ratio can end above its target (the unscaled cluster is already past it:
 web's page dumps) or below it (the floor that keeps the longest trajectory on a TP1 worker),
 so each cell reports the ratio it ran at. Its cost is in docs/benchmarks.md.
@@ -30,10 +30,10 @@ baselines on one sample beats an equal system on most draws; replication 0 is th
 sample.
 
 With ``text_signal`` both traces carry text (``with_family_text``); the context model comes
-from ``run_cell(context=...)``, built above this layer (``heddle.predictor.sim_context``).
+from ``run_cell(context=...)``, built above this layer (``heddle.experiments.sweep_context``).
 
-With ``reference`` each cell also runs the best-known reference (``heddle.sim.reference``: heddle
-with the oracle predictor on every TP plan), apart from the systems: it is never a baseline.
+With ``reference`` each cell also runs the best-known reference (``heddle.experiments.reference``:
+heddle with the oracle predictor on every TP plan), apart from the systems: it is never a baseline.
 """
 
 from __future__ import annotations
@@ -46,43 +46,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import TypeVar
 
 from heddle.control.systems import SYSTEMS
+from heddle.experiments.cells import (
+    HELDOUT_SEED_BASE,
+    SPLITS,
+    Cell,
+    CellSplit,
+    Split,
+)
+from heddle.experiments.corpus import CORPUS_DIR, corpus_cells
+from heddle.experiments.kv_pressure import KvPressure, kv_pressure, scaled_config
+from heddle.experiments.reference import Reference, best_known
+from heddle.experiments.sweep_pool import run_in_pool
 from heddle.policy.prediction import ContextAnswer
 from heddle.sim.config import SimConfig
-from heddle.sim.kv_pressure import KvPressure, kv_pressure, scaled_config
-from heddle.sim.reference import Reference, best_known
 from heddle.sim.results import SimResult
 from heddle.sim.run import simulate
-from heddle.sim.sweep_pool import run_in_pool
 from heddle.traces import TraceTrajectory
 from heddle.workloads.history import DEFAULT_HISTORY, HISTORY_KINDS, HistoryKind, make_history
 from heddle.workloads.zoo import BROAD_FAMILIES, with_family_text, zoo_family
 
-CellSplit = Literal["tuning", "heldout", "corpus"]
-Split = Literal["tuning", "heldout", "corpus", "all"]
-SPLITS: tuple[Split, ...] = ("tuning", "heldout", "corpus", "all")
 _DRAW_SEEDS_PER_BASE_SEED = 100_000
-HELDOUT_GENERATION = 1
-"""Bumped whenever a decision (a rule, a threshold, a default) has been made by looking at the
-held-out cells: their draw seeds then move to a namespace never run before."""
-SEED_NAMESPACE = 1 << 40
-"""Draw seeds come in namespaces this wide: the tuning seeds stay below it, held-out generation
-``g`` takes the ``2g - 1``-th (odd multiples), the hunter the even ones
-(``heddle.sim.hunt_space.HUNT_SEED_BASE``): a bump never lands on cells the hunter ran."""
-
-
-def heldout_seed_base(generation: int) -> int:
-    """The first held-out draw seed of ``generation`` (>= 1)."""
-    if generation < 1:
-        raise ValueError(f"held-out generations start at 1, got {generation}")
-    return (2 * generation - 1) * SEED_NAMESPACE
-
-
-HELDOUT_SEED_BASE = heldout_seed_base(HELDOUT_GENERATION)
-"""Held-out draw seeds are ``HELDOUT_SEED_BASE + seed * 100000 + k``: no sweep, probe or
-decision before generation 1 (this commit's) ran one; the tuning seeds stay below 2**40."""
 _SIM_DEFAULTS = SimConfig()
 _MAX_CELLS = 10_000  # either split then fits in one base seed's draw seeds
 _R = TypeVar("_R")
@@ -96,7 +82,7 @@ class SweepConfig:
     models: tuple[str, ...] = ("qwen3-8b", "qwen3-32b")
     gpu_counts: tuple[int, ...] = (8, 16, 64)
     kv_ratios: tuple[float, ...] = (0.5, 2.0)
-    """Target footprint / capacity ratios (``heddle.sim.kv_pressure``)."""
+    """Target footprint / capacity ratios (``heddle.experiments.kv_pressure``)."""
     num_cells: int = 40
     """Tuning cells (the grid every earlier sweep ran)."""
     num_heldout_cells: int = 10
@@ -105,7 +91,7 @@ class SweepConfig:
     """The histories each zoo cell is judged with (``heddle.workloads.history``); a corpus
     cell keeps its own."""
     with_corpus: bool = True
-    """Whether the corpus' cells (``heddle.sim.corpus``) run beside the zoo's."""
+    """Whether the corpus' cells (``heddle.experiments.corpus``) run beside the zoo's."""
     corpus_dir: str = ""
     """The corpus' folder (empty: the one in the package)."""
     seed: int = 0
@@ -126,7 +112,7 @@ class SweepConfig:
     replications: int = 1
     """Epochs of each cell's workload every system runs (makespans averaged over them)."""
     reference: bool = False
-    """Also run the best-known reference on each replication (``heddle.sim.reference``)."""
+    """Also run the best-known reference on each replication (``heddle.experiments.reference``)."""
 
     def __post_init__(self) -> None:
         for name in ("num_cells", "num_heldout_cells"):
@@ -149,30 +135,6 @@ class SweepConfig:
                 raise ValueError(f"{name} must not be empty")
         for family in self.families:
             zoo_family(family)
-
-
-class CellSource(Protocol):
-    """Where a cell's traces come from when they are not a zoo draw (the hunter's cells, the
-    corpus): a frozen, picklable value."""
-
-    def traces(
-        self, cell: Cell, replication: int
-    ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    index: int
-    family: str
-    draw_seed: int
-    model: str
-    num_gpus: int
-    kv_ratio: float
-    """The target KV ratio."""
-    split: CellSplit = "tuning"
-    history: HistoryKind = DEFAULT_HISTORY
-    source: CellSource | None = None
-    """Its traces, when not the zoo family's draw of ``draw_seed``."""
 
 
 def sweep_cells(config: SweepConfig) -> list[Cell]:
@@ -219,8 +181,6 @@ def _grid_cells(
 
 
 def _corpus_cells(config: SweepConfig, first_index: int) -> list[Cell]:
-    from heddle.sim.corpus import CORPUS_DIR, corpus_cells  # it builds on Cell
-
     return corpus_cells(Path(config.corpus_dir) if config.corpus_dir else CORPUS_DIR, first_index)
 
 

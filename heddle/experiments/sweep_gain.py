@@ -2,7 +2,7 @@
 --json`` documents of the same cells (one per predictor), and per family the system's makespan
 with the second predictor over its makespan with the first.
 
-    python -m heddle.sim.sweep_gain online.json context.json [--system heddle]
+    python -m heddle.experiments.sweep_gain online.json context.json [--system heddle]
 
 prints one JSON object: per family, the cells (index, ratio), the geometric mean, the best
 (least) and the worst (largest) ratio, and the cells' wall seconds under each predictor.

@@ -1,11 +1,11 @@
 """The plan estimate over the zoo: estimate vs simulated makespan per TP plan and cell
 (``heddle sim sweep --plans``).
 
-Per cell of ``heddle.sim.sweep`` (the same traces, engine model, predictor and KV scaling as the
-system sweep): every candidate plan of the resource planner
+Per cell of ``heddle.experiments.sweep`` (the same traces, engine model, predictor and KV scaling as
+the system sweep): every candidate plan of the resource planner
 (``heddle.policy.resources.plan_choice``) with its estimate and its makespan simulated under the
-Heddle bundle on those fixed workers (``heddle.sim.plan_validation``), and Heddle's own run, which
-picks its plan end to end (the estimate, then the check of candidates on the history in
+Heddle bundle on those fixed workers (``heddle.experiments.plan_validation``), and Heddle's own run,
+which picks its plan end to end (the estimate, then the check of candidates on the history in
 ``heddle.sim.planning``). Over cells: the spread of estimate / simulated, the median rank
 correlation of the two, and Heddle's pick against the best simulated candidate and the best
 homogeneous plan.
@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from heddle.sim.plan_validation import Validation, validate_trace
+from heddle.experiments.cells import Cell
+from heddle.experiments.plan_validation import Validation, validate_trace
+from heddle.experiments.sweep import SweepConfig, cell_sim_config, cell_traces, map_cells
+from heddle.experiments.sweep_report import format_stats as _stats
+from heddle.experiments.sweep_summary import LOSS_ABOVE, RatioStats, ratio_stats
 from heddle.sim.run import simulate
-from heddle.sim.sweep import Cell, SweepConfig, cell_sim_config, cell_traces, map_cells
-from heddle.sim.sweep_report import format_stats as _stats
-from heddle.sim.sweep_summary import LOSS_ABOVE, RatioStats, ratio_stats
 
 
 @dataclass(frozen=True, slots=True)

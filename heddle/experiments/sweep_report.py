@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from heddle.sim.sweep import CellResult, SweepConfig
-from heddle.sim.sweep_summary import (
+from heddle.experiments.sweep import CellResult, SweepConfig
+from heddle.experiments.sweep_summary import (
     HEDDLE,
     RatioStats,
     SplitSummary,
@@ -126,7 +126,7 @@ def markdown_report(
             f"{config.replications} replication(s) "
             "(makespans are means over them). KV ratio: the trajectories' summed final "
             "contexts over the cluster's KV (scaled down to reach the target; see "
-            "`heddle.sim.kv_pressure`).",
+            "`heddle.experiments.kv_pressure`).",
             "",
         ]
     summaries = (

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from heddle.control.systems import SYSTEMS
-from heddle.sim.sweep import CellResult, SweepConfig, SystemRun
+from heddle.experiments.sweep import CellResult, SweepConfig, SystemRun
 from heddle.workloads.history import HistoryKind
 
 HEDDLE = "heddle"
@@ -47,7 +47,7 @@ class CellRatios:
     heddle_over_best_baseline_by_replication: list[float] = field(default_factory=list)
     """Per replication, heddle over that replication's fastest baseline (empty with one)."""
     heddle_over_reference: float | None = None
-    """heddle over the best-known reference (``heddle.sim.reference``; None: not run): what
+    """heddle over the best-known reference (``heddle.experiments.reference``; None: not run): what
     prediction and plan choice cost it. Times ``reference_over_lb`` (what scheduling leaves)
     it is heddle's makespan over the lower bound."""
     reference_over_lb: float | None = None

@@ -54,7 +54,7 @@ Cost models without ``decode_floor_terms`` get the weaker per-step bound ``d_s *
 decode_step_s(1, c_s)`` and only the second work term. Batch sizes are enumerated exactly up
 to ``MAX_ENUMERATED_BATCH``; beyond it the per-token minimum is taken as 0 (still a bound).
 
-For the simulator (``heddle.sim.run.lower_bound_s``) the engine model's own sharing is valid
+For the simulator (``heddle.sim.on_workers.lower_bound_s``) the engine model's own sharing is valid
 (``group`` for ``sglang``, ``none`` for ``torch``), and its engines stall decoding while they
 prefill.
 """

@@ -9,8 +9,10 @@ tool seconds.
   from the event stream (``--from-stream``);
 * ``service``: ``heddle predictor serve``, the model as a NATS micro service; ``wire``: its
   requests and replies;
-* ``metrics``: the paper's predictor figures (Fig. 13) over arrays of predictions;
-* ``sim_context``: the context model in ``heddle sim sweep --predictor context``.
+* ``metrics``: the paper's predictor figures (Fig. 13) over arrays of predictions.
+
+The context model in ``heddle sim sweep --predictor context`` is an experiment's
+(``heddle.experiments.sweep_context``).
 
 torch and transformers are imported by the modules that need them, not here.
 """

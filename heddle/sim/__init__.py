@@ -4,36 +4,30 @@ simulated data plane of batching-model workers, elastic tools and KV transfers.
     >>> from heddle.sim import SimConfig, simulate
     >>> result = simulate(trace, "heddle", SimConfig(model="qwen3-32b", num_gpus=16))
 
-Modules: ``run`` (``simulate``: one rollout of a trace under one system bundle), ``simulator`` (the
-event loop: deciders and data plane on a virtual clock), ``command_delays`` (when a command the
-control plane sends arrives), ``timers`` (the call-backs the data plane asks for), ``config``
-(``SimConfig``: cluster, predictor, transfers, tools), ``dataplane`` (the simulated data plane),
-``sim_worker`` (a simulated worker: a batching model and its generation jobs), ``tool_pool``
-(elastic warm tool executors with cold starts), ``kv_moves`` (how a migrating context reaches its
-target), ``weight_loads`` (weight loads and the staleness bound), ``reshards`` (workers retiring and
-relaunching at a higher TP degree), ``facts`` (the events the data plane publishes),
-``trajectories`` (a simulated trajectory), ``accounting`` (where its time went, column by column),
-``results`` (what a simulated rollout reports), ``planning`` (choosing TP degrees, a baseline's
-concurrency cap and heddle's admission, checked on the history), ``caps`` (the caps a baseline's
-check tries), ``admission_choice`` (the admission settings a KV-admitting bundle's check tries),
-``profile`` (simulating each worker group on its own), ``plan_validation`` (plan estimate against
-simulated makespan), ``async_steps`` (the training loop: stop-the-world against partial rollout),
-``study`` (every system under every predictor, as markdown tables), ``sweep`` (``heddle sim sweep``:
-every system over the workload zoo) with ``sweep_pool`` (running cells in worker processes),
-``sweep_summary`` (ratios per cell and their summary), ``sweep_report`` (markdown report and
-figure), ``sweep_plans`` (``--plans``: every TP plan per cell), ``sweep_gain`` (one predictor's gain
-over another, family by family), ``kv_pressure`` (a cell's KV oversubscription, and a cluster scaled
-to reach one) and ``reference`` (the best-known reference, reported apart from the systems);
-``hunt`` (``heddle sim hunt``: a search for the cells where heddle loses most) with ``hunt_space``
-(its points: a workload, a seed, a cluster), ``hunt_report`` (its JSON and table) and
-``hunt_corpus`` (its worst cells into the corpus); ``corpus`` (the regression corpus the sweep runs
-beside the zoo).
+Modules: ``run`` (``simulate``: one rollout of a trace under one system bundle, its workers
+planned), ``on_workers`` (the same on given workers: the bundle's control plane and predictor,
+the run and its lower bound), ``simulator`` (the event loop: deciders and data plane on a virtual
+clock), ``command_delays`` (when a command the control plane sends arrives), ``timers`` (the
+call-backs the data plane asks for), ``config`` (``SimConfig``: cluster, predictor, transfers,
+tools), ``dataplane`` (the simulated data plane), ``sim_worker`` (a simulated worker: a batching
+model and its generation jobs), ``tool_pool`` (elastic warm tool executors with cold starts),
+``kv_moves`` (how a migrating context reaches its target), ``weight_loads`` (weight loads and the
+staleness bound), ``reshards`` (workers retiring and relaunching at a higher TP degree), ``facts``
+(the events the data plane publishes), ``trajectories`` (a simulated trajectory), ``accounting``
+(where its time went, column by column), ``results`` (what a simulated rollout reports),
+``planning`` (choosing TP degrees, a baseline's concurrency cap and heddle's admission, checked on
+the history), ``caps`` (the caps a baseline's check tries), ``admission_choice`` (the admission
+settings a KV-admitting bundle's check tries) and ``profile`` (simulating each worker group on its
+own).
+
+Sweeps, studies, the hunter and the corpus run the simulator from above (``heddle.experiments``).
 """
 
 from heddle.sim.config import SimConfig
+from heddle.sim.on_workers import lower_bound_s, make_simulation_predictor
 from heddle.sim.planning import choose_workers, plan_workers
 from heddle.sim.results import Breakdown, SimResult
-from heddle.sim.run import lower_bound_s, make_simulation_predictor, simulate
+from heddle.sim.run import simulate
 from heddle.sim.simulator import Run, SimulationError, Simulator
 from heddle.sim.trajectories import build_trajectories
 

@@ -60,6 +60,7 @@ from heddle.policy.resources.problem import canonical
 from heddle.sim.admission_choice import DEFAULT_OVERCOMMIT, admission_settings
 from heddle.sim.caps import cap_candidates
 from heddle.sim.config import SimConfig
+from heddle.sim.on_workers import cross_fitted, simulate_on_workers
 from heddle.sim.profile import plan_makespan_s
 from heddle.sim.results import SimResult
 from heddle.sim.trajectories import build_trajectories
@@ -225,21 +226,19 @@ def full_check_runs(
     options: Sequence[Plan],
 ) -> list[SimResult]:
     """The bundle's simulated rollout of the history on each option, a predicting bundle's
-    predictor cross-fitted on that history (``heddle.sim.run.cross_fitted``: fitted in-sample,
-    it would rank the history better than it ranks a new rollout; the context model is not
-    asked, the online model stands in)."""
-    from heddle.sim.run import cross_fitted, simulate  # run builds on this module
-
+    predictor cross-fitted on that history (``heddle.sim.on_workers.cross_fitted``: fitted
+    in-sample, it would rank the history better than it ranks a new rollout; the context model
+    is not asked, the online model stands in)."""
     if config.predictor == CONTEXT_PREDICTOR:
         config = replace(config, predictor="online")
     fitted = cross_fitted(history, config) if spec.uses_predictions else None
     return [
-        simulate(
+        simulate_on_workers(
             history,
             spec,
             config,
+            list(option.tp_degrees),
             history=history,
-            tp_degrees=list(option.tp_degrees),
             predictor=copy.deepcopy(fitted),
             concurrency_cap=option.concurrency_cap,
             overcommit=option.overcommit,

@@ -4,43 +4,23 @@ Steps: build the bundle's predictor (fitted on ``history``: completed trajectori
 rollouts, for the predictors that learn), plan the workers' TP degrees (``annealed`` on the first
 predictions for Heddle; homogeneous otherwise, degree 0 picking the best homogeneous degree on
 the true lengths, which is generous to the baselines) and a baseline's concurrency cap, checked
-on the history (``heddle.sim.planning``), build the control plane, run the simulator, and report
-against the lower bound of ``heddle.policy.lower_bound``.
+on the history (``heddle.sim.planning``), then build the control plane, run the simulator and
+report against the lower bound (``heddle.sim.on_workers``, which the planner's check runs too).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
-from heddle.control.control_plane import (
-    CapSetting,
-    ControlOptions,
-    ControlPlane,
-    build_control_plane,
-)
-from heddle.control.placement import AdmissionConfig
-from heddle.control.reshard import ReshardConfig
+from heddle.control.control_plane import CapSetting, ControlPlane
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
-from heddle.policy.cost.model import TP_DEGREES
-from heddle.policy.lower_bound import makespan_lower_bound
-from heddle.policy.prediction import (
-    CONTEXT_PREDICTOR,
-    ContextAnswer,
-    Predictor,
-    PredictorOptions,
-    TimedContextPredictor,
-    fit,
-    make_predictor,
-)
-from heddle.policy.prediction.cross_fit import cross_fit
-from heddle.sim.caps import effective_cap
+from heddle.policy.prediction import ContextAnswer, Predictor
 from heddle.sim.config import SimConfig
-from heddle.sim.results import SimResult, summarise
+from heddle.sim.on_workers import bundle_predictor, control_on_workers, run_control
+from heddle.sim.planning import choose_plan
+from heddle.sim.results import SimResult
 from heddle.sim.simulator import Progress as ProgressCallback
-from heddle.sim.simulator import Simulator
-from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 
 
@@ -69,10 +49,7 @@ def simulate(
     control, tp_degrees = control_for(
         trace, spec, config, history, tp_degrees, context, predictor, concurrency_cap, overcommit
     )
-    run = Simulator(trace, control, tp_degrees, config).run(progress)
-    result = summarise(spec.name, run, list(tp_degrees), lower_bound_s(trace, config))
-    cap = effective_cap(spec, control.concurrency_cap, len(tp_degrees), trace)
-    return replace(result, concurrency_cap=cap, admission=control.admission or None)
+    return run_control(trace, spec, config, control, tp_degrees, progress)
 
 
 def control_for(
@@ -89,102 +66,15 @@ def control_for(
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
     workers (``tp_degrees`` when given, else the bundle's plan checked on the history);
     ``context``, ``predictor``, ``concurrency_cap`` and ``overcommit`` as for ``simulate``."""
-    if not spec.uses_predictions:
-        predictor = None
-    elif predictor is None:
-        predictor = make_simulation_predictor(trace, config, history, context)
+    predictor = bundle_predictor(trace, spec, config, history, context, predictor)
     rates = HistoryRates.of(history)
-    ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
     if tp_degrees is None:
-        from heddle.sim.planning import choose_plan  # it builds on plan_workers below
-
+        ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
         plan = choose_plan(trace, spec, config, predictor, history, ratio, tool_rate)
         tp_degrees = list(plan.tp_degrees)
         if concurrency_cap is None:
             concurrency_cap = plan.concurrency_cap
         if overcommit is None:
             overcommit = plan.overcommit
-    admission = AdmissionConfig()
-    if overcommit is not None:
-        admission = AdmissionConfig(overcommit=overcommit)
-    options = ControlOptions(
-        cost_for_tp=config.cost_for_tp,
-        predictor=predictor,
-        seed=config.seed,
-        engine_model=config.engine_model,
-        observation_ratio=ratio,
-        tool_s_per_token=tool_rate,
-        tool_call_s=rates.tool_call_s,
-        weight_load_s_for_tp=config.weight_load_s_for_tp,
-        reshard=ReshardConfig(restart_s=config.engine_restart_s),
-        concurrency_cap=concurrency_cap if concurrency_cap is not None else "default",
-        admission=admission,
-    )
-    return build_control_plane(spec, options), list(tp_degrees)
-
-
-def make_simulation_predictor(
-    trace: Sequence[TraceTrajectory],
-    config: SimConfig,
-    history: Sequence[TraceTrajectory] = (),
-    context: ContextAnswer | None = None,
-) -> Predictor:
-    """The configured predictor; the oracles know the trace under the simulator's ids. The
-    context model (``context``) answers when its answer, ``config.predictor_latency_ms`` after
-    the tool call, comes before the call returns; the online model (fitted on ``history``)
-    answers otherwise."""
-    ids = list(build_trajectories(trace))
-    prior = sum(t.num_output_tokens for t in history) / len(history) if history else 8192.0
-    options = PredictorOptions(
-        seed=config.seed,
-        sigma=config.predictor_sigma,
-        sigma_decay=config.predictor_sigma_decay,
-        sigma_floor=config.predictor_sigma_floor,
-        step_correlation=config.predictor_step_correlation,
-        trace=dict(zip(ids, trace, strict=True)),
-        prior_total_tokens=prior,
-    )
-    if config.predictor != CONTEXT_PREDICTOR:
-        return fit(make_predictor(config.predictor, options), history)
-    if context is None:
-        raise ValueError("the context predictor needs the model: simulate(..., context=...)")
-    by_id = options.trace
-
-    def tool_duration(traj_id: str, step: int) -> float:
-        return by_id[traj_id].steps[step].tool_s
-
-    fallback = fit(make_predictor("online", options), history)
-    latency_s = config.predictor_latency_ms / 1000
-    return TimedContextPredictor(fallback, context, latency_s, tool_duration)
-
-
-def cross_fitted(trace: Sequence[TraceTrajectory], config: SimConfig) -> Predictor:
-    """The configured predictor for a simulation of ``trace`` by a check that has nothing else
-    to learn from: cross-fitted on ``trace`` itself (``heddle.policy.prediction.cross_fit``),
-    so it never predicts a trajectory it observed. Not for the context model."""
-    return cross_fit(
-        trace,
-        list(build_trajectories(trace)),
-        lambda learned_from: make_simulation_predictor(trace, config, learned_from),
-    )
-
-
-def lower_bound_s(
-    trace: Sequence[TraceTrajectory], config: SimConfig, *, kv_aware: bool = True
-) -> float:
-    """The makespan no policy of this simulator can beat (``heddle.policy.lower_bound``), with
-    the options its engines allow: the engine model's prompt sharing (a group's prompt held and
-    prefilled once by SGLang's radix cache, a copy per trajectory in the torch engine), prefill
-    that stalls decoding and the engines' running cap. ``kv_aware=False``: the same bound
-    without its KV term (the compute-only bound, for comparison)."""
-    models = {tp: config.cost_for_tp(tp) for tp in TP_DEGREES if tp <= config.num_gpus}
-    bound = makespan_lower_bound(
-        trace,
-        config.num_gpus,
-        models,
-        prompt_sharing=config.engine.prompt_sharing,
-        overlapped_prefill=False,
-        kv_aware=kv_aware,
-        max_batch=config.max_running,
-    )
-    return bound.makespan_s
+    control = control_on_workers(spec, config, rates, predictor, concurrency_cap, overcommit)
+    return control, list(tp_degrees)

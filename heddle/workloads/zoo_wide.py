@@ -1,5 +1,5 @@
 """The zoo's ``wide`` family: one parameter record whose ranges span every workload dimension of
-issue 36's hunter (``heddle.sim.hunt``), far past the realistic families' ranges
+issue 36's hunter (``heddle.experiments.hunt``), far past the realistic families' ranges
 (``heddle.workloads.zoo_params``), so a search can reach the workloads where a scheduler loses.
 
 Every field is drawn from its ``Range`` like the other families' (``zoo_ranges.draw_params``);

@@ -19,7 +19,8 @@ from heddle.bench.reshard import (
 )
 from heddle.cli.apps import app
 from heddle.errors import UserError
-from heddle.sim.sweep import Cell, SweepConfig
+from heddle.experiments.cells import Cell
+from heddle.experiments.sweep import SweepConfig
 
 SMALL = SweepConfig(families=("math",), num_cells=1, steps_per_cell=200, min_trajectories=16)
 

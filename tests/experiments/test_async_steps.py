@@ -1,4 +1,4 @@
-"""The simulated training loop (``heddle.sim.async_steps``): stop-the-world is S sequential
+"""The simulated training loop (``heddle.experiments.async_steps``): stop-the-world is S sequential
 rollouts plus S trainer times, partial rollout overlaps them within the staleness bound, and
 weight loads pause the workers and drop their caches (``heddle.sim.weight_loads``)."""
 
@@ -14,8 +14,8 @@ from sim_traces import trajectory
 
 from heddle.control.systems import system_spec
 from heddle.events import Completed, Failed, Generated, Migrated, WeightsLoaded
+from heddle.experiments.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.sim import SimConfig, simulate
-from heddle.sim.async_steps import LoopReport, TrainerTime, simulate_loop
 from heddle.sim.run import control_for
 from heddle.sim.simulator import Run, Simulator
 from heddle.sim.weight_loads import WeightPlan

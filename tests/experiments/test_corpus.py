@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from heddle.sim.corpus import (
+from heddle.experiments.corpus import (
     CELL_FILE,
     CORPUS_DIR,
     HISTORY_FILE,
@@ -21,13 +21,13 @@ from heddle.sim.corpus import (
     read_entry,
     write_entry,
 )
-from heddle.sim.hunt import HuntFinding
-from heddle.sim.hunt_corpus import add_to_corpus, confirmed_losses, entry_name, point_of
-from heddle.sim.hunt_report import finding_record
-from heddle.sim.hunt_space import HuntPoint, draw_point, hunt_seed
-from heddle.sim.kv_pressure import KvPressure
-from heddle.sim.sweep import CellResult, SweepConfig, cell_traces, run_sweep, sweep_cells
-from heddle.sim.sweep_summary import summarise_sweep
+from heddle.experiments.hunt import HuntFinding
+from heddle.experiments.hunt_corpus import add_to_corpus, confirmed_losses, entry_name, point_of
+from heddle.experiments.hunt_report import finding_record
+from heddle.experiments.hunt_space import HuntPoint, draw_point, hunt_seed
+from heddle.experiments.kv_pressure import KvPressure
+from heddle.experiments.sweep import CellResult, SweepConfig, cell_traces, run_sweep, sweep_cells
+from heddle.experiments.sweep_summary import summarise_sweep
 from heddle.traces import read_trace
 
 MAX_STEPS = 60

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.sim.hunt import (
+from heddle.experiments.cells import HELDOUT_SEED_BASE, SEED_NAMESPACE, heldout_seed_base
+from heddle.experiments.hunt import (
     Hunt,
     HuntConfig,
     HuntFinding,
@@ -21,8 +22,8 @@ from heddle.sim.hunt import (
     run_hunt,
     worst_of_both,
 )
-from heddle.sim.hunt_report import hunt_document, hunt_markdown
-from heddle.sim.hunt_space import (
+from heddle.experiments.hunt_report import hunt_document, hunt_markdown
+from heddle.experiments.hunt_space import (
     HUNT_GPU_COUNTS,
     HUNT_MODELS,
     HUNT_SEED_BASE,
@@ -38,14 +39,8 @@ from heddle.sim.hunt_space import (
     mutate_point,
     within_steps,
 )
-from heddle.sim.kv_pressure import KvPressure
-from heddle.sim.sweep import (
-    HELDOUT_SEED_BASE,
-    SEED_NAMESPACE,
-    CellResult,
-    SystemRun,
-    heldout_seed_base,
-)
+from heddle.experiments.kv_pressure import KvPressure
+from heddle.experiments.sweep import CellResult, SystemRun
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.history import HISTORY_KINDS
 from heddle.workloads.zoo import zoo_family

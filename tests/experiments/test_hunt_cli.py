@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from heddle.cli import app
 from heddle.errors import UserError
-from heddle.sim.corpus import read_corpus
+from heddle.experiments.corpus import read_corpus
 
 TINY = ["--budget", "2", "--max-steps", "30", "--confirm", "2", "--confirm-replications", "2"]
 TINY += ["--systems", "heddle,verl,heddle-no-sched", "--jobs", "1"]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from heddle.experiments.plan_validation import SWE_LIKE, learnt_shape, spearman, validate
 from heddle.sim.config import SimConfig
-from heddle.sim.plan_validation import SWE_LIKE, learnt_shape, spearman, validate
 from heddle.workloads import generate_from_spec
 
 

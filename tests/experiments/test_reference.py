@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.control.systems import SYSTEMS
+from heddle.experiments.reference import best_known, every_plan, reference_plans
 from heddle.sim import SimConfig, simulate
-from heddle.sim.reference import best_known, every_plan, reference_plans
 from heddle.workloads import generate
 
 

@@ -1,10 +1,11 @@
-"""The policy study (``python -m heddle.sim.study``): the runs it plans and the tables it prints."""
+"""The policy study (``python -m heddle.experiments.study``): the runs it plans and the tables it
+prints."""
 
 from __future__ import annotations
 
 import pytest
 
-from heddle.sim.study import Setting, main, plan
+from heddle.experiments.study import Setting, main, plan
 
 
 def test_systems_without_predictions_run_once_per_setting() -> None:

@@ -12,17 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.sim import SimConfig, simulate
-from heddle.sim.kv_pressure import (
+from heddle.experiments.cells import HELDOUT_SEED_BASE, Cell
+from heddle.experiments.kv_pressure import (
     FIT_MARGIN,
     KvPressure,
     cluster_kv_tokens,
     kv_pressure,
     scaled_config,
 )
-from heddle.sim.sweep import (
-    HELDOUT_SEED_BASE,
-    Cell,
+from heddle.experiments.sweep import (
     CellResult,
     SweepConfig,
     SystemRun,
@@ -31,8 +29,14 @@ from heddle.sim.sweep import (
     run_sweep,
     sweep_cells,
 )
-from heddle.sim.sweep_report import markdown_report
-from heddle.sim.sweep_summary import cell_ratios, ratio_stats, summarise_sweep, sweep_document
+from heddle.experiments.sweep_report import markdown_report
+from heddle.experiments.sweep_summary import (
+    cell_ratios,
+    ratio_stats,
+    summarise_sweep,
+    sweep_document,
+)
+from heddle.sim import SimConfig, simulate
 from heddle.workloads import generate
 from heddle.workloads.zoo import ZOO
 

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from heddle.cli import app
 from heddle.errors import UserError
-from heddle.sim.corpus import write_entry
-from heddle.sim.hunt_corpus import entry_name
-from heddle.sim.hunt_space import draw_point, hunt_seed
+from heddle.experiments.corpus import write_entry
+from heddle.experiments.hunt_corpus import entry_name
+from heddle.experiments.hunt_space import draw_point, hunt_seed
 
 HEDDLE = [sys.executable, "-c", "from heddle.cli import main; main()"]
 TINY = ["--families", "math", "--models", "8b", "--gpus", "4", "--cells", "2"]

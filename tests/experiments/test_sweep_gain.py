@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from heddle.sim.sweep_gain import main, predictor_gain
+from heddle.experiments.sweep_gain import main, predictor_gain
 
 
 def cell(index: int, family: str, makespans: dict[str, float], wall_s: float) -> dict[str, Any]:

@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from heddle.sim.plan_validation import PlanRow, Validation
-from heddle.sim.sweep import Cell, SweepConfig
-from heddle.sim.sweep_plans import (
+from heddle.experiments.cells import Cell
+from heddle.experiments.plan_validation import PlanRow, Validation
+from heddle.experiments.sweep import SweepConfig
+from heddle.experiments.sweep_plans import (
     CellPlans,
     plan_label,
     plan_markdown,

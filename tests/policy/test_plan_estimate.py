@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from heddle.control.resources import AgenticCostModel, plan_tp_degrees
+from heddle.experiments.kv_pressure import ScaledKvCostModel
 from heddle.policy.cost.model import AnalyticCostModel, preset
 from heddle.policy.resources.plan_choice import candidate_plans, choose_plan
 from heddle.policy.resources.plan_estimate import AgentShape, plan_makespan_s, worker_makespan_s
 from heddle.policy.resources.problem import ResourceProblem, fixed_configuration
-from heddle.sim.kv_pressure import ScaledKvCostModel
 
 COST = preset("qwen3-32b", "h200", 2)
 

@@ -18,6 +18,7 @@ from heddle.control.placement import (
     TrajectoryCap,
 )
 from heddle.control.systems import SYSTEMS, system_spec
+from heddle.experiments.kv_pressure import scaled_config
 from heddle.sim import SimConfig, planning, simulate
 from heddle.sim.admission_choice import (
     DEFAULT_OVERCOMMIT,
@@ -27,9 +28,8 @@ from heddle.sim.admission_choice import (
     admission_settings,
 )
 from heddle.sim.caps import cap_candidates, effective_cap
-from heddle.sim.kv_pressure import scaled_config
+from heddle.sim.on_workers import make_simulation_predictor
 from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_plan, full_check_makespans
-from heddle.sim.run import make_simulation_predictor
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"

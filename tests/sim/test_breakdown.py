@@ -18,10 +18,10 @@ from trace_strategies import grouped_rollouts
 from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS, system_spec
 from heddle.events import Event, Migrated, TrajectoryPlaced
+from heddle.experiments.kv_pressure import scaled_config
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.sim import SimConfig, Simulator, simulate
 from heddle.sim.accounting import COLUMN_KEYS, Column
-from heddle.sim.kv_pressure import scaled_config
 from heddle.sim.results import Breakdown
 from heddle.sim.run import control_for
 from heddle.sim.weight_loads import WeightPlan

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 import pytest
 
-import heddle.sim.run as sim_run
+import heddle.sim.on_workers as on_workers
+from heddle.experiments.sweep import SweepConfig, run_sweep
 from heddle.policy.prediction import Outcome, Predictor, Progress, predict_tool_s
 from heddle.sim import SimConfig, simulate
 from heddle.sim.results import SimResult
-from heddle.sim.sweep import SweepConfig, run_sweep
 from heddle.traces import TraceTrajectory
 from heddle.workloads.text import TEXT_KINDS, text_kind_of
 from heddle.workloads.zoo import with_family_text, zoo_family
@@ -114,17 +114,17 @@ def test_with_no_latency_the_run_is_the_plain_context_run(
     assert reader.texts and all(plan for plan, _ in reader.texts)
     assert any(tool for _, tool in reader.texts)
     plain_reader = TextReader()
-    configured = sim_run.make_simulation_predictor
+    configured = on_workers.make_simulation_predictor
 
     def always_context(
         simulated: Sequence[TraceTrajectory], config: SimConfig, *args: object
     ) -> Predictor:
         if simulated is not trace:  # the plan check's runs on the history ask the online model
             return configured(simulated, config, *args)  # type: ignore[arg-type]
-        fallback = sim_run.fit(sim_run.make_predictor("online"), history)
+        fallback = on_workers.fit(on_workers.make_predictor("online"), history)
         return AlwaysContext(fallback, plain_reader)
 
-    monkeypatch.setattr(sim_run, "make_simulation_predictor", always_context)
+    monkeypatch.setattr(on_workers, "make_simulation_predictor", always_context)
     plain = simulate(trace, "heddle", CONFIG, history=history)
     assert set(plain_reader.texts) == set(reader.texts)  # it asks twice per prediction
     assert fingerprint(timed) == fingerprint(plain)
@@ -195,6 +195,6 @@ def test_a_sweep_cell_runs_the_context_model_it_is_given() -> None:
 
 
 def _run(cell, config, context):  # type: ignore[no-untyped-def]
-    from heddle.sim.sweep import run_cell
+    from heddle.experiments.sweep import run_cell
 
     return run_cell(cell, config, context=context)

@@ -1,7 +1,8 @@
 """No system's makespan falls under the lower bound, on grouped traces (GRPO groups of 1-16
 sharing a prompt), on every engine model and under KV pressure from none to heavy: the bound of
-``heddle.sim.run.lower_bound_s`` against a simulation of every registered system, ThunderAgent's
-program gate and the baselines' concurrency caps (``heddle.sim.caps``, drawn tight) included."""
+``heddle.sim.on_workers.lower_bound_s`` against a simulation of every registered system,
+ThunderAgent's program gate and the baselines' concurrency caps (``heddle.sim.caps``, drawn tight)
+included."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from trace_strategies import grouped_rollouts
 
 from heddle.control.control_plane import CapSetting
 from heddle.control.systems import SYSTEMS
+from heddle.experiments.kv_pressure import scaled_config
 from heddle.policy.engine_models import ENGINE_MODELS
 from heddle.sim import SimConfig, simulate
-from heddle.sim.kv_pressure import scaled_config
-from heddle.sim.run import lower_bound_s
+from heddle.sim.on_workers import lower_bound_s
 from heddle.traces import TraceStep, TraceTrajectory
 
 MODEL = "qwen3-8b"

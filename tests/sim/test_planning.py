@@ -16,6 +16,7 @@ from heddle.ids import trajectory_id
 from heddle.policy.batching import BatchingConfig
 from heddle.policy.prediction import Progress
 from heddle.sim import SimConfig, SimResult, make_simulation_predictor, plan_workers, planning
+from heddle.sim.on_workers import cross_fitted
 from heddle.sim.planning import (
     SHORTLIST_SHARE,
     SHORTLIST_SIZE,
@@ -31,7 +32,6 @@ from heddle.sim.planning import (
     switched_pick,
 )
 from heddle.sim.profile import group_makespan_s, plan_makespan_s
-from heddle.sim.run import cross_fitted
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
 

@@ -4,8 +4,8 @@ prompt once (the ``sglang`` engine model), the group is not held back for copies
 
 from __future__ import annotations
 
+from heddle.experiments.kv_pressure import scaled_config
 from heddle.sim import SimConfig, simulate
-from heddle.sim.kv_pressure import scaled_config
 from heddle.traces import TraceStep, TraceTrajectory
 
 

@@ -18,7 +18,7 @@ from heddle.control.systems import SYSTEMS
 from heddle.events import Migrated
 from heddle.policy.cost.model import preset
 from heddle.sim import SimConfig, simulate
-from heddle.sim.run import lower_bound_s
+from heddle.sim.on_workers import lower_bound_s
 from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 

@@ -41,8 +41,8 @@ from heddle.rollout.deployment import WorkerPool
 from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.sim import SimConfig
+from heddle.sim.on_workers import make_simulation_predictor
 from heddle.sim.results import SimResult, summarise
-from heddle.sim.run import make_simulation_predictor
 from heddle.sim.simulator import Simulator
 from heddle.traces import TraceTrajectory
 

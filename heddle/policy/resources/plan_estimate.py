@@ -29,9 +29,9 @@ worker's busy time per round of one token each (``k / d`` steps plus everyone's 
 ``d``, the batch while decoding, is the share of the alive trajectories not in tools,
 ``d = k s(d) / (s(d) + r)``, capped by the KV room (a few rounds down from the cap).
 
-It is a model, not a simulation: the validation study (``heddle.sim.plan_validation``) prints
-its ratio to simulated makespans. It is pure and cheap (``O(n)`` per plan), so the live control
-plane and the simulator choose plans with it alike.
+It is a model, not a simulation: the validation study (``heddle.experiments.plan_validation``)
+prints its ratio to simulated makespans. It is pure and cheap (``O(n)`` per plan), so the live
+control plane and the simulator choose plans with it alike.
 """
 
 from __future__ import annotations
