@@ -3,7 +3,7 @@
 Subpackages: ``events/`` (the event contract: events, commands, subjects, codec), ``bus/`` (the
 event bus, the only code that imports ``nats``), ``ledger/`` (the SQL projection, the only code that
 imports ``sqlalchemy``), ``policy/`` (the pure algorithms), ``control/`` (the pure deciders),
-``consumers/`` (the control plane process around them), ``workers/`` (rollout worker agents,
+``controlplane/`` (the control plane process around them), ``workers/`` (rollout worker agents,
 engines, environments, tool executors), ``rollout/`` (the main job, end to end), ``sim/`` (the
 discrete-event simulator), ``experiments/`` (sweeps, studies and the hunter on the simulator),
 ``workloads/`` (synthetic agentic workloads), ``predictor/`` (the context

@@ -2,7 +2,7 @@
 
 The control plane delivers, after its gate (``heddle.control.gate``) accepted it, the event
 that ended each trajectory slot to the owner's stream ``HEDDLE_OUT_<trainer>``
-(``heddle.consumers.gating``), once per trajectory, and then the rollout's end
+(``heddle.controlplane.gating``), once per trajectory, and then the rollout's end
 (``RolloutFinished`` or ``RolloutCancelled``). Workers' raw terminal events are never read, so a
 forged, stale or duplicate end never reaches a trainer, and a trainer reads nothing but its own
 stream (all its role allows). Both ends of a trajectory come as a ``Completed``: the control

@@ -17,10 +17,10 @@ from waiting import until
 
 import heddle
 from heddle.bus import Bus
-from heddle.consumers.host import DeciderConsumer
-from heddle.consumers.plane_config import HostConfig
 from heddle.control import ControlOptions, Output
 from heddle.control.bundle_router import PLACEMENT, BundleRouter
+from heddle.controlplane.host import DeciderConsumer
+from heddle.controlplane.plane_config import HostConfig
 from heddle.events import Event, RolloutSubmitted, TrajectorySpec, TrajectorySubmitted
 from heddle.policy.prediction.online import OnlinePredictor
 from heddle.sim import SimConfig
@@ -111,7 +111,7 @@ async def test_a_delivery_reaches_every_decider_through_at_most_two_hosting_modu
         consumer.stop()
         await running
     paths = {tuple(modules) for _, modules in calls}
-    assert paths == {("heddle/bus/pipelined_runner.py", "heddle/consumers/host.py")}
+    assert paths == {("heddle/bus/pipelined_runner.py", "heddle/controlplane/host.py")}
     assert all(len(modules) <= MAX_HOSTING_MODULES for modules in paths)
 
 

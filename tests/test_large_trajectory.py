@@ -16,7 +16,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed, Generated, GenerationStarted, TrajectorySubmitted
 from heddle.events.subjects import trajectory_subject
 from heddle.ledger import open_ledger, queries

@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "heddle.observability": 6,
     "heddle.predictor": 6,
     # processes
-    "heddle.consumers": 7,
+    "heddle.controlplane": 7,
     "heddle.experiments": 7,  # sweeps and studies on the simulator (and the context model)
     "heddle.replay": 7,
     "heddle.workers": 7,

@@ -324,7 +324,7 @@ def test_worker_process_serves_its_metrics(nats_url: str, tmp_path: Path) -> Non
 
 async def test_control_plane_serves_consumer_lag(nats_url: str, tmp_path: Path) -> None:
     """``ControlPlaneService`` with a metrics port: every durable's lag is scraped."""
-    from heddle.consumers import ControlPlaneConfig, ControlPlaneService
+    from heddle.controlplane import ControlPlaneConfig, ControlPlaneService
 
     port = free_port()
     settings = Settings(nats_url=nats_url, data_dir=tmp_path)

@@ -22,11 +22,11 @@ from heddle.bus.streams import provision_consumer
 from heddle.cli.apps import app
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers.operations import ops_subject
-from heddle.consumers.snapshot import collect_status, slowest_trajectories
-from heddle.consumers.status import ConsumerReport, ControlPlaneStatus, write_status
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.systems import system_spec
+from heddle.controlplane.operations import ops_subject
+from heddle.controlplane.snapshot import collect_status, slowest_trajectories
+from heddle.controlplane.status import ConsumerReport, ControlPlaneStatus, write_status
 from heddle.events import (
     DeadLettered,
     Event,
@@ -71,7 +71,7 @@ def _events_of(trace: list, policy: str, config: SimConfig) -> list[Event]:  # t
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp, predictor=make_simulation_predictor(trace, config)
     )
-    control = build_control_plane(system_spec(policy), options)
+    control = build_bundle(system_spec(policy), options)
     return Simulator(trace, control, [1, 1, 2], config).run().events
 
 

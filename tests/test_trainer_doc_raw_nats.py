@@ -21,7 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIME_SCALE = 300.0

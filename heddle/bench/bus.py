@@ -32,7 +32,7 @@ from heddle.bench.phases import Phase, measure_chunks, measure_phase, server_pid
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
 from heddle.bus.publisher import Publisher
 from heddle.config import Settings
-from heddle.consumers.projector import Projector, ProjectorConfig
+from heddle.controlplane.projector import Projector, ProjectorConfig
 from heddle.events import (
     Event,
     Generated,

@@ -50,7 +50,7 @@ from heddle.bench.chaos_zombies import pause_worker, zombie_pause_s
 from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.events.subjects import rollout_filter
 from heddle.replay import open_replay

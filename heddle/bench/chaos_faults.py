@@ -26,7 +26,7 @@ from heddle.bus.embedded import (
     release_embedded_server,
     restart_embedded_server,
 )
-from heddle.consumers.status import read_status
+from heddle.controlplane.status import read_status
 
 _POLL_S = 0.25
 

@@ -31,7 +31,7 @@ from heddle.bench.waits import wait_finished, wait_projected
 from heddle.bus import Bus, BusOptions, EmbeddedNatsServer
 from heddle.bus.cluster import LoopbackCluster
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.replay import open_replay
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.processes import Child

@@ -42,8 +42,8 @@ import msgspec
 from heddle.bench.control_player import BenchOptions, FakeDataPlane
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, ControlPlaneStatus, read_status
-from heddle.consumers.latency import minus, quantile_ms
+from heddle.controlplane import ControlPlaneConfig, ControlPlaneStatus, read_status
+from heddle.controlplane.latency import minus, quantile_ms
 from heddle.rollout.deployment import LocalDeployment, delete_control_durables
 from heddle.rollout.submission import RolloutPlan, new_rollout_id, trace_specs
 from heddle.rollout.submit import cancel, submit

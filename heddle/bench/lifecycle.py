@@ -22,7 +22,7 @@ from typing import Any
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.client import HeddleClient
 from heddle.config import RetentionPolicy, Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.lifecycle.retention import RetentionReport, apply_retention
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import TaskOptions

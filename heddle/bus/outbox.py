@@ -40,7 +40,7 @@ class Forward:
 @dataclass(frozen=True, slots=True)
 class Rerouted:
     """An event published on a subject other than its own (a trainer's record that the control
-    plane built: a failed trajectory's, ``heddle.consumers.gating``), encoded and offloaded as
+    plane built: a failed trajectory's, ``heddle.controlplane.gating``), encoded and offloaded as
     any event, de-duplicated by ``message_id``."""
 
     subject: str

@@ -85,7 +85,7 @@ OnStored = Callable[[Sequence[float]], None]
 """Told the ``Stage.arrivals`` of each stage once its outputs are stored."""
 BeforePublish = Callable[[Sequence[Outgoing]], Awaitable[Sequence[Outgoing]]]
 """Awaited before a stage's outputs are published: what to publish instead (the streams they go
-to made, the records built: ``heddle.consumers.gating.Screen.prepare``)."""
+to made, the records built: ``heddle.controlplane.gating.Screen.prepare``)."""
 
 
 class ConsumerFailed(RuntimeError):

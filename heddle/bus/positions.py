@@ -4,7 +4,7 @@
 A durable holds its own position (its ack floor); when it disappears (an operator deleted it,
 or the server lost it) while its process is down, that position goes with it, and a process
 that then adopted the stream's end would skip every event published meanwhile. The control
-plane records its position here as it goes (heddle/consumers/host.py), and recreates a missing
+plane records its position here as it goes (heddle/controlplane/host.py), and recreates a missing
 durable from it. Only the control plane and operators may write the bucket
 (heddle/deploy/roles.py).
 """

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from heddle.bench.control import BenchOptions, run_control_bench
 from heddle.cli.apps import bench_app, fresh_data_dir, settings_of
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.workloads import generate, workload_names
 

@@ -14,8 +14,8 @@ import typer
 from rich.console import Console
 
 from heddle.cli.apps import db_app, settings_of
-from heddle.consumers.projector import ProjectorConfig
-from heddle.consumers.projector_process import serve_projector
+from heddle.controlplane.projector import ProjectorConfig
+from heddle.controlplane.projector_process import serve_projector
 from heddle.ledger import LEDGER_CONSUMER, create_ledger_engine, current_revision, head_revision
 from heddle.ledger.migrate import ensure_schema
 

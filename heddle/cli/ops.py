@@ -9,7 +9,7 @@
     heddle ops cancel <rid> --reason "bad checkpoint"
 
 Each command sends the very request `nats req heddle.ops.<endpoint> '<json>'` sends
-(``heddle.consumers.operations``) and prints the JSON reply; an error reply prints its message
+(``heddle.controlplane.operations``) and prints the JSON reply; an error reply prints its message
 and code and exits 1.
 """
 
@@ -26,7 +26,7 @@ from rich.console import Console
 from heddle.bus import Bus, BusOptions
 from heddle.bus.micro import ServiceRefusal, ServiceUnavailable, request
 from heddle.cli.apps import app, settings_of
-from heddle.consumers.operations import ops_subject
+from heddle.controlplane.operations import ops_subject
 from heddle.errors import UserError
 
 ops_app = typer.Typer(help="Steer and query a running control plane (the `heddle` service).")

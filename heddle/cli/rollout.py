@@ -58,8 +58,8 @@ from heddle.cli.rollout_flags import (
 )
 from heddle.cli.up import PredictorOpt, SigmaOpt
 from heddle.cli.worker import parse_engine_args
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
 from heddle.control.systems import SYSTEMS
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.rollout.compare import (
     CompareOptions,

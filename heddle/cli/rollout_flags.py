@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from heddle.cli.up import check_engine_options, control_plane_config
-from heddle.consumers import ControlPlaneConfig
+from heddle.controlplane import ControlPlaneConfig
 from heddle.errors import UserError
 from heddle.rollout.flags import engine_defaults, source_from_flags
 from heddle.rollout.sources import Source

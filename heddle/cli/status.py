@@ -23,10 +23,15 @@ from rich.table import Table
 
 from heddle.cli.apps import app, settings_of
 from heddle.config import Settings
-from heddle.consumers.ledger_health import LedgerHealth, read_health
-from heddle.consumers.snapshot import StatusSnapshot, WorkerLine, collect_status, status_consumers
-from heddle.consumers.status import read_status
-from heddle.consumers.store_guard import StoreReport
+from heddle.controlplane.ledger_health import LedgerHealth, read_health
+from heddle.controlplane.snapshot import (
+    StatusSnapshot,
+    WorkerLine,
+    collect_status,
+    status_consumers,
+)
+from heddle.controlplane.status import read_status
+from heddle.controlplane.store_guard import StoreReport
 from heddle.errors import UserError
 from heddle.ledger import Ledger, open_ledger
 from heddle.ledger.integrity import LedgerCorrupt, reading

@@ -31,7 +31,7 @@ from heddle.cli.apps import app, settings_of
 from heddle.cli.options import HeartbeatTimeoutOpt, SeedOpt, TimeScaleOpt
 from heddle.cli.worker import parse_engine_args, with_time_scale
 from heddle.config import RetentionPolicy, Settings, load_retention
-from heddle.consumers import (
+from heddle.controlplane import (
     LIVE_PREDICTORS,
     ControlPlaneConfig,
     ControlPlaneService,

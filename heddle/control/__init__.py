@@ -14,7 +14,7 @@ operator events), ``ops_views`` (what that view knows of rollouts, trajectories 
 trainer's submission request, strictly decoded), ``submissions`` (checking it against the
 deployment, and the events that open its rollout), ``pace`` (a rollout's measured seconds per
 output token), ``resources`` (the resource plan at rollout start: TP degrees from a GPU budget),
-``systems`` (the system bundles: Heddle, ablations, baselines), ``control_plane`` (one bundle's
+``systems`` (the system bundles: Heddle, ablations, baselines), ``bundle`` (one bundle's
 deciders in dispatch order and the engines' batching settings), ``output_gate`` (what a bundle
 may emit: nothing more for a cancelled rollout or a finished trajectory), ``bundle_router``
 (the live control plane's one bundle per policy in use, events routed by their rollout),
@@ -23,7 +23,7 @@ put every event through), ``leases`` (a trajectory's lease: which worker and hos
 its next events).
 """
 
-from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.bundle import ControlOptions, DeciderBundle, build_bundle
 from heddle.control.decider import Decider, Output, dispatch_table, rebuild_decider
 from heddle.control.placement import PlacementDecider
 from heddle.control.prediction import PredictionDecider
@@ -36,8 +36,8 @@ from heddle.control.weights import WeightsDecider
 __all__ = [
     "SYSTEMS",
     "ControlOptions",
-    "ControlPlane",
     "Decider",
+    "DeciderBundle",
     "Output",
     "PlacementDecider",
     "PredictionDecider",
@@ -47,7 +47,7 @@ __all__ = [
     "SystemSpec",
     "TransferDecider",
     "WeightsDecider",
-    "build_control_plane",
+    "build_bundle",
     "dispatch_table",
     "rebuild_decider",
     "system_spec",

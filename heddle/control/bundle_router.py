@@ -2,7 +2,7 @@
 bundle of its rollout.
 
 Rollouts run under the bundle named by their ``RolloutSubmitted.policy``. The router builds that
-bundle on the first rollout of its policy, with ``build_control_plane`` and the run's options:
+bundle on the first rollout of its policy, with ``build_bundle`` and the run's options:
 the object graph the simulator drives (``heddle.sim.Simulator``), built fresh by each router, so
 a restarted control plane rebuilds its deciders from the stream and reuses none. Worker events
 concern every bundle: each gets them, and a bundle built later first folds the worker events
@@ -12,12 +12,12 @@ control plane first started, or one whose policy was refused (``UnknownPolicy``:
 dead-letters the submission with the reason).
 
 A live control plane decides a batch in stages so that the router's commands go out before
-the slower deciders of the same batch decide (``heddle.consumers.host``): ``BundleRouter.stages``
+the slower deciders of the same batch decide (``heddle.controlplane.host``): ``BundleRouter.stages``
 splits each bundle's deciders by name, in bundle order (``first``, then the others). Each stage
 sees every event the router handles, in stream order, and gates its own outputs
 (``heddle.control.output_gate``): a stage emits exactly what its deciders would emit in the whole
 bundle, the simulator's. ``hooks`` (the live predictor's shell work,
-``heddle.consumers.predictors.PredictionHooks``) run around each event of the stage holding the
+``heddle.controlplane.predictors.PredictionHooks``) run around each event of the stage holding the
 prediction decider.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.bundle import ControlOptions, DeciderBundle, build_bundle
 from heddle.control.decider import Decider, Output
 from heddle.control.output_gate import GatedDeciders, OutputGate
 from heddle.control.placement import PlacementDecider
@@ -84,7 +84,7 @@ class BundleRouter:
         if unknown:
             raise ValueError(f"no decider named {sorted(unknown)}; have {list(DECIDER_HANDLES)}")
         self._options = options
-        self.bundles: dict[str, ControlPlane] = {}
+        self.bundles: dict[str, DeciderBundle] = {}
         """Policy -> its bundle, in the order of first use."""
         self._policy_of: dict[str, str] = {}
         later = [name for name in DECIDER_HANDLES if name not in first]
@@ -120,11 +120,11 @@ class BundleRouter:
             self._policy_of.setdefault(event.rollout_id, event.policy)
         return self._policy_of.get(event.rollout_id)
 
-    def bundle(self, policy: str) -> ControlPlane:
+    def bundle(self, policy: str) -> DeciderBundle:
         """The bundle of ``policy``, built on first use."""
         bundle = self.bundles.get(policy)
         if bundle is None:
-            bundle = self.bundles[policy] = build_control_plane(system_spec(policy), self._options)
+            bundle = self.bundles[policy] = build_bundle(system_spec(policy), self._options)
             names = {decider.name for decider in bundle.deciders}
             if not names <= set(DECIDER_HANDLES):
                 raise ValueError(f"bundle {policy!r} holds deciders the router does not route")

@@ -1,6 +1,6 @@
 """Requests of the operations service and their validation into operator events (pure).
 
-Each endpoint of the ``heddle`` NATS micro service (``heddle.consumers.operations``) takes one of
+Each endpoint of the ``heddle`` NATS micro service (``heddle.controlplane.operations``) takes one of
 these JSON objects. Decoding is strict: an unknown field, a wrong type or a missing field is
 refused, as is a body over ``MAX_REQUEST_BYTES``. A steering request is then checked against the
 control plane's view of the system (``heddle.control.operations.OperationsView``): unknown ids,

@@ -8,7 +8,7 @@ on something over:
 - a cancelled rollout (``RolloutCancelled``) gets no more worker commands, placements or
   migration requests: its deciders still fold its events, but an abandoned rollout never comes
   back to life on the workers of a later one (the control plane aborts its trajectories on their
-  workers, ``heddle.consumers.liveness``);
+  workers, ``heddle.controlplane.liveness``);
 - nothing is emitted about a finished trajectory: once its ``Completed`` (or a ``Failed`` that
   is not retried) is folded, outputs naming it (events of that trajectory, commands for it) are
   dropped; once its rollout finished, all outputs naming its trajectories are.

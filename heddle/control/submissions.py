@@ -1,6 +1,6 @@
 """Checking a submission against the deployment, and the events that open its rollout (pure).
 
-The operations service (``heddle.consumers.submissions``) refuses a bad submission before any
+The operations service (``heddle.controlplane.submissions``) refuses a bad submission before any
 event of it exists, with ``RequestRefused`` naming the trajectory and the field: the rollout
 then never exists, rather than existing in part (a trajectory dead-lettered later would leave
 its rollout waiting forever). What is checked, beyond the strict decoding of ``submit_requests``:

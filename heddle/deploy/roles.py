@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from heddle.bus.objects import KV_BUCKET, PAYLOADS_BUCKET
 from heddle.bus.streams import HEDDLE_STREAMS
-from heddle.consumers.host import PLANE
-from heddle.consumers.operations import OPS_PREFIX, TRAINER_ENDPOINTS
-from heddle.consumers.plane_config import HostConfig
 from heddle.control.submit_requests import upload_bucket
+from heddle.controlplane.host import PLANE
+from heddle.controlplane.operations import OPS_PREFIX, TRAINER_ENDPOINTS
+from heddle.controlplane.plane_config import HostConfig
 from heddle.events.subjects import (
     COMMANDS_STREAM,
     DEADLETTER_SUBJECT,

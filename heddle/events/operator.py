@@ -1,6 +1,6 @@
 """Operator events: what a person asked the running system to do, recorded before it is done.
 
-The operations service (``heddle.consumers.operations``) validates each steering request and
+The operations service (``heddle.controlplane.operations``) validates each steering request and
 publishes one of these events on the subject of what it concerns (a trajectory's, a rollout's or
 a worker's), so ``nats stream view`` of that trajectory, the ledger (``operator_actions``) and
 ``heddle replay`` see who asked what and why. The control plane then acts on the event: the

@@ -14,7 +14,7 @@ placements, migrations, predictions, dead_letters, consumer_positions (``heddle.
 each ``status`` column is a typed ``StrEnum`` (``heddle.ledger.statuses``).
 The fold from events to rows is pure (``heddle.ledger.fold``), so a replay into a fresh ledger
 rebuilds the same rows. The live consumer that feeds it from the stream is
-``heddle.consumers.projector`` (``Projector``, ``catch_up``): the ledger itself knows no bus.
+``heddle.controlplane.projector`` (``Projector``, ``catch_up``): the ledger itself knows no bus.
 
 Modules: ``database`` (connections, engines tuned per backend, schema checked on open), ``migrate``
 (Alembic migrations), ``tables`` (the schema), ``statuses`` (each table's ``status`` enum), ``rows``

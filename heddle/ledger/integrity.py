@@ -7,7 +7,7 @@ other error, ``reading`` turns it into ``LedgerCorrupt`` (a one-line error for t
 ``quick_check`` looks for damage no write has met yet, and ``set_aside`` moves a damaged SQLite
 file (with its WAL) out of the way under a dated name, so that a fresh ledger can take its place
 and the damaged one stays for inspection. Who decides to rebuild is the projector's keeper
-(``heddle.consumers.ledger_recovery``).
+(``heddle.controlplane.ledger_recovery``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ anything else is refused with the reason (``PurgeRefused``), and nothing is remo
    latest weight version again, and its trajectories are placed afresh).
 
 ``heddle replay --verify`` then starts from the snapshot; a control plane with an empty ledger
-restores it (``heddle.consumers.ledger_restore``).
+restores it (``heddle.controlplane.ledger_restore``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The control plane (``heddle up --metrics-port``): each decider consumer reports 
 ``Metrics.batch_observer`` (outputs, wall time; the prediction slot also its inputs, for the
 prediction error), and a ``ConsumerLagTracker`` polls its durables. Metric names and labels are
 listed in ``heddle.observability.metrics``. ``heddle status`` reads consumer lag from a running
-NATS here (``probe``); what it shows is ``heddle.consumers.snapshot``.
+NATS here (``probe``); what it shows is ``heddle.controlplane.snapshot``.
 
 Modules: ``metrics`` (the metric families, ``Metrics``), ``server`` (the ``GET /metrics`` HTTP
 server), ``sink`` (``MetricsSink``), ``lag`` (``ConsumerLagTracker``: consumer lag from stream and

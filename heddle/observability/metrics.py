@@ -27,7 +27,7 @@ Control plane (label ``consumer`` = the decider consumer's durable name):
 - ``heddle_dead_letters``: dead-letter records stored in the events stream;
 - ``heddle_stream_store_writable`` (1, or 0 while a stream refuses writes: a full disk),
   ``heddle_stream_store_free_bytes`` (the embedded store's file system) and
-  ``heddle_stream_store_resets_total`` (``heddle.consumers.store_guard``).
+  ``heddle_stream_store_resets_total`` (``heddle.controlplane.store_guard``).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import msgspec
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig
+from heddle.controlplane import ControlPlaneConfig
 from heddle.errors import UserError
 from heddle.rollout.deployment import WorkerPool, delete_control_durables
 from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from heddle.bus import Bus
 from heddle.bus.embedded import is_alive
-from heddle.consumers import PLANE, ControlPlaneConfig, read_status
+from heddle.controlplane import PLANE, ControlPlaneConfig, read_status
 from heddle.errors import UserError
 from heddle.events.subjects import EVENTS_STREAM
 

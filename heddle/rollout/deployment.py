@@ -22,8 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from heddle.bus import Bus, ReplayQuery
-from heddle.consumers import PLANE, ControlPlaneConfig, read_status
-from heddle.consumers.filters import subject_of_kind
+from heddle.controlplane import PLANE, ControlPlaneConfig, read_status
+from heddle.controlplane.filters import subject_of_kind
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM

@@ -28,7 +28,7 @@ import msgspec
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig
+from heddle.controlplane import ControlPlaneConfig
 from heddle.errors import UserError
 from heddle.rollout.control_plane import refuse_second_control_plane, require_control_plane
 from heddle.rollout.deployment import DeploymentError, LocalDeployment, WorkerPool

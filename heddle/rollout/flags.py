@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from heddle.consumers import ControlPlaneConfig
+from heddle.controlplane import ControlPlaneConfig
 from heddle.errors import UserError
 from heddle.rollout.sources import Source, SourceChoice, load_source
 from heddle.rollout.submission import TaskOptions

@@ -7,7 +7,7 @@ For notebooks, examples and tests that want a whole Heddle without child process
             rollout_id = await client.submit(trace=trace, time_scale=100)
             ...
 
-It is the same control plane service (``heddle.consumers``), worker agents
+It is the same control plane service (``heddle.controlplane``), worker agents
 (``heddle.workers.agent``) and tool executor (``heddle.workers.tools``) that ``heddle up`` and
 ``heddle rollout run`` start as processes; only crash isolation differs.
 """
@@ -24,7 +24,7 @@ from types import TracebackType
 
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, ControlPlaneService
+from heddle.controlplane import ControlPlaneConfig, ControlPlaneService
 from heddle.rollout.trainer_records import TRAINER_RECORDS
 from heddle.workers.agent.config import WorkerConfig
 from heddle.workers.agent.transport import run_agents

@@ -1,7 +1,7 @@
 """What a rollout submits, its trajectory specs, and ``submit``: the request that opens it.
 
 A rollout is opened by the control plane's operations service, the one door (docs/trainer.md,
-``heddle.consumers.submissions``): ``submit`` sends the plan as a request on
+``heddle.controlplane.submissions``): ``submit`` sends the plan as a request on
 ``heddle.ops.submit.<trainer>`` (uploading it first to the trainer's bucket when it is larger
 than a request carries), and the service checks it against the deployment and publishes
 ``RolloutSubmitted`` and one ``TrajectorySubmitted`` per trajectory, or refuses it

@@ -1,5 +1,5 @@
 """``submit``: a rollout plan sent to the operations service, the one door rollouts open through
-(``heddle.consumers.submissions``), and ``cancel``: a rollout cancelled through the same service.
+(``heddle.controlplane.submissions``), and ``cancel``: a rollout cancelled through the same service.
 
 The request goes on ``heddle.ops.submit.<trainer>``: inline when it is at most
 ``MAX_INLINE_BYTES``, else stored first as an object of the trainer's upload bucket (the object
@@ -21,8 +21,6 @@ import msgspec
 
 from heddle.bus import Bus
 from heddle.bus.micro import ServiceRefusal, ServiceUnavailable, request
-from heddle.consumers.operations import ops_subject, trainer_cancel_subject
-from heddle.consumers.submissions import submit_subject
 from heddle.control.submit_requests import (
     MAX_INLINE_BYTES,
     UPLOAD_MAX_AGE_S,
@@ -32,6 +30,8 @@ from heddle.control.submit_requests import (
     encode_submission,
     upload_bucket,
 )
+from heddle.controlplane.operations import ops_subject, trainer_cancel_subject
+from heddle.controlplane.submissions import submit_subject
 from heddle.errors import UserError
 from heddle.ids import check_token
 from heddle.rollout.submission import RolloutPlan, new_rollout_id

@@ -1,5 +1,5 @@
 """What the control plane reads from ``HEDDLE_EVENTS`` for its trainers, whose credentials read
-only their delivery streams (``heddle.consumers.gating.TrainerRecords``):
+only their delivery streams (``heddle.controlplane.gating.TrainerRecords``):
 
 - ``completion_of_failure``: a final ``Failed`` as the ``Completed`` a trainer batches (reward
   0, the tokens generated before it, its reason), delivered in its place;
@@ -15,7 +15,7 @@ from __future__ import annotations
 import msgspec
 
 from heddle.bus import Bus, ReplayQuery
-from heddle.consumers.gating import TrainerRecords
+from heddle.controlplane.gating import TrainerRecords
 from heddle.events import Completed, EventT, Failed, RolloutSubmitted
 from heddle.events.subjects import rollout_subject, trajectory_subject
 from heddle.rollout.summary import rollout_summary

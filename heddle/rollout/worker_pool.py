@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from heddle.bus.server import free_port
-from heddle.control.control_plane import engine_config
+from heddle.control.bundle import engine_config
 from heddle.control.systems import system_spec
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, engine_model
 from heddle.policy.resources.nodes import GpuAssignment, pack_nodes

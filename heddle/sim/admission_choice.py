@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from heddle.control.control_plane import CapSetting
+from heddle.control.bundle import CapSetting
 from heddle.control.placement import AdmissionConfig
 from heddle.control.systems import STATIC_CAP
 from heddle.sim.caps import mean_unit_footprint

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from heddle.control.control_plane import CapSetting
+from heddle.control.bundle import CapSetting
 from heddle.control.systems import ConcurrencyControl, SystemSpec
 from heddle.sim.config import SimConfig
 from heddle.traces import TraceTrajectory

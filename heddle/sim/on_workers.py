@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from heddle.control.control_plane import (
+from heddle.control.bundle import (
     CapSetting,
     ControlOptions,
-    ControlPlane,
-    build_control_plane,
+    DeciderBundle,
+    build_bundle,
 )
 from heddle.control.placement import AdmissionConfig
 from heddle.control.reshard import ReshardConfig
@@ -87,7 +87,7 @@ def control_on_workers(
     predictor: Predictor | None,
     concurrency_cap: CapSetting | None,
     overcommit: float | None,
-) -> ControlPlane:
+) -> DeciderBundle:
     """A fresh control plane of ``spec`` with the history's ``rates``, ``predictor``, and a
     baseline's cap or a KV-admitting bundle's admission (None: the default)."""
     admission = AdmissionConfig()
@@ -106,14 +106,14 @@ def control_on_workers(
         concurrency_cap=concurrency_cap if concurrency_cap is not None else "default",
         admission=admission,
     )
-    return build_control_plane(spec, options)
+    return build_bundle(spec, options)
 
 
 def run_control(
     trace: Sequence[TraceTrajectory],
     spec: SystemSpec,
     config: SimConfig,
-    control: ControlPlane,
+    control: DeciderBundle,
     tp_degrees: Sequence[int],
     progress: ProgressCallback | None = None,
 ) -> SimResult:

@@ -44,7 +44,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from heddle.control.control_plane import CapSetting, engine_config
+from heddle.control.bundle import CapSetting, engine_config
 from heddle.control.placement import PlacementRequest, PresortedPlacer, WorkerInfo
 from heddle.control.resources import (
     DEFAULT_OBSERVATION_RATIO,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from heddle.control.control_plane import CapSetting, ControlPlane
+from heddle.control.bundle import CapSetting, DeciderBundle
 from heddle.control.resources import HistoryRates
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.prediction import ContextAnswer, Predictor
@@ -62,7 +62,7 @@ def control_for(
     predictor: Predictor | None = None,
     concurrency_cap: CapSetting | None = None,
     overcommit: float | None = None,
-) -> tuple[ControlPlane, list[int]]:
+) -> tuple[DeciderBundle, list[int]]:
     """A fresh control plane of ``spec`` for one rollout of ``trace`` and the TP degrees of its
     workers (``tp_degrees`` when given, else the bundle's plan checked on the history);
     ``context``, ``predictor``, ``concurrency_cap`` and ``overcommit`` as for ``simulate``."""

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from heddle.control.control_plane import ControlPlane
+from heddle.control.bundle import DeciderBundle
 from heddle.control.decider import Decider, dispatch_table
 from heddle.control.weights import WeightsDecider
 from heddle.events import (
@@ -89,7 +89,7 @@ class Simulator:
     def __init__(
         self,
         trace: Sequence[TraceTrajectory],
-        control: ControlPlane,
+        control: DeciderBundle,
         tp_degrees: Sequence[int],
         config: SimConfig,
         weight_plan: WeightPlan | None = None,

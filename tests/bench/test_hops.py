@@ -50,14 +50,14 @@ CALLS = (
     Call(EXECUTOR, "bus/wire.py", "send", 0),
     Call(READER, "bus/pull.py", "receive", 1),
     Call(EXECUTOR, "tools/executor.py", "ack", 2),  # its publish acknowledged: beside
-    Call(DECIDERS, "consumers/host.py", "run", 3),
+    Call(DECIDERS, "controlplane/host.py", "run", 3),
     Call(DECIDERS, "control/router.py", "decide", 3, carries=True),  # 5: creates the publisher
     Call(DECIDERS, "control/priority.py", "decide", 3),  # the slower deciders: beside
     Call(PROJECTOR, "ledger/projector.py", "project", 4),
-    Call(PUBLISHER, "consumers/gating.py", "prepare", 5, carries=True),
+    Call(PUBLISHER, "controlplane/gating.py", "prepare", 5, carries=True),
     Call(PUBLISHER, "bus/outbox.py", "publish_many", 6, carries=True),  # after an await
     Call(PUBLISHER, "bus/outbox.py", "publish_many", 7),  # resumed once acknowledged: beside
-    Call(PUBLISHER, "consumers/latency.py", "add", 7),  # beside
+    Call(PUBLISHER, "controlplane/latency.py", "add", 7),  # beside
     Call(CONSUMER, "bus/runner.py", "fetch", 8),  # 12: creates the handler
     Call(CONSUMER, "bus/pull.py", "fetch", 8),  # back to fetching: beside
     Call(HANDLER, "agent/commands.py", "handle", 9, carries=True),  # 14: creates the step
@@ -82,7 +82,7 @@ def test_the_path_keeps_the_calls_that_carry_the_step() -> None:
     }  # fmt: skip
     assert [call.file for call in path_calls(WINDOW)] == [
         "bus/bus.py", "bus/wire.py",
-        "consumers/host.py", "control/router.py", "consumers/gating.py", "bus/outbox.py",
+        "controlplane/host.py", "control/router.py", "controlplane/gating.py", "bus/outbox.py",
         "bus/runner.py", "agent/commands.py", "agent/steps.py", "agent/history.py",
         "engines/sim.py",
     ]  # fmt: skip

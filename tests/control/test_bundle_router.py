@@ -9,7 +9,7 @@ from __future__ import annotations
 import events_factory as b
 import pytest
 
-from heddle.control import ControlOptions, ControlPlane, build_control_plane, system_spec
+from heddle.control import ControlOptions, DeciderBundle, build_bundle, system_spec
 from heddle.control.bundle_router import PLACEMENT, BundleRouter, UnknownPolicy
 from heddle.events import (
     Completed,
@@ -52,7 +52,7 @@ def options_for(trace: list[TraceTrajectory], config: SimConfig) -> ControlOptio
 def simulated(system: str, trace: list[TraceTrajectory], config: SimConfig) -> list[Event]:
     spec = system_spec(system)
     options = options_for(trace, config)
-    control: ControlPlane = build_control_plane(spec, options)
+    control: DeciderBundle = build_bundle(spec, options)
     degrees = plan_workers(trace, spec, config, options.predictor)
     return Simulator(trace, control, degrees, config).run().events
 

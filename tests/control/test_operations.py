@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.consumers.liveness import WorkerLiveness
 from heddle.control.operations import OperationsView, RequestRefused
 from heddle.control.ops_requests import (
     MAX_REQUEST_BYTES,
@@ -25,6 +24,7 @@ from heddle.control.ops_requests import (
 )
 from heddle.control.placement import PlacementDecider, RouterPlacer
 from heddle.control.priority import PriorityDecider
+from heddle.controlplane.liveness import WorkerLiveness
 from heddle.events import (
     Abort,
     Drain,

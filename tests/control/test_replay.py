@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from heddle.control.control_plane import ControlOptions, ControlPlane, build_control_plane
+from heddle.control.bundle import ControlOptions, DeciderBundle, build_bundle
 from heddle.control.decider import rebuild_decider
 from heddle.control.systems import system_spec
 from heddle.events import Event
@@ -16,14 +16,14 @@ from heddle.traces import TraceTrajectory
 from heddle.workloads import generate
 
 
-def control_plane(system: str, trace: list[TraceTrajectory], config: SimConfig) -> ControlPlane:
+def control_plane(system: str, trace: list[TraceTrajectory], config: SimConfig) -> DeciderBundle:
     spec = system_spec(system)
     predictor = make_simulation_predictor(trace, config) if spec.uses_predictions else None
     options = ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor, seed=config.seed)
-    return build_control_plane(spec, options)
+    return build_bundle(spec, options)
 
 
-def snapshots(control: ControlPlane) -> list[object]:
+def snapshots(control: DeciderBundle) -> list[object]:
     """Every decider's state, copied (the live deciders keep mutating their records)."""
     return copy.deepcopy([d.snapshot() for d in control.deciders])  # type: ignore[attr-defined]
 

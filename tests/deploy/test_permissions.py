@@ -15,7 +15,7 @@ import pytest
 
 from heddle.bus import Bus, PermissionDenied, PublishDenied
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Abort, RolloutCancelled
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.traces import TraceStep, TraceTrajectory

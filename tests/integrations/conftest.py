@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 
 TIME_SCALE = 400.0

@@ -12,7 +12,7 @@ import msgspec
 from heddle.bus import Bus, BusOptions, ReplayQuery
 from heddle.bus.micro import request
 from heddle.config import Settings
-from heddle.consumers.operations import ops_subject
+from heddle.controlplane.operations import ops_subject
 
 
 def trace_task(

@@ -20,7 +20,7 @@ from test_slime_train import GROUP, PROMPTS, ROLLOUTS, Actor, slime_args
 from tiny_hf import write_tiny_model
 
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.integrations.slime import generate_rollout
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 

@@ -27,7 +27,7 @@ from tiny_hf import write_tiny_model
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import WeightsLoaded, WeightsPublished
 from heddle.examples.grpo_train import group_advantages, sequence_logprobs
 from heddle.integrations.slime import generate_rollout

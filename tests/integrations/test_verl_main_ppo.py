@@ -27,7 +27,7 @@ from tiny_hf import write_tiny_model
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed, RolloutSubmitted, WeightsLoaded, WeightsPublished
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 

@@ -20,9 +20,9 @@ from heddle.bus import Bus
 from heddle.bus.snapshots import Snapshot, store_snapshot
 from heddle.cli.apps import app
 from heddle.config import Settings
-from heddle.consumers.ledger_health import read_health
-from heddle.consumers.ledger_recovery import LedgerKeeper, ProjectionStopped
-from heddle.consumers.projector import ProjectorConfig, catch_up
+from heddle.controlplane.ledger_health import read_health
+from heddle.controlplane.ledger_recovery import LedgerKeeper, ProjectionStopped
+from heddle.controlplane.projector import ProjectorConfig, catch_up
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import open_ledger
 from heddle.ledger.compare import compare_ledgers

@@ -19,8 +19,8 @@ from waiting import until
 
 from heddle.bus import Bus, EmbeddedNatsServer
 from heddle.config import Settings
-from heddle.consumers.projector import Projector, ProjectorConfig, catch_up
-from heddle.consumers.projector_gaps import batch_start, subject_matches
+from heddle.controlplane.projector import Projector, ProjectorConfig, catch_up
+from heddle.controlplane.projector_gaps import batch_start, subject_matches
 from heddle.events import EventT
 from heddle.events.subjects import EVENTS_STREAM, trajectory_subject
 from heddle.ledger import Ledger, open_ledger, queries
@@ -158,7 +158,7 @@ async def _start_projector(
     command = [
         sys.executable,
         "-m",
-        "heddle.consumers.projector_process",
+        "heddle.controlplane.projector_process",
         "--nats-url",
         nats_url,
         "--database-url",

@@ -11,7 +11,7 @@ import pytest
 
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import TaskOptions

@@ -18,8 +18,8 @@ from heddle.bus.purge import bucket_names, count_messages
 from heddle.bus.snapshots import latest_snapshot
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.plane_config import HostConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.plane_config import HostConfig
 from heddle.ledger import open_ledger, queries
 from heddle.ledger.compare import compare_ledgers
 from heddle.lifecycle.archive import archive_rollout, read_completions, verify_archive

@@ -21,7 +21,7 @@ from heddle.bus import Bus, ReplayQuery
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.client import HeddleClient
 from heddle.config import RetentionPolicy, Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.events.subjects import completions_subject
 from heddle.lifecycle.archive import read_completions, verify_archive

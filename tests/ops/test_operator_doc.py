@@ -22,9 +22,9 @@ from waiting import until
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig
-from heddle.consumers.operations import OPS_ENDPOINTS, ops_subject
-from heddle.consumers.projector import catch_up
+from heddle.controlplane import ControlPlaneConfig
+from heddle.controlplane.operations import OPS_ENDPOINTS, ops_subject
+from heddle.controlplane.projector import catch_up
 from heddle.events import (
     Completed,
     Event,

@@ -16,7 +16,7 @@ import pytest
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, ControlPlaneService
+from heddle.controlplane import ControlPlaneConfig, ControlPlaneService
 from heddle.workers.environments import validate_task
 
 from .natscli import NatsCli, nats_binary

@@ -13,7 +13,7 @@ import pytest
 from heddle.bus import Bus
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Predicted
 from heddle.events.codec import decode_event
 from heddle.predictor.model import ContextModel

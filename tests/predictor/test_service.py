@@ -13,7 +13,7 @@ import pytest
 from heddle.bus import Bus
 from heddle.bus.micro import ServiceRefusal, request
 from heddle.config import Settings
-from heddle.consumers.context_model_client import ContextPredictions
+from heddle.controlplane.context_model_client import ContextPredictions
 from heddle.events import Predicted
 from heddle.policy.prediction import ContextRequest, Progress
 from heddle.predictor.model import ContextModel
@@ -128,8 +128,8 @@ async def test_answers_in_time_are_published_late_and_missing_ones_are_not(
 async def test_the_prediction_hooks_send_the_decider_s_requests_once_attached() -> None:
     import events_factory as b
 
-    from heddle.consumers.predictors import PredictionHooks, PredictorConfig
     from heddle.control.prediction import PredictionDecider
+    from heddle.controlplane.predictors import PredictionHooks, PredictorConfig
     from heddle.predictor.wire import PredictionReply
 
     asked: list[PredictionRequest] = []

@@ -10,8 +10,8 @@ import pytest
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.projector import catch_up
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.projector import catch_up
 from heddle.events import RolloutFinished
 from heddle.events.subjects import rollout_subject
 from heddle.ledger import open_ledger, queries

@@ -10,7 +10,7 @@ import pytest
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.consumers.projector import catch_up
+from heddle.controlplane.projector import catch_up
 from heddle.ledger import open_ledger, queries
 from heddle.replay import open_replay
 from heddle.traces import read_trace

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from heddle.bus import Bus
 from heddle.cli import app
 from heddle.config import Settings
-from heddle.consumers.projector import catch_up
+from heddle.controlplane.projector import catch_up
 from heddle.errors import UserError
 from heddle.events import Event, WorkerHeartbeat
 from heddle.ledger import head_revision, open_ledger, queries

@@ -20,8 +20,8 @@ from heddle.bus import ReplayQuery
 from heddle.cli.apps import app
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.store_guard import StoreGuardConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.store_guard import StoreGuardConfig
 from heddle.events import Completed
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.traces import TraceStep, TraceTrajectory

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from heddle.bus import Bus
 from heddle.cli.apps import app
 from heddle.config import Settings
-from heddle.consumers import read_status
+from heddle.controlplane import read_status
 from heddle.events import Completed, ContinueTrajectory
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.rollout.deployment import LocalDeployment

@@ -32,7 +32,7 @@ from heddle.bus import Bus
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.ledger import open_ledger, queries
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from heddle.bus import Bus, PublishError, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.projector_gaps import subject_matches
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.projector_gaps import subject_matches
 from heddle.events import DeadLettered
 from heddle.events.subjects import (
     COMMANDS_STREAM,

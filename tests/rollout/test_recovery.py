@@ -14,8 +14,8 @@ from holdings import holdings
 from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.projector import catch_up
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.projector import catch_up
 from heddle.events import (
     Completed,
     ContinueTrajectory,

@@ -14,9 +14,9 @@ import pytest
 from heddle.bus import Bus, ReplayQuery
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.projector import catch_up
 from heddle.control.gate import EventGate
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.projector import catch_up
 from heddle.events import (
     Completed,
     Event,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.rollout import router as router_module
 from heddle.rollout.deployment import WorkerPool

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout
 from heddle.rollout.slowest import LAG_WARNING_FRACTION

@@ -18,8 +18,8 @@ from waiting import until
 
 from heddle.bus import Bus, ConsumerSpec, Delivery, ReplayQuery
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.projector import catch_up
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.projector import catch_up
 from heddle.events import (
     Completed,
     DeadLettered,

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.placement import (
     AdmissionConfig,
     KvAdmissionGate,
@@ -68,7 +68,7 @@ def _admission_of(setting: AdmissionSetting) -> tuple[object, str]:
         concurrency_cap=setting.cap,
         admission=AdmissionConfig(overcommit=setting.overcommit),
     )
-    control = build_control_plane(system_spec("heddle"), options)
+    control = build_bundle(system_spec("heddle"), options)
     placement = next(d for d in control.deciders if isinstance(d, PlacementDecider))
     return placement._admission, control.admission
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trace_strategies import grouped_rollouts
 
-from heddle.control.control_plane import CapSetting
+from heddle.control.bundle import CapSetting
 from heddle.control.systems import SYSTEMS, system_spec
 from heddle.events import Event, Migrated, TrajectoryPlaced
 from heddle.experiments.kv_pressure import scaled_config

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trace_strategies import grouped_rollouts
 
-from heddle.control.control_plane import CapSetting
+from heddle.control.bundle import CapSetting
 from heddle.control.systems import SYSTEMS
 from heddle.experiments.kv_pressure import scaled_config
 from heddle.policy.engine_models import ENGINE_MODELS
@@ -36,7 +36,7 @@ grouped_traces = partial(
 
 
 CAPS: tuple[CapSetting, ...] = ("default", "off", 1, 2, 5)
-"""A baseline's concurrency cap (``heddle.control.control_plane.CapSetting``): its code's
+"""A baseline's concurrency cap (``heddle.control.bundle.CapSetting``): its code's
 default, none, or a total of 1-5 units, tighter than any the plan check derives; for a bundle
 with KV admission, KV admission, none, or a static cap of 1-5 trajectories."""
 KV_HEADROOM = (1.05, 1.5, 4.0, 30.0, None)

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from solo_time import analytic_solo_s
 
-from heddle.control.control_plane import engine_config
+from heddle.control.bundle import engine_config
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.ids import trajectory_id
 from heddle.policy.batching import BatchingConfig

@@ -68,14 +68,14 @@ def test_tokens_are_conserved_and_time_is_fully_accounted(
 
 
 def test_every_trajectory_s_time_adds_up(small_trace: list[TraceTrajectory]) -> None:
-    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.bundle import ControlOptions, build_bundle
     from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
     config = SimConfig(model=MODEL, num_gpus=4)
     spec = system_spec("heddle")
     predictor = make_simulation_predictor(small_trace, config)
-    control = build_control_plane(
+    control = build_bundle(
         spec, ControlOptions(cost_for_tp=config.cost_for_tp, predictor=predictor)
     )
     run = Simulator(
@@ -144,7 +144,7 @@ def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
         predictor_sigma=1.0,
         engine_model="torch",  # the engine model whose migrations move KV
     )
-    from heddle.control.control_plane import ControlOptions, build_control_plane
+    from heddle.control.bundle import ControlOptions, build_bundle
     from heddle.control.systems import system_spec
     from heddle.sim import Simulator, make_simulation_predictor, plan_workers
 
@@ -153,7 +153,7 @@ def test_migrations_never_share_an_endpoint_and_move_kv() -> None:
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp, predictor=predictor, engine_model=config.engine_model
     )
-    control = build_control_plane(spec, options)
+    control = build_bundle(spec, options)
     run = Simulator(trace, control, plan_workers(trace, spec, config, predictor), config).run()
     migrations = [e for e in run.events if isinstance(e, Migrated)]
     assert migrations, "a noisy predictor should trigger migrations"

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.systems import system_spec
 from heddle.events import (
     Event,
@@ -32,7 +32,7 @@ def simulated(system: str = "heddle", num: int = 48) -> tuple[Run, Timeline]:
     options = ControlOptions(
         cost_for_tp=config.cost_for_tp, predictor=make_simulation_predictor(trace, config)
     )
-    control = build_control_plane(system_spec(system), options)
+    control = build_bundle(system_spec(system), options)
     run = Simulator(trace, control, [1, 1, 2], config).run()
     return run, build_timeline(run.events)
 

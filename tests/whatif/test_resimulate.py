@@ -11,7 +11,7 @@ import pytest
 
 from heddle.bus import Bus
 from heddle.config import Settings
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.systems import system_spec
 from heddle.ledger import open_ledger
 from heddle.replay import rebuild_ledger
@@ -48,7 +48,7 @@ def recorded_run(policy: str, steps: list[TraceTrajectory]) -> Run:
     options = ControlOptions(
         cost_for_tp=CONFIG.cost_for_tp, predictor=make_simulation_predictor(steps, CONFIG)
     )
-    control = build_control_plane(system_spec(policy), options)
+    control = build_bundle(system_spec(policy), options)
     return Simulator(steps, control, TP_DEGREES, CONFIG).run()
 
 

@@ -18,7 +18,7 @@ from holdings import holdings
 
 from heddle.client import HeddleClient
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.errors import UserError
 from heddle.rollout.deployment import LocalDeployment
 from heddle.rollout.driver import RunHooks, RunOptions, run_rollout

@@ -32,9 +32,9 @@ from typing import Any
 from heddle.bench.fidelity.engine_options import EngineFidelityOptions
 from heddle.bench.fidelity.engine_profile import measure_profile, write_combined
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
-from heddle.consumers.control_options import control_options
-from heddle.control import build_control_plane, system_spec
+from heddle.control import build_bundle, system_spec
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane.control_options import control_options
 from heddle.policy.cost.model import CostModel
 from heddle.policy.cost.profiles import ProfiledCostModel, parse_profile
 from heddle.rollout.deployment import WorkerPool
@@ -195,7 +195,7 @@ def simulate_on_profile(
 ) -> SimResult:
     """The trace under ``policy`` on ``num_workers`` TP1 workers: engines on the profile with
     engine model ``torch``, the control plane as the live one is built
-    (``heddle.consumers.control_options``)."""
+    (``heddle.controlplane.control_options``)."""
     trace = options.trace()
     live = live_control_plane(options)
     config = ProfiledSimConfig(
@@ -211,7 +211,7 @@ def simulate_on_profile(
     spec = system_spec(policy)
     shared = control_options(live.cost_model, live.hardware, seed=options.seed, transfer_kv=True)
     predictor = make_simulation_predictor(trace, config) if spec.uses_predictions else None
-    control = build_control_plane(spec, dataclasses.replace(shared, predictor=predictor))
+    control = build_bundle(spec, dataclasses.replace(shared, predictor=predictor))
     degrees = [1] * options.num_workers
     run = Simulator(trace, control, degrees, config).run(None)
     return summarise(spec.name, run, degrees, lower_bound_s=0.0)

@@ -19,7 +19,7 @@ import msgspec
 from heddle.bench.fidelity.gaps import GapStats, step_gaps
 from heddle.bus import Bus, BusOptions
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.replay import replay_query
 from heddle.rollout.driver import RolloutResult, RunOptions, run_rollout
 from heddle.rollout.submission import RolloutPlan, trace_specs

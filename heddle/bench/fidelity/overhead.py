@@ -17,7 +17,7 @@ from typing import Any
 
 from heddle.bench.control import BenchOptions, run_control_bench
 from heddle.config import Settings
-from heddle.consumers import ControlPlaneConfig, PredictorConfig
+from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.workloads import generate
 
 TARGET_P99_MS = 5.0

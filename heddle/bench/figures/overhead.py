@@ -17,7 +17,7 @@ from heddle.bench.figures.context import FigureRunner, sim_config
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
 from heddle.bench.figures.tables import Cell, table
-from heddle.control.control_plane import ControlOptions, build_control_plane
+from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.decider import Decider, Output
 from heddle.control.resources import plan_tp_degrees, representative_context
 from heddle.control.systems import system_spec
@@ -130,7 +130,7 @@ def time_heddle_rollout(runner: FigureRunner, workload: str) -> RolloutTiming:
         seed=config.seed,
         engine_model=config.engine_model,
     )
-    control = build_control_plane(spec, options)
+    control = build_bundle(spec, options)
     timed = [TimedDecider(decider) for decider in control.deciders]
     control.deciders = list(timed)
     start = time.perf_counter()

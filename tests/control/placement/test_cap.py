@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from heddle.control.control_plane import ControlOptions, cap_config
+from heddle.control.bundle import ControlOptions, cap_config
 from heddle.control.placement import (
     AdmissionRequest,
     CapConfig,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import events_factory as b
 import pytest
 
-from heddle.control.control_plane import DEFAULT_PLACEMENT_HEDGE, ControlOptions
+from heddle.control.bundle import DEFAULT_PLACEMENT_HEDGE, ControlOptions
 from heddle.control.placement import PlacementDecider, PresortedPlacer, RouterPlacer
 from heddle.events import (
     ContinueTrajectory,
