@@ -6,7 +6,7 @@ imports ``sqlalchemy``), ``policy/`` (the pure algorithms), ``control/`` (the pu
 ``controlplane/`` (the control plane process around them), ``workers/`` (rollout worker agents,
 engines, environments, tool executors), ``rollout/`` (the main job, end to end), ``sim/`` (the
 discrete-event simulator), ``experiments/`` (sweeps, studies and the hunter on the simulator),
-``workloads/`` (synthetic agentic workloads), ``predictor/`` (the context
+``workloads/`` (synthetic agentic workloads), ``context_model/`` (the learned context
 predictor), ``replay/`` (ledgers rebuilt from the stream, trace export), ``timeline/`` (Gantt
 timelines of recorded rollouts), ``whatif/`` (re-simulating a recorded rollout), ``observability/``
 (Prometheus metrics), ``deploy/`` (per-role NATS permissions), ``integrations/`` (slime and verl on

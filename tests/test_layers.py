@@ -25,7 +25,7 @@ LAYERS: dict[str, int] = {
     "heddle.sim": 4,
     "heddle.ledger": 5,
     "heddle.observability": 6,
-    "heddle.predictor": 6,
+    "heddle.context_model": 6,
     # processes
     "heddle.controlplane": 7,
     "heddle.experiments": 7,  # sweeps and studies on the simulator (and the context model)

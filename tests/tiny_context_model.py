@@ -1,6 +1,6 @@
 """A tiny randomly initialised BERT written to a folder: the real loading and training code runs
 on it offline in seconds (the packaged MiniLM is for the bench and the CLI). Fixtures of the
-predictor's tests and the sweep's context model (``tests/predictor``, ``tests/experiments``)."""
+predictor's tests and the sweep's context model (``tests/context_model``, ``tests/experiments``)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def tiny_model(tiny_encoder: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """A context model trained a few epochs on a small search trace with text."""
     import random
 
-    from heddle.predictor.train import TrainConfig, train
+    from heddle.context_model.train import TrainConfig, train
     from heddle.workloads.text import with_text
     from heddle.workloads.zoo import zoo_family
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from heddle.bench.text_reader import Quantities, TextReader
+from heddle.context_model.metrics import long_tail_recall, pearson_r
+from heddle.context_model.model import ContextModel
+from heddle.context_model.train import REPORTED_STEPS, TrainConfig, train, train_model
 from heddle.policy.prediction import Predictor, PredictorOptions, fit, make_predictor, progress_of
 from heddle.policy.prediction.online import OnlinePredictor
-from heddle.predictor.metrics import long_tail_recall, pearson_r
-from heddle.predictor.model import ContextModel
-from heddle.predictor.train import REPORTED_STEPS, TrainConfig, train, train_model
 from heddle.traces import TraceTrajectory
 from heddle.workloads.text import (
     BENCH_SIGNALS,

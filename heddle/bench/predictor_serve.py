@@ -24,12 +24,12 @@ from heddle.bus.bus import Bus
 from heddle.bus.micro import request
 from heddle.bus.server import EmbeddedNatsServer
 from heddle.config import Settings
+from heddle.context_model.model import ContextModel
+from heddle.context_model.service import Batcher, model_predict, start_service, stop_service
+from heddle.context_model.train import REPORTED_STEPS
+from heddle.context_model.wire import PREDICT_SUBJECT, PredictionRequest
 from heddle.policy.prediction import progress_of
 from heddle.policy.prediction.online import OnlinePredictor
-from heddle.predictor.model import ContextModel
-from heddle.predictor.service import Batcher, model_predict, start_service, stop_service
-from heddle.predictor.train import REPORTED_STEPS
-from heddle.predictor.wire import PREDICT_SUBJECT, PredictionRequest
 from heddle.traces import TraceTrajectory
 
 

@@ -6,7 +6,7 @@ noise), so no reader of the words knows more about the work to come than the ``z
 it has read. The text reader is handed those numbers exactly (``with_text_and_quantities``)
 and fits, on the training trace by least squares, ``log1p`` of the remaining output tokens on four
 features: a constant, the log of the online model's answer (cross-fitted, as the context model's
-training baselines are: ``heddle.predictor.examples.cross_fitted_baselines``), the mean of the
+training baselines are: ``heddle.context_model.examples.cross_fitted_baselines``), the mean of the
 ``z`` read so far and the latest one, pooled over the step counts it is fitted at. Its answer is
 ``exp(fit)`` times the mean of ``exp(residual)`` (the smearing correction), less one, at least 0.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heddle.predictor.examples import cross_fitted_baselines
+from heddle.context_model.examples import cross_fitted_baselines
 from heddle.traces import TraceTrajectory
 from heddle.workloads.text import StepQuantities
 

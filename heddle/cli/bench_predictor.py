@@ -30,8 +30,8 @@ def _split(value: str, choices: Any, what: str) -> tuple[str, ...]:
 def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) -> dict[str, Any]:
     from heddle.bench.predictor import cell_traces, run_cell, time_training
     from heddle.bench.predictor_serve import measure_serving, timed_requests
+    from heddle.context_model.model import ContextModel
     from heddle.policy.prediction.online import OnlinePredictor
-    from heddle.predictor.model import ContextModel
 
     families: dict[str, Any] = {}
     for family in config.families:

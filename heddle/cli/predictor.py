@@ -43,7 +43,7 @@ def _recorded(
         import asyncio
 
         from heddle.bus import Bus
-        from heddle.predictor.stream import traces_from_stream
+        from heddle.context_model.stream import traces_from_stream
 
         async def read() -> list[TraceTrajectory]:
             async with Bus(settings_of(ctx)) as bus:
@@ -80,7 +80,7 @@ def train_command(
 ) -> None:
     """Build (context, remaining tokens, steps, tool time) examples at every step of the
     recorded trajectories and train the regression head on the frozen encoder."""
-    from heddle.predictor.train import TrainConfig, train
+    from heddle.context_model.train import TrainConfig, train
 
     trajectories = _recorded(ctx, traces or [], from_ledger, from_stream)
     config = TrainConfig(
@@ -122,7 +122,7 @@ def serve_predictor_command(
     one that `heddle up` runs) until interrupted; logs its latency every report_every_s."""
     import asyncio
 
-    from heddle.predictor.service import ServiceConfig, serve_predictor
+    from heddle.context_model.service import ServiceConfig, serve_predictor
 
     if not (model / "config.json").is_file():
         raise UserError(f"{model}: not a context model folder (train one with `predictor train`)")

@@ -16,9 +16,9 @@ the slower deciders of the same batch decide (``heddle.controlplane.host``): ``B
 splits each bundle's deciders by name, in bundle order (``first``, then the others). Each stage
 sees every event the router handles, in stream order, and gates its own outputs
 (``heddle.control.output_gate``): a stage emits exactly what its deciders would emit in the whole
-bundle, the simulator's. ``hooks`` (the live predictor's shell work,
-``heddle.controlplane.predictors.PredictionHooks``) run around each event of the stage holding the
-prediction decider.
+bundle, the simulator's. ``hooks`` (the live predictor's shell
+work, ``heddle.controlplane.live_predictor.PredictionHooks``) run around each event of the stage
+holding the prediction decider.
 """
 
 from __future__ import annotations

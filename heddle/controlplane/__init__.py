@@ -10,7 +10,8 @@
   writers fenced) and the delivery of each trajectory's accepted end to its trainer's stream;
 - ``liveness``: declares workers whose heartbeats stopped failed (their trajectories re-placed);
   ``liveness_checks``: when the control plane runs that check;
-- ``predictors`` / ``ledger_history``: the predictor the control plane runs and what it learns from;
+- ``live_predictor`` / ``ledger_history``: the predictor the control plane runs and what it
+  learns from;
 - ``ledger_restore``: an empty ledger starts from the latest ledger snapshot (a purged stream);
 - ``control_options``: the options the router builds its bundles with (the live deployment's);
 - ``projector`` (with ``projector_gaps``): the ledger projector, the durable consumer that feeds
@@ -34,9 +35,9 @@
 """
 
 from heddle.controlplane.host import PLANE, ConsumerStats, DeciderConsumer
+from heddle.controlplane.live_predictor import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
 from heddle.controlplane.liveness import WorkerLiveness
 from heddle.controlplane.plane_config import HostConfig
-from heddle.controlplane.predictors import LIVE_PREDICTORS, PredictionHooks, PredictorConfig
 from heddle.controlplane.service import ControlPlaneConfig, ControlPlaneService
 from heddle.controlplane.status import (
     ControlPlaneStatus,

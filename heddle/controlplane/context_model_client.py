@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import msgspec
 
+from heddle.context_model.wire import PREDICT_SUBJECT, PredictionRequest, reply_decoder
 from heddle.events import Predicted
 from heddle.ids import derive_id
 from heddle.policy.prediction import ContextRequest
-from heddle.predictor.wire import PREDICT_SUBJECT, PredictionRequest, reply_decoder
 
 log = logging.getLogger(__name__)
 

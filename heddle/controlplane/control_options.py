@@ -28,7 +28,7 @@ def control_options(
 ) -> ControlOptions:
     """Options of every bundle; the planners' observation ratio and tool seconds per token come
     from ``history`` as in ``heddle.sim.simulate``. ``predictor``: the one every bundle's
-    prediction decider shares (``heddle.controlplane.predictors``; None: an online model)."""
+    prediction decider shares (``heddle.controlplane.live_predictor``; None: an online model)."""
     rates = HistoryRates.of(history)
     return ControlOptions(
         cost_for_tp=cost_for_tp(cost_model, hardware),

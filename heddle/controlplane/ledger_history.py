@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from heddle.controlplane.predictors import trace_from_steps
+from heddle.controlplane.live_predictor import trace_from_steps
 from heddle.ledger import Ledger, queries
 from heddle.ledger.statuses import TrajectoryStatus
 from heddle.traces import TraceTrajectory

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from heddle.control.reshard import DEFAULT_ENGINE_RESTART_S
 from heddle.controlplane.gating import DeliveryConfig
-from heddle.controlplane.predictors import PredictorConfig
+from heddle.controlplane.live_predictor import PredictorConfig
 from heddle.controlplane.store_guard import StoreGuardConfig
 from heddle.policy.cost.model import preset
 

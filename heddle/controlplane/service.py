@@ -11,9 +11,10 @@ server), then supervises, concurrently:
   bundle per policy in use, and the worker liveness fold (``heddle.controlplane.liveness``), all
   hosted by ONE ``DeciderConsumer`` on the durable ``<prefix>-plane``: each event is decoded
   once and handed to the units that handle it, the router's placement stage first. Every
-  bundle's prediction decider shares one predictor (``heddle.controlplane.predictors``), taught at
-  start by the history trace files and, after the replay, by earlier rollouts in the ledger. A
-  liveness check runs every ``liveness_check_s`` once every event stored before it is folded in;
+  bundle's prediction decider shares one predictor (``heddle.controlplane.live_predictor``),
+  taught at start by the history trace files and, after the replay, by earlier rollouts in the
+  ledger. A liveness check runs every ``liveness_check_s`` once every event stored before it is
+  folded in;
 - the ledger projector (``heddle.controlplane.projector.Projector``), unless disabled, under its
   keeper (``heddle.controlplane.ledger_recovery``: a damaged ledger is rebuilt from the stream, or
   projection stops with the reason in ``<data_dir>/ledger-health.json``);
@@ -50,11 +51,11 @@ from heddle.controlplane.host import PLANE, DeciderConsumer
 from heddle.controlplane.ledger_history import ledger_history
 from heddle.controlplane.ledger_recovery import LedgerKeeper, ProjectionStopped
 from heddle.controlplane.ledger_restore import restore_if_empty
+from heddle.controlplane.live_predictor import PredictionHooks
 from heddle.controlplane.liveness import WorkerLiveness
 from heddle.controlplane.liveness_checks import LivenessChecks
 from heddle.controlplane.operations import OperationsService
 from heddle.controlplane.plane_config import ControlPlaneConfig
-from heddle.controlplane.predictors import PredictionHooks
 from heddle.controlplane.status import (
     ControlPlaneStatus,
     consumer_report,

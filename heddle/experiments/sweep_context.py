@@ -17,11 +17,11 @@ from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
 
+from heddle.context_model.model import ContextModel
+from heddle.context_model.train import TrainConfig, train_model
 from heddle.experiments.cells import Cell
 from heddle.experiments.sweep import CellResult, SweepConfig, run_cell
 from heddle.policy.prediction import ContextAnswer, Progress
-from heddle.predictor.model import ContextModel
-from heddle.predictor.train import TrainConfig, train_model
 from heddle.traces import TraceTrajectory
 
 log = logging.getLogger(__name__)

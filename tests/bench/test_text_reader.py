@@ -8,8 +8,8 @@ from heddle.bench.predictor import (
     cell_texts,
 )
 from heddle.bench.text_reader import TextReader, read_after
+from heddle.context_model.train import REPORTED_STEPS
 from heddle.policy.prediction.online import OnlinePredictor
-from heddle.predictor.train import REPORTED_STEPS
 
 
 def test_a_prediction_reads_every_output_and_the_tool_results_returned() -> None:

@@ -20,7 +20,7 @@ import pytest
 from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.controlplane import ControlPlaneConfig, ControlPlaneService
-from heddle.controlplane.predictors import PredictionHooks
+from heddle.controlplane.live_predictor import PredictionHooks
 from heddle.lifecycle.archive import archive_rollout
 from heddle.lifecycle.purge import purge_rollouts
 from heddle.policy.prediction.base import Progress

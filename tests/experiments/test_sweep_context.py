@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import heddle.experiments.sweep_context as sweep_context
+from heddle.context_model.model import ContextModel
+from heddle.context_model.train import TrainConfig
 from heddle.experiments.sweep import SweepConfig, cell_traces, sweep_cells
 from heddle.policy.prediction import progress_of
-from heddle.predictor.model import ContextModel
-from heddle.predictor.train import TrainConfig
 
 CONFIG = SweepConfig(
     families=("search",),

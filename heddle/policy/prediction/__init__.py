@@ -29,7 +29,7 @@ Implementations, by registry name (``PREDICTORS``; names feed the CLI's choices)
 * ``online``: a ridge regression on context features refit at every completion
   (``heddle.policy.prediction.online``), what a live control plane runs by default.
 
-A learned model implements the same protocol. The learned context model (``heddle.predictor``)
+A learned model implements the same protocol. The learned context model (``heddle.context_model``)
 reads the trajectory's text as well; it runs as a service, and inside the control plane
 ``ServedContextPredictor`` stands for it (answering with the numeric model at once, and queueing
 a request for the service).

@@ -4,7 +4,7 @@ while the tool call does, off the critical path).
 
 ``predict`` returns the fallback's answer (the prediction event then names the fallback) and
 records ``(rollout id, step, progress, the fallback's answer)`` in an outbox that the shell
-(``heddle.controlplane.predictors``) drains after each event and sends to the prediction service
+(``heddle.controlplane.live_predictor``) drains after each event and sends to the prediction service
 (the context model corrects the fallback's answer from the text); the service's answer
 becomes a second prediction event naming the context model, when it arrives before the
 trajectory's next generation. Pure: the outbox is data, the I/O is the shell's.

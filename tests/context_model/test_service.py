@@ -13,24 +13,24 @@ import pytest
 from heddle.bus import Bus
 from heddle.bus.micro import ServiceRefusal, request
 from heddle.config import Settings
-from heddle.controlplane.context_model_client import ContextPredictions
-from heddle.events import Predicted
-from heddle.policy.prediction import ContextRequest, Progress
-from heddle.predictor.model import ContextModel
-from heddle.predictor.service import (
+from heddle.context_model.model import ContextModel
+from heddle.context_model.service import (
     Batcher,
     ServiceConfig,
     model_predict,
     start_service,
     stop_service,
 )
-from heddle.predictor.wire import (
+from heddle.context_model.wire import (
     PREDICT_SUBJECT,
     STATS_SUBJECT,
     PredictionRequest,
     ServiceStats,
     reply_decoder,
 )
+from heddle.controlplane.context_model_client import ContextPredictions
+from heddle.events import Predicted
+from heddle.policy.prediction import ContextRequest, Progress
 
 PROGRESS = Progress(
     "t0",
@@ -128,9 +128,9 @@ async def test_answers_in_time_are_published_late_and_missing_ones_are_not(
 async def test_the_prediction_hooks_send_the_decider_s_requests_once_attached() -> None:
     import events_factory as b
 
+    from heddle.context_model.wire import PredictionReply
     from heddle.control.prediction import PredictionDecider
-    from heddle.controlplane.predictors import PredictionHooks, PredictorConfig
-    from heddle.predictor.wire import PredictionReply
+    from heddle.controlplane.live_predictor import PredictionHooks, PredictorConfig
 
     asked: list[PredictionRequest] = []
     published: list[Predicted] = []

@@ -5,19 +5,19 @@ import msgspec
 import numpy as np
 import pytest
 
-from heddle.errors import UserError
-from heddle.policy.prediction import progress_of
-from heddle.policy.prediction.online import OnlinePredictor
-from heddle.predictor.encoder import TextEncoder, resolve_base
-from heddle.predictor.examples import (
+from heddle.context_model.encoder import TextEncoder, resolve_base
+from heddle.context_model.examples import (
     build_examples,
     cross_fitted_baselines,
     examples_of,
     split_by_trajectory,
 )
-from heddle.predictor.metrics import long_tail_recall, pearson_r
-from heddle.predictor.model import CONFIG_FILE, VALIDATION_FILE, ContextModel
-from heddle.predictor.train import Fit, HeldOut, TrainConfig, TrainReport, guarded_fit, train
+from heddle.context_model.metrics import long_tail_recall, pearson_r
+from heddle.context_model.model import CONFIG_FILE, VALIDATION_FILE, ContextModel
+from heddle.context_model.train import Fit, HeldOut, TrainConfig, TrainReport, guarded_fit, train
+from heddle.errors import UserError
+from heddle.policy.prediction import progress_of
+from heddle.policy.prediction.online import OnlinePredictor
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads.text import with_text
 from heddle.workloads.zoo import zoo_family

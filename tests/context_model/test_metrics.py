@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heddle.predictor.metrics import bootstrap_win_share, pearson_r
+from heddle.context_model.metrics import bootstrap_win_share, pearson_r
 
 
 def brute_win_share(

@@ -1,6 +1,6 @@
 """``heddle predictor serve``: the context model as a NATS micro service, beside the control plane.
 
-Requests (``heddle.predictor.wire``) on ``PREDICT_SUBJECT`` queue up; one batching loop takes
+Requests (``heddle.context_model.wire``) on ``PREDICT_SUBJECT`` queue up; one batching loop takes
 what has queued (up to ``max_batch``, waiting at most ``max_wait_ms`` after the first for more),
 runs the model once on the batch in a worker thread (the event loop keeps receiving), and
 answers each request. ``STATS_SUBJECT`` answers the latency figures (``ServiceStats``), which
@@ -26,8 +26,8 @@ import numpy as np
 from heddle.bus.bus import Bus
 from heddle.bus.micro import Endpoint, ServiceHandle, ServiceRefusal, serve_service
 from heddle.config import Settings
-from heddle.predictor.model import ContextModel
-from heddle.predictor.wire import (
+from heddle.context_model.model import ContextModel
+from heddle.context_model.wire import (
     PREDICT_SUBJECT,
     PREDICTOR_SERVICE_NAME,
     STATS_SUBJECT,

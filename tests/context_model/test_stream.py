@@ -5,7 +5,7 @@ from __future__ import annotations
 import events_factory as b
 from msgspec.structs import replace
 
-from heddle.predictor.stream import traces_from_events
+from heddle.context_model.stream import traces_from_events
 
 
 def test_completed_trajectories_become_trace_lines_with_their_tool_text() -> None:

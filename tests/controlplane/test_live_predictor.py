@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from heddle.controlplane.ledger_history import ledger_history
-from heddle.controlplane.predictors import PredictionHooks, PredictorConfig, trace_of_task
+from heddle.controlplane.live_predictor import PredictionHooks, PredictorConfig, trace_of_task
 from heddle.events import (
     Completed,
     Event,

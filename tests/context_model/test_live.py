@@ -13,12 +13,12 @@ import pytest
 from heddle.bus import Bus
 from heddle.client import HeddleClient
 from heddle.config import Settings
+from heddle.context_model.model import ContextModel
+from heddle.context_model.service import Batcher, model_predict, start_service, stop_service
+from heddle.context_model.stream import traces_from_stream
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Predicted
 from heddle.events.codec import decode_event
-from heddle.predictor.model import ContextModel
-from heddle.predictor.service import Batcher, model_predict, start_service, stop_service
-from heddle.predictor.stream import traces_from_stream
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.workloads.text import with_text
 from heddle.workloads.zoo import zoo_family

@@ -17,10 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from heddle.errors import UserError
-from heddle.policy.prediction import Progress
-from heddle.predictor.encoder import TextEncoder
-from heddle.predictor.examples import (
+from heddle.context_model.encoder import TextEncoder
+from heddle.context_model.examples import (
     CONTEXT_PARTS,
     NUMERIC_FEATURES,
     TARGETS,
@@ -28,6 +26,8 @@ from heddle.predictor.examples import (
     context_parts,
     numeric_features,
 )
+from heddle.errors import UserError
+from heddle.policy.prediction import Progress
 
 CONFIG_FILE = "config.json"
 HEAD_FILE = "head.pt"
@@ -38,7 +38,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     name: str = "context"
     """The predictor name its predictions carry."""
     base: str
-    """The encoder: a local Hugging Face folder or ``minilm`` (``heddle.predictor.encoder``)."""
+    """The encoder: a local Hugging Face folder or ``minilm`` (``heddle.context_model.encoder``)."""
     max_length: int = 128
     hidden: int = 256
     embedding_dim: int

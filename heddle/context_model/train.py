@@ -24,17 +24,16 @@ import msgspec
 import numpy as np
 import torch
 
-from heddle.errors import UserError
-from heddle.predictor.encoder import PACKAGED_BASE, TextEncoder
-from heddle.predictor.examples import (
+from heddle.context_model.encoder import PACKAGED_BASE, TextEncoder
+from heddle.context_model.examples import (
     TARGETS,
     Example,
     build_examples,
     split_by_trajectory,
     target_matrix,
 )
-from heddle.predictor.metrics import bootstrap_win_share, long_tail_recall, pearson_r
-from heddle.predictor.model import (
+from heddle.context_model.metrics import bootstrap_win_share, long_tail_recall, pearson_r
+from heddle.context_model.model import (
     ContextModel,
     ModelConfig,
     ResidualHead,
@@ -43,6 +42,7 @@ from heddle.predictor.model import (
     raw_inputs,
     save_model,
 )
+from heddle.errors import UserError
 from heddle.traces import TraceTrajectory
 
 REPORTED_STEPS = (1, 2, 3)
