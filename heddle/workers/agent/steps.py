@@ -80,6 +80,8 @@ class StepRunner:
         """Generations run between weight swaps; each reports the version it ran on."""
         self.engine = engine
         self.tokenizer = tokenizer
+        self.eos_token_id = tokenizer.eos_token_id
+        """Read once: a tokenizer's EOS id never changes, and every generation request names it."""
         self.time_scale = engine.capabilities.time_scale
         self.clock = clock
         self.events = TrajectoryEvents(
@@ -271,7 +273,7 @@ class StepRunner:
         self, hosted: HostedTrajectory, context: list[int], num_generated: int
     ) -> GenerationPart:
         log, spec = hosted.log, hosted.spec
-        request = generation_request(hosted, context, self.tokenizer.eos_token_id, num_generated)
+        request = generation_request(hosted, context, self.eos_token_id, num_generated)
         asked_at = self.clock()
         async with self.weights.generating() as weight_version:
             weights_wait_s = max(0.0, self.clock() - asked_at) * self.time_scale
