@@ -64,22 +64,21 @@ Modules: ``bus`` (``Bus``), ``dial`` (opening its connection, ``BusOptions``), `
 for busy inboxes), ``streams`` (the streams and idempotent provisioning of streams and durables),
 ``state`` (stream and consumer state queries), ``publisher`` (de-duplicated publishing, bounded
 windows, retries), ``outbox`` (each message on its subject, large arrays offloaded), ``payloads``
-(moving an event's biggest arrays to the object store), ``objects`` (blobs on the JetStream object
-store), ``positions`` (consumer positions kept apart from the durables, to recreate a lost one),
-``purge`` (purging a subject's messages, listing streams, consumers and bucket objects: the data
-lifecycle's clean-up), ``snapshots`` (ledger snapshots kept in the object store), ``telemetry``
-(best-effort core NATS load reports and heartbeats), ``runner`` (the pull-consumer runner
-contract), ``batch_runner`` (``BatchRunner``: one handler call per batch),
-``message_runner`` (``MessageRunner``: one call per message, bounded concurrency),
-``pipelined_runner`` (``PipelinedRunner``: the control plane's deciders, batches decided in stages
-while earlier ones are stored, acknowledged in order), ``pull`` (pull
-requests and the inbox buffering them), ``delivery`` (what a handler receives and how it reports
-failure), ``transient`` (JetStream API errors that pass, e.g. during leader elections),
-``subject_check`` (whether a message belongs on its subject), ``replay`` (ordered replay of a
-stream), ``micro`` (NATS micro services and their clients), ``embedded`` (the one ``nats-server``
-shared by a data dir's processes), ``server`` (an embedded ``nats-server`` on a free loopback port),
-``store_health`` (whether its JetStream store takes writes, and the reset of one a full disk
-wedged), ``cluster`` (a loopback JetStream cluster, for tests and ``heddle bench cluster``).
+(moving an event's biggest arrays, found by field path, to the object store), ``objects`` (blobs on
+the JetStream object store), ``positions`` (consumer positions kept apart from the durables, to
+recreate a lost one), ``purge`` (purging a subject's messages, listing streams, consumers and bucket
+objects: the data lifecycle's clean-up), ``snapshots`` (ledger snapshots kept in the object store),
+``telemetry`` (best-effort core NATS load reports and heartbeats), ``runner`` (the pull-consumer
+runner contract), ``batch_runner`` (``BatchRunner``: one handler call per batch), ``message_runner``
+(``MessageRunner``: one call per message, bounded concurrency), ``pipelined_runner``
+(``PipelinedRunner``: the control plane's deciders, batches decided in stages while earlier ones are
+stored, acknowledged in order), ``pull`` (pull requests and the inbox buffering them), ``delivery``
+(what a handler receives and how it reports failure), ``transient`` (JetStream API errors that pass,
+e.g. during leader elections), ``replay`` (ordered replay of a stream), ``micro`` (NATS micro
+services and their clients), ``embedded`` (the one ``nats-server`` shared by a data dir's
+processes), ``server`` (an embedded ``nats-server`` on a free loopback port), ``store_health``
+(whether its JetStream store takes writes, and the reset of one a full disk wedged), ``cluster`` (a
+loopback JetStream cluster, for tests and ``heddle bench cluster``).
 """
 
 from heddle.bus.batch_runner import BatchRunner

@@ -31,10 +31,19 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from heddle.events.arrays import ObjectRef, PackedArray, unpack_bytes
-from heddle.events.references import Path, inline_arrays, placeholders, replace_at
+from heddle.events.arrays import (
+    InlineArray,
+    ObjectRef,
+    PackedArray,
+    array_fields,
+    is_array_type,
+    unpack_bytes,
+    unresolved,
+)
 
 M = TypeVar("M", bound=msgspec.Struct)
+Path = tuple[str, ...]
+"""A field path from a message down to an array (``("spec", "prompt_token_ids")``)."""
 Put = Callable[[str, bytes], Awaitable[object]]
 Get = Callable[[str, str], Awaitable[bytes]]
 """(bucket, object name) -> the object's bytes."""
@@ -121,3 +130,38 @@ def _check(reference: ObjectRef, raw: bytes) -> None:
         raise PayloadError(
             f"object {reference.name} has SHA-256 {digest}, the event says {reference.sha256}"
         )
+
+
+# Finding and replacing a message's arrays by field path: pure functions over msgspec structs.
+def inline_arrays(packed: msgspec.Struct, prefix: Path = ()) -> list[tuple[Path, InlineArray]]:
+    """Every inline array of a message that ``arrays.pack_message`` packed."""
+    found: list[tuple[Path, InlineArray]] = []
+    for name, kind in array_fields(type(packed)):
+        value = getattr(packed, name)
+        if isinstance(value, InlineArray):
+            found.append(((*prefix, name), value))
+        elif not is_array_type(kind) and isinstance(value, msgspec.Struct):
+            found += inline_arrays(value, (*prefix, name))
+    return found
+
+
+def placeholders(message: msgspec.Struct, prefix: Path = ()) -> list[tuple[Path, Any, PackedArray]]:
+    """(path, array type, reference) of every placeholder of a decoded message."""
+    found: list[tuple[Path, Any, PackedArray]] = []
+    for name, kind in array_fields(type(message)):
+        value = getattr(message, name)
+        if is_array_type(kind):
+            reference = unresolved(value)
+            if reference is not None:
+                found.append(((*prefix, name), kind, reference))
+        elif isinstance(value, msgspec.Struct):
+            found += placeholders(value, (*prefix, name))
+    return found
+
+
+def replace_at(message: msgspec.Struct, path: Path, value: Any) -> msgspec.Struct:
+    """A copy of ``message`` with the field at ``path`` set to ``value`` (not validated)."""
+    head, *rest = path
+    if rest:
+        value = replace_at(getattr(message, head), tuple(rest), value)
+    return msgspec.structs.replace(message, **{head: value})

@@ -22,9 +22,9 @@ from nats.js.errors import NotFoundError
 from heddle.bus.delivery import Decoder
 from heddle.bus.pull import PullInbox
 from heddle.bus.streams import ephemeral_config
-from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.transient import retry_transient
 from heddle.bus.wire import LeanClient, parse_ack_subject
+from heddle.events.subjects import subject_mismatch
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ channel's decoder, hand the messages to the handler, then acknowledge. Contracts
 - Ack after the handler returns (i.e. after its SQL commit or its published events); a crash
   before that leaves the messages unacknowledged, and the server redelivers them.
 - Undecodable messages, messages on a subject they do not belong on
-  (``heddle.bus.subject_check``) and messages the handler rejects are dead-lettered
+  (``heddle.events.subjects``) and messages the handler rejects are dead-lettered
   (``DeadLettered`` on ``heddle.evt.deadletter`` with consumer, subject, stream sequence,
   reason and a truncated payload) and terminated; the valid messages of the same batch are
   processed normally.
@@ -39,11 +39,10 @@ from nats.js.errors import NotFoundError
 from heddle.bus.delivery import Decoder, Delivery, Rejection
 from heddle.bus.pull import PullInbox, RawMessage
 from heddle.bus.streams import ConsumerSpec, provision_consumer
-from heddle.bus.subject_check import subject_mismatch
 from heddle.bus.transient import is_transient, retry_storage_refusals
 from heddle.bus.wire import LeanClient, parse_ack_subject
 from heddle.events import DeadLettered
-from heddle.events.subjects import parse_subject
+from heddle.events.subjects import parse_subject, subject_mismatch
 from heddle.ids import derive_id
 
 T = TypeVar("T")

@@ -6,7 +6,7 @@ more than decoding them. ``LeanClient`` lets the bus attach a *sink* to a subscr
 subject, reply subject, payload and raw header bytes of each message go straight to a synchronous
 function. Publishing the other way, ``publish_with_id`` writes a message with its
 ``Nats-Msg-Id`` header as one ``HPUB`` frame, without nats-py's per-call subject validation and
-header building (Heddle's subjects are checked where they are made, ``heddle.bus.subject_check``).
+header building (Heddle's subjects are checked where they are made, ``heddle.events.subjects``).
 Everything else (connect, auth, TLS, reconnect, pings, the JetStream management API) is
 nats-py's own, with two corrections: a client that ``requires_tls`` refuses a server that offers
 none (nats-py would go on in plaintext) and upgrades on one that merely allows it; and a

@@ -23,7 +23,7 @@ import msgspec
 from heddle.control.ops_requests import RequestRefused
 from heddle.events import TrajectorySpec
 from heddle.events.arrays import dec_hook, pack_message
-from heddle.events.defaults import with_canonical_defaults
+from heddle.events.codec import with_canonical_defaults
 from heddle.events.strict import unknown_fields
 from heddle.ids import check_token
 

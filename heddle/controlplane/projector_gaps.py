@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from heddle.bus import Bus, Decoder
-from heddle.bus.subject_check import subject_mismatch
-from heddle.events.subjects import EVENTS_STREAM
+from heddle.events.subjects import EVENTS_STREAM, subject_mismatch
 
 
 def subject_matches(subject: str, pattern: str) -> bool:

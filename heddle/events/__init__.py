@@ -4,12 +4,11 @@ lifecycle phase those events move a trajectory through (``phases.TrajectoryPhase
 Modules: ``base`` (the base structs), ``trajectory`` (events of one trajectory), ``rollout`` (events
 of a whole rollout), ``worker`` (rollout worker events and telemetry), ``weights`` (weight version
 events), ``operator`` (what a person asked the running system to do), ``commands`` (worker and tool
-commands), ``subjects`` (subject names, builders and a parser), ``codec`` (the JSON codec, one typed
-decoder per channel), ``defaults`` (equal values made the defaults' own objects, so the codec's
-output is canonical), ``arrays`` (compact number arrays: token ids, logprobs, loss masks),
-``references`` (finding and replacing a message's arrays by field path), ``phases`` (the trajectory
-lifecycle phase enum), ``strict`` (the fields a message from outside names that its struct does
-not: a submission's misspelt field).
+commands), ``subjects`` (subject names, builders, a parser, and whether a message belongs on its
+subject), ``codec`` (the JSON codec, one typed decoder per channel, equal values made the
+defaults' own objects so its output is canonical), ``arrays`` (compact number arrays: token ids,
+logprobs, loss masks), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the fields a
+message from outside names that its struct does not: a submission's misspelt field).
 """
 
 from heddle.events.base import (

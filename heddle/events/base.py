@@ -7,7 +7,7 @@ tags are never reordered or reused.
 
 Trajectory step and decision events (every ``traj.*`` kind but ``traj.completed`` and
 ``traj.failed``) and commands leave out the fields that hold their defaults (msgspec's
-``omit_defaults``, after ``heddle.events.defaults`` makes equal values the default objects):
+``omit_defaults``, after ``heddle.events.codec`` makes equal values the default objects):
 they are most of the stream's messages, and a reader fills the defaults in.
 ``kind``, the id, the time and ``version`` are always written, and so is every field of the
 records a trainer reads (``traj.completed``, ``traj.failed``, ``rollout.*``, ``worker.*``,

@@ -2,10 +2,19 @@
 
 Number lists (token ids, logprobs, loss masks) are written in the compact form of
 ``heddle.events.arrays`` and read in either form, so streams written before it still decode.
+
+Canonical defaults: a field whose value equals its default is encoded as the default itself.
+msgspec's ``omit_defaults`` leaves a field out only when its value *is* the default object, so a
+computed ``0.0`` or a ``"stop"`` built at run time would be written while a field never set is
+not. ``with_canonical_defaults`` swaps such values for the default objects first, so a message's
+JSON depends on its values only. Equal means equal and of the same type (``0`` is not ``0.0``
+nor ``False``); ``-0.0`` is not the default ``0.0``, and NaN never equals one.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import TypeVar
 
 import msgspec
@@ -13,7 +22,6 @@ import msgspec
 from heddle.events.arrays import dec_hook, pack_message
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand, WorkerCommandT
-from heddle.events.defaults import with_canonical_defaults
 from heddle.events.operator import OperatorEventT
 from heddle.events.rollout import RolloutEventT
 from heddle.events.trajectory import TrajectoryEventT
@@ -67,7 +75,7 @@ def encode_wire_form(packed: msgspec.Struct) -> bytes:
 def wire_form(message: msgspec.Struct) -> msgspec.Struct:
     """What the encoder writes of ``message``: number lists in their compact form, and fields
     at their defaults left out where the message's kind leaves them out
-    (``heddle.events.defaults``). Only for encoding: see ``pack_message``."""
+    (``with_canonical_defaults``). Only for encoding: see ``pack_message``."""
     return pack_message(with_canonical_defaults(message))
 
 
@@ -78,6 +86,7 @@ def encode_plain(message: Event | WorkerCommand | ToolCall | WorkerTelemetry) ->
 
 
 T = TypeVar("T")
+M = TypeVar("M", bound=msgspec.Struct)
 
 
 def _decode(decoder: msgspec.json.Decoder[T], data: bytes, channel: str) -> T:
@@ -105,3 +114,37 @@ def decode_tool_call(data: bytes) -> ToolCall:
 
 def decode_telemetry(data: bytes) -> WorkerTelemetry:
     return _decode(_telemetry_decoder, data, "telemetry")
+
+
+_SCALARS = (bool, int, float, str)
+
+
+@functools.cache
+def _scalar_defaults(cls: type[msgspec.Struct]) -> tuple[tuple[str, object], ...]:
+    """The fields of ``cls`` with a scalar default, when ``cls`` leaves defaults out."""
+    if not cls.__struct_config__.omit_defaults:
+        return ()
+    return tuple(
+        (field.name, field.default)
+        for field in msgspec.structs.fields(cls)
+        if type(field.default) in _SCALARS
+    )
+
+
+def with_canonical_defaults(message: M) -> M:
+    """``message``, with each value equal to its field's default replaced by the default object
+    (``message`` itself when there is none)."""
+    changes: dict[str, object] = {}
+    for name, default in _scalar_defaults(type(message)):
+        value = getattr(message, name)
+        if value is not default and _equals(value, default):
+            changes[name] = default
+    return msgspec.structs.replace(message, **changes) if changes else message
+
+
+def _equals(value: object, default: object) -> bool:
+    if type(value) is not type(default) or value != default:
+        return False
+    if isinstance(value, float) and isinstance(default, float):
+        return math.copysign(1.0, value) == math.copysign(1.0, default)  # -0.0 is kept
+    return True

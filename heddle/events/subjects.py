@@ -13,6 +13,18 @@ heddle.telemetry.worker.<worker_id>       (core NATS, not persisted)
 heddle.out.<trainer>.<rollout_id>.<traj_id>.<kind>   (stream HEDDLE_OUT_<trainer>: each
                                           trajectory's terminal record, kind completed|failed)
 heddle.out.<trainer>.<rollout_id>.<kind>  (the rollout's end, kind finished|cancelled)
+
+``subject_mismatch`` says whether a decoded message belongs on the subject it came from.
+Every Heddle publisher derives the subject from the message (``subject_for_event``,
+``subject_for_command``), so a valid message on another subject (a hand-made publish, a bug,
+a fuzzer) is refused: a consumer that took it would fold it under ids its subject does not
+name (a trajectory event of rollout A delivered to a filter of rollout B). Runners dead-letter
+such messages with the reason this module gives.
+
+A trainer's delivery stream (``heddle.out.<trainer>.<rollout>[.<traj>].<kind>``) holds events the
+control plane passed on as they were stored: the subject must name the event's rollout,
+trajectory and kind; a trajectory's ``failed`` record may hold the ``Completed`` the control
+plane built for the trainer from its failure.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ from dataclasses import dataclass
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
-from heddle.events.trajectory import TrajectoryEvent
+from heddle.events.trajectory import Completed, TrajectoryEvent
 from heddle.events.weights import WeightsEvent
 from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
@@ -203,3 +215,34 @@ def parse_subject(subject: str) -> SubjectParts:
         case ["heddle", "telemetry", "worker", worker_id]:
             return SubjectParts("telemetry", worker_id=worker_id)
     raise ValueError(f"not a Heddle subject: {subject!r}")
+
+
+def subject_mismatch(subject: str, message: object) -> str | None:
+    """Why ``message`` cannot have been published on ``subject``; None when it agrees (or is
+    not a Heddle event or command)."""
+    if subject.startswith(f"{DELIVERY_PREFIX}.") and isinstance(message, Event):
+        return _delivered_mismatch(subject, message)
+    try:
+        if isinstance(message, Event):
+            expected = subject_for_event(message)
+        elif isinstance(message, WorkerCommand | ToolCall):
+            expected = subject_for_command(message)
+        else:
+            return None
+    except ValueError as exc:
+        return f"message with invalid ids: {exc}"
+    if expected == subject:
+        return None
+    return f"wrong subject: published on {subject}, but the message belongs on {expected}"
+
+
+def _delivered_mismatch(subject: str, event: Event) -> str | None:
+    try:
+        parts = parse_subject(subject)
+    except ValueError as exc:
+        return str(exc)
+    traj_id = event.traj_id if isinstance(event, TrajectoryEvent) else None
+    kinds = {type(event).kind_name()} | ({"failed"} if isinstance(event, Completed) else set())
+    if (parts.rollout_id, parts.traj_id) == (event.rollout_id, traj_id) and parts.kind in kinds:
+        return None
+    return f"wrong subject: delivered on {subject}, but the message is {event.event_id}"

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from hypothesis import given, settings
 
 from bus.fuzz_strategies import VALID, Fuzzed, any_fuzzed, subject_of
-from heddle.bus.subject_check import subject_mismatch
 from heddle.controlplane.decider_decoders import decode_for_deciders, decode_for_placement
 from heddle.events import decode_event, decode_tool_call, decode_worker_command, encode
+from heddle.events.subjects import subject_mismatch
 from heddle.ledger.lean_decoder import decode_event_lean
 
 EVENT_DECODERS: tuple[Callable[[bytes], object], ...] = (

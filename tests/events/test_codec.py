@@ -167,7 +167,7 @@ def _default_of(field: Any) -> Any:
 
 def _holds_default(value: Any, field: Any) -> bool:
     """Whether ``value`` is the field's default: equal, of the same type, and of the same sign
-    for a float zero (the rule of ``heddle.events.defaults``)."""
+    for a float zero (the rule of ``heddle.events.codec``)."""
     default = _default_of(field)
     if default is msgspec.NODEFAULT:
         return False
