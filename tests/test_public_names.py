@@ -36,31 +36,8 @@ ALLOWED: dict[str, str] = {
 }
 
 PENDING: dict[str, str] = {
-    # pending: sim/bench, resolved by the lead after merges (helpers `lab` and `worker` move
-    # these modules; each name below has one definition there and one elsewhere).
-    "BenchConfig": "bench/engine_figures.py, bench/predictor.py",
-    "Cell": "experiments/cells.py, bench/predictor.py, bench/figures/tables.py",
-    "CorpusError": "experiments/corpus.py, workers/tools/search.py",
-    "DEFAULT_LINK_BANDWIDTH_BYTES_S": "sim/config.py, workers/engines/sim_options.py",
-    "Phase": "experiments/hunt.py, bench/phases.py",
-    "Plan": "policy/placement/bisection.py, sim/planning.py",
-    "Progress": "policy/prediction/base.py, sim/simulator.py",
-    "cell_traces": "experiments/sweep.py, bench/predictor.py",
-    "choose_plan": "policy/resources/plan_choice.py, sim/planning.py",
-    "plan_makespan_s": "policy/resources/plan_estimate.py, sim/profile.py",
-    "generation_job": "sim/sim_worker.py, workers/engines/sim_jobs.py",
-    "run_cell": "experiments/sweep.py, bench/predictor.py",
-    "train": "predictor/train.py, bench/chaos_trainer.py",
-    "KINDS": "bench/chaos.py, bench/fidelity/gaps.py",
-    "SYSTEMS": "control/systems.py, bench/figures/overall.py (a figure's systems)",
-    "summarize": "workloads/stats.py, bench/tools.py",
-    "run_once": "workers/tools/sandbox_calls.py (bench/tools.py imports it), bench/cluster.py",
-    # heddle bench hops (on main since this test was written)
-    "CONTROL_PLANE": "bench/hops_path.py, deploy/roles.py",
-    "WORKER": "bench/hops_path.py, deploy/roles.py",
-    "TOOLS": "bench/hops_path.py, bus/streams.py",
-    "Call": "bench/hops_trace.py, bench/tools.py",
-    # the simulator's event builders (sim/facts.py) and the worker's (workers/agent/records.py)
+    # the simulator's event builders (sim/facts.py) and the worker's (workers/agent/records.py):
+    # helper `builders` gives them one definition, resolved by the lead after merges.
     "completed": "sim/facts.py, workers/agent/records.py",
     "failed": "sim/facts.py, workers/agent/records.py",
     "generated": "sim/facts.py, workers/agent/records.py",
@@ -68,8 +45,6 @@ PENDING: dict[str, str] = {
     "generation_started": "sim/facts.py, workers/agent/records.py",
     "migrated": "sim/facts.py, workers/agent/records.py",
     "tool_called": "sim/facts.py, workers/agent/records.py",
-    # workers/agent and bus/transient.py (helper `worker`)
-    "is_transient": "bus/transient.py, workers/agent/publisher.py",
 }
 
 

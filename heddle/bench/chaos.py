@@ -60,7 +60,7 @@ from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.rollout.submit import submit
 from heddle.workloads import generate
 
-KINDS = ("control_plane", "projector", "worker", "tool_executor", "trainer")
+KILLED_KINDS = ("control_plane", "projector", "worker", "tool_executor", "trainer")
 _POLL_S = 0.2
 
 
@@ -137,9 +137,9 @@ class ChaosReport:
 
 def kill_schedule(rng: random.Random, num_kills: int) -> list[str]:
     """Every kind once (shuffled) first, then kinds drawn uniformly."""
-    first = list(KINDS)
+    first = list(KILLED_KINDS)
     rng.shuffle(first)
-    rest = [rng.choice(KINDS) for _ in range(max(0, num_kills - len(first)))]
+    rest = [rng.choice(KILLED_KINDS) for _ in range(max(0, num_kills - len(first)))]
     return (first + rest)[:num_kills]
 
 
@@ -311,7 +311,7 @@ async def _run_chaos(
         duplicates=counts.duplicates,
         lost=expected - counts.distinct,
         ledger_consistent=verified.consistent,
-        kills_by_kind={kind: cluster.kills[kind] for kind in KINDS},
+        kills_by_kind={kind: cluster.kills[kind] for kind in KILLED_KINDS},
         redelivered_after_restart=counts.redelivered,
         stream_duplicate_completions=stream_duplicates,
         ledger_sequence=verified.sequence,

@@ -37,7 +37,7 @@ def count_record(record: Path) -> RecordCounts:
     return RecordCounts(len(distinct), duplicates, len(entries) - len(distinct) - duplicates)
 
 
-async def train(settings: Settings, rollout_ids: list[str], record: Path) -> None:
+async def record_completions(settings: Settings, rollout_ids: list[str], record: Path) -> None:
     """The trainer process: every rollout's completions, in order, one record line each
     (written and synced before the next is asked for, i.e. before this one is acknowledged)."""
     from heddle.client import HeddleClient

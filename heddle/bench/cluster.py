@@ -123,7 +123,7 @@ async def run_bench(
     for kind in kinds:
         single = next((r for r in reports if r.run == "single"), None)
         kill_after_s = config.kill_at_fraction * single.makespan_s if single else None
-        reports.append(await run_once(config, work_dir / kind, kind, kill_after_s))
+        reports.append(await run_cluster_once(config, work_dir / kind, kind, kill_after_s))
     single = next((r for r in reports if r.run == "single"), None)
     ratios = {
         r.run: round(r.makespan_s / single.makespan_s, 3)
@@ -137,7 +137,7 @@ async def run_bench(
     }
 
 
-async def run_once(
+async def run_cluster_once(
     config: ClusterBenchConfig, work_dir: Path, kind: RunKind, kill_after_s: float | None = None
 ) -> RunReport:
     """One run; the fault (and the read of the acknowledged events) comes ``kill_after_s``

@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from heddle.bench.engine_figures import (
-    BenchConfig,
     DecodePoint,
+    EngineBenchConfig,
     EngineBenchResult,
     MigrationCost,
     ResumeCost,
@@ -40,7 +40,9 @@ _SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, seed=0)
 _BYTE_TOKENS = 256
 
 
-async def run_engine_bench(options: TorchEngineOptions, config: BenchConfig) -> EngineBenchResult:
+async def run_engine_bench(
+    options: TorchEngineOptions, config: EngineBenchConfig
+) -> EngineBenchResult:
     """Run every measurement (module docstring); ``options`` names model, device and dtype."""
     rng = random.Random(0)
     largest = max(config.batch_sizes)
@@ -102,7 +104,7 @@ def _request(
 
 
 async def _decode_curve(
-    engine: TorchEngine, config: BenchConfig, rng: random.Random
+    engine: TorchEngine, config: EngineBenchConfig, rng: random.Random
 ) -> list[DecodePoint]:
     await _decode_step_s(engine, max(config.batch_sizes), config, rng, -1)  # warm-up, untimed
     # Rounds interleave the batch sizes, so a noisy period on a shared machine hits all of them.
@@ -124,7 +126,7 @@ async def _decode_curve(
 
 
 async def _decode_step_s(
-    engine: TorchEngine, batch_size: int, config: BenchConfig, rng: random.Random, run: int
+    engine: TorchEngine, batch_size: int, config: EngineBenchConfig, rng: random.Random, run: int
 ) -> float:
     before = await engine.stats()
     names = [f"decode-b{batch_size}-r{run}-{index}" for index in range(batch_size)]
@@ -143,7 +145,9 @@ async def _decode_step_s(
     return seconds / steps
 
 
-async def _prefill_rate(engine: TorchEngine, config: BenchConfig, rng: random.Random) -> float:
+async def _prefill_rate(
+    engine: TorchEngine, config: EngineBenchConfig, rng: random.Random
+) -> float:
     rates = []
     for run in range(config.repeats):
         name = f"prefill-{run}"
@@ -154,7 +158,7 @@ async def _prefill_rate(engine: TorchEngine, config: BenchConfig, rng: random.Ra
 
 
 async def _resume_cost(
-    options: TorchEngineOptions, config: BenchConfig, rng: random.Random
+    options: TorchEngineOptions, config: EngineBenchConfig, rng: random.Random
 ) -> ResumeCost:
     kept, recomputed = [], []
     for run in range(config.repeats):
@@ -213,7 +217,7 @@ class _Move:
 
 
 async def _migration_cost(
-    options: TorchEngineOptions, config: BenchConfig, rng: random.Random
+    options: TorchEngineOptions, config: EngineBenchConfig, rng: random.Random
 ) -> MigrationCost:
     engine_options = dataclasses.replace(
         options,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class BenchConfig:
+class EngineBenchConfig:
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     context_tokens: int = 128
     """Prompt tokens of each decode-benchmark request."""

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 from heddle.bench.hops_trace import NO_TASK, Call, Window
 
-TOOLS = "tools"
-CONTROL_PLANE = "control plane"
-WORKER = "worker"
+TOOLS_PART = "tools"
+CONTROL_PLANE_PART = "control plane"
+WORKER_PART = "worker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +93,11 @@ def hop_figures(files_in_call_order: Iterable[str]) -> HopFigures:
 
 def path_parts(window: Window) -> dict[int, str]:
     """Task -> its part of the path, for the tasks on it."""
-    parts = {task: WORKER for task in _lineage(window, window.end_task)}
+    parts = {task: WORKER_PART for task in _lineage(window, window.end_task)}
     for handing_over in sorted(window.handover_tasks):
         for task in _lineage(window, handing_over):
-            parts.setdefault(task, CONTROL_PLANE)
-    parts.setdefault(window.start_task, TOOLS)
+            parts.setdefault(task, CONTROL_PLANE_PART)
+    parts.setdefault(window.start_task, TOOLS_PART)
     parts.pop(NO_TASK, None)
     return parts
 

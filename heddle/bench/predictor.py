@@ -41,7 +41,7 @@ NUMERIC_PREDICTORS = ("online", "prompt_only", "history", "oracle")
 
 
 @dataclass(frozen=True, slots=True)
-class BenchConfig:
+class PredictorBenchConfig:
     families: tuple[str, ...] = ("swe", "search", "math")
     signals: tuple[str, ...] = BENCH_SIGNALS
     num_trajectories: int = 512
@@ -53,7 +53,7 @@ class BenchConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class Cell:
+class PredictorCell:
     family: str
     signal_name: str
     signal: float
@@ -77,7 +77,7 @@ class CellTexts:
     test_quantities: Quantities
 
 
-def cell_texts(family: str, signal: float, config: BenchConfig) -> CellTexts:
+def cell_texts(family: str, signal: float, config: PredictorBenchConfig) -> CellTexts:
     """The cell's training and test traces (same prompts, new samples), with text."""
     zoo = zoo_family(family)
     params = zoo.draw(random.Random(config.seed))
@@ -97,8 +97,8 @@ def cell_texts(family: str, signal: float, config: BenchConfig) -> CellTexts:
     return CellTexts(train, test, train_quantities, test_quantities)
 
 
-def cell_traces(
-    family: str, signal: float, config: BenchConfig
+def predictor_cell_traces(
+    family: str, signal: float, config: PredictorBenchConfig
 ) -> tuple[list[TraceTrajectory], list[TraceTrajectory]]:
     """``cell_texts``' two traces."""
     texts = cell_texts(family, signal, config)
@@ -161,7 +161,9 @@ def _reader_guesses(
     }
 
 
-def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -> Cell:
+def run_predictor_cell(
+    family: str, signal_name: str, config: PredictorBenchConfig, folder: Path
+) -> PredictorCell:
     signal = SIGNAL_LEVELS[signal_name]
     texts = cell_texts(family, signal, config)
     train_trace, test_trace = texts.train, texts.test
@@ -189,7 +191,7 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
     figures["text_reader"] = _figures(
         test_trace, _reader_guesses(reader, online, test_trace, texts.test_quantities)
     )
-    return Cell(
+    return PredictorCell(
         family,
         signal_name,
         signal,
@@ -201,7 +203,9 @@ def run_cell(family: str, signal_name: str, config: BenchConfig, folder: Path) -
     )
 
 
-def time_training(num_examples: int, config: BenchConfig, folder: Path) -> tuple[float, int]:
+def time_training(
+    num_examples: int, config: PredictorBenchConfig, folder: Path
+) -> tuple[float, int]:
     """Wall seconds to train on ``num_examples`` (swe at strong signal), and how many it had."""
     family = config.families[0]
     zoo = zoo_family(family)

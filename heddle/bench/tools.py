@@ -49,7 +49,7 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[rank - 1]
 
 
-def summarize(latencies_s: list[float], elapsed_s: float, num_failed: int) -> LatencyStats:
+def latency_stats(latencies_s: list[float], elapsed_s: float, num_failed: int) -> LatencyStats:
     ordered = sorted(latencies_s)
     return LatencyStats(
         num_calls=len(latencies_s),
@@ -60,7 +60,7 @@ def summarize(latencies_s: list[float], elapsed_s: float, num_failed: int) -> La
     )
 
 
-Call = Callable[[], Awaitable[SandboxResult]]
+SandboxCall = Callable[[], Awaitable[SandboxResult]]
 TimedCall = Callable[[], Awaitable[tuple[float, bool]]]
 """A call that returns its own latency (seconds) and whether it succeeded."""
 
@@ -84,10 +84,12 @@ async def measure_timed(
 
     started = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(num_calls)))
-    return summarize(latencies, time.perf_counter() - started, num_failed)
+    return latency_stats(latencies, time.perf_counter() - started, num_failed)
 
 
-async def measure(call: Call, num_calls: int, concurrency: int, gap_s: float = 0.0) -> LatencyStats:
+async def measure(
+    call: SandboxCall, num_calls: int, concurrency: int, gap_s: float = 0.0
+) -> LatencyStats:
     """``measure_timed`` over sandbox calls of the trivial snippet, timed from the caller's side;
     a call fails unless it printed ``2``."""
 

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 
 from heddle.bench.chaos import ChaosConfig, run_chaos
-from heddle.bench.chaos_trainer import train
+from heddle.bench.chaos_trainer import record_completions
 from heddle.cli.apps import bench_app, settings_of
 
 _DEFAULTS = ChaosConfig()
@@ -114,5 +114,5 @@ def bench_chaos_trainer(
     rollout_ids: Annotated[list[str], typer.Argument(help="Rollouts to train on, in order.")],
     record: Annotated[Path, typer.Option(help="File each received trajectory is appended to.")],
 ) -> None:
-    """The chaos bench's trainer process (``heddle.bench.chaos_trainer.train``)."""
-    asyncio.run(train(settings_of(ctx), rollout_ids, record))
+    """The chaos bench's trainer process (``heddle.bench.chaos_trainer.record_completions``)."""
+    asyncio.run(record_completions(settings_of(ctx), rollout_ids, record))

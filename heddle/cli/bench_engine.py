@@ -53,7 +53,7 @@ def bench_engine_command(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Decode ITL vs batch size, prefill rate, preemption and migration costs of an engine."""
-    from heddle.bench.engine import BenchConfig, run_engine_bench
+    from heddle.bench.engine import EngineBenchConfig, run_engine_bench
 
     if engine != "torch":
         raise UserError(f"--engine {engine!r}: only the torch engine has a benchmark here")
@@ -66,7 +66,7 @@ def bench_engine_command(
             dtype=dtype,
             num_threads=num_threads,
         )
-        config = BenchConfig(
+        config = EngineBenchConfig(
             batch_sizes=_parse_sizes(batch_sizes),
             context_tokens=context_tokens,
             decode_tokens=decode_tokens,

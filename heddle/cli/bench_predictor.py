@@ -28,7 +28,7 @@ def _split(value: str, choices: Any, what: str) -> tuple[str, ...]:
 
 
 def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) -> dict[str, Any]:
-    from heddle.bench.predictor import cell_traces, run_cell, time_training
+    from heddle.bench.predictor import predictor_cell_traces, run_predictor_cell, time_training
     from heddle.bench.predictor_serve import measure_serving, timed_requests
     from heddle.context_model.model import ContextModel
     from heddle.policy.prediction.online import OnlinePredictor
@@ -36,7 +36,7 @@ def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) 
     families: dict[str, Any] = {}
     for family in config.families:
         for signal in config.signals:
-            cell = run_cell(family, signal, config, folder)
+            cell = run_predictor_cell(family, signal, config, folder)
             families[f"{family}@{signal}"] = entry = {
                 "family": family,
                 "signal": cell.signal,
@@ -48,7 +48,7 @@ def _run(config: Any, num_timing_examples: int, concurrency: int, folder: Path) 
             }
             typer.echo(json.dumps({f"{family}@{signal}": entry}), err=True)  # progress
     family, signal = config.families[0], config.signals[-1]
-    train_trace, test_trace = cell_traces(family, SIGNAL_LEVELS[signal], config)
+    train_trace, test_trace = predictor_cell_traces(family, SIGNAL_LEVELS[signal], config)
     online = OnlinePredictor()
     for trajectory in train_trace:
         online.observe_trace(trajectory)
@@ -112,14 +112,14 @@ def bench_predictor(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object")] = False,
 ) -> None:
     """Context model vs numeric predictors (Fig. 13), serving latency, training time."""
-    from heddle.bench.predictor import BenchConfig
+    from heddle.bench.predictor import PredictorBenchConfig
     from heddle.workloads.zoo import ZOO
 
     if num_threads:
         import torch
 
         torch.set_num_threads(num_threads)
-    config = BenchConfig(
+    config = PredictorBenchConfig(
         families=_split(families, ZOO, "families"),
         signals=_split(signals, SIGNAL_LEVELS, "signals"),
         num_trajectories=num_trajectories,

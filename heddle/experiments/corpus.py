@@ -38,7 +38,7 @@ TRACE_FILE = "trace.jsonl.gz"
 HISTORY_FILE = "history.jsonl.gz"
 
 
-class CorpusError(ValueError):
+class CorpusEntryError(ValueError):
     """A corpus entry that cannot be read; the message names the folder and the problem."""
 
 
@@ -84,7 +84,7 @@ class CorpusSource:
         if cell.history == "none":
             return read_trace(folder / TRACE_FILE), []
         if not (folder / HISTORY_FILE).is_file():
-            raise CorpusError(f"{folder}: the history {cell.history!r} has no {HISTORY_FILE}")
+            raise CorpusEntryError(f"{folder}: the history {cell.history!r} has no {HISTORY_FILE}")
         return read_trace(folder / TRACE_FILE), read_trace(folder / HISTORY_FILE)
 
 
@@ -119,7 +119,9 @@ def read_entry(folder: Path) -> CorpusEntry:
         document = json.loads((folder / CELL_FILE).read_text())
         params_type = leaf_params_type(document["family"])
         if params_type is None:
-            raise CorpusError(f"{folder}: family {document['family']!r} has no parameter record")
+            raise CorpusEntryError(
+                f"{folder}: family {document['family']!r} has no parameter record"
+            )
         return CorpusEntry(
             name=folder.name,
             family=document["family"],
@@ -135,9 +137,11 @@ def read_entry(folder: Path) -> CorpusEntry:
             found=document.get("found", {}),
         )
     except (OSError, KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, CorpusError):
+        if isinstance(exc, CorpusEntryError):
             raise
-        raise CorpusError(f"{folder}: not a corpus entry ({type(exc).__name__}: {exc})") from None
+        raise CorpusEntryError(
+            f"{folder}: not a corpus entry ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def write_entry(

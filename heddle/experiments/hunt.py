@@ -42,7 +42,7 @@ from heddle.experiments.sweep import CellResult, SweepConfig, run_cell
 from heddle.experiments.sweep_pool import run_in_pool
 from heddle.experiments.sweep_summary import HEDDLE, CellRatios, cell_ratios
 
-Phase = Literal["random", "local"]
+HuntPhase = Literal["random", "local"]
 _REDRAWS = 20
 SAME_FINDING = 0.005
 _SWEEP_DEFAULTS = SweepConfig()
@@ -117,7 +117,7 @@ class HuntFinding:
     """One searched cell: its point, where it came from, and every system's run."""
 
     index: int
-    phase: Phase
+    phase: HuntPhase
     parent: int | None
     point: HuntPoint
     result: CellResult
@@ -190,7 +190,7 @@ def run_hunt(config: HuntConfig, jobs: int = 2, on_done: Report | None = None) -
 
 def _evaluate(
     points: Sequence[tuple[int, int | None, HuntPoint]],
-    phase: Phase,
+    phase: HuntPhase,
     config: HuntConfig,
     jobs: int,
     report: Report,

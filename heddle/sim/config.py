@@ -16,12 +16,9 @@ from heddle.policy.cost.model import (
     weight_load_s,
 )
 from heddle.policy.engine_models import EngineModel, engine_model
+from heddle.policy.migration.transfers import DEFAULT_LINK_BANDWIDTH_BYTES_S
 from heddle.policy.prediction import CONTEXT_PREDICTOR, PREDICTORS
 
-# GPUDirect RDMA between GPUs of different servers: one 400 Gb/s InfiniBand NDR NIC per GPU
-# (NVIDIA ConnectX-7 and DGX H100/H200 reference designs) moves ~50 GB/s per direction.
-# Assumption: transfers reach line rate; NVLink inside one server would be ~9x faster.
-DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 # Setup of one transfer (connection, memory registration, control messages). Assumption.
 DEFAULT_TRANSFER_LATENCY_S = 0.005
 # HGX H100 / H200 servers: 8 GPUs on one NVLink switch; a TP group stays inside one.

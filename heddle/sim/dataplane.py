@@ -36,7 +36,7 @@ from heddle.sim.accounting import Column
 from heddle.sim.config import SimConfig
 from heddle.sim.kv_moves import send_kv, warm_up
 from heddle.sim.reshards import Reshards
-from heddle.sim.sim_worker import SimWorker, generation_job
+from heddle.sim.sim_worker import SimWorker, trajectory_generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.tool_pool import ToolPool
 from heddle.sim.trajectories import SimTrajectory
@@ -150,7 +150,7 @@ class SimDataPlane:
         t.num_requests += 1
         request_id = f"{t.traj_id}:{t.step}:{t.num_requests}"
         num_output_tokens = t.trace.steps[t.step].output_tokens - t.interrupted_tokens
-        job = generation_job(t, request_id, t.new_tokens, num_output_tokens)
+        job = trajectory_generation_job(t, request_id, t.new_tokens, num_output_tokens)
         try:
             worker.model.submit(job, now)
         except CapacityError as exc:

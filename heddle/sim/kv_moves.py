@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from heddle.policy.batching import CapacityError
 from heddle.sim.config import SimConfig
-from heddle.sim.sim_worker import SimWorker, generation_job
+from heddle.sim.sim_worker import SimWorker, trajectory_generation_job
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.trajectories import SimTrajectory
 
@@ -37,7 +37,7 @@ def warm_up(
     t.num_requests += 1
     t.warmup_request_id = f"{t.traj_id}:{t.step}:{t.num_requests}:warmup"
     t.migration_tokens = 0
-    job = generation_job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
+    job = trajectory_generation_job(t, t.warmup_request_id, num_new_tokens=0, num_output_tokens=0)
     try:
         if is_swapping:
             raise CapacityError("swapping weights")

@@ -37,8 +37,7 @@ from heddle.policy.prediction.cross_fit import cross_fit
 from heddle.sim.caps import effective_cap
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
-from heddle.sim.simulator import Progress as ProgressCallback
-from heddle.sim.simulator import Simulator
+from heddle.sim.simulator import ProgressCallback, Simulator
 from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
 

@@ -61,7 +61,7 @@ from heddle.sim.admission_choice import DEFAULT_OVERCOMMIT, admission_settings
 from heddle.sim.caps import cap_candidates
 from heddle.sim.config import SimConfig
 from heddle.sim.on_workers import cross_fitted, simulate_on_workers
-from heddle.sim.profile import plan_makespan_s
+from heddle.sim.profile import simulated_plan_makespan_s
 from heddle.sim.results import SimResult
 from heddle.sim.trajectories import build_trajectories
 from heddle.traces import TraceTrajectory
@@ -98,11 +98,13 @@ def choose_workers(
     tool_s_per_token: float = 0.0,
 ) -> list[int]:
     """TP degree per worker: the analytic plan, or a faster candidate on the history."""
-    plan = choose_plan(trace, spec, config, predictor, history, observation_ratio, tool_s_per_token)
+    plan = choose_system_plan(
+        trace, spec, config, predictor, history, observation_ratio, tool_s_per_token
+    )
     return list(plan.tp_degrees)
 
 
-def choose_plan(
+def choose_system_plan(
     trace: Sequence[TraceTrajectory],
     spec: SystemSpec,
     config: SimConfig,
@@ -143,7 +145,8 @@ def choose_plan(
     )
     priority = _PROFILE_PRIORITY.get(spec.priority, _equal)
     scores = [
-        plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority) for tps in candidates
+        simulated_plan_makespan_s(split(tps), tps, config.cost_for_tp, engine, priority)
+        for tps in candidates
     ]
     plans = [Plan(tuple(candidates[index])) for index in shortlisted(scores)]
     has_setting = spec.concurrency is not None or spec.admits

@@ -70,7 +70,7 @@ def group_makespan_s(
     return makespan
 
 
-def plan_makespan_s(
+def simulated_plan_makespan_s(
     groups: Sequence[Sequence[TraceTrajectory]],
     tp_degrees: Sequence[int],
     cost_for_tp: Callable[[int], CostModel],

@@ -18,9 +18,9 @@ from heddle.control.systems import SystemSpec, system_spec
 from heddle.policy.prediction import ContextAnswer, Predictor
 from heddle.sim.config import SimConfig
 from heddle.sim.on_workers import bundle_predictor, control_on_workers, run_control
-from heddle.sim.planning import choose_plan
+from heddle.sim.planning import choose_system_plan
 from heddle.sim.results import SimResult
-from heddle.sim.simulator import Progress as ProgressCallback
+from heddle.sim.simulator import ProgressCallback
 from heddle.traces import TraceTrajectory
 
 
@@ -70,7 +70,7 @@ def control_for(
     rates = HistoryRates.of(history)
     if tp_degrees is None:
         ratio, tool_rate = rates.observation_ratio, rates.tool_s_per_token
-        plan = choose_plan(trace, spec, config, predictor, history, ratio, tool_rate)
+        plan = choose_system_plan(trace, spec, config, predictor, history, ratio, tool_rate)
         tp_degrees = list(plan.tp_degrees)
         if concurrency_cap is None:
             concurrency_cap = plan.concurrency_cap

@@ -28,7 +28,7 @@ class SimWorker:
         return [*self.previous_models, self.model]
 
 
-def generation_job(
+def trajectory_generation_job(
     t: SimTrajectory, request_id: str, num_new_tokens: int, num_output_tokens: int
 ) -> GenerationJob:
     """A generation of ``t``'s whole context so far (its group's prompt shared in the cache);

@@ -56,7 +56,7 @@ from heddle.traces import TraceTrajectory
 
 ROLLOUT_ID = "sim"
 
-Progress = Callable[[float], None]
+ProgressCallback = Callable[[float], None]
 """Called with the fraction of trajectories finished (for progress bars)."""
 
 
@@ -164,7 +164,7 @@ class Simulator:
         self._sequence += 1
         heapq.heappush(self._heap, (time_s, self._sequence, kind, key))
 
-    def run(self, progress: Progress | None = None) -> Run:
+    def run(self, progress: ProgressCallback | None = None) -> Run:
         self._publish(self._opening_events())
         self._dataplane.schedule_wakeups()
         total = len(self._trajectories)

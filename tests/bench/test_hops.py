@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from heddle.bench.hops import HopsConfig, run_hops
 from heddle.bench.hops_path import (
-    CONTROL_PLANE,
-    TOOLS,
-    WORKER,
+    CONTROL_PLANE_PART,
+    TOOLS_PART,
+    WORKER_PART,
     hop_figures,
     path_calls,
     path_parts,
@@ -77,8 +77,8 @@ WINDOW = Window(
 
 def test_the_path_keeps_the_calls_that_carry_the_step() -> None:
     assert path_parts(WINDOW) == {
-        STEP: WORKER, HANDLER: WORKER, CONSUMER: WORKER,
-        DECIDERS: CONTROL_PLANE, PUBLISHER: CONTROL_PLANE, EXECUTOR: TOOLS,
+        STEP: WORKER_PART, HANDLER: WORKER_PART, CONSUMER: WORKER_PART,
+        DECIDERS: CONTROL_PLANE_PART, PUBLISHER: CONTROL_PLANE_PART, EXECUTOR: TOOLS_PART,
     }  # fmt: skip
     assert [call.file for call in path_calls(WINDOW)] == [
         "bus/bus.py", "bus/wire.py",
@@ -101,8 +101,8 @@ def test_a_trace_of_one_step_runs_from_the_bus_to_the_engine(tmp_path: Path) -> 
     hops = result.last
     assert hops.files[0].startswith("heddle/bus/")  # the executor hands its result to the bus
     assert hops.files[-1] == "heddle/workers/engines/sim.py"  # the engine's generate
-    assert list(hops.parts) == [TOOLS, CONTROL_PLANE, WORKER]
-    assert any(file.startswith("heddle/control/") for file in hops.parts[CONTROL_PLANE])
-    assert any(file.startswith("heddle/workers/agent/") for file in hops.parts[WORKER])
+    assert list(hops.parts) == [TOOLS_PART, CONTROL_PLANE_PART, WORKER_PART]
+    assert any(file.startswith("heddle/control/") for file in hops.parts[CONTROL_PLANE_PART])
+    assert any(file.startswith("heddle/workers/agent/") for file in hops.parts[WORKER_PART])
     assert hops.num_hops >= hops.num_files - 1 >= 2
     assert set(hops.files) <= set(hops.window_files)

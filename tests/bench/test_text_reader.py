@@ -1,7 +1,7 @@
 import pytest
 
 from heddle.bench.predictor import (
-    BenchConfig,
+    PredictorBenchConfig,
     _figures,
     _numeric_guesses,
     _reader_guesses,
@@ -23,7 +23,7 @@ def test_a_prediction_reads_every_output_and_the_tool_results_returned() -> None
 
 def _pearson_after_two_steps(signal: float) -> tuple[float, float]:
     """(text reader, online model) Pearson r after step 2 on a search cell at ``signal``."""
-    config = BenchConfig(families=("search",), num_trajectories=128)
+    config = PredictorBenchConfig(families=("search",), num_trajectories=128)
     texts = cell_texts("search", signal, config)
     online = OnlinePredictor()
     for trajectory in texts.train:

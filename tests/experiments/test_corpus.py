@@ -16,7 +16,7 @@ from heddle.experiments.corpus import (
     CORPUS_DIR,
     HISTORY_FILE,
     TRACE_FILE,
-    CorpusError,
+    CorpusEntryError,
     read_corpus,
     read_entry,
     write_entry,
@@ -158,9 +158,9 @@ def test_a_record_of_the_report_gives_back_its_point() -> None:
 def test_a_bad_entry_is_named(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / CELL_FILE).write_text('{"family": "wide"}')
-    with pytest.raises(CorpusError, match="broken: not a corpus entry"):
+    with pytest.raises(CorpusEntryError, match="broken: not a corpus entry"):
         read_entry(tmp_path / "broken")
     (tmp_path / "broken" / CELL_FILE).write_text('{"family": "poetry"}')
-    with pytest.raises(CorpusError, match="family 'poetry' has no parameter record"):
+    with pytest.raises(CorpusEntryError, match="family 'poetry' has no parameter record"):
         read_corpus(tmp_path)
     assert read_corpus(tmp_path / "absent") == []

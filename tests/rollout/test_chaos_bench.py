@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ledger.lifecycle import rollout_events
 from typer.testing import CliRunner
 
-from heddle.bench.chaos import KINDS, kill_schedule, kills_per_rollout
+from heddle.bench.chaos import KILLED_KINDS, kill_schedule, kills_per_rollout
 from heddle.bench.chaos_forgeries import FORGERIES, Seen, see
 from heddle.bench.chaos_trainer import count_record
 from heddle.bench.chaos_zombies import DUPLICATE_WINDOW_S, zombie_pause_s
@@ -25,10 +25,10 @@ from heddle.events import (
 )
 
 
-@given(st.integers(0, 2**32), st.integers(len(KINDS), 60))
+@given(st.integers(0, 2**32), st.integers(len(KILLED_KINDS), 60))
 def test_the_schedule_kills_every_kind(seed: int, num_kills: int) -> None:
     schedule = kill_schedule(random.Random(seed), num_kills)
-    assert len(schedule) == num_kills and set(schedule) == set(KINDS)
+    assert len(schedule) == num_kills and set(schedule) == set(KILLED_KINDS)
 
 
 @given(st.integers(0, 100), st.integers(1, 10))
@@ -81,7 +81,7 @@ def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["kills_by_kind"] == {kind: 1 for kind in KINDS}
+    assert report["kills_by_kind"] == {kind: 1 for kind in KILLED_KINDS}
     assert report["completions_received"] == report["completions_expected"] == 8
     assert (report["lost"], report["duplicates"]) == (0, 0)
     assert report["ledger_consistent"] is True

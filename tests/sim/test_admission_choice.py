@@ -29,7 +29,7 @@ from heddle.sim.admission_choice import (
 )
 from heddle.sim.caps import cap_candidates, effective_cap
 from heddle.sim.on_workers import make_simulation_predictor
-from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_plan, full_check_makespans
+from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_system_plan, full_check_makespans
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
@@ -87,7 +87,7 @@ def test_heddle_keeps_its_default_unless_another_setting_is_faster_on_the_histor
     config, trace, history = starved()
     spec = system_spec("heddle")
     predictor = make_simulation_predictor(trace, config, history)
-    plan = choose_plan(trace, spec, config, predictor, history)
+    plan = choose_system_plan(trace, spec, config, predictor, history)
     default = Plan(plan.tp_degrees)
     if plan != default:
         kept, chosen = full_check_makespans(history, spec, config, [default, plan])
@@ -150,11 +150,11 @@ def test_a_chosen_setting_reruns_the_other_shortlisted_plans(
     monkeypatch.setattr(planning, "TP_DEGREES", (4,))
     spec = system_spec("heddle")
     predictor = make_simulation_predictor(trace, config, history)
-    plan = choose_plan(trace, spec, config, predictor, history)
+    plan = choose_system_plan(trace, spec, config, predictor, history)
     assert plan == Plan((4,), "default", 1.0)
     assert Plan((4,), "default", 1.0) in ran
     # Where the default setting stays, no plan runs twice.
     fast[((2, 2), "default", 1.0)] = 99.0
     ran.clear()
-    assert choose_plan(trace, spec, config, predictor, history) == Plan((2, 2))
+    assert choose_system_plan(trace, spec, config, predictor, history) == Plan((2, 2))
     assert len({(o.tp_degrees, o.concurrency_cap, o.overcommit) for o in ran}) == len(ran)

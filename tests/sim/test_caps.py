@@ -10,7 +10,7 @@ from heddle.control.systems import SYSTEMS, system_spec
 from heddle.experiments.kv_pressure import scaled_config
 from heddle.sim import SimConfig, simulate
 from heddle.sim.caps import cap_candidates, effective_cap, mean_unit_footprint
-from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_plan, full_check_makespans
+from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_system_plan, full_check_makespans
 from heddle.workloads import generate
 
 MODEL = "qwen3-8b"
@@ -57,7 +57,7 @@ def test_verl_counts_groups_with_their_prompt_once() -> None:
 def test_the_plan_check_picks_a_cap_only_past_the_margin_over_the_default() -> None:
     config, trace, history = starved()
     spec = system_spec("slime")
-    plan = choose_plan(trace, spec, config, None, history)
+    plan = choose_system_plan(trace, spec, config, None, history)
     assert plan.concurrency_cap != "default"  # the default binds nothing and thrashes here
     default, chosen = full_check_makespans(history, spec, config, [Plan(plan.tp_degrees), plan])
     assert chosen < default * (1 - SWITCH_MARGIN)

@@ -31,7 +31,7 @@ from heddle.sim.planning import (
     shortlisted,
     switched_pick,
 )
-from heddle.sim.profile import group_makespan_s, plan_makespan_s
+from heddle.sim.profile import group_makespan_s, simulated_plan_makespan_s
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
 
@@ -53,8 +53,8 @@ def test_a_plan_is_as_slow_as_its_slowest_worker() -> None:
     trace = generate("search", 24, seed=1)
     config = SimConfig(model=MODEL)
     engine = BatchingConfig()
-    one = plan_makespan_s([trace], [2], config.cost_for_tp, engine, lambda i, t: 0.0)
-    split = plan_makespan_s(
+    one = simulated_plan_makespan_s([trace], [2], config.cost_for_tp, engine, lambda i, t: 0.0)
+    split = simulated_plan_makespan_s(
         [trace[:12], trace[12:]], [1, 1], config.cost_for_tp, engine, lambda i, t: 0.0
     )
     alone = [
@@ -92,7 +92,7 @@ def test_the_chosen_plan_is_no_slower_on_the_history(system: str) -> None:
             if engine.preemptive
             else (lambda i, t: -float(i))
         )
-        return plan_makespan_s(groups, tps, config.cost_for_tp, engine, priority)
+        return simulated_plan_makespan_s(groups, tps, config.cost_for_tp, engine, priority)
 
     candidates = [analytic] + [
         [tp] * (8 // tp) for tp in (1, 2, 4, 8) if [tp] * (8 // tp) != analytic

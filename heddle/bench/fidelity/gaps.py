@@ -30,7 +30,7 @@ from heddle.events import (
     ToolReturned,
 )
 
-KINDS = ("tool_dispatch", "routing", "engine_lateness")
+GAP_KINDS = ("tool_dispatch", "routing", "engine_lateness")
 
 
 @dataclass(slots=True)
@@ -100,8 +100,8 @@ def step_gaps(events: Iterable[Event]) -> GapStats:
     for event in events:
         fold.add(event)
     scale = fold.time_scale
-    per_kind: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    per_trajectory: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+    per_kind: dict[str, list[float]] = {kind: [] for kind in GAP_KINDS}
+    per_trajectory: dict[str, dict[str, float]] = {kind: {} for kind in GAP_KINDS}
     for (traj_id, index), step in fold.steps.items():
         following = fold.steps.get((traj_id, index + 1))
         gaps = {

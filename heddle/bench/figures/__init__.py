@@ -29,7 +29,7 @@ from heddle.bench.figures import overall, overhead, placement, predictors, resou
 from heddle.bench.figures.context import FigureRunner, ProgressSink, SilentProgress
 from heddle.bench.figures.report import ExperimentReport, write_experiment, write_index
 from heddle.bench.figures.scale import PAPER, QUICK, FigureScale
-from heddle.bench.figures.tables import Cell, Table, table
+from heddle.bench.figures.tables import Table, TableCell, table
 from heddle.workloads import summarize
 
 __all__ = [
@@ -98,7 +98,7 @@ def workload_table(runner: FigureRunner) -> Table:
     headers = ["workload", "trajectories", "groups", "turns mean", "turns max"]
     headers += ["output tok median", "p90", "p99", "max", "max/median"]
     headers += ["tool call s median", "p90", "group R^2"]
-    rows: list[list[Cell]] = []
+    rows: list[list[TableCell]] = []
     for name in names:
         s = summarize(runner.trace(name))
         rows.append(

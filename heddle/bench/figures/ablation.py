@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from heddle.bench.figures.common import speedup
 from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell
+from heddle.bench.figures.tables import TableCell
 from heddle.sim import SimResult
 
-RowOf = Callable[[str, str, SimResult | None, SimResult | None], list[Cell]]
+RowOf = Callable[[str, str, SimResult | None, SimResult | None], list[TableCell]]
 """``(workload, label, result, heddle's result) -> table row``."""
 
 
@@ -36,7 +36,7 @@ class AblationRuns:
     def workloads(self) -> list[str]:
         return list(self.results)
 
-    def rows(self, row_of: RowOf) -> list[list[Cell]]:
+    def rows(self, row_of: RowOf) -> list[list[TableCell]]:
         """One row per workload and variant, in order."""
         return [
             row_of(workload, label, result, by_label[self.heddle_label])

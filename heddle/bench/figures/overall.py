@@ -8,8 +8,8 @@ from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import save_panels
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell, table
-from heddle.control.systems import SYSTEMS as REGISTERED
+from heddle.bench.figures.tables import TableCell, table
+from heddle.control.systems import SYSTEMS
 from heddle.sim import SimResult
 
 KEY = "fig12_overall"
@@ -17,20 +17,20 @@ TITLE = "Fig. 12: overall rollout throughput"
 PAPER = "up to 2.5x; 1.4-2.3x vs verl, 1.2-2.5x vs slime; gain grows with model size"
 # Every registered baseline runs at its best (slime with each of its routers, Autellix), and
 # Heddle is compared with each and with the best of them in each cell.
-BASELINES = tuple(name for name, spec in REGISTERED.items() if spec.kind == "baseline")
+BASELINES = tuple(name for name, spec in SYSTEMS.items() if spec.kind == "baseline")
 SLIME_SYSTEMS = tuple(name for name in BASELINES if name.startswith("slime"))
-SYSTEMS = ("heddle", *BASELINES)
+HEDDLE_AND_BASELINES = ("heddle", *BASELINES)
 
 
 def num_runs(scale: FigureScale) -> int:
-    return len(scale.workloads) * len(scale.models) * len(SYSTEMS)
+    return len(scale.workloads) * len(scale.models) * len(HEDDLE_AND_BASELINES)
 
 
 def run(runner: FigureRunner) -> ExperimentReport:
     scale = runner.scale
     runner.progress.start(TITLE, num_runs(scale))
     results = {
-        (workload, model): {s: runner.simulate(workload, model, s) for s in SYSTEMS}
+        (workload, model): {s: runner.simulate(workload, model, s) for s in HEDDLE_AND_BASELINES}
         for workload in scale.workloads
         for model in scale.models
     }
@@ -46,12 +46,12 @@ def run(runner: FigureRunner) -> ExperimentReport:
         throughput_panel(
             workload,
             [short_model(m) for m in scale.models],
-            {s: [results[(workload, m)][s] for m in scale.models] for s in SYSTEMS},
+            {s: [results[(workload, m)][s] for m in scale.models] for s in HEDDLE_AND_BASELINES},
         )
         for workload in scale.workloads
     ]
     image = save_panels(runner.image_path(KEY), TITLE, panels)
-    headers = ["workload", "model", *[f"{s} tok/s" for s in SYSTEMS]]
+    headers = ["workload", "model", *[f"{s} tok/s" for s in HEDDLE_AND_BASELINES]]
     headers += ["heddle/verl", "heddle/slime", "heddle/best", "heddle makespan/LB"]
     headers += ["best makespan/LB"]
     return ExperimentReport(
@@ -77,13 +77,13 @@ def _best_of(by_system: dict[str, SimResult | None], names: tuple[str, ...]) -> 
     return max(runs, key=lambda r: r.throughput_tok_s) if runs else None
 
 
-def _row(workload: str, model: str, by_system: dict[str, SimResult | None]) -> list[Cell]:
+def _row(workload: str, model: str, by_system: dict[str, SimResult | None]) -> list[TableCell]:
     heddle = by_system["heddle"]
     best = _best_of(by_system, BASELINES)
     return [
         workload,
         short_model(model),
-        *[field_of(by_system[s], "throughput_tok_s") for s in SYSTEMS],
+        *[field_of(by_system[s], "throughput_tok_s") for s in HEDDLE_AND_BASELINES],
         speedup(heddle, by_system["verl"]),
         speedup(heddle, _best_of(by_system, SLIME_SYSTEMS)),
         speedup(heddle, best),

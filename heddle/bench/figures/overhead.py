@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from heddle.bench.figures.context import FigureRunner, sim_config
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell, table
+from heddle.bench.figures.tables import TableCell, table
 from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.decider import Decider, Output
 from heddle.control.resources import plan_tp_degrees, representative_context
@@ -84,7 +84,7 @@ def run(runner: FigureRunner) -> ExperimentReport:
     annealing_s = _median_s(_annealing_call(scale), max(1, scale.num_timing_repeats // 2))
     runner.progress.advance("resource plan")
     n, m = scale.placement_num_trajectories, scale.placement_num_workers
-    rows: list[list[Cell]] = [
+    rows: list[list[TableCell]] = [
         [f"placement solve, n={n}, m={m} (ms)", placement_s * 1e3, "~42 ms (O(n^2 m) DP)"],
         [f"resource plan (annealing), n={n}, {scale.num_gpus} GPUs (ms)", annealing_s * 1e3, "-"],
     ]
@@ -139,8 +139,8 @@ def time_heddle_rollout(runner: FigureRunner, workload: str) -> RolloutTiming:
     return RolloutTiming(timed, plan_s, simulation_s, result.makespan_s, result.num_events)
 
 
-def _rollout_rows(workload: str, timing: RolloutTiming) -> list[list[Cell]]:
-    deciders: list[list[Cell]] = [
+def _rollout_rows(workload: str, timing: RolloutTiming) -> list[list[TableCell]]:
+    deciders: list[list[TableCell]] = [
         [
             f"decider `{d.name}`: us per event ({d.num_events} events)",
             1e6 * d.total_s / max(1, d.num_events),

@@ -12,7 +12,7 @@ from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import save_panels
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell, table
+from heddle.bench.figures.tables import TableCell, table
 from heddle.sim import SimResult
 
 KEY = "fig15_placement"
@@ -53,7 +53,7 @@ def run(runner: FigureRunner) -> ExperimentReport:
 
 def _row(
     workload: str, label: str, result: SimResult | None, heddle: SimResult | None
-) -> list[Cell]:
+) -> list[TableCell]:
     if result is None:
         return [workload, f"{label} (failed)", *[None] * 6]
     return [

@@ -18,7 +18,7 @@ from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import LinePanel, save_panels
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell, table
+from heddle.bench.figures.tables import TableCell, table
 from heddle.policy.prediction import (
     PREDICTORS,
     Predictor,
@@ -144,9 +144,9 @@ def _predictors(runner: FigureRunner, workload: str) -> dict[str, Predictor]:
     return predictors
 
 
-def _quality_rows(runner: FigureRunner, workload: str) -> list[list[Cell]]:
+def _quality_rows(runner: FigureRunner, workload: str) -> list[list[TableCell]]:
     trace = runner.trace(workload)
-    rows: list[list[Cell]] = []
+    rows: list[list[TableCell]] = []
     for name, predictor in _predictors(runner, workload).items():
         for steps in STEPS:
             quality = prediction_quality(predictor, trace, steps, TAIL_FRACTION)
@@ -188,7 +188,7 @@ def _makespan_ratio(result: SimResult | None, reference: SimResult | None) -> fl
     return result.makespan_s / reference.makespan_s
 
 
-def _sweep_rows(workload: str, sweep: Sweep) -> list[list[Cell]]:
+def _sweep_rows(workload: str, sweep: Sweep) -> list[list[TableCell]]:
     oracle = sweep[_sigma_label(0.0)]
     return [
         [

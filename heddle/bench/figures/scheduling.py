@@ -15,7 +15,7 @@ from heddle.bench.figures.context import FigureRunner
 from heddle.bench.figures.plots import BarPanel, save_panels
 from heddle.bench.figures.report import ExperimentReport
 from heddle.bench.figures.scale import FigureScale
-from heddle.bench.figures.tables import Cell, table
+from heddle.bench.figures.tables import TableCell, table
 from heddle.control.systems import SystemSpec, system_spec
 from heddle.sim import SimResult
 
@@ -83,7 +83,7 @@ def run(runner: FigureRunner) -> ExperimentReport:
 
 def _row(
     workload: str, label: str, result: SimResult | None, heddle: SimResult | None
-) -> list[Cell]:
+) -> list[TableCell]:
     if result is None:
         return [workload, f"{label} (failed)", *[None] * (3 + len(_PARTS))]
     slowest = result.slowest

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-Cell = str | int | float | None
+TableCell = str | int | float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +14,7 @@ class Table:
     """A markdown table: ``headers`` and ``rows`` of cells (numbers are right-aligned)."""
 
     headers: tuple[str, ...]
-    rows: tuple[tuple[Cell, ...], ...]
+    rows: tuple[tuple[TableCell, ...], ...]
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -35,11 +35,11 @@ class Table:
         return "\n".join(lines) + "\n"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> Table:
+def table(headers: Sequence[str], rows: Sequence[Sequence[TableCell]]) -> Table:
     return Table(tuple(headers), tuple(tuple(row) for row in rows))
 
 
-def format_cell(cell: Cell) -> str:
+def format_cell(cell: TableCell) -> str:
     """Integers as-is; floats to ~3 significant digits, at most 3 decimals."""
     if cell is None:
         return "-"
@@ -63,5 +63,5 @@ def format_cell(cell: Cell) -> str:
     return f"{cell:.3f}" if magnitude >= 0.0005 else "0.000"
 
 
-def _is_number(cell: Cell) -> bool:
+def _is_number(cell: TableCell) -> bool:
     return cell is None or (isinstance(cell, int | float) and not isinstance(cell, bool))

@@ -12,6 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+# The link a migration's KV transfer crosses, GPUDirect RDMA between GPUs of different servers:
+# one 400 Gb/s InfiniBand NDR NIC per GPU (NVIDIA ConnectX-7 and DGX H100/H200 reference designs;
+# the paper's s.5.3) moves ~50 GB/s per direction. Assumption: transfers reach line rate; NVLink
+# inside one server would be ~9x faster. The simulator's and the simulated engine's default.
+DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
+
 
 @dataclass(frozen=True, slots=True)
 class Transfer:

@@ -13,10 +13,10 @@ class HasMakespan(Protocol):
     def makespan(self) -> float: ...
 
 
-Plan = TypeVar("Plan", bound=HasMakespan)
+PlanT = TypeVar("PlanT", bound=HasMakespan)
 
 
-def bisect_makespan(best: Plan, low: float, feasible: Callable[[float], Plan | None]) -> Plan:
+def bisect_makespan(best: PlanT, low: float, feasible: Callable[[float], PlanT | None]) -> PlanT:
     """The best plan ``feasible`` finds: bisection between an infeasible ``low`` and the best
     plan so far, snapping the upper end to the real makespan of each feasible probe, until no
     float lies strictly between them. ``best`` must be feasible."""

@@ -55,9 +55,9 @@ from heddle.workers.engines.sim_jobs import (
     Pending,
     cache_record,
     cache_snapshot,
-    generation_job,
     generation_result,
     pseudo_tokens,
+    request_generation_job,
 )
 from heddle.workers.engines.sim_options import SimEngineOptions, load_cost_model
 
@@ -162,7 +162,7 @@ class SimEngine:
             raise
 
     def _submit(self, request: GenerationRequest) -> Pending:
-        job = generation_job(request, self._known_tokens.get(request.trajectory_id, 0))
+        job = request_generation_job(request, self._known_tokens.get(request.trajectory_id, 0))
         now = self.now_s()
         self._resolve(self._model.advance(now))
         self._model.submit(job, now)

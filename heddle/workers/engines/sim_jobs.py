@@ -1,13 +1,12 @@
 """How the ``sim`` engine translates between the ``Engine`` API and its ``BatchingModel``.
 
-``generation_job`` makes a request a job: the output length is ``target_output_tokens`` (trace
-replay) capped by ``max_new_tokens``, and only the context tokens the engine has not seen from
-this trajectory count as new (a shorter context than known starts over). ``generation_result``
-makes a finished (or aborted) job a result with deterministic pseudo-tokens: ids and logprobs
-depend only on (trajectory id, context length, seed), so a step re-run after a crash produces
-the same tokens. A KV "export" is a small record (trajectory, cached tokens) under the engine's
-fingerprint (``cache_snapshot``; ``cache_record`` reads it back, ``CacheMismatchError`` for
-another engine's).
+``request_generation_job`` makes a request a job: the output length is ``target_output_tokens``
+(trace replay) capped by ``max_new_tokens``, and only the context tokens the engine has not seen
+from this trajectory count as new (a shorter context than known starts over). ``generation_result``
+makes a finished (or aborted) job a result with deterministic pseudo-tokens: ids and logprobs depend
+only on (trajectory id, context length, seed), so a step re-run after a crash produces the same
+tokens. A KV "export" is a small record (trajectory, cached tokens) under the engine's fingerprint
+(``cache_snapshot``; ``cache_record`` reads it back, ``CacheMismatchError`` for another engine's).
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ class Pending:
         return cls(request, job.num_output_tokens, "length" if is_capped else "stop", future)
 
 
-def generation_job(request: GenerationRequest, num_known_tokens: int) -> GenerationJob:
+def request_generation_job(request: GenerationRequest, num_known_tokens: int) -> GenerationJob:
     """The job of ``request``; ``num_known_tokens``: context tokens the trajectory sent before."""
     wanted = request.target_output_tokens
     count = request.max_new_tokens if wanted is None else min(wanted, request.max_new_tokens)

@@ -9,13 +9,10 @@ from typing import Literal
 from heddle.policy.cost.model import HARDWARE, MODELS, TP_DEGREES, CostModel, preset
 from heddle.policy.cost.profiles import parse_profile
 from heddle.policy.engine_models import DEFAULT_ENGINE_MODEL, ENGINE_MODELS
+from heddle.policy.migration.transfers import DEFAULT_LINK_BANDWIDTH_BYTES_S
 from heddle.policy.scheduling.preemption import PreemptionConfig
 from heddle.workers.engines.base import parse_gpu_ids
 
-# Assumption (no published figure for the paper's setup): one 400 Gb/s NDR InfiniBand NIC per
-# GPU, ~50 GB/s line rate, GPU-Direct RDMA as in the paper's migration (docs/paper.md, the paper's
-# s.5.3).
-DEFAULT_LINK_BANDWIDTH_BYTES_S = 50e9
 _PREEMPTION = PreemptionConfig()
 
 
