@@ -35,17 +35,7 @@ ALLOWED: dict[str, str] = {
     "heddle.weights.publish_weights, in slime's signature",
 }
 
-PENDING: dict[str, str] = {
-    # the simulator's event builders (sim/facts.py) and the worker's (workers/agent/records.py):
-    # helper `builders` gives them one definition, resolved by the lead after merges.
-    "completed": "sim/facts.py, workers/agent/records.py",
-    "failed": "sim/facts.py, workers/agent/records.py",
-    "generated": "sim/facts.py, workers/agent/records.py",
-    "generation_interrupted": "sim/facts.py, workers/agent/records.py",
-    "generation_started": "sim/facts.py, workers/agent/records.py",
-    "migrated": "sim/facts.py, workers/agent/records.py",
-    "tool_called": "sim/facts.py, workers/agent/records.py",
-}
+PENDING: dict[str, str] = {}
 
 
 def defined_names(tree: ast.Module) -> list[str]:

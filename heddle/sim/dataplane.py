@@ -31,9 +31,9 @@ from heddle.events import (
     WorkerCommand,
 )
 from heddle.policy.batching import BatchingModel, CapacityError, FinishedGeneration
-from heddle.sim import facts
 from heddle.sim.accounting import Column
 from heddle.sim.config import SimConfig
+from heddle.sim.facts import RolloutFacts
 from heddle.sim.kv_moves import send_kv, warm_up
 from heddle.sim.reshards import Reshards
 from heddle.sim.sim_worker import SimWorker, trajectory_generation_job
@@ -57,6 +57,7 @@ class SimDataPlane:
         """``make_model``: a fresh engine of a TP degree (a re-shard's relaunch; None: the
         workers never re-shard)."""
         self.rollout_id = rollout_id
+        self._facts = RolloutFacts(rollout_id)
         self.trajectories = trajectories
         self.workers = workers
         self._config = config
@@ -162,7 +163,7 @@ class SimDataPlane:
         if not self._config.record_events or t.num_announced > t.step:
             return []
         t.num_announced = t.step + 1
-        return [facts.generation_started(self.rollout_id, t, now)]
+        return [self._facts.generation_started(t, now)]
 
     def _fail(self, t: SimTrajectory, reason: str, now: float) -> list[Event]:
         if t.phase is TrajectoryPhase.GENERATING:
@@ -177,7 +178,7 @@ class SimDataPlane:
         t.phase = TrajectoryPhase.DONE
         t.finished_at = now
         self.weights.start_if_drained(t.worker_id, now)
-        return [facts.failed(self.rollout_id, t, reason, now)]
+        return [self._facts.failed(t, reason, now)]
 
     # ---- timers ----------------------------------------------------------------------------------
 
@@ -219,18 +220,18 @@ class SimDataPlane:
         t.context_tokens = done.num_context_tokens
         t.new_tokens = 0
         now = done.finished_at
-        events: list[Event] = [facts.generated(self.rollout_id, t, done, t.take_weights_wait_s())]
+        events: list[Event] = [self._facts.generated(t, done, t.take_weights_wait_s())]
         t.interrupted_tokens = 0
         if t.is_last_step:
             t.phase = TrajectoryPhase.DONE
             t.finished_at = now
             worker.model.release(t.traj_id)
-            events.append(facts.completed(self.rollout_id, t))
+            events.append(self._facts.completed(t))
             return events
         t.phase = TrajectoryPhase.IN_TOOL
         t.tool_cold_start_s = self._tools.acquire()
         t.tool_duration_s = t.trace.steps[t.step].tool_s + t.tool_cold_start_s
-        events.append(facts.tool_called(self.rollout_id, t, now))
+        events.append(self._facts.tool_called(t, now))
         self._timer.at(now + t.tool_duration_s, TimerKind.TOOL, t.traj_id)
         if t.pending_migration is not None:
             command, t.pending_migration = t.pending_migration, None
@@ -257,7 +258,7 @@ class SimDataPlane:
         t.file_cold_start()
         # The tool's own time, as a live executor reports it (a cold start is queueing).
         tool_s = t.trace.steps[step].tool_s
-        return [facts.tool_returned(self.rollout_id, t, step, tool_s, now)]
+        return [self._facts.tool_returned(t, step, tool_s, now)]
 
     # ---- migrations ------------------------------------------------------------------------------
 
@@ -295,7 +296,7 @@ class SimDataPlane:
             self._dirty.add(target.worker_id)
         source_id = t.worker_id
         num_bytes = t.migration_tokens * self._config.kv_bytes_per_token
-        events: list[Event] = [facts.migrated(self.rollout_id, t, source_id, num_bytes, now)]
+        events: list[Event] = [self._facts.migrated(t, source_id, num_bytes, now)]
         t.move_to(target.worker_id)
         t.epoch = t.migration_target_epoch
         t.num_migrations += 1

@@ -27,6 +27,7 @@ from heddle.policy.batching import BatchingModel, FinishedGeneration
 from heddle.sim import facts
 from heddle.sim.accounting import Column
 from heddle.sim.config import SimConfig
+from heddle.sim.facts import RolloutFacts
 from heddle.sim.sim_worker import SimWorker
 from heddle.sim.timers import Timer, TimerKind
 from heddle.sim.trajectories import SimTrajectory
@@ -77,7 +78,7 @@ class Reshards:
         timer: Timer,
         make_model: Callable[[int], BatchingModel] | None,
     ) -> None:
-        self._rollout_id = rollout_id
+        self._facts = RolloutFacts(rollout_id)
         self._trajectories = trajectories
         self._workers = workers
         self._config = config
@@ -158,7 +159,7 @@ class Reshards:
                 )
             interrupt(t, part)
             if part.num_output_tokens:  # one still queued or prefilling lost nothing
-                events.append(facts.generation_interrupted(self._rollout_id, t, part, reason))
+                events.append(self._facts.generation_interrupted(t, part, reason))
         return finished, events
 
     def _relaunch(self, worker: SimWorker, command: Reshard, now: float) -> None:

@@ -1,17 +1,12 @@
 """The events and commands a worker publishes, built from a trajectory's log (pure).
 
-Ids are derived from what they describe (``heddle.ids.derive_id``), so a step re-run after a crash
-or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate:
-
-    <rollout>:<traj>:<step>:e<epoch>:generation_started | generated | tool_called
-    <rollout>:<traj>:<step>:<tokens before>:e<epoch>:interrupted
-    <rollout>:<traj>:<step>:call (tool call id)
-    <rollout>:<traj>:e<epoch>:completed       <rollout>:<traj>:<migration>:e<epoch>:migrated
-
-Every event carries the hosting it was written under (``log.epoch``, the ``e<epoch>`` of its id:
-none for the unnumbered hostings of older streams), so the events of a worker whose hosting is
-over never share an id with its successor's, and the successor's are never dropped as
-duplicates of a zombie's.
+Each trajectory event is built by ``heddle.events.builders`` (where its id is formed) from what
+the log, the command's arrival and the engine's result say; the simulator adapts its own counts to
+the same builders (``heddle.sim.facts``). Every event carries the hosting it was written under
+(``log.epoch``), and its id names that hosting (``e<epoch>``: none for the unnumbered hostings of
+older streams), so the events of a worker whose hosting is over never share an id with its
+successor's, and the successor's are never dropped as duplicates of a zombie's. A tool call's id
+is ``<rollout>:<traj>:<step>:e<epoch>:call``.
 """
 
 from __future__ import annotations
@@ -32,7 +27,18 @@ from heddle.events import (
     TrajectorySpec,
     TrajectoryTimings,
 )
-from heddle.ids import derive_id, epoch_part, resubmission_id
+from heddle.events.builders import (
+    Hosting,
+    ResponseRecord,
+    completed_event,
+    failed_event,
+    generated_event,
+    generation_interrupted_event,
+    generation_started_event,
+    migrated_event,
+    tool_called_event,
+)
+from heddle.ids import derive_id, resubmission_id
 from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import CommandArrival
 from heddle.workers.engines.base import GenerationResult
@@ -50,17 +56,14 @@ def generation_started(
     arrival: CommandArrival | None = None,
 ) -> GenerationStarted:
     """``arrival``: the command that started the step (None: it follows the previous one)."""
-    return GenerationStarted(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "generation_started"),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        occurred_at=now,
+    return generation_started_event(
+        _hosting(log),
         step=step,
         worker_id=worker_id,
         input_token_ids=input_token_ids,
         num_context_tokens=num_context_tokens,
         priority=priority,
+        now=now,
         command_stored_at=arrival.stored_at if arrival is not None else 0.0,
         command_received_at=arrival.received_at if arrival is not None else 0.0,
         command_issued_at=arrival.issued_at if arrival is not None else 0.0,
@@ -80,12 +83,8 @@ def generated(
     weight_version: int = 0,
     weights_wait_s: float = 0.0,
 ) -> Generated:
-    return Generated(
-        event_id=derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "generated"),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        occurred_at=now,
+    return generated_event(
+        _hosting(log),
         step=step,
         worker_id=worker_id,
         output_token_ids=list(result.output_token_ids),
@@ -101,6 +100,7 @@ def generated(
         num_warmed_tokens=num_warmed_tokens,
         weight_version=weight_version,
         weights_wait_s=weights_wait_s,
+        now=now,
     )
 
 
@@ -116,15 +116,10 @@ def generation_interrupted(
     """What an interrupted part of the step produced; its id counts the tokens before it, so
     each part of a step is stored once."""
     num_before = len(log.steps[step].partial_token_ids) if step < len(log.steps) else 0
-    return GenerationInterrupted(
-        event_id=derive_id(
-            log.rollout_id, log.traj_id, step, num_before, _hosting(log), "interrupted"
-        ),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        occurred_at=now,
+    return generation_interrupted_event(
+        _hosting(log),
         step=step,
+        part=num_before,
         worker_id=worker_id,
         output_token_ids=list(result.output_token_ids),
         output_logprobs=list(result.output_logprobs),
@@ -132,13 +127,14 @@ def generation_interrupted(
         queue_s=result.queue_s,
         prefill_s=result.prefill_s,
         decode_s=result.decode_s,
+        now=now,
     )
 
 
 def tool_call_id(log: TrajectoryLog, step: int) -> str:
     """A new call of the step, under the log's hosting: a worker that took the trajectory over
     and calls again is not answered with (nor de-duplicated into) a zombie's call."""
-    return derive_id(log.rollout_id, log.traj_id, step, _hosting(log), "call")
+    return derive_id(log.rollout_id, log.traj_id, step, _hosting(log).id_part, "call")
 
 
 def tool_call(
@@ -169,17 +165,14 @@ def tool_call(
 
 
 def tool_called(log: TrajectoryLog, call: ToolCall, *, worker_id: str, now: float) -> ToolCalled:
-    return ToolCalled(
-        event_id=derive_id(log.rollout_id, log.traj_id, call.step, _hosting(log), "tool_called"),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        occurred_at=now,
+    return tool_called_event(
+        _hosting(log),
         step=call.step,
         worker_id=worker_id,
         call_id=call.call_id,
         tool=str(type(call.request).__struct_config__.tag),
         pool=call.pool,
+        now=now,
     )
 
 
@@ -197,35 +190,24 @@ def completed(
     the failure's, when a client hands a terminal ``Failed`` over as a completion)."""
     response, logprobs, mask = log.response()
     outputs = log.generated_events()
-    started_at = log.submitted_at if log.submitted_at is not None else now
-    parts: list[Generated | GenerationInterrupted] = [*outputs]
-    parts += [part for step in log.steps for part in step.interrupted]
-    timings = TrajectoryTimings(
-        queue_s=sum(event.queue_s for event in parts),
-        prefill_s=sum(event.prefill_s for event in parts),
-        decode_s=sum(event.decode_s for event in parts),
-        tool_s=sum(result.duration_s for result in log.tool_results()),  # model s already
-        migration_s=log.migration_s,
-        total_s=max(0.0, now - started_at) * time_scale,
-    )
-    return Completed(
-        event_id=derive_id(log.rollout_id, log.traj_id, _hosting(log), "completed"),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        worker_id=worker_id,
-        occurred_at=now,
-        num_steps=log.num_steps,
+    record = ResponseRecord(
         prompt_token_ids=log.prompt_token_ids(),
         response_token_ids=response,
         response_logprobs=logprobs,
         loss_mask=mask,
         logprob_mask=log.logprob_mask(),
+    )
+    return completed_event(
+        _hosting(log),
+        worker_id=worker_id,
+        now=now,
+        num_steps=log.num_steps,
+        record=record,
         reward=reward,
         finish_reason=finish_reason,
         reason=reason,
         num_output_tokens=sum(len(event.output_token_ids) for event in outputs),
-        timings=timings,
+        timings=_timings(log, time_scale, now),
         worker_history=log.worker_history(),
         num_recomputed_tokens=sum(event.num_recomputed_tokens for event in outputs),
         group_id=log.spec.group_id if log.spec else "",
@@ -250,23 +232,18 @@ def failed(
     if finish_reason == "stale" and not retryable and spec and spec.attempt + 1 < spec.max_attempts:
         resubmitted_as = resubmission_id(log.traj_id, spec.attempt + 1)
         reason = f"{reason}; resubmitted as {resubmitted_as}"
-    hosting = _hosting(log)
-    return Failed(
-        event_id=derive_id(
-            log.rollout_id, log.traj_id, step, hosting, "failed", discriminator or None
-        ),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        occurred_at=now,
+    return failed_event(
+        _hosting(log),
         step=step,
         reason=reason,
         worker_id=worker_id,
+        now=now,
         retryable=retryable,
         finish_reason=finish_reason,
         group_id=spec.group_id if spec else "",
         index=spec.index if spec else 0,
         resubmitted_as=resubmitted_as,
+        discriminator=discriminator,
     )
 
 
@@ -276,7 +253,7 @@ def preempted(
     step = log.current_step
     return Preempted(
         event_id=derive_id(
-            log.rollout_id, log.traj_id, step, _hosting(log), "preempted", command_id
+            log.rollout_id, log.traj_id, step, _hosting(log).id_part, "preempted", command_id
         ),
         rollout_id=log.rollout_id,
         traj_id=log.traj_id,
@@ -329,21 +306,32 @@ def migrated(
     now: float,
     target_epoch: int = 0,
 ) -> Migrated:
-    return Migrated(
-        event_id=derive_id(log.rollout_id, log.traj_id, migration_id, _hosting(log), "migrated"),
-        rollout_id=log.rollout_id,
-        traj_id=log.traj_id,
-        epoch=log.epoch,
-        target_epoch=target_epoch,
-        occurred_at=now,
+    return migrated_event(
+        _hosting(log),
+        migration_id=migration_id,
         source_worker_id=source_worker_id,
         target_worker_id=target_worker_id,
         num_context_tokens=log.num_context_tokens,
         num_bytes=num_bytes,
-        kv_transferred=num_bytes > 0,
         transfer_s=transfer_s,
+        now=now,
+        target_epoch=target_epoch,
     )
 
 
-def _hosting(log: TrajectoryLog) -> str | None:
-    return epoch_part(log.epoch)
+def _timings(log: TrajectoryLog, time_scale: float, now: float) -> TrajectoryTimings:
+    started_at = log.submitted_at if log.submitted_at is not None else now
+    parts: list[Generated | GenerationInterrupted] = [*log.generated_events()]
+    parts += [part for step in log.steps for part in step.interrupted]
+    return TrajectoryTimings(
+        queue_s=sum(event.queue_s for event in parts),
+        prefill_s=sum(event.prefill_s for event in parts),
+        decode_s=sum(event.decode_s for event in parts),
+        tool_s=sum(result.duration_s for result in log.tool_results()),  # model s already
+        migration_s=log.migration_s,
+        total_s=max(0.0, now - started_at) * time_scale,
+    )
+
+
+def _hosting(log: TrajectoryLog) -> Hosting:
+    return Hosting(log.rollout_id, log.traj_id, log.epoch)
