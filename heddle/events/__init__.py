@@ -7,8 +7,9 @@ events), ``operator`` (what a person asked the running system to do), ``commands
 commands), ``subjects`` (subject names, builders, a parser, and whether a message belongs on its
 subject), ``codec`` (the JSON codec, one typed decoder per channel, equal values made the
 defaults' own objects so its output is canonical), ``arrays`` (compact number arrays: token ids,
-logprobs, loss masks), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the fields a
-message from outside names that its struct does not: a submission's misspelt field).
+logprobs, loss masks), ``lean`` (event decoders that skip the number lists their consumer
+only counts or never reads), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the
+fields a message from outside names that its struct does not: a submission's misspelt field).
 """
 
 from heddle.events.base import (

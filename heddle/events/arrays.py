@@ -287,13 +287,6 @@ def unpack_bytes(packed: PackedArray, raw: bytes | None = None) -> array.array[A
     return items
 
 
-def is_number_list_text(raw: bytes) -> bool:
-    """Whether raw JSON text can be a number list: a JSON list or a compact array object (a
-    lean decoder skips over the list itself, so a string or a number must be refused here)."""
-    text = raw.lstrip()
-    return text[:1] in (b"[", b"{")
-
-
 def count_packed(raw: bytes) -> int:
     """Items of a number list given as its raw JSON text, in either form."""
     text = raw.strip()
