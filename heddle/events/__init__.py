@@ -5,11 +5,12 @@ Modules: ``base`` (the base structs), ``trajectory`` (events of one trajectory),
 of a whole rollout), ``worker`` (rollout worker events and telemetry), ``weights`` (weight version
 events), ``operator`` (what a person asked the running system to do), ``commands`` (worker and tool
 commands), ``subjects`` (subject names, builders, a parser, and whether a message belongs on its
-subject), ``codec`` (the JSON codec, one typed decoder per channel, equal values made the
-defaults' own objects so its output is canonical), ``arrays`` (compact number arrays: token ids,
-logprobs, loss masks), ``lean`` (event decoders that skip the number lists their consumer
-only counts or never reads), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the
-fields a message from outside names that its struct does not: a submission's misspelt field).
+subject), ``codec`` (the JSON codec, one typed decoder per channel, equal values made the defaults'
+own objects so its output is canonical), ``arrays`` (compact number arrays: token ids, logprobs,
+loss masks), ``lean`` (event decoders that skip the number lists their consumer only counts or never
+reads), ``builders`` (each trajectory event the worker and the simulator publish, built in one place
+from plain values), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the fields a
+message from outside names that its struct does not: a submission's misspelt field).
 """
 
 from heddle.events.base import (
