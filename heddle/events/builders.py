@@ -309,5 +309,11 @@ def migrated_event(
     )
 
 
+def step_call_id(hosting: Hosting, step: int) -> str:
+    """The id of the step's tool call under ``hosting``: a worker that took the trajectory over
+    and calls again is not answered with (nor de-duplicated into) a zombie's call."""
+    return _step_id(hosting, step, "call")
+
+
 def _step_id(hosting: Hosting, step: int, kind: str) -> str:
     return derive_id(hosting.rollout_id, hosting.traj_id, step, hosting.id_part, kind)

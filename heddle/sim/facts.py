@@ -33,6 +33,7 @@ from heddle.events.builders import (
     generation_interrupted_event,
     generation_started_event,
     migrated_event,
+    step_call_id,
     tool_called_event,
 )
 from heddle.ids import derive_id
@@ -164,7 +165,7 @@ class RolloutFacts:
         return Hosting(self.rollout_id, t.traj_id, t.epoch, is_named_in_ids=False)
 
     def _call_id(self, t: SimTrajectory, step: int) -> str:
-        return f"{self.rollout_id}:{t.traj_id}:{step}:call"
+        return step_call_id(self._hosting(t), step)
 
 
 def worker_registered(

@@ -36,6 +36,7 @@ from heddle.events.builders import (
     generation_interrupted_event,
     generation_started_event,
     migrated_event,
+    step_call_id,
     tool_called_event,
 )
 from heddle.ids import derive_id, resubmission_id
@@ -132,9 +133,8 @@ def generation_interrupted(
 
 
 def tool_call_id(log: TrajectoryLog, step: int) -> str:
-    """A new call of the step, under the log's hosting: a worker that took the trajectory over
-    and calls again is not answered with (nor de-duplicated into) a zombie's call."""
-    return derive_id(log.rollout_id, log.traj_id, step, _hosting(log).id_part, "call")
+    """A new call of the step, under the log's hosting (``heddle.events.builders.step_call_id``)."""
+    return step_call_id(_hosting(log), step)
 
 
 def tool_call(
