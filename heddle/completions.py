@@ -41,8 +41,8 @@ from heddle.events.subjects import (
     rollout_delivery_subject,
     rollout_subject,
 )
-from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.records import completed as completed_record
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 
 _IDLE_CHECK_S = 0.5
 _STREAM_POLL_S = 0.2

@@ -44,7 +44,7 @@ from heddle.events import (
 )
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, rollout_filter
 from heddle.ledger import Ledger, queries
-from heddle.ledger.leases import GATE_CONSUMER
+from heddle.ledger.gated_fold import GATE_CONSUMER
 
 _POLL_S = 0.2
 FORGER = "forger"

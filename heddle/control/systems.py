@@ -19,8 +19,9 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   the engines (which then evict and re-prefill).
 - ``heddle-static-cap``: heddle with KV admission replaced by the static cap on running
   trajectories a baseline gets (slime's semaphore: trajectories start in plan order while fewer
-  than the cap run), chosen on the history as a baseline's is (``heddle.sim.caps``): predictive
-  admission against a knob any baseline has (issue 36, item 5).
+  than the cap run), chosen on the history as a baseline's is
+  (``heddle.sim.concurrency_caps``): predictive admission against a knob any baseline has
+  (issue 36, item 5).
 - ``heddle-no-sched``: FCFS at the trajectory level instead of PPS.
 - ``heddle-no-place``: verl's cache-affinity router instead of presorted placement and migration.
 - ``heddle-least-load``: a least-load router re-balancing every step instead of placement (the
@@ -43,7 +44,7 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   (``verl/experimental/fully_async_policy/fully_async_rollouter.py``: ``max_concurrent_samples``
   = ``async_training.concurrent_samples_per_replica``, default 16, times the replicas; a sample
   is a whole GRPO group), which the plan check may choose, or a cap of its own on the history
-  (``heddle.sim.caps``).
+  (``heddle.sim.concurrency_caps``).
 - ``slime``: the router slime launches (PyPI ``sglang-router`` 0.3.2, the SGLang model gateway,
   ``smg-project/smg``) with its default policy, ``cache_aware``
   (``heddle.policy.placement.cache_aware``: the least-loaded worker when in-flight loads are
@@ -56,7 +57,7 @@ down, and a homogeneous degree of 0 gives each the best homogeneous TP for the w
   the flag defaults to 512 per engine (``slime/backends/sglang_utils/arguments.py``) and its
   docs advise 160 to stay within SGLang's CUDA-graph batch sizes
   (``docs/en/examples/qwen3-4B.md``); the plan check chooses among these, off, and caps of its
-  own on the history (``heddle.sim.caps``).
+  own on the history (``heddle.sim.concurrency_caps``).
 - ``slime-consistent-hash``: the same router with ``consistent_hashing`` on the session, as
   slime's docs advise for multi-turn (``docs/en/advanced/sglang-config.md``): blake3 of the key
   modulo the live workers, as the router does outside its IGW mode; slime's semaphore.

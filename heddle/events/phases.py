@@ -10,7 +10,7 @@ A trajectory's lifecycle::
 
 Each component sees it from where it stands and so uses a subset, named in its docstring:
 
-* the worker's event fold (``heddle.workers.agent.history``): READY, GENERATING, GENERATED,
+* the worker's event fold (``heddle.workers.agent.trajectory_log``): READY, GENERATING, GENERATED,
   IN_TOOL, DONE;
 * the worker's command table (``heddle.workers.agent.decisions``/``table``): ABSENT, READY,
   GENERATING, IN_TOOL, HANDED_OVER, DONE;

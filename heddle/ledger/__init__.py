@@ -21,7 +21,7 @@ Modules: ``database`` (connections, engines tuned per backend, schema checked on
 (in-memory rows of the projection), ``fold`` (the pure fold of events into rows) with ``fold_steps``
 (step events), ``fold_workers`` (worker events), ``fold_records`` (rows an event makes whole:
 placements, predictions, migration requests, dead letters) and ``fold_operator`` (operator events),
-``leases`` (the event gate in front of the fold, its state kept in the rows it guards),
+``gated_fold`` (the event gate in front of the fold, its state kept in the rows it guards),
 ``lean_decoder`` (an event decoder that counts token lists), ``batch_rows`` (the rows one batch
 touches), ``row_cache`` (those rows, loaded for the writer) with ``keyed_reads`` (rows by
 composite key, through the primary-key index), ``upserts`` (bulk ``INSERT ... ON CONFLICT``),

@@ -57,7 +57,7 @@ class Rollout(Base):
     trainer: Mapped[str] = mapped_column(_NAME, default="default")
     """The trainer that owns it (its records go to stream ``HEDDLE_OUT_<trainer>``)."""
     lease: Mapped[str] = mapped_column(Text, default="")
-    """The event gate's state of the rollout, JSON (``heddle.ledger.leases``)."""
+    """The event gate's state of the rollout, JSON (``heddle.ledger.gated_fold``)."""
 
 
 class Trajectory(Base):
@@ -102,7 +102,7 @@ class Trajectory(Base):
     epoch: Mapped[int] = mapped_column(Integer, default=0)
     """The hosting its holder writes under (``TrajectoryPlaced.epoch``)."""
     lease: Mapped[str] = mapped_column(Text, default="")
-    """The event gate's state of the trajectory, JSON (``heddle.ledger.leases``)."""
+    """The event gate's state of the trajectory, JSON (``heddle.ledger.gated_fold``)."""
 
 
 class Step(Base):

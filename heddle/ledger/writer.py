@@ -2,7 +2,7 @@
 
 ``LedgerWriter.project`` skips events at or below the stored position (a redelivery after a
 crash), loads the rows the rest touch, folds the events the event gate accepts into them
-(``heddle.ledger.leases``, ``heddle.ledger.fold``; a refused one leaves a dead-letter row),
+(``heddle.ledger.gated_fold``, ``heddle.ledger.fold``; a refused one leaves a dead-letter row),
 writes each table with one statement and moves the position with a compare-and-set: if another
 writer moved it meanwhile, nothing is written and ``PositionConflict`` is raised. Exactly-once
 projection of an at-least-once stream follows.
@@ -33,7 +33,7 @@ from heddle.events import (
 from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger.batch_rows import BatchRows
 from heddle.ledger.database import Ledger
-from heddle.ledger.leases import fold_gated
+from heddle.ledger.gated_fold import fold_gated
 from heddle.ledger.row_cache import RowCache
 from heddle.ledger.tables import (
     ConsumerPosition,

@@ -19,8 +19,8 @@ from heddle.controlplane.gating import TrainerRecords
 from heddle.events import Completed, EventT, Failed, RolloutSubmitted
 from heddle.events.subjects import rollout_subject, trajectory_subject
 from heddle.rollout.summary import rollout_summary
-from heddle.workers.agent.history import rebuild
 from heddle.workers.agent.records import completed as completed_record
+from heddle.workers.agent.trajectory_log import rebuild
 
 
 async def _events(bus: Bus, subject: str) -> list[EventT]:

@@ -16,9 +16,9 @@ staleness bound), ``reshards`` (workers retiring and relaunching at a higher TP 
 (the events the data plane publishes), ``trajectories`` (a simulated trajectory), ``accounting``
 (where its time went, column by column), ``results`` (what a simulated rollout reports),
 ``planning`` (choosing TP degrees, a baseline's concurrency cap and heddle's admission, checked on
-the history), ``caps`` (the caps a baseline's check tries), ``admission_choice`` (the admission
-settings a KV-admitting bundle's check tries) and ``profile`` (simulating each worker group on its
-own).
+the history), ``concurrency_caps`` (the caps a baseline's check tries), ``admission_choice``
+(the admission settings a KV-admitting bundle's check tries) and ``profile`` (simulating each
+worker group on its own).
 
 Sweeps, studies, the hunter and the corpus run the simulator from above (``heddle.experiments``).
 """

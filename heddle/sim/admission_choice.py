@@ -4,8 +4,8 @@
 KV admission's one knob is its overcommit (``AdmissionConfig.overcommit``: how far the admitted
 trajectories' projected KV may exceed a worker's capacity). A user with the previous step in
 hand would also try what a baseline runs instead: the static cap on running trajectories that
-``heddle.sim.caps`` derives for a baseline (``STATIC_CAP_MULTIPLIER`` x the plan's KV over the
-history's mean final context of a trajectory), and no admission at all. So: the default
+``heddle.sim.concurrency_caps`` derives for a baseline (``STATIC_CAP_MULTIPLIER`` x the plan's KV
+over the history's mean final context of a trajectory), and no admission at all. So: the default
 (overcommit ``DEFAULT_OVERCOMMIT``), the overcommits of ``OVERCOMMITS``, the static cap (when it
 binds) and off; the plan check keeps the default unless another is ``SWITCH_MARGIN`` faster on
 the history, chosen there and judged on the rollout (cross-fitted: issue 36, item 5). Cost:
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from heddle.control.bundle import CapSetting
 from heddle.control.placement import AdmissionConfig
 from heddle.control.systems import STATIC_CAP
-from heddle.sim.caps import mean_unit_footprint
+from heddle.sim.concurrency_caps import mean_unit_footprint
 from heddle.sim.config import SimConfig
 from heddle.traces import TraceTrajectory
 

@@ -34,7 +34,7 @@ from heddle.policy.prediction import (
     make_predictor,
 )
 from heddle.policy.prediction.cross_fit import cross_fit
-from heddle.sim.caps import effective_cap
+from heddle.sim.concurrency_caps import effective_cap
 from heddle.sim.config import SimConfig
 from heddle.sim.results import SimResult, summarise
 from heddle.sim.simulator import ProgressCallback, Simulator

@@ -19,18 +19,17 @@ history, the whole control plane included (``full_check_runs``; a predicting bun
 cross-fitted so that it never predicts a trajectory it learned from), and the profile's pick
 gives way only to a plan the full simulation rates ``SWITCH_MARGIN`` faster: one sample of a
 rollout is a noisy judge, and a plan that wins by less on it is as likely to lose on the next.
-For a baseline with a concurrency control (``heddle.control.systems.ConcurrencyControl``) the
-plans run with its code's default; then, if that run of the chosen plan evicted KV (else a cap
-could only delay starts), that plan is also run with each other cap of ``heddle.sim.caps``, and
-the default gives way to one only past the same margin. A bundle with KV admission likewise runs
-its chosen plan with each other admission setting of ``heddle.sim.admission_choice`` (other
-overcommits, the static cap a baseline would get, none), whether or not anything was evicted (its
-admission holds trajectories back so that little is), and keeps its default unless another is
-``SWITCH_MARGIN`` faster. Where a cap or setting other than the default wins, the other
-shortlisted plans run under it too (``replanned``), and the TP pick moves only past the same
-margin. So no system runs a
-configuration slower on the previous rollout than the one its users start from, and each runs
-what its users would pick with that rollout in hand.
+For a baseline with a concurrency control (``heddle.control.systems.ConcurrencyControl``) the plans
+run with its code's default; then, if that run of the chosen plan evicted KV (else a cap could only
+delay starts), that plan is also run with each other cap of ``heddle.sim.concurrency_caps``, and the
+default gives way to one only past the same margin. A bundle with KV admission likewise runs its
+chosen plan with each other admission setting of ``heddle.sim.admission_choice`` (other overcommits,
+the static cap a baseline would get, none), whether or not anything was evicted (its admission holds
+trajectories back so that little is), and keeps its default unless another is ``SWITCH_MARGIN``
+faster. Where a cap or setting other than the default wins, the other shortlisted plans run under it
+too (``replanned``), and the TP pick moves only past the same margin. So no system runs a
+configuration slower on the previous rollout than the one its users start from, and each runs what
+its users would pick with that rollout in hand.
 Cost: at most ``SHORTLIST_SIZE`` simulations of the history per system, plus one per cap or
 admission setting tried (docs/benchmarks.md, "Baselines at their real best", "Predictive
 admission against a static cap").
@@ -58,7 +57,7 @@ from heddle.policy.prediction import CONTEXT_PREDICTOR, Predictor, Progress
 from heddle.policy.resources.plan_estimate import AgentShape
 from heddle.policy.resources.problem import canonical
 from heddle.sim.admission_choice import DEFAULT_OVERCOMMIT, admission_settings
-from heddle.sim.caps import cap_candidates
+from heddle.sim.concurrency_caps import cap_candidates
 from heddle.sim.config import SimConfig
 from heddle.sim.on_workers import cross_fitted, simulate_on_workers
 from heddle.sim.profile import simulated_plan_makespan_s

@@ -34,7 +34,7 @@ from heddle.events.subjects import EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER
 from heddle.weights import WEIGHTS_BUCKET, publish_weights, weights_reports
 from heddle.workers.agent import WorkerConfig, records
-from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.agent.transport import BusPorts, command_consumer
 
 from .auth_server import TRAINERS, AuthServer, auth_server

@@ -33,7 +33,7 @@ from heddle.events.subjects import (
     worker_event_subject,
 )
 from heddle.workers.agent import records
-from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 
 
 def matches(pattern: str, subject: str) -> bool:

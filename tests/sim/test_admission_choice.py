@@ -27,7 +27,7 @@ from heddle.sim.admission_choice import (
     AdmissionSetting,
     admission_settings,
 )
-from heddle.sim.caps import cap_candidates, effective_cap
+from heddle.sim.concurrency_caps import cap_candidates, effective_cap
 from heddle.sim.on_workers import make_simulation_predictor
 from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_system_plan, full_check_makespans
 from heddle.workloads import generate

@@ -1,8 +1,8 @@
 """No system's makespan falls under the lower bound, on grouped traces (GRPO groups of 1-16
 sharing a prompt), on every engine model and under KV pressure from none to heavy: the bound of
 ``heddle.sim.on_workers.lower_bound_s`` against a simulation of every registered system,
-ThunderAgent's program gate and the baselines' concurrency caps (``heddle.sim.caps``, drawn tight)
-included."""
+ThunderAgent's program gate and the baselines' concurrency caps
+(``heddle.sim.concurrency_caps``, drawn tight) included."""
 
 from __future__ import annotations
 

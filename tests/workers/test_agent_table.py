@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from heddle.events import Completed, TrajectoryPhase, TrajectorySpec
-from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import (
     RELEASED,
     HandedOver,
@@ -17,6 +16,7 @@ from heddle.workers.agent.table import (
     Running,
     TrajectoryTable,
 )
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.environments import create_environment
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")

@@ -2,7 +2,8 @@
 
 Layout (one concern per module):
 
-- ``history``: a trajectory's log, an idempotent fold over its events (live state and resume);
+- ``trajectory_log``: a trajectory's log, an idempotent fold over its events (live state and
+  resume);
 - ``decisions``: the one pure decision on every command, ``decide(state, command)`` (the
   worker's mode and the actions to carry out; its state diagram in the docstring);
 - ``table``: the local trajectory table (hosted trajectories, each in one ``HostingState``, and

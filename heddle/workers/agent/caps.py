@@ -5,7 +5,7 @@ its prompt and its weights are acceptable, and which terminal reason an ending g
 from __future__ import annotations
 
 from heddle.events import Generated, TerminalReason, TrajectorySpec
-from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.tokenizers import Tokenizer
 
 

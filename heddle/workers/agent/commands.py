@@ -48,7 +48,6 @@ from heddle.workers.agent.decisions import (
     decide,
 )
 from heddle.workers.agent.errors import CommandRefused
-from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.migration import Migrator
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.resume import ResumeKind, ResumePlan, Resumer
@@ -59,6 +58,7 @@ from heddle.workers.agent.table import (
     HostedTrajectory,
     TrajectoryTable,
 )
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.engines.base import Engine, EngineError
 from heddle.workers.environments import create_environment
 

@@ -40,8 +40,8 @@ from heddle.events.builders import (
     tool_called_event,
 )
 from heddle.ids import derive_id, resubmission_id
-from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.table import CommandArrival
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.engines.base import GenerationResult
 
 

@@ -1,6 +1,6 @@
 """Resuming a trajectory from its events in the stream (re-placement, migration, restart).
 
-The stream is the source of truth: fold the trajectory's events into a log (``history``),
+The stream is the source of truth: fold the trajectory's events into a log (``trajectory_log``),
 replay a fresh environment over the generated texts and tool results, and work out where the
 trajectory stands::
 
@@ -28,10 +28,10 @@ from typing import Protocol, runtime_checkable
 from heddle.control.leases import TrajectoryLease
 from heddle.events import TrajectoryPhase, TrajectorySpec
 from heddle.workers.agent.generation import engine_key
-from heddle.workers.agent.history import TrajectoryLog, rebuild
 from heddle.workers.agent.migration import decode_snapshot
 from heddle.workers.agent.ports import BlobStore, HistorySource
 from heddle.workers.agent.table import HostedTrajectory
+from heddle.workers.agent.trajectory_log import TrajectoryLog, rebuild
 from heddle.workers.engines.base import CacheMismatchError, Engine, WarmUpResult
 from heddle.workers.environments import (
     HistoryItem,

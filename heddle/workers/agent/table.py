@@ -1,12 +1,12 @@
 """The worker's local trajectory table: what it hosts, in which phase, and where it sent the rest.
 
-A ``HostedTrajectory`` joins the trajectory's event log (the durable truth, see ``history``) with
-what only this worker knows: its ``stage`` (one value: at rest, running a segment of steps, handed
-over to a worker, or released), the live environment object, the priority for the next
+A ``HostedTrajectory`` joins the trajectory's event log (the durable truth, see ``trajectory_log``)
+with what only this worker knows: its ``stage`` (one value: at rest, running a segment of steps,
+handed over to a worker, or released), the live environment object, the priority for the next
 generation, the request in the engine and a pending migration. Its phase
 (``decisions.WORKER_PHASES``) is the stage's, or at rest the log's. Ownership: the agent's event
-loop; the table's per-trajectory lock serialises command transitions of one trajectory (even
-before it has a row) while its steps run outside the lock.
+loop; the table's per-trajectory lock serialises command transitions of one trajectory (even before
+it has a row) while its steps run outside the lock.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from heddle.events import MigrateOut, TrajectoryPhase, TrajectorySpec
 from heddle.workers.agent.decisions import Mode, State
-from heddle.workers.agent.history import TrajectoryLog
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.environments import Environment, Observation
 
 

@@ -29,9 +29,9 @@ from heddle.workers.agent import records
 from heddle.workers.agent.decisions import TrajectoryCommand
 from heddle.workers.agent.errors import StepError
 from heddle.workers.agent.generation import engine_key
-from heddle.workers.agent.history import TrajectoryLog
 from heddle.workers.agent.publisher import DurablePublisher
 from heddle.workers.agent.table import RELEASED, HostedTrajectory
+from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.engines.base import Engine
 
 

@@ -23,7 +23,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.ids import derive_id
-from heddle.workers.agent.history import HistoryError, TrajectoryLog, rebuild
+from heddle.workers.agent.trajectory_log import HistoryError, TrajectoryLog, rebuild
 
 R, T = "r1", "t000001"
 tokens = st.lists(st.integers(min_value=0, max_value=300), max_size=6)

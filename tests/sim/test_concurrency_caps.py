@@ -9,7 +9,7 @@ import pytest
 from heddle.control.systems import SYSTEMS, system_spec
 from heddle.experiments.kv_pressure import scaled_config
 from heddle.sim import SimConfig, simulate
-from heddle.sim.caps import cap_candidates, effective_cap, mean_unit_footprint
+from heddle.sim.concurrency_caps import cap_candidates, effective_cap, mean_unit_footprint
 from heddle.sim.planning import SWITCH_MARGIN, Plan, choose_system_plan, full_check_makespans
 from heddle.workloads import generate
 
