@@ -12,7 +12,7 @@ from heddle.rollout.sources import Source, SourceChoice, load_source
 from heddle.rollout.submission import TaskOptions
 from heddle.traces import write_trace
 from heddle.workers.engines.options import parse_options
-from heddle.workers.engines.sim import SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngineOptions
 
 
 def source_from_flags(
@@ -48,7 +48,7 @@ def engine_defaults(engine: str, options: dict[str, str]) -> tuple[str | None, s
     match them); None and 1.0 for real engines."""
     if engine != "sim":
         return None, None, 1.0
-    parsed = parse_options(SimEngineOptions, options, what="engine 'sim'")
+    parsed = parse_options(SimulatedEngineOptions, options, what="engine 'sim'")
     return parsed.model, parsed.hardware, parsed.time_scale
 
 

@@ -100,7 +100,7 @@ def test_a_trace_of_one_step_runs_from_the_bus_to_the_engine(tmp_path: Path) -> 
     assert [step.step for step in result.steps] == [0]
     hops = result.last
     assert hops.files[0].startswith("heddle/bus/")  # the executor hands its result to the bus
-    assert hops.files[-1] == "heddle/workers/engines/sim.py"  # the engine's generate
+    assert hops.files[-1] == "heddle/workers/engines/simulated.py"  # the engine's generate
     assert list(hops.parts) == [TOOLS_PART, CONTROL_PLANE_PART, WORKER_PART]
     assert any(file.startswith("heddle/control/") for file in hops.parts[CONTROL_PLANE_PART])
     assert any(file.startswith("heddle/workers/agent/") for file in hops.parts[WORKER_PART])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from heddle.rollout.deployment import WorkerPool
-from heddle.workers.engines.sim import SimEngine
-from heddle.workers.engines.sim_options import SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine
+from heddle.workers.engines.simulated_options import SimulatedEngineOptions
 
 
 def test_sim_engines_batch_as_the_simulator_does_under_the_policy() -> None:
@@ -36,11 +36,13 @@ def test_options_given_explicitly_win_and_real_engines_are_left_alone() -> None:
 
 
 def test_the_sim_engine_takes_the_engine_model() -> None:
-    assert SimEngine(SimEngineOptions())._model.config.cache == "radix"  # sglang, the default
-    engine = SimEngine(SimEngineOptions(engine_model="torch"))
+    assert (
+        SimulatedEngine(SimulatedEngineOptions())._model.config.cache == "radix"
+    )  # sglang, the default
+    engine = SimulatedEngine(SimulatedEngineOptions(engine_model="torch"))
     assert engine._model.config.cache == "trajectory" and engine.capabilities.can_export_kv
     with pytest.raises(ValueError, match="engine_model"):
-        SimEngineOptions(engine_model="fifo")
+        SimulatedEngineOptions(engine_model="fifo")
 
 
 def test_workers_share_processes_in_runs_of_equal_options_up_to_the_limit() -> None:

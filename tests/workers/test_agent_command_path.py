@@ -28,7 +28,7 @@ from heddle.events import (
     WorkerTelemetry,
 )
 from heddle.workers.agent import WorkerAgent, WorkerConfig
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 
 AGENT_DIR = Path(heddle.workers.agent.__file__).parent
 STEPS: list[dict[str, Any]] = [
@@ -100,7 +100,11 @@ async def trace_a_continue() -> CommandPath:
     bus = Bus()
     config = WorkerConfig(worker_id="w0", heartbeat_s=3600.0, telemetry_s=3600.0)
     agent = WorkerAgent(
-        config, SimEngine(SimEngineOptions(time_scale=5000.0)), sink=bus, history=bus, blobs=bus
+        config,
+        SimulatedEngine(SimulatedEngineOptions(time_scale=5000.0)),
+        sink=bus,
+        history=bus,
+        blobs=bus,
     )
     await agent.start()
     spec = TrajectorySpec(

@@ -42,7 +42,7 @@ from heddle.workers.agent.decisions import (
     State,
     decide,
 )
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 
 SPEC = TrajectorySpec(group_id="g", index=0, environment="trace")
 BASE = {"command_id": "c", "rollout_id": "r", "issued_at": 0.0, "worker_id": "w0"}
@@ -370,7 +370,7 @@ class RecordingAgent(WorkerAgent):
 
     def __init__(self) -> None:
         sink = Sink()
-        engine = SimEngine(SimEngineOptions(time_scale=1000.0))
+        engine = SimulatedEngine(SimulatedEngineOptions(time_scale=1000.0))
         config = WorkerConfig(worker_id="w0")
         super().__init__(config, engine, sink=sink, history=sink, blobs=sink)  # type: ignore[arg-type]
         self.calls: list[str] = []

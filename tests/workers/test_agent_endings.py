@@ -20,7 +20,7 @@ from heddle.events import (
     GenerationStarted,
 )
 from heddle.workers.engines.base import GenerationRequest, GenerationResult
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 from heddle.workers.tokenizers import ByteTokenizer, chat_prompt_ids
 
 
@@ -93,7 +93,7 @@ async def test_prompt_ids_outside_the_vocabulary_fail_with_the_reason(harness: H
     assert "prompt_token_ids[2] = 99999" in failed.reason and "[0, 259)" in failed.reason
 
 
-class NoLogprobsEngine(SimEngine):
+class NoLogprobsEngine(SimulatedEngine):
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         return dataclasses.replace(await super().generate(request), output_logprobs=[])
 
@@ -102,7 +102,7 @@ async def test_the_logprob_mask_tells_missing_logprobs_from_tool_tokens(harness:
     await harness.add_worker("w0")
     done = await finish(harness, "t1", STEPS)
     assert isinstance(done, Completed) and done.logprob_mask == done.loss_mask
-    await harness.add_worker("w1", NoLogprobsEngine(SimEngineOptions(time_scale=FAST)))
+    await harness.add_worker("w1", NoLogprobsEngine(SimulatedEngineOptions(time_scale=FAST)))
     await harness.submit("t2", "w1", STEPS)
     bare = await harness.wait_finished("t2")
     assert isinstance(bare, Completed) and sum(bare.loss_mask) == 75

@@ -54,7 +54,7 @@ from heddle.workers.agent import WorkerAgent, WorkerConfig, WorkerFailing, Worke
 from heddle.workers.agent.decisions import Mode
 from heddle.workers.agent.errors import CommandRefused
 from heddle.workers.engines.base import EngineError, GenerationRequest, GenerationResult
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 from heddle.workers.tools.trace import pseudo_token_ids
 
 R = "r1"
@@ -145,7 +145,7 @@ class Harness:
     ) -> WorkerAgent:
         # The torch engine model by default: these tests are about the agent's KV transfer.
         options.setdefault("engine_model", "torch")
-        engine = engine or SimEngine(SimEngineOptions(time_scale=time_scale, **options))
+        engine = engine or SimulatedEngine(SimulatedEngineOptions(time_scale=time_scale, **options))
         agent = WorkerAgent(
             WorkerConfig(worker_id=worker_id, heartbeat_s=0.05, telemetry_s=0.05),
             engine,
@@ -598,13 +598,13 @@ async def test_publishes_lost_to_a_dropped_connection_are_retried_without_duplic
     assert harness.agents["w0"].publisher.num_retries >= 5
 
 
-class BrokenEngine(SimEngine):
+class BrokenEngine(SimulatedEngine):
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         raise EngineError("device lost")
 
 
 async def test_an_engine_failure_reports_the_hosted_trajectories(harness: Harness) -> None:
-    engine = BrokenEngine(SimEngineOptions(time_scale=FAST))
+    engine = BrokenEngine(SimulatedEngineOptions(time_scale=FAST))
     agent = await harness.add_worker("w0", engine=engine)
     start = await harness.submit("t1", "w0", STEPS)
     await harness.wait_for(lambda: agent.failed.is_set())

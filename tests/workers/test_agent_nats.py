@@ -55,7 +55,7 @@ from heddle.traces import TraceStep, TraceTrajectory, write_trace
 from heddle.workers.agent import WorkerConfig
 from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.transport import AGENT_PUBLISH, BusPorts, run_agents, serve
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor
 
 pytestmark = pytest.mark.timeout(240)
@@ -246,7 +246,9 @@ async def agents(
         run_agents(
             settings,
             configs,
-            lambda c: SimEngine(SimEngineOptions(time_scale=time_scale, engine_model=engine_model)),
+            lambda c: SimulatedEngine(
+                SimulatedEngineOptions(time_scale=time_scale, engine_model=engine_model)
+            ),
             stop,
         )
     )
@@ -539,7 +541,7 @@ async def test_a_worker_retrying_its_registration_stops_when_told(
     async with Bus(settings, options) as bare:
         ports = BusPorts(bare)
         config = WorkerConfig(worker_id="w0", heartbeat_s=0.5)
-        engine = SimEngine(SimEngineOptions(time_scale=100.0))
+        engine = SimulatedEngine(SimulatedEngineOptions(time_scale=100.0))
         agent = WorkerAgent(config, engine, sink=ports, history=ports, blobs=ports)
         stop = asyncio.Event()
         serving = asyncio.create_task(serve(agent, bare, stop))

@@ -28,7 +28,7 @@ from heddle.events import (
 )
 from heddle.workers.agent import WorkerConfig
 from heddle.workers.agent.transport import run_agents
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 
 pytestmark = pytest.mark.timeout(240)
 TIME_SCALE = 10.0
@@ -56,11 +56,11 @@ async def agents(
     stop = asyncio.Event()
     configs = [WorkerConfig(worker_id=w, heartbeat_s=0.5, node="n0") for w in gpus]
 
-    def engine(config: WorkerConfig) -> SimEngine:
-        options = SimEngineOptions(
+    def engine(config: WorkerConfig) -> SimulatedEngine:
+        options = SimulatedEngineOptions(
             time_scale=TIME_SCALE, gpu_ids=gpus[config.worker_id], restart_s=30.0
         )
-        return SimEngine(options)
+        return SimulatedEngine(options)
 
     task = asyncio.create_task(run_agents(settings, configs, engine, stop))
     try:

@@ -12,10 +12,12 @@ until that engine is used (the CLI must not import torch for a sim worker):
 factory. Unknown or malformed options raise ``EngineOptionError`` (a ``ValueError``) naming the
 option and the accepted ones. Engine engineers add one ``EngineEntry`` line to ``ENGINES``.
 
-Modules: ``base`` (the ``Engine`` protocol), ``sim`` (the calibrated batching model in scaled real
-time) with ``sim_options`` (its options, a cheap import) and ``sim_jobs`` (between the ``Engine``
-API and its ``BatchingModel``); subpackages ``torch_engine/`` (continuous batching on PyTorch +
-transformers) and ``sglang/`` (a SGLang server over its native HTTP API).
+Modules: ``base`` (the ``Engine`` protocol), ``simulated`` (engine ``sim``: the calibrated
+batching model in scaled real time; its module is not named ``sim``, which is the simulator,
+``heddle.sim``) with ``simulated_options`` (its options, a cheap import) and ``simulated_jobs``
+(between the ``Engine`` API and its ``BatchingModel``); subpackages ``torch_engine/`` (engine
+``torch``: continuous batching on PyTorch + transformers) and ``sglang/`` (a SGLang server over
+its native HTTP API).
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ ENGINES: dict[str, EngineEntry] = {
     for entry in (
         EngineEntry(
             name="sim",
-            options="heddle.workers.engines.sim_options:SimEngineOptions",
-            factory="heddle.workers.engines.sim:create_sim_engine",
+            options="heddle.workers.engines.simulated_options:SimulatedEngineOptions",
+            factory="heddle.workers.engines.simulated:create_simulated_engine",
             summary="calibrated cost model in scaled real time (no GPU)",
         ),
         EngineEntry(

@@ -20,7 +20,7 @@ from sglang_double import poll_until
 from heddle.workers.engines import create_engine
 from heddle.workers.engines.base import Engine, GenerationRequest, Resharder
 from heddle.workers.engines.sglang.launcher import LaunchedSglangEngine
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions
 from heddle.workers.engines.torch_engine.engine import TorchEngine
 from heddle.workers.engines.torch_engine.options import TorchEngineOptions
 
@@ -60,7 +60,9 @@ def engine_running(engine: Engine) -> bool:
 
 
 async def test_the_sim_engine_relaunches_at_the_new_degree() -> None:
-    engine = SimEngine(SimEngineOptions(model="qwen3-32b", time_scale=20.0, gpu_ids="0"))
+    engine = SimulatedEngine(
+        SimulatedEngineOptions(model="qwen3-32b", time_scale=20.0, gpu_ids="0")
+    )
     await engine.start()
     try:
         capacity = engine.capabilities.max_kv_tokens

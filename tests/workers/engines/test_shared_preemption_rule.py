@@ -48,7 +48,7 @@ ABSOLUTE_TABLE = [
 ]
 
 
-class SimEngine:
+class SimulatedEngine:
     """The simulator's batching model on a clock that does not move (nothing finishes)."""
 
     def __init__(self, rule: PreemptionConfig) -> None:
@@ -121,9 +121,9 @@ class SglangEngine:
 @pytest.mark.parametrize(
     ("rule", "table"), [(DEFAULT_RULE, TABLE), (ABSOLUTE_RULE, ABSOLUTE_TABLE)]
 )
-@pytest.mark.parametrize("engine_kind", [SimEngine, TorchEngine, SglangEngine])
+@pytest.mark.parametrize("engine_kind", [SimulatedEngine, TorchEngine, SglangEngine])
 def test_every_engine_makes_the_tables_decisions(
-    engine_kind: type[SimEngine | TorchEngine | SglangEngine],
+    engine_kind: type[SimulatedEngine | TorchEngine | SglangEngine],
     rule: PreemptionConfig,
     table: list[tuple[str, str, float, list[str]]],
 ) -> None:

@@ -17,7 +17,7 @@ from heddle.workers.engines.base import (
     EngineError,
     GenerationRequest,
 )
-from heddle.workers.engines.sim import SimEngine, SimEngineOptions, pseudo_tokens
+from heddle.workers.engines.simulated import SimulatedEngine, SimulatedEngineOptions, pseudo_tokens
 
 FAST = 2000.0
 """Model seconds per wall second: a 1000-token generation of Qwen3-8B takes ~4 ms of wall time."""
@@ -45,8 +45,8 @@ def _request(
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[SimEngine]:
-    sim = SimEngine(SimEngineOptions(time_scale=FAST))
+async def engine() -> AsyncIterator[SimulatedEngine]:
+    sim = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST))
     await sim.start()
     yield sim
     await sim.close()
@@ -54,11 +54,11 @@ async def engine() -> AsyncIterator[SimEngine]:
 
 async def test_is_an_engine_built_by_the_registry() -> None:
     built = create_engine("sim", {"time-scale": "100", "model": "qwen3-32b", "tp": "2"})
-    assert isinstance(built, SimEngine) and isinstance(built, Engine)
+    assert isinstance(built, SimulatedEngine) and isinstance(built, Engine)
     caps = built.capabilities
     assert (caps.name, caps.tp_degree, caps.can_export_kv) == ("sim", 2, False)  # sglang
     torch_model = create_engine("sim", {"engine-model": "torch"})
-    assert isinstance(torch_model, SimEngine) and torch_model.capabilities.can_export_kv
+    assert isinstance(torch_model, SimulatedEngine) and torch_model.capabilities.can_export_kv
     assert torch_model._model.config.cache == "trajectory"
     assert built._model.config.cache == "radix"
     assert not built._model.config.preemption_keeps_kv
@@ -75,7 +75,9 @@ async def test_is_an_engine_built_by_the_registry() -> None:
         create_engine("sim", {"engine-model": "vllm"})
 
 
-async def test_solo_generation_costs_the_analytic_prefill_and_decode(engine: SimEngine) -> None:
+async def test_solo_generation_costs_the_analytic_prefill_and_decode(
+    engine: SimulatedEngine,
+) -> None:
     result = await engine.generate(_request("a", "t1", context=300, target=120))
     assert result.finish_reason == "stop"
     assert len(result.output_token_ids) == len(result.output_logprobs) == 120
@@ -90,7 +92,9 @@ async def test_solo_generation_costs_the_analytic_prefill_and_decode(engine: Sim
     assert (result.num_prompt_tokens, result.num_cached_tokens) == (300, 0)
 
 
-async def test_tokens_are_deterministic_and_lengths_follow_the_request(engine: SimEngine) -> None:
+async def test_tokens_are_deterministic_and_lengths_follow_the_request(
+    engine: SimulatedEngine,
+) -> None:
     first = await engine.generate(_request("a", "t1", context=40, target=30))
     await engine.release("t1")
     again = await engine.generate(_request("b", "t1", context=40, target=30))
@@ -105,7 +109,7 @@ async def test_tokens_are_deterministic_and_lengths_follow_the_request(engine: S
     assert (len(untargeted.output_token_ids), untargeted.finish_reason) == (33, "length")
 
 
-async def test_next_turn_reuses_the_prefix_cache(engine: SimEngine) -> None:
+async def test_next_turn_reuses_the_prefix_cache(engine: SimulatedEngine) -> None:
     await engine.generate(_request("a", "t1", context=200, target=100))
     turn = await engine.generate(_request("b", "t1", context=350, target=10))
     assert turn.num_cached_tokens == 300
@@ -115,7 +119,9 @@ async def test_next_turn_reuses_the_prefix_cache(engine: SimEngine) -> None:
 
 @pytest.mark.parametrize("engine_model", ["torch", "sglang"])
 async def test_higher_priority_preempts_and_the_victim_resumes(engine_model: str) -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=FAST, max_running=1, engine_model=engine_model))
+    sim = SimulatedEngine(
+        SimulatedEngineOptions(time_scale=FAST, max_running=1, engine_model=engine_model)
+    )
     await sim.start()
     try:
         low = asyncio.create_task(sim.generate(_request("low", "a", 100, target=3000)))
@@ -137,7 +143,7 @@ async def test_higher_priority_preempts_and_the_victim_resumes(engine_model: str
 
 
 async def test_reprioritising_a_waiting_request_changes_admission_order() -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=FAST, max_running=1, preemptive=False))
+    sim = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST, max_running=1, preemptive=False))
     await sim.start()
     try:
         # Long enough (~0.1 s of wall time) that a loaded machine's stall cannot let it end,
@@ -156,7 +162,7 @@ async def test_reprioritising_a_waiting_request_changes_admission_order() -> Non
 
 
 async def test_explicit_preempt_requeues_with_kv_kept() -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=200.0, max_running=1))
+    sim = SimulatedEngine(SimulatedEngineOptions(time_scale=200.0, max_running=1))
     await sim.start()
     try:
         victim = asyncio.create_task(sim.generate(_request("v", "a", 10, target=4000)))
@@ -170,7 +176,7 @@ async def test_explicit_preempt_requeues_with_kv_kept() -> None:
 
 
 async def test_abort_and_cancel_return_partial_output_and_free_the_slot() -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=100.0))
+    sim = SimulatedEngine(SimulatedEngineOptions(time_scale=100.0))
     await sim.start()
     try:
         task = asyncio.create_task(sim.generate(_request("x", "a", 10, target=100_000)))
@@ -195,11 +201,11 @@ async def test_abort_and_cancel_return_partial_output_and_free_the_slot() -> Non
 
 
 async def test_kv_export_and_import_warm_the_target() -> None:
-    source = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
-    target = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
-    cold = SimEngine(SimEngineOptions(time_scale=FAST, engine_model="torch"))
-    other_model = SimEngine(
-        SimEngineOptions(time_scale=FAST, model="qwen3-14b", engine_model="torch")
+    source = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST, engine_model="torch"))
+    target = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST, engine_model="torch"))
+    cold = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST, engine_model="torch"))
+    other_model = SimulatedEngine(
+        SimulatedEngineOptions(time_scale=FAST, model="qwen3-14b", engine_model="torch")
     )
     for sim in (source, target, cold, other_model):
         await sim.start()
@@ -227,8 +233,8 @@ async def test_kv_export_and_import_warm_the_target() -> None:
 
 
 async def test_the_sglang_model_exports_nothing_and_warms_up_instead() -> None:
-    source = SimEngine(SimEngineOptions(time_scale=FAST))
-    target = SimEngine(SimEngineOptions(time_scale=FAST))
+    source = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST))
+    target = SimulatedEngine(SimulatedEngineOptions(time_scale=FAST))
     for sim in (source, target):
         await sim.start()
     try:
@@ -250,7 +256,7 @@ async def test_the_sglang_model_exports_nothing_and_warms_up_instead() -> None:
 
 
 async def test_generate_needs_a_started_engine_and_close_fails_pending() -> None:
-    sim = SimEngine(SimEngineOptions(time_scale=1.0))
+    sim = SimulatedEngine(SimulatedEngineOptions(time_scale=1.0))
     with pytest.raises(RuntimeError, match="not started"):
         await sim.generate(_request("a", "t", 10))
     await sim.start()
@@ -265,7 +271,7 @@ async def test_a_measured_profile_replaces_the_preset(tmp_path: Path) -> None:
     profile = tmp_path / "itl.csv"
     profile.write_text("tp,batch,itl_ms\n1,1,10.0\n1,8,12.0\n")
     sim = create_engine("sim", {"profile": str(profile), "time_scale": str(FAST)})
-    assert isinstance(sim, SimEngine)
+    assert isinstance(sim, SimulatedEngine)
     assert sim.cost.decode_step_s(1, 0) == pytest.approx(0.010)
     await sim.start()
     try:

@@ -17,7 +17,7 @@ _PREEMPTION = PreemptionConfig()
 
 
 @dataclass(frozen=True, slots=True)
-class SimEngineOptions:
+class SimulatedEngineOptions:
     model: str = field(default="qwen3-8b", metadata={"help": f"one of {sorted(MODELS)}"})
     hardware: Literal["h100", "h200"] = field(default="h200", metadata={"help": "GPU kind"})
     tp: int = field(default=1, metadata={"help": "tensor-parallel degree: 1, 2, 4 or 8"})
@@ -85,7 +85,7 @@ class SimEngineOptions:
             raise ValueError("vocab_size must be >= 1")
 
 
-def load_cost_model(options: SimEngineOptions) -> CostModel:
+def load_cost_model(options: SimulatedEngineOptions) -> CostModel:
     """The calibrated preset, or the measured profile's model for ``options.tp``."""
     if options.profile is None:
         return preset(options.model, options.hardware, options.tp)

@@ -6,7 +6,7 @@ model to the current model time and resolves the futures of finished generations
 (priority admission, preemption, KV capacity, prefix cache, recompute) is entirely
 ``heddle.policy.batching.BatchingModel``: this module only drives its clock.
 
-Outputs are deterministic pseudo-tokens (``sim_jobs``: requests to jobs, finished jobs to
+Outputs are deterministic pseudo-tokens (``simulated_jobs``: requests to jobs, finished jobs to
 results): a step re-run after a crash produces the same tokens. The output length is
 ``target_output_tokens`` (trace replay) capped by ``max_new_tokens``.
 
@@ -51,7 +51,7 @@ from heddle.workers.engines.base import (
     WarmUpResult,
     parse_gpu_ids,
 )
-from heddle.workers.engines.sim_jobs import (
+from heddle.workers.engines.simulated_jobs import (
     Pending,
     cache_record,
     cache_snapshot,
@@ -59,16 +59,16 @@ from heddle.workers.engines.sim_jobs import (
     pseudo_tokens,
     request_generation_job,
 )
-from heddle.workers.engines.sim_options import SimEngineOptions, load_cost_model
+from heddle.workers.engines.simulated_options import SimulatedEngineOptions, load_cost_model
 
-__all__ = ["SimEngine", "SimEngineOptions", "create_sim_engine", "pseudo_tokens"]
+__all__ = ["SimulatedEngine", "SimulatedEngineOptions", "create_simulated_engine", "pseudo_tokens"]
 
 
-class SimEngine:
+class SimulatedEngine:
     """Implements ``heddle.workers.engines.base.Engine`` on ``BatchingModel``."""
 
     def __init__(
-        self, options: SimEngineOptions, clock: Callable[[], float] = time.monotonic
+        self, options: SimulatedEngineOptions, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.options = options
         self.shape: ModelShape = MODELS[options.model]
@@ -321,6 +321,6 @@ class SimEngine:
             pending.future.set_exception(error)
 
 
-def create_sim_engine(options: SimEngineOptions) -> SimEngine:
+def create_simulated_engine(options: SimulatedEngineOptions) -> SimulatedEngine:
     """Registry factory (``heddle.workers.engines.ENGINES["sim"]``)."""
-    return SimEngine(options)
+    return SimulatedEngine(options)
