@@ -1,13 +1,14 @@
 """The deciders' event decoders: the bulky token lists the deciders only count are not parsed.
 
-A step's ``Generated`` carries its output ids and logprobs (thousands of numbers), a
-``Completed`` the whole trajectory's, a ``TrajectorySubmitted`` its prompt's; every decider
-receives them, and parsing those lists costs several times what deciding does (a 1000-token
-``Generated``: ~80 us parsed, ~15 us skipped). The deciders read only their lengths
-(``len(output_token_ids)``) or nothing at all, so these decoders (``heddle.events.lean``,
-``Restore.LISTS``) skip the lists as raw JSON and hand the deciders real events whose counted
-id lists are zeros of the right length (logprobs and a ``Completed``'s lists left empty). Every
-other list is decoded whole.
+A step's ``Generated`` carries its output ids and logprobs (thousands of numbers), its
+``GenerationStarted`` the input it adds (an observation), a ``Completed`` the whole trajectory's, a
+``TrajectorySubmitted`` its prompt's; every decider receives them, and parsing those lists costs
+several times what deciding does (a 1000-token ``Generated``: ~80 us parsed, ~15 us skipped). The
+deciders read only their lengths (``len(output_token_ids)``) or nothing at all, so these decoders
+(``heddle.events.lean``, ``Restore.LISTS``) skip the lists as raw JSON and hand the deciders real
+events whose counted id lists are zeros of the right length (logprobs and a ``Completed``'s lists
+left empty, and a ``GenerationStarted``'s input, which no decider reads). Every other list is
+decoded whole.
 
 Where ids end up in a command, the event goes through whole: the placement decider's
 ``ToolReturned`` (a ``ContinueTrajectory`` carries it to the worker) and ``TrajectorySubmitted``
@@ -31,10 +32,11 @@ encodes as the same JSON array, so the commands on the wire are byte for byte th
 
 from __future__ import annotations
 
-from heddle.events import Completed, Generated, ToolReturned, TrajectorySpec
+from heddle.events import Completed, Generated, GenerationStarted, ToolReturned, TrajectorySpec
 from heddle.events.lean import EventDecoder, ListNeed, ListNeeds, Restore, lean_event_decoder
 
 DECIDERS_NEEDS: ListNeeds = {
+    GenerationStarted: {"input_token_ids": ListNeed.NOTHING},
     Generated: {"output_token_ids": ListNeed.COUNT, "output_logprobs": ListNeed.NOTHING},
     ToolReturned: {"output_token_ids": ListNeed.COUNT},
     Completed: {
