@@ -40,6 +40,7 @@ from heddle.events.subjects import (
     delivery_subject,
     rollout_delivery_subject,
     rollout_subject,
+    trainer_role,
 )
 from heddle.workers.agent.records import completed as completed_record
 from heddle.workers.agent.trajectory_log import TrajectoryLog
@@ -119,6 +120,7 @@ class CompletionStream:
             durable=durable,
             stream=delivery_stream(trainer),
             filter_subjects=delivered_subjects(trainer, rollout_id),
+            role=trainer_role(trainer),
             batch_size=1,
             max_ack_pending=1,
             ack_wait_s=300.0,

@@ -238,7 +238,7 @@ def test_prediction_error_matches_brute_force(
 async def test_consumer_lag_from_a_real_stream(nats_url: str, tmp_path: Path) -> None:
     metrics = Metrics()
     consumer = ConsumerSpec("lagging", EVENTS_STREAM, (trajectory_subject("r1"),),
-                            fetch_wait_s=0.2)  # fmt: skip
+                            role="operator", fetch_wait_s=0.2)  # fmt: skip
     async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
         await provision_consumer(bus.js, consumer)
         await bus.publish_many([generated(f"t{i}", 0, 3) for i in range(5)])
@@ -262,7 +262,7 @@ async def test_consumer_lag_from_a_real_stream(nats_url: str, tmp_path: Path) ->
         assert metrics.registry.get_sample_value("heddle_dead_letters") == 0
         dead = DeadLettered(
             event_id="d1", occurred_at=1.0, consumer="lagging", subject="x", stream_sequence=1,
-            reason="bad",
+            reason="bad", role="operator",
         )  # fmt: skip
         await bus.publish_many([dead, generated("t9", 0, 3)])
         await tracker.poll()

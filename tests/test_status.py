@@ -182,7 +182,10 @@ def test_no_ledger_and_unknown_rollouts_are_one_line_errors(tmp_path: Path) -> N
 async def test_lag_is_read_from_a_running_nats(data_dir: Path, nats_url: str) -> None:
     settings = Settings(nats_url=nats_url, data_dir=data_dir)
     async with Bus(settings) as bus:
-        await provision_consumer(bus.js, ConsumerSpec("ledger", EVENTS_STREAM, (EVENTS_SUBJECTS,)))
+        await provision_consumer(
+            bus.js,
+            ConsumerSpec("ledger", EVENTS_STREAM, (EVENTS_SUBJECTS,), role="ledger_projector"),
+        )
         await bus.publish_many(list(recorded_events())[:5])
         probe = await probe_stream(settings, ["ledger", "control-prediction"])
     assert probe is not None and probe.last_sequence == 5

@@ -44,7 +44,12 @@ from heddle.events import (
     decode_event,
     encode,
 )
-from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, subject_for_event
+from heddle.events.subjects import (
+    EVENTS_STREAM,
+    EVENTS_SUBJECTS,
+    LEDGER_PROJECTOR_ROLE,
+    subject_for_event,
+)
 from heddle.ids import derive_id, trajectory_id
 from heddle.ledger.database import open_ledger
 from heddle.ledger.lean_decoder import decode_event_lean
@@ -122,6 +127,7 @@ async def run_bus_bench(settings: Settings, config: BusBenchConfig) -> BusBenchR
             durable=f"{rollout_id}-raw",
             stream=EVENTS_STREAM,
             filter_subjects=(EVENTS_SUBJECTS,),
+            role=LEDGER_PROJECTOR_ROLE,  # the projector's reading, measured without SQL
             batch_size=config.batch_size,
             max_ack_pending=2 * config.batch_size,
             ack_all=True,

@@ -7,7 +7,7 @@ from collections import Counter
 
 from heddle.bus import Bus, ConsumerSpec, Delivery
 from heddle.events import Completed, EventT, Failed, decode_event
-from heddle.events.subjects import delivery_stream, delivery_subjects
+from heddle.events.subjects import delivery_stream, delivery_subjects, trainer_role
 
 
 async def delivered(bus: Bus, trainer: str, durable: str) -> Counter[tuple[str, str]]:
@@ -25,6 +25,7 @@ async def delivered(bus: Bus, trainer: str, durable: str) -> Counter[tuple[str, 
         durable=durable,
         stream=delivery_stream(trainer),
         filter_subjects=(delivery_subjects(trainer),),
+        role=trainer_role(trainer),
         fetch_wait_s=0.5,
     )
     await bus.batch_runner(spec, decode_event, take).run(until_idle=True)

@@ -16,7 +16,7 @@ from heddle.bench.tools import TRIVIAL_SNIPPET, LatencyStats, measure_timed
 from heddle.bus import Bus, ConsumerSpec, Delivery
 from heddle.events import EventT, ToolCall, ToolRequest, ToolReturned, decode_event
 from heddle.events.commands import PythonTool, TraceTool
-from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM, trajectory_subject
+from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM, trajectory_subject, worker_role
 from heddle.workers.tools.executor import ExecutorConfig, ToolExecutor, tool_consumer_spec
 
 BENCH_POOL = "bench"
@@ -91,6 +91,7 @@ async def bench_through_nats(
         durable=f"{rollout_id}-results",
         stream=EVENTS_STREAM,
         filter_subjects=(trajectory_subject(rollout_id, "*", "tool_returned"),),
+        role=worker_role("bench"),  # it awaits the results as a worker would
         fetch_wait_s=0.5,
     )
     receiver = bus.message_runner(spec, decode_event, results.receive, max_concurrent=64)

@@ -21,8 +21,8 @@ retry or a re-processing consumer never stores a message twice)::
     await bus.publish_telemetry(telemetry)        # core NATS, best effort
     sub = await bus.subscribe_telemetry(handler, worker_id="*");  await sub.close()
 
-Consume with a durable pull consumer (``ConsumerSpec``: durable, stream, filter subjects, batch
-size, max_ack_pending, ack_wait, nak delay, ack_all, start_sequence)::
+Consume with a durable pull consumer (``ConsumerSpec``: durable, stream, filter subjects, the
+role reading it, batch size, max_ack_pending, ack_wait, nak delay, ack_all, start_sequence)::
 
     async def project(batch: list[Delivery[EventT]]) -> list[Rejection] | None: ...
     runner = bus.batch_runner(spec, decode_event, project)     # batches in stream order
@@ -33,7 +33,8 @@ size, max_ack_pending, ack_wait, nak delay, ack_all, start_sequence)::
 A handler raises ``TransientError`` to have its messages redelivered later, rejects a message
 (``Rejection`` in a batch handler's result, ``InvalidMessage`` from a message handler) to
 dead-letter it; undecodable messages are dead-lettered by the runner (``DeadLettered`` on
-``heddle.evt.deadletter``, then ``term``). Messages are acked after the handler returns.
+``heddle.evt.deadletter.<role>``, the consumer spec's role, then ``term``). Messages are acked
+after the handler returns.
 ``Delivery`` carries the decoded message, subject, stream sequence, num_delivered, num_pending.
 
 Replay (ordered, stops when caught up)::

@@ -7,7 +7,8 @@ problems with exceptions or rejections, never by acking itself:
   the messages are negatively acknowledged and redelivered after the consumer's ``nak_delay_s``;
 - reject a message (``Rejection`` from a batch handler, ``InvalidMessage`` from a message handler)
   when it can never be processed: it is published as a ``DeadLettered`` event on
-  ``heddle.evt.deadletter`` with the reason, then terminated; the rest of the work continues.
+  ``heddle.evt.deadletter.<role>`` (the consumer's role) with the reason, then terminated; the
+  rest of the work continues.
 """
 
 from __future__ import annotations

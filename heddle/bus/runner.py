@@ -7,9 +7,9 @@ channel's decoder, hand the messages to the handler, then acknowledge. Contracts
   before that leaves the messages unacknowledged, and the server redelivers them.
 - Undecodable messages, messages on a subject they do not belong on
   (``heddle.events.subjects``) and messages the handler rejects are dead-lettered
-  (``DeadLettered`` on ``heddle.evt.deadletter`` with consumer, subject, stream sequence,
-  reason and a truncated payload) and terminated; the valid messages of the same batch are
-  processed normally.
+  (``DeadLettered`` on ``heddle.evt.deadletter.<role>``, the consumer's role, with consumer,
+  subject, stream sequence, reason and a truncated payload) and terminated; the valid messages
+  of the same batch are processed normally.
 - ``TransientError`` from the handler: explicit-ack consumers nak the messages with
   ``nak_delay_s``; in-order (``ack_all``) consumers instead *rewind*: the durable is recreated
   from the first unprocessed sequence after ``nak_delay_s``, since one later ack would
@@ -75,9 +75,11 @@ class Refused:
         return cls(d.subject, d.ack_subject, d.stream_sequence, d.data, rejection.reason)
 
 
-def dead_letter(message: Refused, durable: str, stream: str) -> DeadLettered:
-    """The dead letter of a refused message (its id derives from the consumer and the sequence:
-    refused again after a redelivery, it is stored once)."""
+def dead_letter(message: Refused, spec: ConsumerSpec) -> DeadLettered:
+    """The dead letter of a refused message, on the subject of the consumer's role (its id
+    derives from the consumer and the sequence: refused again after a redelivery, it is stored
+    once)."""
+    durable, stream = spec.durable, spec.stream
     try:
         rollout_id = parse_subject(message.subject).rollout_id or ""
     except ValueError:
@@ -93,6 +95,7 @@ def dead_letter(message: Refused, durable: str, stream: str) -> DeadLettered:
         stream_sequence=sequence,
         reason=message.reason[:2000],
         payload=message.data[:MAX_DEAD_LETTER_PAYLOAD_CHARS].decode("utf-8", errors="replace"),
+        role=spec.role,
     )
 
 
@@ -258,7 +261,7 @@ class ConsumerRunner(Generic[T]):
 
     async def _reject(self, message: Refused) -> None:
         """Publish the message as a dead letter, then terminate it (never redelivered)."""
-        await self._dead_letter_publish(dead_letter(message, self.spec.durable, self.spec.stream))
+        await self._dead_letter_publish(dead_letter(message, self.spec))
         await self._send(message.reply, TERM)
         self.stats.num_dead_lettered += 1
 

@@ -14,7 +14,7 @@ import contextlib
 import datetime
 import functools
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nats.js import JetStreamContext, api
@@ -33,6 +33,7 @@ from heddle.events.subjects import (
     delivery_stream,
     delivery_subjects,
 )
+from heddle.ids import check_token
 
 _STREAM_CONFIG_CHANGED = 10058
 """JetStream error code: a stream of that name exists with another configuration."""
@@ -189,6 +190,10 @@ class ConsumerSpec:
     durable: str
     stream: str
     filter_subjects: tuple[str, ...]
+    role: str = field(kw_only=True)
+    """The role reading it, as its credential is named (``heddle.events.subjects``:
+    ``control_plane``, ``worker-<id>``, ...): its runner dead-letters on
+    ``heddle.evt.deadletter.<role>``, the one dead-letter subject that role may publish."""
     batch_size: int = 256
     """Most messages handed to one batch handler call (or fetched at once)."""
     fetch_wait_s: float = 1.0
@@ -216,6 +221,7 @@ class ConsumerSpec:
             )
         if not self.filter_subjects:
             raise ValueError(f"consumer {self.durable}: needs at least one filter subject")
+        check_token(self.role, f"consumer {self.durable}: role")
         if self.batch_size < 1 or self.max_ack_pending < self.batch_size:
             raise ValueError(
                 f"consumer {self.durable}: need 1 <= batch_size ({self.batch_size}) "

@@ -11,17 +11,20 @@ wherever the stream is read in order):
   (``finished`` once all its trajectory slots ended, or ``cancelled``) comes once;
 - a trajectory is submitted once, into a known rollout that has not ended, within the
   rollout's number of trajectories (or as a resubmission its stale predecessor announced);
-- a trajectory whose submission was dead-lettered (a ``DeadLettered`` naming its ``submitted``
-  subject, in a known rollout that has not ended, before any submission of it was accepted)
-  takes its slot as submitted-then-failed: the control plane's final ``Failed`` naming no
-  worker ends it (``heddle.control.rollout``), so the rollout still ends and the trainer gets
-  the failure; no other event may claim that slot;
+- a trajectory whose submission the control plane dead-lettered (a ``DeadLettered`` of role
+  ``control_plane`` naming its ``submitted`` subject, in a known rollout that has not ended,
+  before any submission of it was accepted) takes its slot as submitted-then-failed: the
+  control plane's final ``Failed`` naming no worker ends it (``heddle.control.rollout``), so
+  the rollout still ends and the trainer gets the failure; no other event may claim that slot.
+  Another role's dead letter (``heddle.evt.deadletter.<role>``, which only that role may
+  publish) changes nothing;
 - every other event of a trajectory names a submitted one, and passes its lease
   (``heddle.control.leases``): the worker and hosting that hold it, its next step, not after
-  its end.
+  its end; a failure naming no worker only after an abort request while no worker holds it.
 
-Operator events pass (the operations service checks them and records who asked); so do
-worker, weights and tool-executor events, whose checks are the decoder's.
+Operator events pass (the operations service checks them and records who asked; an abort
+request lets the control plane fail the trajectory while no worker holds it); so do worker,
+weights and tool-executor events, whose checks are the decoder's.
 
 A refused event changes no state: not the deciders', the ledger's or a trainer's. The verdict of
 an accepted event that ends a trajectory slot, or the rollout, names the trainer that owns the
@@ -54,12 +57,13 @@ from heddle.events import (
     RolloutCancelled,
     RolloutFinished,
     RolloutSubmitted,
+    TrajectoryAbortRequested,
     TrajectoryEvent,
     TrajectorySpec,
     TrajectorySubmitted,
 )
 from heddle.events.rollout import DEFAULT_TRAINER
-from heddle.events.subjects import parse_subject
+from heddle.events.subjects import CONTROL_PLANE_ROLE, parse_subject
 from heddle.ids import check_token
 
 
@@ -149,6 +153,8 @@ class EventGate:
         problem = malformed(event)
         if problem is not None:
             return refused(problem)
+        if isinstance(event, TrajectoryAbortRequested):
+            self._abort_requested(event)
         if isinstance(event, OPERATOR_EVENTS):
             return ACCEPTED  # checked by the operations service, which records who asked
         match event:
@@ -211,10 +217,21 @@ class EventGate:
         self.store.save_trajectory(event.rollout_id, event.traj_id, TrajectoryLease.of(event.spec))
         return ACCEPTED
 
+    def _abort_requested(self, event: TrajectoryAbortRequested) -> None:
+        """The control plane may now end the trajectory with a failure naming no worker, should
+        no worker hold it (``heddle.control.operations``)."""
+        lease = self.store.trajectory(event.rollout_id, event.traj_id)
+        if lease is None or lease.is_ended or lease.may_fail_unplaced:
+            return
+        lease.may_fail_unplaced = True
+        self.store.save_trajectory(event.rollout_id, event.traj_id, lease)
+
     def _dead_lettered(self, event: DeadLettered) -> None:
-        """A submission that was dead-lettered takes its slot, to be ended by the control
-        plane's ``Failed`` (a dead letter of anything else, or of a submission that was read,
-        changes nothing)."""
+        """A submission the control plane dead-lettered takes its slot, to be ended by the
+        control plane's ``Failed`` (a dead letter of another role, of anything else, or of a
+        submission that was read, changes nothing)."""
+        if event.role != CONTROL_PLANE_ROLE:
+            return
         try:
             parts = parse_subject(event.subject)
         except ValueError:
@@ -241,7 +258,7 @@ class EventGate:
         if lease is None and _is_refused_submission(rollout, event):
             rollout.refused.remove(event.traj_id)
             rollout.num_open += 1
-            lease = TrajectoryLease()
+            lease = TrajectoryLease(may_fail_unplaced=True)
         if lease is None:
             return refused(f"trajectory {event.traj_id} was never submitted to {event.rollout_id}")
         refusal = admit(lease, event)

@@ -21,6 +21,11 @@ terminal event (``completed``, a ``failed`` that is not retried) ends the lease;
 are refused, but the control plane's own decisions (``predicted``, ``prioritized``,
 ``migration_requested``), which may land after the end they did not know of, pass.
 
+Failures. A ``failed`` naming a worker is its holder's, under its hosting. One naming no worker
+is the control plane's own, and ends only a trajectory no worker holds that it may end so
+(``may_fail_unplaced``: an operator asked to abort it, or its submission was dead-lettered);
+any other is refused, so a trajectory submitted but not yet placed is ended by no one else.
+
 Events written before hostings were numbered carry epoch 0: a lease placed under epoch 0 keeps
 every other rule, and an event of epoch 0 never outranks a numbered hosting.
 """
@@ -81,6 +86,9 @@ class TrajectoryLease(msgspec.Struct, kw_only=True):
     is_ended: bool = False
     attempt: int = 0
     max_attempts: int = 1
+    may_fail_unplaced: bool = False
+    """The control plane may end it with a ``Failed`` naming no worker while no worker holds
+    it: an operator asked to abort it, or its submission was dead-lettered (the gate sets it)."""
 
     @classmethod
     def of(cls, spec: TrajectorySpec) -> TrajectoryLease:
@@ -240,8 +248,10 @@ def _failed(lease: TrajectoryLease, event: Failed) -> Refusal | None:
         refusal = _holder(lease, event.worker_id, event)
         if refusal is not None:
             return refusal
-    # else: never placed, and no worker claims it: the control plane's own verdict on a
-    # trajectory it could not place (a submission it refused).
+    else:
+        refusal = _unplaced_failure(lease, event)
+        if refusal is not None:
+            return refusal
     if event.resubmitted_as and not event.retryable:
         expected = resubmission_id_or_none(lease, event.traj_id)
         if event.resubmitted_as != expected:
@@ -251,6 +261,20 @@ def _failed(lease: TrajectoryLease, event: Failed) -> Refusal | None:
         lease.worker_id = ""  # handed back: the control plane places it again
     else:
         lease.is_ended = True
+    return None
+
+
+def _unplaced_failure(lease: TrajectoryLease, event: Failed) -> Refusal | None:
+    """None when a failure naming no worker, of a trajectory no worker holds, is the control
+    plane's own verdict: final, after an operator's abort or a dead-lettered submission (its
+    subject, ``heddle.evt.traj.<r>.<t>.failed.control_plane``, is the control plane's alone)."""
+    if not lease.may_fail_unplaced:
+        return Refusal(
+            "a failure naming no worker, of a trajectory no worker holds: only the control "
+            "plane ends one, after an abort request or a dead-lettered submission"
+        )
+    if not event.is_final:
+        return Refusal("a failure naming no worker is the control plane's: never retried")
     return None
 
 

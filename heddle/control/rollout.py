@@ -13,12 +13,13 @@ The makespan is the last trajectory's end minus the rollout's submission, in mod
 A cancelled rollout (``RolloutCancelled``) never finishes: it ended cancelled, and its aborted
 trajectories' failures do not turn it into a finished one; it resubmits nothing.
 
-A submission the control plane could not read (``DeadLettered`` naming a trajectory's
-``submitted`` subject, of a known rollout, for a trajectory it never saw submitted) ends that
-trajectory: a final ``Failed`` (``error``, the dead letter's reason) that the trainer reads on its
-completion subjects, and that lets the placement place the rollout's other trajectories (it
-waits for all of them) and the rollout finish. A dead letter of a submission the control plane
-did read (another consumer's) changes nothing.
+A submission the control plane could not read (its own ``DeadLettered``, role
+``control_plane``, naming a trajectory's ``submitted`` subject, of a known rollout, for a
+trajectory it never saw submitted) ends that trajectory: a final ``Failed`` naming no worker
+(``error``, the dead letter's reason; on the control plane's own failure subject) that the
+trainer gets as its record, and that lets the placement place the rollout's other trajectories
+(it waits for all of them) and the rollout finish. A dead letter of a submission the control plane
+did read, or another role's dead letter, changes nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
-from heddle.events.subjects import parse_subject
+from heddle.events.subjects import CONTROL_PLANE_ROLE, parse_subject
 from heddle.ids import derive_id, trajectory_index
 
 
@@ -60,8 +61,8 @@ class _Rollout:
     submitted: set[str] = field(default_factory=set)
     """Its own trajectories: only their ends count (and those of ``refused``)."""
     refused: set[str] = field(default_factory=set)
-    """Trajectories failed for a dead-lettered submission (once, whoever dead-lettered it):
-    their ``Failed`` ends their slot."""
+    """Trajectories failed for a submission the control plane dead-lettered (once): their
+    ``Failed`` ends their slot."""
 
 
 class RolloutDecider:
@@ -119,6 +120,8 @@ class RolloutDecider:
         return self._maybe_finish(event, rollout)
 
     def _refused_submission(self, event: DeadLettered) -> list[Output]:
+        if event.role != CONTROL_PLANE_ROLE:
+            return []
         try:
             parts = parse_subject(event.subject)
         except ValueError:

@@ -1,34 +1,38 @@
 """Filter subjects of a consumer from the event types it handles.
 
 A decider's consumer asks JetStream only for the kinds its decider reacts to (``handles``), so
-heartbeats and step events that no decider of that slot reads never reach it.
+heartbeats and step events that no decider of that slot reads never reach it. A ``failed``
+comes on two subjects (a worker's, and the control plane's own failure naming no worker); the
+control plane reads only its own dead letters (``heddle.events.subjects``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from heddle.events import Event
-from heddle.events.subjects import DEADLETTER_SUBJECT
+from heddle.events import Event, Failed
+from heddle.events.subjects import CONTROL_PLANE_ROLE, deadletter_subject, failure_subjects
 
 
-def subject_of_kind(event_type: type[Event]) -> str:
-    """The wildcard subject carrying every event of ``event_type`` (any rollout or worker)."""
+def subjects_of_kind(event_type: type[Event]) -> tuple[str, ...]:
+    """The wildcard subjects carrying every event of ``event_type`` (any rollout or worker)."""
     kind = event_type.kind_name()
     match event_type.family:
+        case "traj" if event_type is Failed:
+            return failure_subjects()
         case "traj":
-            return f"heddle.evt.traj.*.*.{kind}"
+            return (f"heddle.evt.traj.*.*.{kind}",)
         case "rollout":
-            return f"heddle.evt.rollout.*.{kind}"
+            return (f"heddle.evt.rollout.*.{kind}",)
         case "worker":
-            return f"heddle.evt.worker.*.{kind}"
+            return (f"heddle.evt.worker.*.{kind}",)
         case "weights":
-            return f"heddle.evt.weights.*.{kind}"
+            return (f"heddle.evt.weights.*.{kind}",)
         case "deadletter":
-            return DEADLETTER_SUBJECT
+            return (deadletter_subject(CONTROL_PLANE_ROLE),)
     raise ValueError(f"{event_type.__name__} has no subject family")
 
 
 def filter_subjects(event_types: Iterable[type[Event]]) -> tuple[str, ...]:
     """Sorted, de-duplicated subjects of the given event types (a stable consumer config)."""
-    return tuple(sorted({subject_of_kind(event_type) for event_type in event_types}))
+    return tuple(sorted({s for event_type in event_types for s in subjects_of_kind(event_type)}))

@@ -34,11 +34,13 @@ from heddle.control.gate import EventGate
 from heddle.control.leases import Refusal
 from heddle.events import (
     Completed,
+    DeadLettered,
     Event,
     EventT,
     Failed,
     Fence,
     RolloutSubmitted,
+    TrajectoryAbortRequested,
     TrajectoryEvent,
     decode_event,
 )
@@ -49,9 +51,15 @@ from heddle.ids import check_token, derive_id
 
 log = logging.getLogger(__name__)
 
-GATED: frozenset[type[Event]] = frozenset(TRAJECTORY_EVENTS) | frozenset(ROLLOUT_EVENTS)
+GATED: frozenset[type[Event]] = (
+    frozenset(TRAJECTORY_EVENTS)
+    | frozenset(ROLLOUT_EVENTS)
+    | {TrajectoryAbortRequested, DeadLettered}
+)
 """What the gate reads beyond the units' kinds: every rollout and trajectory event (a lease
-follows every step of its trajectory, whichever unit decides on them)."""
+follows every step of its trajectory, whichever unit decides on them), the abort requests and
+the control plane's dead letters (after which the control plane may fail a trajectory no worker
+holds)."""
 
 
 FailureRecord = Callable[[Bus, Failed], Awaitable[Completed]]

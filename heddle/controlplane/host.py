@@ -85,7 +85,7 @@ from heddle.controlplane.filters import filter_subjects
 from heddle.controlplane.gating import GATED, Screen
 from heddle.controlplane.plane_config import HostConfig
 from heddle.events import Event, EventT, WorkerCommand
-from heddle.events.subjects import EVENTS_STREAM
+from heddle.events.subjects import CONTROL_PLANE_ROLE, EVENTS_STREAM
 from heddle.observability.metrics import BatchObserver
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,7 @@ class DeciderConsumer:
             durable=self.durable,
             stream=EVENTS_STREAM,
             filter_subjects=self.filter_subjects,
+            role=CONTROL_PLANE_ROLE,
             batch_size=self.config.batch_size,
             fetch_wait_s=self.config.fetch_wait_s,
             max_ack_pending=self.config.max_ack_pending,
@@ -348,6 +349,5 @@ def _reason(unit: Hosted, delivery: Delivery[EventT], exc: Exception) -> str:
 
 
 def _gated(screen: Screen | None) -> frozenset[type[Event]]:
-    """What the gate must see beyond the units' kinds: every rollout and trajectory event (a
-    lease follows every step of its trajectory, whichever unit decides on them)."""
+    """What the gate must see beyond the units' kinds (``heddle.controlplane.gating.GATED``)."""
     return GATED if screen is not None else frozenset()

@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError
 from heddle.bus import BatchRunner, Bus, ConsumerSpec, Delivery, TransientError
 from heddle.controlplane.projector_gaps import batch_start
 from heddle.events import EventT
-from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS
+from heddle.events.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, LEDGER_PROJECTOR_ROLE
 from heddle.ledger.database import Ledger
 from heddle.ledger.integrity import reading
 from heddle.ledger.lean_decoder import decode_event_lean
@@ -102,6 +102,7 @@ class Projector:
             durable=config.durable or config.consumer,
             stream=EVENTS_STREAM,
             filter_subjects=config.filter_subjects,
+            role=LEDGER_PROJECTOR_ROLE,
             batch_size=config.batch_size,
             fetch_wait_s=config.fetch_wait_s,
             gather_s=config.gather_s,

@@ -17,6 +17,12 @@ those denied to it: the control plane's and the projector's durables are denied 
 but theirs (``OWNED_DURABLES``). Object-store buckets are read, written (an object is never
 replaced: ``Objects.put_once``) or also purged (deleting objects) by the roles that need it.
 
+Where who wrote an event matters, the subject names the writer's role (its credential's
+label) and only that role may publish it: each role dead-letters on
+``heddle.evt.deadletter.<role>`` (only the control plane's end a submission), and a failure
+naming no worker, the control plane's own, is on ``heddle.evt.traj.<r>.<t>.failed.control_plane``,
+which no worker may publish (``heddle.events.subjects``).
+
 Only the control plane and operators reach the whole JetStream API (create, edit, purge and
 delete streams and consumers).
 """
@@ -33,10 +39,16 @@ from heddle.controlplane.operations import OPS_PREFIX, TRAINER_ENDPOINTS
 from heddle.controlplane.plane_config import HostConfig
 from heddle.events.subjects import (
     COMMANDS_STREAM,
-    DEADLETTER_SUBJECT,
+    CONTROL_PLANE_ROLE,
     EVENTS_STREAM,
+    LEDGER_PROJECTOR_ROLE,
+    OPERATOR_ROLE,
     TELEMETRY_PREFIX,
+    TOOL_EXECUTOR_ROLE,
     TOOLS_STREAM,
+    deadletter_subject,
+    trainer_role,
+    worker_role,
 )
 from heddle.ids import check_token
 from heddle.ledger import LEDGER_CONSUMER
@@ -46,13 +58,13 @@ INBOX = "_INBOX"
 """The default inbox prefix (a credential whose public key is not known: docs, tests)."""
 JS_ALL = "$JS.API.>"
 
-CONTROL_PLANE = "control_plane"
-LEDGER_PROJECTOR = "ledger_projector"
+CONTROL_PLANE = CONTROL_PLANE_ROLE
+LEDGER_PROJECTOR = LEDGER_PROJECTOR_ROLE
 WORKER = "worker"
-TOOL_EXECUTOR = "tool_executor"
+TOOL_EXECUTOR = TOOL_EXECUTOR_ROLE
 TRAINER = "trainer"
 WEIGHTS_PUBLISHER = "weights_publisher"
-OPERATOR = "operator"
+OPERATOR = OPERATOR_ROLE
 SHARED_KINDS = (CONTROL_PLANE, LEDGER_PROJECTOR, TOOL_EXECUTOR, WEIGHTS_PUBLISHER, OPERATOR)
 """One credential for every process of the kind."""
 NAMED_KINDS = (WORKER, TRAINER)
@@ -67,7 +79,7 @@ projector itself unless ``--no-ledger``, and operators) may create, delete, pull
 PEER_ACTIONS = ("run", "reprioritize", "preempt", "migrate_out", "migrate_in", "abort")
 """Commands a worker sends its peers: the ``MigrateIn`` of a hand-over, and the trajectory
 commands it forwards to the worker it handed a trajectory to (heddle/workers/agent/commands.py)."""
-WORKER_TRAJECTORY_KINDS = (
+WORKER_TRAJECTORY_KINDS = (  # heddle.evt.traj.<r>.<t>.<kind>, never the control plane's
     "generation_started",
     "generated",
     "generation_interrupted",
@@ -108,7 +120,8 @@ class Identity:
 
     @property
     def label(self) -> str:
-        """``worker-gpu0``, ``trainer-grpo``, ``control_plane``: its credential's file stem."""
+        """``worker-gpu0``, ``trainer-grpo``, ``control_plane``: its credential's file stem, and
+        the role its consumers name (``heddle.events.subjects.worker_role``, ``trainer_role``)."""
         return f"{self.kind}-{self.name}" if self.name else self.kind
 
 
@@ -305,7 +318,7 @@ def _operator(identity: Identity) -> Role:
             "$O.>",
             "$KV.>",
             "$SRV.>",
-            DEADLETTER_SUBJECT,
+            deadletter_subject(OPERATOR),
             "_INBOX.>",
         ),
         subscribe=("heddle.>", "$SRV.>", "_INBOX.>"),
@@ -319,7 +332,7 @@ def _projector(identity: Identity, replies: str) -> Role:
         f"{LEDGER_CONSUMER}",
         publish=(
             *provision_checks(),
-            DEADLETTER_SUBJECT,
+            deadletter_subject(LEDGER_PROJECTOR),
             *owned_consumer(EVENTS_STREAM, LEDGER_CONSUMER),
             *stream_reads(EVENTS_STREAM),
             *bucket_reads(PAYLOADS_BUCKET),
@@ -337,7 +350,7 @@ def _worker(identity: Identity, replies: str) -> Role:
         "events, tool calls, telemetry, hand-overs to its peers",
         publish=(
             *provision_checks(),
-            DEADLETTER_SUBJECT,
+            deadletter_subject(worker_role(worker_id)),
             *(f"heddle.evt.traj.*.*.{kind}" for kind in WORKER_TRAJECTORY_KINDS),
             *(
                 f"heddle.evt.worker.{worker_id}.{kind}"
@@ -368,7 +381,7 @@ def _tool_executor(identity: Identity, replies: str) -> Role:
         "heddle tools serve: takes tool calls, publishes their results and its registration",
         publish=(
             *provision_checks(),
-            DEADLETTER_SUBJECT,
+            deadletter_subject(TOOL_EXECUTOR),
             "heddle.evt.traj.*.*.tool_returned",
             "heddle.evt.tools.*.registered",
             *any_consumer(TOOLS_STREAM),
@@ -389,6 +402,7 @@ def _trainer(identity: Identity, replies: str) -> Role:
         f"reads its records on {stream}",
         publish=(
             "$JS.API.INFO",
+            deadletter_subject(trainer_role(trainer)),  # a record it cannot read
             *(f"{OPS_PREFIX}.{endpoint}.{trainer}" for endpoint in TRAINER_ENDPOINTS),
             *stream_reads(stream),
             *any_consumer(stream),

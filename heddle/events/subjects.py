@@ -2,10 +2,12 @@
 
 heddle.evt.rollout.<rollout_id>.<kind>
 heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
+heddle.evt.traj.<rollout_id>.<traj_id>.failed.control_plane   (a failure the control plane
+                                          decided, naming no worker: see below)
 heddle.evt.worker.<worker_id>.<kind>
 heddle.evt.weights.<weight_version>.<kind>
 heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
-heddle.evt.deadletter
+heddle.evt.deadletter.<role>                (a message a consumer of <role> refused)
 heddle.cmd.worker.<worker_id>.<action>
 heddle.cmd.worker.<worker_id>.<action>.<sent_by>   (a worker's command to its peer)
 heddle.cmd.tool.<pool>
@@ -25,6 +27,23 @@ A trainer's delivery stream (``heddle.out.<trainer>.<rollout>[.<traj>].<kind>``)
 control plane passed on as they were stored: the subject must name the event's rollout,
 trajectory and kind; a trajectory's ``failed`` record may hold the ``Completed`` the control
 plane built for the trainer from its failure.
+
+Where who wrote an event matters, its subject names the writer's role, as its credential is
+named (``heddle.deploy.roles``: ``control_plane``, ``worker-<id>``, ...), and only that role
+may publish there:
+
+- A ``Failed`` naming no worker is the control plane's own verdict on a trajectory no worker
+  holds (its submission was dead-lettered, or an operator aborted it before its placement): it
+  goes on ``heddle.evt.traj.<r>.<t>.failed.control_plane``; a worker's failure, which names it,
+  on ``heddle.evt.traj.<r>.<t>.failed``. A worker credential may publish only the latter, so it
+  cannot end a trajectory it does not hold (the event gate, ``heddle.control.gate``, refuses a
+  failure of a worker that does not hold the trajectory). Read both with
+  ``failure_subjects``.
+- A dead letter goes on ``heddle.evt.deadletter.<role>`` (``DeadLettered.role``, the role whose
+  consumer refused the message), each role only on its own; ``DEADLETTER_SUBJECT`` reads them
+  all. Only the control plane's (``heddle.evt.deadletter.control_plane``) can end a
+  trajectory whose submission it could not read. Dead letters written before roles were named
+  (``role`` "") are on ``heddle.evt.deadletter``.
 """
 
 from __future__ import annotations
@@ -34,7 +53,7 @@ from dataclasses import dataclass
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
-from heddle.events.trajectory import Completed, TrajectoryEvent
+from heddle.events.trajectory import Completed, Failed, TrajectoryEvent
 from heddle.events.weights import WeightsEvent
 from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
@@ -45,10 +64,34 @@ COMMANDS_STREAM = "HEDDLE_CMDS"
 COMMANDS_SUBJECTS = "heddle.cmd.worker.>"
 TOOLS_STREAM = "HEDDLE_TOOLS"
 TOOLS_SUBJECTS = "heddle.cmd.tool.>"
-DEADLETTER_SUBJECT = "heddle.evt.deadletter"
+DEADLETTER_PREFIX = "heddle.evt.deadletter"
+DEADLETTER_SUBJECT = f"{DEADLETTER_PREFIX}.>"
+"""Every role's dead letters (a filter: a dead letter is published on ``deadletter_subject``)."""
 DELIVERY_PREFIX = "heddle.out"
 DELIVERY_STREAM_PREFIX = "HEDDLE_OUT_"
 TELEMETRY_PREFIX = "heddle.telemetry"
+
+CONTROL_PLANE_ROLE = "control_plane"
+"""The roles as their credentials are named (``heddle.deploy.roles.Identity.label``): the last
+token of the subjects only that role may publish."""
+LEDGER_PROJECTOR_ROLE = "ledger_projector"
+TOOL_EXECUTOR_ROLE = "tool_executor"
+OPERATOR_ROLE = "operator"
+
+
+def worker_role(worker_id: str) -> str:
+    """The role of worker ``worker_id`` (one credential per worker)."""
+    return f"worker-{check_token(worker_id, 'worker id')}"
+
+
+def trainer_role(trainer: str) -> str:
+    """The role of trainer ``trainer`` (one credential per trainer)."""
+    return f"trainer-{check_token(trainer, 'trainer name')}"
+
+
+def deadletter_subject(role: str) -> str:
+    """``heddle.evt.deadletter.<role>``: the dead letters of ``role``'s consumers."""
+    return f"{DEADLETTER_PREFIX}.{check_token(role, 'role')}"
 
 
 def rollout_subject(rollout_id: str, kind: str = "*") -> str:
@@ -59,6 +102,19 @@ def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> 
     rollout = check_token(rollout_id, "rollout id") if rollout_id != "*" else "*"
     traj = check_token(traj_id, "trajectory id") if traj_id != "*" else "*"
     return f"heddle.evt.traj.{rollout}.{traj}.{kind}"
+
+
+def control_failure_subject(rollout_id: str, traj_id: str = "*") -> str:
+    """``heddle.evt.traj.<r>.<t>.failed.control_plane``: a failure the control plane decided."""
+    return f"{trajectory_subject(rollout_id, traj_id, 'failed')}.{CONTROL_PLANE_ROLE}"
+
+
+def failure_subjects(rollout_id: str = "*", traj_id: str = "*") -> tuple[str, str]:
+    """Both subjects a trajectory's ``failed`` comes on: a worker's and the control plane's."""
+    return (
+        trajectory_subject(rollout_id, traj_id, "failed"),
+        control_failure_subject(rollout_id, traj_id),
+    )
 
 
 def worker_event_subject(worker_id: str, kind: str = "*") -> str:
@@ -142,6 +198,8 @@ def rollout_filter(rollout_id: str) -> list[str]:
 def subject_for_event(event: Event) -> str:
     kind = type(event).kind_name()
     match event:
+        case Failed() if not event.worker_id:
+            return control_failure_subject(event.rollout_id, event.traj_id)
         case TrajectoryEvent():
             return trajectory_subject(event.rollout_id, event.traj_id, kind)
         case RolloutEvent():
@@ -152,8 +210,10 @@ def subject_for_event(event: Event) -> str:
             return weights_subject(event.weight_version, kind)
         case ExecutorRegistered():
             return executor_event_subject(event.executor_id, kind)
+        case DeadLettered() if event.role:
+            return deadletter_subject(event.role)
         case DeadLettered():
-            return DEADLETTER_SUBJECT
+            return DEADLETTER_PREFIX
     raise TypeError(f"no subject for {type(event).__name__}")
 
 
@@ -181,6 +241,8 @@ class SubjectParts:
     weight_version: int | None = None
     executor_id: str | None = None
     sent_by: str | None = None
+    """Who wrote it, where the subject names it: a peer command's worker, a dead letter's
+    role, ``control_plane`` for the control plane's failure of a trajectory."""
     trainer: str | None = None
 
 
@@ -192,6 +254,10 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("rollout", kind, rollout_id=rollout_id)
         case ["heddle", "evt", "traj", rollout_id, traj_id, kind]:
             return SubjectParts("traj", kind, rollout_id=rollout_id, traj_id=traj_id)
+        case ["heddle", "evt", "traj", rollout_id, traj_id, "failed", sent_by]:
+            return SubjectParts(
+                "traj", "failed", rollout_id=rollout_id, traj_id=traj_id, sent_by=sent_by
+            )
         case ["heddle", "evt", "worker", worker_id, kind]:
             return SubjectParts("worker", kind, worker_id=worker_id)
         case ["heddle", "evt", "weights", version, kind] if version.isdigit():
@@ -206,6 +272,8 @@ def parse_subject(subject: str) -> SubjectParts:
             )
         case ["heddle", "evt", "deadletter"]:
             return SubjectParts("deadletter")
+        case ["heddle", "evt", "deadletter", role]:
+            return SubjectParts("deadletter", sent_by=role)
         case ["heddle", "cmd", "worker", worker_id, action]:
             return SubjectParts("cmd.worker", action, worker_id=worker_id)
         case ["heddle", "cmd", "worker", worker_id, action, sent_by]:

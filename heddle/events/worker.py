@@ -114,7 +114,8 @@ WORKER_EVENTS: tuple[type[WorkerEvent], ...] = (
 
 
 class DeadLettered(Event, frozen=True, kw_only=True, tag="deadletter.recorded"):
-    """A message a consumer could not process; published on ``heddle.evt.deadletter``."""
+    """A message a consumer could not process; published on ``heddle.evt.deadletter.<role>``
+    (``heddle.events.subjects``)."""
 
     family: ClassVar[str] = "deadletter"
     consumer: str
@@ -123,6 +124,10 @@ class DeadLettered(Event, frozen=True, kw_only=True, tag="deadletter.recorded"):
     reason: str
     payload: str = ""
     """The offending payload, decoded as UTF-8 with replacement and truncated."""
+    role: str = ""
+    """The role whose consumer refused it, as its credential is named (``control_plane``,
+    ``ledger_projector``, ``worker-<id>``, ...): the last token of its subject, which only that
+    role may publish ("" in dead letters written before roles were named)."""
 
 
 class ExecutorRegistered(Event, frozen=True, kw_only=True, tag="tools.registered"):

@@ -52,7 +52,7 @@ class ConsumerLagTracker:
                 ack_floor=consumer.ack_floor_sequence,
                 num_unacked=consumer.num_pending + consumer.num_ack_pending,
             )
-        num_dead = await self.bus.num_subject_messages(EVENTS_STREAM, DEADLETTER_SUBJECT)
+        num_dead = await self.bus.num_matching_messages(EVENTS_STREAM, DEADLETTER_SUBJECT)
         self.metrics.dead_letters.set(num_dead)
 
     async def run(self, stop: asyncio.Event, interval_s: float = 2.0) -> None:

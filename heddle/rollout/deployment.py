@@ -23,7 +23,7 @@ from pathlib import Path
 
 from heddle.bus import Bus, ReplayQuery
 from heddle.controlplane import PLANE, ControlPlaneConfig, read_status
-from heddle.controlplane.filters import subject_of_kind
+from heddle.controlplane.filters import subjects_of_kind
 from heddle.errors import UserError
 from heddle.events import WorkerRegistered
 from heddle.events.subjects import EVENTS_STREAM, TOOLS_STREAM
@@ -163,7 +163,7 @@ class LocalDeployment:
     ) -> None:
         missing = set(worker_ids)
         deadline = time.monotonic() + timeout_s
-        subjects = (subject_of_kind(WorkerRegistered),)
+        subjects = subjects_of_kind(WorkerRegistered)
         query = ReplayQuery(filter_subjects=subjects, start_sequence=since)
         while missing:
             async for record in self.bus.replay_events(query):

@@ -24,7 +24,7 @@ from heddle.events import (
     RolloutFinished,
     WorkerTelemetry,
 )
-from heddle.events.subjects import rollout_subject, trajectory_subject
+from heddle.events.subjects import failure_subjects, rollout_subject, trajectory_subject
 
 _STALE_TELEMETRY_S = 5.0
 
@@ -73,7 +73,7 @@ class RolloutFollower:
         rollout_id = state.rollout_id
         self._subjects = (
             trajectory_subject(rollout_id, "*", "completed"),
-            trajectory_subject(rollout_id, "*", "failed"),
+            *failure_subjects(rollout_id),
             rollout_subject(rollout_id, "finished"),
             rollout_subject(rollout_id, "cancelled"),
         )

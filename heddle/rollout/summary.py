@@ -45,7 +45,7 @@ from heddle.events import (
     TrajectoryPlaced,
     TrajectorySubmitted,
 )
-from heddle.events.subjects import DEADLETTER_SUBJECT, rollout_filter
+from heddle.events.subjects import CONTROL_PLANE_ROLE, deadletter_subject, rollout_filter
 from heddle.rollout.breakdown import TrajectoryTimeline, split_time
 from heddle.rollout.slowest import LagReport, SlowestTrajectory, lag_report, slowest_trajectory
 
@@ -214,9 +214,9 @@ def _build(fold: _Fold) -> RolloutSummary:
 async def rollout_summary(bus: Bus, rollout_id: str) -> RolloutSummary:
     """Read the rollout's events from the stream and summarise those the event gate accepts
     (``heddle.control.gate``: as the control plane and the ledger, so a forged or stale event
-    changes no figure). The gate reads the dead letters too: a dead-lettered submission's slot
-    ends with the control plane's failure."""
-    subjects = (*rollout_filter(rollout_id), DEADLETTER_SUBJECT)
+    changes no figure). The gate reads the control plane's dead letters too: a dead-lettered
+    submission's slot ends with the control plane's failure."""
+    subjects = (*rollout_filter(rollout_id), deadletter_subject(CONTROL_PLANE_ROLE))
     query = ReplayQuery(filter_subjects=subjects, start_sequence=1)
     fold = _Fold(rollout_id)
     gate = EventGate()

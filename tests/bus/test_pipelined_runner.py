@@ -36,6 +36,7 @@ async def test_a_delivery_lost_in_transit_stops_the_pipeline_before_it_is_acknow
         durable=DURABLE,
         stream=EVENTS_STREAM,
         filter_subjects=(EVENTS_SUBJECTS,),
+        role="control_plane",
         batch_size=4,
         fetch_wait_s=0.2,
         max_ack_pending=64,

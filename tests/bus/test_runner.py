@@ -30,7 +30,7 @@ R1 = (trajectory_subject("r1"),)
 def spec(durable: str = "c1", **overrides: object) -> ConsumerSpec:
     values: dict[str, object] = {"batch_size": 16, "fetch_wait_s": 0.2, "nak_delay_s": 0.1}
     values.update(overrides)
-    return ConsumerSpec(durable, EVENTS_STREAM, R1, **values)  # type: ignore[arg-type]
+    return ConsumerSpec(durable, EVENTS_STREAM, R1, role="operator", **values)  # type: ignore[arg-type]
 
 
 async def dead_letters(bus: Bus) -> list[DeadLettered]:
@@ -39,7 +39,9 @@ async def dead_letters(bus: Bus) -> list[DeadLettered]:
     async def collect(batch: list[Delivery[EventT]]) -> None:
         received.extend(d.message for d in batch if isinstance(d.message, DeadLettered))
 
-    dlq = ConsumerSpec("dlq-reader", EVENTS_STREAM, (DEADLETTER_SUBJECT,), fetch_wait_s=0.1)
+    dlq = ConsumerSpec(
+        "dlq-reader", EVENTS_STREAM, (DEADLETTER_SUBJECT,), role="operator", fetch_wait_s=0.1
+    )
     await bus.batch_runner(dlq, decode_event, collect).run(until_idle=True)
     return received
 

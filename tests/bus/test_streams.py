@@ -42,7 +42,13 @@ async def test_provisioning_applies_a_changed_config(bus: Bus) -> None:
 
 
 async def test_consumer_provisioning_applies_changes(bus: Bus) -> None:
-    spec = ConsumerSpec("projector", EVENTS_STREAM, (EVENTS_SUBJECTS,), max_ack_pending=1000)
+    spec = ConsumerSpec(
+        "projector",
+        EVENTS_STREAM,
+        (EVENTS_SUBJECTS,),
+        role="ledger_projector",
+        max_ack_pending=1000,
+    )
     await provision_consumer(bus.js, spec)
     await provision_consumer(bus.js, spec)
     await provision_consumer(
@@ -55,7 +61,7 @@ async def test_consumer_provisioning_applies_changes(bus: Bus) -> None:
 
 async def test_start_sequence_recreates_the_durable_there(bus: Bus) -> None:
     await bus.publish_many(steps("r1", 1, 10))
-    spec = ConsumerSpec("projector", EVENTS_STREAM, (EVENTS_SUBJECTS,))
+    spec = ConsumerSpec("projector", EVENTS_STREAM, (EVENTS_SUBJECTS,), role="ledger_projector")
     await provision_consumer(bus.js, spec)
     await provision_consumer(bus.js, replace(spec, start_sequence=7))
     state = await bus.consumer_state(EVENTS_STREAM, "projector")

@@ -23,6 +23,7 @@ from heddle.events import (
     RolloutSubmitted,
     ToolCalled,
     ToolReturned,
+    TrajectoryAbortRequested,
     TrajectoryPlaced,
     TrajectorySpec,
     TrajectorySubmitted,
@@ -346,6 +347,8 @@ def test_a_retryable_failure_hands_the_trajectory_back_until_placed_again() -> N
 def test_a_failure_before_placement_is_the_control_plane_s_only() -> None:
     gate = gate_after(rollout(), submitted())
     assert "not placed" in reason(gate.admit(failed("w3", 0)))
+    assert "only the control plane" in reason(gate.admit(failed("", 0)))
+    assert gate.admit(abort_requested()).is_accepted
     assert gate.admit(failed("", 0)).deliver_to == "grpo"
 
 
@@ -368,12 +371,20 @@ def test_negative_counts_are_refused() -> None:
     assert "num_output_tokens -4 is negative" in reason(gate.admit(bad))
 
 
-def dead_letter(traj: str, subject_kind: str = "submitted") -> DeadLettered:
+def dead_letter(
+    traj: str, subject_kind: str = "submitted", role: str = "control_plane"
+) -> DeadLettered:
     return DeadLettered(
-        event_id=f"dl:{traj}:{subject_kind}", rollout_id=R, occurred_at=0.0,
+        event_id=f"dl:{traj}:{subject_kind}:{role}", rollout_id=R, occurred_at=0.0,
         consumer="control-plane", subject=f"heddle.evt.traj.{R}.{traj}.{subject_kind}",
-        stream_sequence=3, reason="event: invalid message",
+        stream_sequence=3, reason="event: invalid message", role=role,
     )  # fmt: skip
+
+
+def abort_requested(traj: str = "t0") -> TrajectoryAbortRequested:
+    return TrajectoryAbortRequested(
+        event_id=f"{R}:{traj}:abort", rollout_id=R, occurred_at=0.0, traj_id=traj, operator="ops"
+    )
 
 
 def control_plane_failure(traj: str) -> Failed:
@@ -384,7 +395,7 @@ def control_plane_failure(traj: str) -> Failed:
 
 def test_a_dead_lettered_submission_takes_its_slot_and_its_failure_ends_the_rollout() -> None:
     gate = gate_after(rollout(2), submitted("t0"), placed("w0", 1), dead_letter("t1"))
-    assert gate.admit(dead_letter("t1")).is_accepted  # a second consumer's: nothing more
+    assert gate.admit(dead_letter("t1")).is_accepted  # again: nothing more
     assert "all its 2 trajectories" in reason(gate.admit(submitted("t9", 1)))
     assert gate.admit(control_plane_failure("t1")).deliver_to == "grpo"
     assert "cannot finish" in reason(gate.admit(finished()))

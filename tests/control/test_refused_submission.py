@@ -12,11 +12,14 @@ from heddle.events import DeadLettered, Event, Failed, RolloutFinished, StartTra
 from heddle.policy.cost.model import preset
 
 
-def dead_letter(traj_id: str, consumer: str = "control-plane") -> DeadLettered:
+def dead_letter(
+    traj_id: str, consumer: str = "control-plane", role: str = "control_plane"
+) -> DeadLettered:
     return DeadLettered(
         event_id=f"dl:{traj_id}:{consumer}", rollout_id="r1", occurred_at=3.0, consumer=consumer,
         subject=f"heddle.evt.traj.r1.{traj_id}.submitted", stream_sequence=7,
         reason="event: invalid message: Expected `int`, got `str` - at `$.spec.max_steps`",
+        role=role,
     )  # fmt: skip
 
 
@@ -28,7 +31,7 @@ def test_a_dead_lettered_submission_ends_its_trajectory_and_the_rollout_finishes
     assert isinstance(failed, Failed) and failed.is_final and failed.finish_reason == "error"
     assert failed.traj_id == "t000001" and failed.index == 1
     assert "could not be read" in failed.reason and "max_steps" in failed.reason
-    assert decider.decide(dead_letter("t000001", "ledger")) == []  # once
+    assert decider.decide(dead_letter("t000001", "control-plane-2")) == []  # once
     assert decider.decide(failed) == []
     decider.decide(b.completed("t000000", 1, 5))
     (finished,) = decider.decide(b.completed("t000002", 1, 5))
@@ -40,7 +43,7 @@ def test_a_dead_letter_of_a_submission_the_control_plane_read_changes_nothing() 
     decider = RolloutDecider()
     decider.decide(b.rollout(1))
     decider.decide(b.submitted("t000000", 0))
-    assert decider.decide(dead_letter("t000000", "ledger")) == []
+    assert decider.decide(dead_letter("t000000", "ledger", "ledger_projector")) == []
     other = DeadLettered(event_id="x", rollout_id="r1", occurred_at=1.0, consumer="c",
                          subject="heddle.evt.traj.r1.t000000.generated", stream_sequence=1,
                          reason="bad")  # fmt: skip

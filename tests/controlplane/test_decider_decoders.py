@@ -10,9 +10,10 @@ from control.test_bundle_router import options_for, simulated
 
 from heddle.control.bundle_router import PLACEMENT, BundleRouter
 from heddle.controlplane.decider_decoders import decoder_for
-from heddle.controlplane.filters import filter_subjects, subject_of_kind
+from heddle.controlplane.filters import filter_subjects, subjects_of_kind
 from heddle.events import (
     DeadLettered,
+    Failed,
     Predicted,
     RolloutSubmitted,
     TrajectorySpec,
@@ -25,12 +26,22 @@ from heddle.workloads import generate
 
 
 def test_filter_subjects_cover_each_family() -> None:
-    assert subject_of_kind(Predicted) == "heddle.evt.traj.*.*.predicted"
-    assert subject_of_kind(RolloutSubmitted) == "heddle.evt.rollout.*.submitted"
-    assert subject_of_kind(WorkerRegistered) == "heddle.evt.worker.*.registered"
-    assert subject_of_kind(DeadLettered) == "heddle.evt.deadletter"
-    subjects = filter_subjects([Predicted, Predicted, RolloutSubmitted])
-    assert subjects == ("heddle.evt.rollout.*.submitted", "heddle.evt.traj.*.*.predicted")
+    assert subjects_of_kind(Predicted) == ("heddle.evt.traj.*.*.predicted",)
+    assert subjects_of_kind(RolloutSubmitted) == ("heddle.evt.rollout.*.submitted",)
+    assert subjects_of_kind(WorkerRegistered) == ("heddle.evt.worker.*.registered",)
+    # The control plane reads its own dead letters, and a failure on either subject.
+    assert subjects_of_kind(DeadLettered) == ("heddle.evt.deadletter.control_plane",)
+    assert subjects_of_kind(Failed) == (
+        "heddle.evt.traj.*.*.failed",
+        "heddle.evt.traj.*.*.failed.control_plane",
+    )
+    subjects = filter_subjects([Predicted, Predicted, RolloutSubmitted, Failed])
+    assert subjects == (
+        "heddle.evt.rollout.*.submitted",
+        "heddle.evt.traj.*.*.failed",
+        "heddle.evt.traj.*.*.failed.control_plane",
+        "heddle.evt.traj.*.*.predicted",
+    )
 
 
 @pytest.mark.parametrize("system", ["heddle", "autellix"])

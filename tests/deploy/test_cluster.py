@@ -21,7 +21,7 @@ from heddle.events.subjects import EVENTS_STREAM
 
 async def _publish(bus: Bus, numbers: range) -> None:
     for n in numbers:
-        await bus.publish_raw("heddle.evt.deadletter", b'{"n": %d}' % n, f"probe-{n}")
+        await bus.publish_raw("heddle.evt.deadletter.operator", b'{"n": %d}' % n, f"probe-{n}")
 
 
 async def _wait_replicas_current(bus: Bus, timeout_s: float = 30.0) -> None:

@@ -59,7 +59,7 @@ async def test_the_nats_commands_given_for_scripts_run_without_a_terminal(
     other commands for scripts, and they must run with none."""
     commands = _SCRIPTED_NATS.findall(DOC.read_text())
     assert len(commands) >= 2
-    await bus.publish_raw("heddle.evt.deadletter", b'{"reason": "a probe"}', "dl-1")
+    await bus.publish_raw("heddle.evt.deadletter.operator", b'{"reason": "a probe"}', "dl-1")
     for command in commands:
         argv = [NATS_CLI or "nats", "--server", nats_url, *shlex.split(command)[1:]]
         done = await asyncio.to_thread(

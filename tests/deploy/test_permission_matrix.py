@@ -3,7 +3,9 @@ config: for every identity, what the server lets it publish and subscribe to.
 
 Each row names subjects one identity must be refused (the findings of issue 35 among them: a
 worker deleting or pulling from the control plane's durable, a trainer taking another's
-records, anyone but the weights publisher announcing weights) and subjects it must be allowed.
+records, anyone but the weights publisher announcing weights), the control plane's own
+subjects (its failure of a trajectory no worker holds, its dead letters, which end a submission:
+each role dead-letters on its own subject) and subjects it must be allowed.
 ``test_permission_matrix_semantics.py`` runs the allowed actions for real."""
 
 from __future__ import annotations
@@ -73,6 +75,12 @@ DECISIONS = [
 ]
 """The control plane's own records (and, through the operations service, submissions)."""
 WEIGHTS_ANNOUNCEMENT = "heddle.evt.weights.3.published"
+CONTROL_PLANE_OWN = [
+    "heddle.evt.traj.r1.t1.failed.control_plane",
+    "heddle.evt.deadletter.control_plane",
+    "heddle.evt.deadletter",
+]
+"""A failure naming no worker, and a dead letter that ends a submission: the control plane's."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ def matrix(server: AuthServer) -> list[Row]:
         return f"_INBOX.{server.credentials[label].public_key}.probe"
 
     other_inbox = f"{inbox('operator')[:-6]}.>"
-    everyone_but = [*STREAM_ADMIN, *STEERING, *DECISIONS]
+    everyone_but = [*STREAM_ADMIN, *STEERING, *DECISIONS, *CONTROL_PLANE_OWN]
     return [
         Row(
             "worker-w00",
@@ -97,6 +105,7 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.evt.traj.r1.t1.generated",
                 "heddle.evt.traj.r1.t1.completed",
                 "heddle.evt.traj.r1.t1.failed",
+                "heddle.evt.deadletter.worker-w00",
                 "heddle.evt.worker.w00.registered",
                 "heddle.evt.worker.w00.failed",
                 "heddle.evt.worker.w00.retired",  # it leaves for a re-shard
@@ -122,6 +131,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 *owned_durable_uses(LEDGER),
                 *everyone_but,
                 WEIGHTS_ANNOUNCEMENT,
+                "heddle.evt.deadletter.worker-w01",  # another's dead letters
+                "heddle.evt.deadletter.ledger_projector",
                 "heddle.evt.worker.w01.registered",  # another worker's events
                 "heddle.evt.worker.w01.failed",
                 "heddle.evt.worker.w01.retired",
@@ -152,6 +163,7 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.ops.submit.grpo",
                 "heddle.ops.cancel.grpo",
                 "heddle.ops.summary.grpo",
+                "heddle.evt.deadletter.trainer-grpo",  # a record it cannot read
                 "$JS.API.STREAM.INFO.HEDDLE_OUT_grpo",
                 f"{API}.CREATE.HEDDLE_OUT_grpo.batches",
                 f"{API}.DURABLE.CREATE.HEDDLE_OUT_grpo.batches",
@@ -172,6 +184,7 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.ops.submit.ppo",  # another trainer's submissions
                 "heddle.ops.cancel.ppo",
                 "heddle.ops.summary.ppo",
+                "heddle.evt.deadletter.trainer-ppo",
                 "heddle.ops.rollout.info",  # the operators' queries
                 "$JS.API.STREAM.INFO.HEDDLE_OUT_ppo",
                 f"{API}.CREATE.HEDDLE_OUT_ppo.batches",
@@ -221,7 +234,7 @@ def matrix(server: AuthServer) -> list[Row]:
             "ledger_projector",
             allowed=[
                 *owned_durable_uses(LEDGER),
-                "heddle.evt.deadletter",
+                "heddle.evt.deadletter.ledger_projector",
                 f"$JS.API.STREAM.MSG.GET.{EVENTS}",
                 f"$JS.API.STREAM.INFO.{EVENTS}",
             ],
@@ -241,6 +254,7 @@ def matrix(server: AuthServer) -> list[Row]:
             allowed=[
                 "heddle.evt.traj.r1.t1.tool_returned",
                 "heddle.evt.tools.tools00.registered",
+                "heddle.evt.deadletter.tool_executor",
                 f"{API}.CREATE.HEDDLE_TOOLS.tools-default",
                 f"{API}.MSG.NEXT.HEDDLE_TOOLS.tools-default",
                 "$JS.ACK.HEDDLE_TOOLS.tools-default.1.5.5.0.0",
@@ -266,6 +280,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 *owned_durable_uses(LEDGER),  # `heddle up` projects the ledger itself
                 *STEERING[:3],
                 *DECISIONS,
+                *CONTROL_PLANE_OWN,
+                "heddle.evt.deadletter.ledger_projector",  # `heddle up` projects the ledger
                 "heddle.evt.worker.w01.drain_requested",
             ],
             denied=[WEIGHTS_ANNOUNCEMENT.replace("heddle.", "other.")],
@@ -274,8 +290,14 @@ def matrix(server: AuthServer) -> list[Row]:
         ),
         Row(
             "operator",
-            allowed=[*STEERING, *STREAM_ADMIN, f"{API}.DELETE.{EVENTS}.{CONTROL}"],
+            allowed=[
+                *STEERING,
+                *STREAM_ADMIN,
+                f"{API}.DELETE.{EVENTS}.{CONTROL}",
+                "heddle.evt.deadletter.operator",
+            ],
             denied=[
+                *CONTROL_PLANE_OWN,
                 "heddle.evt.traj.r1.t1.completed",
                 "heddle.evt.traj.r1.t1.placed",
                 WEIGHTS_ANNOUNCEMENT,

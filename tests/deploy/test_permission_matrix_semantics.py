@@ -1,9 +1,10 @@
 """What each identity's role allows, done for real on a nats-server with ``heddle deploy auth``'s
 config: a worker takes its commands, hands a trajectory to its peer, replays trajectory events
 and uses the buckets; a trainer reads and acknowledges its own records; the projector drives
-its durable; the weights publisher announces weights and reads the load reports. And what the
-findings of issue 35 did with a worker's credential, with the real ``nats`` CLI: deleting the
-control plane's durable, now refused."""
+its durable; each consumer dead-letters on its own role's subject; the weights publisher
+announces weights and reads the load reports. And what the findings of issue 35 did with a
+worker's credential, with the real ``nats`` CLI: deleting the control plane's durable, now
+refused."""
 
 from __future__ import annotations
 
@@ -28,14 +29,16 @@ from heddle.events import (
     TrajectorySpec,
     WeightsLoaded,
     decode_event,
+    decode_tool_call,
     decode_worker_command,
 )
-from heddle.events.subjects import EVENTS_STREAM
+from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM
 from heddle.ledger import LEDGER_CONSUMER
 from heddle.weights import WEIGHTS_BUCKET, publish_weights, weights_reports
 from heddle.workers.agent import WorkerConfig, records
 from heddle.workers.agent.trajectory_log import TrajectoryLog
 from heddle.workers.agent.transport import BusPorts, command_consumer
+from heddle.workers.tools.executor import ExecutorConfig, tool_consumer_spec
 
 from .auth_server import TRAINERS, AuthServer, auth_server
 
@@ -58,7 +61,7 @@ async def control(server: AuthServer) -> AsyncIterator[Bus]:
                 name=trainer_stream(trainer), subjects=[f"heddle.out.{trainer}.>"]
             )
             await bus.js.add_stream(config)
-        spec = ConsumerSpec(CONTROL_DURABLE, EVENTS_STREAM, ("heddle.evt.>",))
+        spec = ConsumerSpec(CONTROL_DURABLE, EVENTS_STREAM, ("heddle.evt.>",), role="control_plane")
         await bus.js.add_consumer(EVENTS_STREAM, spec.config())
         yield bus
 
@@ -113,6 +116,34 @@ async def test_a_worker_does_its_work_on_its_own_credential(
     assert await control.consumer_state(EVENTS_STREAM, CONTROL_DURABLE) is not None
 
 
+async def test_each_consumer_dead_letters_on_its_own_roles_subject(
+    server: AuthServer, control: Bus
+) -> None:
+    """A worker's, the tool executors' and the projector's runners dead-letter what they
+    cannot read under their own credentials, each on ``heddle.evt.deadletter.<its role>``."""
+    await control.publish_raw("heddle.cmd.worker.w00.run", b"{not json", "bad-command")
+    await control.publish_raw("heddle.cmd.tool.default", b"{not json", "bad-call")
+    await control.publish_raw("heddle.evt.traj.r1.t1.generated", b"{not json", "bad-event")
+    tools = ExecutorConfig(pool="default", executor_id="x0")
+    readers = [
+        ("worker-w00", command_consumer(WorkerConfig("w00")), decode_worker_command),
+        ("tool_executor", tool_consumer_spec(tools), decode_tool_call),
+        ("ledger_projector", ConsumerSpec(
+            LEDGER_CONSUMER, EVENTS_STREAM, ("heddle.evt.traj.>",), role="ledger_projector"
+        ), decode_event),
+    ]  # fmt: skip
+    for label, spec, decode in readers:
+        async with server.bus(label) as bus:
+            assert await take(bus, spec, decode) == []
+            assert not bus.violations, label
+    info = await control.js.stream_info(EVENTS_STREAM, subjects_filter=DEADLETTER_SUBJECT)
+    assert info.state.subjects == {
+        "heddle.evt.deadletter.worker-w00": 1,
+        "heddle.evt.deadletter.tool_executor": 1,
+        "heddle.evt.deadletter.ledger_projector": 1,
+    }
+
+
 async def test_a_trainer_reads_and_acknowledges_its_own_records(
     server: AuthServer, control: Bus
 ) -> None:
@@ -120,7 +151,9 @@ async def test_a_trainer_reads_and_acknowledges_its_own_records(
     await control.publish_raw("heddle.out.ppo.r2.t1.completed", b'{"n": 2}', "o2")
     await Objects(control.js, PAYLOADS_BUCKET).put_once("r1/o1/response", b"tokens")
     async with server.bus("trainer-grpo", provision=False) as trainer:
-        spec = ConsumerSpec("grpo-r1", trainer_stream("grpo"), ("heddle.out.grpo.r1.>",))
+        spec = ConsumerSpec(
+            "grpo-r1", trainer_stream("grpo"), ("heddle.out.grpo.r1.>",), role="trainer-grpo"
+        )
         taken = await take(trainer, spec, bytes)
         assert [d.message for d in taken] == [b'{"n": 1}']
         state = await trainer.consumer_state(trainer_stream("grpo"), "grpo-r1")
@@ -140,7 +173,9 @@ async def test_the_projector_drives_its_own_durable(server: AuthServer, control:
     )  # fmt: skip
     await control.publish(event)
     async with server.bus("ledger_projector") as projector:
-        spec = ConsumerSpec(LEDGER_CONSUMER, EVENTS_STREAM, ("heddle.evt.>",), ack_all=True)
+        spec = ConsumerSpec(
+            LEDGER_CONSUMER, EVENTS_STREAM, ("heddle.evt.>",), role="ledger_projector", ack_all=True
+        )
         taken = await take(projector, spec, decode_event)
         assert [d.message for d in taken] == [event]
         assert await projector.stream_message(EVENTS_STREAM, 1) is not None

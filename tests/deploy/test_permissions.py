@@ -11,12 +11,13 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from heddle.bus import Bus, PermissionDenied, PublishDenied
 from heddle.config import Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
-from heddle.events import Abort, RolloutCancelled
+from heddle.events import Abort, DeadLettered, Failed, RolloutCancelled
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
@@ -64,6 +65,37 @@ async def test_a_worker_may_not_command_or_cancel(server: AuthServer, operator_b
         with pytest.raises(PublishDenied, match=r"heddle\.cmd\.worker\.w01\.abort\.w01"):
             await worker.publish(forged)
     assert (await operator_bus.publish(command)).sequence == 1
+
+
+async def test_a_worker_may_not_end_what_it_does_not_hold(
+    server: AuthServer, operator_bus: Bus
+) -> None:
+    """A failure naming no worker, and a dead letter of a submission in the control plane's
+    role, would end a trajectory no worker holds (heddle.control.gate): the server refuses both
+    to a worker, which still publishes its own failures and dead letters."""
+    now = time.time()
+    unplaced = Failed(
+        event_id="f1", rollout_id="r1", traj_id="t1", occurred_at=now, step=0, reason="forged"
+    )
+    letter = DeadLettered(
+        event_id="d1", rollout_id="r1", occurred_at=now, consumer="control-plane",
+        subject="heddle.evt.traj.r1.t2.submitted", stream_sequence=1, reason="forged",
+        role="control_plane",
+    )  # fmt: skip
+    async with server.bus("worker-w00") as worker:
+        with pytest.raises(
+            PublishDenied, match=r"'heddle\.evt\.traj\.r1\.t1\.failed\.control_plane'"
+        ):
+            await worker.publish(unplaced)
+        with pytest.raises(PublishDenied, match=r"'heddle\.evt\.deadletter\.control_plane'"):
+            await worker.publish(letter)
+        with pytest.raises(PublishDenied, match=r"'heddle\.evt\.deadletter'"):
+            await worker.publish(msgspec.structs.replace(letter, role=""))
+        own = msgspec.structs.replace(unplaced, event_id="f2", worker_id="w00")
+        assert (await worker.publish(own)).sequence == 1
+        mine = msgspec.structs.replace(letter, event_id="d2", role="worker-w00")
+        assert (await worker.publish(mine)).sequence == 2
+    assert (await operator_bus.stream_state()).last_sequence == 2
 
 
 async def test_a_rollout_completes_with_a_credential_per_process(

@@ -107,7 +107,7 @@ async def test_a_client_with_the_ca_connects(tls_server: TlsServer, tmp_path: Pa
         nats_tls_ca=tls_server.certificates.ca,
     )
     async with Bus(settings) as bus:
-        ack = await bus.publish_raw("heddle.evt.deadletter", b"{}", "probe-1")
+        ack = await bus.publish_raw("heddle.evt.deadletter.operator", b"{}", "probe-1")
         assert ack.sequence == 1
         assert bus.client._server_info.get("tls_required") is True
 
@@ -149,7 +149,9 @@ async def test_a_client_given_a_ca_upgrades_where_tls_is_optional(tmp_path: Path
             assert bus.client._transport is not None
             ssl_object = bus.client._transport._io_writer.get_extra_info("ssl_object")
             assert ssl_object is not None, "the connection stayed in plaintext"
-            assert (await bus.publish_raw("heddle.evt.deadletter", b"{}", "p1")).sequence == 1
+            assert (
+                await bus.publish_raw("heddle.evt.deadletter.operator", b"{}", "p1")
+            ).sequence == 1
 
 
 async def test_a_tls_connection_closes_without_asyncio_notices(
@@ -164,5 +166,5 @@ async def test_a_tls_connection_closes_without_asyncio_notices(
     with caplog.at_level(logging.DEBUG):
         for _ in range(3):
             async with Bus(settings) as bus:
-                await bus.publish_raw("heddle.evt.deadletter", b"{}", None)
+                await bus.publish_raw("heddle.evt.deadletter.operator", b"{}", None)
     assert not [r for r in caplog.records if "eof_received" in r.getMessage()]

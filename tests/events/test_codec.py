@@ -56,8 +56,9 @@ _ID_FIELDS = {
     "event_id",
     "command_id",
 }
-_OPTIONAL_ID_FIELDS = {"sent_by"}
-"""Ids that may be empty (a worker command the control plane sent names no sender)."""
+_OPTIONAL_ID_FIELDS = {"sent_by", "role"}
+"""Ids that may be empty (a worker command the control plane sent names no sender, a dead
+letter written before roles were named no role)."""
 
 
 def strategy_for(annotation: Any, name: str = "") -> st.SearchStrategy[Any]:

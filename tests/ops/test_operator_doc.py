@@ -142,7 +142,7 @@ class Operator:
              self.view("cmd.start_trajectory")),
             (r"nats consumer ls HEDDLE_EVENTS", self.expect("control-plane")),
             (r"nats consumer info HEDDLE_EVENTS control-plane", self.expect("control-plane")),
-            (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.deadletter",
+            (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.deadletter\.>",
              self.watch("unknown field `bogus`")),
             (r"nats micro ls", self.expect("heddle", "0.1.0")),
             (r"nats micro info heddle", self.expect(*map(ops_subject, OPS_ENDPOINTS))),

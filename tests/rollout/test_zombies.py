@@ -123,6 +123,7 @@ async def plain_consumer_records(settings: Settings, rollout_id: str) -> Counter
         durable="plain",
         stream=delivery_stream(CLI_TRAINER),
         filter_subjects=(f"heddle.out.{CLI_TRAINER}.{rollout_id}.>",),
+        role=f"trainer-{CLI_TRAINER}",
         fetch_wait_s=0.5,
     )
     async with Bus(settings) as bus:

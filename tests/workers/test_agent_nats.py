@@ -84,6 +84,7 @@ class Router:
                 trajectory_subject(self.rollout_id, "*", "tool_returned"),
                 trajectory_subject(self.rollout_id, "*", "migrated"),
             ),
+            role="control_plane",
             batch_size=64,
             fetch_wait_s=0.2,
         )

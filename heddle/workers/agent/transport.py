@@ -38,7 +38,12 @@ from heddle.events import (
     WorkerTelemetry,
     decode_worker_command,
 )
-from heddle.events.subjects import COMMANDS_STREAM, trajectory_subject, worker_command_subject
+from heddle.events.subjects import (
+    COMMANDS_STREAM,
+    trajectory_subject,
+    worker_command_subject,
+    worker_role,
+)
 from heddle.observability import Metrics, MetricsSink
 from heddle.workers.agent.agent import WorkerAgent
 from heddle.workers.agent.config import WorkerConfig
@@ -111,6 +116,7 @@ def command_consumer(config: WorkerConfig) -> ConsumerSpec:
         durable=config.consumer_name,
         stream=COMMANDS_STREAM,
         filter_subjects=(worker_command_subject(config.worker_id, ">"),),
+        role=worker_role(config.worker_id),
         batch_size=min(64, config.max_commands_in_flight),
         max_ack_pending=config.max_commands_in_flight,
         ack_wait_s=config.command_ack_wait_s,

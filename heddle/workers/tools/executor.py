@@ -41,7 +41,12 @@ from heddle.bus import (
     TransientError,
 )
 from heddle.events import ExecutorRegistered, ToolCall, decode_tool_call
-from heddle.events.subjects import TOOLS_STREAM, tool_subject, trajectory_subject
+from heddle.events.subjects import (
+    TOOL_EXECUTOR_ROLE,
+    TOOLS_STREAM,
+    tool_subject,
+    trajectory_subject,
+)
 from heddle.ids import check_token, derive_id
 from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
 from heddle.workers.tools.isolation import Isolation
@@ -89,6 +94,7 @@ def tool_consumer_spec(config: ExecutorConfig) -> ConsumerSpec:
         durable=f"tools-{config.pool}",
         stream=TOOLS_STREAM,
         filter_subjects=(tool_subject(config.pool),),
+        role=TOOL_EXECUTOR_ROLE,
         batch_size=min(64, config.max_in_flight),
         max_ack_pending=max(4096, config.max_in_flight),
         ack_wait_s=config.ack_wait_s,

@@ -1,0 +1,65 @@
+"""Where who wrote an event matters, its subject names the writer's role: a failure naming no
+worker is the control plane's, on a subject no worker may publish, and each role dead-letters on
+its own subject; a message on another subject is refused (``subject_mismatch``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from heddle.controlplane.projector_gaps import subject_matches
+from heddle.events import DeadLettered, Failed
+from heddle.events.subjects import (
+    DEADLETTER_SUBJECT,
+    deadletter_subject,
+    failure_subjects,
+    parse_subject,
+    subject_for_event,
+    subject_mismatch,
+)
+
+
+def failure(worker_id: str) -> Failed:
+    return Failed(
+        event_id="f1", rollout_id="r1", traj_id="t1", occurred_at=1.0, step=0, reason="x",
+        worker_id=worker_id,
+    )  # fmt: skip
+
+
+def letter(role: str) -> DeadLettered:
+    return DeadLettered(
+        event_id="d1", rollout_id="r1", occurred_at=1.0, consumer="c", stream_sequence=3,
+        subject="heddle.evt.traj.r1.t1.submitted", reason="bad", role=role,
+    )  # fmt: skip
+
+
+def test_a_failure_naming_no_worker_is_on_the_control_planes_subject() -> None:
+    assert subject_for_event(failure("w0")) == "heddle.evt.traj.r1.t1.failed"
+    own = subject_for_event(failure(""))
+    assert own == "heddle.evt.traj.r1.t1.failed.control_plane"
+    parts = parse_subject(own)
+    assert (parts.family, parts.kind, parts.traj_id, parts.sent_by) == (
+        "traj", "failed", "t1", "control_plane",
+    )  # fmt: skip
+    assert all(
+        any(subject_matches(subject_for_event(failure(w)), s) for s in failure_subjects("r1"))
+        for w in ("w0", "")
+    )
+
+
+def test_a_failure_naming_no_worker_on_a_workers_subject_is_refused() -> None:
+    refusal = subject_mismatch("heddle.evt.traj.r1.t1.failed", failure(""))
+    assert refusal is not None and "failed.control_plane" in refusal
+    assert subject_mismatch("heddle.evt.traj.r1.t1.failed.control_plane", failure("w0"))
+
+
+def test_each_role_dead_letters_on_its_own_subject() -> None:
+    assert subject_for_event(letter("worker-w0")) == "heddle.evt.deadletter.worker-w0"
+    assert subject_for_event(letter("control_plane")) == deadletter_subject("control_plane")
+    assert parse_subject("heddle.evt.deadletter.worker-w0").sent_by == "worker-w0"
+    assert subject_mismatch("heddle.evt.deadletter.worker-w0", letter("control_plane"))
+    assert subject_mismatch("heddle.evt.deadletter", letter("control_plane"))
+    assert subject_matches("heddle.evt.deadletter.ledger_projector", DEADLETTER_SUBJECT)
+    # Written before roles were named: read as it was stored, claiming no role.
+    assert subject_mismatch("heddle.evt.deadletter", letter("")) is None
+    with pytest.raises(ValueError, match="role"):
+        subject_for_event(letter("a.b"))
