@@ -144,7 +144,7 @@ async def test_a_tool_result_to_the_next_generation_passes_few_modules() -> None
     path = await asyncio.wait_for(trace_a_continue(), timeout=60)
     first_visits = list(dict.fromkeys(path.files))
     assert first_visits == [
-        "agent.py", "commands.py", "table.py", "history.py", "decisions.py", "segments.py",
+        "agent.py", "commands.py", "table.py", "trajectory_log.py", "decisions.py", "segments.py",
         "steps.py", "records.py", "trajectory_events.py", "publisher.py", "generation.py",
         "caps.py",
     ]  # fmt: skip
