@@ -63,7 +63,7 @@ from heddle.events import (
     TrajectorySubmitted,
 )
 from heddle.events.rollout import DEFAULT_TRAINER
-from heddle.events.subjects import CONTROL_PLANE_ROLE, parse_subject
+from heddle.events.subjects import refused_submission
 from heddle.ids import check_token
 
 
@@ -230,15 +230,10 @@ class EventGate:
         """A submission the control plane dead-lettered takes its slot, to be ended by the
         control plane's ``Failed`` (a dead letter of another role, of anything else, or of a
         submission that was read, changes nothing)."""
-        if event.role != CONTROL_PLANE_ROLE:
+        refused_ids = refused_submission(event)
+        if refused_ids is None:
             return
-        try:
-            parts = parse_subject(event.subject)
-        except ValueError:
-            return
-        rollout_id, traj_id = parts.rollout_id or "", parts.traj_id or ""
-        if parts.family != "traj" or parts.kind != "submitted" or not traj_id:
-            return
+        rollout_id, traj_id = refused_ids
         rollout = self.store.rollout(rollout_id)
         if rollout is None or rollout.is_ended or traj_id in rollout.refused:
             return

@@ -40,7 +40,7 @@ from heddle.events import (
     TrajectorySpec,
     TrajectorySubmitted,
 )
-from heddle.events.subjects import CONTROL_PLANE_ROLE, parse_subject
+from heddle.events.subjects import refused_submission
 from heddle.ids import derive_id, trajectory_index
 
 
@@ -120,16 +120,12 @@ class RolloutDecider:
         return self._maybe_finish(event, rollout)
 
     def _refused_submission(self, event: DeadLettered) -> list[Output]:
-        if event.role != CONTROL_PLANE_ROLE:
+        refused_ids = refused_submission(event)
+        if refused_ids is None:
             return []
-        try:
-            parts = parse_subject(event.subject)
-        except ValueError:
-            return []
-        rollout = self._rollouts.get(parts.rollout_id or "")
-        traj_id = parts.traj_id or ""
-        is_trajectory = parts.family == "traj" and bool(traj_id)
-        if not is_trajectory or parts.kind != "submitted" or rollout is None or rollout.is_finished:
+        rollout_id, traj_id = refused_ids
+        rollout = self._rollouts.get(rollout_id)
+        if rollout is None or rollout.is_finished:
             return []
         if traj_id in rollout.submitted or traj_id in rollout.failed or traj_id in rollout.refused:
             return []

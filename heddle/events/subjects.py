@@ -314,3 +314,17 @@ def _delivered_mismatch(subject: str, event: Event) -> str | None:
     if (parts.rollout_id, parts.traj_id) == (event.rollout_id, traj_id) and parts.kind in kinds:
         return None
     return f"wrong subject: delivered on {subject}, but the message is {event.event_id}"
+
+
+def refused_submission(dead_letter: DeadLettered) -> tuple[str, str] | None:
+    """(rollout id, trajectory id) of the submission a dead letter of the control plane refused
+    (None: another role's dead letter, or one of anything but a trajectory's submission)."""
+    if dead_letter.role != CONTROL_PLANE_ROLE:
+        return None
+    try:
+        parts = parse_subject(dead_letter.subject)
+    except ValueError:
+        return None
+    if parts.family != "traj" or parts.kind != "submitted" or not parts.traj_id:
+        return None
+    return parts.rollout_id or "", parts.traj_id
