@@ -11,6 +11,7 @@ applied every 20 steps (archive, then purge), as ``heddle up --retention-every-s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from heddle.config import RetentionPolicy, Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
 from heddle.events.subjects import completions_subject
+from heddle.ledger import RolloutStatus, open_ledger, queries
 from heddle.lifecycle.archive import read_completions, verify_archive
 from heddle.lifecycle.purge import num_events
 from heddle.lifecycle.retention import apply_retention
@@ -50,6 +52,25 @@ async def completed_events(bus: Bus, rollout_id: str) -> list[Completed]:
     query = ReplayQuery(filter_subjects=(completions_subject(rollout_id),), start_sequence=1)
     events = [r.message async for r in bus.replay_events(query) if isinstance(r.message, Completed)]
     return sorted([await bus.resolve(e) for e in events], key=lambda c: c.index)
+
+
+def ledger_status(settings: Settings, rollout_id: str) -> RolloutStatus | None:
+    ledger = open_ledger(settings.ledger_url)
+    try:
+        return {row.rollout_id: row.status for row in queries.rollouts(ledger)}.get(rollout_id)
+    finally:
+        ledger.close()
+
+
+async def ledger_shows_ended(settings: Settings, rollout_id: str) -> None:
+    """Until the projector has written ``rollout_id`` as ended: retention reads the ledger,
+    which may lag the stream that ``client.wait`` reads (then it keeps one rollout more)."""
+
+    async def ended() -> bool:
+        status = await asyncio.to_thread(ledger_status, settings, rollout_id)
+        return status in {RolloutStatus.FINISHED, RolloutStatus.CANCELLED}
+
+    await until(ended, f"the ledger shows {rollout_id} ended")
 
 
 @pytest.fixture
@@ -84,6 +105,7 @@ async def test_200_steps_with_retention_stay_bounded_and_replayable(
             seen[rollout_id] = await completed_events(client.bus, rollout_id)
             if step % EVERY != EVERY - 1:
                 continue
+            await ledger_shows_ended(settings, rollout_id)
             report = await apply_retention(settings, policy)
             assert report.purge is not None
             purged += report.purge.rollout_ids
