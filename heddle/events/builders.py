@@ -1,6 +1,7 @@
 """The trajectory events a data plane publishes, each kind built in one place from plain values
 (pure). The worker adapts a trajectory's log to them (``heddle.workers.agent.records``), the
-simulator its counts (``heddle.sim.facts``).
+tool executor a call and its outcome (``heddle.workers.tools.call_runner``), the simulator its
+counts (``heddle.sim.facts``). A worker's own events: ``heddle.events.worker_builders``.
 
 Ids are derived from what they describe (``heddle.ids.derive_id``), so a step re-run after a crash
 or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the duplicate:
@@ -9,6 +10,7 @@ or a retried publish carries the same ``Nats-Msg-Id`` and JetStream drops the du
     <rollout>:<traj>:<step>:<part>:e<epoch>:interrupted
     <rollout>:<traj>:<step>:e<epoch>:failed[:<discriminator>]
     <rollout>:<traj>:e<epoch>:completed       <rollout>:<traj>:<migration>:e<epoch>:migrated
+    <call>:tool_returned     (the call's id: <rollout>:<traj>:<step>:e<epoch>:call)
 
 ``e<epoch>`` names the hosting the event was written under (``Hosting``); an id names none for
 the unnumbered hostings of older streams (epoch 0) and in the simulator's streams.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from heddle.events.base import FinishReason, TerminalReason, TrajectoryTimings
+from heddle.events.base import FinishReason, TerminalReason, ToolStatus, TrajectoryTimings
 from heddle.events.trajectory import (
     Completed,
     Failed,
@@ -30,6 +32,7 @@ from heddle.events.trajectory import (
     GenerationStarted,
     Migrated,
     ToolCalled,
+    ToolReturned,
 )
 from heddle.ids import derive_id, epoch_part
 
@@ -306,6 +309,43 @@ def migrated_event(
         num_bytes=num_bytes,
         kv_transferred=num_bytes > 0,
         transfer_s=transfer_s,
+    )
+
+
+def tool_returned_event(
+    *,
+    rollout_id: str,
+    traj_id: str,
+    step: int,
+    call_id: str,
+    tool: str,
+    status: ToolStatus,
+    output_token_ids: list[int],
+    duration_s: float,
+    executor_id: str,
+    now: float,
+    output: str = "",
+    error: str = "",
+    exit_code: int | None = None,
+) -> ToolReturned:
+    """A tool call's result. Its id derives from the call's, which names the hosting that made
+    it: a redelivered call publishes a duplicate that JetStream drops, while a call made again by
+    a worker that took the trajectory over is answered apart."""
+    return ToolReturned(
+        event_id=derive_id(call_id, "tool_returned"),
+        rollout_id=rollout_id,
+        occurred_at=now,
+        traj_id=traj_id,
+        step=step,
+        call_id=call_id,
+        tool=tool,
+        status=status,
+        output=output,
+        error=error,
+        exit_code=exit_code,
+        output_token_ids=output_token_ids,
+        duration_s=duration_s,
+        executor_id=executor_id,
     )
 
 

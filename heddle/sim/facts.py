@@ -1,12 +1,13 @@
 """The events the simulated data plane publishes, built like a live worker would build them.
 
-The trajectory events come from the builders a live worker uses (``heddle.events.builders``), fed
-the simulator's counts: its ids name no hosting (``Hosting.is_named_in_ids``), though each event
-carries the hosting it was written under (``SimTrajectory.epoch``). Token lists are
-pseudo-tokens (zeros) of the right length: the deciders read their lengths, and a fresh list per
-event keeps memory flat (nothing retains them unless events are recorded). ``Completed`` carries
-counts and timings but no token lists. A step's ``GenerationStarted`` is built only for recorded
-runs (no decider reads one).
+Every event comes from the builders a live data plane uses (the trajectory events and the tool
+result: ``heddle.events.builders``; registration and retirement: ``heddle.events.worker_builders``),
+fed the simulator's counts: its ids name no hosting (``Hosting.is_named_in_ids``), though each event
+carries the hosting it was written under (``SimTrajectory.epoch``). Token lists are pseudo-tokens
+(zeros) of the right length: the deciders read their lengths, and a fresh list per event keeps
+memory flat (nothing retains them unless events are recorded). ``Completed`` carries counts and
+timings but no token lists. A step's ``GenerationStarted`` is built only for recorded runs (no
+decider reads one).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from heddle.events.builders import (
     migrated_event,
     step_call_id,
     tool_called_event,
+    tool_returned_event,
 )
+from heddle.events.worker_builders import worker_registered_event, worker_retired_event
 from heddle.ids import derive_id
 from heddle.policy.batching import FinishedGeneration
 from heddle.sim.sim_worker import SimWorker
@@ -114,10 +117,8 @@ class RolloutFacts:
     def tool_returned(
         self, t: SimTrajectory, step: int, duration_s: float, now: float
     ) -> ToolReturned:
-        return ToolReturned(
-            event_id=f"{self.rollout_id}:{t.traj_id}:{step}:tool_returned",
+        return tool_returned_event(
             rollout_id=self.rollout_id,
-            occurred_at=now,
             traj_id=t.traj_id,
             step=step,
             call_id=self._call_id(t, step),
@@ -126,6 +127,7 @@ class RolloutFacts:
             output_token_ids=[0] * t.trace.steps[step].tool_output_tokens,
             duration_s=duration_s,
             executor_id="sim",
+            now=now,
         )
 
     def completed(self, t: SimTrajectory) -> Completed:
@@ -172,31 +174,29 @@ def worker_registered(
     worker: SimWorker, model: str, max_running: int, now: float
 ) -> WorkerRegistered:
     """A simulated worker's registration (again after a re-shard, with its new degree)."""
-    return WorkerRegistered(
-        event_id=derive_id(worker.worker_id, "registered", worker.incarnation or None),
-        occurred_at=now,
+    return worker_registered_event(
         worker_id=worker.worker_id,
+        incarnation=str(worker.incarnation) if worker.incarnation else "",
         engine="sim",
         model=model,
         tp_degree=worker.tp_degree,
         max_running=max_running,
         max_kv_tokens=worker.model.max_kv_tokens,
         can_export_kv=True,
-        incarnation=str(worker.incarnation) if worker.incarnation else "",
         node=worker.node,
         gpu_ids=list(worker.gpu_ids),
+        now=now,
     )
 
 
 def worker_retired(
     worker: SimWorker, reshard_id: str, successor_id: str, hosted: list[str], now: float
 ) -> WorkerRetired:
-    return WorkerRetired(
-        event_id=derive_id(worker.worker_id, reshard_id, "retired"),
-        occurred_at=now,
+    return worker_retired_event(
         worker_id=worker.worker_id,
         reshard_id=reshard_id,
         successor_worker_id=successor_id,
         trajectory_ids=hosted,
         gpu_ids=list(worker.gpu_ids),
+        now=now,
     )

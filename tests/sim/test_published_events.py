@@ -16,7 +16,7 @@ from sim_traces import trajectory
 
 from heddle.control.bundle import ControlOptions, build_bundle
 from heddle.control.systems import system_spec
-from heddle.events import Event
+from heddle.events import Event, ToolCalled, ToolReturned
 from heddle.events.codec import encode
 from heddle.sim import SimConfig, Simulator, make_simulation_predictor, plan_workers
 from heddle.sim.run import control_for
@@ -33,12 +33,15 @@ DIGESTS = {
     "GenerationStarted": "8baee36264bbf9ff0aea9e79428129016eeb184d0392add25c0c2636c55c5a7c",
     "Migrated": "0b3a1f2037666edef346689dda767ba3473f54b8beca38f4a44e619db551d416",
     "ToolCalled": "178c8c581d639c3d3bcfdd6c5225493e163b241c151fe42892c2b789b54f4d59",
-    "ToolReturned": "ca4ef8c6cd38695cc02d2bea6e71e332cee07412c951908def9f7cb208da433f",
-    "WorkerRegistered": "6c48118cf77c1040c4688a8e9973808db5f4c3dcbba01b9d1b4b21377b5e38f2",
+    "ToolReturned": "ebb8042e9a244a29c4cfe30a240fb1c5d20a0418f416eb288d3d327e5e08358f",
+    "WorkerRegistered": "89e24c167d0df01ce91dd2f4fee98fc2d6e862aed0983bd19c0dd12733ef1e93",
     "WorkerRetired": "82d531ec305550bfe51b282d5c9cd50e15c75c7cd32ed759c1d87977c969fc2b",
 }
 """The digest (``digests``) of each kind the data plane publishes, over the three runs, taken at
-main 3132bfe (the control plane's kinds are left to the deciders' tests)."""
+main 3132bfe (the control plane's kinds are left to the deciders' tests). ``ToolReturned`` and
+``WorkerRegistered`` were taken again when the simulator took the tool executor's and the
+worker's builders: their ids follow the live rules since (``<call>:tool_returned``,
+``<worker>:<incarnation>:registered``); every other byte of them is unchanged."""
 
 
 def migrating_run() -> list[Event]:
@@ -98,6 +101,18 @@ def digests() -> dict[str, str]:
 
 def test_the_simulator_publishes_what_it_published_before() -> None:
     assert digests() == DIGESTS
+
+
+def test_the_simulator_answers_a_call_as_the_tool_executor_does() -> None:
+    """Each ``ToolReturned`` answers the step's ``ToolCalled`` and is named by its call, as the
+    executor names its results (``<call>:tool_returned``)."""
+    events = resharding_run()
+    calls = {(e.traj_id, e.step): e.call_id for e in events if isinstance(e, ToolCalled)}
+    results = [e for e in events if isinstance(e, ToolReturned)]
+    assert results
+    for result in results:
+        assert result.call_id == calls[(result.traj_id, result.step)]
+        assert result.event_id == f"{result.call_id}:tool_returned"
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from heddle.events import (
     WorkerFailed,
     WorkerRegistered,
 )
+from heddle.events.worker_builders import worker_registered_event
 from heddle.ids import derive_id
 from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.config import WorkerConfig
@@ -179,22 +180,21 @@ class WorkerAgent:
     def registration(self) -> WorkerRegistered:
         caps = self.engine.capabilities
         gpu_ids = list(self.engine.gpu_ids) if isinstance(self.engine, Resharder) else []
-        return WorkerRegistered(
-            event_id=derive_id(self.worker_id, self.incarnation, "registered"),
-            occurred_at=self.clock(),
+        return worker_registered_event(
             worker_id=self.worker_id,
+            incarnation=self.incarnation,
             engine=self.config.engine_name,
             model=caps.model,
             tp_degree=caps.tp_degree,
             max_running=caps.max_running,
             max_kv_tokens=caps.max_kv_tokens,
             can_export_kv=caps.can_export_kv,
-            host=socket.gethostname(),
-            incarnation=self.incarnation,
-            time_scale=caps.time_scale,
-            max_context_tokens=caps.max_context_tokens,
             node=self.config.node or socket.gethostname(),
             gpu_ids=gpu_ids,
+            now=self.clock(),
+            host=socket.gethostname(),
+            time_scale=caps.time_scale,
+            max_context_tokens=caps.max_context_tokens,
         )
 
     async def _register_again(self, reason: str) -> WorkerRegistered:

@@ -22,8 +22,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from heddle.events import Reshard, Retire, WorkerRegistered, WorkerRetired
-from heddle.ids import derive_id
+from heddle.events import Reshard, Retire, WorkerRegistered
+from heddle.events.worker_builders import worker_retired_event
 from heddle.workers.agent.commands import CommandHandler
 from heddle.workers.agent.generation import STOP_RETRY_S, WeightGate
 from heddle.workers.agent.publisher import DurablePublisher
@@ -77,14 +77,13 @@ class Resharding:
             row.stage = HandedOver(command.successor_worker_id)  # later commands go there
         gpu_ids = list(self.engine.gpu_ids) if isinstance(self.engine, Resharder) else []
         await self.publisher.publish(
-            WorkerRetired(
-                event_id=derive_id(self.worker_id, command.reshard_id, "retired"),
-                occurred_at=self.clock(),
+            worker_retired_event(
                 worker_id=self.worker_id,
                 reshard_id=command.reshard_id,
                 successor_worker_id=command.successor_worker_id,
                 trajectory_ids=sorted(row.traj_id for row in hosted),
                 gpu_ids=gpu_ids,
+                now=self.clock(),
             )
         )
         self.retired.set()

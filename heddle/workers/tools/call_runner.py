@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol, assert_never
 
 from heddle.events.base import ToolStatus
+from heddle.events.builders import tool_returned_event
 from heddle.events.commands import PythonTool, SearchTool, ToolCall, TraceTool, UnitTestTool
 from heddle.events.trajectory import ToolReturned
-from heddle.ids import derive_id
 from heddle.workers.tools.sandbox import SandboxRequest, SandboxResult
 from heddle.workers.tools.search import CorpusCatalog, CorpusError, format_hits
 from heddle.workers.tools.trace import run_trace_tool
@@ -122,25 +122,23 @@ def tool_name(call: ToolCall) -> str:
     return str(type(call.request).__struct_config__.tag)
 
 
-def tool_returned_event(
+def result_event(
     call: ToolCall, outcome: ToolOutcome, *, executor_id: str, now: float
 ) -> ToolReturned:
-    """The result event; its id derives from the call's (rollout, trajectory, step and the
-    hosting that made it), so a redelivered call publishes a duplicate that JetStream drops,
-    while a call made again by a worker that took the trajectory over is answered apart."""
-    return ToolReturned(
-        event_id=derive_id(call.call_id, "tool_returned"),
+    """The call's ``ToolReturned`` (``heddle.events.builders.tool_returned_event``: its id
+    derives from the call's)."""
+    return tool_returned_event(
         rollout_id=call.rollout_id,
-        occurred_at=now,
         traj_id=call.traj_id,
         step=call.step,
         call_id=call.call_id,
         tool=tool_name(call),
         status=outcome.status,
-        output=outcome.output,
-        error=outcome.error,
-        exit_code=outcome.exit_code,
         output_token_ids=list(outcome.output_token_ids),
         duration_s=outcome.duration_s,
         executor_id=executor_id,
+        now=now,
+        output=outcome.output,
+        error=outcome.error,
+        exit_code=outcome.exit_code,
     )

@@ -48,7 +48,7 @@ from heddle.events.subjects import (
     trajectory_subject,
 )
 from heddle.ids import check_token, derive_id
-from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
+from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, result_event
 from heddle.workers.tools.isolation import Isolation
 from heddle.workers.tools.limits import SandboxConfig
 from heddle.workers.tools.pool import SandboxPool
@@ -186,9 +186,7 @@ class ToolExecutor:
         assert self._runner is not None and self._pool is not None
         self._pool.set_demand(delivery.num_pending)
         outcome = await self._runner.run(call)
-        event = tool_returned_event(
-            call, outcome, executor_id=self.config.executor_id, now=time.time()
-        )
+        event = result_event(call, outcome, executor_id=self.config.executor_id, now=time.time())
         try:
             await self.bus.publish(event)
         except PublishError as exc:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from heddle.events import ToolCall, ToolRequest, ToolReturned
-from heddle.workers.tools.call_runner import ToolRunner, tool_returned_event
+from heddle.workers.tools.call_runner import ToolRunner, result_event
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.pool import SandboxPool
 from heddle.workers.tools.search import CorpusCatalog
@@ -41,6 +41,6 @@ async def execute() -> AsyncIterator[Execute]:
             nonlocal step
             call = tool_call(request, step)
             step += 1
-            return tool_returned_event(call, await runner.run(call), executor_id="e", now=0.0)
+            return result_event(call, await runner.run(call), executor_id="e", now=0.0)
 
         yield run

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from heddle.events import ToolCall
 from heddle.events.commands import PythonTool, SearchTool, ToolRequest, TraceTool, UnitTestTool
-from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, tool_returned_event
+from heddle.workers.tools.call_runner import ToolRunner, ToolRunnerConfig, result_event
 from heddle.workers.tools.limits import SandboxConfig, SandboxLimits
 from heddle.workers.tools.pool import SandboxPool
 from heddle.workers.tools.search import CorpusCatalog
@@ -126,8 +126,8 @@ def test_pseudo_tokens_are_deterministic_byte_ids(seed: int, num_tokens: int) ->
 async def test_result_event_id_is_derived_from_the_call(runner: ToolRunner) -> None:
     call = make_call(TraceTool(duration_s=0.0, num_output_tokens=2, seed=5))
     outcome = await runner.run(call)
-    first = tool_returned_event(call, outcome, executor_id="e1", now=1.0)
-    again = tool_returned_event(call, outcome, executor_id="e2", now=2.0)
+    first = result_event(call, outcome, executor_id="e1", now=1.0)
+    again = result_event(call, outcome, executor_id="e2", now=2.0)
     assert first.event_id == again.event_id == "k1:tool_returned"
     assert (first.tool, first.call_id, first.step) == ("trace", "k1", 2)
     assert first.output_token_ids == pseudo_token_ids(5, 2)
