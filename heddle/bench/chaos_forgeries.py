@@ -2,13 +2,17 @@
 saying what is not so.
 
 ``Forger.forge`` reads what a running rollout's stream holds and publishes forged, early and
-duplicate events about it, cycling through ``FORGERIES``; each is wrong by what came before it
-in the stream (an unknown rollout or trajectory, a stale hosting, a writer that holds nothing, a
-result for a future step, a step again, an unread schema version, a negative count, a
-submission beyond the rollout's count or of the rollout again, a stored event published again
-under another id: a retry past the duplicate window). ``refused_count`` counts, of the
-forgeries' stream sequences, those the control plane (its dead letters) and the ledger (its
-gate's dead-letter rows) both refused: ``forged_accepted`` is the rest.
+duplicate events about it, cycling through ``FORGERIES``; each is wrong by what came before it in
+the stream (an unknown rollout or trajectory, a stale hosting, a writer that holds nothing, a
+failure naming no worker that nothing asked for, a result for a future step, a step again, an unread
+schema version, a negative count, a submission beyond the rollout's count or of the rollout again, a
+stored event published again under another id: a retry past the duplicate window). ``refused_count``
+counts, of the forgeries' stream sequences, those the control plane (its dead letters) and the
+ledger (its gate's dead-letter rows) both refused: ``forged_accepted`` is the rest.
+
+One forgery is not a worker's to publish: a failure naming no worker goes on the control plane's
+own subject, which the servers refuse to other credentials; the bench publishes it to show the
+event gate refuses it too (``TrajectoryLease.may_fail_unplaced``).
 
 Not forged: events a role may legitimately publish as they are (a new rollout, a worker's
 registration) and a perfect impersonation of the holder under its current hosting: the payload
@@ -71,6 +75,8 @@ class Seen:
     submitted: RolloutSubmitted | None = None
     holders: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Trajectory -> (worker, hosting) of its last placement or move."""
+    unplaced: set[str] = field(default_factory=set)
+    """Trajectories submitted and not placed yet."""
     steps: dict[str, int] = field(default_factory=dict)
     """Trajectory -> steps started."""
     written: list[Event] = field(default_factory=list)
@@ -113,8 +119,11 @@ def see(seen: Seen, event: Event) -> None:
     match event:
         case RolloutSubmitted() as submitted:
             seen.submitted = submitted
+        case TrajectorySubmitted() as submitted:
+            seen.unplaced.add(submitted.traj_id)
         case TrajectoryPlaced() as placed:
             seen.holders[placed.traj_id] = (placed.worker_id, placed.epoch)
+            seen.unplaced.discard(placed.traj_id)
         case Migrated() as moved:
             seen.holders[moved.traj_id] = (moved.target_worker_id, moved.target_epoch)
         case GenerationStarted() as started:
@@ -169,6 +178,26 @@ def _not_holder(seen: Seen, rng: random.Random, event_id: str) -> Event:
         worker_id=FORGER,
         epoch=epoch,
         output_token_ids=[1, 2, 3],
+    )
+
+
+def _unasked_failure(seen: Seen, rng: random.Random, event_id: str) -> Event:
+    """A trajectory ended by a failure naming no worker (the control plane's own subject,
+    ``failed.control_plane``) that no abort request or refused submission asked for: one not
+    placed yet when there is one (no worker holds it to refuse for), else a placed one."""
+    traj_id, _, epoch = _victim(seen, rng)
+    if seen.unplaced:
+        traj_id, epoch = rng.choice(sorted(seen.unplaced)), 0
+    assert seen.submitted is not None
+    return Failed(
+        event_id=event_id,
+        rollout_id=seen.submitted.rollout_id,
+        occurred_at=seen.submitted.occurred_at,
+        traj_id=traj_id,
+        epoch=epoch,
+        step=0,
+        reason="forged",
+        finish_reason="aborted",
     )
 
 
@@ -247,6 +276,7 @@ FORGERIES: tuple[Forgery, ...] = (
     _unknown_trajectory,
     _stale_completion,
     _not_holder,
+    _unasked_failure,
     _future_tool_result,
     _step_again,
     _unread_version,

@@ -14,7 +14,7 @@ from ledger.lifecycle import rollout_events
 from typer.testing import CliRunner
 
 from heddle.bench.chaos import KILLED_KINDS, kill_schedule, kills_per_rollout
-from heddle.bench.chaos_forgeries import FORGERIES, Seen, see
+from heddle.bench.chaos_forgeries import FORGERIES, Seen, _unasked_failure, see
 from heddle.bench.chaos_trainer import count_record
 from heddle.bench.chaos_zombies import DUPLICATE_WINDOW_S, zombie_pause_s
 from heddle.cli import app
@@ -22,6 +22,8 @@ from heddle.control.gate import EventGate
 from heddle.events import (
     Completed,
     Failed,
+    TrajectoryPlaced,
+    TrajectorySubmitted,
 )
 
 
@@ -57,6 +59,27 @@ def test_every_forgery_is_refused_by_the_gate(seed: int) -> None:
     for number, forge in enumerate(FORGERIES):
         forged = forge(seen, rng, f"forged-{number}")
         assert not gate.admit(forged).is_accepted, forged
+
+
+@given(st.integers(0, 2**32))
+def test_a_failure_naming_no_worker_of_an_unplaced_trajectory_is_refused(seed: int) -> None:
+    """The forgery that no worker holds the trajectory to refuse for: one trajectory is still
+    waiting for its placement."""
+    running = [e for e in rollout_events("r1") if not isinstance(e, Completed | Failed)][:-1]
+    waiting = next(e.traj_id for e in running if isinstance(e, TrajectoryPlaced))
+    running = [
+        e
+        for e in running
+        if getattr(e, "traj_id", None) != waiting or isinstance(e, TrajectorySubmitted)
+    ]
+    gate, seen = EventGate(), Seen()
+    for event in running:
+        assert gate.admit(event).is_accepted, event
+        see(seen, event)
+    assert seen.unplaced == {waiting}
+    forged = _unasked_failure(seen, random.Random(seed), "forged")
+    assert (forged.traj_id, forged.worker_id) == (waiting, "")
+    assert not gate.admit(forged).is_accepted
 
 
 def test_record_counts_duplicates_per_trainer_process(tmp_path: Path) -> None:
