@@ -8,8 +8,9 @@ commands), ``subjects`` (subject names, builders, a parser, and whether a messag
 subject), ``codec`` (the JSON codec, one typed decoder per channel, equal values made the defaults'
 own objects so its output is canonical), ``arrays`` (compact number arrays: token ids, logprobs,
 loss masks), ``lean`` (event decoders that skip the number lists their consumer only counts or never
-reads), ``builders`` (each trajectory event the worker and the simulator publish, built in one place
-from plain values), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the fields a
+reads), ``builders`` (each trajectory event the worker, the tool executor and the simulator publish,
+built in one place from plain values), ``worker_builders`` (the same for a worker's registration and
+retirement), ``phases`` (the trajectory lifecycle phase enum), ``strict`` (the fields a
 message from outside names that its struct does not: a submission's misspelt field).
 """
 
