@@ -14,6 +14,7 @@ from heddle.client import HeddleClient
 from heddle.config import Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
+from heddle.events.subjects import trajectory_subjects
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import TaskOptions
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
@@ -158,7 +159,7 @@ async def test_aborted_trajectories_arrive_as_completions_with_their_reason(
     async with deployment(settings), HeddleClient(settings, trainer="grpo") as client:
         rollout_id = await client.submit(trace=trace)
         started = ReplayQuery(
-            filter_subjects=(f"heddle.evt.traj.{rollout_id}.*.generation_started",),
+            filter_subjects=trajectory_subjects(rollout_id, "*", "generation_started"),
             start_sequence=1,
         )
         for _ in range(1200):  # the first generation is under way

@@ -237,7 +237,7 @@ def test_prediction_error_matches_brute_force(
 
 async def test_consumer_lag_from_a_real_stream(nats_url: str, tmp_path: Path) -> None:
     metrics = Metrics()
-    consumer = ConsumerSpec("lagging", EVENTS_STREAM, (trajectory_subject("r1"),),
+    consumer = ConsumerSpec("lagging", EVENTS_STREAM, (trajectory_subject("r1", "*", ">"),),
                             role="operator", fetch_wait_s=0.2)  # fmt: skip
     async with Bus(Settings(nats_url=nats_url, data_dir=tmp_path)) as bus:
         await provision_consumer(bus.js, consumer)

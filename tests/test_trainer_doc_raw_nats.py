@@ -171,7 +171,7 @@ async def cancelled_rollout(nc: Any, js: Any) -> tuple[list[str], dict[str, dict
     specs = [{**trace, "group_id": f"x{i}", "task": {"id": f"x{i}", "prompt_tokens": 8,
               "steps": [long]}} for i in range(3)]  # fmt: skip
     await submit(nc, "raw2", specs)
-    await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started")).next_msg(60)
+    await (await js.subscribe("heddle.evt.traj.raw2.*.generation_started.*")).next_msg(60)
     reply = await nc.request("heddle.ops.rollout.cancel", b'{"rollout_id": "raw2"}', timeout=60)
     assert "error" not in json.loads(reply.data)
     ends, end = await receive(js, "raw2", len(specs))

@@ -24,6 +24,7 @@ from heddle.events import (
     TrajectorySubmitted,
     WeightsLoaded,
 )
+from heddle.events.subjects import trajectory_subjects
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import RolloutPlan, trace_specs
 from heddle.rollout.submit import submit
@@ -44,7 +45,7 @@ def settings(nats_url: str, tmp_path: Path) -> Settings:
 
 async def wait_for_generations(client: HeddleClient, rollout_id: str, count: int) -> None:
     query = ReplayQuery(
-        filter_subjects=(f"heddle.evt.traj.{rollout_id}.*.generated",), start_sequence=1
+        filter_subjects=trajectory_subjects(rollout_id, "*", "generated"), start_sequence=1
     )
     for _ in range(2000):
         if len([r async for r in client.bus.replay_events(query)]) >= count:

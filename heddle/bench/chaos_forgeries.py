@@ -15,8 +15,9 @@ own subject, which the servers refuse to other credentials; the bench publishes 
 event gate refuses it too (``TrajectoryLease.may_fail_unplaced``).
 
 Not forged: events a role may legitimately publish as they are (a new rollout, a worker's
-registration) and a perfect impersonation of the holder under its current hosting: the payload
-names the worker, which a credential does not bind (docs/trainer.md, "What Heddle refuses").
+registration) and a perfect impersonation of the holder under its current hosting: that goes on
+the holder's own subject, which only the holder's credential may publish (docs/deploy.md), and the
+bench runs without credentials.
 """
 
 from __future__ import annotations

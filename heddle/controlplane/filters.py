@@ -1,27 +1,26 @@
 """Filter subjects of a consumer from the event types it handles.
 
 A decider's consumer asks JetStream only for the kinds its decider reacts to (``handles``), so
-heartbeats and step events that no decider of that slot reads never reach it. A ``failed``
-comes on two subjects (a worker's, and the control plane's own failure naming no worker); the
-control plane reads only its own dead letters (``heddle.events.subjects``).
+heartbeats and step events that no decider of that slot reads never reach it. An event of a kind
+a worker writes comes on two subjects (as stored before its writer was named, and under its writer:
+a worker, or the control plane for its own failure naming no worker); the control plane reads
+only its own dead letters (``heddle.events.subjects``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from heddle.events import Event, Failed
-from heddle.events.subjects import CONTROL_PLANE_ROLE, deadletter_subject, failure_subjects
+from heddle.events import Event
+from heddle.events.subjects import CONTROL_PLANE_ROLE, deadletter_subject, trajectory_subjects
 
 
 def subjects_of_kind(event_type: type[Event]) -> tuple[str, ...]:
     """The wildcard subjects carrying every event of ``event_type`` (any rollout or worker)."""
     kind = event_type.kind_name()
     match event_type.family:
-        case "traj" if event_type is Failed:
-            return failure_subjects()
         case "traj":
-            return (f"heddle.evt.traj.*.*.{kind}",)
+            return trajectory_subjects("*", "*", kind)
         case "rollout":
             return (f"heddle.evt.rollout.*.{kind}",)
         case "worker":

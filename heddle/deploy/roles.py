@@ -46,6 +46,7 @@ from heddle.events.subjects import (
     TELEMETRY_PREFIX,
     TOOL_EXECUTOR_ROLE,
     TOOLS_STREAM,
+    WORKER_WRITTEN_KINDS,
     deadletter_subject,
     trainer_role,
     worker_role,
@@ -79,16 +80,6 @@ projector itself unless ``--no-ledger``, and operators) may create, delete, pull
 PEER_ACTIONS = ("run", "reprioritize", "preempt", "migrate_out", "migrate_in", "abort")
 """Commands a worker sends its peers: the ``MigrateIn`` of a hand-over, and the trajectory
 commands it forwards to the worker it handed a trajectory to (heddle/workers/agent/commands.py)."""
-WORKER_TRAJECTORY_KINDS = (  # heddle.evt.traj.<r>.<t>.<kind>, never the control plane's
-    "generation_started",
-    "generated",
-    "generation_interrupted",
-    "tool_called",
-    "preempted",
-    "migrated",
-    "completed",
-    "failed",
-)
 STREAM_NAMES = tuple(spec.name for spec in HEDDLE_STREAMS)
 OPERATOR_EVENT_SUBJECTS = (
     "heddle.evt.traj.*.*.reprioritize_requested",
@@ -344,14 +335,15 @@ def _projector(identity: Identity, replies: str) -> Role:
 
 def _worker(identity: Identity, replies: str) -> Role:
     worker_id = identity.name
+    role = worker_role(worker_id)
     return Role(
         identity,
         f"heddle worker --id {worker_id}: its commands, trajectory step events, its own worker "
         "events, tool calls, telemetry, hand-overs to its peers",
         publish=(
             *provision_checks(),
-            deadletter_subject(worker_role(worker_id)),
-            *(f"heddle.evt.traj.*.*.{kind}" for kind in WORKER_TRAJECTORY_KINDS),
+            deadletter_subject(role),
+            *(f"heddle.evt.traj.*.*.{kind}.{role}" for kind in WORKER_WRITTEN_KINDS),
             *(
                 f"heddle.evt.worker.{worker_id}.{kind}"
                 for kind in ("registered", "drained", "failed", "retired")

@@ -2,8 +2,9 @@
 
 heddle.evt.rollout.<rollout_id>.<kind>
 heddle.evt.traj.<rollout_id>.<traj_id>.<kind>
-heddle.evt.traj.<rollout_id>.<traj_id>.failed.control_plane   (a failure the control plane
-                                          decided, naming no worker: see below)
+heddle.evt.traj.<rollout_id>.<traj_id>.<kind>.<writer>   (a worker's step events, written
+                                          under its role, worker-<id>; the control plane's failure
+                                          of a trajectory, failed.control_plane: see below)
 heddle.evt.worker.<worker_id>.<kind>
 heddle.evt.weights.<weight_version>.<kind>
 heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
@@ -32,13 +33,18 @@ Where who wrote an event matters, its subject names the writer's role, as its cr
 named (``heddle.deploy.roles``: ``control_plane``, ``worker-<id>``, ...), and only that role
 may publish there:
 
+- A worker's events of a trajectory (``WORKER_WRITTEN_KINDS``) go on
+  ``heddle.evt.traj.<r>.<t>.<kind>.worker-<id>``, the worker the event names (``worker_id``;
+  a move's source for ``migrated``). Worker ``w01``'s credential may publish only under
+  ``worker-w01``, and an event that names another worker than its subject is refused: a
+  worker cannot write in another's name. The event gate (``heddle.control.gate``) then
+  refuses an event of a worker that does not hold the trajectory. Events stored before
+  writers were named are on the bare ``heddle.evt.traj.<r>.<t>.<kind>``, which only the control
+  plane's credential may still publish; they are read as before.
 - A ``Failed`` naming no worker is the control plane's own verdict on a trajectory no worker
   holds (its submission was dead-lettered, or an operator aborted it before its placement): it
-  goes on ``heddle.evt.traj.<r>.<t>.failed.control_plane``; a worker's failure, which names it,
-  on ``heddle.evt.traj.<r>.<t>.failed``. A worker credential may publish only the latter, so it
-  cannot end a trajectory it does not hold (the event gate, ``heddle.control.gate``, refuses a
-  failure of a worker that does not hold the trajectory). Read both with
-  ``failure_subjects``.
+  goes on ``heddle.evt.traj.<r>.<t>.failed.control_plane``.
+- Read every subject an event of one kind comes on with ``trajectory_subjects``.
 - A dead letter goes on ``heddle.evt.deadletter.<role>`` (``DeadLettered.role``, the role whose
   consumer refused the message), each role only on its own; ``DEADLETTER_SUBJECT`` reads them
   all. Only the control plane's (``heddle.evt.deadletter.control_plane``) can end a
@@ -49,11 +55,22 @@ may publish there:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from heddle.events.base import Event
 from heddle.events.commands import ToolCall, WorkerCommand
 from heddle.events.rollout import RolloutEvent
-from heddle.events.trajectory import Completed, Failed, TrajectoryEvent
+from heddle.events.trajectory import (
+    Completed,
+    Failed,
+    Generated,
+    GenerationInterrupted,
+    GenerationStarted,
+    Migrated,
+    Preempted,
+    ToolCalled,
+    TrajectoryEvent,
+)
 from heddle.events.weights import WeightsEvent
 from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
@@ -77,6 +94,20 @@ token of the subjects only that role may publish."""
 LEDGER_PROJECTOR_ROLE = "ledger_projector"
 TOOL_EXECUTOR_ROLE = "tool_executor"
 OPERATOR_ROLE = "operator"
+
+
+WorkerWritten = (
+    GenerationStarted
+    | Generated
+    | GenerationInterrupted
+    | ToolCalled
+    | Preempted
+    | Migrated
+    | Completed
+    | Failed
+)
+"""The trajectory events a worker writes, on subjects that name it (module docstring)."""
+WORKER_WRITTEN_KINDS = tuple(event_type.kind_name() for event_type in get_args(WorkerWritten))
 
 
 def worker_role(worker_id: str) -> str:
@@ -104,17 +135,23 @@ def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> 
     return f"heddle.evt.traj.{rollout}.{traj}.{kind}"
 
 
-def control_failure_subject(rollout_id: str, traj_id: str = "*") -> str:
-    """``heddle.evt.traj.<r>.<t>.failed.control_plane``: a failure the control plane decided."""
-    return f"{trajectory_subject(rollout_id, traj_id, 'failed')}.{CONTROL_PLANE_ROLE}"
+def trajectory_subjects(rollout_id: str, traj_id: str = "*", kind: str = "*") -> tuple[str, ...]:
+    """Every subject an event of ``kind`` comes on: the bare one and, for a kind whose subject
+    names its writer (``WORKER_WRITTEN_KINDS``), the one under any writer."""
+    bare = trajectory_subject(rollout_id, traj_id, kind)
+    return (bare, f"{bare}.*") if kind in WORKER_WRITTEN_KINDS else (bare,)
 
 
-def failure_subjects(rollout_id: str = "*", traj_id: str = "*") -> tuple[str, str]:
-    """Both subjects a trajectory's ``failed`` comes on: a worker's and the control plane's."""
-    return (
-        trajectory_subject(rollout_id, traj_id, "failed"),
-        control_failure_subject(rollout_id, traj_id),
-    )
+def written_by(event: TrajectoryEvent) -> str | None:
+    """The role whose subject ``event`` goes on (module docstring): the worker it names, the
+    control plane for a failure naming no worker; None for the other kinds, and for events
+    stored before workers were named in them."""
+    if isinstance(event, Failed) and not event.worker_id:
+        return CONTROL_PLANE_ROLE
+    if not isinstance(event, WorkerWritten):
+        return None
+    worker_id = event.source_worker_id if isinstance(event, Migrated) else event.worker_id
+    return worker_role(worker_id) if worker_id else None
 
 
 def worker_event_subject(worker_id: str, kind: str = "*") -> str:
@@ -158,11 +195,6 @@ def heartbeat_subject(worker_id: str) -> str:
     return f"{TELEMETRY_PREFIX}.heartbeat.{check_token(worker_id, 'worker id')}"
 
 
-def completions_subject(rollout_id: str) -> str:
-    """What a trainer subscribes to: every completed trajectory of one rollout."""
-    return trajectory_subject(rollout_id, "*", "completed")
-
-
 def delivery_stream(trainer: str) -> str:
     """The stream a trainer reads its rollouts' terminal records from (one per trainer, so a
     trainer's credential can be limited to its own stream's consumers)."""
@@ -198,10 +230,10 @@ def rollout_filter(rollout_id: str) -> list[str]:
 def subject_for_event(event: Event) -> str:
     kind = type(event).kind_name()
     match event:
-        case Failed() if not event.worker_id:
-            return control_failure_subject(event.rollout_id, event.traj_id)
         case TrajectoryEvent():
-            return trajectory_subject(event.rollout_id, event.traj_id, kind)
+            subject = trajectory_subject(event.rollout_id, event.traj_id, kind)
+            writer = written_by(event)
+            return subject if writer is None else f"{subject}.{writer}"
         case RolloutEvent():
             return rollout_subject(event.rollout_id, kind)
         case WorkerEvent():
@@ -242,7 +274,8 @@ class SubjectParts:
     executor_id: str | None = None
     sent_by: str | None = None
     """Who wrote it, where the subject names it: a peer command's worker, a dead letter's
-    role, ``control_plane`` for the control plane's failure of a trajectory."""
+    role, a trajectory event's writer (``worker-<id>``, or ``control_plane`` for the control
+    plane's failure of a trajectory)."""
     trainer: str | None = None
 
 
@@ -254,9 +287,9 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("rollout", kind, rollout_id=rollout_id)
         case ["heddle", "evt", "traj", rollout_id, traj_id, kind]:
             return SubjectParts("traj", kind, rollout_id=rollout_id, traj_id=traj_id)
-        case ["heddle", "evt", "traj", rollout_id, traj_id, "failed", sent_by]:
+        case ["heddle", "evt", "traj", rollout_id, traj_id, kind, sent_by]:
             return SubjectParts(
-                "traj", "failed", rollout_id=rollout_id, traj_id=traj_id, sent_by=sent_by
+                "traj", kind, rollout_id=rollout_id, traj_id=traj_id, sent_by=sent_by
             )
         case ["heddle", "evt", "worker", worker_id, kind]:
             return SubjectParts("worker", kind, worker_id=worker_id)
@@ -299,9 +332,21 @@ def subject_mismatch(subject: str, message: object) -> str | None:
             return None
     except ValueError as exc:
         return f"message with invalid ids: {exc}"
-    if expected == subject:
+    if expected == subject or subject == _stored_before_writers(message):
         return None
     return f"wrong subject: published on {subject}, but the message belongs on {expected}"
+
+
+def _stored_before_writers(message: object) -> str | None:
+    """The bare subject a worker's event was stored on before its writer was named (read as
+    before; no worker's credential may publish it any more)."""
+    if not isinstance(message, TrajectoryEvent) or type(message).kind_name() not in (
+        WORKER_WRITTEN_KINDS
+    ):
+        return None
+    if isinstance(message, Failed) and not message.worker_id:
+        return None  # the control plane's failure has had its own subject since it had one
+    return trajectory_subject(message.rollout_id, message.traj_id, type(message).kind_name())
 
 
 def _delivered_mismatch(subject: str, event: Event) -> str | None:

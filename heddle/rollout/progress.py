@@ -24,7 +24,7 @@ from heddle.events import (
     RolloutFinished,
     WorkerTelemetry,
 )
-from heddle.events.subjects import failure_subjects, rollout_subject, trajectory_subject
+from heddle.events.subjects import rollout_subject, trajectory_subjects
 
 _STALE_TELEMETRY_S = 5.0
 
@@ -72,8 +72,8 @@ class RolloutFollower:
         self._telemetry: TelemetrySubscription | None = None
         rollout_id = state.rollout_id
         self._subjects = (
-            trajectory_subject(rollout_id, "*", "completed"),
-            *failure_subjects(rollout_id),
+            *trajectory_subjects(rollout_id, "*", "completed"),
+            *trajectory_subjects(rollout_id, "*", "failed"),
             rollout_subject(rollout_id, "finished"),
             rollout_subject(rollout_id, "cancelled"),
         )

@@ -42,7 +42,7 @@ async def test_the_stored_message_carries_its_id_as_nats_msg_id(bus: Bus) -> Non
     ack = await bus.publish(event)
     stored = await bus.js.get_msg(ack.stream, ack.sequence)
     assert stored.headers == {"Nats-Msg-Id": event.event_id}
-    assert stored.subject is not None and stored.subject.endswith(".generated")
+    assert stored.subject is not None and stored.subject.endswith(".generated.worker-w00")
 
 
 async def test_an_id_with_a_line_break_is_published_and_deduplicated_by_nats_py(bus: Bus) -> None:

@@ -28,7 +28,7 @@ async def test_replays_everything_in_order(bus: Bus) -> None:
     records = await replay(bus, ReplayQuery(ALL, batch_size=16))
     assert [seq for seq, _, _ in records] == list(range(1, 151))
     assert [event_id for _, _, event_id in records] == [e.event_id for e in events]
-    assert records[0][1] == trajectory_subject("r1", "t000000", "generated")
+    assert records[0][1] == f"{trajectory_subject('r1', 't000000', 'generated')}.worker-w00"
 
 
 async def test_replays_from_a_sequence(bus: Bus) -> None:

@@ -24,7 +24,7 @@ from heddle.config import Settings
 from heddle.events import DeadLettered, EventT, Generated, decode_event
 from heddle.events.subjects import DEADLETTER_SUBJECT, EVENTS_STREAM, trajectory_subject
 
-R1 = (trajectory_subject("r1"),)
+R1 = (trajectory_subject("r1", "*", ">"),)
 
 
 def spec(durable: str = "c1", **overrides: object) -> ConsumerSpec:

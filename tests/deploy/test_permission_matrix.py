@@ -3,9 +3,10 @@ config: for every identity, what the server lets it publish and subscribe to.
 
 Each row names subjects one identity must be refused (the findings of issue 35 among them: a
 worker deleting or pulling from the control plane's durable, a trainer taking another's
-records, anyone but the weights publisher announcing weights), the control plane's own
-subjects (its failure of a trajectory no worker holds, its dead letters, which end a submission:
-each role dead-letters on its own subject) and subjects it must be allowed.
+records, anyone but the weights publisher announcing weights; a worker writing step events in
+another worker's name or in none), the control plane's own subjects (its failure of a trajectory
+no worker holds, its dead letters, which end a submission: each role dead-letters on its own
+subject) and subjects it must be allowed.
 ``test_permission_matrix_semantics.py`` runs the allowed actions for real."""
 
 from __future__ import annotations
@@ -102,14 +103,15 @@ def matrix(server: AuthServer) -> list[Row]:
         Row(
             "worker-w00",
             allowed=[
-                "heddle.evt.traj.r1.t1.generated",
-                "heddle.evt.traj.r1.t1.completed",
-                "heddle.evt.traj.r1.t1.failed",
+                "heddle.evt.traj.r1.t1.generated.worker-w00",  # its step events, in its name
+                "heddle.evt.traj.r1.t1.completed.worker-w00",
+                "heddle.evt.traj.r1.t1.failed.worker-w00",
+                "heddle.evt.traj.r1.t1.migrated.worker-w00",
                 "heddle.evt.deadletter.worker-w00",
                 "heddle.evt.worker.w00.registered",
                 "heddle.evt.worker.w00.failed",
                 "heddle.evt.worker.w00.retired",  # it leaves for a re-shard
-                "heddle.evt.traj.r1.t1.generation_interrupted",
+                "heddle.evt.traj.r1.t1.generation_interrupted.worker-w00",
                 "heddle.evt.weights.3.loaded",
                 "heddle.cmd.tool.default",
                 "heddle.telemetry.worker.w00",
@@ -132,6 +134,12 @@ def matrix(server: AuthServer) -> list[Row]:
                 *everyone_but,
                 WEIGHTS_ANNOUNCEMENT,
                 "heddle.evt.deadletter.worker-w01",  # another's dead letters
+                "heddle.evt.traj.r1.t1.generated.worker-w01",  # step events in another's name
+                "heddle.evt.traj.r1.t1.completed.worker-w01",
+                "heddle.evt.traj.r1.t1.failed.worker-w01",
+                "heddle.evt.traj.r1.t1.generated",  # in no one's name (stored before names)
+                "heddle.evt.traj.r1.t1.completed",
+                "heddle.evt.traj.r1.t1.failed",
                 "heddle.evt.deadletter.ledger_projector",
                 "heddle.evt.worker.w01.registered",  # another worker's events
                 "heddle.evt.worker.w01.failed",

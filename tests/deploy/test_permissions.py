@@ -17,7 +17,8 @@ import pytest
 from heddle.bus import Bus, PermissionDenied, PublishDenied
 from heddle.config import Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
-from heddle.events import Abort, DeadLettered, Failed, RolloutCancelled
+from heddle.events import Abort, Completed, DeadLettered, Failed, RolloutCancelled
+from heddle.events.codec import encode
 from heddle.rollout.deployment import LocalDeployment, WorkerPool
 from heddle.traces import TraceStep, TraceTrajectory
 from heddle.workloads import generate
@@ -96,6 +97,28 @@ async def test_a_worker_may_not_end_what_it_does_not_hold(
         mine = msgspec.structs.replace(letter, event_id="d2", role="worker-w00")
         assert (await worker.publish(mine)).sequence == 2
     assert (await operator_bus.stream_state()).last_sequence == 2
+
+
+async def test_a_worker_may_not_write_in_another_workers_name(
+    server: AuthServer, operator_bus: Bus
+) -> None:
+    """A step event names its worker in its subject: worker w00's credential is refused one
+    naming w01 (the holder, say), and one on the bare subject events had before writers were
+    named; its own goes through."""
+    forged = Completed(
+        event_id="c1", rollout_id="r1", traj_id="t1", occurred_at=time.time(), num_steps=1,
+        reward=999.0, worker_id="w01",
+    )  # fmt: skip
+    async with server.bus("worker-w00") as worker:
+        with pytest.raises(
+            PublishDenied, match=r"'heddle\.evt\.traj\.r1\.t1\.completed\.worker-w01'"
+        ):
+            await worker.publish(forged)
+        with pytest.raises(PublishDenied, match=r"'heddle\.evt\.traj\.r1\.t1\.completed'"):
+            await worker.publish_raw("heddle.evt.traj.r1.t1.completed", encode(forged), "c2")
+        own = msgspec.structs.replace(forged, event_id="c3", worker_id="w00")
+        assert (await worker.publish(own)).sequence == 1
+    assert (await operator_bus.stream_state()).last_sequence == 1
 
 
 async def test_a_rollout_completes_with_a_credential_per_process(

@@ -31,6 +31,7 @@ from heddle.events.subjects import (
     trajectory_subject,
     worker_command_subject,
     worker_event_subject,
+    worker_role,
 )
 from heddle.workers.agent import records
 from heddle.workers.agent.trajectory_log import TrajectoryLog
@@ -83,7 +84,10 @@ def test_a_worker_publishes_as_itself_only(
     if other == worker_id:
         other += "x"
     role = role_for(Identity("worker", worker_id))
-    assert may_publish(role, trajectory_subject(rollout_id, traj_id, "generated"))
+    generated = trajectory_subject(rollout_id, traj_id, "generated")
+    assert may_publish(role, f"{generated}.{worker_role(worker_id)}")
+    assert not may_publish(role, f"{generated}.{worker_role(other)}")  # in another's name
+    assert not may_publish(role, generated)  # in no one's
     assert may_publish(role, worker_event_subject(worker_id, "registered"))
     assert not may_publish(role, worker_event_subject(other, "registered"))
     assert may_publish(role, tool_subject("default"))

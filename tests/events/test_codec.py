@@ -34,7 +34,12 @@ from heddle.events import (
     encode,
 )
 from heddle.events.arrays import Logprobs, LossMask, TokenIds, TokenIdTuple
-from heddle.events.subjects import parse_subject, subject_for_command, subject_for_event
+from heddle.events.subjects import (
+    parse_subject,
+    subject_for_command,
+    subject_for_event,
+    written_by,
+)
 
 EVENT_TYPES = typing.get_args(EventT)
 COMMAND_TYPES = typing.get_args(WorkerCommandT)
@@ -51,6 +56,7 @@ _ID_FIELDS = {
     "rollout_id",
     "traj_id",
     "worker_id",
+    "source_worker_id",
     "executor_id",
     "pool",
     "event_id",
@@ -143,6 +149,8 @@ def test_event_subjects_parse_back(event: Any) -> None:
         assert parts.kind == type(event).kind_name()
     assert parts.rollout_id in (None, event.rollout_id)
     assert parts.executor_id in (None, getattr(event, "executor_id", None))
+    if isinstance(event, TrajectoryEvent):
+        assert parts.sent_by == written_by(event)
 
 
 @given(commands)

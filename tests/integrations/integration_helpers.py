@@ -13,6 +13,7 @@ from heddle.bus import Bus, BusOptions, ReplayQuery
 from heddle.bus.micro import request
 from heddle.config import Settings
 from heddle.controlplane.operations import ops_subject
+from heddle.events.subjects import trajectory_subjects
 
 
 def trace_task(
@@ -44,7 +45,7 @@ async def abort_when_started(settings: Settings, traj_ids: list[str]) -> str:
         rollout_id = ""
         for traj_id in traj_ids:
             query = ReplayQuery(
-                filter_subjects=(f"heddle.evt.traj.*.{traj_id}.generation_started",),
+                filter_subjects=trajectory_subjects("*", traj_id, "generation_started"),
                 start_sequence=1,
             )
             for _ in range(2400):

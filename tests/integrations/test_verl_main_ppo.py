@@ -165,7 +165,7 @@ async def test_main_ppo_v1_trains_on_heddle_rollouts(nats_url: str, tmp_path: Pa
     assert len(rollouts) == STEPS
     assert [e.labels["global_steps"] for e in rollouts] == [str(s) for s in range(1, STEPS + 1)]
     for step, rollout in enumerate(rollouts, start=1):
-        subject = f"heddle.evt.traj.{rollout.rollout_id}.*.completed"
+        subject = f"heddle.evt.traj.{rollout.rollout_id}.*.completed.*"
         completed = await stream_events(settings, subject)
         versions = {tuple(e.weight_versions) for e in completed if isinstance(e, Completed)}
         assert len(completed) == PROMPTS * N and versions == {(step - 1,)}

@@ -24,7 +24,7 @@ from heddle.client import HeddleClient
 from heddle.config import RetentionPolicy, Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
-from heddle.events.subjects import completions_subject
+from heddle.events.subjects import trajectory_subjects
 from heddle.ledger import RolloutStatus, open_ledger, queries
 from heddle.lifecycle.archive import read_completions, verify_archive
 from heddle.lifecycle.purge import num_events
@@ -49,7 +49,9 @@ def store_bytes(folder: Path) -> int:
 
 
 async def completed_events(bus: Bus, rollout_id: str) -> list[Completed]:
-    query = ReplayQuery(filter_subjects=(completions_subject(rollout_id),), start_sequence=1)
+    query = ReplayQuery(
+        filter_subjects=trajectory_subjects(rollout_id, "*", "completed"), start_sequence=1
+    )
     events = [r.message async for r in bus.replay_events(query) if isinstance(r.message, Completed)]
     return sorted([await bus.resolve(e) for e in events], key=lambda c: c.index)
 

@@ -131,7 +131,7 @@ class Operator:
             (r"nats stream info HEDDLE_EVENTS", self.expect("heddle.evt.>")),
             (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.rollout\.>",
              self.watch('"kind":"rollout.submitted"')),
-            (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.traj\.\S+\.\*\.completed",
+            (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.traj\.\S+\.\*\.completed\.\*",
              self.watch(f'"traj_id":"{SHORT}"')),
             (r"nats sub --stream HEDDLE_EVENTS heddle\.evt\.worker\.\*\.registered",
              self.watch('"kind":"worker.registered"')),

@@ -23,6 +23,7 @@ from heddle.config import Settings
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.controlplane.store_guard import StoreGuardConfig
 from heddle.events import Completed
+from heddle.events.subjects import trajectory_subjects
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.traces import TraceStep, TraceTrajectory
 
@@ -84,7 +85,7 @@ async def test_a_full_disk_is_reported_and_survived(small_disk: SmallDisk, tmp_p
         assert guard is not None and guard.report.is_writable and guard.report.num_resets >= 1
         assert metrics.get_sample_value("heddle_stream_store_resets_total") >= 1
         async with HeddleClient(settings, trainer="count") as counter:
-            query = ReplayQuery(filter_subjects=(f"heddle.evt.traj.{rollout_id}.*.completed",))
+            query = ReplayQuery(filter_subjects=trajectory_subjects(rollout_id, "*", "completed"))
             completed = Counter(
                 [
                     record.message.traj_id

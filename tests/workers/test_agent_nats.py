@@ -47,7 +47,12 @@ from heddle.events import (
     WorkerTelemetry,
     decode_event,
 )
-from heddle.events.subjects import EVENTS_STREAM, rollout_filter, trajectory_subject
+from heddle.events.subjects import (
+    EVENTS_STREAM,
+    rollout_filter,
+    trajectory_subject,
+    trajectory_subjects,
+)
 from heddle.events.trajectory import PlacementReason
 from heddle.ids import derive_id
 from heddle.rollout.summary import summarize_rollout
@@ -82,7 +87,7 @@ class Router:
             stream=EVENTS_STREAM,
             filter_subjects=(
                 trajectory_subject(self.rollout_id, "*", "tool_returned"),
-                trajectory_subject(self.rollout_id, "*", "migrated"),
+                *trajectory_subjects(self.rollout_id, "*", "migrated"),
             ),
             role="control_plane",
             batch_size=64,
