@@ -65,7 +65,7 @@ async def weights_reports(
     """The workers' ``weights.loaded`` and ``weights.load_failed`` of one version, by worker."""
     # One filter, so the weights publisher's role can bound its reads to weights events
     # (heddle/deploy/roles.py); the version's ``published`` comes along and is passed over.
-    query = ReplayQuery(filter_subjects=(weights_subject(weight_version),), start_sequence=1)
+    query = ReplayQuery(filter_subjects=(weights_subject(weight_version, ">"),), start_sequence=1)
     loaded: dict[str, WeightsLoaded] = {}
     failed: dict[str, WeightsLoadFailed] = {}
     async for record in bus.replay_events(query):

@@ -1,10 +1,10 @@
 """Filter subjects of a consumer from the event types it handles.
 
 A decider's consumer asks JetStream only for the kinds its decider reacts to (``handles``), so
-heartbeats and step events that no decider of that slot reads never reach it. An event of a kind
-a worker writes comes on two subjects (as stored before its writer was named, and under its writer:
-a worker, or the control plane for its own failure naming no worker); the control plane reads
-only its own dead letters (``heddle.events.subjects``).
+heartbeats and step events that no decider of that slot reads never reach it. An event of a kind a
+worker writes comes on two subjects (as stored before its writer was named, and under its writer: a
+worker, or the control plane for its own failure naming no worker), and so does a worker's report on
+a weight version; the control plane reads only its own dead letters (``heddle.events.subjects``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from heddle.events import Event
-from heddle.events.subjects import CONTROL_PLANE_ROLE, deadletter_subject, trajectory_subjects
+from heddle.events.subjects import (
+    CONTROL_PLANE_ROLE,
+    deadletter_subject,
+    trajectory_subjects,
+    weights_subjects,
+)
 
 
 def subjects_of_kind(event_type: type[Event]) -> tuple[str, ...]:
@@ -26,7 +31,7 @@ def subjects_of_kind(event_type: type[Event]) -> tuple[str, ...]:
         case "worker":
             return (f"heddle.evt.worker.*.{kind}",)
         case "weights":
-            return (f"heddle.evt.weights.*.{kind}",)
+            return weights_subjects("*", kind)
         case "deadletter":
             return (deadletter_subject(CONTROL_PLANE_ROLE),)
     raise ValueError(f"{event_type.__name__} has no subject family")

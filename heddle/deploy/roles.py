@@ -46,6 +46,7 @@ from heddle.events.subjects import (
     TELEMETRY_PREFIX,
     TOOL_EXECUTOR_ROLE,
     TOOLS_STREAM,
+    WORKER_REPORT_KINDS,
     WORKER_WRITTEN_KINDS,
     deadletter_subject,
     trainer_role,
@@ -348,8 +349,7 @@ def _worker(identity: Identity, replies: str) -> Role:
                 f"heddle.evt.worker.{worker_id}.{kind}"
                 for kind in ("registered", "drained", "failed", "retired")
             ),
-            "heddle.evt.weights.*.loaded",
-            "heddle.evt.weights.*.load_failed",
+            *(f"heddle.evt.weights.*.{kind}.{role}" for kind in WORKER_REPORT_KINDS),
             "heddle.cmd.tool.*",
             *(f"heddle.cmd.worker.*.{action}.{worker_id}" for action in PEER_ACTIONS),
             f"{TELEMETRY_PREFIX}.worker.{worker_id}",
@@ -415,7 +415,7 @@ def _weights_publisher(identity: Identity, replies: str) -> Role:
             *provision_checks(),
             "heddle.evt.weights.*.published",
             *bucket_owns(WEIGHTS_BUCKET),
-            *replays(EVENTS_STREAM, "heddle.evt.weights.*.*"),
+            *replays(EVENTS_STREAM, "heddle.evt.weights.*.>"),
         ),
         subscribe=(replies,),
         publish_deny=owned_durables_but(WEIGHTS_PUBLISHER),

@@ -7,6 +7,7 @@ heddle.evt.traj.<rollout_id>.<traj_id>.<kind>.<writer>   (a worker's step events
                                           of a trajectory, failed.control_plane: see below)
 heddle.evt.worker.<worker_id>.<kind>
 heddle.evt.weights.<weight_version>.<kind>
+heddle.evt.weights.<weight_version>.<kind>.worker-<id>   (a worker's report: loaded, load_failed)
 heddle.evt.tools.<executor_id>.<kind>      (tool executors: registered)
 heddle.evt.deadletter.<role>                (a message a consumer of <role> refused)
 heddle.cmd.worker.<worker_id>.<action>
@@ -41,6 +42,8 @@ may publish there:
   refuses an event of a worker that does not hold the trajectory. Events stored before
   writers were named are on the bare ``heddle.evt.traj.<r>.<t>.<kind>``, which only the control
   plane's credential may still publish; they are read as before.
+- A worker's report on a weight version (``weights.loaded``, ``weights.load_failed``) goes on
+  ``heddle.evt.weights.<v>.<kind>.worker-<id>`` the same way; read one with ``weights_subjects``.
 - A ``Failed`` naming no worker is the control plane's own verdict on a trajectory no worker
   holds (its submission was dead-lettered, or an operator aborted it before its placement): it
   goes on ``heddle.evt.traj.<r>.<t>.failed.control_plane``.
@@ -71,7 +74,7 @@ from heddle.events.trajectory import (
     ToolCalled,
     TrajectoryEvent,
 )
-from heddle.events.weights import WeightsEvent
+from heddle.events.weights import WeightsEvent, WeightsLoaded, WeightsLoadFailed
 from heddle.events.worker import DeadLettered, ExecutorRegistered, WorkerEvent
 from heddle.ids import check_token
 
@@ -108,6 +111,9 @@ WorkerWritten = (
 )
 """The trajectory events a worker writes, on subjects that name it (module docstring)."""
 WORKER_WRITTEN_KINDS = tuple(event_type.kind_name() for event_type in get_args(WorkerWritten))
+WorkerReport = WeightsLoaded | WeightsLoadFailed
+"""A worker's report on a weight version, on a subject that names it."""
+WORKER_REPORT_KINDS = tuple(event_type.kind_name() for event_type in get_args(WorkerReport))
 
 
 def worker_role(worker_id: str) -> str:
@@ -142,13 +148,13 @@ def trajectory_subjects(rollout_id: str, traj_id: str = "*", kind: str = "*") ->
     return (bare, f"{bare}.*") if kind in WORKER_WRITTEN_KINDS else (bare,)
 
 
-def written_by(event: TrajectoryEvent) -> str | None:
+def written_by(event: Event) -> str | None:
     """The role whose subject ``event`` goes on (module docstring): the worker it names, the
     control plane for a failure naming no worker; None for the other kinds, and for events
     stored before workers were named in them."""
     if isinstance(event, Failed) and not event.worker_id:
         return CONTROL_PLANE_ROLE
-    if not isinstance(event, WorkerWritten):
+    if not isinstance(event, WorkerWritten | WorkerReport):
         return None
     worker_id = event.source_worker_id if isinstance(event, Migrated) else event.worker_id
     return worker_role(worker_id) if worker_id else None
@@ -163,6 +169,12 @@ def weights_subject(weight_version: int | str, kind: str = "*") -> str:
     if version != "*" and not (version.isdigit() and int(version) >= 0):
         raise ValueError(f"weight version {version!r} is not an integer >= 0")
     return f"heddle.evt.weights.{version}.{kind}"
+
+
+def weights_subjects(weight_version: int | str, kind: str) -> tuple[str, ...]:
+    """Every subject an event of ``kind`` comes on (``trajectory_subjects``, for weights)."""
+    bare = weights_subject(weight_version, kind)
+    return (bare, f"{bare}.*") if kind in WORKER_REPORT_KINDS else (bare,)
 
 
 def executor_event_subject(executor_id: str, kind: str = "*") -> str:
@@ -231,15 +243,13 @@ def subject_for_event(event: Event) -> str:
     kind = type(event).kind_name()
     match event:
         case TrajectoryEvent():
-            subject = trajectory_subject(event.rollout_id, event.traj_id, kind)
-            writer = written_by(event)
-            return subject if writer is None else f"{subject}.{writer}"
+            return _named(trajectory_subject(event.rollout_id, event.traj_id, kind), event)
         case RolloutEvent():
             return rollout_subject(event.rollout_id, kind)
         case WorkerEvent():
             return worker_event_subject(event.worker_id, kind)
         case WeightsEvent():
-            return weights_subject(event.weight_version, kind)
+            return _named(weights_subject(event.weight_version, kind), event)
         case ExecutorRegistered():
             return executor_event_subject(event.executor_id, kind)
         case DeadLettered() if event.role:
@@ -247,6 +257,11 @@ def subject_for_event(event: Event) -> str:
         case DeadLettered():
             return DEADLETTER_PREFIX
     raise TypeError(f"no subject for {type(event).__name__}")
+
+
+def _named(subject: str, event: Event) -> str:
+    writer = written_by(event)
+    return subject if writer is None else f"{subject}.{writer}"
 
 
 def subject_for_command(command: WorkerCommand | ToolCall) -> str:
@@ -295,6 +310,8 @@ def parse_subject(subject: str) -> SubjectParts:
             return SubjectParts("worker", kind, worker_id=worker_id)
         case ["heddle", "evt", "weights", version, kind] if version.isdigit():
             return SubjectParts("weights", kind, weight_version=int(version))
+        case ["heddle", "evt", "weights", version, kind, sent_by] if version.isdigit():
+            return SubjectParts("weights", kind, weight_version=int(version), sent_by=sent_by)
         case ["heddle", "evt", "tools", executor_id, kind]:
             return SubjectParts("tools", kind, executor_id=executor_id)
         case ["heddle", "out", trainer, rollout_id, kind]:
@@ -340,13 +357,13 @@ def subject_mismatch(subject: str, message: object) -> str | None:
 def _stored_before_writers(message: object) -> str | None:
     """The bare subject a worker's event was stored on before its writer was named (read as
     before; no worker's credential may publish it any more)."""
-    if not isinstance(message, TrajectoryEvent) or type(message).kind_name() not in (
-        WORKER_WRITTEN_KINDS
-    ):
-        return None
     if isinstance(message, Failed) and not message.worker_id:
         return None  # the control plane's failure has had its own subject since it had one
-    return trajectory_subject(message.rollout_id, message.traj_id, type(message).kind_name())
+    if isinstance(message, WorkerWritten):
+        return trajectory_subject(message.rollout_id, message.traj_id, type(message).kind_name())
+    if isinstance(message, WorkerReport):
+        return weights_subject(message.weight_version, type(message).kind_name())
+    return None
 
 
 def _delivered_mismatch(subject: str, event: Event) -> str | None:

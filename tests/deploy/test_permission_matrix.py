@@ -112,7 +112,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.evt.worker.w00.failed",
                 "heddle.evt.worker.w00.retired",  # it leaves for a re-shard
                 "heddle.evt.traj.r1.t1.generation_interrupted.worker-w00",
-                "heddle.evt.weights.3.loaded",
+                "heddle.evt.weights.3.loaded.worker-w00",
+                "heddle.evt.weights.3.load_failed.worker-w00",
                 "heddle.cmd.tool.default",
                 "heddle.telemetry.worker.w00",
                 "heddle.telemetry.heartbeat.w00",
@@ -137,6 +138,8 @@ def matrix(server: AuthServer) -> list[Row]:
                 "heddle.evt.traj.r1.t1.generated.worker-w01",  # step events in another's name
                 "heddle.evt.traj.r1.t1.completed.worker-w01",
                 "heddle.evt.traj.r1.t1.failed.worker-w01",
+                "heddle.evt.weights.3.loaded.worker-w01",  # another's weight report
+                "heddle.evt.weights.3.loaded",
                 "heddle.evt.traj.r1.t1.generated",  # in no one's name (stored before names)
                 "heddle.evt.traj.r1.t1.completed",
                 "heddle.evt.traj.r1.t1.failed",
@@ -222,14 +225,14 @@ def matrix(server: AuthServer) -> list[Row]:
                 WEIGHTS_ANNOUNCEMENT,
                 "$O.heddle-weights.M.djE=",
                 "$JS.API.STREAM.PURGE.OBJ_heddle-weights",
-                f"{API}.CREATE.{EVENTS}.replay-1.heddle.evt.weights.3.*",
+                f"{API}.CREATE.{EVENTS}.replay-1.heddle.evt.weights.3.>",
                 f"{API}.MSG.NEXT.{EVENTS}.replay-1",
             ],
             denied=[
                 *owned_durable_uses(CONTROL),
                 *owned_durable_uses(LEDGER),
                 *everyone_but,
-                "heddle.evt.weights.3.loaded",
+                "heddle.evt.weights.3.loaded.worker-w00",
                 "heddle.evt.traj.r1.t1.completed",
                 f"{API}.CREATE.{EVENTS}.replay-1.heddle.evt.traj.>",
                 f"{API}.CREATE.{EVENTS}.replay-1",

@@ -40,6 +40,7 @@ from heddle.events.subjects import (
     subject_for_event,
     written_by,
 )
+from heddle.events.weights import WeightsEvent
 
 EVENT_TYPES = typing.get_args(EventT)
 COMMAND_TYPES = typing.get_args(WorkerCommandT)
@@ -149,7 +150,7 @@ def test_event_subjects_parse_back(event: Any) -> None:
         assert parts.kind == type(event).kind_name()
     assert parts.rollout_id in (None, event.rollout_id)
     assert parts.executor_id in (None, getattr(event, "executor_id", None))
-    if isinstance(event, TrajectoryEvent):
+    if isinstance(event, TrajectoryEvent | WeightsEvent):
         assert parts.sent_by == written_by(event)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from heddle.controlplane.projector_gaps import subject_matches
-from heddle.events import DeadLettered, Failed, Generated, Migrated
+from heddle.events import DeadLettered, Failed, Generated, Migrated, WeightsLoaded
 from heddle.events.subjects import (
     DEADLETTER_SUBJECT,
     deadletter_subject,
@@ -16,6 +16,7 @@ from heddle.events.subjects import (
     subject_for_event,
     subject_mismatch,
     trajectory_subjects,
+    weights_subjects,
 )
 
 
@@ -75,6 +76,16 @@ def test_a_workers_event_stored_before_writers_were_named_is_read_as_before() ->
     assert subject_mismatch("heddle.evt.traj.r1.t1.generated", generated("w0")) is None
     assert subject_mismatch("heddle.evt.traj.r1.t1.failed", failure("w0")) is None
     assert subject_mismatch("heddle.evt.traj.r1.t2.generated", generated("w0"))
+
+
+def test_a_workers_weight_report_names_the_worker() -> None:
+    loaded = WeightsLoaded(event_id="l1", occurred_at=1.0, weight_version=3, worker_id="w0")
+    own = "heddle.evt.weights.3.loaded.worker-w0"
+    assert subject_for_event(loaded) == own
+    assert parse_subject(own).sent_by == "worker-w0"
+    assert subject_mismatch("heddle.evt.weights.3.loaded.worker-w1", loaded)
+    assert subject_mismatch("heddle.evt.weights.3.loaded", loaded) is None  # stored before
+    assert any(subject_matches(own, s) for s in weights_subjects("*", "loaded"))
 
 
 def test_a_failure_naming_no_worker_is_on_the_control_planes_subject() -> None:

@@ -143,7 +143,7 @@ async def test_slime_train_loop_advances_weight_versions(nats_url: str, tmp_path
         assert {tuple(s.weight_versions) for s in samples} == {(str(rollout_id + 1),)}
     published = await events(settings, "heddle.evt.weights.*.published")
     assert [e.weight_version for e in published if isinstance(e, WeightsPublished)] == [1, 2, 3]
-    loaded = await events(settings, "heddle.evt.weights.*.loaded")
+    loaded = await events(settings, "heddle.evt.weights.*.loaded.*")
     assert sorted(e.weight_version for e in loaded if isinstance(e, WeightsLoaded)) == [1, 2, 3]
     first, last = (load_weights(path) for path in (version_dirs[0], version_dirs[-1]))
     assert any(not torch.equal(first[name], last[name]) for name in first)  # the actor moved

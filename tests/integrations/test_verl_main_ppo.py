@@ -172,7 +172,7 @@ async def test_main_ppo_v1_trains_on_heddle_rollouts(nats_url: str, tmp_path: Pa
 
     published = await stream_events(settings, "heddle.evt.weights.*.published")
     assert [e.weight_version for e in published if isinstance(e, WeightsPublished)] == [1, 2]
-    loaded = await stream_events(settings, "heddle.evt.weights.*.loaded")
+    loaded = await stream_events(settings, "heddle.evt.weights.*.loaded.*")
     assert sorted(e.weight_version for e in loaded if isinstance(e, WeightsLoaded)) == [1, 2]
     first, second = tensors(tmp_path / "weights" / "v1"), tensors(tmp_path / "weights" / "v2")
     assert first.keys() == second.keys()
