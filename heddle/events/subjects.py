@@ -141,9 +141,10 @@ def trajectory_subject(rollout_id: str, traj_id: str = "*", kind: str = "*") -> 
     return f"heddle.evt.traj.{rollout}.{traj}.{kind}"
 
 
-def trajectory_subjects(rollout_id: str, traj_id: str = "*", kind: str = "*") -> tuple[str, ...]:
+def trajectory_subjects(rollout_id: str, traj_id: str, kind: str) -> tuple[str, ...]:
     """Every subject an event of ``kind`` comes on: the bare one and, for a kind whose subject
-    names its writer (``WORKER_WRITTEN_KINDS``), the one under any writer."""
+    names its writer (``WORKER_WRITTEN_KINDS``), the one under any writer. (Every event of a
+    trajectory: ``trajectory_subject(rollout_id, traj_id, ">")``.)"""
     bare = trajectory_subject(rollout_id, traj_id, kind)
     return (bare, f"{bare}.*") if kind in WORKER_WRITTEN_KINDS else (bare,)
 
