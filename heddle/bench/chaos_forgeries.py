@@ -186,9 +186,10 @@ def _unasked_failure(seen: Seen, rng: random.Random, event_id: str) -> Event:
     """A trajectory ended by a failure naming no worker (the control plane's own subject,
     ``failed.control_plane``) that no abort request or refused submission asked for: one not
     placed yet when there is one (no worker holds it to refuse for), else a placed one."""
-    traj_id, _, epoch = _victim(seen, rng)
     if seen.unplaced:
         traj_id, epoch = rng.choice(sorted(seen.unplaced)), 0
+    else:
+        traj_id, _, epoch = _victim(seen, rng)
     assert seen.submitted is not None
     return Failed(
         event_id=event_id,

@@ -350,21 +350,19 @@ def subject_mismatch(subject: str, message: object) -> str | None:
             return None
     except ValueError as exc:
         return f"message with invalid ids: {exc}"
-    if expected == subject or subject == _stored_before_writers(message):
+    if expected == subject or _stored_before_writers(subject, expected, message):
         return None
     return f"wrong subject: published on {subject}, but the message belongs on {expected}"
 
 
-def _stored_before_writers(message: object) -> str | None:
-    """The bare subject a worker's event was stored on before its writer was named (read as
-    before; no worker's credential may publish it any more)."""
-    if isinstance(message, Failed) and not message.worker_id:
-        return None  # the control plane's failure has had its own subject since it had one
-    if isinstance(message, WorkerWritten):
-        return trajectory_subject(message.rollout_id, message.traj_id, type(message).kind_name())
-    if isinstance(message, WorkerReport):
-        return weights_subject(message.weight_version, type(message).kind_name())
-    return None
+def _stored_before_writers(subject: str, expected: str, message: object) -> bool:
+    """Whether ``subject`` is the bare one a worker's event was stored on before its writer was
+    named, ``expected`` without the worker (read as before; no worker's credential may publish
+    it any more). The control plane's failure has had its own subject since it had one."""
+    writer = written_by(message) if isinstance(message, Event) else None
+    return writer not in (None, CONTROL_PLANE_ROLE) and subject == expected.removesuffix(
+        f".{writer}"
+    )
 
 
 def _delivered_mismatch(subject: str, event: Event) -> str | None:
