@@ -68,6 +68,10 @@ class _FakeClient:
     async def _process_ping(self) -> None:
         self.frames.append(("ping", 0, b"", b"", b"", None))
 
+    def remember_errors(self, data: bytearray, start: int = 0) -> None:
+        """The parser hands over every read holding ``-ERR``, a payload's too (a draw of
+        ``st.binary`` can spell it): the client keeps permission errors; here none come."""
+
 
 def _frame(sid: int, reply: bytes, data: bytes, headers: bytes | None) -> bytes:
     reply_part = b" " + reply if reply else b""
