@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from heddle.bus import Bus, BusOptions
-from heddle.completions import CompletionStream, rollout_ended
+from heddle.completions import ACK_WAIT_S, CompletionStream, rollout_ended
 from heddle.config import Settings, load_settings
 from heddle.events import ChatMessage, Completed, WeightsLoaded, WeightSource, WeightsPublished
 from heddle.events.rollout import DEFAULT_TRAINER
@@ -177,12 +177,22 @@ class HeddleClient:
         """The durable consumer ``completions`` reads (a restart resumes on it)."""
         return f"trainer-{self.trainer}-{check_token(rollout_id, 'rollout id')}"
 
-    async def completions(self, rollout_id: str) -> AsyncIterator[Completed]:
+    async def completions(
+        self, rollout_id: str, *, ack_wait_s: float = ACK_WAIT_S
+    ) -> AsyncIterator[Completed]:
         """Completed trajectories of ``rollout_id`` as they finish (see the module docstring).
-        ``SubmissionRefused`` (a ``ValueError``) for another trainer's rollout."""
+        The one in hand when the trainer dies (or its connection drops with it in transit)
+        comes again after ``ack_wait_s``; while the trainer lives it may hold one as long as it
+        likes. ``SubmissionRefused`` (a ``ValueError``) for another trainer's rollout."""
+        if ack_wait_s <= 0:
+            raise ValueError(f"ack_wait_s must be > 0, got {ack_wait_s}")
         await self._check_owner(rollout_id)
         stream = CompletionStream(
-            self.bus, self.trainer, rollout_id, self.consumer_name(rollout_id)
+            self.bus,
+            self.trainer,
+            rollout_id,
+            self.consumer_name(rollout_id),
+            ack_wait_s=ack_wait_s,
         )
         async for completed in stream:
             yield completed

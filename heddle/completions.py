@@ -47,6 +47,11 @@ from heddle.workers.agent.trajectory_log import TrajectoryLog
 
 _IDLE_CHECK_S = 0.5
 _STREAM_POLL_S = 0.2
+ACK_WAIT_S = 30.0
+"""How long a trajectory handed to a trainer that went away without a word (killed, or its
+connection lost with the delivery in transit) waits before it comes again. While the trainer
+holds one, its runner tells the server every quarter of this that it still works on it
+(``heddle.bus.message_runner``), so a trainer may hold a trajectory as long as it likes."""
 
 
 def delivered_subjects(trainer: str, rollout_id: str) -> tuple[str, ...]:
@@ -110,7 +115,15 @@ class CompletionStream:
     to an async iterator: the handler hands the delivery over and returns only when the caller
     asks for the next one (ack) or leaves (nak: it comes again)."""
 
-    def __init__(self, bus: Bus, trainer: str, rollout_id: str, durable: str) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        trainer: str,
+        rollout_id: str,
+        durable: str,
+        *,
+        ack_wait_s: float = ACK_WAIT_S,
+    ) -> None:
         self.bus = bus
         self.trainer = trainer
         self.rollout_id = rollout_id
@@ -123,7 +136,7 @@ class CompletionStream:
             role=trainer_role(trainer),
             batch_size=1,
             max_ack_pending=1,
-            ack_wait_s=300.0,
+            ack_wait_s=ack_wait_s,
             nak_delay_s=0.0,
         )
         self._handed: asyncio.Queue[tuple[Delivery[EventT], asyncio.Future[bool]]] = asyncio.Queue()

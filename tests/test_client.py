@@ -5,16 +5,19 @@ durable consumer; ``wait`` returns the summary; bad submissions say what is wron
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
 
 from heddle.bus import ReplayQuery
 from heddle.client import HeddleClient
-from heddle.config import Settings
+from heddle.completions import ACK_WAIT_S
+from heddle.config import Settings, child_variables
 from heddle.controlplane import ControlPlaneConfig, PredictorConfig
 from heddle.events import Completed
-from heddle.events.subjects import trajectory_subjects
+from heddle.events.subjects import delivery_stream, trajectory_subjects
 from heddle.rollout.inprocess import InProcessDeployment, InProcessOptions
 from heddle.rollout.submission import TaskOptions
 from heddle.traces import TraceStep, TraceTrajectory, write_trace
@@ -88,6 +91,9 @@ async def test_completions_come_once_each_and_a_restarted_trainer_resumes(
         async with HeddleClient(settings, trainer="grpo") as client:
             rest = [t.traj_id async for t in client.completions(rollout_id)]
             summary = await client.wait(rollout_id, timeout_s=60)
+            durable = client.consumer_name(rollout_id)
+            info = await client.bus.js.consumer_info(delivery_stream("grpo"), durable)
+            assert info.config.ack_wait == ACK_WAIT_S == 30.0
         async with HeddleClient(settings, trainer="grpo") as client:
             # A trainer restarted after it took the whole rollout, its end included (the chaos
             # bench's killed trainer starts again with its first rollout): nothing comes again,
@@ -102,6 +108,49 @@ async def test_completions_come_once_each_and_a_restarted_trainer_resumes(
     assert summary.num_completed == 6 and summary.is_finished
     assert summary.makespan_s > 0
     assert summary.output_tokens == sum(t.num_output_tokens for t in trace)
+
+
+TAKE_ONE_AND_DIE = """
+import asyncio, os, sys
+from heddle.client import HeddleClient
+from heddle.config import load_settings
+
+async def main():
+    async with HeddleClient(load_settings(), trainer="grpo") as client:
+        async for trajectory in client.completions(sys.argv[1], ack_wait_s=2.0):
+            print(trajectory.traj_id, flush=True)
+            os._exit(0)  # killed with it in hand: neither acked nor nak'ed
+
+asyncio.run(main())
+"""
+
+
+async def test_a_trainer_killed_with_a_trajectory_in_hand_gets_it_again_after_the_ack_wait(
+    settings: Settings,
+) -> None:
+    """The server hands the killed trainer's trajectory again once the ack wait ran out (it
+    was 300 s and could not be set: a restarted trainer waited five minutes for it)."""
+    async with deployment(settings):
+        async with HeddleClient(settings, trainer="grpo") as client:
+            rollout_id = await client.submit(trace=small_trace(3), time_scale=TIME_SCALE)
+            await client.wait(rollout_id, timeout_s=60)
+        variables = {name: value for name, value in child_variables(settings).items() if value}
+        killed = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            TAKE_ONE_AND_DIE,
+            rollout_id,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **variables},
+        )
+        out, _ = await asyncio.wait_for(killed.communicate(), 120)
+        assert killed.returncode == 0
+        async with HeddleClient(settings, trainer="grpo") as client:
+            completions = client.completions(rollout_id, ack_wait_s=2.0)
+            again = [t.traj_id async for t in wait_for_all(completions, timeout_s=60)]
+    held = out.decode().split()
+    assert len(held) == 1 and again[:1] == held
+    assert sorted(again) == [f"t{i:06d}" for i in range(3)]
 
 
 async def test_bad_submissions_say_what_is_wrong(settings: Settings) -> None:

@@ -93,8 +93,13 @@ class MessageRunner(ConsumerRunner[T]):
         await self._ack(delivery)
 
     async def _keep_alive(self) -> None:
-        """Tell the server that long-running handlers still work on their messages."""
-        period_s = self.spec.ack_wait_s / 2
+        """Tell the server that long-running handlers still work on their messages: every
+        quarter of the ack wait, for each message held at least that long. A message hears
+        from its runner at most half the ack wait after it came, then every quarter, so a late
+        timer (a loaded machine) still leaves half the ack wait before the server gives it to
+        another. (Every half, for messages held half, could touch one just before its ack
+        wait ran out.)"""
+        period_s = self.spec.ack_wait_s / 4
         while True:
             await asyncio.sleep(period_s)
             now = time.monotonic()

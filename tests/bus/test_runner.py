@@ -257,3 +257,22 @@ async def test_a_stop_asked_before_the_run_is_kept(bus: Bus) -> None:
     assert handled == []
     await asyncio.wait_for(batches.run(until_idle=True), 60)
     assert handled == [1, 2]
+
+
+async def test_a_message_held_past_its_ack_wait_is_kept_alive_not_redelivered(bus: Bus) -> None:
+    """A handler that works longer than the ack wait keeps its message: the runner tells the
+    server it still works on it (``+WPI``), so the server hands it to nobody else."""
+    await bus.publish_many(steps("r1", 1, 1))
+    deliveries: list[int] = []
+
+    async def handle(delivery: Delivery[EventT]) -> None:
+        deliveries.append(delivery.num_delivered)
+        await asyncio.sleep(6.0)  # three ack waits
+
+    # Two at a time: a redelivered message would be fetched and handled while the first works.
+    runner = bus.message_runner(spec(ack_wait_s=2.0), decode_event, handle, max_concurrent=2)
+    stats = await asyncio.wait_for(runner.run(until_idle=True), 60)
+    assert deliveries == [1]
+    assert stats.num_acked == 1
+    info = await bus.js.consumer_info(EVENTS_STREAM, "c1")
+    assert info.num_redelivered == 0
