@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -124,14 +125,24 @@ def child_environment(nats_url: str) -> dict[str, str]:
 
 
 async def run_main_ppo(tmp: Path, model: Path, nats_url: str) -> tuple[int, str]:
+    """verl's run and its output. Written to a file as it goes, so a run that does not end
+    in time fails with what it printed, not with a bare ``TimeoutError``."""
     data = write_dataset(tmp / "train.parquet")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "verl.trainer.main_ppo", *overrides(tmp, model, data),
-        cwd=str(tmp), env=child_environment(nats_url),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    output, _ = await asyncio.wait_for(process.communicate(), timeout=840)
-    return int(process.returncode or 0), output.decode(errors="replace")
+    log = tmp / "main_ppo.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "verl.trainer.main_ppo", *overrides(tmp, model, data),
+            cwd=str(tmp), env=child_environment(nats_url), stdout=out, stderr=out,
+            start_new_session=True,  # its Ray processes go with it when it is killed
+        )  # fmt: skip
+        try:
+            await asyncio.wait_for(process.wait(), timeout=840)
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            output = log.read_text(errors="replace")
+            pytest.fail(f"verl's main_ppo did not end in 840 s; its output:\n{output[-8000:]}")
+    return int(process.returncode or 0), log.read_text(errors="replace")
 
 
 async def stream_events(settings: Settings, subject: str) -> list[Any]:
