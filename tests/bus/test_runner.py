@@ -267,10 +267,11 @@ async def test_a_message_held_past_its_ack_wait_is_kept_alive_not_redelivered(bu
 
     async def handle(delivery: Delivery[EventT]) -> None:
         deliveries.append(delivery.num_delivered)
-        await asyncio.sleep(6.0)  # three ack waits
+        await asyncio.sleep(10.0)  # two and a half ack waits
 
     # Two at a time: a redelivered message would be fetched and handled while the first works.
-    runner = bus.message_runner(spec(ack_wait_s=2.0), decode_event, handle, max_concurrent=2)
+    # A 4 s ack wait: the first keep-alive comes within 2 s, so a loaded machine has 2 s to spare.
+    runner = bus.message_runner(spec(ack_wait_s=4.0), decode_event, handle, max_concurrent=2)
     stats = await asyncio.wait_for(runner.run(until_idle=True), 60)
     assert deliveries == [1]
     assert stats.num_acked == 1
