@@ -184,8 +184,6 @@ class HeddleClient:
         The one in hand when the trainer dies (or its connection drops with it in transit)
         comes again after ``ack_wait_s``; while the trainer lives it may hold one as long as it
         likes. ``SubmissionRefused`` (a ``ValueError``) for another trainer's rollout."""
-        if ack_wait_s <= 0:
-            raise ValueError(f"ack_wait_s must be > 0, got {ack_wait_s}")
         await self._check_owner(rollout_id)
         stream = CompletionStream(
             self.bus,

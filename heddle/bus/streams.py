@@ -231,6 +231,8 @@ class ConsumerSpec:
             raise ValueError(f"consumer {self.durable}: start_sequence must be >= 1")
         if self.gather_s < 0:
             raise ValueError(f"consumer {self.durable}: gather_s must be >= 0")
+        if self.ack_wait_s <= 0:
+            raise ValueError(f"consumer {self.durable}: ack_wait_s must be > 0")
 
     def config(self) -> api.ConsumerConfig:
         start = self.start_sequence

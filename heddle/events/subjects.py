@@ -145,8 +145,14 @@ def trajectory_subjects(rollout_id: str, traj_id: str, kind: str) -> tuple[str, 
     """Every subject an event of ``kind`` comes on: the bare one and, for a kind whose subject
     names its writer (``WORKER_WRITTEN_KINDS``), the one under any writer. (Every event of a
     trajectory: ``trajectory_subject(rollout_id, traj_id, ">")``.)"""
-    bare = trajectory_subject(rollout_id, traj_id, kind)
-    return (bare, f"{bare}.*") if kind in WORKER_WRITTEN_KINDS else (bare,)
+    return _with_writers(
+        trajectory_subject(rollout_id, traj_id, kind), kind in WORKER_WRITTEN_KINDS
+    )
+
+
+def _with_writers(bare: str, is_named: bool) -> tuple[str, ...]:
+    """``bare``, and ``bare`` under any writer when its kind's subject names one."""
+    return (bare, f"{bare}.*") if is_named else (bare,)
 
 
 def written_by(event: Event) -> str | None:
@@ -174,8 +180,7 @@ def weights_subject(weight_version: int | str, kind: str = "*") -> str:
 
 def weights_subjects(weight_version: int | str, kind: str) -> tuple[str, ...]:
     """Every subject an event of ``kind`` comes on (``trajectory_subjects``, for weights)."""
-    bare = weights_subject(weight_version, kind)
-    return (bare, f"{bare}.*") if kind in WORKER_REPORT_KINDS else (bare,)
+    return _with_writers(weights_subject(weight_version, kind), kind in WORKER_REPORT_KINDS)
 
 
 def executor_event_subject(executor_id: str, kind: str = "*") -> str:
